@@ -1,0 +1,35 @@
+// Renders a model's chat template (the Jinja source in tokenizer.chat_template) with a subset of
+// Jinja large enough for Qwen's ChatML templates. docs/chat-template.md lists the subset.
+#pragma once
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace agentkv {
+
+struct ChatTemplateInputs {
+  nlohmann::json messages = nlohmann::json::array();  // [{role, content, tool_calls?, ...}]
+  nlohmann::json tools;                               // null or array of tool definitions
+  bool add_generation_prompt = true;
+  nlohmann::json extra_context = nlohmann::json::object();  // e.g. enable_thinking
+  std::string bos_token;
+  std::string eos_token;
+};
+
+class ChatTemplate {
+ public:
+  // Parses the template; throws agentkv::Error with line/column on syntax it does not support.
+  explicit ChatTemplate(const std::string& source);
+  ~ChatTemplate();
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+  // Throws agentkv::Error on a runtime error (e.g. raise_exception in the template).
+  std::string render(const ChatTemplateInputs& inputs) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace agentkv

@@ -1,0 +1,66 @@
+// Byte-level BPE tokenizer (tokenizer.ggml.model = "gpt2") with llama.cpp's pre-tokenizers
+// (qwen2 first), special / added tokens and detokenization.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace agentkv::gguf { class Reader; }
+
+namespace agentkv {
+
+using Token = int32_t;
+
+// llama.cpp's token attribute types (tokenizer.ggml.token_type).
+enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3,
+                                 UserDefined = 4, Unused = 5, Byte = 6 };
+
+struct VocabData {
+  std::string model = "gpt2";  // tokenizer.ggml.model
+  std::string pre = "qwen2";   // tokenizer.ggml.pre
+  std::vector<std::string> tokens;  // GGUF form (byte-level encoded, e.g. "Ġthe")
+  std::vector<TokenType> types;
+  std::vector<std::string> merges;  // "a b"
+  Token bos = -1, eos = -1, eot = -1, pad = -1;
+  bool add_bos = false;
+  std::string chat_template;
+};
+
+class Tokenizer {
+ public:
+  // Throws agentkv::Error naming the file/key for unsupported models or pre-tokenizers.
+  static std::unique_ptr<Tokenizer> from_gguf(const gguf::Reader& gguf);
+  // Hugging Face tokenizer.json (+ optional tokenizer_config.json for the chat template and
+  // bos/eos). Produces the same vocabulary llama.cpp's converter would write.
+  static std::unique_ptr<Tokenizer> from_hf_files(const std::string& tokenizer_json,
+                                                  const std::string& tokenizer_config_json = "");
+  explicit Tokenizer(VocabData data);
+  ~Tokenizer();
+
+  // add_special: prepend BOS when the vocab asks for it. parse_special: recognise special/control
+  // token texts (e.g. "<|im_start|>") in the input instead of tokenizing them as plain text.
+  std::vector<Token> encode(std::string_view text, bool add_special = false,
+                            bool parse_special = true) const;
+  // The bytes a token stands for (special tokens render their text only when `special`).
+  std::string token_to_piece(Token id, bool special = true) const;
+  std::string decode(std::span<const Token> tokens, bool special = true) const;
+
+  int32_t n_vocab() const;
+  Token bos() const;
+  Token eos() const;
+  Token eot() const;
+  bool is_eog(Token id) const;  // end of generation: eos, eot, <|im_end|>, <|endoftext|>, ...
+  bool is_control(Token id) const;
+  std::optional<Token> find_token(std::string_view text) const;  // exact GGUF-form lookup
+  const VocabData& data() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace agentkv
