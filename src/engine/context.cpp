@@ -1,0 +1,88 @@
+#include "engine/context.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "core/error.h"
+
+namespace agentkv {
+
+Context::Context(const Model& model, const ContextParams& params)
+    : model_(model), params_(params), pool_(params.n_threads) {
+  if (params_.n_seq_max < 1 || params_.n_seq_max > memory::kMaxSeq)
+    throw Error("n_seq_max must be in [1, " + std::to_string(memory::kMaxSeq) + "]");
+  if (params_.n_ubatch < 1) throw Error("n_ubatch must be positive");
+  kv_ = std::make_unique<memory::KvCache>(model_.kv_layout(params_.n_ctx, params_.n_seq_max,
+                                                           params_.kv_unified, params_.type_k, params_.type_v));
+}
+
+Context::~Context() = default;
+
+void Context::validate(const Batch& b) const {
+  if (b.pos.size() != b.size() || b.seq.size() != b.size() || b.output.size() != b.size())
+    throw Error("batch arrays have different lengths");
+  const int64_t n_vocab = model_.n_vocab();
+  // Per sequence, the batch's tokens must continue the sequence at pos_max+1 without gaps.
+  std::map<memory::SeqId, memory::Pos> next;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
+      throw Error("token id " + std::to_string(b.tokens[i]) + " out of range [0, " + std::to_string(n_vocab) + ")");
+    if (b.seq[i].empty()) throw Error("batch token " + std::to_string(i) + " has no sequence");
+    for (memory::SeqId s : b.seq[i]) {
+      if (s < 0 || s >= static_cast<memory::SeqId>(params_.n_seq_max))
+        throw Error("sequence id " + std::to_string(s) + " out of range [0, " + std::to_string(params_.n_seq_max) + ")");
+      auto it = next.find(s);
+      const memory::Pos expected = it != next.end() ? it->second : kv_->seq_pos_max(s) + 1;
+      if (b.pos[i] != expected)
+        throw Error("sequence " + std::to_string(s) + ": token at position " + std::to_string(b.pos[i]) +
+                    " but the sequence continues at " + std::to_string(expected));
+      next[s] = expected + 1;
+    }
+  }
+}
+
+int Context::decode(const Batch& b) {
+  validate(b);
+  const int64_t n_vocab = model_.n_vocab();
+  output_index_.clear();
+  size_t n_out = 0;
+  for (bool o : b.output) n_out += o ? 1 : 0;
+  logits_.resize(n_out * n_vocab);
+
+  ModelMemory mem;
+  mem.kv = kv_.get();
+  size_t out_base = 0;
+  for (size_t start = 0; start < b.size(); start += params_.n_ubatch) {
+    const size_t end = std::min(b.size(), start + params_.n_ubatch);
+    memory::UBatch ub;
+    std::vector<int> out_rows;
+    for (size_t i = start; i < end; ++i) {
+      ub.add(b.pos[i], b.seq[i]);
+      if (b.output[i]) out_rows.push_back(static_cast<int>(i - start));
+    }
+    auto placement = kv_->find_slot(ub);
+    if (!placement) return 1;
+    kv_->apply(ub, *placement);
+
+    ForwardBatch fb;
+    fb.tokens = std::span<const Token>(b.tokens.data() + start, end - start);
+    fb.ub = &ub;
+    fb.placement = &*placement;
+    fb.output_rows = out_rows;
+    fb.logits = logits_.data() + out_base * n_vocab;
+    model_.forward(fb, mem, ws_, pool_);
+    for (int r : out_rows) output_index_.push_back(static_cast<int>(start) + r);
+    out_base += out_rows.size();
+    stats_.n_tokens += static_cast<int64_t>(end - start);
+    stats_.n_ubatches += 1;
+  }
+  return 0;
+}
+
+const float* Context::logits(int i) const {
+  if (i < 0 || i >= n_outputs()) throw Error("no logits for output " + std::to_string(i));
+  return logits_.data() + static_cast<size_t>(i) * model_.n_vocab();
+}
+
+}  // namespace agentkv

@@ -1,0 +1,92 @@
+#include "model/attention_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+
+namespace agentkv {
+
+void rope_rows(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
+               int64_t head_dim, int64_t n_rot, const int32_t* pos, float freq_base, float freq_scale) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int h = 0; h < n_heads; ++h)
+      rope_neox(x + t * stride + h * head_stride, head_dim, n_rot, static_cast<float>(pos[t]),
+                freq_base, freq_scale);
+}
+
+void rms_norm_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
+                    int64_t head_dim, const float* w, float eps) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int h = 0; h < n_heads; ++h) {
+      float* row = x + t * stride + h * head_stride;
+      rms_norm(row, w, row, head_dim, eps);
+    }
+}
+
+void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
+                      const AttentionShape& shape, const float* q, int64_t q_stride,
+                      const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool) {
+  const auto& ub = *batch.ub;
+  const auto& placement = *batch.placement;
+  const int64_t n_tokens = static_cast<int64_t>(ub.size());
+  const int64_t n_embd_k = static_cast<int64_t>(shape.n_head_kv) * shape.head_dim;
+  const int64_t n_q = static_cast<int64_t>(shape.n_head) * shape.head_dim;
+  const auto& layout = kv.layout();
+
+  // 1. Store K and V rows in their cells (converted to the cache's element type).
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const auto& ref = placement[t];
+    quantize_row(layout.type_k, k + t * n_embd_k, kv.k_data(layer, ref.stream) + ref.cell * kv.row_bytes_k(), n_embd_k);
+    quantize_row(layout.type_v, v + t * n_embd_k, kv.v_data(layer, ref.stream) + ref.cell * kv.row_bytes_v(), n_embd_k);
+  }
+
+  // 2. Attention per stream: tokens of one stream see only that stream's cells.
+  for (uint32_t s = 0; s < kv.n_streams(); ++s) {
+    std::vector<int> tokens;
+    for (int64_t t = 0; t < n_tokens; ++t)
+      if (placement[t].stream == s) tokens.push_back(static_cast<int>(t));
+    if (tokens.empty()) continue;
+    const int64_t nt = static_cast<int64_t>(tokens.size());
+    const int64_t n_kv = kv.n_kv(s);
+    float* mask = ws.get(kAttentionWorkspaceSlot, static_cast<size_t>(nt * n_kv));
+    kv.fill_mask(ub, tokens, s, mask, n_kv);
+
+    const bool contiguous = tokens.front() == 0 && nt == n_tokens;
+    const float* q_rows = q;
+    int64_t q_rows_stride = q_stride;
+    float* out_rows = out;
+    if (!contiguous) {  // gather this stream's query rows
+      float* qg = ws.get(kAttentionWorkspaceSlot + 1, static_cast<size_t>(nt * n_q));
+      for (int64_t i = 0; i < nt; ++i)
+        std::copy(q + tokens[i] * q_stride, q + tokens[i] * q_stride + n_q, qg + i * n_q);
+      q_rows = qg;
+      q_rows_stride = n_q;
+      out_rows = ws.get(kAttentionWorkspaceSlot + 2, static_cast<size_t>(nt * n_q));
+    }
+    AttentionArgs a;
+    a.shape = shape;
+    a.n_tokens = nt;
+    a.q = q_rows;
+    a.q_stride = q_rows_stride;
+    a.k = kv.k_data(layer, s);
+    a.v = kv.v_data(layer, s);
+    a.k_type = layout.type_k;
+    a.v_type = layout.type_v;
+    a.k_row_bytes = kv.row_bytes_k();
+    a.v_row_bytes = kv.row_bytes_v();
+    a.n_kv = n_kv;
+    a.mask = mask;
+    a.mask_stride = n_kv;
+    a.out = out_rows;
+    a.out_stride = n_q;
+    attention(a, pool);
+    if (!contiguous)
+      for (int64_t i = 0; i < nt; ++i)
+        std::copy(out_rows + i * n_q, out_rows + (i + 1) * n_q, out + tokens[i] * n_q);
+  }
+}
+
+}  // namespace agentkv

@@ -1,0 +1,29 @@
+// The part of an attention layer shared by every architecture: store this ubatch's K/V rows in
+// the cache, then attend over the cache, one group of tokens per KV stream.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "model/model.h"
+
+namespace agentkv {
+
+// Workspace slots 0..15 belong to the architectures; 16..23 to this helper.
+constexpr int kAttentionWorkspaceSlot = 16;
+
+// q: n_tokens rows (stride q_stride floats) of n_head*head_dim; k, v: n_tokens rows of
+// n_head_kv*head_dim (contiguous); out: n_tokens rows of n_head*head_dim (contiguous).
+void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
+                      const AttentionShape& shape, const float* q, int64_t q_stride,
+                      const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool);
+
+// Applies NEOX RoPE to every head of n_tokens rows (row stride `stride` floats, head stride
+// `head_stride`), token t at position pos[t].
+void rope_rows(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
+               int64_t head_dim, int64_t n_rot, const int32_t* pos, float freq_base, float freq_scale);
+
+// Per-head RMSNorm with a shared weight (Q/K norm).
+void rms_norm_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
+                    int64_t head_dim, const float* w, float eps);
+
+}  // namespace agentkv

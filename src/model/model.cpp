@@ -1,0 +1,45 @@
+#include "model/model.h"
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/qwen3.h"
+
+namespace agentkv {
+
+Model::Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config)
+    : gguf_(std::move(gguf)), config_(std::move(config)) {
+  tokenizer_ = Tokenizer::from_gguf(*gguf_);
+  if (tokenizer_->n_vocab() != config_.n_vocab)
+    throw Error(gguf_->path() + ": tokenizer has " + std::to_string(tokenizer_->n_vocab()) +
+                " tokens but token_embd.weight has " + std::to_string(config_.n_vocab) + " rows");
+}
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  auto reader = gguf::Reader::open(path);
+  ModelConfig config = ModelConfig::from_gguf(*reader);
+  switch (config.arch) {
+    case Arch::Qwen3:
+      return std::make_unique<Qwen3Model>(std::move(reader), std::move(config));
+    default:
+      throw Error(path + ": architecture '" + config.arch_key + "' is not supported yet");
+  }
+}
+
+memory::KvLayout Model::kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified,
+                                  GgmlType type_k, GgmlType type_v) const {
+  memory::KvLayout l;
+  l.layer_has_kv.resize(config_.n_layer);
+  for (int il = 0; il < config_.n_layer; ++il) l.layer_has_kv[il] = !config_.is_recurrent(il);
+  l.n_embd_k = config_.n_head_kv * config_.head_dim_k;
+  l.n_embd_v = config_.n_head_kv * config_.head_dim_v;
+  l.type_k = type_k;
+  l.type_v = type_v;
+  l.n_cells = n_cells;
+  l.n_seq_max = n_seq_max;
+  l.unified = unified;
+  return l;
+}
+
+}  // namespace agentkv

@@ -1,0 +1,71 @@
+// A loaded model: its configuration, tokenizer, mapped weights and forward pass. One subclass per
+// architecture (src/model/<arch>.cpp); Model::load picks it from general.architecture.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/ggml_type.h"
+#include "kernels/threadpool.h"
+#include "memory/kv_cache.h"
+#include "memory/ubatch.h"
+#include "model/config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace agentkv {
+
+namespace gguf { class Reader; }
+
+// Scratch buffers reused across forward calls (grown on demand, never shrunk).
+class Workspace {
+ public:
+  float* get(int slot, size_t n_floats) {
+    if (slot >= static_cast<int>(bufs_.size())) bufs_.resize(slot + 1);
+    if (bufs_[slot].size() < n_floats) bufs_[slot].resize(n_floats);
+    return bufs_[slot].data();
+  }
+ private:
+  std::vector<std::vector<float>> bufs_;
+};
+
+// The memories a forward pass reads and writes (later: recurrent state for hybrid models).
+struct ModelMemory {
+  memory::KvCache* kv = nullptr;
+};
+
+// One micro-batch, already placed in memory.
+struct ForwardBatch {
+  std::span<const Token> tokens;
+  const memory::UBatch* ub = nullptr;
+  const memory::Placement* placement = nullptr;
+  std::span<const int> output_rows;  // indices into tokens whose logits are wanted, ascending
+  float* logits = nullptr;           // output_rows.size() x n_vocab
+};
+
+class Model {
+ public:
+  virtual ~Model();
+  // Maps the GGUF, reads the config, binds and checks every tensor. Throws agentkv::Error.
+  static std::unique_ptr<Model> load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const gguf::Reader& gguf() const { return *gguf_; }
+  int64_t n_vocab() const { return config_.n_vocab; }
+
+  // Layout of the attention KV cache this model needs.
+  memory::KvLayout kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified, GgmlType type_k,
+                             GgmlType type_v) const;
+
+  virtual void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
+                       ThreadPool& pool) const = 0;
+
+ protected:
+  Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
+  std::unique_ptr<gguf::Reader> gguf_;
+  ModelConfig config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+}  // namespace agentkv

@@ -1,0 +1,104 @@
+#include "model/qwen3.h"
+
+#include <cmath>
+
+#include "gguf/gguf.h"
+#include "kernels/ops.h"
+#include "model/attention_block.h"
+#include "model/weights.h"
+
+namespace agentkv {
+
+namespace {
+// Workspace slots used by this architecture.
+enum Slot { kX, kCur, kQ, kK, kV, kAttnOut, kGate, kUp, kOut };
+}  // namespace
+
+Qwen3Model::Qwen3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : Model(std::move(g), std::move(c)) {
+  const auto& cfg = config_;
+  WeightBinder w(*gguf_);
+  const int64_t E = cfg.n_embd, D = cfg.head_dim_k;
+  token_embd_ = w.matrix("token_embd.weight", E, cfg.n_vocab);
+  output_norm_ = w.vector("output_norm.weight", E);
+  output_ = cfg.tied_output ? token_embd_ : w.matrix("output.weight", E, cfg.n_vocab);
+  layers_.resize(cfg.n_layer);
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    Layer& l = layers_[il];
+    l.attn_norm = w.vector(p + "attn_norm.weight", E);
+    l.wq = w.matrix(p + "attn_q.weight", E, cfg.n_head * D);
+    l.wk = w.matrix(p + "attn_k.weight", E, cfg.n_head_kv * D);
+    l.wv = w.matrix(p + "attn_v.weight", E, cfg.n_head_kv * D);
+    l.wo = w.matrix(p + "attn_output.weight", cfg.n_head * D, E);
+    l.q_norm = w.vector(p + "attn_q_norm.weight", D);
+    l.k_norm = w.vector(p + "attn_k_norm.weight", D);
+    l.ffn_norm = w.vector(p + "ffn_norm.weight", E);
+    l.ffn_gate = w.matrix(p + "ffn_gate.weight", E, cfg.n_ff);
+    l.ffn_up = w.matrix(p + "ffn_up.weight", E, cfg.n_ff);
+    l.ffn_down = w.matrix(p + "ffn_down.weight", cfg.n_ff, E);
+  }
+  w.check_all_used();
+}
+
+void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws, ThreadPool& pool) const {
+  const auto& cfg = config_;
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t E = cfg.n_embd, D = cfg.head_dim_k, F = cfg.n_ff;
+  const int64_t nq = cfg.n_head * D, nkv = cfg.n_head_kv * D;
+  AttentionShape shape;
+  shape.n_head = cfg.n_head;
+  shape.n_head_kv = cfg.n_head_kv;
+  shape.head_dim = static_cast<int>(D);
+  shape.scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
+
+  float* x = ws.get(kX, T * E);
+  float* cur = ws.get(kCur, T * E);
+  float* q = ws.get(kQ, T * nq);
+  float* k = ws.get(kK, T * nkv);
+  float* v = ws.get(kV, T * nkv);
+  float* attn = ws.get(kAttnOut, T * nq);
+  float* gate = ws.get(kGate, T * F);
+  float* up = ws.get(kUp, T * F);
+  float* out = ws.get(kOut, T * E);
+
+  for (int64_t t = 0; t < T; ++t) get_row(token_embd_, b.tokens[t], x + t * E);
+
+  int64_t rows = T;  // rows still carried; the last layer keeps only the output rows
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    const Layer& l = layers_[il];
+    for (int64_t t = 0; t < T; ++t) rms_norm(x + t * E, l.attn_norm, cur + t * E, E, cfg.rms_eps);
+    matmul(l.wq, cur, T, E, q, nq, pool);
+    matmul(l.wk, cur, T, E, k, nkv, pool);
+    matmul(l.wv, cur, T, E, v, nkv, pool);
+    rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
+    rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
+    rope_rows(q, T, nq, cfg.n_head, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
+    rope_rows(k, T, nkv, cfg.n_head_kv, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
+    cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool);
+
+    if (il == cfg.n_layer - 1) {  // only the rows whose logits are wanted go further
+      rows = static_cast<int64_t>(b.output_rows.size());
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t src = b.output_rows[i];
+        if (src != i) {
+          std::copy(x + src * E, x + (src + 1) * E, x + i * E);
+          std::copy(attn + src * nq, attn + (src + 1) * nq, attn + i * nq);
+        }
+      }
+      if (rows == 0) return;
+    }
+    matmul(l.wo, attn, rows, nq, out, E, pool);
+    for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
+
+    for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, l.ffn_norm, cur + t * E, E, cfg.rms_eps);
+    matmul(l.ffn_gate, cur, rows, E, gate, F, pool);
+    matmul(l.ffn_up, cur, rows, E, up, F, pool);
+    for (int64_t t = 0; t < rows; ++t) swiglu(gate + t * F, up + t * F, gate + t * F, F);
+    matmul(l.ffn_down, gate, rows, F, out, E, pool);
+    for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
+  }
+  for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, output_norm_, cur + t * E, E, cfg.rms_eps);
+  matmul(output_, cur, rows, E, b.logits, cfg.n_vocab, pool);
+}
+
+}  // namespace agentkv
