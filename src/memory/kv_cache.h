@@ -2,12 +2,13 @@
 // records for every cell its position and the set of sequences using it (a cell shared by several
 // sequences after seq_cp holds its data once). See docs/memory-semantics.md.
 #pragma once
-#include <bitset>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "core/ggml_type.h"
+#include "memory/kv_cells.h"
 #include "memory/ubatch.h"
 
 namespace agentkv::memory {
@@ -32,16 +33,34 @@ using Placement = std::vector<CellRef>;
 
 class KvCache {
  public:
+  // Attention spans a prefix of cells rounded up to this many (see n_kv). llama.cpp uses 256;
+  // a CPU kernel gains nothing from a large multiple and pays for every masked cell it scans.
+  static constexpr uint32_t kNKvPad = 32;
+
+  // Throws agentkv::Error for an unusable layout (KV type not one of f32, f16, bf16, q8_0, q4_0,
+  // q4_1, q5_0, q5_1, iq4_nl; n_embd not a multiple of the type's block size; no cells; n_seq_max
+  // outside [1, 256]). Storage starts zeroed.
   explicit KvCache(const KvLayout& layout);
   ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
   const KvLayout& layout() const;
   uint32_t n_streams() const;
   uint32_t stream_of(SeqId seq) const;  // 0 when unified
 
   // Placement is transactional: find_slot only looks; apply mutates. If find_slot returns
-  // nullopt the cache is unchanged and the batch does not fit.
+  // nullopt the cache is unchanged and the batch does not fit. Only empty cells are used, found
+  // from the stream's search head onward (wrapping; need not be contiguous). Placement[i] is
+  // token i's cell, in the stream of its sequences. Throws agentkv::Error for a malformed ubatch
+  // (no sequence, seq id outside [0, n_seq_max), negative position, or, with one stream per
+  // sequence, a token whose sequences live in different streams).
   std::optional<Placement> find_slot(const UBatch& ub) const;
+  // Dry run of several ubatches applied one after another (as a decode of a long batch will):
+  // all placements or nullopt, the cache unchanged either way.
+  std::optional<std::vector<Placement>> find_slots(const std::vector<UBatch>& ubs) const;
+  // Occupies the placed cells: position and every sequence of each token. The placement must
+  // come from find_slot on the current state (throws std::logic_error otherwise, cache unchanged).
   void apply(const UBatch& ub, const Placement& placement);
 
   // Storage of one model layer (which must have KV) in one stream: n_cells rows of
@@ -52,27 +71,54 @@ class KvCache {
   const uint8_t* v_data(int layer, uint32_t stream) const;
   size_t row_bytes_k() const;
   size_t row_bytes_v() const;
+  bool layer_has_kv(int layer) const;
+  uint32_t n_kv_layers() const;
+  size_t total_bytes() const;  // K and V storage of all layers and streams
 
-  // Attention spans cells [0, n_kv(stream)): every used cell lies below it.
+  // Attention spans cells [0, n_kv(stream)): every used cell lies below it. It is
+  // min(n_cells, max(kNKvPad, used_max_p1 rounded up to kNKvPad)).
   uint32_t n_kv(uint32_t stream) const;
   // Causal mask rows for the given tokens of ub (token indices `tokens`), over [0, n_kv(stream)):
   // 0 where the cell holds the token's (first) sequence at a position <= the token's, else -inf.
   void fill_mask(const UBatch& ub, const std::vector<int>& tokens, uint32_t stream, float* mask,
                  int64_t mask_stride) const;
 
-  // Sequence operations with llama.cpp's semantics: half-open [p0, p1), negative = open end.
-  void clear();
+  // The cell table of a stream (positions, sequence sets, pending shifts), read-only.
+  const KvCells& cells(uint32_t stream) const;
+  // Where the next find_slot of this stream starts looking (a hint, not a contract).
+  uint32_t head(uint32_t stream) const;
+
+  // Context shift: seq_add / seq_div change cell positions only; the stored keys keep the RoPE
+  // rotation of the old positions. cells(s).shift(i) is the pending delta (new - old) of cell i.
+  // Whoever owns RoPE rotates every used cell's K rows by its delta (all layers), then calls
+  // reset_shift(). has_shift() may stay true after the shifted cells were removed (all deltas 0).
+  bool has_shift() const;
+  void reset_shift();
+
+  // Sequence operations with llama.cpp's semantics: half-open [p0, p1), p0 < 0 means 0, p1 < 0
+  // means no upper bound. Invalid seq ids throw agentkv::Error. Details and the reasons:
+  // docs/memory-semantics.md.
+  void clear(bool zero_data = false);
+  // Drops seq from the cells in range (seq < 0: empties every cell in range, all streams).
+  // Always true: any part of an attention sequence can be removed.
   bool seq_rm(SeqId seq, Pos p0, Pos p1);
+  // Same stream: dst joins src's cells in range (no data copied). Different streams: only a
+  // whole-sequence copy (range covering all of src) is allowed, else agentkv::Error; it replaces
+  // dst by src's cells at the same cell indices and copies their K/V rows now.
   void seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1);
+  // Drops every other sequence, in every stream.
   void seq_keep(SeqId seq);
+  // Moves seq's cells in range by delta (a cell going negative is removed); records the shift.
+  // A cell shared with other sequences moves for them too (it holds one K row).
   void seq_add(SeqId seq, Pos p0, Pos p1, Pos delta);
+  // Integer-divides seq's positions in range by d >= 1; records the shift. Shared cells as above.
   void seq_div(SeqId seq, Pos p0, Pos p1, int d);
   Pos seq_pos_min(SeqId seq) const;  // -1 when empty
   Pos seq_pos_max(SeqId seq) const;
 
  private:
   struct Impl;
-  Impl* impl_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace agentkv::memory

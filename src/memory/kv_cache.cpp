@@ -1,0 +1,527 @@
+#include "memory/kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+
+namespace agentkv::memory {
+namespace {
+
+constexpr Pos kPosEnd = std::numeric_limits<Pos>::max();  // "no upper bound" of a range
+constexpr Pos kPosMax = kPosEnd - 1;                        // largest storable position
+constexpr size_t kStorageAlign = 64;                        // cache line / AVX-512 vector
+
+// The KV cache types llama.cpp accepts for -ctk / -ctv.
+bool kv_type_supported(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string type_name(GgmlType t) {
+  const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(t));
+  return info ? std::string(info->name) : "type id " + std::to_string(static_cast<uint32_t>(t));
+}
+
+size_t checked_row_bytes(GgmlType t, int64_t n_embd, const char* which) {
+  if (!kv_type_supported(t))
+    throw Error(std::string("kv cache: ") + which + " type " + type_name(t) +
+                " is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
+  if (n_embd <= 0)
+    throw Error(std::string("kv cache: ") + which + " width " + std::to_string(n_embd) +
+                " must be positive");
+  const int64_t block = ggml_type_info(t).block_size;
+  if (n_embd % block != 0)
+    throw Error(std::string("kv cache: ") + which + " width " + std::to_string(n_embd) +
+                " is not a multiple of the " + type_name(t) + " block size " +
+                std::to_string(block));
+  return ggml_row_size(t, n_embd);
+}
+
+// Zeroed, 64-byte aligned storage. calloc hands large requests fresh zero pages from the OS,
+// so an untouched cache costs no memset.
+class Storage {
+ public:
+  explicit Storage(size_t bytes) : bytes_(bytes) {
+    raw_ = std::calloc(bytes + kStorageAlign, 1);
+    if (!raw_) throw Error("kv cache: cannot allocate " + std::to_string(bytes) + " bytes");
+    const auto addr = reinterpret_cast<uintptr_t>(raw_);
+    data_ = reinterpret_cast<uint8_t*>((addr + kStorageAlign - 1) & ~(kStorageAlign - 1));
+  }
+  ~Storage() { std::free(raw_); }
+  Storage(Storage&& o) noexcept
+      : raw_(std::exchange(o.raw_, nullptr)), data_(o.data_), bytes_(o.bytes_) {}
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  Storage& operator=(Storage&&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* raw_ = nullptr;
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct Range {
+  Pos p0, p1;
+  bool empty() const { return p0 >= p1; }
+};
+
+Range normalize(Pos p0, Pos p1) { return {p0 < 0 ? 0 : p0, p1 < 0 ? kPosEnd : p1}; }
+
+// Lowers the search head to the first cell an operation freed, so the next placement reuses it.
+void lower_head(uint32_t& head, uint32_t first_freed) {
+  if (first_freed < head) head = first_freed;
+}
+
+constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+
+}  // namespace
+
+struct KvCache::Impl {
+  KvLayout layout;
+  uint32_t n_streams = 1;
+  std::vector<KvCells> cells;      // one table per stream
+  std::vector<uint32_t> heads;     // per stream: where find_slot starts looking
+  std::vector<int> kv_index;       // model layer -> index into k/v, or -1
+  size_t row_k = 0, row_v = 0;
+  std::vector<Storage> k, v;       // per KV layer: n_streams * n_cells rows, stream-major
+
+  void check_seq(SeqId s, const char* op) const {
+    if (s < 0 || static_cast<uint32_t>(s) >= layout.n_seq_max)
+      throw Error(std::string("kv cache: ") + op + ": sequence id " + std::to_string(s) +
+                  " outside [0, " + std::to_string(layout.n_seq_max) + ")");
+  }
+  void check_stream(uint32_t stream) const {
+    if (stream >= n_streams)
+      throw Error("kv cache: stream " + std::to_string(stream) + " outside [0, " +
+                  std::to_string(n_streams) + ")");
+  }
+  uint32_t stream_of(SeqId s) const { return layout.unified ? 0 : static_cast<uint32_t>(s); }
+
+  // Validates token t of ub and returns the stream its sequences live in.
+  uint32_t token_stream(const UBatch& ub, size_t t) const {
+    const auto& seqs = ub.seq[t];
+    if (seqs.empty()) throw Error("kv cache: token " + std::to_string(t) + " has no sequence");
+    const Pos p = ub.pos[t];
+    if (p < 0 || p > kPosMax)
+      throw Error("kv cache: token " + std::to_string(t) + " has invalid position " +
+                  std::to_string(p));
+    for (SeqId s : seqs) check_seq(s, "ubatch");
+    const uint32_t stream = stream_of(seqs[0]);
+    for (SeqId s : seqs)
+      if (stream_of(s) != stream)
+        throw Error("kv cache: token " + std::to_string(t) + " belongs to sequences " +
+                    std::to_string(seqs[0]) + " and " + std::to_string(s) +
+                    ", which live in different streams (the cache is not unified)");
+    return stream;
+  }
+
+  static void check_shape(const UBatch& ub) {
+    if (ub.pos.size() != ub.seq.size())
+      throw Error("kv cache: ubatch has " + std::to_string(ub.pos.size()) + " positions but " +
+                  std::to_string(ub.seq.size()) + " sequence lists");
+  }
+
+  uint8_t* row(const std::vector<Storage>& bufs, size_t row_bytes, int kv_layer, uint32_t stream,
+               uint32_t cell) const {
+    return bufs[static_cast<size_t>(kv_layer)].data() +
+           (static_cast<size_t>(stream) * layout.n_cells + cell) * row_bytes;
+  }
+
+  int kv_layer(int layer) const {
+    if (layer < 0 || static_cast<size_t>(layer) >= kv_index.size() ||
+        kv_index[static_cast<size_t>(layer)] < 0)
+      throw Error("kv cache: model layer " + std::to_string(layer) + " has no KV storage");
+    return kv_index[static_cast<size_t>(layer)];
+  }
+
+  std::optional<std::vector<Placement>> plan(const UBatch* ubs, size_t n_ubs) const;
+  void copy_rows(uint32_t src_stream, uint32_t dst_stream, uint32_t cell0, uint32_t n);
+};
+
+// Simulates placing the ubatches in order without touching the cells: a cell claimed by an
+// earlier ubatch of the same plan counts as used, heads and used counts advance as apply would.
+std::optional<std::vector<Placement>> KvCache::Impl::plan(const UBatch* ubs, size_t n_ubs) const {
+  std::vector<uint32_t> sim_head = heads;
+  std::vector<uint32_t> sim_used(n_streams);
+  for (uint32_t s = 0; s < n_streams; ++s) sim_used[s] = cells[s].used();
+  std::vector<std::vector<bool>> claimed(n_ubs > 1 ? n_streams : 0);
+
+  std::vector<Placement> result;
+  result.reserve(n_ubs);
+  std::vector<std::vector<uint32_t>> tokens_of(n_streams);
+  std::vector<uint32_t> found;
+  for (size_t u = 0; u < n_ubs; ++u) {
+    const UBatch& ub = ubs[u];
+    check_shape(ub);
+    for (auto& list : tokens_of) list.clear();
+    for (size_t t = 0; t < ub.size(); ++t)
+      tokens_of[token_stream(ub, t)].push_back(static_cast<uint32_t>(t));
+
+    Placement placement(ub.size());
+    for (uint32_t s = 0; s < n_streams; ++s) {
+      const auto& toks = tokens_of[s];
+      if (toks.empty()) continue;
+      const KvCells& c = cells[s];
+      const auto need = static_cast<uint32_t>(toks.size());
+      if (need > c.size() - sim_used[s]) return std::nullopt;  // any empty cell is usable
+
+      // Like llama.cpp: continue after the last placement, but when many cells before the
+      // head are free, restart from 0 to keep the used prefix (and so n_kv) short.
+      uint32_t head = sim_head[s];
+      if (static_cast<uint64_t>(head) > static_cast<uint64_t>(sim_used[s]) + 2ull * need) head = 0;
+      const bool track = !claimed.empty();
+      if (track && claimed[s].empty()) claimed[s].assign(c.size(), false);
+
+      found.clear();
+      for (uint32_t step = 0; step < c.size() && found.size() < need; ++step) {
+        uint32_t idx = head + step;
+        if (idx >= c.size()) idx -= c.size();
+        if (c.is_empty(idx) && !(track && claimed[s][idx])) found.push_back(idx);
+      }
+      if (found.size() < need) return std::nullopt;  // unreachable: counted above
+
+      for (uint32_t k = 0; k < need; ++k) placement[toks[k]] = CellRef{s, found[k]};
+      if (track)
+        for (uint32_t idx : found) claimed[s][idx] = true;
+      sim_used[s] += need;
+      sim_head[s] = found.back() + 1;
+    }
+    result.push_back(std::move(placement));
+  }
+  return result;
+}
+
+void KvCache::Impl::copy_rows(uint32_t src_stream, uint32_t dst_stream, uint32_t cell0,
+                              uint32_t n) {
+  for (size_t l = 0; l < k.size(); ++l) {
+    const int kl = static_cast<int>(l);
+    std::memcpy(row(k, row_k, kl, dst_stream, cell0), row(k, row_k, kl, src_stream, cell0),
+                n * row_k);
+    std::memcpy(row(v, row_v, kl, dst_stream, cell0), row(v, row_v, kl, src_stream, cell0),
+                n * row_v);
+  }
+}
+
+KvCache::KvCache(const KvLayout& layout) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.layout = layout;
+  if (layout.n_cells == 0 || layout.n_cells > static_cast<uint32_t>(kPosEnd))
+    throw Error("kv cache: cell count " + std::to_string(layout.n_cells) + " outside [1, 2^31)");
+  if (layout.n_seq_max == 0 || layout.n_seq_max > static_cast<uint32_t>(kMaxSeq))
+    throw Error("kv cache: n_seq_max " + std::to_string(layout.n_seq_max) + " outside [1, " +
+                std::to_string(kMaxSeq) + "]");
+  m.row_k = checked_row_bytes(layout.type_k, layout.n_embd_k, "K");
+  m.row_v = checked_row_bytes(layout.type_v, layout.n_embd_v, "V");
+  m.n_streams = layout.unified ? 1 : layout.n_seq_max;
+
+  m.cells.reserve(m.n_streams);
+  for (uint32_t s = 0; s < m.n_streams; ++s) m.cells.emplace_back(layout.n_cells, layout.n_seq_max);
+  m.heads.assign(m.n_streams, 0);
+
+  const size_t rows = static_cast<size_t>(m.n_streams) * layout.n_cells;
+  m.kv_index.assign(layout.layer_has_kv.size(), -1);
+  int n_kv_layers = 0;
+  for (size_t il = 0; il < layout.layer_has_kv.size(); ++il) {
+    if (!layout.layer_has_kv[il]) continue;
+    m.kv_index[il] = n_kv_layers++;
+    m.k.emplace_back(rows * m.row_k);
+    m.v.emplace_back(rows * m.row_v);
+  }
+}
+
+KvCache::~KvCache() = default;
+
+const KvLayout& KvCache::layout() const { return impl_->layout; }
+uint32_t KvCache::n_streams() const { return impl_->n_streams; }
+
+uint32_t KvCache::stream_of(SeqId seq) const {
+  impl_->check_seq(seq, "stream_of");
+  return impl_->stream_of(seq);
+}
+
+std::optional<Placement> KvCache::find_slot(const UBatch& ub) const {
+  auto plans = impl_->plan(&ub, 1);
+  if (!plans) return std::nullopt;
+  return std::move(plans->front());
+}
+
+std::optional<std::vector<Placement>> KvCache::find_slots(const std::vector<UBatch>& ubs) const {
+  return impl_->plan(ubs.data(), ubs.size());
+}
+
+void KvCache::apply(const UBatch& ub, const Placement& placement) {
+  Impl& m = *impl_;
+  Impl::check_shape(ub);
+  if (placement.size() != ub.size())
+    throw std::logic_error("kv cache: placement of " + std::to_string(placement.size()) +
+                           " cells for a ubatch of " + std::to_string(ub.size()) + " tokens");
+  // Validate everything before the first change so a bad placement leaves the cache as it was.
+  std::vector<std::pair<uint32_t, uint32_t>> targets;
+  targets.reserve(ub.size());
+  for (size_t t = 0; t < ub.size(); ++t) {
+    const uint32_t stream = m.token_stream(ub, t);
+    const CellRef ref = placement[t];
+    if (ref.stream != stream || ref.cell >= m.layout.n_cells ||
+        !m.cells[stream].is_empty(ref.cell))
+      throw std::logic_error("kv cache: placement of token " + std::to_string(t) +
+                             " is not an empty cell of its stream (stale find_slot result?)");
+    targets.emplace_back(ref.stream, ref.cell);
+  }
+  std::sort(targets.begin(), targets.end());
+  if (std::adjacent_find(targets.begin(), targets.end()) != targets.end())
+    throw std::logic_error("kv cache: placement uses a cell twice");
+
+  for (size_t t = 0; t < ub.size(); ++t) {
+    SeqSet seqs;
+    for (SeqId s : ub.seq[t]) seqs.set(static_cast<size_t>(s));
+    const CellRef ref = placement[t];
+    m.cells[ref.stream].occupy(ref.cell, ub.pos[t], seqs);
+    m.heads[ref.stream] = ref.cell + 1;  // the last token placed in a stream wins
+  }
+}
+
+uint8_t* KvCache::k_data(int layer, uint32_t stream) {
+  impl_->check_stream(stream);
+  return impl_->row(impl_->k, impl_->row_k, impl_->kv_layer(layer), stream, 0);
+}
+uint8_t* KvCache::v_data(int layer, uint32_t stream) {
+  impl_->check_stream(stream);
+  return impl_->row(impl_->v, impl_->row_v, impl_->kv_layer(layer), stream, 0);
+}
+const uint8_t* KvCache::k_data(int layer, uint32_t stream) const {
+  impl_->check_stream(stream);
+  return impl_->row(impl_->k, impl_->row_k, impl_->kv_layer(layer), stream, 0);
+}
+const uint8_t* KvCache::v_data(int layer, uint32_t stream) const {
+  impl_->check_stream(stream);
+  return impl_->row(impl_->v, impl_->row_v, impl_->kv_layer(layer), stream, 0);
+}
+size_t KvCache::row_bytes_k() const { return impl_->row_k; }
+size_t KvCache::row_bytes_v() const { return impl_->row_v; }
+
+bool KvCache::layer_has_kv(int layer) const {
+  return layer >= 0 && static_cast<size_t>(layer) < impl_->kv_index.size() &&
+         impl_->kv_index[static_cast<size_t>(layer)] >= 0;
+}
+uint32_t KvCache::n_kv_layers() const { return static_cast<uint32_t>(impl_->k.size()); }
+
+size_t KvCache::total_bytes() const {
+  size_t total = 0;
+  for (const auto& b : impl_->k) total += b.bytes();
+  for (const auto& b : impl_->v) total += b.bytes();
+  return total;
+}
+
+uint32_t KvCache::n_kv(uint32_t stream) const {
+  impl_->check_stream(stream);
+  const uint32_t used_end = impl_->cells[stream].used_max_p1();
+  const uint64_t padded = (static_cast<uint64_t>(used_end) + kNKvPad - 1) / kNKvPad * kNKvPad;
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(impl_->layout.n_cells, std::max<uint64_t>(kNKvPad, padded)));
+}
+
+void KvCache::fill_mask(const UBatch& ub, const std::vector<int>& tokens, uint32_t stream,
+                        float* mask, int64_t mask_stride) const {
+  const Impl& m = *impl_;
+  Impl::check_shape(ub);
+  const uint32_t n = n_kv(stream);
+  const KvCells& c = m.cells[stream];
+  const Pos* pos = c.pos_data();
+  const SeqSet* seq = c.seq_data();
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const int t = tokens[r];
+    if (t < 0 || static_cast<size_t>(t) >= ub.size())
+      throw Error("kv cache: mask token index " + std::to_string(t) + " outside the ubatch");
+    if (ub.seq[static_cast<size_t>(t)].empty())
+      throw Error("kv cache: token " + std::to_string(t) + " has no sequence");
+    const SeqId s = ub.seq[static_cast<size_t>(t)][0];
+    m.check_seq(s, "fill_mask");
+    if (m.stream_of(s) != stream)
+      throw Error("kv cache: token " + std::to_string(t) + " of sequence " + std::to_string(s) +
+                  " masked against stream " + std::to_string(stream));
+    const Pos p = ub.pos[static_cast<size_t>(t)];
+    float* out = mask + static_cast<int64_t>(r) * mask_stride;
+    // Empty cells have pos -1 and no sequence, so the seq test hides them too.
+    for (uint32_t j = 0; j < n; ++j)
+      out[j] = (pos[j] <= p && seq[j].test(static_cast<size_t>(s))) ? 0.0f : -INFINITY;
+  }
+}
+
+const KvCells& KvCache::cells(uint32_t stream) const {
+  impl_->check_stream(stream);
+  return impl_->cells[stream];
+}
+
+uint32_t KvCache::head(uint32_t stream) const {
+  impl_->check_stream(stream);
+  return impl_->heads[stream];
+}
+
+bool KvCache::has_shift() const {
+  for (const auto& c : impl_->cells)
+    if (c.has_shift()) return true;
+  return false;
+}
+
+void KvCache::reset_shift() {
+  for (auto& c : impl_->cells) c.reset_shift();
+}
+
+void KvCache::clear(bool zero_data) {
+  Impl& m = *impl_;
+  for (auto& c : m.cells) c.reset();
+  std::fill(m.heads.begin(), m.heads.end(), 0);
+  if (zero_data) {
+    for (auto& b : m.k) std::memset(b.data(), 0, b.bytes());
+    for (auto& b : m.v) std::memset(b.data(), 0, b.bytes());
+  }
+}
+
+bool KvCache::seq_rm(SeqId seq, Pos p0, Pos p1) {
+  Impl& m = *impl_;
+  if (seq >= 0) m.check_seq(seq, "seq_rm");
+  const Range r = normalize(p0, p1);
+  if (r.empty()) return true;
+  for (uint32_t s = 0; s < m.n_streams; ++s) {
+    if (seq >= 0 && s != m.stream_of(seq)) continue;
+    KvCells& c = m.cells[s];
+    uint32_t first_freed = kNone;
+    for (uint32_t i = 0; i < c.size(); ++i) {
+      if (!c.pos_in(i, r.p0, r.p1)) continue;
+      bool freed;
+      if (seq >= 0) {
+        freed = c.remove_seq(i, seq);
+      } else {
+        c.release(i);
+        freed = true;
+      }
+      if (freed && first_freed == kNone) first_freed = i;
+    }
+    lower_head(m.heads[s], first_freed);
+  }
+  return true;
+}
+
+void KvCache::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
+  Impl& m = *impl_;
+  m.check_seq(src, "seq_cp");
+  m.check_seq(dst, "seq_cp");
+  if (src == dst) return;
+  const Range r = normalize(p0, p1);
+  const uint32_t s0 = m.stream_of(src), s1 = m.stream_of(dst);
+  KvCells& from = m.cells[s0];
+
+  if (s0 == s1) {
+    // One stream: the cells (and their K/V rows) are shared, dst just joins them.
+    if (r.empty()) return;
+    for (uint32_t i = 0; i < from.size(); ++i)
+      if (from.pos_in(i, r.p0, r.p1) && from.has_seq(i, src)) from.add_seq(i, dst);
+    return;
+  }
+
+  // Across streams the rows must be copied. Only whole sequences: a partial copy would leave
+  // dst with positions it never attended over in the other stream's layout, and llama.cpp
+  // refuses it too.
+  const Pos lo = from.seq_pos_min(src), hi = from.seq_pos_max(src);
+  if (lo >= 0 && (r.p0 > lo || r.p1 <= hi))
+    throw Error("kv cache: seq_cp from sequence " + std::to_string(src) + " to " +
+                std::to_string(dst) + " crosses streams and must copy the whole sequence " +
+                "(positions " + std::to_string(lo) + ".." + std::to_string(hi) + "), not [" +
+                std::to_string(p0) + ", " + std::to_string(p1) + ")");
+
+  // A stream of a non-unified cache only ever holds its own sequence, so replacing dst means
+  // resetting its stream. Cells keep their indices; pending shifts travel with the rows.
+  KvCells& to = m.cells[s1];
+  to.reset();
+  SeqSet only_dst;
+  only_dst.set(static_cast<size_t>(dst));
+  uint32_t run_start = 0, run_len = 0;
+  for (uint32_t i = 0; i <= from.size(); ++i) {
+    const bool copy = i < from.size() && from.has_seq(i, src);
+    if (copy) {
+      to.assign(i, from.pos(i), only_dst, from.shift(i));
+      if (run_len == 0) run_start = i;
+      ++run_len;
+    } else if (run_len > 0) {
+      m.copy_rows(s0, s1, run_start, run_len);
+      run_len = 0;
+    }
+  }
+  m.heads[s1] = m.heads[s0];
+}
+
+void KvCache::seq_keep(SeqId seq) {
+  Impl& m = *impl_;
+  m.check_seq(seq, "seq_keep");
+  for (uint32_t s = 0; s < m.n_streams; ++s) {
+    KvCells& c = m.cells[s];
+    uint32_t first_freed = kNone;
+    for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+      if (c.keep_only(i, seq) && first_freed == kNone) first_freed = i;
+    lower_head(m.heads[s], first_freed);
+  }
+}
+
+void KvCache::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
+  Impl& m = *impl_;
+  m.check_seq(seq, "seq_add");
+  const Range r = normalize(p0, p1);
+  if (delta == 0 || r.empty()) return;
+  const uint32_t s = m.stream_of(seq);
+  KvCells& c = m.cells[s];
+  if (delta > 0) {
+    // Check before changing anything: the highest affected position must stay storable.
+    const Pos top = std::min<Pos>(c.seq_pos_max(seq), r.p1 - 1);
+    if (top >= r.p0 && static_cast<int64_t>(top) + delta > kPosMax)
+      throw Error("kv cache: seq_add of " + std::to_string(delta) + " to sequence " +
+                  std::to_string(seq) + " moves position " + std::to_string(top) +
+                  " past the largest position");
+  }
+  uint32_t first_freed = kNone;
+  for (uint32_t i = 0; i < c.size(); ++i) {
+    if (!c.pos_in(i, r.p0, r.p1) || !c.has_seq(i, seq)) continue;
+    if (c.add_pos(i, delta) && first_freed == kNone) first_freed = i;
+  }
+  // Positions moved, so the "continue after the last placement" hint is stale: restart the
+  // search at the first freed cell, or at 0.
+  m.heads[s] = first_freed == kNone ? 0 : first_freed;
+}
+
+void KvCache::seq_div(SeqId seq, Pos p0, Pos p1, int d) {
+  Impl& m = *impl_;
+  m.check_seq(seq, "seq_div");
+  if (d < 1) throw Error("kv cache: seq_div divisor " + std::to_string(d) + " must be >= 1");
+  const Range r = normalize(p0, p1);
+  if (d == 1 || r.empty()) return;
+  KvCells& c = m.cells[m.stream_of(seq)];
+  for (uint32_t i = 0; i < c.size(); ++i)
+    if (c.pos_in(i, r.p0, r.p1) && c.has_seq(i, seq)) c.div_pos(i, d);
+}
+
+Pos KvCache::seq_pos_min(SeqId seq) const {
+  impl_->check_seq(seq, "seq_pos_min");
+  return impl_->cells[impl_->stream_of(seq)].seq_pos_min(seq);
+}
+
+Pos KvCache::seq_pos_max(SeqId seq) const {
+  impl_->check_seq(seq, "seq_pos_max");
+  return impl_->cells[impl_->stream_of(seq)].seq_pos_max(seq);
+}
+
+}  // namespace agentkv::memory

@@ -1,0 +1,158 @@
+#include "memory/kv_cells.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace agentkv::memory {
+
+KvCells::KvCells(uint32_t n_cells, uint32_t n_seq)
+    : pos_(n_cells, -1), shift_(n_cells, 0), seq_(n_cells), seq_pos_(n_seq) {
+  assert(n_seq <= kMaxSeq);
+}
+
+void KvCells::reset() {
+  std::fill(pos_.begin(), pos_.end(), -1);
+  std::fill(shift_.begin(), shift_.end(), 0);
+  for (auto& s : seq_) s.reset();
+  for (auto& m : seq_pos_) m.clear();
+  used_ = 0;
+  used_max_p1_ = 0;
+  has_shift_ = false;
+}
+
+void KvCells::reset_shift() {
+  std::fill(shift_.begin(), shift_.end(), 0);
+  has_shift_ = false;
+}
+
+Pos KvCells::seq_pos_min(SeqId s) const {
+  const auto& m = seq_pos_[static_cast<size_t>(s)];
+  return m.empty() ? -1 : m.begin()->first;
+}
+
+Pos KvCells::seq_pos_max(SeqId s) const {
+  const auto& m = seq_pos_[static_cast<size_t>(s)];
+  return m.empty() ? -1 : m.rbegin()->first;
+}
+
+void KvCells::index_add(uint32_t i) {
+  const Pos p = pos_[i];
+  for_each_seq(seq_[i], [&](SeqId s) {
+    assert(static_cast<uint32_t>(s) < seq_pos_.size());
+    ++seq_pos_[static_cast<size_t>(s)][p];
+  });
+}
+
+void KvCells::index_remove(uint32_t i) {
+  const Pos p = pos_[i];
+  for_each_seq(seq_[i], [&](SeqId s) {
+    auto& m = seq_pos_[static_cast<size_t>(s)];
+    auto it = m.find(p);
+    assert(it != m.end());
+    if (--it->second == 0) m.erase(it);
+  });
+}
+
+void KvCells::mark_used(uint32_t i) {
+  ++used_;
+  if (i + 1 > used_max_p1_) used_max_p1_ = i + 1;
+}
+
+void KvCells::mark_empty(uint32_t i) {
+  pos_[i] = -1;
+  shift_[i] = 0;
+  seq_[i].reset();
+  --used_;
+  // Walk down to the next used cell. Bulk operations free many cells; each empty cell is walked
+  // over at most once until a placement above it raises the bound again.
+  if (i + 1 == used_max_p1_) {
+    while (used_max_p1_ > 0 && pos_[used_max_p1_ - 1] < 0) --used_max_p1_;
+  }
+}
+
+void KvCells::occupy(uint32_t i, Pos p, const SeqSet& seqs) {
+  assert(pos_[i] < 0 && p >= 0 && seqs.any());
+  pos_[i] = p;
+  seq_[i] = seqs;
+  shift_[i] = 0;
+  mark_used(i);
+  index_add(i);
+}
+
+void KvCells::release(uint32_t i) {
+  assert(pos_[i] >= 0);
+  index_remove(i);
+  mark_empty(i);
+}
+
+void KvCells::assign(uint32_t i, Pos p, const SeqSet& seqs, Pos shift) {
+  if (pos_[i] >= 0) release(i);
+  if (p < 0) return;
+  occupy(i, p, seqs);
+  shift_[i] = shift;
+  if (shift != 0) has_shift_ = true;
+}
+
+void KvCells::add_seq(uint32_t i, SeqId s) {
+  assert(pos_[i] >= 0);
+  if (seq_[i].test(static_cast<size_t>(s))) return;
+  seq_[i].set(static_cast<size_t>(s));
+  ++seq_pos_[static_cast<size_t>(s)][pos_[i]];
+}
+
+bool KvCells::remove_seq(uint32_t i, SeqId s) {
+  if (pos_[i] < 0 || !seq_[i].test(static_cast<size_t>(s))) return false;
+  auto& m = seq_pos_[static_cast<size_t>(s)];
+  auto it = m.find(pos_[i]);
+  assert(it != m.end());
+  if (--it->second == 0) m.erase(it);
+  seq_[i].reset(static_cast<size_t>(s));
+  if (seq_[i].none()) {
+    mark_empty(i);
+    return true;
+  }
+  return false;
+}
+
+bool KvCells::keep_only(uint32_t i, SeqId s) {
+  if (pos_[i] < 0) return false;
+  if (!seq_[i].test(static_cast<size_t>(s))) {
+    release(i);
+    return true;
+  }
+  if (seq_[i].count() == 1) return false;
+  index_remove(i);
+  seq_[i].reset();
+  seq_[i].set(static_cast<size_t>(s));
+  index_add(i);
+  return false;
+}
+
+bool KvCells::add_pos(uint32_t i, Pos delta) {
+  assert(pos_[i] >= 0);
+  index_remove(i);
+  const int64_t moved = static_cast<int64_t>(pos_[i]) + delta;
+  if (moved < 0) {
+    mark_empty(i);
+    return true;
+  }
+  pos_[i] = static_cast<Pos>(moved);
+  shift_[i] += delta;
+  has_shift_ = true;
+  index_add(i);
+  return false;
+}
+
+void KvCells::div_pos(uint32_t i, int d) {
+  assert(pos_[i] >= 0 && d > 0);
+  index_remove(i);
+  const Pos old = pos_[i];
+  pos_[i] = old / d;
+  // The keys must be rotated by the change of position (new - old). llama.cpp records old - new
+  // here, the opposite sign of its pos_add; see docs/memory-semantics.md.
+  shift_[i] += pos_[i] - old;
+  has_shift_ = true;
+  index_add(i);
+}
+
+}  // namespace agentkv::memory

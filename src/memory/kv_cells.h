@@ -1,0 +1,102 @@
+// The cell table of one KV-cache stream: for every cell its position (-1 = empty), the set of
+// sequences that use it, and the position delta accumulated since the keys were last rotated.
+// Indexes kept alongside (used count, highest used cell, per-sequence position multisets) make
+// n_kv and seq_pos_min/max cheap. The table knows nothing about K/V data; KvCache owns that.
+//
+// Every mutator keeps the indexes exact. Preconditions (cell index in range, seq id < n_seq,
+// cell empty / not empty as documented) are the caller's job: KvCache validates user input
+// before it gets here, so violations are programming errors (asserted in debug builds).
+#pragma once
+#include <bitset>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "memory/ubatch.h"
+
+namespace agentkv::memory {
+
+using SeqSet = std::bitset<kMaxSeq>;
+
+// Calls f(seq) for every sequence in the set, in ascending order.
+template <typename F>
+inline void for_each_seq(const SeqSet& seqs, F&& f) {
+  for (size_t s = seqs._Find_first(); s < seqs.size(); s = seqs._Find_next(s))
+    f(static_cast<SeqId>(s));
+}
+
+class KvCells {
+ public:
+  // n_seq: sequence ids this table can hold are [0, n_seq).
+  KvCells(uint32_t n_cells, uint32_t n_seq);
+
+  uint32_t size() const { return static_cast<uint32_t>(pos_.size()); }
+  uint32_t n_seq() const { return static_cast<uint32_t>(seq_pos_.size()); }
+  uint32_t used() const { return used_; }
+  // One past the highest non-empty cell (0 when the table is empty).
+  uint32_t used_max_p1() const { return used_max_p1_; }
+
+  bool is_empty(uint32_t i) const { return pos_[i] < 0; }
+  Pos pos(uint32_t i) const { return pos_[i]; }
+  const SeqSet& seqs(uint32_t i) const { return seq_[i]; }
+  bool has_seq(uint32_t i, SeqId s) const { return seq_[i].test(static_cast<size_t>(s)); }
+  // True when the cell is used and its position lies in [p0, p1).
+  bool pos_in(uint32_t i, Pos p0, Pos p1) const { return pos_[i] >= p0 && pos_[i] < p1; }
+  // Contiguous per-cell arrays, e.g. for building attention masks or serializing a cell range.
+  const Pos* pos_data() const { return pos_.data(); }
+  const SeqSet* seq_data() const { return seq_.data(); }
+
+  // Position delta (new - old) applied to cell i since the last reset_shift(); the keys stored
+  // in that cell are still rotated for the old position, so RoPE by this delta brings them up to
+  // date. 0 for empty cells.
+  Pos shift(uint32_t i) const { return shift_[i]; }
+  const Pos* shift_data() const { return shift_.data(); }
+  bool has_shift() const { return has_shift_; }
+  void reset_shift();
+
+  // -1 when the sequence has no cell here.
+  Pos seq_pos_min(SeqId s) const;
+  Pos seq_pos_max(SeqId s) const;
+
+  // Empties every cell and forgets pending shifts.
+  void reset();
+
+  // Occupies empty cell i with position p (>= 0) for the sequences in `seqs` (non-empty).
+  void occupy(uint32_t i, Pos p, const SeqSet& seqs);
+  // Empties used cell i.
+  void release(uint32_t i);
+  // Sets cell i to exactly (p, seqs, shift); p < 0 means empty (then seqs/shift are ignored).
+  // This is the restore primitive for state loading and stream copies.
+  void assign(uint32_t i, Pos p, const SeqSet& seqs, Pos shift);
+
+  // Adds sequence s to used cell i (no-op if already there).
+  void add_seq(uint32_t i, SeqId s);
+  // Removes sequence s from cell i (no-op if absent). Returns true if the cell became empty.
+  bool remove_seq(uint32_t i, SeqId s);
+  // Leaves only sequence s in cell i: a used cell without s is emptied (returns true then).
+  bool keep_only(uint32_t i, SeqId s);
+  // Moves used cell i by delta; a cell whose position would become negative is emptied
+  // (returns true then). Records the delta in shift().
+  bool add_pos(uint32_t i, Pos delta);
+  // Divides the position of used cell i by d > 0 (positions are >= 0, so this is floor).
+  // Records the delta in shift().
+  void div_pos(uint32_t i, int d);
+
+ private:
+  void index_add(uint32_t i);     // adds cell i's position to its sequences' multisets
+  void index_remove(uint32_t i);  // the reverse
+  void mark_used(uint32_t i);
+  void mark_empty(uint32_t i);
+
+  std::vector<Pos> pos_;
+  std::vector<Pos> shift_;
+  std::vector<SeqSet> seq_;
+  // seq_pos_[s]: position -> number of cells of sequence s at that position (a multiset: after
+  // seq_div or a shared batch two cells of one sequence may have the same position).
+  std::vector<std::map<Pos, uint32_t>> seq_pos_;
+  uint32_t used_ = 0;
+  uint32_t used_max_p1_ = 0;
+  bool has_shift_ = false;
+};
+
+}  // namespace agentkv::memory
