@@ -22,6 +22,11 @@ enum class ValueType : uint32_t {
 };
 std::string_view value_type_name(ValueType t);
 
+// Limits the reader enforces (and the writer respects).
+inline constexpr int kMaxDims = 4;
+inline constexpr int kMaxArrayNesting = 8;       // arrays of arrays deeper than this are refused
+inline constexpr uint64_t kDefaultAlignment = 32;
+
 // A metadata value. Scalars keep their exact type; arrays keep their element type.
 struct Value {
   ValueType type = ValueType::U32;
@@ -33,7 +38,10 @@ struct Value {
   std::vector<int64_t> int_array;    // signed ints, bools, and unsigned that fit
   std::vector<uint64_t> uint_array;  // U64 arrays
   std::vector<double> float_array;
-  size_t array_size() const;
+  // Arrays of arrays (elem_type ARRAY): each element is itself an ARRAY Value. llama.cpp's format
+  // allows them; no model key uses them, but they are kept so a file round-trips.
+  std::vector<Value> nested;
+  size_t array_size() const;  // element count of an ARRAY value (0 for scalars)
 };
 
 struct TensorInfo {
@@ -61,6 +69,8 @@ class Reader {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
+  // Absolute file offset of the data section (TensorInfo::offset is relative to it).
+  uint64_t data_offset() const { return data_offset_; }
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
@@ -98,6 +108,7 @@ class Reader {
   uint64_t alignment_ = 32;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
+  uint64_t data_offset_ = 0;
   void* mapping_ = nullptr;  // non-null when we own an mmap
   std::vector<std::pair<std::string, Value>> kv_;
   std::map<std::string, size_t, std::less<>> kv_index_;
@@ -137,6 +148,9 @@ class Writer {
   std::vector<uint8_t> to_bytes() const;
 
  private:
+  uint64_t effective_alignment() const;  // general.alignment if set, else 32
+  // Header, metadata and tensor table up to the (aligned) start of the data section.
+  std::vector<uint8_t> encode_header() const;
   struct PendingTensor {
     std::string name;
     GgmlType type;
