@@ -1,0 +1,108 @@
+// Numeric kernels of the Gated DeltaNet recurrent layer (qwen3next / qwen35 / qwen35moe), for one
+// sequence and one layer, f32 throughout. The model code projects the token rows, calls these in
+// order (conv -> normalize q/k -> delta rule -> gated norm) and applies ssm_out itself.
+//
+// Memory layouts (chosen to be byte-compatible with llama.cpp's recurrent state rows):
+//   conv weight  GGUF ssm_conv1d, ne {d_conv, C}: weight[ch*d_conv + i], i = tap (oldest first).
+//   conv state   llama.cpp r_l row (n_embd_r = (d_conv-1)*C floats), ne {d_conv-1, C}, time
+//                fastest: conv_state[ch*(d_conv-1) + t], t = 0 the oldest of the last d_conv-1
+//                raw (pre-conv) inputs. Zero for a new sequence.
+//   token rows   x / out / q / k / v / g / beta / z: one row per token, `*_stride` floats apart;
+//                inside a row, heads are contiguous (q, k: H_k heads of D_k; v, o, z: H_v heads of
+//                D_v; g, beta: H_v scalars).
+//   delta state  llama.cpp s_l row (n_embd_s = D_k*D_v*H_v floats), ne {D_k, D_v, H_v}: the
+//                matrix S_h (D_k x D_v) of v-head h is at state[h*D_k*D_v + j*D_k + i] = S_h[i][j]
+//                (i = key index, fastest; j = value index), i.e. transposed w.r.t. HF's
+//                [H, D_k, D_v]. Zero for a new sequence.
+//
+// Recurrence per v-head h (k-head hk from the head mapping), per token:
+//   S <- exp(g) S;  delta = beta (v - S^T k);  S <- S + k delta^T;  o = S^T q
+// with q, k already L2-normalised and q already scaled by 1/sqrt(D_k) (delta_net_normalize_qk).
+#pragma once
+#include <cstdint>
+
+#include "kernels/threadpool.h"
+
+namespace agentkv {
+
+// How value heads share key heads when H_v > H_k (r = H_v / H_k).
+enum class DeltaNetHeadMap {
+  Tiled,    // v-head h uses k-head h % H_k      (qwen35, qwen35moe: converter reorders V heads)
+  Grouped,  // v-head h uses k-head h / r        (qwen3next)
+};
+
+struct DeltaNetShape {
+  int n_k_heads = 0;   // H_k (ssm.group_count)
+  int n_v_heads = 0;   // H_v (ssm.time_step_rank), a multiple of H_k
+  int head_k_dim = 0;  // D_k (ssm.state_size)
+  int head_v_dim = 0;  // D_v (ssm.inner_size / H_v)
+  DeltaNetHeadMap head_map = DeltaNetHeadMap::Tiled;
+
+  int k_head_of(int v_head) const {
+    return head_map == DeltaNetHeadMap::Tiled ? v_head % n_k_heads
+                                              : v_head / (n_v_heads / n_k_heads);
+  }
+  int64_t state_floats() const { return int64_t(head_k_dim) * head_v_dim * n_v_heads; }
+};
+
+// Per-token inputs and output of the delta rule for n_tokens consecutive tokens of one sequence.
+struct DeltaNetIO {
+  int64_t n_tokens = 0;
+  const float* q = nullptr;  // H_k*D_k per token (normalised, scaled)
+  int64_t q_stride = 0;
+  const float* k = nullptr;  // H_k*D_k per token (normalised)
+  int64_t k_stride = 0;
+  const float* v = nullptr;  // H_v*D_v per token
+  int64_t v_stride = 0;
+  const float* g = nullptr;  // H_v per token: log decay (<= 0)
+  int64_t g_stride = 0;
+  const float* beta = nullptr;  // H_v per token: sigmoid already applied
+  int64_t beta_stride = 0;
+  float* out = nullptr;  // H_v*D_v per token; must not alias the inputs
+  int64_t out_stride = 0;
+};
+
+constexpr int kDeltaNetChunk = 64;  // chunk length of the parallel (prefill) form
+
+// Causal depthwise conv1d over time without bias, then SiLU, for `channels` channels:
+//   out[t][ch] = silu(sum_{i<d_conv} weight[ch*d_conv+i] * x_{t-(d_conv-1)+i}[ch])
+// where inputs before the first token come from conv_state. conv_state is then replaced by the
+// last d_conv-1 raw inputs (llama.cpp's ssm_conv + state update). out must not alias x.
+void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int64_t channels,
+                        const float* weight, int d_conv, float* conv_state, float* out,
+                        int64_t out_stride, ThreadPool& pool);
+
+// ggml_l2_norm: y = x / max(||x||_2, eps), the sum of squares accumulated in double, eps a floor
+// on the norm (not a term under the root). In-place allowed.
+void l2_norm(const float* x, float* y, int64_t n, float eps);
+
+// In place, for every token and k-head: q, k <- l2_norm(., eps); then q *= 1/sqrt(D_k).
+// eps is the model's rms eps (llama.cpp passes f_norm_rms_eps).
+void delta_net_normalize_qk(float* q, int64_t q_stride, float* k, int64_t k_stride,
+                            int64_t n_tokens, int n_k_heads, int head_k_dim, float eps);
+
+// Gates of one token: beta[h] = sigmoid(beta_logit[h]); g[h] = softplus(alpha[h] + dt_bias[h]) *
+// ssm_a[h] (ssm_a = -exp(A_log) as stored in GGUF; softplus as ggml: x > 20 ? x : log1p(e^x)).
+void delta_net_gates(const float* beta_logit, const float* alpha, const float* dt_bias,
+                     const float* ssm_a, int n_v_heads, float* beta, float* g);
+
+// Token-by-token recurrence (decode, and the reference for the chunked form). Updates state.
+void gated_delta_rule_step(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
+                           ThreadPool& pool);
+
+// Chunked (WY / UT-transform) form over chunks of kDeltaNetChunk tokens: per chunk and head the
+// work is a handful of small matrix products. Same results as the step form up to rounding.
+void gated_delta_rule_chunked(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
+                              ThreadPool& pool);
+
+// Picks the faster form for io.n_tokens (step below a small threshold, chunked above).
+void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
+                      ThreadPool& pool);
+
+// Gated RMSNorm of one token's output: for each of n_heads heads of head_dim,
+//   y_h = (o_h / sqrt(mean(o_h^2) + eps)) * weight * silu(z_h)
+// (weight = ssm_norm, shared by the heads, not +1-shifted). y may alias o.
+void gated_rms_norm(const float* o, const float* z, const float* weight, float* y,
+                    int64_t n_heads, int64_t head_dim, float eps);
+
+}  // namespace agentkv
