@@ -1,0 +1,9 @@
+// A STREAM-style read-bandwidth probe, so benchmarks can state decode speed as a fraction of the
+// memory-bandwidth roofline of the machine they ran on.
+#pragma once
+#include "kernels/threadpool.h"
+
+namespace agentkv {
+// Reads a buffer of `megabytes` MiB repeatedly with all pool threads; returns the best GB/s.
+double measure_read_bandwidth_gbs(ThreadPool& pool, size_t megabytes = 1024, int repeats = 5);
+}

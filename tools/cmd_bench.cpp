@@ -1,0 +1,206 @@
+// agentkv bench: llama-bench style prefill (ppN) and decode (tgN) figures at context depths.
+//   agentkv bench -m M.gguf -p 512 -n 128 -d 0,4096 -t 2 -r 3 [-ctk f16 -ctv f16] [-o md|json]
+// Prefill of depth d happens untimed before each measurement, as llama-bench -d does.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/context.h"
+#include "engine/model_stats.h"
+#include "kernels/bandwidth.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace agentkv::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Measurement {
+  std::string test;  // "pp512", "tg128"
+  int64_t depth = 0;
+  int64_t n_tokens = 0;
+  std::vector<double> seconds;
+  double mean_tps() const {
+    double s = 0;
+    for (double x : seconds) s += n_tokens / x;
+    return s / seconds.size();
+  }
+  double stddev_tps() const {
+    const double m = mean_tps();
+    double v = 0;
+    for (double x : seconds) v += (n_tokens / x - m) * (n_tokens / x - m);
+    return seconds.size() > 1 ? std::sqrt(v / (seconds.size() - 1)) : 0;
+  }
+};
+
+void fill_depth(Context& ctx, int64_t depth, std::mt19937& rng) {
+  ctx.kv().clear();
+  std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
+  Batch b;
+  for (int64_t start = 0; start < depth; start += ctx.params().n_ubatch) {
+    b.clear();
+    const int64_t end = std::min<int64_t>(depth, start + ctx.params().n_ubatch);
+    for (int64_t p = start; p < end; ++p) b.add(tok(rng), static_cast<memory::Pos>(p), {0}, p + 1 == end);
+    if (ctx.decode(b) != 0) throw Error("depth does not fit in the context");
+  }
+}
+
+double time_prefill(Context& ctx, int64_t depth, int64_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
+  Batch b;
+  for (int64_t i = 0; i < n; ++i) b.add(tok(rng), static_cast<memory::Pos>(depth + i), {0}, i + 1 == n);
+  const auto t0 = Clock::now();
+  if (ctx.decode(b) != 0) throw Error("prompt does not fit in the context");
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double time_decode(Context& ctx, int64_t depth, int64_t n, std::mt19937& rng) {
+  std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
+  Batch b;
+  const auto t0 = Clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    b.clear();
+    b.add(tok(rng), static_cast<memory::Pos>(depth + i), {0}, true);
+    if (ctx.decode(b) != 0) throw Error("generation does not fit in the context");
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+GgmlType parse_kv_type(const std::string& s) {
+  auto t = ggml_type_from_name(s);
+  if (!t) throw std::invalid_argument("unknown KV type '" + s + "'");
+  return *t;
+}
+
+std::string human_bytes(uint64_t b) {
+  char buf[64];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  return buf;
+}
+
+int cmd_bench(const std::vector<std::string>& argv) {
+  Args a(argv);
+  if (a.flag("--help", "-h")) {
+    std::puts("usage: agentkv bench -m MODEL [-p 512] [-n 128] [-d 0] [-t 2] [-r 3] [-ub 512]\n"
+              "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth]");
+    return 0;
+  }
+  const std::string model_path = a.str("-m", "--model", "");
+  const auto pps = a.nums("-p", "--n-prompt", {512});
+  const auto tgs = a.nums("-n", "--n-gen", {128});
+  const auto depths = a.nums("-d", "--n-depth", {0});
+  const int reps = static_cast<int>(a.num("-r", "--repetitions", 3));
+  const std::string out_fmt = a.str("-o", "--output", "md");
+  const bool bandwidth = a.flag("--bandwidth");
+  ContextParams cp;
+  cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
+  cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
+  cp.type_k = parse_kv_type(a.str("-ctk", "--cache-type-k", "f16"));
+  cp.type_v = parse_kv_type(a.str("-ctv", "--cache-type-v", "f16"));
+  a.finish();
+  if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
+
+  auto model = Model::load(model_path);
+  int64_t max_ctx = 0;
+  for (auto d : depths)
+    for (auto p : pps) max_ctx = std::max<int64_t>(max_ctx, d + p);
+  for (auto d : depths)
+    for (auto n : tgs) max_ctx = std::max<int64_t>(max_ctx, d + n);
+  cp.n_ctx = static_cast<uint32_t>(max_ctx + 1);
+  Context ctx(*model, cp);
+  const ModelStats ms = model_stats(*model);
+  const double gbs = bandwidth ? measure_read_bandwidth_gbs(ctx.pool()) : 0.0;
+
+  std::mt19937 rng(1234);
+  std::vector<Measurement> results;
+  for (int64_t d : depths) {
+    for (int64_t p : pps) {
+      if (p <= 0) continue;
+      Measurement m{"pp" + std::to_string(p), d, p, {}};
+      for (int r = 0; r <= reps; ++r) {  // first run warms up and is not counted
+        fill_depth(ctx, d, rng);
+        const double s = time_prefill(ctx, d, p, rng);
+        if (r > 0) m.seconds.push_back(s);
+      }
+      results.push_back(m);
+    }
+    for (int64_t n : tgs) {
+      if (n <= 0) continue;
+      Measurement m{"tg" + std::to_string(n), d, n, {}};
+      for (int r = 0; r <= reps; ++r) {
+        fill_depth(ctx, d, rng);
+        const double s = time_decode(ctx, d, n, rng);
+        if (r > 0) m.seconds.push_back(s);
+      }
+      results.push_back(m);
+    }
+  }
+
+  const std::string model_desc = model->config().arch_key + " " + (model->config().name.empty() ? "" : model->config().name + " ");
+  if (out_fmt == "json") {
+    nlohmann::json j;
+    j["model"] = model_path;
+    j["arch"] = model->config().arch_key;
+    j["n_params"] = ms.n_params;
+    j["model_bytes"] = ms.weight_bytes;
+    j["decode_weight_bytes_per_token"] = ms.decode_bytes_per_token;
+    j["threads"] = cp.n_threads;
+    j["n_ubatch"] = cp.n_ubatch;
+    j["type_k"] = std::string(ggml_type_name(cp.type_k));
+    j["type_v"] = std::string(ggml_type_name(cp.type_v));
+    if (bandwidth) j["read_bandwidth_gbs"] = gbs;
+    auto arr = nlohmann::json::array();
+    for (const auto& m : results) {
+      nlohmann::json r{{"test", m.test}, {"depth", m.depth}, {"n_tokens", m.n_tokens},
+                       {"avg_ts", m.mean_tps()}, {"stddev_ts", m.stddev_tps()}, {"samples_s", m.seconds}};
+      if (m.test.rfind("tg", 0) == 0) {
+        const uint64_t bytes = ms.decode_bytes_per_token + kv_bytes_per_token(*model, cp.type_k, cp.type_v, m.depth);
+        r["bytes_per_token"] = bytes;
+        r["achieved_gbs"] = bytes * m.mean_tps() / 1e9;
+        if (bandwidth) r["roofline_ts"] = gbs * 1e9 / bytes, r["roofline_fraction"] = bytes * m.mean_tps() / 1e9 / gbs;
+      }
+      arr.push_back(r);
+    }
+    j["results"] = arr;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("| model | size | params | threads | test | t/s |%s\n", bandwidth ? " GB/s read | roofline |" : "");
+    std::printf("| --- | ---: | ---: | ---: | --- | ---: |%s\n", bandwidth ? " ---: | ---: |" : "");
+    for (const auto& m : results) {
+      const std::string test = m.test + (m.depth ? " @ d" + std::to_string(m.depth) : "");
+      std::printf("| %s| %s | %.2f M | %d | %s | %.2f ± %.2f |", model_desc.c_str(), human_bytes(ms.weight_bytes).c_str(),
+                  ms.n_params / 1e6, cp.n_threads, test.c_str(), m.mean_tps(), m.stddev_tps());
+      if (bandwidth) {
+        if (m.test.rfind("tg", 0) == 0) {
+          const uint64_t bytes = ms.decode_bytes_per_token + kv_bytes_per_token(*model, cp.type_k, cp.type_v, m.depth);
+          std::printf(" %.1f | %.0f%% of %.1f t/s |", bytes * m.mean_tps() / 1e9, 100.0 * bytes * m.mean_tps() / 1e9 / gbs,
+                      gbs * 1e9 / bytes);
+        } else {
+          std::printf(" | |");
+        }
+      }
+      std::printf("\n");
+    }
+    if (bandwidth) std::printf("\nmeasured read bandwidth: %.1f GB/s\n", gbs);
+  }
+  return 0;
+}
+
+Registrar reg("bench", [](const std::vector<std::string>& args) {
+  try {
+    return cmd_bench(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "agentkv bench: %s\n", e.what());
+    return 1;
+  }
+});
+
+}  // namespace
+}  // namespace agentkv::tools
