@@ -1,0 +1,463 @@
+#include "model/presets.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "gguf/gguf.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
+#include "model/random_weights.h"
+
+namespace agentkv::mkmodel {
+namespace fs = std::filesystem;
+
+namespace {
+
+ModelShape qwen3_shape(std::string name, std::string description, int64_t n_embd, int64_t n_layer,
+                       int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ff) {
+  ModelShape s;
+  s.name = std::move(name);
+  s.description = std::move(description);
+  s.arch = "qwen3";
+  s.n_embd = n_embd;
+  s.n_layer = n_layer;
+  s.n_head = n_head;
+  s.n_head_kv = n_head_kv;
+  s.head_dim = head_dim;
+  s.n_ff = n_ff;
+  return s;
+}
+
+// The hybrid fixtures: 3 Gated-DeltaNet layers per gated-attention layer, partial IMROPE.
+ModelShape qwen35_micro_shape(bool moe) {
+  ModelShape s;
+  s.name = moe ? "qwen35moe-micro" : "qwen35-micro";
+  s.description = moe ? "fixture qwen35moe-micro: hybrid, E=64, 4 layers, 4 experts / 2 used"
+                      : "fixture qwen35-micro: dense hybrid, E=64, 4 layers, FFN 128";
+  s.arch = moe ? "qwen35moe" : "qwen35";
+  s.n_embd = 64;
+  s.n_layer = 4;
+  s.n_head = 2;
+  s.n_head_kv = 1;
+  s.head_dim = 32;
+  s.n_ff = moe ? 0 : 128;
+  s.tied_output = false;
+  s.rope_freq_base = 1e7f;
+  s.context_length = 262144;
+  s.full_attention_interval = 4;
+  s.rope_dim = 16;
+  s.rope_sections = {3, 3, 2, 0};
+  s.ssm_conv_kernel = 4;
+  s.ssm_state_size = 16;
+  s.ssm_group_count = 2;
+  s.ssm_time_step_rank = 4;
+  s.ssm_inner_size = 64;
+  if (moe) {
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 64;
+    s.n_ff_shexp = 64;
+  }
+  return s;
+}
+
+// Holo3 / Qwen3.5-35B-A3B scaled down to ~860M parameters, keeping its ratios: head dim 256,
+// rotary on a quarter of it (sections 11/11/10 as the real model), 2 V heads per K head.
+ModelShape qwen35moe_bench_shape() {
+  ModelShape s = qwen35_micro_shape(true);
+  s.name = "qwen35moe-bench";
+  s.description = "scaled-down Qwen3.5-35B-A3B: E=1024, 16 layers, 32 experts / 4 used, ~860M params";
+  s.n_embd = 1024;
+  s.n_layer = 16;
+  s.n_head = 8;
+  s.n_head_kv = 2;
+  s.head_dim = 256;
+  s.rope_dim = 64;
+  s.rope_sections = {11, 11, 10, 0};
+  s.ssm_state_size = 128;
+  s.ssm_group_count = 8;
+  s.ssm_time_step_rank = 16;
+  s.ssm_inner_size = 16 * 128;
+  s.n_expert = 32;
+  s.n_expert_used = 4;
+  s.n_ff_exp = 256;
+  s.n_ff_shexp = 256;
+  return s;
+}
+
+std::vector<ModelShape> make_presets() {
+  std::vector<ModelShape> p;
+  p.push_back(qwen3_shape("qwen3-0.6b", "Qwen3-0.6B: E=1024, 28 layers, 16/8 heads, FFN 3072",
+                          1024, 28, 16, 8, 128, 3072));
+  p.push_back(qwen3_shape("qwen3-micro", "fixture qwen3-micro: E=64, 2 layers, 2/1 heads, FFN 128",
+                          64, 2, 2, 1, 32, 128));
+  p.push_back(qwen3_shape("qwen3-tiny", "fixture qwen3-tiny: E=256, 4 layers, 4/2 heads, FFN 768",
+                          256, 4, 4, 2, 64, 768));
+  p.push_back(qwen3_shape("qwen3-test", "smallest dense model for smoke tests (= qwen3-micro shape)",
+                          64, 2, 2, 1, 32, 128));
+  p.push_back(qwen35_micro_shape(false));
+  p.push_back(qwen35_micro_shape(true));
+  p.push_back(qwen35moe_bench_shape());
+  return p;
+}
+
+// --- tensor list -----------------------------------------------------------------------------
+
+struct TensorList {
+  std::vector<PlannedTensor> tensors;
+
+  void add(std::string name, std::vector<int64_t> ne, Init init, float a = 0.f, float b = 0.f) {
+    PlannedTensor t;
+    t.name = std::move(name);
+    t.ne = std::move(ne);
+    t.init = init;
+    t.a = a;
+    t.b = b;
+    tensors.push_back(std::move(t));
+  }
+  void matrix(std::string name, std::vector<int64_t> ne) { add(std::move(name), std::move(ne), Init::Normal, 0.1f); }
+  void norm(std::string name, int64_t n) { add(std::move(name), {n}, Init::Ones); }
+};
+
+constexpr float kEmbeddingStd = 0.4f;
+constexpr float kRouterStd = 0.02f;
+constexpr float kConvStd = 0.2f;
+
+void add_attention(TensorList& l, const ModelShape& s, const std::string& p) {
+  const int64_t E = s.n_embd, D = s.head_dim;
+  // Qwen3.5's gated attention projects Q and its output gate together (2x the query width).
+  const int64_t q_width = (s.is_hybrid() ? 2 : 1) * s.n_head * D;
+  l.matrix(p + "attn_q.weight", {E, q_width});
+  l.matrix(p + "attn_k.weight", {E, s.n_head_kv * D});
+  l.matrix(p + "attn_v.weight", {E, s.n_head_kv * D});
+  l.matrix(p + "attn_output.weight", {s.n_head * D, E});
+  l.norm(p + "attn_q_norm.weight", D);
+  l.norm(p + "attn_k_norm.weight", D);
+}
+
+void add_delta_net(TensorList& l, const ModelShape& s, const std::string& p) {
+  const int64_t E = s.n_embd;
+  const int64_t n_v_heads = s.ssm_time_step_rank;
+  const int64_t qkv_width = 2 * s.ssm_group_count * s.ssm_state_size + s.ssm_inner_size;
+  l.matrix(p + "attn_qkv.weight", {E, qkv_width});
+  l.matrix(p + "attn_gate.weight", {E, s.ssm_inner_size});
+  l.add(p + "ssm_conv1d.weight", {s.ssm_conv_kernel, qkv_width}, Init::Normal, kConvStd);
+  l.add(p + "ssm_dt.bias", {n_v_heads}, Init::Uniform, 0.01f, 0.15f);
+  l.add(p + "ssm_a", {n_v_heads}, Init::NegExpUniform, 0.f, 2.3f);  // A in -[1, 10)
+  l.matrix(p + "ssm_beta.weight", {E, n_v_heads});
+  l.matrix(p + "ssm_alpha.weight", {E, n_v_heads});
+  l.norm(p + "ssm_norm.weight", s.ssm_inner_size / n_v_heads);
+  l.matrix(p + "ssm_out.weight", {s.ssm_inner_size, E});
+}
+
+void add_ffn(TensorList& l, const ModelShape& s, const std::string& p) {
+  const int64_t E = s.n_embd;
+  if (!s.is_moe()) {
+    l.matrix(p + "ffn_gate.weight", {E, s.n_ff});
+    l.matrix(p + "ffn_up.weight", {E, s.n_ff});
+    l.matrix(p + "ffn_down.weight", {s.n_ff, E});
+    return;
+  }
+  l.add(p + "ffn_gate_inp.weight", {E, s.n_expert}, Init::Normal, kRouterStd);
+  l.matrix(p + "ffn_gate_exps.weight", {E, s.n_ff_exp, s.n_expert});
+  l.matrix(p + "ffn_up_exps.weight", {E, s.n_ff_exp, s.n_expert});
+  l.matrix(p + "ffn_down_exps.weight", {s.n_ff_exp, E, s.n_expert});
+  l.add(p + "ffn_gate_inp_shexp.weight", {E}, Init::Normal, kRouterStd);
+  l.matrix(p + "ffn_gate_shexp.weight", {E, s.n_ff_shexp});
+  l.matrix(p + "ffn_up_shexp.weight", {E, s.n_ff_shexp});
+  l.matrix(p + "ffn_down_shexp.weight", {s.n_ff_shexp, E});
+}
+
+// Converter order: embeddings, final norm, head, then each block.
+std::vector<PlannedTensor> converter_tensors(const ModelShape& s) {
+  TensorList l;
+  l.add("token_embd.weight", {s.n_embd, s.n_vocab}, Init::Normal, kEmbeddingStd);
+  l.norm("output_norm.weight", s.n_embd);
+  if (!s.tied_output) l.add("output.weight", {s.n_embd, s.n_vocab}, Init::Normal, kEmbeddingStd);
+  for (int64_t il = 0; il < s.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    l.norm(p + "attn_norm.weight", s.n_embd);
+    if (s.is_hybrid()) {
+      l.norm(p + "post_attention_norm.weight", s.n_embd);
+      if (s.is_full_attention_layer(il)) add_attention(l, s, p);
+      else add_delta_net(l, s, p);
+    } else {
+      add_attention(l, s, p);
+      l.norm(p + "ffn_norm.weight", s.n_embd);
+    }
+    add_ffn(l, s, p);
+  }
+  return std::move(l.tensors);
+}
+
+void validate(const ModelShape& s) {
+  auto positive = [&](int64_t v, const char* what) {
+    if (v <= 0) throw Error("model shape " + s.name + ": " + what + " must be positive");
+  };
+  positive(s.n_embd, "n_embd");
+  positive(s.n_layer, "n_layer");
+  positive(s.n_head, "n_head");
+  positive(s.n_head_kv, "n_head_kv");
+  positive(s.head_dim, "head_dim");
+  positive(s.n_vocab, "n_vocab");
+  if (s.is_moe()) {
+    positive(s.n_expert_used, "n_expert_used");
+    positive(s.n_ff_exp, "n_ff_exp");
+    positive(s.n_ff_shexp, "n_ff_shexp");
+  } else {
+    positive(s.n_ff, "n_ff");
+  }
+  if (s.is_hybrid()) {
+    positive(s.ssm_time_step_rank, "ssm_time_step_rank");
+    positive(s.ssm_group_count, "ssm_group_count");
+    positive(s.ssm_state_size, "ssm_state_size");
+    positive(s.ssm_conv_kernel, "ssm_conv_kernel");
+    if (s.ssm_inner_size <= 0 || s.ssm_inner_size % s.ssm_time_step_rank != 0)
+      throw Error("model shape " + s.name + ": ssm_inner_size must be a multiple of the V heads");
+  }
+}
+
+// --- weights ----------------------------------------------------------------------------------
+
+void encode_row(const PlannedTensor& t, float* values, int64_t n, uint8_t* dst) {
+  // Quantized files are made from the converter's file: values pass through its type first.
+  if (t.source_type == GgmlType::F16 && t.type != GgmlType::F16)
+    for (int64_t i = 0; i < n; ++i) values[i] = fp16_to_fp32(fp32_to_fp16(values[i]));
+  switch (t.type) {
+    case GgmlType::F32:
+      std::memcpy(dst, values, static_cast<size_t>(n) * sizeof(float));
+      break;
+    case GgmlType::F16: {
+      auto* out = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(values[i]);
+      break;
+    }
+    default:
+      quantize_row(t.type, values, dst, n);
+  }
+}
+
+std::vector<uint8_t> make_tensor_data(const PlannedTensor& t, uint64_t seed, ThreadPool& pool) {
+  const int64_t row_len = t.ne.at(0);
+  const int64_t n_rows = t.n_elements() / row_len;
+  const size_t row_bytes = ggml_row_size(t.type, row_len);
+  std::vector<uint8_t> data(row_bytes * static_cast<size_t>(n_rows));
+  const int64_t rows_per_grain = std::max<int64_t>(1, 65536 / row_len);
+  pool.parallel_for(
+      n_rows,
+      [&](int64_t begin, int64_t end) {
+        std::vector<float> row(static_cast<size_t>(row_len));
+        for (int64_t r = begin; r < end; ++r) {
+          generate_values(t, seed, r * row_len, row_len, row.data());
+          encode_row(t, row.data(), row_len, data.data() + static_cast<size_t>(r) * row_bytes);
+        }
+      },
+      rows_per_grain);
+  return data;
+}
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// A tokenizer.json given as a file or as the folder holding it.
+std::string resolve_tokenizer(const std::string& path, const std::string& origin) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const char* name : {"tokenizer.json", "qwen3-tokenizer.json"})
+      if (is_file(fs::path(path) / name)) return (fs::path(path) / name).string();
+    throw Error(origin + " " + path + ": folder holds no tokenizer.json");
+  }
+  if (!is_file(path)) throw Error(origin + " " + path + ": no such file");
+  return path;
+}
+
+}  // namespace
+
+int64_t PlannedTensor::n_elements() const {
+  int64_t n = 1;
+  for (int64_t d : ne) n *= d;
+  return n;
+}
+
+const std::vector<ModelShape>& presets() {
+  static const std::vector<ModelShape> all = make_presets();
+  return all;
+}
+
+const ModelShape& find_preset(std::string_view name) {
+  std::string known;
+  for (const auto& p : presets()) {
+    if (p.name == name) return p;
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  throw Error("unknown model preset '" + std::string(name) + "' (known: " + known + ")");
+}
+
+std::vector<PlannedTensor> plan_tensors(const ModelShape& shape, FileType type) {
+  validate(shape);
+  std::vector<PlannedTensor> tensors = converter_tensors(shape);
+  const FileType converter_type = type == FileType::AllF32 ? FileType::AllF32 : FileType::MostlyF16;
+  for (auto& t : tensors) {
+    t.source_type = converter_tensor_type(t.name, t.ne, converter_type);
+    t.type = t.source_type;
+  }
+  if (!is_quantized_file_type(type)) return tensors;
+
+  std::vector<std::string> names;
+  for (const auto& t : tensors) names.push_back(t.name);
+  std::vector<PlannedTensor> ordered;
+  std::vector<MixTensor> mix;
+  for (size_t i : quantize_order(names)) {
+    ordered.push_back(tensors[i]);
+    mix.push_back({tensors[i].name, tensors[i].ne, tensors[i].source_type});
+  }
+  const std::vector<GgmlType> types = choose_tensor_types(
+      mix, type, static_cast<int>(shape.n_layer), static_cast<int>(shape.n_expert));
+  for (size_t i = 0; i < ordered.size(); ++i) ordered[i].type = types[i];
+  return ordered;
+}
+
+void write_metadata(gguf::Writer& w, const ModelShape& s, const VocabData& vocab, FileType type) {
+  const std::string a = s.arch + ".";
+  auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  w.set_string("general.architecture", s.arch);
+  w.set_string("general.name", "random-" + s.name);
+  w.set_alignment(32);
+  w.set_u32(a + "block_count", u32(s.n_layer));
+  w.set_u32(a + "context_length", s.context_length);
+  w.set_u32(a + "embedding_length", u32(s.n_embd));
+  w.set_u32(a + "attention.head_count", u32(s.n_head));
+  w.set_u32(a + "attention.head_count_kv", u32(s.n_head_kv));
+  w.set_u32(a + "attention.key_length", u32(s.head_dim));
+  w.set_u32(a + "attention.value_length", u32(s.head_dim));
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.set_f32(a + "rope.freq_base", s.rope_freq_base);
+  w.set_u32(a + "feed_forward_length", u32(s.is_moe() ? 0 : s.n_ff));
+  if (s.is_hybrid()) {
+    w.set_u32(a + "rope.dimension_count", s.rope_dim);
+    w.set_array_i32(a + "rope.dimension_sections",
+                    std::vector<int32_t>(s.rope_sections.begin(), s.rope_sections.end()));
+  }
+  if (s.is_moe()) {
+    w.set_u32(a + "expert_count", u32(s.n_expert));
+    w.set_u32(a + "expert_used_count", u32(s.n_expert_used));
+    w.set_u32(a + "expert_feed_forward_length", u32(s.n_ff_exp));
+    w.set_u32(a + "expert_shared_feed_forward_length", u32(s.n_ff_shexp));
+  }
+  if (s.is_hybrid()) {
+    w.set_u32(a + "ssm.conv_kernel", u32(s.ssm_conv_kernel));
+    w.set_u32(a + "ssm.state_size", u32(s.ssm_state_size));
+    w.set_u32(a + "ssm.group_count", u32(s.ssm_group_count));
+    w.set_u32(a + "ssm.time_step_rank", u32(s.ssm_time_step_rank));
+    w.set_u32(a + "ssm.inner_size", u32(s.ssm_inner_size));
+    w.set_u32(a + "full_attention_interval", s.full_attention_interval);
+  }
+
+  // The converter pads the vocabulary to the model's embedding rows with unused [PADn] tokens.
+  if (vocab.tokens.size() != vocab.types.size())
+    throw Error("tokenizer: " + std::to_string(vocab.tokens.size()) + " tokens but " +
+                std::to_string(vocab.types.size()) + " token types");
+  if (static_cast<int64_t>(vocab.tokens.size()) > s.n_vocab)
+    throw Error("tokenizer has " + std::to_string(vocab.tokens.size()) + " tokens, more than preset " +
+                s.name + "'s vocabulary of " + std::to_string(s.n_vocab));
+  std::vector<std::string> tokens = vocab.tokens;
+  std::vector<int32_t> types;
+  types.reserve(static_cast<size_t>(s.n_vocab));
+  for (TokenType t : vocab.types) types.push_back(static_cast<int32_t>(t));
+  for (int64_t i = static_cast<int64_t>(tokens.size()); i < s.n_vocab; ++i) {
+    tokens.push_back("[PAD" + std::to_string(i) + "]");
+    types.push_back(static_cast<int32_t>(TokenType::Unused));
+  }
+  w.set_string("tokenizer.ggml.model", vocab.model);
+  w.set_string("tokenizer.ggml.pre", vocab.pre);
+  w.set_array_string("tokenizer.ggml.tokens", tokens);
+  w.set_array_i32("tokenizer.ggml.token_type", types);
+  if (!vocab.merges.empty()) w.set_array_string("tokenizer.ggml.merges", vocab.merges);
+  if (vocab.eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
+  if (vocab.pad >= 0) w.set_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(vocab.pad));
+  if (vocab.bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
+  w.set_bool("tokenizer.ggml.add_bos_token", vocab.add_bos);
+  if (!vocab.chat_template.empty()) w.set_string("tokenizer.chat_template", vocab.chat_template);
+
+  // llama-quantize appends these two; the converter writes general.file_type for every type.
+  if (is_quantized_file_type(type)) w.set_u32("general.quantization_version", 2);
+  w.set_u32("general.file_type", static_cast<uint32_t>(type));
+}
+
+void generate_values(const PlannedTensor& t, uint64_t seed, int64_t first, int64_t count, float* out) {
+  const CounterRng rng(seed, t.name);
+  switch (t.init) {
+    case Init::Ones:
+      std::fill(out, out + count, 1.0f);
+      break;
+    case Init::Normal:
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = static_cast<float>(t.a * rng.normal(static_cast<uint64_t>(first + i)));
+      break;
+    case Init::Uniform:
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = static_cast<float>(t.a + (t.b - t.a) * rng.uniform(static_cast<uint64_t>(first + i)));
+      break;
+    case Init::NegExpUniform:
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = static_cast<float>(
+            -std::exp(t.a + (t.b - t.a) * rng.uniform(static_cast<uint64_t>(first + i))));
+      break;
+  }
+}
+
+BuildStats build_model(gguf::Writer& w, const ModelShape& shape, const VocabData& vocab,
+                       const BuildOptions& options) {
+  const std::vector<PlannedTensor> plan = plan_tensors(shape, options.type);
+  write_metadata(w, shape, vocab, options.type);
+  int n_threads = options.n_threads;
+  if (n_threads <= 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
+  ThreadPool pool(n_threads);
+  BuildStats stats;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlannedTensor& t = plan[i];
+    if (options.progress) options.progress(i, plan.size(), t);
+    std::vector<uint8_t> data = make_tensor_data(t, options.seed, pool);
+    stats.n_params += static_cast<uint64_t>(t.n_elements());
+    stats.tensor_bytes += data.size();
+    w.add_tensor(t.name, t.type, t.ne, std::move(data));
+  }
+  stats.n_tensors = plan.size();
+  return stats;
+}
+
+std::string find_tokenizer_json(const std::string& explicit_path) {
+  if (!explicit_path.empty()) return resolve_tokenizer(explicit_path, "--tokenizer");
+  if (const char* env = std::getenv("AGENTKV_TOKENIZER"); env && *env)
+    return resolve_tokenizer(env, "AGENTKV_TOKENIZER");
+  // A build from this source tree can use the fixture tokenizer next to it.
+  const fs::path source_root = fs::path(__FILE__).parent_path().parent_path().parent_path();
+  const fs::path fixture = source_root / ".." / "shared" / "fixtures" / "tokenizer" / "qwen3-tokenizer.json";
+  if (source_root.is_absolute() && is_file(fixture)) return fixture.lexically_normal().string();
+  throw Error("no tokenizer found: pass --tokenizer PATH/tokenizer.json (a Hugging Face tokenizer, "
+              "e.g. Qwen3's) or set AGENTKV_TOKENIZER");
+}
+
+std::string sibling_tokenizer_config(const std::string& tokenizer_json) {
+  const fs::path p(tokenizer_json);
+  const std::string file = p.filename().string();
+  const std::string suffix = "tokenizer.json";
+  if (file.size() < suffix.size() || file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return "";
+  const fs::path config = p.parent_path() / (file.substr(0, file.size() - suffix.size()) + "tokenizer_config.json");
+  return is_file(config) ? config.string() : "";
+}
+
+VocabData load_vocab(const std::string& tokenizer_json, const std::string& tokenizer_config) {
+  return Tokenizer::from_hf_files(tokenizer_json, tokenizer_config)->data();
+}
+
+}  // namespace agentkv::mkmodel
