@@ -1,24 +1,43 @@
 // Element-wise and row-wise ops of the forward pass. All work on contiguous f32 rows.
+// Numerics follow ggml's CPU ops (the formulas and the order of float roundings), so activations
+// stay within llama.cpp's own numeric noise.
 #pragma once
 #include <cstdint>
 
 namespace agentkv {
 
 // y = x / sqrt(mean(x^2) + eps) * w   (w may be nullptr: no weight). In-place allowed.
+// As ggml: the sum of squares is accumulated in double, the normalised row is rounded to float
+// before the weight multiplication (ggml runs RMS_NORM and MUL as two ops).
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
+
 // NEOX rotary embedding on the first n_rot dims of one head (pairs (i, i + n_rot/2)); dims beyond
-// n_rot are untouched. theta_i = pos * freq_base^(-2i/n_rot) * freq_scale.
+// n_rot are untouched. theta_i = pos * freq_base^(-2i/n_rot) * freq_scale, with the angles
+// computed in float exactly as ggml's rope cache does (theta_scale = powf(base, -2/n_rot), theta
+// multiplied by it pair after pair). Context shift calls it with pos = the position delta.
 void rope_neox(float* head, int64_t head_dim, int64_t n_rot, float pos, float freq_base,
                float freq_scale);
-// Rotation by an angle multiple: used by context shift (rotate stored keys by delta positions).
-// out = silu(gate) * up
+// The same in two steps, so the cos/sin of one position serve every head of a token:
+// cos_sin receives n_rot floats (cos, sin interleaved per pair).
+void rope_neox_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, float* cos_sin);
+void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin);
+
+// out = silu(gate) * up. In-place allowed (out may alias gate or up).
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
-float silu(float x);
-float sigmoid(float x);
-float softplus(float x);  // ggml's: x > 20 ? x : log1p(exp(x))
+float silu(float x);      // x / (1 + exp(-x))
+float sigmoid(float x);   // 1 / (1 + exp(-x))
+float softplus(float x);  // ggml's: x > 20 ? x : log(1 + exp(x))
+// Row versions (in-place allowed).
+void silu_row(const float* x, float* y, int64_t n);
+void sigmoid_row(const float* x, float* y, int64_t n);
+
 // In-place softmax of one row; returns log(sum(exp(x - max))) + max (the row's log-sum-exp).
+// An empty row or a row of -INFINITY returns -INFINITY (and leaves zeros).
 float softmax(float* x, int64_t n);
-// log-softmax top-k of a logits row: fills ids / logprobs (descending), returns k.
+// Log-sum-exp of a row (sum accumulated in double), without modifying it.
+float log_sum_exp(const float* x, int64_t n);
+// log-softmax top-k of a logits row: fills ids / logprobs (descending, ties by lower id),
+// returns min(k, n_vocab).
 int top_k_logprobs(const float* logits, int64_t n_vocab, int k, int32_t* ids, float* logprobs);
 
 }  // namespace agentkv

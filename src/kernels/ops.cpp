@@ -1,0 +1,275 @@
+// Element-wise ops. Row loops are vectorised with Highway (dynamic dispatch: the widest vector
+// unit of the running CPU is picked at run time); scalar formulas are ggml's.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/ops.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace agentkv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Sum of x[i]*x[i]: each product rounded to float, then added in double (ggml_float), as
+// ggml_compute_forward_rms_norm_f32 does. Lanes change only the order of the double additions.
+double SumOfSquaresF64(const float* x, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;  // as many floats as doubles
+  const int64_t step = static_cast<int64_t>(hn::Lanes(dd));
+  auto acc0 = hn::Zero(dd);
+  auto acc1 = hn::Zero(dd);
+  int64_t i = 0;
+  for (; i + 2 * step <= n; i += 2 * step) {
+    const auto a = hn::LoadU(df, x + i);
+    const auto b = hn::LoadU(df, x + i + step);
+    acc0 = hn::Add(acc0, hn::PromoteTo(dd, hn::Mul(a, a)));
+    acc1 = hn::Add(acc1, hn::PromoteTo(dd, hn::Mul(b, b)));
+  }
+  double sum = hn::GetLane(hn::SumOfLanes(dd, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  return sum;
+}
+
+void ScaleRow(const float* x, float scale, const float* w, float* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto vs = hn::Set(d, scale);
+  int64_t i = 0;
+  if (w) {
+    for (; i + step <= n; i += step) {
+      const auto normed = hn::Mul(hn::LoadU(d, x + i), vs);
+      hn::StoreU(hn::Mul(normed, hn::LoadU(d, w + i)), d, y + i);
+    }
+    for (; i < n; ++i) {
+      const float normed = x[i] * scale;
+      y[i] = normed * w[i];
+    }
+  } else {
+    for (; i + step <= n; i += step) hn::StoreU(hn::Mul(hn::LoadU(d, x + i), vs), d, y + i);
+    for (; i < n; ++i) y[i] = x[i] * scale;
+  }
+}
+
+// silu(g) * u with sigmoid computed from a vector exp (about 1 ulp from expf, as ggml's own
+// vector silu is).
+void SwigluRow(const float* gate, const float* up, float* out, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) {
+    const auto g = hn::LoadU(d, gate + i);
+    const auto e = hn::Exp(d, hn::Neg(g));
+    const auto s = hn::Div(g, hn::Add(one, e));
+    hn::StoreU(hn::Mul(s, hn::LoadU(d, up + i)), d, out + i);
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void SiluRow(const float* x, float* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) {
+    const auto v = hn::LoadU(d, x + i);
+    hn::StoreU(hn::Div(v, hn::Add(one, hn::Exp(d, hn::Neg(v)))), d, y + i);
+  }
+  for (; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+void SigmoidRow(const float* x, float* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) {
+    const auto v = hn::LoadU(d, x + i);
+    hn::StoreU(hn::Div(one, hn::Add(one, hn::Exp(d, hn::Neg(v)))), d, y + i);
+  }
+  for (; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+}
+
+float MaxOfRow(const float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  auto m = hn::Set(d, -INFINITY);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) m = hn::Max(m, hn::LoadU(d, x + i));
+  float best = hn::GetLane(hn::MaxOfLanes(d, m));
+  for (; i < n; ++i) best = std::max(best, x[i]);
+  return best;
+}
+
+// sum(exp(x - max)) accumulated in double (ggml_vec_soft_max_f32); writes the exponentials to y
+// when y != nullptr.
+double ExpSumRow(const float* x, float max, float* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dh;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t half = static_cast<int64_t>(hn::Lanes(dd));
+  const auto vmax = hn::Set(d, max);
+  auto acc = hn::Zero(dd);
+  HWY_ALIGN float tmp[hn::MaxLanes(d)];
+  int64_t i = 0;
+  for (; i + step <= n; i += step) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax));
+    if (y) hn::StoreU(e, d, y + i);
+    hn::Store(e, d, tmp);
+    for (int64_t j = 0; j < step; j += half) {
+      acc = hn::Add(acc, hn::PromoteTo(dd, hn::LoadU(dh, tmp + j)));
+    }
+  }
+  double sum = hn::GetLane(hn::SumOfLanes(dd, acc));
+  for (; i < n; ++i) {
+    const float e = std::exp(x[i] - max);
+    if (y) y[i] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace agentkv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace agentkv {
+
+HWY_EXPORT(SumOfSquaresF64);
+HWY_EXPORT(ScaleRow);
+HWY_EXPORT(SwigluRow);
+HWY_EXPORT(SiluRow);
+HWY_EXPORT(SigmoidRow);
+HWY_EXPORT(MaxOfRow);
+HWY_EXPORT(ExpSumRow);
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  if (n <= 0) return;
+  const double sum = HWY_DYNAMIC_DISPATCH(SumOfSquaresF64)(x, n);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  HWY_DYNAMIC_DISPATCH(ScaleRow)(x, scale, w, y, n);
+}
+
+void rope_neox_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, float* cos_sin) {
+  // Float arithmetic in ggml's order: theta starts at pos and is multiplied by theta_scale once
+  // per pair, so large positions carry the same rounding as llama.cpp's rope cache.
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  float theta = pos;
+  for (int64_t i = 0; i < n_rot; i += 2) {
+    const float angle = freq_scale * theta;
+    cos_sin[i] = std::cos(angle);
+    cos_sin[i + 1] = std::sin(angle);
+    theta *= theta_scale;
+  }
+}
+
+void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin) {
+  const int64_t half = n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = cos_sin[2 * i];
+    const float s = cos_sin[2 * i + 1];
+    const float x0 = head[i];
+    const float x1 = head[i + half];
+    head[i] = x0 * c - x1 * s;
+    head[i + half] = x0 * s + x1 * c;
+  }
+}
+
+void rope_neox(float* head, int64_t head_dim, int64_t n_rot, float pos, float freq_base,
+               float freq_scale) {
+  if (n_rot > head_dim) n_rot = head_dim;
+  n_rot &= ~int64_t{1};
+  if (n_rot <= 0) return;
+  constexpr int64_t kStackPairs = 256;
+  float stack_buf[2 * kStackPairs];
+  std::vector<float> heap_buf;
+  float* cos_sin = stack_buf;
+  if (n_rot > 2 * kStackPairs) {
+    heap_buf.resize(static_cast<size_t>(n_rot));
+    cos_sin = heap_buf.data();
+  }
+  rope_neox_cache(pos, n_rot, freq_base, freq_scale, cos_sin);
+  rope_neox_apply(head, n_rot, cos_sin);
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(SwigluRow)(gate, up, out, n);
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
+
+void silu_row(const float* x, float* y, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(SiluRow)(x, y, n);
+}
+void sigmoid_row(const float* x, float* y, int64_t n) {
+  if (n > 0) HWY_DYNAMIC_DISPATCH(SigmoidRow)(x, y, n);
+}
+
+float log_sum_exp(const float* x, int64_t n) {
+  if (n <= 0) return -INFINITY;
+  const float max = HWY_DYNAMIC_DISPATCH(MaxOfRow)(x, n);
+  if (max == -INFINITY || std::isnan(max)) return max;
+  if (max == INFINITY) return INFINITY;
+  const double sum = HWY_DYNAMIC_DISPATCH(ExpSumRow)(x, max, nullptr, n);
+  return static_cast<float>(std::log(sum) + static_cast<double>(max));
+}
+
+float softmax(float* x, int64_t n) {
+  if (n <= 0) return -INFINITY;
+  const float max = HWY_DYNAMIC_DISPATCH(MaxOfRow)(x, n);
+  if (max == -INFINITY) {
+    std::fill(x, x + n, 0.0f);
+    return -INFINITY;
+  }
+  const double sum = HWY_DYNAMIC_DISPATCH(ExpSumRow)(x, max, x, n);
+  const float inv = static_cast<float>(1.0 / sum);
+  HWY_DYNAMIC_DISPATCH(ScaleRow)(x, inv, nullptr, x, n);
+  return static_cast<float>(std::log(sum) + static_cast<double>(max));
+}
+
+int top_k_logprobs(const float* logits, int64_t n_vocab, int k, int32_t* ids, float* logprobs) {
+  if (k <= 0 || n_vocab <= 0) return 0;
+  const int64_t count = std::min<int64_t>(k, n_vocab);
+  const float lse = log_sum_exp(logits, n_vocab);
+
+  auto better = [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::vector<int32_t> best;
+  if (count <= 64) {
+    // Small k (the usual case): keep a sorted list of the best ids in one pass.
+    best.reserve(static_cast<size_t>(count) + 1);
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      const auto id = static_cast<int32_t>(i);
+      if (static_cast<int64_t>(best.size()) == count && !better(id, best.back())) continue;
+      best.insert(std::upper_bound(best.begin(), best.end(), id, better), id);
+      if (static_cast<int64_t>(best.size()) > count) best.pop_back();
+    }
+  } else {
+    best.resize(static_cast<size_t>(n_vocab));
+    for (int64_t i = 0; i < n_vocab; ++i) best[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::partial_sort(best.begin(), best.begin() + count, best.end(), better);
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    ids[i] = best[static_cast<size_t>(i)];
+    logprobs[i] = logits[ids[i]] - lse;
+  }
+  return static_cast<int>(count);
+}
+
+}  // namespace agentkv
+#endif  // HWY_ONCE
