@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -27,6 +28,12 @@ constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // key length, value ty
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, one dim, type, offset
 
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
 
 bool is_valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::F64); }
 
@@ -96,7 +103,7 @@ class Cursor {
     const auto len = read<uint64_t>(what);
     if (len > remaining())
       fail("string length " + std::to_string(len) + " in " + what + " exceeds the file (offset " +
-           std::to_string(pos_) + ", file size " + std::to_string(size_) + ")");
+           std::to_string(pos_) + ", file size " + std::to_string(size_) + "; truncated or corrupt file)");
     std::string s(reinterpret_cast<const char*>(data_ + pos_), len);
     pos_ += len;
     return s;
@@ -135,7 +142,8 @@ Value read_array(Cursor& c, const std::string& what, int depth) {
   const auto count = c.read<uint64_t>(what);
   if (count > c.remaining() / min_element_size(v.elem_type))
     c.fail("array length " + std::to_string(count) + " of " + what + " exceeds the file (" +
-           std::to_string(c.remaining()) + " bytes left at offset " + std::to_string(c.pos()) + ")");
+           std::to_string(c.remaining()) + " bytes left at offset " + std::to_string(c.pos()) +
+           "; truncated or corrupt file)");
   switch (v.elem_type) {
     case ValueType::STRING:
       // No reserve: each string costs at least 8 input bytes, so growth stays proportional to input.
@@ -289,16 +297,18 @@ void Reader::parse() {
     c.fail("GGUF version 1 is not supported (agentkv reads versions 2 and 3; re-convert the model)");
   if (version_ != 2 && version_ != 3) {
     if ((version_ & 0xffff) == 0 && (version_ >> 24) >= 1 && (version_ >> 24) <= 3)
-      c.fail("big-endian GGUF files are not supported (version field " + std::to_string(version_) + ")");
+      c.fail("big-endian GGUF files are not supported (version field reads 0x" + hex32(version_) + ")");
     c.fail("unsupported GGUF version " + std::to_string(version_) + " (agentkv reads versions 2 and 3)");
   }
   const auto n_tensors = c.read<uint64_t>("the header");
   const auto n_kv = c.read<uint64_t>("the header");
   if (n_kv > c.remaining() / kMinKvBytes)
-    c.fail("metadata key count " + std::to_string(n_kv) + " is absurd for a file of " + std::to_string(size_) + " bytes");
+    c.fail("metadata key count " + std::to_string(n_kv) + " is absurd for a file of " + std::to_string(size_) +
+           " bytes (corrupt or truncated file)");
   if (n_tensors > c.remaining() / kMinTensorInfoBytes ||
       n_kv * kMinKvBytes + n_tensors * kMinTensorInfoBytes > c.remaining())
-    c.fail("tensor count " + std::to_string(n_tensors) + " is absurd for a file of " + std::to_string(size_) + " bytes");
+    c.fail("tensor count " + std::to_string(n_tensors) + " is absurd for a file of " + std::to_string(size_) +
+           " bytes (corrupt or truncated file)");
 
   // Metadata.
   for (uint64_t i = 0; i < n_kv; ++i) {
@@ -365,9 +375,9 @@ void Reader::parse() {
     uint64_t begin = 0, end = 0;
     if (__builtin_add_overflow(data_offset_, t.offset, &begin) || __builtin_add_overflow(begin, t.nbytes, &end) ||
         end > size_)
-      c.fail("tensor " + quoted(t.name) + " data out of bounds (truncated file?): it needs bytes [" +
-             std::to_string(data_offset_) + " + " + std::to_string(t.offset) + ", +" + std::to_string(t.nbytes) +
-             ") but the file has " + std::to_string(size_) + " bytes");
+      c.fail("tensor " + quoted(t.name) + " data out of bounds (truncated file?): " + std::to_string(t.nbytes) +
+             " bytes at offset " + std::to_string(t.offset) + " of the data section, which starts at byte " +
+             std::to_string(data_offset_) + " of a " + std::to_string(size_) + "-byte file");
     t.data = base_ + begin;
   }
   std::vector<const TensorInfo*> by_offset;
