@@ -1,56 +1,9 @@
 // agentkv vs llama.cpp on the dense Qwen3 fixtures: same prompt tokens, teacher-forced top-10
 // logprobs no further from llama.cpp's run than llama.cpp's own second run (n_ubatch 7, 1 thread)
 // is, and greedy continuations equal wherever llama.cpp's two runs agree.
-#include <gtest/gtest.h>
+#include "fidelity_common.h"
 
-#include "engine/context.h"
-#include "engine/logits_report.h"
-#include "model/model.h"
-
-using namespace agentkv;
-
-namespace {
-
-const std::string kFixtures = AGENTKV_FIXTURES_DIR;
-
-void check_model(const std::string& name) {
-  auto model = Model::load(kFixtures + "/models/" + name + ".gguf");
-  const auto ref = load_logits_report(kFixtures + "/reference/" + name + ".json");
-  const auto alt = load_logits_report(kFixtures + "/reference/" + name + ".alt.json");
-  const auto prompts = read_prompts_file(kFixtures + "/reference/prompts.txt");
-  ASSERT_EQ(prompts.size(), ref.size());
-
-  ContextParams cp;
-  cp.n_ctx = 1024;
-  cp.n_threads = 2;
-  Context ctx(*model, cp);
-  std::vector<LogitsCase> forced, greedy;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    forced.push_back(compute_logits_case(ctx, prompts[i], 10, 32, &ref[i].generated));
-    EXPECT_EQ(forced.back().prompt_tokens, ref[i].prompt_tokens) << "prompt " << i;
-    greedy.push_back(compute_logits_case(ctx, prompts[i], 10, 32));
-  }
-  const LogitsDistance ours = logits_distance(forced, ref);
-  const LogitsDistance llama = logits_distance(alt, ref);
-  std::printf("%s: agentkv max %.4f mean %.5f top1 %d/%d | llama.cpp alt max %.4f mean %.5f top1 %d/%d\n",
-              name.c_str(), ours.max_abs, ours.mean_abs, ours.top1_agree, ours.n_positions,
-              llama.max_abs, llama.mean_abs, llama.top1_agree, llama.n_positions);
-  EXPECT_EQ(ours.n_positions, llama.n_positions);
-  EXPECT_LE(ours.max_abs, llama.max_abs);
-  EXPECT_LE(ours.mean_abs, llama.mean_abs);
-  EXPECT_GE(ours.top1_agree, llama.top1_agree);
-
-  int compared = 0;
-  for (size_t i = 0; i < ref.size(); ++i)
-    for (size_t p = 0; p < ref[i].generated.size(); ++p) {
-      if (ref[i].generated[p] != alt[i].generated[p]) break;  // llama.cpp's runs diverge from here
-      EXPECT_EQ(greedy[i].generated[p], ref[i].generated[p]) << name << " prompt " << i << " step " << p;
-      ++compared;
-    }
-  std::printf("%s: %d greedy tokens compared\n", name.c_str(), compared);
-}
-
-}  // namespace
+using agentkv::testing::check_model;
 
 TEST(FidelityQwen3, Micro) { check_model("qwen3-micro"); }
 TEST(FidelityQwen3, MicroQ8_0) { check_model("qwen3-micro-q8_0"); }

@@ -40,7 +40,7 @@ struct Measurement {
 };
 
 void fill_depth(Context& ctx, int64_t depth, std::mt19937& rng) {
-  ctx.kv().clear();
+  ctx.memory().clear();
   std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
   Batch b;
   for (int64_t start = 0; start < depth; start += ctx.params().n_ubatch) {

@@ -13,8 +13,14 @@ Context::Context(const Model& model, const ContextParams& params)
   if (params_.n_seq_max < 1 || params_.n_seq_max > memory::kMaxSeq)
     throw Error("n_seq_max must be in [1, " + std::to_string(memory::kMaxSeq) + "]");
   if (params_.n_ubatch < 1) throw Error("n_ubatch must be positive");
-  kv_ = std::make_unique<memory::KvCache>(model_.kv_layout(params_.n_ctx, params_.n_seq_max,
-                                                           params_.kv_unified, params_.type_k, params_.type_v));
+  const auto& cfg = model_.config();
+  std::unique_ptr<memory::KvCache> kv;
+  std::unique_ptr<memory::RecurrentMemory> rec;
+  if (cfg.n_attention_layers() > 0)
+    kv = std::make_unique<memory::KvCache>(model_.kv_layout(params_.n_ctx, params_.n_seq_max, params_.kv_unified,
+                                                            params_.type_k, params_.type_v));
+  if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(model_.recurrent_layout(params_.n_seq_max));
+  memory_ = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
 }
 
 Context::~Context() = default;
@@ -29,11 +35,13 @@ void Context::validate(const Batch& b) const {
     if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
       throw Error("token id " + std::to_string(b.tokens[i]) + " out of range [0, " + std::to_string(n_vocab) + ")");
     if (b.seq[i].empty()) throw Error("batch token " + std::to_string(i) + " has no sequence");
+    if (memory_->rec() && b.seq[i].size() != 1)
+      throw Error("batch token " + std::to_string(i) + ": a recurrent model's token belongs to exactly one sequence");
     for (memory::SeqId s : b.seq[i]) {
       if (s < 0 || s >= static_cast<memory::SeqId>(params_.n_seq_max))
         throw Error("sequence id " + std::to_string(s) + " out of range [0, " + std::to_string(params_.n_seq_max) + ")");
       auto it = next.find(s);
-      const memory::Pos expected = it != next.end() ? it->second : kv_->seq_pos_max(s) + 1;
+      const memory::Pos expected = it != next.end() ? it->second : memory_->seq_pos_max(s) + 1;
       if (b.pos[i] != expected)
         throw Error("sequence " + std::to_string(s) + ": token at position " + std::to_string(b.pos[i]) +
                     " but the sequence continues at " + std::to_string(expected));
@@ -51,7 +59,8 @@ int Context::decode(const Batch& b) {
   logits_.resize(n_out * n_vocab);
 
   ModelMemory mem;
-  mem.kv = kv_.get();
+  mem.kv = memory_->kv();
+  mem.rec = memory_->rec();
   size_t out_base = 0;
   for (size_t start = 0; start < b.size(); start += params_.n_ubatch) {
     const size_t end = std::min(b.size(), start + params_.n_ubatch);
@@ -61,14 +70,15 @@ int Context::decode(const Batch& b) {
       ub.add(b.pos[i], b.seq[i]);
       if (b.output[i]) out_rows.push_back(static_cast<int>(i - start));
     }
-    auto placement = kv_->find_slot(ub);
+    auto placement = memory_->prepare(ub);
     if (!placement) return 1;
-    kv_->apply(ub, *placement);
+    memory_->apply(ub, *placement);
 
     ForwardBatch fb;
     fb.tokens = std::span<const Token>(b.tokens.data() + start, end - start);
     fb.ub = &ub;
-    fb.placement = &*placement;
+    fb.placement = &placement->kv;
+    fb.rec_placement = &placement->rec;
     fb.output_rows = out_rows;
     fb.logits = logits_.data() + out_base * n_vocab;
     model_.forward(fb, mem, ws_, pool_);

@@ -9,7 +9,7 @@
 #include "core/ggml_type.h"
 #include "engine/batch.h"
 #include "kernels/threadpool.h"
-#include "memory/kv_cache.h"
+#include "memory/sequence_memory.h"
 #include "model/model.h"
 
 namespace agentkv {
@@ -36,8 +36,8 @@ class Context {
 
   const Model& model() const { return model_; }
   const ContextParams& params() const { return params_; }
-  memory::KvCache& kv() { return *kv_; }
-  const memory::KvCache& kv() const { return *kv_; }
+  memory::SequenceMemory& memory() { return *memory_; }
+  const memory::SequenceMemory& memory() const { return *memory_; }
   ThreadPool& pool() { return pool_; }
 
   // Returns 0 on success; 1 when the memory has no room for the batch (nothing was changed by the
@@ -59,7 +59,7 @@ class Context {
   const Model& model_;
   ContextParams params_;
   ThreadPool pool_;
-  std::unique_ptr<memory::KvCache> kv_;
+  std::unique_ptr<memory::SequenceMemory> memory_;
   Workspace ws_;
   std::vector<float> logits_;
   std::vector<int> output_index_;

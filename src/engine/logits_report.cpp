@@ -52,7 +52,7 @@ LogitsCase compute_logits_case(Context& ctx, const std::string& prompt, int top_
   c.prompt = prompt;
   c.prompt_tokens = model.tokenizer().encode(prompt, /*add_special=*/false, /*parse_special=*/true);
   if (c.prompt_tokens.empty()) throw Error("prompt tokenizes to nothing");
-  ctx.kv().seq_rm(0, -1, -1);
+  ctx.memory().seq_rm(0, -1, -1);
 
   Batch batch;
   for (size_t i = 0; i < c.prompt_tokens.size(); ++i)

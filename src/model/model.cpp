@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/qwen3.h"
+#include "model/qwen35.h"
 
 namespace agentkv {
 
@@ -22,6 +23,9 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   switch (config.arch) {
     case Arch::Qwen3:
       return std::make_unique<Qwen3Model>(std::move(reader), std::move(config));
+    case Arch::Qwen35:
+    case Arch::Qwen35Moe:
+      return std::make_unique<Qwen35Model>(std::move(reader), std::move(config));
     default:
       throw Error(path + ": architecture '" + config.arch_key + "' is not supported yet");
   }
@@ -39,6 +43,19 @@ memory::KvLayout Model::kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool uni
   l.n_cells = n_cells;
   l.n_seq_max = n_seq_max;
   l.unified = unified;
+  return l;
+}
+
+memory::RecurrentLayout Model::recurrent_layout(uint32_t n_seq_max) const {
+  memory::RecurrentLayout l;
+  l.layer_recurrent.resize(config_.n_layer);
+  for (int il = 0; il < config_.n_layer; ++il) l.layer_recurrent[il] = config_.is_recurrent(il);
+  if (config_.is_hybrid()) {
+    const int64_t channels = 2 * config_.ssm_n_k_heads * config_.ssm_d_state + config_.ssm_d_inner;
+    l.n_conv = (config_.ssm_d_conv - 1) * channels;
+    l.n_ssm = config_.ssm_d_state * config_.ssm_d_inner;
+  }
+  l.n_seq_max = n_seq_max;
   return l;
 }
 

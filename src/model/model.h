@@ -9,6 +9,7 @@
 #include "core/ggml_type.h"
 #include "kernels/threadpool.h"
 #include "memory/kv_cache.h"
+#include "memory/recurrent.h"
 #include "memory/ubatch.h"
 #include "model/config.h"
 #include "tokenizer/tokenizer.h"
@@ -29,16 +30,19 @@ class Workspace {
   std::vector<std::vector<float>> bufs_;
 };
 
-// The memories a forward pass reads and writes (later: recurrent state for hybrid models).
+// The memories a forward pass reads and writes: the attention KV cache (attention layers) and the
+// recurrent state (Gated DeltaNet layers of hybrid models); either may be absent.
 struct ModelMemory {
   memory::KvCache* kv = nullptr;
+  memory::RecurrentMemory* rec = nullptr;
 };
 
 // One micro-batch, already placed in memory.
 struct ForwardBatch {
   std::span<const Token> tokens;
   const memory::UBatch* ub = nullptr;
-  const memory::Placement* placement = nullptr;
+  const memory::Placement* placement = nullptr;              // KV cells (attention layers)
+  const memory::RecurrentPlacement* rec_placement = nullptr;  // state cells (recurrent layers)
   std::span<const int> output_rows;  // indices into tokens whose logits are wanted, ascending
   float* logits = nullptr;           // output_rows.size() x n_vocab
 };
@@ -57,6 +61,9 @@ class Model {
   // Layout of the attention KV cache this model needs.
   memory::KvLayout kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified, GgmlType type_k,
                              GgmlType type_v) const;
+
+  // Layout of the recurrent memory (hybrid models only; n_conv = n_ssm = 0 otherwise).
+  memory::RecurrentLayout recurrent_layout(uint32_t n_seq_max) const;
 
   virtual void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
                        ThreadPool& pool) const = 0;

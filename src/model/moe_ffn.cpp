@@ -1,0 +1,65 @@
+#include "model/moe_ffn.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/moe_router.h"
+#include "kernels/ops.h"
+
+namespace agentkv {
+
+void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* out, Workspace& ws,
+             ThreadPool& pool) {
+  const int64_t Fe = w.gate.front().n_out;
+  const int64_t Fs = w.shared_gate.n_out;
+  float* router_logits = ws.get(kMoeWorkspaceSlot, n * w.n_expert);
+  matmul(w.router, x, n, E, router_logits, w.n_expert, pool);
+  MoeRouteParams rp;
+  rp.n_expert = w.n_expert;
+  rp.n_used = w.n_used;
+  const MoeRouting routing = moe_route(router_logits, w.n_expert, n, rp);
+  const ExpertGroups groups = group_tokens_by_expert(routing);
+
+  // Each (token, slot) output is kept apart and summed in slot order, as llama.cpp does.
+  float* slot_out = ws.get(kMoeWorkspaceSlot + 1, n * w.n_used * E);
+  float* xe = ws.get(kMoeWorkspaceSlot + 2, n * E);
+  float* gate = ws.get(kMoeWorkspaceSlot + 3, n * std::max(Fe, Fs));
+  float* up = ws.get(kMoeWorkspaceSlot + 4, n * std::max(Fe, Fs));
+  float* down = ws.get(kMoeWorkspaceSlot + 5, n * E);
+  for (int e : groups.active_experts) {
+    const int32_t b = groups.begin[e], cnt = groups.count(e);
+    for (int32_t r = 0; r < cnt; ++r) std::memcpy(xe + r * E, x + groups.token[b + r] * E, E * sizeof(float));
+    matmul(w.gate[e], xe, cnt, E, gate, Fe, pool);
+    matmul(w.up[e], xe, cnt, E, up, Fe, pool);
+    for (int32_t r = 0; r < cnt; ++r) swiglu(gate + r * Fe, up + r * Fe, gate + r * Fe, Fe);
+    matmul(w.down[e], gate, cnt, Fe, down, E, pool);
+    for (int32_t r = 0; r < cnt; ++r) {
+      const int32_t t = groups.token[b + r], s = groups.slot[b + r];
+      const float wt = routing.weights[t * w.n_used + s];
+      float* dst = slot_out + (static_cast<int64_t>(t) * w.n_used + s) * E;
+      for (int64_t i = 0; i < E; ++i) dst[i] = down[r * E + i] * wt;
+    }
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    float* o = out + t * E;
+    std::memcpy(o, slot_out + t * w.n_used * E, E * sizeof(float));
+    for (int s = 1; s < w.n_used; ++s) {
+      const float* src = slot_out + (t * w.n_used + s) * E;
+      for (int64_t i = 0; i < E; ++i) o[i] += src[i];
+    }
+  }
+
+  // Shared expert, scaled by sigmoid of its scalar gate.
+  float* sgate = ws.get(kMoeWorkspaceSlot + 6, n);
+  matmul(w.shared_gate_inp, x, n, E, sgate, 1, pool);
+  matmul(w.shared_gate, x, n, E, gate, Fs, pool);
+  matmul(w.shared_up, x, n, E, up, Fs, pool);
+  for (int64_t t = 0; t < n; ++t) swiglu(gate + t * Fs, up + t * Fs, gate + t * Fs, Fs);
+  matmul(w.shared_down, gate, n, Fs, down, E, pool);
+  for (int64_t t = 0; t < n; ++t) {
+    const float s = sigmoid(sgate[t]);
+    for (int64_t i = 0; i < E; ++i) out[t * E + i] += down[t * E + i] * s;
+  }
+}
+
+}  // namespace agentkv

@@ -1,0 +1,28 @@
+// Mixture-of-experts FFN with a gated shared expert (qwen35moe / qwen3next): tokens are grouped by
+// expert so each selected expert's weights are read once per micro-batch, not once per token.
+#pragma once
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "model/model.h"
+
+namespace agentkv {
+
+struct MoeWeights {
+  int n_expert = 0;
+  int n_used = 0;
+  WeightMatrix router;                       // ffn_gate_inp {E, n_expert}
+  std::vector<WeightMatrix> gate, up, down;  // per expert slices of the *_exps tensors
+  WeightMatrix shared_gate_inp;              // ffn_gate_inp_shexp {E} as a 1-row matrix
+  WeightMatrix shared_gate, shared_up, shared_down;
+};
+
+// Workspace slots 24..31 belong to this block.
+constexpr int kMoeWorkspaceSlot = 24;
+
+// out[t] = sum_slot w * expert(x[t]) + sigmoid(shared_gate_inp . x[t]) * shared(x[t]) for n rows
+// of E floats.
+void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* out, Workspace& ws,
+             ThreadPool& pool);
+
+}  // namespace agentkv

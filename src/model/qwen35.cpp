@@ -1,0 +1,266 @@
+#include "model/qwen35.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <cstring>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "kernels/ops.h"
+#include "model/attention_block.h"
+#include "model/weights.h"
+
+namespace agentkv {
+
+namespace {
+// Workspace slots 0..15 (see attention_block.h / moe_ffn.h for the others).
+enum Slot { kX, kCur, kOut, kQG, kQ, kK, kV, kAttn, kQKV, kZ, kBeta, kAlpha, kConv, kDnOut, kGate, kUp };
+}  // namespace
+
+Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : Model(std::move(g), std::move(c)) {
+  const auto& cfg = config_;
+  WeightBinder w(*gguf_);
+  const int64_t E = cfg.n_embd, D = cfg.head_dim_k;
+  const int64_t Kd = cfg.ssm_n_k_heads * cfg.ssm_d_state, Vd = cfg.ssm_d_inner, C = 2 * Kd + Vd;
+  dn_shape_.n_k_heads = cfg.ssm_n_k_heads;
+  dn_shape_.n_v_heads = cfg.ssm_n_v_heads;
+  dn_shape_.head_k_dim = static_cast<int>(cfg.ssm_d_state);
+  dn_shape_.head_v_dim = static_cast<int>(cfg.ssm_d_inner / cfg.ssm_n_v_heads);
+  dn_shape_.head_map = DeltaNetHeadMap::Tiled;
+  if (cfg.head_dim_k != cfg.head_dim_v) throw Error(gguf_->path() + ": key_length != value_length is not supported");
+
+  token_embd_ = w.matrix("token_embd.weight", E, cfg.n_vocab);
+  output_norm_ = w.vector("output_norm.weight", E);
+  output_ = cfg.tied_output ? token_embd_ : w.matrix("output.weight", E, cfg.n_vocab);
+  layers_.resize(cfg.n_layer);
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    Layer& l = layers_[il];
+    l.attn_norm = w.vector(p + "attn_norm.weight", E);
+    l.post_attention_norm = w.vector(p + "post_attention_norm.weight", E);
+    if (cfg.is_recurrent(il)) {
+      l.qkv = w.matrix(p + "attn_qkv.weight", E, C);
+      l.z = w.matrix(p + "attn_gate.weight", E, Vd);
+      l.conv1d = w.f32_matrix(p + "ssm_conv1d.weight", cfg.ssm_d_conv, C);
+      l.dt_bias = w.vector(p + "ssm_dt.bias", cfg.ssm_n_v_heads);
+      l.ssm_a = w.vector(p + "ssm_a", cfg.ssm_n_v_heads);
+      l.beta = w.matrix(p + "ssm_beta.weight", E, cfg.ssm_n_v_heads);
+      l.alpha = w.matrix(p + "ssm_alpha.weight", E, cfg.ssm_n_v_heads);
+      l.ssm_norm = w.vector(p + "ssm_norm.weight", dn_shape_.head_v_dim);
+      l.ssm_out = w.matrix(p + "ssm_out.weight", Vd, E);
+    } else {
+      l.wq_gate = w.matrix(p + "attn_q.weight", E, 2 * cfg.n_head * D);
+      l.wk = w.matrix(p + "attn_k.weight", E, cfg.n_head_kv * D);
+      l.wv = w.matrix(p + "attn_v.weight", E, cfg.n_head_kv * D);
+      l.wo = w.matrix(p + "attn_output.weight", cfg.n_head * D, E);
+      l.q_norm = w.vector(p + "attn_q_norm.weight", D);
+      l.k_norm = w.vector(p + "attn_k_norm.weight", D);
+    }
+    if (cfg.n_expert > 0) {
+      MoeWeights& m = l.moe;
+      m.n_expert = cfg.n_expert;
+      m.n_used = cfg.n_expert_used;
+      const int64_t Fe = cfg.n_ff_expert, Fs = cfg.n_ff_shared;
+      m.router = w.matrix(p + "ffn_gate_inp.weight", E, cfg.n_expert);
+      const bool merged = w.has(p + "ffn_gate_up_exps.weight");
+      for (int e = 0; e < cfg.n_expert; ++e) {
+        if (merged) {
+          WeightMatrix gu = w.matrix3d(p + "ffn_gate_up_exps.weight", E, 2 * Fe, cfg.n_expert, e);
+          WeightMatrix g = gu, u = gu;  // gate = first half of the rows, up = second half
+          g.n_out = u.n_out = Fe;
+          u.data = gu.data + Fe * gu.row_bytes;
+          m.gate.push_back(g);
+          m.up.push_back(u);
+        } else {
+          m.gate.push_back(w.matrix3d(p + "ffn_gate_exps.weight", E, Fe, cfg.n_expert, e));
+          m.up.push_back(w.matrix3d(p + "ffn_up_exps.weight", E, Fe, cfg.n_expert, e));
+        }
+        m.down.push_back(w.matrix3d(p + "ffn_down_exps.weight", Fe, E, cfg.n_expert, e));
+      }
+      m.shared_gate_inp = w.matrix(p + "ffn_gate_inp_shexp.weight", E, 1);
+      m.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", E, Fs);
+      m.shared_up = w.matrix(p + "ffn_up_shexp.weight", E, Fs);
+      m.shared_down = w.matrix(p + "ffn_down_shexp.weight", Fs, E);
+    } else {
+      l.ffn_gate = w.matrix(p + "ffn_gate.weight", E, cfg.n_ff);
+      l.ffn_up = w.matrix(p + "ffn_up.weight", E, cfg.n_ff);
+      l.ffn_down = w.matrix(p + "ffn_down.weight", cfg.n_ff, E);
+    }
+  }
+  // MTP layers (index >= n_layer) are only used for speculative drafting: skipped.
+  std::set<std::string> ignored;
+  for (int il = cfg.n_layer; il < cfg.n_layer_file; ++il) ignored.insert("blk." + std::to_string(il) + ".");
+  w.check_all_used(ignored);
+}
+
+void Qwen35Model::attention_layer(int il, const ForwardBatch& b, ModelMemory& mem, const float* cur,
+                                  float* out, Workspace& ws, ThreadPool& pool) const {
+  const auto& cfg = config_;
+  const Layer& l = layers_[il];
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t E = cfg.n_embd, D = cfg.head_dim_k, H = cfg.n_head;
+  const int64_t nq = H * D, nkv = cfg.n_head_kv * D;
+  float* qg = ws.get(kQG, T * 2 * nq);
+  float* q = ws.get(kQ, T * nq);
+  float* k = ws.get(kK, T * nkv);
+  float* v = ws.get(kV, T * nkv);
+  float* attn = ws.get(kAttn, T * nq);
+  matmul(l.wq_gate, cur, T, E, qg, 2 * nq, pool);
+  matmul(l.wk, cur, T, E, k, nkv, pool);
+  matmul(l.wv, cur, T, E, v, nkv, pool);
+  for (int64_t t = 0; t < T; ++t)  // de-interleave: per head [q | gate]
+    for (int64_t h = 0; h < H; ++h) std::memcpy(q + t * nq + h * D, qg + t * 2 * nq + h * 2 * D, D * sizeof(float));
+  rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
+  rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
+  // IMROPE with text positions (all sections the same position) is NEOX over the first n_rot dims.
+  rope_rows(q, T, nq, cfg.n_head, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
+  rope_rows(k, T, nkv, cfg.n_head_kv, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
+  AttentionShape shape;
+  shape.n_head = cfg.n_head;
+  shape.n_head_kv = cfg.n_head_kv;
+  shape.head_dim = static_cast<int>(D);
+  shape.scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* gate = qg + t * 2 * nq + h * 2 * D + D;
+      float* o = attn + t * nq + h * D;
+      for (int64_t i = 0; i < D; ++i) o[i] *= sigmoid(gate[i]);
+    }
+  matmul(l.wo, attn, T, nq, out, E, pool);
+}
+
+void Qwen35Model::delta_net_layer(int il, const ForwardBatch& b, ModelMemory& mem, const float* cur,
+                                  float* out, Workspace& ws, ThreadPool& pool) const {
+  const auto& cfg = config_;
+  const Layer& l = layers_[il];
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t E = cfg.n_embd, Hv = cfg.ssm_n_v_heads;
+  const int64_t Kd = cfg.ssm_n_k_heads * cfg.ssm_d_state, Vd = cfg.ssm_d_inner, C = 2 * Kd + Vd;
+  float* qkv = ws.get(kQKV, T * C);
+  float* z = ws.get(kZ, T * Vd);
+  float* beta = ws.get(kBeta, T * Hv * 2);
+  float* alpha = ws.get(kAlpha, T * Hv * 2);
+  float* conv = ws.get(kConv, T * C);
+  float* o = ws.get(kDnOut, T * Vd);
+  matmul(l.qkv, cur, T, E, qkv, C, pool);
+  matmul(l.z, cur, T, E, z, Vd, pool);
+  matmul(l.beta, cur, T, E, beta, Hv, pool);
+  matmul(l.alpha, cur, T, E, alpha, Hv, pool);
+  // Gates in place: beta <- sigmoid(beta), alpha <- g (log decay).
+  for (int64_t t = 0; t < T; ++t)
+    delta_net_gates(beta + t * Hv, alpha + t * Hv, l.dt_bias, l.ssm_a, static_cast<int>(Hv), beta + t * Hv, alpha + t * Hv);
+
+  // Recurrence per sequence over its tokens (ubatch tokens of one sequence are consecutive in
+  // position; they need not be adjacent rows, so rows are addressed through an index list).
+  const auto& ub = *b.ub;
+  std::vector<memory::SeqId> seqs;
+  for (size_t t = 0; t < ub.size(); ++t)
+    if (std::find(seqs.begin(), seqs.end(), ub.seq[t][0]) == seqs.end()) seqs.push_back(ub.seq[t][0]);
+  float* gq = ws.get(kGate, T * C);      // gathered rows of one sequence
+  float* go = ws.get(kUp, T * Vd);
+  for (memory::SeqId s : seqs) {
+    std::vector<int64_t> rows;
+    for (size_t t = 0; t < ub.size(); ++t)
+      if (ub.seq[t][0] == s) rows.push_back(static_cast<int64_t>(t));
+    const bool contiguous = rows.back() - rows.front() + 1 == static_cast<int64_t>(rows.size());
+    const int64_t n = static_cast<int64_t>(rows.size()), r0 = rows.front();
+    const uint32_t cell = b.rec_placement->cell_of(s);
+    float* conv_state = mem.rec->conv_state(il, cell);
+    float* ssm_state = mem.rec->ssm_state(il, cell);
+    const float* x_rows = qkv + r0 * C;
+    float* c_rows = conv + r0 * C;
+    if (!contiguous) {
+      for (int64_t i = 0; i < n; ++i) std::memcpy(gq + i * C, qkv + rows[i] * C, C * sizeof(float));
+      x_rows = gq;
+      c_rows = conv;  // compact scratch for this sequence
+    }
+    causal_conv1d_silu(x_rows, C, n, C, l.conv1d, cfg.ssm_d_conv, conv_state, c_rows, C, pool);
+    delta_net_normalize_qk(c_rows, C, c_rows + Kd, C, n, cfg.ssm_n_k_heads, static_cast<int>(cfg.ssm_d_state), cfg.rms_eps);
+    // Gates and z rows of this sequence (compact when the rows were gathered).
+    std::vector<float> g_rows, b_rows;
+    const float* gp = alpha + r0 * Hv;
+    const float* bp = beta + r0 * Hv;
+    if (!contiguous) {
+      g_rows.resize(n * Hv);
+      b_rows.resize(n * Hv);
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(&g_rows[i * Hv], alpha + rows[i] * Hv, Hv * sizeof(float));
+        std::memcpy(&b_rows[i * Hv], beta + rows[i] * Hv, Hv * sizeof(float));
+      }
+      gp = g_rows.data();
+      bp = b_rows.data();
+    }
+    DeltaNetIO io;
+    io.n_tokens = n;
+    io.q = c_rows; io.q_stride = C;
+    io.k = c_rows + Kd; io.k_stride = C;
+    io.v = c_rows + 2 * Kd; io.v_stride = C;
+    io.g = gp; io.g_stride = Hv;
+    io.beta = bp; io.beta_stride = Hv;
+    io.out = contiguous ? o + r0 * Vd : go;
+    io.out_stride = Vd;
+    gated_delta_rule(dn_shape_, io, ssm_state, pool);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = rows[i];
+      float* orow = contiguous ? o + t * Vd : go + i * Vd;
+      gated_rms_norm(orow, z + t * Vd, l.ssm_norm, o + t * Vd, Hv, dn_shape_.head_v_dim, cfg.rms_eps);
+    }
+  }
+  matmul(l.ssm_out, o, T, Vd, out, E, pool);
+}
+
+void Qwen35Model::ffn(int il, const float* cur, int64_t rows, float* out, Workspace& ws, ThreadPool& pool) const {
+  const auto& cfg = config_;
+  const Layer& l = layers_[il];
+  const int64_t E = cfg.n_embd;
+  if (cfg.n_expert > 0) {
+    moe_ffn(l.moe, cur, rows, E, out, ws, pool);
+    return;
+  }
+  const int64_t F = cfg.n_ff;
+  float* gate = ws.get(kGate, rows * F);
+  float* up = ws.get(kUp, rows * F);
+  matmul(l.ffn_gate, cur, rows, E, gate, F, pool);
+  matmul(l.ffn_up, cur, rows, E, up, F, pool);
+  for (int64_t t = 0; t < rows; ++t) swiglu(gate + t * F, up + t * F, gate + t * F, F);
+  matmul(l.ffn_down, gate, rows, F, out, E, pool);
+}
+
+void Qwen35Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws, ThreadPool& pool) const {
+  const auto& cfg = config_;
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t E = cfg.n_embd;
+  float* x = ws.get(kX, T * E);
+  float* cur = ws.get(kCur, T * E);
+  float* out = ws.get(kOut, T * E);
+  for (int64_t t = 0; t < T; ++t) get_row(token_embd_, b.tokens[t], x + t * E);
+
+  int64_t rows = T;
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    const Layer& l = layers_[il];
+    for (int64_t t = 0; t < T; ++t) rms_norm(x + t * E, l.attn_norm, cur + t * E, E, cfg.rms_eps);
+    if (cfg.is_recurrent(il)) delta_net_layer(il, b, mem, cur, out, ws, pool);
+    else attention_layer(il, b, mem, cur, out, ws, pool);
+    if (il == cfg.n_layer - 1) {  // only the rows whose logits are wanted go further
+      rows = static_cast<int64_t>(b.output_rows.size());
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t src = b.output_rows[i];
+        if (src != i) {
+          std::memcpy(x + i * E, x + src * E, E * sizeof(float));
+          std::memcpy(out + i * E, out + src * E, E * sizeof(float));
+        }
+      }
+      if (rows == 0) return;
+    }
+    for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
+    for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, l.post_attention_norm, cur + t * E, E, cfg.rms_eps);
+    ffn(il, cur, rows, out, ws, pool);
+    for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
+  }
+  for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, output_norm_, cur + t * E, E, cfg.rms_eps);
+  matmul(output_, cur, rows, E, b.logits, cfg.n_vocab, pool);
+}
+
+}  // namespace agentkv

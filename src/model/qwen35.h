@@ -1,0 +1,50 @@
+// Qwen3.5 hybrid decoder (qwen35 dense FFN, qwen35moe mixture of experts): Gated DeltaNet layers
+// with gated full-attention layers every few layers. Math: ../shared/reference/llama.cpp-anatomy.md §6.
+#pragma once
+#include <vector>
+
+#include "kernels/delta_net.h"
+#include "kernels/matmul.h"
+#include "model/model.h"
+#include "model/moe_ffn.h"
+
+namespace agentkv {
+
+class Qwen35Model final : public Model {
+ public:
+  Qwen35Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
+  void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
+               ThreadPool& pool) const override;
+
+ private:
+  struct Layer {
+    const float* attn_norm = nullptr;
+    const float* post_attention_norm = nullptr;
+    // gated attention
+    WeightMatrix wq_gate, wk, wv, wo;  // wq_gate rows: per head [q (D) | gate (D)]
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    // Gated DeltaNet
+    WeightMatrix qkv, z, beta, alpha, ssm_out;
+    const float* conv1d = nullptr;  // {d_conv, C}
+    const float* dt_bias = nullptr;
+    const float* ssm_a = nullptr;
+    const float* ssm_norm = nullptr;
+    // FFN: dense or MoE
+    WeightMatrix ffn_gate, ffn_up, ffn_down;
+    MoeWeights moe;
+  };
+  void attention_layer(int il, const ForwardBatch& b, ModelMemory& mem, const float* cur, float* out,
+                       Workspace& ws, ThreadPool& pool) const;
+  void delta_net_layer(int il, const ForwardBatch& b, ModelMemory& mem, const float* cur, float* out,
+                       Workspace& ws, ThreadPool& pool) const;
+  void ffn(int il, const float* cur, int64_t rows, float* out, Workspace& ws, ThreadPool& pool) const;
+
+  DeltaNetShape dn_shape_;
+  WeightMatrix token_embd_;
+  const float* output_norm_ = nullptr;
+  WeightMatrix output_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace agentkv
