@@ -2,14 +2,18 @@
 // Numerics follow ggml: a dot product takes the weight row in its own type and the activation
 // row already converted to vec_dot_type(weight type) (Q8_0 for the _0 types and iq4_nl, Q8_1 for
 // the _1 types, Q8_K for K-quants, F16 for F16, BF16 for BF16, F32 for F32).
+// Block structs: kernels/quant_blocks.h. Layouts and dispatch: docs/quant-types.md.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 #include "core/ggml_type.h"
+#include "kernels/dispatch.h"
 
 namespace agentkv {
 
+// Activation type a weight type's dot product takes. Throws agentkv::Error for types that have
+// no dot product (q8_1, q8_K, the integer and f64 types).
 GgmlType vec_dot_type(GgmlType weight_type);
 
 // Exactly ggml's dequantize_row_* (must reproduce ../shared/fixtures/quant bit for bit).
@@ -17,8 +21,21 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 // ggml's reference quantizers (quantize_row_*_ref); n must be a multiple of the block size.
 // Supported: every type in ggml_type.h except the integer/f64 ones.
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+// Converts an activation row to act_type (= vec_dot_type of some weight) the way ggml-cpu does on
+// x86 before a matrix multiply: q8_0 / q8_1 use ggml-cpu's AVX arithmetic (scale 127/amax, round
+// half to even), which differs from quantize_row's _ref rounding in rare last-bit cases; every
+// other type is quantize_row. Deterministic: the same bytes on every CPU level.
+void quantize_activation_row(GgmlType act_type, const float* src, void* dst, int64_t n);
+
+// A dot-product kernel: n elements, n a multiple of the weight type's block size.
+using VecDotFn = float (*)(int64_t n, const void* weight_row, const void* act_row);
+
 // Dot product of a weight row (type) and an activation row in vec_dot_type(type); n elements.
 // Runtime-dispatched (AVX-512 VNNI / AVX2 / scalar); all paths agree to float rounding.
 float vec_dot(GgmlType type, int64_t n, const void* weight_row, const void* act_row);
+// The kernel vec_dot uses at the active CPU level (look it up once, call it many times).
+VecDotFn vec_dot_fn(GgmlType type);
+// The kernel of one level (clamped to the CPU's), for tests and benchmarks comparing paths.
+VecDotFn vec_dot_fn(GgmlType type, CpuLevel level);
 
 }  // namespace agentkv

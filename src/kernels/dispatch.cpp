@@ -1,0 +1,132 @@
+#include "kernels/dispatch.h"
+
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define AGENTKV_X86 1
+#endif
+
+namespace agentkv {
+namespace {
+
+#ifdef AGENTKV_X86
+struct CpuidRegs {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+};
+
+CpuidRegs cpuid(unsigned leaf, unsigned subleaf) {
+  CpuidRegs r;
+  if (!__get_cpuid_count(leaf, subleaf, &r.a, &r.b, &r.c, &r.d)) r = CpuidRegs{};
+  return r;
+}
+
+// XCR0: which register states the OS saves on context switch.
+unsigned long long read_xcr0() {
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+#endif
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#ifdef AGENTKV_X86
+  const unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  if (max_leaf < 7) return f;
+  const CpuidRegs l1 = cpuid(1, 0);
+  const bool osxsave = (l1.c >> 27) & 1;
+  if (!osxsave) return f;
+  const unsigned long long xcr0 = read_xcr0();
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
+  const bool os_zmm = (xcr0 & 0xE6) == 0xE6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool fma = (l1.c >> 12) & 1;
+  const bool f16c = (l1.c >> 29) & 1;
+  const bool avx = (l1.c >> 28) & 1;
+  const CpuidRegs l7 = cpuid(7, 0);
+  const bool avx2 = (l7.b >> 5) & 1;
+  f.avx2 = os_ymm && avx && avx2 && fma && f16c;
+  const bool avx512f = (l7.b >> 16) & 1, avx512dq = (l7.b >> 17) & 1;
+  const bool avx512bw = (l7.b >> 30) & 1, avx512vl = (l7.b >> 31) & 1;
+  f.avx512 = f.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
+  f.avx512_vnni = f.avx512 && ((l7.c >> 11) & 1);
+  const CpuidRegs l7_1 = cpuid(7, 1);
+  f.avx512_bf16 = f.avx512 && ((l7_1.a >> 5) & 1);
+#endif
+  return f;
+}
+
+CpuLevel level_of(const CpuFeatures& f) {
+  if (f.avx512) return CpuLevel::Avx512;
+  if (f.avx2) return CpuLevel::Avx2;
+  return CpuLevel::Scalar;
+}
+
+CpuLevel clamp(CpuLevel want) {
+  const CpuLevel have = detected_cpu_level();
+  return static_cast<int>(want) < static_cast<int>(have) ? want : have;
+}
+
+CpuLevel initial_level() {
+  CpuLevel level = detected_cpu_level();
+  if (const char* env = std::getenv("AGENTKV_CPU"); env && *env) {
+    CpuLevel want;
+    if (parse_cpu_level(env, &want)) {
+      level = clamp(want);
+    } else {
+      std::fprintf(stderr, "agentkv: ignoring AGENTKV_CPU=%s (expected scalar, avx2 or avx512)\n", env);
+    }
+  }
+  return level;
+}
+
+std::atomic<int>& level_slot() {
+  static std::atomic<int> slot{static_cast<int>(initial_level())};
+  return slot;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+CpuLevel detected_cpu_level() { return level_of(cpu_features()); }
+
+CpuLevel active_cpu_level() {
+  return static_cast<CpuLevel>(level_slot().load(std::memory_order_relaxed));
+}
+
+CpuLevel set_cpu_level(CpuLevel level) {
+  const CpuLevel used = clamp(level);
+  level_slot().store(static_cast<int>(used), std::memory_order_relaxed);
+  return used;
+}
+
+std::string_view cpu_level_name(CpuLevel level) {
+  switch (level) {
+    case CpuLevel::Scalar: return "scalar";
+    case CpuLevel::Avx2: return "avx2";
+    case CpuLevel::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+bool parse_cpu_level(std::string_view name, CpuLevel* out) {
+  std::string lower(name);
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (CpuLevel l : {CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512}) {
+    if (lower == cpu_level_name(l)) {
+      *out = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace agentkv

@@ -1,0 +1,37 @@
+// Run-time CPU feature detection for the kernels. The library is built without -march flags, so
+// every SIMD kernel is compiled for its own target and picked here, once, from what the CPU (and
+// the OS, for AVX-512 register state) supports. AGENTKV_CPU=scalar|avx2|avx512 forces a lower
+// level (a higher one than the CPU has is clamped), which tests use to exercise every path.
+#pragma once
+#include <string_view>
+
+namespace agentkv {
+
+enum class CpuLevel : int {
+  Scalar = 0,  // portable C++
+  Avx2 = 1,    // AVX2 + FMA + F16C
+  Avx512 = 2,  // AVX-512 F/BW/VL/DQ on top of Avx2
+};
+
+struct CpuFeatures {
+  bool avx2 = false;  // with FMA and F16C
+  bool avx512 = false;  // F, BW, VL, DQ with OS support for the ZMM state
+  bool avx512_vnni = false;
+  bool avx512_bf16 = false;
+};
+
+// What the machine offers (detected once).
+const CpuFeatures& cpu_features();
+// Highest level the machine supports.
+CpuLevel detected_cpu_level();
+// Level the kernels use: detected_cpu_level(), lowered by AGENTKV_CPU or set_cpu_level().
+CpuLevel active_cpu_level();
+// Forces a level for this process (clamped to what the CPU supports); returns the level now in use.
+// Not thread-safe with kernels running: call it at start-up or between tests.
+CpuLevel set_cpu_level(CpuLevel level);
+
+std::string_view cpu_level_name(CpuLevel level);
+// "scalar", "avx2", "avx512" (case-insensitive); false for anything else.
+bool parse_cpu_level(std::string_view name, CpuLevel* out);
+
+}  // namespace agentkv

@@ -1,0 +1,120 @@
+// ggml's quantized block layouts, byte for byte (ggml-common.h). Every struct is packed by
+// construction (only uint8/int8/uint16/int16/float members in an order with no padding), and the
+// static_asserts pin the sizes that GGUF files depend on.
+#pragma once
+#include <cstdint>
+
+namespace agentkv {
+
+constexpr int kQK4_0 = 32;
+constexpr int kQK4_1 = 32;
+constexpr int kQK5_0 = 32;
+constexpr int kQK5_1 = 32;
+constexpr int kQK8_0 = 32;
+constexpr int kQK8_1 = 32;
+constexpr int kQK4_NL = 32;
+constexpr int kQK_K = 256;       // super-block size of the K-quants
+constexpr int kKScaleBytes = 12;  // packed 6-bit scales and mins of q4_K / q5_K
+
+using f16_bits = uint16_t;  // IEEE half, stored as raw bits
+
+// d * (q - 8), q in 0..15; element j in low nibble of qs[j], element j+16 in the high nibble.
+struct BlockQ4_0 {
+  f16_bits d;
+  uint8_t qs[kQK4_0 / 2];
+};
+// d * q + m
+struct BlockQ4_1 {
+  f16_bits d;
+  f16_bits m;
+  uint8_t qs[kQK4_1 / 2];
+};
+// d * (q - 16), q 5 bits: low 4 bits as in q4_0, bit 4 of element j is bit j of qh.
+struct BlockQ5_0 {
+  f16_bits d;
+  uint8_t qh[4];
+  uint8_t qs[kQK5_0 / 2];
+};
+struct BlockQ5_1 {
+  f16_bits d;
+  f16_bits m;
+  uint8_t qh[4];
+  uint8_t qs[kQK5_1 / 2];
+};
+struct BlockQ8_0 {
+  f16_bits d;
+  int8_t qs[kQK8_0];
+};
+// Activation format of the _1 types: s = d * sum(qs).
+struct BlockQ8_1 {
+  f16_bits d;
+  f16_bits s;
+  int8_t qs[kQK8_1];
+};
+// Non-linear 4-bit: d * kIQ4NLValues[q].
+struct BlockIQ4_NL {
+  f16_bits d;
+  uint8_t qs[kQK4_NL / 2];
+};
+
+// 16 sub-blocks of 16: scale (low nibble) and min (high nibble) per sub-block, 2-bit quants.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 4];
+  f16_bits d;
+  f16_bits dmin;
+};
+// 16 sub-blocks of 16: 6-bit signed scales (offset 32), 2 low bits in qs, high bit in hmask.
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[12];
+  f16_bits d;
+};
+// 8 sub-blocks of 32: 6-bit scale and min each (packed in 12 bytes), 4-bit quants.
+struct BlockQ4_K {
+  f16_bits d;
+  f16_bits dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qs[kQK_K / 2];
+};
+struct BlockQ5_K {
+  f16_bits d;
+  f16_bits dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+// 16 sub-blocks of 16: int8 scales, 6-bit quants (offset 32): 4 low bits in ql, 2 high in qh.
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  f16_bits d;
+};
+// Activation format of the K-quants: float scale, and sums of each group of 16 quants.
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];
+};
+
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_K) == 292);
+
+// The 16 levels of iq4_nl (ggml's kvalues_iq4nl).
+inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+}  // namespace agentkv

@@ -1,0 +1,274 @@
+// Portable dot products, one per weight type, with the activation row in vec_dot_type(type).
+// They follow ggml's generic kernels: exact integer sums per block, then the block's float scales
+// (so the SIMD kernels only differ from these in float summation order). Float rows accumulate in
+// double, as ggml's scalar f32/f16/bf16 kernels do.
+#include "kernels/quant_kernels.h"
+
+namespace agentkv::quant_detail {
+namespace {
+
+float dot_f32(int64_t n, const void* w, const void* a) {
+  const float* x = static_cast<const float*>(w);
+  const float* y = static_cast<const float*>(a);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * y[i]);
+  return static_cast<float>(sum);
+}
+
+float dot_f16(int64_t n, const void* w, const void* a) {
+  const uint16_t* x = static_cast<const uint16_t*>(w);
+  const uint16_t* y = static_cast<const uint16_t*>(a);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
+  return static_cast<float>(sum);
+}
+
+float dot_bf16(int64_t n, const void* w, const void* a) {
+  const uint16_t* x = static_cast<const uint16_t*>(w);
+  const uint16_t* y = static_cast<const uint16_t*>(a);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
+  return static_cast<float>(sum);
+}
+
+float dot_q8_0(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ8_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float sum = 0;
+  for (int64_t ib = 0; ib < n / kQK8_0; ++ib) {
+    int isum = 0;
+    for (int j = 0; j < kQK8_0; ++j) isum += x[ib].qs[j] * y[ib].qs[j];
+    sum += static_cast<float>(isum) * (f16(x[ib].d) * f16(y[ib].d));
+  }
+  return sum;
+}
+
+float dot_q4_0(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float sum = 0;
+  for (int64_t ib = 0; ib < n / kQK4_0; ++ib) {
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      isum += ((x[ib].qs[j] & 0x0F) - 8) * y[ib].qs[j];
+      isum += ((x[ib].qs[j] >> 4) - 8) * y[ib].qs[j + 16];
+    }
+    sum += static_cast<float>(isum) * f16(x[ib].d) * f16(y[ib].d);
+  }
+  return sum;
+}
+
+float dot_q4_1(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_1*>(w);
+  const auto* y = static_cast<const BlockQ8_1*>(a);
+  float sum = 0;
+  for (int64_t ib = 0; ib < n / kQK4_1; ++ib) {
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      isum += (x[ib].qs[j] & 0x0F) * y[ib].qs[j];
+      isum += (x[ib].qs[j] >> 4) * y[ib].qs[j + 16];
+    }
+    sum += (f16(x[ib].d) * f16(y[ib].d)) * static_cast<float>(isum) + f16(x[ib].m) * f16(y[ib].s);
+  }
+  return sum;
+}
+
+// 5-bit value j (0..31) of a q5 block: low nibble from qs, bit 4 from qh.
+inline int q5_value(const uint8_t* qs, uint32_t qh, int j) {
+  const int low = j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4);
+  return low | static_cast<int>(((qh >> j) & 1) << 4);
+}
+
+float dot_q5_0(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ5_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float sum = 0;
+  for (int64_t ib = 0; ib < n / kQK5_0; ++ib) {
+    uint32_t qh;
+    std::memcpy(&qh, x[ib].qh, 4);
+    int isum = 0;
+    for (int j = 0; j < kQK5_0; ++j) isum += (q5_value(x[ib].qs, qh, j) - 16) * y[ib].qs[j];
+    sum += (f16(x[ib].d) * f16(y[ib].d)) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+float dot_q5_1(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ5_1*>(w);
+  const auto* y = static_cast<const BlockQ8_1*>(a);
+  float sum = 0;
+  for (int64_t ib = 0; ib < n / kQK5_1; ++ib) {
+    uint32_t qh;
+    std::memcpy(&qh, x[ib].qh, 4);
+    int isum = 0;
+    for (int j = 0; j < kQK5_1; ++j) isum += q5_value(x[ib].qs, qh, j) * y[ib].qs[j];
+    sum += (f16(x[ib].d) * f16(y[ib].d)) * static_cast<float>(isum) + f16(x[ib].m) * f16(y[ib].s);
+  }
+  return sum;
+}
+
+float dot_iq4_nl(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockIQ4_NL*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float sum = 0;
+  for (int64_t ib = 0; ib < n / kQK4_NL; ++ib) {
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      isum += y[ib].qs[j] * kIQ4NLValues[x[ib].qs[j] & 0xF];
+      isum += y[ib].qs[j + 16] * kIQ4NLValues[x[ib].qs[j] >> 4];
+    }
+    sum += (f16(y[ib].d) * f16(x[ib].d)) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+// K-quants: weights are unpacked to int8 per super-block, each 16- or 32-element sub-block's
+// integer dot is scaled by its integer sub-block scale, and mins use the q8_K group sums.
+float dot_q2_K(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ2_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int summs = 0;
+    for (int j = 0; j < 16; ++j) summs += y[i].bsums[j] * (x[i].scales[j] >> 4);
+    const float dall = y[i].d * f16(x[i].d);
+    const float dmin = y[i].d * f16(x[i].dmin);
+    int isum = 0;
+    const int8_t* q8 = y[i].qs;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q2 = x[i].qs + 32 * half;
+      for (int shift = 0; shift < 8; shift += 2) {
+        for (int part = 0; part < 2; ++part, q8 += 16) {
+          const int sub = 8 * half + 2 * (shift / 2) + part;
+          int sub_sum = 0;
+          for (int l = 0; l < 16; ++l) sub_sum += q8[l] * ((q2[16 * part + l] >> shift) & 3);
+          isum += (x[i].scales[sub] & 0xF) * sub_sum;
+        }
+      }
+    }
+    sum += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+  return sum;
+}
+
+float dot_q3_K(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ3_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int8_t scales[16];
+    q3k_scales(x[i].scales, scales);
+    int isum = 0;
+    for (int j = 0; j < kQK_K; ++j) {
+      // Element j: plane (j % 128) / 32 of qs byte (j / 128) * 32 + j % 32, high bit j / 32 of hmask.
+      const int plane = (j % 128) / 32;
+      const int low = (x[i].qs[(j / 128) * 32 + j % 32] >> (2 * plane)) & 3;
+      const int high = (x[i].hmask[j % 32] >> (j / 32)) & 1;
+      isum += (scales[j / 16] - 32) * (low - (high ? 0 : 4)) * y[i].qs[j];
+    }
+    sum += f16(x[i].d) * y[i].d * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+// Shared by q4_K and q5_K once the 256 weights are unpacked to 0..31.
+float k4_superblock_dot(const uint8_t* q, const uint8_t* packed_scales, float d, float dmin,
+                        const BlockQ8_K& y) {
+  int isum = 0, summs = 0;
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    k4_scale_min(j, packed_scales, &sc, &m);
+    int sub = 0;
+    for (int l = 0; l < 32; ++l) sub += q[32 * j + l] * y.qs[32 * j + l];
+    isum += sc * sub;
+    summs += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
+  }
+  return d * y.d * static_cast<float>(isum) - dmin * y.d * static_cast<float>(summs);
+}
+
+float dot_q4_K(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float sum = 0;
+  uint8_t q[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; ++l) {
+        q[64 * j + l] = x[i].qs[32 * j + l] & 0xF;
+        q[64 * j + 32 + l] = x[i].qs[32 * j + l] >> 4;
+      }
+    }
+    sum += k4_superblock_dot(q, x[i].scales, f16(x[i].d), f16(x[i].dmin), y[i]);
+  }
+  return sum;
+}
+
+float dot_q5_K(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ5_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float sum = 0;
+  uint8_t q[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t h = x[i].qh[l];
+        q[64 * j + l] = static_cast<uint8_t>((x[i].qs[32 * j + l] & 0xF) | (((h >> (2 * j)) & 1) << 4));
+        q[64 * j + 32 + l] = static_cast<uint8_t>((x[i].qs[32 * j + l] >> 4) | (((h >> (2 * j + 1)) & 1) << 4));
+      }
+    }
+    sum += k4_superblock_dot(q, x[i].scales, f16(x[i].d), f16(x[i].dmin), y[i]);
+  }
+  return sum;
+}
+
+float dot_q6_K(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float sum = 0;
+  int8_t q[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = x[i].ql + 64 * h;
+      const uint8_t* qh = x[i].qh + 32 * h;
+      int8_t* out = q + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        out[l] = static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+        out[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        out[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        out[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+    }
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      int sub = 0;
+      for (int l = 0; l < 16; ++l) sub += q[16 * j + l] * y[i].qs[16 * j + l];
+      isum += x[i].scales[j] * sub;
+    }
+    sum += f16(x[i].d) * y[i].d * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+}  // namespace
+
+VecDotFn scalar_vec_dot(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: return dot_f32;
+    case GgmlType::F16: return dot_f16;
+    case GgmlType::BF16: return dot_bf16;
+    case GgmlType::Q8_0: return dot_q8_0;
+    case GgmlType::Q4_0: return dot_q4_0;
+    case GgmlType::Q4_1: return dot_q4_1;
+    case GgmlType::Q5_0: return dot_q5_0;
+    case GgmlType::Q5_1: return dot_q5_1;
+    case GgmlType::IQ4_NL: return dot_iq4_nl;
+    case GgmlType::Q2_K: return dot_q2_K;
+    case GgmlType::Q3_K: return dot_q3_K;
+    case GgmlType::Q4_K: return dot_q4_K;
+    case GgmlType::Q5_K: return dot_q5_K;
+    case GgmlType::Q6_K: return dot_q6_K;
+    default: return nullptr;
+  }
+}
+
+}  // namespace agentkv::quant_detail

@@ -1,0 +1,82 @@
+// Internal to src/kernels: the per-type functions behind quant.h's type-switched entry points.
+// Scalar reference code lives in quant_simple.cpp / quant_kquants.cpp / quant_dot_scalar.cpp;
+// SIMD dot products in quant_dot_avx2.cpp / quant_dot_avx512.cpp (each compiled for its own target).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "core/fp16.h"
+#include "core/ggml_type.h"
+#include "kernels/quant.h"
+#include "kernels/quant_blocks.h"
+
+namespace agentkv::quant_detail {
+
+// ggml's nearest_int: round half to even via the 1.5 * 2^23 trick (valid for |v| < 2^22).
+inline int nearest_int(float v) {
+  const float shifted = v + 12582912.f;
+  return static_cast<int>(fp32_to_bits(shifted) & 0x007fffffu) - 0x00400000;
+}
+
+inline float f16(f16_bits h) { return fp16_to_fp32(h); }
+
+// Unpacks the 6-bit scale and min of sub-block j (0..7) from q4_K / q5_K's 12 scale bytes.
+inline void k4_scale_min(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *min = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Unpacks q3_K's sixteen 6-bit scales (still offset by 32) from its 12 scale bytes.
+inline void q3k_scales(const uint8_t* packed, int8_t out[16]) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? (packed[j] & 0xF) : (packed[j - 8] >> 4);
+    const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    out[j] = static_cast<int8_t>(low | (high << 4));
+  }
+}
+
+// ---- reference quantizers (ggml's quantize_row_*_ref) and dequantizers, n elements ----
+void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t n);
+void quantize_q4_1(const float* x, BlockQ4_1* y, int64_t n);
+void quantize_q5_0(const float* x, BlockQ5_0* y, int64_t n);
+void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t n);
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
+void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t n);
+void quantize_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n);
+void quantize_q2_K(const float* x, BlockQ2_K* y, int64_t n);
+void quantize_q3_K(const float* x, BlockQ3_K* y, int64_t n);
+void quantize_q4_K(const float* x, BlockQ4_K* y, int64_t n);
+void quantize_q5_K(const float* x, BlockQ5_K* y, int64_t n);
+void quantize_q6_K(const float* x, BlockQ6_K* y, int64_t n);
+void quantize_q8_K(const float* x, BlockQ8_K* y, int64_t n);
+
+// ggml-cpu's x86 activation quantizers for q8_0 / q8_1 (scale 127/amax, round half to even):
+// they differ from the _ref ones in the last bit, and llama.cpp uses them on x86.
+void quantize_q8_0_activation(const float* x, BlockQ8_0* y, int64_t n);
+void quantize_q8_1_activation(const float* x, BlockQ8_1* y, int64_t n);
+
+void dequantize_q4_0(const BlockQ4_0* x, float* y, int64_t n);
+void dequantize_q4_1(const BlockQ4_1* x, float* y, int64_t n);
+void dequantize_q5_0(const BlockQ5_0* x, float* y, int64_t n);
+void dequantize_q5_1(const BlockQ5_1* x, float* y, int64_t n);
+void dequantize_q8_0(const BlockQ8_0* x, float* y, int64_t n);
+void dequantize_q8_1(const BlockQ8_1* x, float* y, int64_t n);
+void dequantize_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n);
+void dequantize_q2_K(const BlockQ2_K* x, float* y, int64_t n);
+void dequantize_q3_K(const BlockQ3_K* x, float* y, int64_t n);
+void dequantize_q4_K(const BlockQ4_K* x, float* y, int64_t n);
+void dequantize_q5_K(const BlockQ5_K* x, float* y, int64_t n);
+void dequantize_q6_K(const BlockQ6_K* x, float* y, int64_t n);
+void dequantize_q8_K(const BlockQ8_K* x, float* y, int64_t n);
+
+// ---- dot-product kernel tables, one per CPU level; nullptr where a level has no kernel ----
+VecDotFn scalar_vec_dot(GgmlType type);
+VecDotFn avx2_vec_dot(GgmlType type);
+VecDotFn avx512_vec_dot(GgmlType type);
+
+}  // namespace agentkv::quant_detail
