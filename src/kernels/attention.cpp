@@ -1,0 +1,657 @@
+// Flash-style attention over stored K/V rows, mirroring llama.cpp's CPU FLASH_ATTN_EXT numerics.
+//
+// llama.cpp runs one of three algorithms; we pick the same one for the same call:
+//  - per-key ("one chunk"): Q is converted to vec_dot_type(K); every visible key updates the
+//    running max M, sum S and output VKQ one at a time (expf); with F16 V, VKQ is kept in F16 and
+//    rounded after every scale / multiply-add. Used for short batches.
+//  - tiled: for >= 64 query rows with K and V both F16 or both F32, Q stays F32, keys come in
+//    tiles of 64, M and S are updated once per tile (tile sum in double) and VKQ accumulates in F32.
+//  - split keys: a single query row over >= 512 keys is cut into key chunks processed in parallel
+//    with the per-key algorithm; the chunks' (M, S, VKQ) are merged at the end.
+// Work is spread over threads as (token, KV head) units (all query heads of a GQA group share
+// the K/V rows they read), taken dynamically since causal rows differ in length.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "kernels/attention.h"
+#include "kernels/quant.h"
+
+// Shared by every target's copy of this file: the plan of one call.
+#ifndef AGENTKV_ATTENTION_PLAN_DEFINED
+#define AGENTKV_ATTENTION_PLAN_DEFINED
+namespace agentkv::attention_detail {
+
+constexpr int64_t kKeyTile = 64;         // keys per tile (llama.cpp's GGML_FA_TILE_KV)
+constexpr int64_t kTiledMinTokens = 64;  // llama.cpp's GGML_FA_TILE_Q: tiled path threshold
+constexpr int64_t kSplitMinKeys = 512;   // llama.cpp splits single-row attention from here on
+constexpr int64_t kTokensPerTiledUnit = 8;
+
+enum class Mode { kPerKey, kTiled, kSplitKeys };
+
+struct Plan {
+  const AttentionArgs* args = nullptr;
+  Mode mode = Mode::kPerKey;
+  int64_t head_dim = 0;
+  int64_t group = 0;  // query heads per KV head
+  int64_t n_head_kv = 0;
+  size_t k_head_bytes = 0;  // bytes of one head's slice of a K row
+  size_t v_head_bytes = 0;
+  GgmlType q_type = GgmlType::F32;  // vec_dot_type(k_type) for the per-key algorithm
+  size_t q_head_bytes = 0;
+  int64_t n_units = 0;
+  int64_t n_chunks = 1;     // split keys: chunks per KV head
+  int64_t chunk_size = 0;
+  float* partials = nullptr;  // split keys: [n_head][n_chunks][2 + head_dim] = M, S, VKQ
+};
+
+}  // namespace agentkv::attention_detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace agentkv {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using attention_detail::kKeyTile;
+using attention_detail::Mode;
+using attention_detail::Plan;
+
+using DF = hn::ScalableTag<float>;
+using DH = hn::Rebind<hwy::float16_t, DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;
+using DU32 = hn::RebindToUnsigned<DF>;
+
+HWY_INLINE hn::Vec<DF> LoadF16(const uint16_t* p) {
+  return hn::PromoteTo(DF(), hn::LoadU(DH(), reinterpret_cast<const hwy::float16_t*>(p)));
+}
+HWY_INLINE hn::Vec<DF> LoadBF16(const uint16_t* p) {
+  const auto wide = hn::PromoteTo(DU32(), hn::LoadU(DU16(), p));
+  return hn::BitCast(DF(), hn::ShiftLeft<16>(wide));
+}
+
+// Targets without F16C convert f32 -> f16 by truncation in Highway; ggml rounds to nearest even,
+// so those targets use the scalar conversion.
+#undef AGENTKV_ATTN_VECTOR_F16_STORE
+#if HWY_TARGET >= HWY_SSE4
+#define AGENTKV_ATTN_VECTOR_F16_STORE 0
+#else
+#define AGENTKV_ATTN_VECTOR_F16_STORE 1
+#endif
+
+float DotF32(const float* a, const float* b, int64_t n) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * step <= n; i += 2 * step) {
+    acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(d, a + i + step), hn::LoadU(d, b + i + step), acc1);
+  }
+  for (; i + step <= n; i += step) acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
+  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// F16 x F16 as ggml_vec_dot_f16: both sides widened to f32, products accumulated in f32.
+float DotF16(const uint16_t* a, const uint16_t* b, int64_t n) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * step <= n; i += 2 * step) {
+    acc0 = hn::MulAdd(LoadF16(a + i), LoadF16(b + i), acc0);
+    acc1 = hn::MulAdd(LoadF16(a + i + step), LoadF16(b + i + step), acc1);
+  }
+  for (; i + step <= n; i += step) acc0 = hn::MulAdd(LoadF16(a + i), LoadF16(b + i), acc0);
+  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) sum += fp16_to_fp32(a[i]) * fp16_to_fp32(b[i]);
+  return sum;
+}
+
+float DotBF16(const uint16_t* a, const uint16_t* b, int64_t n) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  auto acc = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) acc = hn::MulAdd(LoadBF16(a + i), LoadBF16(b + i), acc);
+  float sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; i < n; ++i) sum += bf16_to_fp32(a[i]) * bf16_to_fp32(b[i]);
+  return sum;
+}
+
+// F32 query x F16 key (the tiled path widens K tiles to f32 and multiplies in f32).
+float DotF32F16(const float* a, const uint16_t* b, int64_t n) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * step <= n; i += 2 * step) {
+    acc0 = hn::MulAdd(hn::LoadU(d, a + i), LoadF16(b + i), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(d, a + i + step), LoadF16(b + i + step), acc1);
+  }
+  for (; i + step <= n; i += step) acc0 = hn::MulAdd(hn::LoadU(d, a + i), LoadF16(b + i), acc0);
+  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) sum += a[i] * fp16_to_fp32(b[i]);
+  return sum;
+}
+
+void ScaleF32(float* y, float v, int64_t n) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto vv = hn::Set(d, v);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) hn::StoreU(hn::Mul(hn::LoadU(d, y + i), vv), d, y + i);
+  for (; i < n; ++i) y[i] *= v;
+}
+
+void AxpyF32(float* y, const float* x, float v, int64_t n) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto vv = hn::Set(d, v);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) {
+    hn::StoreU(hn::MulAdd(hn::LoadU(d, x + i), vv, hn::LoadU(d, y + i)), d, y + i);
+  }
+  for (; i < n; ++i) y[i] += x[i] * v;
+}
+
+void AxpyF32FromF16(float* y, const uint16_t* x, float v, int64_t n) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto vv = hn::Set(d, v);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) {
+    hn::StoreU(hn::MulAdd(LoadF16(x + i), vv, hn::LoadU(d, y + i)), d, y + i);
+  }
+  for (; i < n; ++i) y[i] += fp16_to_fp32(x[i]) * v;
+}
+
+// ggml_vec_scale_f16 / ggml_vec_mad_f16: widen, compute in f32, round back to f16 every time.
+void ScaleF16(uint16_t* y, float v, int64_t n) {
+  int64_t i = 0;
+#if AGENTKV_ATTN_VECTOR_F16_STORE
+  const DF d;
+  const DH dh;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto vv = hn::Set(d, v);
+  for (; i + step <= n; i += step) {
+    const auto r = hn::Mul(LoadF16(y + i), vv);
+    hn::StoreU(hn::DemoteTo(dh, r), dh, reinterpret_cast<hwy::float16_t*>(y + i));
+  }
+#endif
+  for (; i < n; ++i) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * v);
+}
+
+void AxpyF16(uint16_t* y, const uint16_t* x, float v, int64_t n) {
+  int64_t i = 0;
+#if AGENTKV_ATTN_VECTOR_F16_STORE
+  const DF d;
+  const DH dh;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto vv = hn::Set(d, v);
+  for (; i + step <= n; i += step) {
+    const auto r = hn::MulAdd(LoadF16(x + i), vv, LoadF16(y + i));
+    hn::StoreU(hn::DemoteTo(dh, r), dh, reinterpret_cast<hwy::float16_t*>(y + i));
+  }
+#endif
+  for (; i < n; ++i) y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
+}
+
+// p[j] = exp(s[j] - m); returns the sum in double (ggml_vec_soft_max_f32).
+double ExpShifted(const float* s, float m, float* p, int64_t n) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto vm = hn::Set(d, m);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, s + i), vm)), d, p + i);
+  for (; i < n; ++i) p[i] = std::exp(s[i] - m);
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(p[j]);
+  return sum;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-thread scratch, reused across calls (pool threads are persistent).
+struct Scratch {
+  std::vector<float> f32;
+  std::vector<uint16_t> f16;
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> visible;
+};
+
+Scratch& ThreadScratch() {
+  static thread_local Scratch scratch;
+  return scratch;
+}
+
+template <class T>
+T* Reserve(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// Keys of [c0, c1) the row can see; returns how many.
+int64_t VisibleKeys(const float* mask_row, int64_t c0, int64_t c1, int64_t* out) {
+  int64_t n = 0;
+  if (!mask_row) {
+    for (int64_t c = c0; c < c1; ++c) out[n++] = c;
+    return n;
+  }
+  for (int64_t c = c0; c < c1; ++c) {
+    if (mask_row[c] != -INFINITY) out[n++] = c;
+  }
+  return n;
+}
+
+// Writes one finished row: out = VKQ / S (as ggml: multiply by 1/S, zero when S == 0) and lse.
+void FinishRow(const AttentionArgs& a, int64_t t, int64_t h, const float* acc, float m, float s) {
+  const int64_t d = a.shape.head_dim;
+  float* out = a.out + t * a.out_stride + h * d;
+  const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+  for (int64_t i = 0; i < d; ++i) out[i] = acc[i] * inv;
+  if (a.lse) a.lse[t * a.shape.n_head + h] = s == 0.0f ? -INFINITY : m + std::log(s);
+}
+
+// The per-key algorithm for token t, KV head g, keys [k0, k1). Writes final rows, or partial
+// (M, S, VKQ) records when chunk >= 0 (split-keys mode).
+void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, int64_t chunk) {
+  const AttentionArgs& a = *plan.args;
+  const int64_t D = plan.head_dim;
+  const int64_t G = plan.group;
+  const bool v_f16 = a.v_type == GgmlType::F16;
+  const bool v_f32 = a.v_type == GgmlType::F32;
+
+  Scratch& sc = ThreadScratch();
+  uint8_t* q_conv = Reserve(sc.bytes, static_cast<size_t>(G) * plan.q_head_bytes);
+  float* f = Reserve(sc.f32, static_cast<size_t>(G * D + kKeyTile * D + kKeyTile + 2 * G));
+  float* acc32 = f;                      // G x D
+  float* v_tile = acc32 + G * D;         // kKeyTile x D (dequantized V rows)
+  float* scores = v_tile + kKeyTile * D;  // kKeyTile
+  float* M = scores + kKeyTile;          // G
+  float* S = M + G;                      // G
+  uint16_t* acc16 = Reserve(sc.f16, static_cast<size_t>(G * D));
+  int64_t* visible = Reserve(sc.visible, static_cast<size_t>(kKeyTile));
+
+  for (int64_t r = 0; r < G; ++r) {
+    const float* q = a.q + t * a.q_stride + (g * G + r) * D;
+    uint8_t* dst = q_conv + r * plan.q_head_bytes;
+    switch (plan.q_type) {
+      case GgmlType::F32: std::memcpy(dst, q, static_cast<size_t>(D) * sizeof(float)); break;
+      case GgmlType::F16: {
+        auto* h = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t i = 0; i < D; ++i) h[i] = fp32_to_fp16(q[i]);
+        break;
+      }
+      case GgmlType::BF16: {
+        auto* h = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t i = 0; i < D; ++i) h[i] = fp32_to_bf16(q[i]);
+        break;
+      }
+      default: quantize_row(plan.q_type, q, dst, D); break;
+    }
+    M[r] = -INFINITY;
+    S[r] = 0.0f;
+  }
+  if (v_f16) {
+    std::fill(acc16, acc16 + G * D, uint16_t{0});
+  } else {
+    std::fill(acc32, acc32 + G * D, 0.0f);
+  }
+
+  const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
+  const size_t k_off = static_cast<size_t>(g) * plan.k_head_bytes;
+  const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
+
+  for (int64_t c0 = k0; c0 < k1; c0 += kKeyTile) {
+    const int64_t c1 = std::min(c0 + kKeyTile, k1);
+    const int64_t n_vis = VisibleKeys(mask_row, c0, c1, visible);
+    if (n_vis == 0) continue;
+    if (!v_f16 && !v_f32) {
+      for (int64_t j = 0; j < n_vis; ++j) {
+        dequantize_row(a.v_type, a.v + visible[j] * a.v_row_bytes + v_off, v_tile + j * D, D);
+      }
+    }
+    for (int64_t r = 0; r < G; ++r) {
+      const uint8_t* q = q_conv + r * plan.q_head_bytes;
+      for (int64_t j = 0; j < n_vis; ++j) {
+        const uint8_t* k = a.k + visible[j] * a.k_row_bytes + k_off;
+        float dot;
+        switch (a.k_type) {
+          case GgmlType::F32:
+            dot = DotF32(reinterpret_cast<const float*>(k), reinterpret_cast<const float*>(q), D);
+            break;
+          case GgmlType::F16:
+            dot = DotF16(reinterpret_cast<const uint16_t*>(k), reinterpret_cast<const uint16_t*>(q), D);
+            break;
+          case GgmlType::BF16:
+            dot = DotBF16(reinterpret_cast<const uint16_t*>(k), reinterpret_cast<const uint16_t*>(q), D);
+            break;
+          default: dot = vec_dot(a.k_type, D, k, q); break;
+        }
+        scores[j] = dot * a.shape.scale + (mask_row ? mask_row[visible[j]] : 0.0f);
+      }
+      // Sequential online softmax, one key at a time, exactly in ggml's order.
+      float m = M[r], s_sum = S[r];
+      float* row32 = acc32 + r * D;
+      uint16_t* row16 = acc16 + r * D;
+      for (int64_t j = 0; j < n_vis; ++j) {
+        const float s = scores[j];
+        float ms = 1.0f, vs = 1.0f;
+        if (s > m) {
+          const float m_old = m;
+          m = s;
+          ms = std::exp(m_old - m);
+          if (m_old != -INFINITY) {  // before the first key the accumulator is all zeros
+            if (v_f16) {
+              ScaleF16(row16, ms, D);
+            } else {
+              ScaleF32(row32, ms, D);
+            }
+          }
+        } else {
+          vs = std::exp(s - m);
+        }
+        if (v_f16) {
+          AxpyF16(row16, reinterpret_cast<const uint16_t*>(a.v + visible[j] * a.v_row_bytes + v_off), vs, D);
+        } else if (v_f32) {
+          AxpyF32(row32, reinterpret_cast<const float*>(a.v + visible[j] * a.v_row_bytes + v_off), vs, D);
+        } else {
+          AxpyF32(row32, v_tile + j * D, vs, D);
+        }
+        s_sum = s_sum * ms + vs;
+      }
+      M[r] = m;
+      S[r] = s_sum;
+    }
+  }
+
+  for (int64_t r = 0; r < G; ++r) {
+    float* row32 = acc32 + r * D;
+    if (v_f16) {
+      for (int64_t i = 0; i < D; ++i) row32[i] = fp16_to_fp32(acc16[r * D + i]);
+    }
+    const int64_t h = g * G + r;
+    if (chunk < 0) {
+      FinishRow(a, t, h, row32, M[r], S[r]);
+    } else {
+      float* rec = plan.partials + (h * plan.n_chunks + chunk) * (2 + D);
+      rec[0] = M[r];
+      rec[1] = S[r];
+      std::memcpy(rec + 2, row32, static_cast<size_t>(D) * sizeof(float));
+    }
+  }
+}
+
+// The tiled algorithm for tokens [t0, t1), KV head g (K, V both F16 or both F32).
+void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
+  const AttentionArgs& a = *plan.args;
+  const int64_t D = plan.head_dim;
+  const int64_t G = plan.group;
+  const int64_t n_rows = (t1 - t0) * G;
+  const bool f16 = a.k_type == GgmlType::F16;
+
+  Scratch& sc = ThreadScratch();
+  float* f = Reserve(sc.f32, static_cast<size_t>(n_rows * D + 2 * n_rows + 2 * kKeyTile));
+  float* acc = f;                  // n_rows x D
+  float* M = acc + n_rows * D;     // n_rows
+  float* S = M + n_rows;           // n_rows
+  float* scores = S + n_rows;      // kKeyTile
+  float* probs = scores + kKeyTile;  // kKeyTile
+  std::fill(acc, acc + n_rows * D, 0.0f);
+  std::fill(M, M + n_rows, -INFINITY);
+  std::fill(S, S + n_rows, 0.0f);
+
+  const size_t k_off = static_cast<size_t>(g) * plan.k_head_bytes;
+  const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
+
+  for (int64_t c0 = 0; c0 < a.n_kv; c0 += kKeyTile) {
+    const int64_t n_keys = std::min(kKeyTile, a.n_kv - c0);
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* mask_row = a.mask ? a.mask + t * a.mask_stride + c0 : nullptr;
+      if (mask_row) {
+        bool any = false;
+        for (int64_t j = 0; j < n_keys && !any; ++j) any = mask_row[j] != -INFINITY;
+        if (!any) continue;  // llama.cpp skips such (row, tile) pairs entirely
+      }
+      for (int64_t r = 0; r < G; ++r) {
+        const int64_t row = (t - t0) * G + r;
+        const float* q = a.q + t * a.q_stride + (g * G + r) * D;
+        float tile_max = -INFINITY;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const float mv = mask_row ? mask_row[j] : 0.0f;
+          float s = -INFINITY;
+          if (mv != -INFINITY) {
+            const uint8_t* k = a.k + (c0 + j) * a.k_row_bytes + k_off;
+            const float dot = f16 ? DotF32F16(q, reinterpret_cast<const uint16_t*>(k), D)
+                                  : DotF32(q, reinterpret_cast<const float*>(k), D);
+            s = dot * a.shape.scale + mv;
+          }
+          scores[j] = s;
+          tile_max = std::max(tile_max, s);
+        }
+        if (tile_max == -INFINITY) continue;
+        float* row_acc = acc + row * D;
+        const float m_new = std::max(M[row], tile_max);
+        if (m_new > M[row]) {
+          const float ms = std::exp(M[row] - m_new);
+          ScaleF32(row_acc, ms, D);
+          S[row] *= ms;
+        }
+        M[row] = m_new;
+        const double tile_sum = ExpShifted(scores, m_new, probs, n_keys);
+        S[row] = static_cast<float>(static_cast<double>(S[row]) + tile_sum);
+        for (int64_t j = 0; j < n_keys; ++j) {
+          if (probs[j] == 0.0f) continue;
+          const uint8_t* v = a.v + (c0 + j) * a.v_row_bytes + v_off;
+          if (f16) {
+            AxpyF32FromF16(row_acc, reinterpret_cast<const uint16_t*>(v), probs[j], D);
+          } else {
+            AxpyF32(row_acc, reinterpret_cast<const float*>(v), probs[j], D);
+          }
+        }
+      }
+    }
+  }
+
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t r = 0; r < G; ++r) {
+      const int64_t row = (t - t0) * G + r;
+      FinishRow(a, t, g * G + r, acc + row * D, M[row], S[row]);
+    }
+  }
+}
+
+// Worker loop: takes units from the shared counter until none is left.
+void RunUnits(const Plan& plan, std::atomic<int64_t>* next) {
+  const AttentionArgs& a = *plan.args;
+  for (;;) {
+    const int64_t u = next->fetch_add(1, std::memory_order_relaxed);
+    if (u >= plan.n_units) return;
+    switch (plan.mode) {
+      case Mode::kPerKey:
+        PerKeyUnit(plan, u / plan.n_head_kv, u % plan.n_head_kv, 0, a.n_kv, -1);
+        break;
+      case Mode::kTiled: {
+        const int64_t block = u / plan.n_head_kv;
+        const int64_t t0 = block * attention_detail::kTokensPerTiledUnit;
+        const int64_t t1 = std::min(t0 + attention_detail::kTokensPerTiledUnit, a.n_tokens);
+        TiledUnit(plan, t0, t1, u % plan.n_head_kv);
+        break;
+      }
+      case Mode::kSplitKeys: {
+        const int64_t g = u / plan.n_chunks;
+        const int64_t chunk = u % plan.n_chunks;
+        const int64_t k0 = chunk * plan.chunk_size;
+        const int64_t k1 = std::min(k0 + plan.chunk_size, a.n_kv);
+        PerKeyUnit(plan, 0, g, k0, std::max(k0, k1), chunk);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace agentkv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace agentkv {
+namespace {
+using namespace attention_detail;
+
+bool supported_kv_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL: return true;
+    default: return false;
+  }
+}
+
+[[noreturn]] void refuse(const std::string& what) { throw Error("attention: " + what); }
+
+void validate(const AttentionArgs& a) {
+  const auto& s = a.shape;
+  if (s.n_head <= 0 || s.n_head_kv <= 0 || s.head_dim <= 0) {
+    refuse("n_head, n_head_kv and head_dim must be positive (got " + std::to_string(s.n_head) + ", " +
+           std::to_string(s.n_head_kv) + ", " + std::to_string(s.head_dim) + ")");
+  }
+  if (s.n_head % s.n_head_kv != 0) {
+    refuse("n_head " + std::to_string(s.n_head) + " is not a multiple of n_head_kv " +
+           std::to_string(s.n_head_kv));
+  }
+  if (a.n_tokens < 0 || a.n_kv < 0) refuse("negative n_tokens or n_kv");
+  for (GgmlType t : {a.k_type, a.v_type}) {
+    if (!supported_kv_type(t)) refuse("KV type " + std::string(ggml_type_name(t)) + " is not supported");
+    const int64_t block = ggml_type_info(t).block_size;
+    if (s.head_dim % block != 0) {
+      refuse("head_dim " + std::to_string(s.head_dim) + " is not a multiple of the " +
+             std::string(ggml_type_name(t)) + " block size " + std::to_string(block));
+    }
+  }
+  const int64_t kv_width = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
+  if (a.k_row_bytes < ggml_row_size(a.k_type, kv_width) || a.v_row_bytes < ggml_row_size(a.v_type, kv_width)) {
+    refuse("K/V row stride is smaller than n_head_kv * head_dim elements");
+  }
+  const int64_t q_width = static_cast<int64_t>(s.n_head) * s.head_dim;
+  if (a.n_tokens > 0) {
+    if (!a.q || !a.out) refuse("q and out must be set");
+    if (a.q_stride < q_width || a.out_stride < q_width) refuse("q/out row stride is smaller than n_head * head_dim");
+    if (a.n_kv > 0 && (!a.k || !a.v)) refuse("k and v must be set when n_kv > 0");
+    if (a.mask && a.mask_stride < a.n_kv) refuse("mask row stride is smaller than n_kv");
+  }
+}
+
+}  // namespace
+
+HWY_EXPORT(RunUnits);
+
+void attention(const AttentionArgs& args, ThreadPool& pool) {
+  validate(args);
+  if (args.n_tokens == 0) return;
+
+  Plan plan;
+  plan.args = &args;
+  plan.head_dim = args.shape.head_dim;
+  plan.n_head_kv = args.shape.n_head_kv;
+  plan.group = args.shape.n_head / args.shape.n_head_kv;
+  plan.k_head_bytes = ggml_row_size(args.k_type, plan.head_dim);
+  plan.v_head_bytes = ggml_row_size(args.v_type, plan.head_dim);
+  plan.q_type = vec_dot_type(args.k_type);
+  plan.q_head_bytes = ggml_row_size(plan.q_type, plan.head_dim);
+
+  const bool same_plain_kv = args.k_type == args.v_type &&
+                             (args.k_type == GgmlType::F16 || args.k_type == GgmlType::F32);
+  std::vector<float> partials;
+  if (args.n_tokens >= kTiledMinTokens && same_plain_kv) {
+    plan.mode = Mode::kTiled;
+    plan.n_units = (args.n_tokens + kTokensPerTiledUnit - 1) / kTokensPerTiledUnit * plan.n_head_kv;
+  } else if (args.n_tokens == 1 && args.n_kv >= kSplitMinKeys && pool.size() > 1) {
+    // llama.cpp splits only F16/F32 caches; quantized caches are split too here (the merge is
+    // exact up to float rounding) so single-token decoding uses every thread.
+    plan.mode = Mode::kSplitKeys;
+    plan.n_chunks = pool.size();
+    plan.chunk_size = (args.n_kv + plan.n_chunks - 1) / plan.n_chunks;
+    plan.n_units = plan.n_chunks * plan.n_head_kv;
+    partials.assign(static_cast<size_t>(args.shape.n_head * plan.n_chunks * (2 + plan.head_dim)), 0.0f);
+    for (int64_t i = 0; i < args.shape.n_head * plan.n_chunks; ++i) {
+      partials[static_cast<size_t>(i * (2 + plan.head_dim))] = -INFINITY;
+    }
+    plan.partials = partials.data();
+  } else {
+    plan.mode = Mode::kPerKey;
+    plan.n_units = args.n_tokens * plan.n_head_kv;
+  }
+
+  std::atomic<int64_t> next{0};
+  if (plan.n_units == 1 || pool.size() == 1) {
+    HWY_DYNAMIC_DISPATCH(RunUnits)(plan, &next);
+  } else {
+    pool.run([&](int, int) { HWY_DYNAMIC_DISPATCH(RunUnits)(plan, &next); });
+  }
+
+  if (plan.mode == Mode::kSplitKeys) {
+    // Merge the chunks in order, as ggml_flash_attn_ext_reduce_partials does.
+    const int64_t D = plan.head_dim;
+    std::vector<float> acc(static_cast<size_t>(D));
+    for (int64_t h = 0; h < args.shape.n_head; ++h) {
+      float m = -INFINITY, s = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t c = 0; c < plan.n_chunks; ++c) {
+        const float* rec = plan.partials + (h * plan.n_chunks + c) * (2 + D);
+        if (rec[1] == 0.0f) continue;
+        const float m_new = std::max(m, rec[0]);
+        const float scale_old = std::exp(m - m_new);
+        const float scale_new = std::exp(rec[0] - m_new);
+        for (int64_t i = 0; i < D; ++i) acc[static_cast<size_t>(i)] = acc[static_cast<size_t>(i)] * scale_old + rec[2 + i] * scale_new;
+        s = s * scale_old + rec[1] * scale_new;
+        m = m_new;
+      }
+      float* out = args.out + h * D;
+      const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+      for (int64_t i = 0; i < D; ++i) out[i] = acc[static_cast<size_t>(i)] * inv;
+      if (args.lse) args.lse[h] = s == 0.0f ? -INFINITY : m + std::log(s);
+    }
+  }
+}
+
+float merge_attention_partials(const float* a, float lse_a, const float* b, float lse_b, float* out,
+                               int64_t dim) {
+  const float m = std::max(lse_a, lse_b);
+  if (m == -INFINITY) {
+    std::fill(out, out + dim, 0.0f);
+    return -INFINITY;
+  }
+  const float wa = std::exp(lse_a - m);
+  const float wb = std::exp(lse_b - m);
+  const float inv = 1.0f / (wa + wb);
+  const float ca = wa * inv, cb = wb * inv;
+  for (int64_t i = 0; i < dim; ++i) {
+    // A side with zero weight contributes nothing, even if its row holds garbage.
+    out[i] = (ca != 0.0f ? ca * a[i] : 0.0f) + (cb != 0.0f ? cb * b[i] : 0.0f);
+  }
+  return m + std::log(wa + wb);
+}
+
+}  // namespace agentkv
+#endif  // HWY_ONCE

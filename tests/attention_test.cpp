@@ -1,0 +1,552 @@
+// Attention against a double-precision softmax(QK^T * scale + mask) V reference, plus the
+// llama.cpp-specific numerics (F16 accumulation of short batches, F32 tiles for long ones).
+#include "kernels/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "kernels/quant.h"
+
+namespace agentkv {
+namespace {
+
+struct Case {
+  int n_head = 2, n_head_kv = 1, head_dim = 32;
+  int64_t n_tokens = 1, n_kv = 1;
+  GgmlType k_type = GgmlType::F32, v_type = GgmlType::F32;
+  uint32_t seed = 1;
+  int hole_every = 0;  // hide key j when j % hole_every == 3
+  bool causal = true;
+  int64_t hidden_begin = 0, hidden_end = 0;  // keys hidden from every row
+};
+
+// Inputs plus the stored K/V bytes (quantized by the engine's own quantizer) and their
+// dequantized values, which the reference uses: the test measures attention error only.
+struct Problem {
+  Case c;
+  std::vector<float> q, mask;
+  std::vector<uint8_t> k, v;
+  std::vector<float> k_deq, v_deq;  // n_kv x (n_head_kv * head_dim)
+  size_t k_row_bytes = 0, v_row_bytes = 0;
+  int64_t row_width = 0;
+};
+
+Problem make_problem(const Case& c) {
+  Problem p;
+  p.c = c;
+  std::mt19937 rng(c.seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  p.row_width = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  p.q.resize(static_cast<size_t>(c.n_tokens * c.n_head * c.head_dim));
+  for (auto& x : p.q) x = nd(rng) * 1.5f;
+  // Rows padded by 16 bytes so the code must honour the row stride.
+  p.k_row_bytes = ggml_row_size(c.k_type, p.row_width) + 16;
+  p.v_row_bytes = ggml_row_size(c.v_type, p.row_width) + 16;
+  p.k.assign(p.k_row_bytes * static_cast<size_t>(c.n_kv), 0xEE);
+  p.v.assign(p.v_row_bytes * static_cast<size_t>(c.n_kv), 0xEE);
+  p.k_deq.resize(static_cast<size_t>(c.n_kv * p.row_width));
+  p.v_deq.resize(p.k_deq.size());
+  std::vector<float> row(static_cast<size_t>(p.row_width));
+  for (int64_t j = 0; j < c.n_kv; ++j) {
+    for (auto& x : row) x = nd(rng);
+    quantize_row(c.k_type, row.data(), p.k.data() + j * p.k_row_bytes, p.row_width);
+    dequantize_row(c.k_type, p.k.data() + j * p.k_row_bytes, p.k_deq.data() + j * p.row_width, p.row_width);
+    for (auto& x : row) x = nd(rng);
+    quantize_row(c.v_type, row.data(), p.v.data() + j * p.v_row_bytes, p.row_width);
+    dequantize_row(c.v_type, p.v.data() + j * p.v_row_bytes, p.v_deq.data() + j * p.row_width, p.row_width);
+  }
+  // Tokens sit at the last n_tokens positions; key j is at position j.
+  p.mask.assign(static_cast<size_t>(c.n_tokens * c.n_kv), 0.0f);
+  for (int64_t t = 0; t < c.n_tokens; ++t) {
+    const int64_t pos = c.n_kv - c.n_tokens + t;
+    for (int64_t j = 0; j < c.n_kv; ++j) {
+      bool hidden = c.causal && j > pos;
+      if (c.hole_every > 0 && j % c.hole_every == 3) hidden = true;
+      if (j >= c.hidden_begin && j < c.hidden_end) hidden = true;
+      if (hidden) p.mask[t * c.n_kv + j] = -INFINITY;
+    }
+  }
+  return p;
+}
+
+AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<float>& lse) {
+  const Case& c = p.c;
+  AttentionArgs a;
+  a.shape.n_head = c.n_head;
+  a.shape.n_head_kv = c.n_head_kv;
+  a.shape.head_dim = c.head_dim;
+  a.shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.n_tokens = c.n_tokens;
+  a.q = p.q.data();
+  a.q_stride = static_cast<int64_t>(c.n_head) * c.head_dim;
+  a.k = p.k.data();
+  a.v = p.v.data();
+  a.k_type = c.k_type;
+  a.v_type = c.v_type;
+  a.k_row_bytes = p.k_row_bytes;
+  a.v_row_bytes = p.v_row_bytes;
+  a.n_kv = c.n_kv;
+  a.mask = p.mask.data();
+  a.mask_stride = c.n_kv;
+  out.assign(p.q.size(), NAN);
+  lse.assign(static_cast<size_t>(c.n_tokens * c.n_head), NAN);
+  a.out = out.data();
+  a.out_stride = a.q_stride;
+  a.lse = lse.data();
+  return a;
+}
+
+// llama.cpp's kernel choice: >= 64 query rows over an F16/F32 cache (K and V alike) run the
+// tiled kernel, which keeps Q in F32; otherwise Q is first converted to vec_dot_type(K).
+bool uses_tiled_kernel(const Case& c) {
+  return c.n_tokens >= 64 && c.k_type == c.v_type &&
+         (c.k_type == GgmlType::F16 || c.k_type == GgmlType::F32);
+}
+
+// The precision Q carries into the K dot products. Q8_1 holds the same values as Q8_0 (same
+// scale, same rounding; it only adds a block sum), so Q8_0 models both.
+GgmlType query_precision(const Case& c) {
+  if (uses_tiled_kernel(c)) return GgmlType::F32;
+  const GgmlType t = vec_dot_type(c.k_type);
+  return t == GgmlType::Q8_1 ? GgmlType::Q8_0 : t;
+}
+
+// Double-precision softmax(q k^T * scale + mask) v over the stored (dequantized) K/V, with q
+// rounded as the kernel rounds it: the remaining differences are float arithmetic only.
+void reference(const Problem& p, std::vector<double>& out, std::vector<double>& lse) {
+  const Case& c = p.c;
+  const int64_t D = c.head_dim;
+  const int group = c.n_head / c.n_head_kv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const GgmlType q_type = query_precision(c);
+  std::vector<uint8_t> q_bytes(ggml_row_size(q_type, D));
+  std::vector<float> q(static_cast<size_t>(D));
+  out.assign(p.q.size(), 0.0);
+  lse.assign(static_cast<size_t>(c.n_tokens * c.n_head), -INFINITY);
+  std::vector<double> s(static_cast<size_t>(c.n_kv));
+  for (int64_t t = 0; t < c.n_tokens; ++t) {
+    for (int h = 0; h < c.n_head; ++h) {
+      const int g = h / group;
+      quantize_row(q_type, p.q.data() + (t * c.n_head + h) * D, q_bytes.data(), D);
+      dequantize_row(q_type, q_bytes.data(), q.data(), D);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < c.n_kv; ++j) {
+        const float m = p.mask[t * c.n_kv + j];
+        if (m == -INFINITY) {
+          s[j] = -INFINITY;
+          continue;
+        }
+        const float* k = p.k_deq.data() + j * p.row_width + g * D;
+        double dot = 0;
+        for (int64_t i = 0; i < D; ++i) dot += static_cast<double>(q[i]) * k[i];
+        s[j] = dot * scale + m;
+        mx = std::max(mx, s[j]);
+      }
+      if (mx == -INFINITY) continue;
+      double sum = 0;
+      for (int64_t j = 0; j < c.n_kv; ++j) sum += s[j] == -INFINITY ? 0.0 : std::exp(s[j] - mx);
+      lse[t * c.n_head + h] = mx + std::log(sum);
+      double* o = out.data() + (t * c.n_head + h) * D;
+      for (int64_t j = 0; j < c.n_kv; ++j) {
+        if (s[j] == -INFINITY) continue;
+        const double w = std::exp(s[j] - mx) / sum;
+        const float* v = p.v_deq.data() + j * p.row_width + g * D;
+        for (int64_t i = 0; i < D; ++i) o[i] += w * v[i];
+      }
+    }
+  }
+}
+
+// Expected accuracy: F32 arithmetic everywhere except llama.cpp's per-key kernel over an F16 V,
+// whose running output is kept in F16: the unnormalised accumulator grows to ~S*|v| (S up to the
+// number of keys) and is rounded to 11 bits after every key, up to ~1e-2 after normalisation.
+// Q4_1/Q5_1 keys are dotted with Q8_1 queries, whose block sum (multiplied by the key block's
+// offset m) is stored in F16: up to ~1e-3 in the scores, not modelled by the reference.
+double expected_tolerance(const Case& c) {
+  if (c.v_type == GgmlType::F16 && !uses_tiled_kernel(c)) return 1.5e-2;
+  if (vec_dot_type(c.k_type) == GgmlType::Q8_1) return 2e-3;
+  return 3e-5;
+}
+
+// Runs a case and compares with the reference; returns the largest output error.
+double check_case(const Case& c, ThreadPool& pool) {
+  const double tol = expected_tolerance(c);
+  const Problem p = make_problem(c);
+  std::vector<float> out, lse;
+  attention(args_for(p, out, lse), pool);
+  std::vector<double> ref, ref_lse;
+  reference(p, ref, ref_lse);
+  const std::string what = "k=" + std::string(ggml_type_name(c.k_type)) + " v=" +
+                           std::string(ggml_type_name(c.v_type)) + " heads=" + std::to_string(c.n_head) +
+                           "/" + std::to_string(c.n_head_kv) + " D=" + std::to_string(c.head_dim) +
+                           " tokens=" + std::to_string(c.n_tokens) + " n_kv=" + std::to_string(c.n_kv);
+  double worst = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double err = std::abs(out[i] - ref[i]);
+    worst = std::max(worst, err);
+    if (!(err <= tol)) {
+      ADD_FAILURE() << what << ": out[" << i << "] = " << out[i] << ", reference " << ref[i];
+      return worst;
+    }
+  }
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (ref_lse[i] == -INFINITY) {
+      EXPECT_EQ(lse[i], -INFINITY) << what << " lse[" << i << "]";
+    } else {
+      // the log-sum-exp depends on the scores only, never on V's accumulation; the F16 block
+      // sum of Q8_1 shifts all scores of a row alike (invisible in the output, not in the lse)
+      const double lse_tol = vec_dot_type(c.k_type) == GgmlType::Q8_1 ? 8e-3 : 2e-5 * (1.0 + std::abs(ref_lse[i]));
+      EXPECT_NEAR(lse[i], ref_lse[i], lse_tol) << what << " lse[" << i << "]";
+    }
+  }
+  return worst;
+}
+
+TEST(Attention, F32CacheMatchesReferenceAcrossShapes) {
+  ThreadPool pool(2);
+  for (int ratio : {1, 2, 4}) {
+    for (int head_dim : {32, 64, 128, 256}) {
+      for (int64_t n_kv : {1, 2, 63, 64, 65, 130, 300}) {
+        for (int64_t n_tokens : {int64_t{1}, int64_t{3}}) {
+          Case c;
+          c.n_head_kv = 2;
+          c.n_head = 2 * ratio;
+          c.head_dim = head_dim;
+          c.n_kv = std::max(n_kv, n_tokens);
+          c.n_tokens = n_tokens;
+          c.hole_every = n_kv > 8 ? 5 : 0;
+          c.seed = static_cast<uint32_t>(ratio * 1000 + head_dim + n_kv);
+          check_case(c, pool);
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, F16CacheShortBatchMatchesReferenceWithF16Query) {
+  // Short batches: Q rounded to F16 for the dot products (modelled in the reference), output
+  // accumulated in F16: the unnormalised accumulator grows to ~S*|v| (S up to the number of keys)
+  // and is rounded to 11 bits after every key, which costs up to ~1e-2 after normalisation.
+  ThreadPool pool(2);
+  double worst = 0;
+  for (int ratio : {1, 2, 4}) {
+    for (int head_dim : {32, 64, 128, 256}) {
+      for (int64_t n_kv : {1, 65, 300}) {
+        Case c;
+        c.n_head_kv = 1;
+        c.n_head = ratio;
+        c.head_dim = head_dim;
+        c.n_kv = n_kv;
+        c.n_tokens = std::min<int64_t>(n_kv, 5);
+        c.k_type = c.v_type = GgmlType::F16;
+        c.hole_every = 7;
+        c.seed = static_cast<uint32_t>(ratio * 77 + head_dim + n_kv);
+        worst = std::max(worst, check_case(c, pool));
+      }
+    }
+  }
+  EXPECT_GT(worst, 1e-6) << "F16 accumulation should leave a visible trace";
+}
+
+TEST(Attention, F16CacheLongBatchIsComputedInF32) {
+  // >= 64 query rows over an F16/F32 cache: llama.cpp's tiled kernel keeps Q, scores and the
+  // output in F32, so the result is as accurate as the F32 cache case.
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::F16, GgmlType::F32}) {
+    for (int head_dim : {64, 128}) {
+      Case c;
+      c.n_head_kv = 2;
+      c.n_head = 4;
+      c.head_dim = head_dim;
+      c.n_tokens = 70;
+      c.n_kv = 200;
+      c.k_type = c.v_type = type;
+      c.hole_every = 9;
+      c.hidden_begin = 64;  // one whole key tile hidden from every row
+      c.hidden_end = 128;
+      c.seed = 42u + static_cast<uint32_t>(head_dim);
+      check_case(c, pool);
+    }
+  }
+}
+
+TEST(Attention, OtherCacheTypes) {
+  ThreadPool pool(2);
+  struct TypeCase {
+    GgmlType k, v;
+  };
+  const TypeCase types[] = {
+      {GgmlType::BF16, GgmlType::BF16}, {GgmlType::Q8_0, GgmlType::Q8_0}, {GgmlType::Q4_0, GgmlType::Q4_0},
+      {GgmlType::Q4_1, GgmlType::Q4_1}, {GgmlType::Q5_0, GgmlType::Q5_0}, {GgmlType::Q5_1, GgmlType::Q5_1},
+      {GgmlType::IQ4_NL, GgmlType::IQ4_NL}, {GgmlType::F16, GgmlType::Q8_0}, {GgmlType::Q8_0, GgmlType::F16},
+      {GgmlType::F32, GgmlType::Q4_0},  {GgmlType::F16, GgmlType::F32},
+  };
+  for (const auto& tc : types) {
+    for (int64_t n_tokens : {int64_t{1}, int64_t{4}, int64_t{66}}) {
+      Case c;
+      c.n_head_kv = 2;
+      c.n_head = 4;
+      c.head_dim = 64;
+      c.n_tokens = n_tokens;
+      c.n_kv = 150;
+      c.k_type = tc.k;
+      c.v_type = tc.v;
+      c.hole_every = 6;
+      c.seed = 7u + static_cast<uint32_t>(tc.k) * 31u + static_cast<uint32_t>(tc.v);
+      check_case(c, pool);
+    }
+  }
+}
+
+TEST(Attention, RowWithoutVisibleKeysIsZeroWithMinusInfinityLse) {
+  ThreadPool pool(1);
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
+    for (int64_t n_tokens : {int64_t{2}, int64_t{64}}) {
+      Case c;
+      c.n_tokens = n_tokens;
+      c.n_kv = 80;
+      c.k_type = c.v_type = type;
+      c.hidden_begin = 0;
+      c.hidden_end = 80;
+      const Problem p = make_problem(c);
+      std::vector<float> out, lse;
+      attention(args_for(p, out, lse), pool);
+      for (float x : out) ASSERT_EQ(x, 0.0f);
+      for (float x : lse) ASSERT_EQ(x, -INFINITY);
+    }
+  }
+}
+
+TEST(Attention, SingleTokenOverManyKeysSplitAcrossThreads) {
+  // One query row over >= 512 keys is split into per-thread key chunks and merged.
+  ThreadPool pool4(4), pool1(1);
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
+    Case c;
+    c.n_head_kv = 2;
+    c.n_head = 8;
+    c.head_dim = 128;
+    c.n_tokens = 1;
+    c.n_kv = 1500;
+    c.k_type = c.v_type = type;
+    c.hole_every = 11;
+    check_case(c, pool4);
+    check_case(c, pool1);
+  }
+}
+
+TEST(Attention, ResultDoesNotDependOnThreadCount) {
+  ThreadPool pool1(1), pool3(3);
+  for (int64_t n_tokens : {int64_t{5}, int64_t{80}}) {
+    Case c;
+    c.n_head_kv = 2;
+    c.n_head = 8;
+    c.head_dim = 64;
+    c.n_tokens = n_tokens;
+    c.n_kv = 257;
+    c.k_type = c.v_type = GgmlType::F16;
+    c.hole_every = 4;
+    const Problem p = make_problem(c);
+    std::vector<float> out1, lse1, out3, lse3;
+    attention(args_for(p, out1, lse1), pool1);
+    attention(args_for(p, out3, lse3), pool3);
+    EXPECT_EQ(out1, out3);
+    EXPECT_EQ(lse1, lse3);
+  }
+}
+
+// llama.cpp's per-key kernel for an F16 cache, written out step by step: Q rounded to F16,
+// scores in f32, running output rounded to F16 after every scale and multiply-add.
+std::vector<float> ggml_per_key_f16(const Problem& p) {
+  const Case& c = p.c;
+  const int64_t D = c.head_dim;
+  const int group = c.n_head / c.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> out(p.q.size());
+  std::vector<uint16_t> q16(static_cast<size_t>(D)), acc(static_cast<size_t>(D));
+  for (int64_t t = 0; t < c.n_tokens; ++t) {
+    for (int h = 0; h < c.n_head; ++h) {
+      const int g = h / group;
+      for (int64_t i = 0; i < D; ++i) q16[i] = fp32_to_fp16(p.q[(t * c.n_head + h) * D + i]);
+      std::fill(acc.begin(), acc.end(), uint16_t{0});
+      float M = -INFINITY, S = 0.0f;
+      for (int64_t j = 0; j < c.n_kv; ++j) {
+        const float mv = p.mask[t * c.n_kv + j];
+        if (mv == -INFINITY) continue;
+        const auto* k = reinterpret_cast<const uint16_t*>(p.k.data() + j * p.k_row_bytes) + g * D;
+        const auto* v = reinterpret_cast<const uint16_t*>(p.v.data() + j * p.v_row_bytes) + g * D;
+        float s = 0.0f;
+        for (int64_t i = 0; i < D; ++i) s += fp16_to_fp32(k[i]) * fp16_to_fp32(q16[i]);
+        s = s * scale + mv;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+          const float m_old = M;
+          M = s;
+          ms = std::exp(m_old - M);
+          for (auto& a : acc) a = fp32_to_fp16(fp16_to_fp32(a) * ms);
+        } else {
+          vs = std::exp(s - M);
+        }
+        for (int64_t i = 0; i < D; ++i) acc[i] = fp32_to_fp16(fp16_to_fp32(acc[i]) + fp16_to_fp32(v[i]) * vs);
+        S = S * ms + vs;
+      }
+      for (int64_t i = 0; i < D; ++i) {
+        out[(t * c.n_head + h) * D + i] = S == 0.0f ? 0.0f : fp16_to_fp32(acc[i]) * (1.0f / S);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Attention, F16CacheShortBatchFollowsGgmlStepByStep) {
+  // Far closer to the step-by-step kernel than to the exact result: only the order of the f32
+  // additions inside each dot product differs (rarely flipping one F16 rounding).
+  ThreadPool pool(2);
+  for (int head_dim : {32, 128}) {
+    Case c;
+    c.n_head_kv = 2;
+    c.n_head = 4;
+    c.head_dim = head_dim;
+    c.n_tokens = 5;
+    c.n_kv = 300;
+    c.k_type = c.v_type = GgmlType::F16;
+    c.hole_every = 7;
+    const Problem p = make_problem(c);
+    std::vector<float> out, lse;
+    attention(args_for(p, out, lse), pool);
+    const auto emulated = ggml_per_key_f16(p);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], emulated[i], 1e-3) << i;
+  }
+}
+
+TEST(Attention, F16ValueAccumulationMirrorsGgml) {
+  // Key 0 has V = 1000, keys 1..300 have V = 0.1, all scores equal (K = 0). llama.cpp's
+  // per-key kernel keeps the running output in F16, where 1000 + 0.1 rounds back to 1000, so
+  // the output is 1000/301; its tiled kernel (>= 64 rows) accumulates in F32: 1030/301.
+  ThreadPool pool(1);
+  for (int64_t n_tokens : {int64_t{1}, int64_t{64}}) {
+    const int D = 32;
+    const int64_t n_kv = 301;
+    std::vector<uint16_t> k(static_cast<size_t>(n_kv * D), fp32_to_fp16(0.0f));
+    std::vector<uint16_t> v(static_cast<size_t>(n_kv * D), fp32_to_fp16(0.1f));
+    for (int i = 0; i < D; ++i) v[static_cast<size_t>(i)] = fp32_to_fp16(1000.0f);
+    std::vector<float> q(static_cast<size_t>(n_tokens * D), 0.5f), out(q.size()), lse(static_cast<size_t>(n_tokens));
+    AttentionArgs a;
+    a.shape = {1, 1, D, 1.0f};
+    a.n_tokens = n_tokens;
+    a.q = q.data();
+    a.q_stride = D;
+    a.k = reinterpret_cast<const uint8_t*>(k.data());
+    a.v = reinterpret_cast<const uint8_t*>(v.data());
+    a.k_row_bytes = a.v_row_bytes = D * sizeof(uint16_t);
+    a.n_kv = n_kv;
+    a.out = out.data();
+    a.out_stride = D;
+    a.lse = lse.data();
+    attention(a, pool);
+    const double expected = n_tokens == 1 ? 1000.0 / 301.0 : (1000.0 + 300 * static_cast<double>(fp16_to_fp32(fp32_to_fp16(0.1f)))) / 301.0;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      EXPECT_NEAR(out[static_cast<size_t>(t * D)], expected, 1e-4) << "n_tokens=" << n_tokens;
+      EXPECT_NEAR(lse[static_cast<size_t>(t)], std::log(301.0), 1e-5);
+    }
+  }
+}
+
+TEST(Attention, SplitKeyRangesMergeToWhole) {
+  ThreadPool pool(2);
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16}) {
+    for (int64_t split : {int64_t{1}, int64_t{64}, int64_t{100}, int64_t{199}}) {
+      Case c;
+      c.n_head_kv = 2;
+      c.n_head = 4;
+      c.head_dim = 64;
+      c.n_tokens = 3;
+      c.n_kv = 200;
+      c.k_type = c.v_type = type;
+      c.hole_every = 5;
+      const Problem p = make_problem(c);
+      std::vector<float> whole, whole_lse, first, first_lse, second, second_lse;
+      attention(args_for(p, whole, whole_lse), pool);
+
+      AttentionArgs a1 = args_for(p, first, first_lse);
+      a1.n_kv = split;  // keys [0, split): same mask rows, shorter
+      attention(a1, pool);
+      AttentionArgs a2 = args_for(p, second, second_lse);
+      a2.k = p.k.data() + split * p.k_row_bytes;  // keys [split, n_kv)
+      a2.v = p.v.data() + split * p.v_row_bytes;
+      a2.mask = p.mask.data() + split;
+      a2.n_kv = c.n_kv - split;
+      attention(a2, pool);
+
+      const int64_t D = c.head_dim;
+      std::vector<float> merged(static_cast<size_t>(D));
+      for (int64_t t = 0; t < c.n_tokens; ++t) {
+        for (int h = 0; h < c.n_head; ++h) {
+          const int64_t row = t * c.n_head + h;
+          const float lse = merge_attention_partials(first.data() + row * D, first_lse[row],
+                                                     second.data() + row * D, second_lse[row],
+                                                     merged.data(), D);
+          if (whole_lse[row] == -INFINITY) {
+            EXPECT_EQ(lse, -INFINITY);
+          } else {
+            EXPECT_NEAR(lse, whole_lse[row], 1e-5);
+          }
+          for (int64_t i = 0; i < D; ++i) {
+            ASSERT_NEAR(merged[i], whole[row * D + i], type == GgmlType::F32 ? 1e-5 : 1.5e-2)
+                << "split=" << split << " row=" << row;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MergeAttentionPartials, EmptySidesAndWeights) {
+  const float a[2] = {1.0f, 2.0f}, b[2] = {3.0f, 5.0f};
+  float out[2];
+  EXPECT_EQ(merge_attention_partials(a, -INFINITY, b, -INFINITY, out, 2), -INFINITY);
+  EXPECT_EQ(out[0], 0.0f);
+  const float nan_row[2] = {NAN, NAN};
+  EXPECT_FLOAT_EQ(merge_attention_partials(nan_row, -INFINITY, b, 0.5f, out, 2), 0.5f);
+  EXPECT_FLOAT_EQ(out[0], 3.0f);
+  EXPECT_FLOAT_EQ(out[1], 5.0f);
+  // equal weights: mean, lse + log 2
+  EXPECT_NEAR(merge_attention_partials(a, 1.0f, b, 1.0f, out, 2), 1.0 + std::log(2.0), 1e-6);
+  EXPECT_FLOAT_EQ(out[0], 2.0f);
+  EXPECT_FLOAT_EQ(out[1], 3.5f);
+}
+
+TEST(Attention, RefusesBadShapesAndTypes) {
+  ThreadPool pool(1);
+  Case c;
+  c.n_kv = 4;
+  Problem p = make_problem(c);
+  std::vector<float> out, lse;
+  AttentionArgs a = args_for(p, out, lse);
+  AttentionArgs bad = a;
+  bad.shape.n_head = 3;  // not a multiple of n_head_kv
+  bad.shape.n_head_kv = 2;
+  EXPECT_THROW(attention(bad, pool), Error);
+  bad = a;
+  bad.k_type = GgmlType::Q4_K;
+  EXPECT_THROW(attention(bad, pool), Error);
+  bad = a;
+  bad.shape.head_dim = 48;  // not a multiple of the Q8_0 block
+  bad.k_type = GgmlType::Q8_0;
+  EXPECT_THROW(attention(bad, pool), Error);
+  bad = a;
+  bad.k_row_bytes = 8;
+  EXPECT_THROW(attention(bad, pool), Error);
+  bad = a;
+  bad.shape.head_dim = 0;
+  EXPECT_THROW(attention(bad, pool), Error);
+}
+
+}  // namespace
+}  // namespace agentkv
