@@ -1,0 +1,198 @@
+#include "memory/recurrent.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace agentkv::memory {
+
+namespace {
+struct Cell {
+  Pos pos = -1;          // last absorbed position; -1 = empty
+  std::set<SeqId> seqs;  // sequences whose state this is (several after seq_cp)
+};
+}  // namespace
+
+struct RecurrentMemory::Impl {
+  RecurrentLayout layout;
+  std::vector<Cell> cells;
+  std::vector<int32_t> tail;  // per sequence: its cell, or -1
+  std::vector<int> layer_slot;  // model layer -> index into conv/ssm, or -1
+  std::vector<std::vector<float>> conv, ssm;
+
+  void release(SeqId s) {
+    const int32_t c = tail[s];
+    if (c < 0) return;
+    cells[c].seqs.erase(s);
+    if (cells[c].seqs.empty()) cells[c].pos = -1;
+    tail[s] = -1;
+  }
+  void copy_state(uint32_t from, uint32_t to) {
+    for (size_t l = 0; l < conv.size(); ++l) {
+      std::memcpy(&conv[l][to * layout.n_conv], &conv[l][from * layout.n_conv], layout.n_conv * sizeof(float));
+      std::memcpy(&ssm[l][to * layout.n_ssm], &ssm[l][from * layout.n_ssm], layout.n_ssm * sizeof(float));
+    }
+  }
+  void zero_state(uint32_t c) {
+    for (size_t l = 0; l < conv.size(); ++l) {
+      std::fill_n(&conv[l][c * layout.n_conv], layout.n_conv, 0.0f);
+      std::fill_n(&ssm[l][c * layout.n_ssm], layout.n_ssm, 0.0f);
+    }
+  }
+  int slot(int layer) const {
+    if (layer < 0 || layer >= static_cast<int>(layer_slot.size()) || layer_slot[layer] < 0)
+      throw std::logic_error("layer " + std::to_string(layer) + " has no recurrent state");
+    return layer_slot[layer];
+  }
+};
+
+RecurrentMemory::RecurrentMemory(const RecurrentLayout& layout) : impl_(new Impl) {
+  if (layout.n_seq_max < 1 || layout.n_seq_max > static_cast<uint32_t>(kMaxSeq))
+    throw Error("recurrent memory: n_seq_max out of range");
+  impl_->layout = layout;
+  // One cell per sequence suffices: used cells never exceed live sequences, so a copy-on-write
+  // always finds an empty cell.
+  impl_->cells.resize(layout.n_seq_max);
+  impl_->tail.assign(layout.n_seq_max, -1);
+  for (bool r : layout.layer_recurrent) {
+    impl_->layer_slot.push_back(r ? static_cast<int>(impl_->conv.size()) : -1);
+    if (r) {
+      impl_->conv.emplace_back(static_cast<size_t>(layout.n_conv) * layout.n_seq_max, 0.0f);
+      impl_->ssm.emplace_back(static_cast<size_t>(layout.n_ssm) * layout.n_seq_max, 0.0f);
+    }
+  }
+}
+
+RecurrentMemory::~RecurrentMemory() { delete impl_; }
+
+const RecurrentLayout& RecurrentMemory::layout() const { return impl_->layout; }
+uint32_t RecurrentMemory::n_cells() const { return static_cast<uint32_t>(impl_->cells.size()); }
+
+std::optional<RecurrentPlacement> RecurrentMemory::find_slot(const UBatch& ub) const {
+  RecurrentPlacement p;
+  std::vector<bool> taken(impl_->cells.size(), false);
+  for (size_t c = 0; c < impl_->cells.size(); ++c) taken[c] = impl_->cells[c].pos >= 0 || !impl_->cells[c].seqs.empty();
+  std::vector<SeqId> seqs;
+  for (size_t t = 0; t < ub.size(); ++t) {
+    if (ub.seq[t].size() != 1) throw Error("recurrent memory: a token must belong to exactly one sequence");
+    const SeqId s = ub.seq[t][0];
+    if (s < 0 || s >= static_cast<SeqId>(impl_->tail.size())) throw Error("recurrent memory: sequence id out of range");
+    if (std::find(seqs.begin(), seqs.end(), s) == seqs.end()) seqs.push_back(s);
+  }
+  for (SeqId s : seqs) {
+    const int32_t c = impl_->tail[s];
+    if (c >= 0 && impl_->cells[c].seqs.size() == 1) {
+      p.seq_cell.emplace_back(s, static_cast<uint32_t>(c));
+      continue;
+    }
+    // New sequence, or a shared cell to copy before writing: take an empty cell.
+    auto it = std::find(taken.begin(), taken.end(), false);
+    if (it == taken.end()) return std::nullopt;
+    *it = true;
+    p.seq_cell.emplace_back(s, static_cast<uint32_t>(it - taken.begin()));
+  }
+  return p;
+}
+
+void RecurrentMemory::apply(const UBatch& ub, const RecurrentPlacement& placement) {
+  for (const auto& [s, cell] : placement.seq_cell) {
+    const int32_t old = impl_->tail[s];
+    if (old != static_cast<int32_t>(cell)) {
+      if (old >= 0) impl_->copy_state(static_cast<uint32_t>(old), cell);  // copy-on-write
+      else impl_->zero_state(cell);
+      const Pos old_pos = old >= 0 ? impl_->cells[old].pos : -1;
+      impl_->release(s);
+      impl_->cells[cell].seqs = {s};
+      impl_->cells[cell].pos = old_pos;
+      impl_->tail[s] = static_cast<int32_t>(cell);
+    }
+    for (size_t t = 0; t < ub.size(); ++t)
+      if (ub.seq[t][0] == s) impl_->cells[cell].pos = std::max(impl_->cells[cell].pos, ub.pos[t]);
+  }
+}
+
+float* RecurrentMemory::conv_state(int layer, uint32_t cell) {
+  return &impl_->conv[impl_->slot(layer)][static_cast<size_t>(cell) * impl_->layout.n_conv];
+}
+float* RecurrentMemory::ssm_state(int layer, uint32_t cell) {
+  return &impl_->ssm[impl_->slot(layer)][static_cast<size_t>(cell) * impl_->layout.n_ssm];
+}
+const float* RecurrentMemory::conv_state(int layer, uint32_t cell) const {
+  return &impl_->conv[impl_->slot(layer)][static_cast<size_t>(cell) * impl_->layout.n_conv];
+}
+const float* RecurrentMemory::ssm_state(int layer, uint32_t cell) const {
+  return &impl_->ssm[impl_->slot(layer)][static_cast<size_t>(cell) * impl_->layout.n_ssm];
+}
+
+void RecurrentMemory::clear() {
+  for (auto& c : impl_->cells) c = Cell{};
+  std::fill(impl_->tail.begin(), impl_->tail.end(), -1);
+}
+
+bool RecurrentMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
+  if (p0 < 0) p0 = 0;
+  if (p1 < 0) p1 = INT_MAX;
+  if (seq >= static_cast<SeqId>(impl_->tail.size())) return false;
+  if (seq < 0) {
+    // All sequences: only "everything" (or an empty range) is meaningful for states.
+    if (p0 >= p1) return true;
+    if (p0 != 0 || p1 != INT_MAX) return false;
+    clear();
+    return true;
+  }
+  const int32_t c = impl_->tail[seq];
+  if (c < 0 || p0 >= p1) return true;
+  const Pos last = impl_->cells[c].pos;
+  if (p0 > last || p1 <= last) return true;  // the state does not cover that range: nothing to undo
+  if (p0 > 0) return false;                   // would need to un-absorb tokens [p0, last]
+  impl_->release(seq);                        // the whole sequence goes
+  return true;
+}
+
+void RecurrentMemory::seq_cp(SeqId src, SeqId dst, Pos, Pos) {
+  const SeqId n = static_cast<SeqId>(impl_->tail.size());
+  if (src < 0 || dst < 0 || src >= n || dst >= n || src == dst) return;
+  impl_->release(dst);
+  const int32_t c = impl_->tail[src];
+  if (c < 0) return;
+  impl_->cells[c].seqs.insert(dst);
+  impl_->tail[dst] = c;
+}
+
+void RecurrentMemory::seq_keep(SeqId seq) {
+  for (SeqId s = 0; s < static_cast<SeqId>(impl_->tail.size()); ++s)
+    if (s != seq) impl_->release(s);
+}
+
+void RecurrentMemory::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
+  if (p0 < 0) p0 = 0;
+  if (p1 < 0) p1 = INT_MAX;
+  if (seq < 0 || seq >= static_cast<SeqId>(impl_->tail.size()) || delta == 0) return;
+  const int32_t c = impl_->tail[seq];
+  if (c < 0) return;
+  Cell& cell = impl_->cells[c];
+  if (cell.pos >= p0 && cell.pos < p1) cell.pos += delta;
+}
+
+void RecurrentMemory::seq_div(SeqId seq, Pos p0, Pos p1, int d) {
+  if (p0 < 0) p0 = 0;
+  if (p1 < 0) p1 = INT_MAX;
+  if (seq < 0 || seq >= static_cast<SeqId>(impl_->tail.size()) || d <= 1) return;
+  const int32_t c = impl_->tail[seq];
+  if (c < 0) return;
+  Cell& cell = impl_->cells[c];
+  if (cell.pos >= p0 && cell.pos < p1) cell.pos /= d;
+}
+
+Pos RecurrentMemory::seq_pos_min(SeqId seq) const { return seq_pos_max(seq); }
+
+Pos RecurrentMemory::seq_pos_max(SeqId seq) const {
+  if (seq < 0 || seq >= static_cast<SeqId>(impl_->tail.size())) return -1;
+  const int32_t c = impl_->tail[seq];
+  return c < 0 ? -1 : impl_->cells[c].pos;
+}
+
+}  // namespace agentkv::memory
