@@ -149,6 +149,108 @@ float DotF32F16(const float* a, const uint16_t* b, int64_t n) {
   return sum;
 }
 
+// Four keys against one query, the query loaded once per step (products and sums in f32).
+struct F32Elems {
+  using T = float;
+  static HWY_INLINE hn::Vec<DF> Load(const float* p) { return hn::LoadU(DF(), p); }
+  static HWY_INLINE float At(const float* p, int64_t i) { return p[i]; }
+};
+struct F16Elems {
+  using T = uint16_t;
+  static HWY_INLINE hn::Vec<DF> Load(const uint16_t* p) { return LoadF16(p); }
+  static HWY_INLINE float At(const uint16_t* p, int64_t i) { return fp16_to_fp32(p[i]); }
+};
+struct BF16Elems {
+  using T = uint16_t;
+  static HWY_INLINE hn::Vec<DF> Load(const uint16_t* p) { return LoadBF16(p); }
+  static HWY_INLINE float At(const uint16_t* p, int64_t i) { return bf16_to_fp32(p[i]); }
+};
+
+template <class QE, class KE>
+HWY_INLINE void Dot4(const typename QE::T* q, const uint8_t* const* k_bytes, int64_t n, float* out) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  using KT = typename KE::T;
+  const KT* k0 = reinterpret_cast<const KT*>(k_bytes[0]);
+  const KT* k1 = reinterpret_cast<const KT*>(k_bytes[1]);
+  const KT* k2 = reinterpret_cast<const KT*>(k_bytes[2]);
+  const KT* k3 = reinterpret_cast<const KT*>(k_bytes[3]);
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) {
+    const auto vq = QE::Load(q + i);
+    a0 = hn::MulAdd(vq, KE::Load(k0 + i), a0);
+    a1 = hn::MulAdd(vq, KE::Load(k1 + i), a1);
+    a2 = hn::MulAdd(vq, KE::Load(k2 + i), a2);
+    a3 = hn::MulAdd(vq, KE::Load(k3 + i), a3);
+  }
+  out[0] = hn::GetLane(hn::SumOfLanes(d, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(d, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(d, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(d, a3));
+  for (; i < n; ++i) {
+    const float qi = QE::At(q, i);
+    out[0] += qi * KE::At(k0, i);
+    out[1] += qi * KE::At(k1, i);
+    out[2] += qi * KE::At(k2, i);
+    out[3] += qi * KE::At(k3, i);
+  }
+}
+
+// Dot products of one query with n keys (k_bytes[j] = start of key j's head slice).
+template <class QE, class KE>
+void DotMany(const typename QE::T* q, const uint8_t* const* k_bytes, int64_t n_keys, int64_t n, float* out) {
+  int64_t j = 0;
+  for (; j + 4 <= n_keys; j += 4) Dot4<QE, KE>(q, k_bytes + j, n, out + j);
+  if (j < n_keys) {
+    const uint8_t* rest[4];
+    float tmp[4];
+    for (int r = 0; r < 4; ++r) rest[r] = k_bytes[std::min(j + r, n_keys - 1)];
+    Dot4<QE, KE>(q, rest, n, tmp);
+    for (int64_t r = 0; j + r < n_keys; ++r) out[j + r] = tmp[r];
+  }
+}
+
+// acc[0..n) += sum_j p[j] * v_j[0..n), keys in order (each element accumulates exactly as a
+// sequence of per-key multiply-adds would), with the accumulator held in registers.
+template <class VE>
+void AccumulateKeys(float* acc, const uint8_t* const* v_bytes, const float* p, int64_t n_keys, int64_t n) {
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  using VT = typename VE::T;
+  int64_t i = 0;
+  for (; i + 4 * step <= n; i += 4 * step) {
+    auto c0 = hn::LoadU(d, acc + i), c1 = hn::LoadU(d, acc + i + step);
+    auto c2 = hn::LoadU(d, acc + i + 2 * step), c3 = hn::LoadU(d, acc + i + 3 * step);
+    for (int64_t j = 0; j < n_keys; ++j) {
+      if (p[j] == 0.0f) continue;
+      const auto w = hn::Set(d, p[j]);
+      const VT* v = reinterpret_cast<const VT*>(v_bytes[j]) + i;
+      c0 = hn::MulAdd(VE::Load(v), w, c0);
+      c1 = hn::MulAdd(VE::Load(v + step), w, c1);
+      c2 = hn::MulAdd(VE::Load(v + 2 * step), w, c2);
+      c3 = hn::MulAdd(VE::Load(v + 3 * step), w, c3);
+    }
+    hn::StoreU(c0, d, acc + i);
+    hn::StoreU(c1, d, acc + i + step);
+    hn::StoreU(c2, d, acc + i + 2 * step);
+    hn::StoreU(c3, d, acc + i + 3 * step);
+  }
+  for (; i + step <= n; i += step) {
+    auto c = hn::LoadU(d, acc + i);
+    for (int64_t j = 0; j < n_keys; ++j) {
+      if (p[j] == 0.0f) continue;
+      c = hn::MulAdd(VE::Load(reinterpret_cast<const VT*>(v_bytes[j]) + i), hn::Set(d, p[j]), c);
+    }
+    hn::StoreU(c, d, acc + i);
+  }
+  for (; i < n; ++i) {
+    for (int64_t j = 0; j < n_keys; ++j) {
+      if (p[j] != 0.0f) acc[i] = std::fma(VE::At(reinterpret_cast<const VT*>(v_bytes[j]), i), p[j], acc[i]);
+    }
+  }
+}
+
 void ScaleF32(float* y, float v, int64_t n) {
   const DF d;
   const int64_t step = static_cast<int64_t>(hn::Lanes(d));
@@ -231,6 +333,8 @@ struct Scratch {
   std::vector<uint16_t> f16;
   std::vector<uint8_t> bytes;
   std::vector<int64_t> visible;
+  std::vector<const uint8_t*> k_rows;  // head slices of the visible keys of a tile
+  std::vector<const uint8_t*> v_rows;
 };
 
 Scratch& ThreadScratch() {
@@ -285,6 +389,7 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
   float* S = M + G;                      // G
   uint16_t* acc16 = Reserve(sc.f16, static_cast<size_t>(G * D));
   int64_t* visible = Reserve(sc.visible, static_cast<size_t>(kKeyTile));
+  const uint8_t** k_rows = Reserve(sc.k_rows, static_cast<size_t>(kKeyTile));
 
   for (int64_t r = 0; r < G; ++r) {
     const float* q = a.q + t * a.q_stride + (g * G + r) * D;
@@ -325,24 +430,25 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
         dequantize_row(a.v_type, a.v + visible[j] * a.v_row_bytes + v_off, v_tile + j * D, D);
       }
     }
+    for (int64_t j = 0; j < n_vis; ++j) k_rows[j] = a.k + visible[j] * a.k_row_bytes + k_off;
     for (int64_t r = 0; r < G; ++r) {
       const uint8_t* q = q_conv + r * plan.q_head_bytes;
+      switch (a.k_type) {
+        case GgmlType::F32:
+          DotMany<F32Elems, F32Elems>(reinterpret_cast<const float*>(q), k_rows, n_vis, D, scores);
+          break;
+        case GgmlType::F16:
+          DotMany<F16Elems, F16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
+          break;
+        case GgmlType::BF16:
+          DotMany<BF16Elems, BF16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
+          break;
+        default:
+          for (int64_t j = 0; j < n_vis; ++j) scores[j] = vec_dot(a.k_type, D, k_rows[j], q);
+          break;
+      }
       for (int64_t j = 0; j < n_vis; ++j) {
-        const uint8_t* k = a.k + visible[j] * a.k_row_bytes + k_off;
-        float dot;
-        switch (a.k_type) {
-          case GgmlType::F32:
-            dot = DotF32(reinterpret_cast<const float*>(k), reinterpret_cast<const float*>(q), D);
-            break;
-          case GgmlType::F16:
-            dot = DotF16(reinterpret_cast<const uint16_t*>(k), reinterpret_cast<const uint16_t*>(q), D);
-            break;
-          case GgmlType::BF16:
-            dot = DotBF16(reinterpret_cast<const uint16_t*>(k), reinterpret_cast<const uint16_t*>(q), D);
-            break;
-          default: dot = vec_dot(a.k_type, D, k, q); break;
-        }
-        scores[j] = dot * a.shape.scale + (mask_row ? mask_row[visible[j]] : 0.0f);
+        scores[j] = scores[j] * a.shape.scale + (mask_row ? mask_row[visible[j]] : 0.0f);
       }
       // Sequential online softmax, one key at a time, exactly in ggml's order.
       float m = M[r], s_sum = S[r];
@@ -411,6 +517,9 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   float* S = M + n_rows;           // n_rows
   float* scores = S + n_rows;      // kKeyTile
   float* probs = scores + kKeyTile;  // kKeyTile
+  int64_t* visible = Reserve(sc.visible, static_cast<size_t>(kKeyTile));
+  const uint8_t** k_rows = Reserve(sc.k_rows, static_cast<size_t>(kKeyTile));
+  const uint8_t** v_rows = Reserve(sc.v_rows, static_cast<size_t>(kKeyTile));
   std::fill(acc, acc + n_rows * D, 0.0f);
   std::fill(M, M + n_rows, -INFINITY);
   std::fill(S, S + n_rows, 0.0f);
@@ -419,29 +528,29 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
 
   for (int64_t c0 = 0; c0 < a.n_kv; c0 += kKeyTile) {
-    const int64_t n_keys = std::min(kKeyTile, a.n_kv - c0);
+    const int64_t c1 = std::min(c0 + kKeyTile, a.n_kv);
     for (int64_t t = t0; t < t1; ++t) {
-      const float* mask_row = a.mask ? a.mask + t * a.mask_stride + c0 : nullptr;
-      if (mask_row) {
-        bool any = false;
-        for (int64_t j = 0; j < n_keys && !any; ++j) any = mask_row[j] != -INFINITY;
-        if (!any) continue;  // llama.cpp skips such (row, tile) pairs entirely
+      const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
+      // Hidden keys would get probability exactly 0 (llama.cpp adds -inf and skips rows whose
+      // whole tile is hidden), so only the visible ones are computed.
+      const int64_t n_vis = VisibleKeys(mask_row, c0, c1, visible);
+      if (n_vis == 0) continue;
+      for (int64_t j = 0; j < n_vis; ++j) {
+        k_rows[j] = a.k + visible[j] * a.k_row_bytes + k_off;
+        v_rows[j] = a.v + visible[j] * a.v_row_bytes + v_off;
       }
       for (int64_t r = 0; r < G; ++r) {
         const int64_t row = (t - t0) * G + r;
         const float* q = a.q + t * a.q_stride + (g * G + r) * D;
+        if (f16) {
+          DotMany<F32Elems, F16Elems>(q, k_rows, n_vis, D, scores);
+        } else {
+          DotMany<F32Elems, F32Elems>(q, k_rows, n_vis, D, scores);
+        }
         float tile_max = -INFINITY;
-        for (int64_t j = 0; j < n_keys; ++j) {
-          const float mv = mask_row ? mask_row[j] : 0.0f;
-          float s = -INFINITY;
-          if (mv != -INFINITY) {
-            const uint8_t* k = a.k + (c0 + j) * a.k_row_bytes + k_off;
-            const float dot = f16 ? DotF32F16(q, reinterpret_cast<const uint16_t*>(k), D)
-                                  : DotF32(q, reinterpret_cast<const float*>(k), D);
-            s = dot * a.shape.scale + mv;
-          }
-          scores[j] = s;
-          tile_max = std::max(tile_max, s);
+        for (int64_t j = 0; j < n_vis; ++j) {
+          scores[j] = scores[j] * a.shape.scale + (mask_row ? mask_row[visible[j]] : 0.0f);
+          tile_max = std::max(tile_max, scores[j]);
         }
         if (tile_max == -INFINITY) continue;
         float* row_acc = acc + row * D;
@@ -452,16 +561,12 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
           S[row] *= ms;
         }
         M[row] = m_new;
-        const double tile_sum = ExpShifted(scores, m_new, probs, n_keys);
+        const double tile_sum = ExpShifted(scores, m_new, probs, n_vis);
         S[row] = static_cast<float>(static_cast<double>(S[row]) + tile_sum);
-        for (int64_t j = 0; j < n_keys; ++j) {
-          if (probs[j] == 0.0f) continue;
-          const uint8_t* v = a.v + (c0 + j) * a.v_row_bytes + v_off;
-          if (f16) {
-            AxpyF32FromF16(row_acc, reinterpret_cast<const uint16_t*>(v), probs[j], D);
-          } else {
-            AxpyF32(row_acc, reinterpret_cast<const float*>(v), probs[j], D);
-          }
+        if (f16) {
+          AccumulateKeys<F16Elems>(row_acc, v_rows, probs, n_vis, D);
+        } else {
+          AccumulateKeys<F32Elems>(row_acc, v_rows, probs, n_vis, D);
         }
       }
     }
