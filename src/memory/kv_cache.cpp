@@ -83,20 +83,12 @@ struct Range {
 
 Range normalize(Pos p0, Pos p1) { return {p0 < 0 ? 0 : p0, p1 < 0 ? kPosEnd : p1}; }
 
-// Lowers the search head to the first cell an operation freed, so the next placement reuses it.
-void lower_head(uint32_t& head, uint32_t first_freed) {
-  if (first_freed < head) head = first_freed;
-}
-
-constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
-
 }  // namespace
 
 struct KvCache::Impl {
   KvLayout layout;
   uint32_t n_streams = 1;
   std::vector<KvCells> cells;      // one table per stream
-  std::vector<uint32_t> heads;     // per stream: where find_slot starts looking
   std::vector<int> kv_index;       // model layer -> index into k/v, or -1
   size_t row_k = 0, row_v = 0;
   std::vector<Storage> k, v;       // per KV layer: n_streams * n_cells rows, stream-major
@@ -154,18 +146,20 @@ struct KvCache::Impl {
   void copy_rows(uint32_t src_stream, uint32_t dst_stream, uint32_t cell0, uint32_t n);
 };
 
-// Simulates placing the ubatches in order without touching the cells: a cell claimed by an
-// earlier ubatch of the same plan counts as used, heads and used counts advance as apply would.
+// Simulates placing the ubatches in order without touching the cells. Tokens take the
+// lowest-numbered empty cells of their stream, in token order. A search starts at the stream's
+// first free cell; within one plan the next ubatch starts after the last cell the previous one
+// took, since everything below it is used or already taken by the plan.
 std::optional<std::vector<Placement>> KvCache::Impl::plan(const UBatch* ubs, size_t n_ubs) const {
-  std::vector<uint32_t> sim_head = heads;
-  std::vector<uint32_t> sim_used(n_streams);
-  for (uint32_t s = 0; s < n_streams; ++s) sim_used[s] = cells[s].used();
-  std::vector<std::vector<bool>> claimed(n_ubs > 1 ? n_streams : 0);
+  std::vector<uint32_t> start(n_streams), free_left(n_streams);
+  for (uint32_t s = 0; s < n_streams; ++s) {
+    start[s] = cells[s].first_free();
+    free_left[s] = cells[s].size() - cells[s].used();
+  }
 
   std::vector<Placement> result;
   result.reserve(n_ubs);
   std::vector<std::vector<uint32_t>> tokens_of(n_streams);
-  std::vector<uint32_t> found;
   for (size_t u = 0; u < n_ubs; ++u) {
     const UBatch& ub = ubs[u];
     check_shape(ub);
@@ -177,30 +171,17 @@ std::optional<std::vector<Placement>> KvCache::Impl::plan(const UBatch* ubs, siz
     for (uint32_t s = 0; s < n_streams; ++s) {
       const auto& toks = tokens_of[s];
       if (toks.empty()) continue;
+      if (toks.size() > free_left[s]) return std::nullopt;
       const KvCells& c = cells[s];
-      const auto need = static_cast<uint32_t>(toks.size());
-      if (need > c.size() - sim_used[s]) return std::nullopt;  // any empty cell is usable
-
-      // Like llama.cpp: continue after the last placement, but when many cells before the
-      // head are free, restart from 0 to keep the used prefix (and so n_kv) short.
-      uint32_t head = sim_head[s];
-      if (static_cast<uint64_t>(head) > static_cast<uint64_t>(sim_used[s]) + 2ull * need) head = 0;
-      const bool track = !claimed.empty();
-      if (track && claimed[s].empty()) claimed[s].assign(c.size(), false);
-
-      found.clear();
-      for (uint32_t step = 0; step < c.size() && found.size() < need; ++step) {
-        uint32_t idx = head + step;
-        if (idx >= c.size()) idx -= c.size();
-        if (c.is_empty(idx) && !(track && claimed[s][idx])) found.push_back(idx);
+      uint32_t idx = start[s];
+      for (uint32_t tok : toks) {
+        while (idx < c.size() && !c.is_empty(idx)) ++idx;
+        if (idx >= c.size())  // cannot happen: no empty cell lies below first_free()
+          throw std::logic_error("kv cache: free cell count and cell table disagree");
+        placement[tok] = CellRef{s, idx++};
       }
-      if (found.size() < need) return std::nullopt;  // unreachable: counted above
-
-      for (uint32_t k = 0; k < need; ++k) placement[toks[k]] = CellRef{s, found[k]};
-      if (track)
-        for (uint32_t idx : found) claimed[s][idx] = true;
-      sim_used[s] += need;
-      sim_head[s] = found.back() + 1;
+      free_left[s] -= static_cast<uint32_t>(toks.size());
+      start[s] = idx;
     }
     result.push_back(std::move(placement));
   }
@@ -232,7 +213,6 @@ KvCache::KvCache(const KvLayout& layout) : impl_(std::make_unique<Impl>()) {
 
   m.cells.reserve(m.n_streams);
   for (uint32_t s = 0; s < m.n_streams; ++s) m.cells.emplace_back(layout.n_cells, layout.n_seq_max);
-  m.heads.assign(m.n_streams, 0);
 
   const size_t rows = static_cast<size_t>(m.n_streams) * layout.n_cells;
   m.kv_index.assign(layout.layer_has_kv.size(), -1);
@@ -292,7 +272,6 @@ void KvCache::apply(const UBatch& ub, const Placement& placement) {
     for (SeqId s : ub.seq[t]) seqs.set(static_cast<size_t>(s));
     const CellRef ref = placement[t];
     m.cells[ref.stream].occupy(ref.cell, ub.pos[t], seqs);
-    m.heads[ref.stream] = ref.cell + 1;  // the last token placed in a stream wins
   }
 }
 
@@ -368,11 +347,6 @@ const KvCells& KvCache::cells(uint32_t stream) const {
   return impl_->cells[stream];
 }
 
-uint32_t KvCache::head(uint32_t stream) const {
-  impl_->check_stream(stream);
-  return impl_->heads[stream];
-}
-
 bool KvCache::has_shift() const {
   for (const auto& c : impl_->cells)
     if (c.has_shift()) return true;
@@ -386,7 +360,6 @@ void KvCache::reset_shift() {
 void KvCache::clear(bool zero_data) {
   Impl& m = *impl_;
   for (auto& c : m.cells) c.reset();
-  std::fill(m.heads.begin(), m.heads.end(), 0);
   if (zero_data) {
     for (auto& b : m.k) std::memset(b.data(), 0, b.bytes());
     for (auto& b : m.v) std::memset(b.data(), 0, b.bytes());
@@ -401,19 +374,11 @@ bool KvCache::seq_rm(SeqId seq, Pos p0, Pos p1) {
   for (uint32_t s = 0; s < m.n_streams; ++s) {
     if (seq >= 0 && s != m.stream_of(seq)) continue;
     KvCells& c = m.cells[s];
-    uint32_t first_freed = kNone;
-    for (uint32_t i = 0; i < c.size(); ++i) {
+    for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
       if (!c.pos_in(i, r.p0, r.p1)) continue;
-      bool freed;
-      if (seq >= 0) {
-        freed = c.remove_seq(i, seq);
-      } else {
-        c.release(i);
-        freed = true;
-      }
-      if (freed && first_freed == kNone) first_freed = i;
+      if (seq >= 0) c.remove_seq(i, seq);
+      else c.release(i);
     }
-    lower_head(m.heads[s], first_freed);
   }
   return true;
 }
@@ -430,7 +395,7 @@ void KvCache::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
   if (s0 == s1) {
     // One stream: the cells (and their K/V rows) are shared, dst just joins them.
     if (r.empty()) return;
-    for (uint32_t i = 0; i < from.size(); ++i)
+    for (uint32_t i = 0; i < from.used_max_p1(); ++i)
       if (from.pos_in(i, r.p0, r.p1) && from.has_seq(i, src)) from.add_seq(i, dst);
     return;
   }
@@ -463,7 +428,6 @@ void KvCache::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
       run_len = 0;
     }
   }
-  m.heads[s1] = m.heads[s0];
 }
 
 void KvCache::seq_keep(SeqId seq) {
@@ -471,10 +435,7 @@ void KvCache::seq_keep(SeqId seq) {
   m.check_seq(seq, "seq_keep");
   for (uint32_t s = 0; s < m.n_streams; ++s) {
     KvCells& c = m.cells[s];
-    uint32_t first_freed = kNone;
-    for (uint32_t i = 0; i < c.used_max_p1(); ++i)
-      if (c.keep_only(i, seq) && first_freed == kNone) first_freed = i;
-    lower_head(m.heads[s], first_freed);
+    for (uint32_t i = 0; i < c.used_max_p1(); ++i) c.keep_only(i, seq);
   }
 }
 
@@ -493,14 +454,8 @@ void KvCache::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
                   std::to_string(seq) + " moves position " + std::to_string(top) +
                   " past the largest position");
   }
-  uint32_t first_freed = kNone;
-  for (uint32_t i = 0; i < c.size(); ++i) {
-    if (!c.pos_in(i, r.p0, r.p1) || !c.has_seq(i, seq)) continue;
-    if (c.add_pos(i, delta) && first_freed == kNone) first_freed = i;
-  }
-  // Positions moved, so the "continue after the last placement" hint is stale: restart the
-  // search at the first freed cell, or at 0.
-  m.heads[s] = first_freed == kNone ? 0 : first_freed;
+  for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+    if (c.pos_in(i, r.p0, r.p1) && c.has_seq(i, seq)) c.add_pos(i, delta);
 }
 
 void KvCache::seq_div(SeqId seq, Pos p0, Pos p1, int d) {
@@ -510,7 +465,7 @@ void KvCache::seq_div(SeqId seq, Pos p0, Pos p1, int d) {
   const Range r = normalize(p0, p1);
   if (d == 1 || r.empty()) return;
   KvCells& c = m.cells[m.stream_of(seq)];
-  for (uint32_t i = 0; i < c.size(); ++i)
+  for (uint32_t i = 0; i < c.used_max_p1(); ++i)
     if (c.pos_in(i, r.p0, r.p1) && c.has_seq(i, seq)) c.div_pos(i, d);
 }
 

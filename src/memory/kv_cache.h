@@ -50,9 +50,9 @@ class KvCache {
   uint32_t stream_of(SeqId seq) const;  // 0 when unified
 
   // Placement is transactional: find_slot only looks; apply mutates. If find_slot returns
-  // nullopt the cache is unchanged and the batch does not fit. Only empty cells are used, found
-  // from the stream's search head onward (wrapping; need not be contiguous). Placement[i] is
-  // token i's cell, in the stream of its sequences. Throws agentkv::Error for a malformed ubatch
+  // nullopt the cache is unchanged and the batch does not fit. Tokens take the lowest-numbered
+  // empty cells of their stream, in token order (not necessarily contiguous); Placement[i] is
+  // token i's cell. Throws agentkv::Error for a malformed ubatch
   // (no sequence, seq id outside [0, n_seq_max), negative position, or, with one stream per
   // sequence, a token whose sequences live in different streams).
   std::optional<Placement> find_slot(const UBatch& ub) const;
@@ -85,8 +85,6 @@ class KvCache {
 
   // The cell table of a stream (positions, sequence sets, pending shifts), read-only.
   const KvCells& cells(uint32_t stream) const;
-  // Where the next find_slot of this stream starts looking (a hint, not a contract).
-  uint32_t head(uint32_t stream) const;
 
   // Context shift: seq_add / seq_div change cell positions only; the stored keys keep the RoPE
   // rotation of the old positions. cells(s).shift(i) is the pending delta (new - old) of cell i.

@@ -17,6 +17,7 @@ void KvCells::reset() {
   for (auto& m : seq_pos_) m.clear();
   used_ = 0;
   used_max_p1_ = 0;
+  first_free_ = 0;
   has_shift_ = false;
 }
 
@@ -56,6 +57,12 @@ void KvCells::index_remove(uint32_t i) {
 void KvCells::mark_used(uint32_t i) {
   ++used_;
   if (i + 1 > used_max_p1_) used_max_p1_ = i + 1;
+  // Filling the lowest hole: walk up to the next one. The cells walked over are the ones a
+  // placement search would have scanned anyway.
+  if (i == first_free_) {
+    const uint32_t n = size();
+    do ++first_free_; while (first_free_ < n && pos_[first_free_] >= 0);
+  }
 }
 
 void KvCells::mark_empty(uint32_t i) {
@@ -63,6 +70,7 @@ void KvCells::mark_empty(uint32_t i) {
   shift_[i] = 0;
   seq_[i].reset();
   --used_;
+  if (i < first_free_) first_free_ = i;
   // Walk down to the next used cell. Bulk operations free many cells; each empty cell is walked
   // over at most once until a placement above it raises the bound again.
   if (i + 1 == used_max_p1_) {

@@ -1,7 +1,7 @@
 // The cell table of one KV-cache stream: for every cell its position (-1 = empty), the set of
 // sequences that use it, and the position delta accumulated since the keys were last rotated.
-// Indexes kept alongside (used count, highest used cell, per-sequence position multisets) make
-// n_kv and seq_pos_min/max cheap. The table knows nothing about K/V data; KvCache owns that.
+// Indexes kept alongside (used count, lowest free cell, highest used cell, per-sequence position
+// multisets) make placement, n_kv and seq_pos_min/max cheap. The table knows nothing about K/V data; KvCache owns that.
 //
 // Every mutator keeps the indexes exact. Preconditions (cell index in range, seq id < n_seq,
 // cell empty / not empty as documented) are the caller's job: KvCache validates user input
@@ -35,6 +35,8 @@ class KvCells {
   uint32_t used() const { return used_; }
   // One past the highest non-empty cell (0 when the table is empty).
   uint32_t used_max_p1() const { return used_max_p1_; }
+  // The lowest empty cell (size() when full): placement searches from here.
+  uint32_t first_free() const { return first_free_; }
 
   bool is_empty(uint32_t i) const { return pos_[i] < 0; }
   Pos pos(uint32_t i) const { return pos_[i]; }
@@ -96,6 +98,7 @@ class KvCells {
   std::vector<std::map<Pos, uint32_t>> seq_pos_;
   uint32_t used_ = 0;
   uint32_t used_max_p1_ = 0;
+  uint32_t first_free_ = 0;
   bool has_shift_ = false;
 };
 
