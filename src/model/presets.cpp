@@ -128,6 +128,7 @@ struct TensorList {
 constexpr float kEmbeddingStd = 0.4f;
 constexpr float kRouterStd = 0.02f;
 constexpr float kConvStd = 0.2f;
+constexpr float kDtBiasStd = 0.1f;
 
 void add_attention(TensorList& l, const ModelShape& s, const std::string& p) {
   const int64_t E = s.n_embd, D = s.head_dim;
@@ -148,8 +149,9 @@ void add_delta_net(TensorList& l, const ModelShape& s, const std::string& p) {
   l.matrix(p + "attn_qkv.weight", {E, qkv_width});
   l.matrix(p + "attn_gate.weight", {E, s.ssm_inner_size});
   l.add(p + "ssm_conv1d.weight", {s.ssm_conv_kernel, qkv_width}, Init::Normal, kConvStd);
-  l.add(p + "ssm_dt.bias", {n_v_heads}, Init::Uniform, 0.01f, 0.15f);
-  l.add(p + "ssm_a", {n_v_heads}, Init::NegExpUniform, 0.f, 2.3f);  // A in -[1, 10)
+  l.add(p + "ssm_dt.bias", {n_v_heads}, Init::Normal, kDtBiasStd);
+  // ssm_a = -A with A in [1, 16), the range of Qwen3-Next's A_log initialisation.
+  l.add(p + "ssm_a", {n_v_heads}, Init::Uniform, -16.f, -1.f);
   l.matrix(p + "ssm_beta.weight", {E, n_v_heads});
   l.matrix(p + "ssm_alpha.weight", {E, n_v_heads});
   l.norm(p + "ssm_norm.weight", s.ssm_inner_size / n_v_heads);
@@ -405,11 +407,6 @@ void generate_values(const PlannedTensor& t, uint64_t seed, int64_t first, int64
     case Init::Uniform:
       for (int64_t i = 0; i < count; ++i)
         out[i] = static_cast<float>(t.a + (t.b - t.a) * rng.uniform(static_cast<uint64_t>(first + i)));
-      break;
-    case Init::NegExpUniform:
-      for (int64_t i = 0; i < count; ++i)
-        out[i] = static_cast<float>(
-            -std::exp(t.a + (t.b - t.a) * rng.uniform(static_cast<uint64_t>(first + i))));
       break;
   }
 }

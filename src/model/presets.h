@@ -61,9 +61,9 @@ const std::vector<ModelShape>& presets();
 // Throws agentkv::Error listing the known names.
 const ModelShape& find_preset(std::string_view name);
 
-// How a tensor's values are drawn (the fixture recipe: matrices N(0, 0.1^2), embeddings
-// N(0, 0.4^2), norms 1, negative ssm_a, small positive dt bias).
-enum class Init { Normal, Ones, NegExpUniform, Uniform };
+// How a tensor's values are drawn (the fixture recipe: matrices N(0, 0.1^2), embeddings and head
+// N(0, 0.4^2), norms 1, ssm_a uniform in [-16, -1), dt bias N(0, 0.1^2), routers N(0, 0.02^2)).
+enum class Init { Normal, Ones, Uniform };
 
 struct PlannedTensor {
   std::string name;
@@ -71,7 +71,7 @@ struct PlannedTensor {
   GgmlType type = GgmlType::F32;  // type in the written file
   GgmlType source_type = GgmlType::F32;  // the converter's type (values are rounded through it)
   Init init = Init::Normal;
-  float a = 0.f, b = 0.f;  // Normal: stddev; Uniform: [a, b); NegExpUniform: -exp(U[a, b))
+  float a = 0.f, b = 0.f;  // Normal: stddev; Uniform: [a, b)
   int64_t n_elements() const;
 };
 
