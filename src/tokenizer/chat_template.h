@@ -8,12 +8,14 @@
 
 namespace agentkv {
 
+// Fields are ordered_json so that `tool | tojson` writes keys in the order the client sent them,
+// as Hugging Face (Python dicts) does; nlohmann::json values convert implicitly on assignment.
 struct ChatTemplateInputs {
-  nlohmann::json messages = nlohmann::json::array();  // [{role, content, tool_calls?, ...}]
-  nlohmann::json tools;                               // null or array of tool definitions
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{role, content, tool_calls?, ...}]
+  nlohmann::ordered_json tools;  // null (no tools: the template sees none) or array of tool definitions
   bool add_generation_prompt = true;
-  nlohmann::json extra_context = nlohmann::json::object();  // e.g. enable_thinking
-  std::string bos_token;
+  nlohmann::ordered_json extra_context = nlohmann::ordered_json::object();  // e.g. enable_thinking
+  std::string bos_token;  // always defined in the template, "" when the model has none
   std::string eos_token;
 };
 
