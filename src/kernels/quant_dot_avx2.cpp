@@ -1,4 +1,281 @@
+// AVX2 + FMA + F16C dot products. Integer types: per block, exact int32 dot products of the
+// unpacked quants (maddubs/madd), scaled into a float accumulator with FMA, so results equal the
+// scalar kernels up to float summation order. q2_K and q3_K stay scalar for now.
 #include "kernels/quant_kernels.h"
+#include "kernels/quant_simd_x86.h"
+
 namespace agentkv::quant_detail {
+
+#ifdef AGENTKV_HAVE_X86_SIMD
+namespace {
+using namespace x86;
+
+AGENTKV_AVX2 float dot_f32(int64_t n, const void* w, const void* a) {
+  const float* x = static_cast<const float*>(w);
+  const float* y = static_cast<const float*>(a);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
+  }
+  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
+  float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+AGENTKV_AVX2_INLINE __m256 load_f16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+AGENTKV_AVX2 float dot_f16(int64_t n, const void* w, const void* a) {
+  const uint16_t* x = static_cast<const uint16_t*>(w);
+  const uint16_t* y = static_cast<const uint16_t*>(a);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_fmadd_ps(load_f16x8(x + i + 8 * k), load_f16x8(y + i + 8 * k), acc[k]);
+  }
+  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), acc[0]);
+  float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; i < n; ++i) sum += half_to_float(x[i]) * half_to_float(y[i]);
+  return sum;
+}
+
+AGENTKV_AVX2_INLINE __m256 load_bf16x8(const uint16_t* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+AGENTKV_AVX2 float dot_bf16(int64_t n, const void* w, const void* a) {
+  const uint16_t* x = static_cast<const uint16_t*>(w);
+  const uint16_t* y = static_cast<const uint16_t*>(a);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_fmadd_ps(load_bf16x8(x + i + 8 * k), load_bf16x8(y + i + 8 * k), acc[k]);
+  }
+  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), acc[0]);
+  float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; i < n; ++i) sum += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
+  return sum;
+}
+
+AGENTKV_AVX2_INLINE __m256i load_q8(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+AGENTKV_AVX2 float dot_q8_0(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ8_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < n / kQK8_0; ++ib) {
+    const __m256 d = _mm256_set1_ps(half_to_float(x[ib].d) * half_to_float(y[ib].d));
+    const __m256i p = dot_s8s8(load_q8(x[ib].qs), load_q8(y[ib].qs));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum_ps(acc);
+}
+
+AGENTKV_AVX2 float dot_q4_0(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < n / kQK4_0; ++ib) {
+    const __m256 d = _mm256_set1_ps(half_to_float(x[ib].d) * half_to_float(y[ib].d));
+    const __m256i q = _mm256_sub_epi8(unpack_nibbles(x[ib].qs), _mm256_set1_epi8(8));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(q, load_q8(y[ib].qs))), acc);
+  }
+  return hsum_ps(acc);
+}
+
+AGENTKV_AVX2 float dot_q4_1(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_1*>(w);
+  const auto* y = static_cast<const BlockQ8_1*>(a);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (int64_t ib = 0; ib < n / kQK4_1; ++ib) {
+    mins += half_to_float(x[ib].m) * half_to_float(y[ib].s);
+    const __m256 d = _mm256_set1_ps(half_to_float(x[ib].d) * half_to_float(y[ib].d));
+    const __m256i p = dot_u8s8(unpack_nibbles(x[ib].qs), load_q8(y[ib].qs));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum_ps(acc) + mins;
+}
+
+AGENTKV_AVX2 float dot_q5_0(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ5_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < n / kQK5_0; ++ib) {
+    const __m256 d = _mm256_set1_ps(half_to_float(x[ib].d) * half_to_float(y[ib].d));
+    const __m256i high = _mm256_and_si256(expand_bits(x[ib].qh), _mm256_set1_epi8(0x10));
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(x[ib].qs), high), _mm256_set1_epi8(16));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(q, load_q8(y[ib].qs))), acc);
+  }
+  return hsum_ps(acc);
+}
+
+AGENTKV_AVX2 float dot_q5_1(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ5_1*>(w);
+  const auto* y = static_cast<const BlockQ8_1*>(a);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (int64_t ib = 0; ib < n / kQK5_1; ++ib) {
+    mins += half_to_float(x[ib].m) * half_to_float(y[ib].s);
+    const __m256 d = _mm256_set1_ps(half_to_float(x[ib].d) * half_to_float(y[ib].d));
+    const __m256i high = _mm256_and_si256(expand_bits(x[ib].qh), _mm256_set1_epi8(0x10));
+    const __m256i q = _mm256_or_si256(unpack_nibbles(x[ib].qs), high);
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(q, load_q8(y[ib].qs))), acc);
+  }
+  return hsum_ps(acc) + mins;
+}
+
+AGENTKV_AVX2 float dot_iq4_nl(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockIQ4_NL*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < n / kQK4_NL; ++ib) {
+    const __m256 d = _mm256_set1_ps(half_to_float(x[ib].d) * half_to_float(y[ib].d));
+    const __m256i q = _mm256_shuffle_epi8(levels, unpack_nibbles(x[ib].qs));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(q, load_q8(y[ib].qs))), acc);
+  }
+  return hsum_ps(acc);
+}
+
+// Sum over the 8 sub-blocks of min_j * (sum of the 32 activation quants of sub-block j).
+AGENTKV_AVX2_INLINE int k4_min_sum(const uint8_t* mins, const int16_t* bsums) {
+  int s = 0;
+  for (int j = 0; j < 8; ++j) s += mins[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+  return s;
+}
+
+// int32 lanes of sum_j scale_j * dot(q_j, y_j) over 64 unsigned weights (two sub-blocks of 32).
+AGENTKV_AVX2_INLINE __m256i k4_pair_dot(__m256i q_lo, __m256i q_hi, const int8_t* q8, int scale_lo, int scale_hi) {
+  const __m256i p_lo = _mm256_maddubs_epi16(q_lo, load_q8(q8));
+  const __m256i p_hi = _mm256_maddubs_epi16(q_hi, load_q8(q8 + 32));
+  return _mm256_add_epi32(_mm256_madd_epi16(p_lo, _mm256_set1_epi16(static_cast<short>(scale_lo))),
+                          _mm256_madd_epi16(p_hi, _mm256_set1_epi16(static_cast<short>(scale_hi))));
+}
+
+AGENTKV_AVX2 float dot_q4_K(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  float mins_total = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
+    mins_total += half_to_float(x[i].dmin) * y[i].d * static_cast<float>(k4_min_sum(mn, y[i].bsums));
+    __m256i isum = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * j));
+      const __m256i q_lo = _mm256_and_si256(bytes, low4);
+      const __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      isum = _mm256_add_epi32(isum, k4_pair_dot(q_lo, q_hi, y[i].qs + 64 * j, sc[2 * j], sc[2 * j + 1]));
+    }
+    const __m256 d = _mm256_set1_ps(half_to_float(x[i].d) * y[i].d);
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+  }
+  return hsum_ps(acc) - mins_total;
+}
+
+AGENTKV_AVX2 float dot_q5_K(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ5_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  float mins_total = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
+    mins_total += half_to_float(x[i].dmin) * y[i].d * static_cast<float>(k4_min_sum(mn, y[i].bsums));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh));
+    __m256i isum = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * j));
+      // Bit 2j of qh[l] is bit 4 of element 64j + l, bit 2j+1 that of element 64j + 32 + l.
+      const __m256i h_lo = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4);
+      const __m256i h_hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4);
+      const __m256i q_lo = _mm256_or_si256(_mm256_and_si256(bytes, low4), h_lo);
+      const __m256i q_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), h_hi);
+      isum = _mm256_add_epi32(isum, k4_pair_dot(q_lo, q_hi, y[i].qs + 64 * j, sc[2 * j], sc[2 * j + 1]));
+    }
+    const __m256 d = _mm256_set1_ps(half_to_float(x[i].d) * y[i].d);
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+  }
+  return hsum_ps(acc) - mins_total;
+}
+
+// q6_K weights unpacked to 0..63 (the -32 offset is applied through the q8_K group sums):
+// 4 vectors of 32 per 128-element half.
+AGENTKV_AVX2_INLINE void q6k_unpack_half(const uint8_t* ql, const uint8_t* qh, __m256i out[4]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+  const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, three), 4);
+  const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4);
+  const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4);
+  const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4);
+  out[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), h0);
+  out[1] = _mm256_or_si256(_mm256_and_si256(l1, low4), h1);
+  out[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), h2);
+  out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), h3);
+}
+
+AGENTKV_AVX2 float dot_q6_K(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const int8_t* sc = x[i].scales;
+    int offset_sum = 0;  // 32 * sum_j scale_j * (sum of sub-block j's activation quants)
+    for (int j = 0; j < 16; ++j) offset_sum += sc[j] * y[i].bsums[j];
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[4];
+      q6k_unpack_half(x[i].ql + 64 * h, x[i].qh + 32 * h, q);
+      for (int k = 0; k < 4; ++k) {
+        // 32 weights = sub-blocks s and s+1 (16 each): the low 128 bits get scale s.
+        const int s = 8 * h + 2 * k;
+        const __m256i scale = _mm256_setr_m128i(_mm_set1_epi16(sc[s]), _mm_set1_epi16(sc[s + 1]));
+        const __m256i p = _mm256_maddubs_epi16(q[k], load_q8(y[i].qs + 128 * h + 32 * k));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale));
+      }
+    }
+    const float d = half_to_float(x[i].d) * y[i].d;
+    const __m256 total = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_setr_epi32(32 * offset_sum, 0, 0, 0, 0, 0, 0, 0)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), total, acc);
+  }
+  return hsum_ps(acc);
+}
+
+}  // namespace
+
+VecDotFn avx2_vec_dot(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: return dot_f32;
+    case GgmlType::F16: return dot_f16;
+    case GgmlType::BF16: return dot_bf16;
+    case GgmlType::Q8_0: return dot_q8_0;
+    case GgmlType::Q4_0: return dot_q4_0;
+    case GgmlType::Q4_1: return dot_q4_1;
+    case GgmlType::Q5_0: return dot_q5_0;
+    case GgmlType::Q5_1: return dot_q5_1;
+    case GgmlType::IQ4_NL: return dot_iq4_nl;
+    case GgmlType::Q4_K: return dot_q4_K;
+    case GgmlType::Q5_K: return dot_q5_K;
+    case GgmlType::Q6_K: return dot_q6_K;
+    default: return nullptr;
+  }
+}
+#else
 VecDotFn avx2_vec_dot(GgmlType) { return nullptr; }
+#endif
+
 }  // namespace agentkv::quant_detail
