@@ -1,34 +1,370 @@
-// Temporary skeleton: every entry point exists so the library links; the real tokenizer follows.
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+#include <unordered_map>
+
 #include "core/error.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/special_tokens.h"
+#include "tokenizer/unicode.h"
 
 namespace agentkv {
 
-struct Tokenizer::Impl {
-  VocabData data;
+namespace {
+
+// llama.cpp's token attributes (llama_token_attr), a bit set: the loader adjusts them beyond the
+// GGUF token types (e.g. FIM and end-of-turn tokens become control tokens).
+enum Attr : uint8_t {
+  kAttrUnknown = 1 << 0,
+  kAttrUnused = 1 << 1,
+  kAttrNormal = 1 << 2,
+  kAttrControl = 1 << 3,
+  kAttrUserDefined = 1 << 4,
+  kAttrByte = 1 << 5,
 };
 
-std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::Reader&) {
-  throw Error("tokenizer: GGUF loading not implemented yet");
+uint8_t attr_of(TokenType t) {
+  switch (t) {
+    case TokenType::Unknown: return kAttrUnknown;
+    case TokenType::Unused: return kAttrUnused;
+    case TokenType::Normal: return kAttrNormal;
+    case TokenType::Control: return kAttrControl;
+    case TokenType::UserDefined: return kAttrUserDefined;
+    case TokenType::Byte: return kAttrByte;
+    default: return 0;
+  }
 }
-std::unique_ptr<Tokenizer> Tokenizer::from_hf_files(const std::string&, const std::string&) {
-  throw Error("tokenizer: tokenizer.json loading not implemented yet");
+
+// Token texts llama.cpp recognises by name when the GGUF does not say (llama_vocab::impl::load).
+const std::vector<std::string_view> kEotTexts = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"};
+const std::vector<std::string_view> kEomTexts = {"<|eom_id|>"};
+const std::vector<std::string_view> kFimPreTexts = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+                                                     "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
+                                                     "<|prefix|>"};
+const std::vector<std::string_view> kFimSufTexts = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+                                                     "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>",
+                                                     "<|suffix|>"};
+const std::vector<std::string_view> kFimMidTexts = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+                                                     "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>",
+                                                     "<|middle|>"};
+const std::vector<std::string_view> kFimPadTexts = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"};
+const std::vector<std::string_view> kFimRepTexts = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
+                                                     "<reponame>"};
+const std::vector<std::string_view> kFimSepTexts = {"<|file_sep|>"};
+const std::vector<std::string_view> kEogTexts = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~["};
+// gpt-oss: always rendered, never end a turn.
+const std::vector<std::string_view> kAlwaysUserDefinedTexts = {"<|channel|>", "<|message|>", "<|start|>",
+                                                                "<|constrain|>"};
+
+// Words longer than this are not worth remembering within one encode call.
+constexpr size_t kMaxCachedWordBytes = 64;
+constexpr size_t kMaxCachedWords = 1 << 16;
+
+// llama.cpp's clean_spaces pass for gpt2-style vocabularies, three in-place compactions:
+// " ?" " !" " ." " ," lose the space; " ' " loses both spaces; " 's" " 'm" " 're" " 've" lose the
+// space. Each pass keeps the first byte and looks at the byte before in the pass's input.
+void clean_spaces(std::string& t) {
+  size_t n = t.size();
+  if (n == 0) return;
+  size_t w = 1;
+  for (size_t i = 1; i < n; ++i) {
+    const char x = t[i];
+    if (t[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) --w;
+    t[w++] = x;
+  }
+  n = w;
+  w = 1;
+  for (size_t i = 1; i < n; ++i) {
+    const char x = t[i];
+    if (x == '\'' && i + 1 < n && t[i - 1] == ' ' && t[i + 1] == ' ') {
+      --w;
+      t[++i] = '\0';  // the space after is dropped (and no longer counts as a space before)
+    }
+    t[w++] = x;
+  }
+  n = w;
+  w = 1;
+  for (size_t i = 1; i < n; ++i) {
+    const char x = t[i];
+    if (t[i - 1] == ' ' && x == '\'' && i + 1 < n) {
+      const char x1 = t[i + 1];
+      if (x1 == 's' || x1 == 'm') {
+        --w;
+      } else if (x1 != 't' && x1 != 'd' && i + 2 < n) {
+        const char x2 = t[i + 2];
+        if ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e')) --w;
+      }
+    }
+    t[w++] = x;
+  }
+  t.resize(w);
 }
-Tokenizer::Tokenizer(VocabData data) : impl_(std::make_unique<Impl>()) { impl_->data = std::move(data); }
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  VocabData data;
+  std::string source;  // names the file in error messages
+  std::vector<std::string> texts;  // tokens, with empty ones renamed as llama.cpp does
+  std::vector<uint8_t> attrs;
+  std::unordered_map<std::string, Token> ids;
+  tokenizer::BpeModel bpe;
+  std::unique_ptr<tokenizer::PreTokenizer> pre;
+  tokenizer::SpecialTokenMatcher specials;
+  std::vector<Token> eog;  // sorted
+  Token eot = -1;          // effective: the GGUF's, else detected by name
+  std::vector<std::string> pieces;  // token_to_piece(id, special = true)
+
+  [[noreturn]] void fail(const std::string& what) const { throw Error(source + ": " + what); }
+  Token find(std::string_view text) const {
+    auto it = ids.find(std::string(text));
+    return it == ids.end() ? -1 : it->second;
+  }
+  Token find_first(const std::vector<std::string_view>& names) const {
+    for (auto name : names)
+      if (Token t = find(name); t >= 0) return t;
+    return -1;
+  }
+  void build();
+  void assign_attributes();
+  std::string render_piece(Token id) const;
+  void encode_text(std::string_view text, std::vector<Token>& out, tokenizer::PreTokenizerScratch& pre_scratch,
+                   tokenizer::BpeScratch& bpe_scratch, std::unordered_map<std::string, std::pair<uint32_t, uint32_t>>& cache,
+                   std::vector<Token>& cache_pool) const;
+};
+
+void Tokenizer::Impl::build() {
+  if (data.model != "gpt2")
+    fail("tokenizer.ggml.model is '" + data.model + "'; only 'gpt2' (byte-level BPE) is supported");
+  pre = tokenizer::PreTokenizer::create(data.pre);
+  if (!pre)
+    fail("tokenizer.ggml.pre is '" + data.pre +
+         "'; supported pre-tokenizers: qwen2, deepseek-r1-qwen, qwen35, gpt-2, default");
+  const size_t n = data.tokens.size();
+  if (n == 0) fail("tokenizer.ggml.tokens is empty");
+  if (n > size_t(INT32_MAX)) fail("tokenizer.ggml.tokens has too many entries");
+  if (data.types.empty()) data.types.assign(n, TokenType::Normal);
+  if (data.types.size() < n)
+    fail("tokenizer.ggml.token_type has " + std::to_string(data.types.size()) + " entries for " +
+         std::to_string(n) + " tokens");
+
+  texts = data.tokens;
+  ids.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (texts[i].empty()) texts[i] = "[EMPTY_" + std::to_string(i) + "]";
+    auto [it, inserted] = ids.emplace(texts[i], Token(i));
+    if (!inserted)
+      fail("tokenizer.ggml.tokens: duplicate token '" + texts[i] + "' at ids " + std::to_string(it->second) +
+           " and " + std::to_string(i));
+  }
+  bpe = tokenizer::BpeModel(texts, ids, data.merges);
+
+  // Special ids outside the vocabulary are ignored, as llama.cpp does (with a warning there).
+  for (Token* id : {&data.bos, &data.eos, &data.eot, &data.pad})
+    if (*id < -1 || *id >= Token(n)) *id = -1;
+  if (data.add_bos && data.bos < 0)
+    fail("tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
+
+  assign_attributes();
+
+  // Control, user-defined and unknown tokens are matched in the text, longest first.
+  std::vector<Token> special_ids;
+  for (size_t i = 0; i < n; ++i)
+    if (attrs[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) special_ids.push_back(Token(i));
+  std::stable_sort(special_ids.begin(), special_ids.end(),
+                   [&](Token a, Token b) { return texts[a].size() > texts[b].size(); });
+  std::vector<tokenizer::SpecialTokenMatcher::Entry> entries;
+  for (Token id : special_ids)
+    entries.push_back({id, texts[id], (attrs[id] & (kAttrControl | kAttrUnknown)) != 0});
+  specials = tokenizer::SpecialTokenMatcher(std::move(entries));
+
+  pieces.resize(n);
+  for (size_t i = 0; i < n; ++i) pieces[i] = render_piece(Token(i));
+}
+
+void Tokenizer::Impl::assign_attributes() {
+  const size_t n = texts.size();
+  attrs.resize(n);
+  for (size_t i = 0; i < n; ++i) attrs[i] = attr_of(data.types[i]);
+  auto make_control = [&](Token t) {
+    if (t >= 0) attrs[t] |= kAttrControl;
+  };
+
+  eot = data.eot >= 0 ? data.eot : find_first(kEotTexts);
+  make_control(eot);
+  const Token eom = find_first(kEomTexts);
+  make_control(eom);
+  for (const auto* names : {&kFimPreTexts, &kFimSufTexts, &kFimMidTexts}) make_control(find_first(*names));
+  const Token fim_pad = find_first(kFimPadTexts), fim_rep = find_first(kFimRepTexts),
+              fim_sep = find_first(kFimSepTexts);
+  for (Token t : {fim_pad, fim_rep, fim_sep}) make_control(t);
+
+  for (size_t i = 0; i < n; ++i)
+    if ((attrs[i] & kAttrControl) && texts[i].find("unused") != std::string::npos) attrs[i] |= kAttrUnused;
+
+  std::vector<Token> end_ids = {fim_pad, fim_rep, fim_sep, data.eos, eot, eom};
+  for (auto name : kEogTexts) {
+    const Token t = find(name);
+    make_control(t);
+    end_ids.push_back(t);
+  }
+  for (auto name : kAlwaysUserDefinedTexts)
+    if (Token t = find(name); t >= 0) attrs[t] = kAttrUserDefined;
+  // o200k_harmony / solar-open: "<|end|>" ends a message, not the generation.
+  const Token end = find("<|end|>");
+  const bool has_return = find("<|return|>") >= 0, has_call = find("<|call|>") >= 0 || find("<|calls|>") >= 0,
+             has_flush = find("<|flush|>") >= 0;
+  if (end >= 0 && has_call && (has_return || has_flush)) {
+    std::erase(end_ids, end);
+    attrs[end] = kAttrUserDefined;
+  }
+  // gemma4 / paddleocr: "</s>" is not an end token next to "<|tool_response>".
+  if (const Token s = find("</s>"); s >= 0 && find("<|tool_response>") >= 0) {
+    std::erase(end_ids, s);
+    attrs[s] = kAttrNormal;
+  }
+  for (Token t : end_ids)
+    if (t >= 0) eog.push_back(t);
+  std::sort(eog.begin(), eog.end());
+  eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+}
+
+std::string Tokenizer::Impl::render_piece(Token id) const {
+  const uint8_t attr = attrs[id];
+  const std::string& text = texts[id];
+  if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) return text;
+  if (attr & kAttrNormal) {
+    // Byte-level decoding; a character outside the mapping is spelled out as llama.cpp does.
+    std::string out;
+    std::vector<uint32_t> cps;
+    unicode::decode_utf8(text, cps);
+    for (uint32_t cp : cps) {
+      const int byte = unicode::codepoint_to_byte(cp);
+      if (byte >= 0) {
+        out.push_back(char(byte));
+        continue;
+      }
+      std::string utf8;
+      unicode::append_utf8(cp, utf8);
+      static const char* hex = "0123456789abcdef";
+      out += "[UNK_BYTE_0x";
+      for (char c : utf8) {
+        out.push_back(hex[uint8_t(c) >> 4]);
+        out.push_back(hex[uint8_t(c) & 15]);
+      }
+      out += text + "]";
+    }
+    return out;
+  }
+  if (attr & kAttrByte) {  // "<0xXX>"
+    if (text.size() == 6 && text.compare(0, 3, "<0x") == 0)
+      return std::string(1, char(std::strtol(text.substr(3, 2).c_str(), nullptr, 16)));
+    return {};
+  }
+  return {};  // unused / undefined tokens render as nothing
+}
+
+void Tokenizer::Impl::encode_text(std::string_view text, std::vector<Token>& out,
+                                  tokenizer::PreTokenizerScratch& pre_scratch, tokenizer::BpeScratch& bpe_scratch,
+                                  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>>& cache,
+                                  std::vector<Token>& cache_pool) const {
+  std::vector<std::string_view> words;
+  pre->split(text, pre_scratch, words);
+  for (std::string_view word : words) {
+    const bool cacheable = word.size() <= kMaxCachedWordBytes;
+    std::string key;
+    if (cacheable) {
+      key.assign(word);
+      if (auto it = cache.find(key); it != cache.end()) {
+        out.insert(out.end(), cache_pool.begin() + it->second.first,
+                   cache_pool.begin() + it->second.first + it->second.second);
+        continue;
+      }
+    }
+    const size_t first = out.size();
+    bpe.encode_word(word, bpe_scratch, out);
+    if (cacheable && cache.size() < kMaxCachedWords) {
+      cache.emplace(std::move(key), std::make_pair(uint32_t(cache_pool.size()), uint32_t(out.size() - first)));
+      cache_pool.insert(cache_pool.end(), out.begin() + first, out.end());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Tokenizer::Tokenizer(VocabData data) : Tokenizer(std::move(data), "vocabulary") {}
+
+Tokenizer::Tokenizer(VocabData data, std::string_view source) : impl_(std::make_unique<Impl>()) {
+  impl_->data = std::move(data);
+  impl_->source = source;
+  impl_->build();
+}
+
 Tokenizer::~Tokenizer() = default;
-std::vector<Token> Tokenizer::encode(std::string_view, bool, bool) const {
-  throw Error("tokenizer: encode not implemented yet");
+
+std::vector<Token> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  const Impl& m = *impl_;
+  std::vector<Token> out;
+  if (add_special && m.data.add_bos) out.push_back(m.data.bos);
+  std::vector<tokenizer::Fragment> fragments;
+  m.specials.partition(text, parse_special, fragments);
+  tokenizer::PreTokenizerScratch pre_scratch;
+  tokenizer::BpeScratch bpe_scratch;
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> cache;
+  std::vector<Token> cache_pool;
+  out.reserve(out.size() + text.size() / 3);
+  for (const auto& f : fragments) {
+    if (f.token >= 0)
+      out.push_back(f.token);
+    else
+      m.encode_text(text.substr(f.begin, f.end - f.begin), out, pre_scratch, bpe_scratch, cache, cache_pool);
+  }
+  return out;
 }
-std::string Tokenizer::token_to_piece(Token, bool) const { return {}; }
-std::string Tokenizer::decode(std::span<const Token>, bool) const { return {}; }
-int32_t Tokenizer::n_vocab() const { return static_cast<int32_t>(impl_->data.tokens.size()); }
+
+std::string Tokenizer::token_to_piece(Token id, bool special) const {
+  const Impl& m = *impl_;
+  if (id < 0 || id >= Token(m.texts.size()))
+    throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                std::to_string(m.texts.size()) + " tokens)");
+  if (!special && (m.attrs[id] & (kAttrControl | kAttrUnknown))) return {};
+  return m.pieces[id];
+}
+
+std::string Tokenizer::decode(std::span<const Token> tokens, bool special) const {
+  std::string text;
+  for (Token t : tokens) text += token_to_piece(t, special);
+  if (!impl_->pre->clean_spaces()) return text;
+  clean_spaces(text);
+  return text;
+}
+
+int32_t Tokenizer::n_vocab() const { return int32_t(impl_->texts.size()); }
 Token Tokenizer::bos() const { return impl_->data.bos; }
 Token Tokenizer::eos() const { return impl_->data.eos; }
-Token Tokenizer::eot() const { return impl_->data.eot; }
-bool Tokenizer::is_eog(Token id) const { return id == impl_->data.eos || id == impl_->data.eot; }
-bool Tokenizer::is_control(Token) const { return false; }
-std::optional<Token> Tokenizer::find_token(std::string_view) const { return std::nullopt; }
+Token Tokenizer::eot() const { return impl_->eot; }
+
+bool Tokenizer::is_eog(Token id) const {
+  return std::binary_search(impl_->eog.begin(), impl_->eog.end(), id);
+}
+
+bool Tokenizer::is_control(Token id) const {
+  return id >= 0 && id < n_vocab() && (impl_->attrs[id] & kAttrControl);
+}
+
+std::optional<Token> Tokenizer::find_token(std::string_view text) const {
+  const Token t = impl_->find(text);
+  if (t < 0) return std::nullopt;
+  return t;
+}
+
 const VocabData& Tokenizer::data() const { return impl_->data; }
 
 }  // namespace agentkv

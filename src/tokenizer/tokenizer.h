@@ -25,6 +25,7 @@ struct VocabData {
   std::vector<std::string> tokens;  // GGUF form (byte-level encoded, e.g. "Ġthe")
   std::vector<TokenType> types;
   std::vector<std::string> merges;  // "a b"
+  // -1 = not set. eot is the file's own key only; Tokenizer::eot() also detects it by name.
   Token bos = -1, eos = -1, eot = -1, pad = -1;
   bool add_bos = false;
   std::string chat_template;
@@ -38,7 +39,15 @@ class Tokenizer {
   // bos/eos). Produces the same vocabulary llama.cpp's converter would write.
   static std::unique_ptr<Tokenizer> from_hf_files(const std::string& tokenizer_json,
                                                   const std::string& tokenizer_config_json = "");
+  // As above, plus the model's config.json: its bos_token_id / eos_token_id fill what
+  // tokenizer_config.json leaves unset (Qwen3's BOS <|endoftext|> is only named there).
+  static std::unique_ptr<Tokenizer> from_hf_files(const std::string& tokenizer_json,
+                                                  const std::string& tokenizer_config_json,
+                                                  const std::string& model_config_json);
+  // Validates `data` and builds the tokenizer; throws agentkv::Error (messages start with
+  // `source`, e.g. the file name, and name the GGUF key at fault).
   explicit Tokenizer(VocabData data);
+  Tokenizer(VocabData data, std::string_view source);
   ~Tokenizer();
 
   // add_special: prepend BOS when the vocab asks for it. parse_special: recognise special/control
@@ -46,6 +55,7 @@ class Tokenizer {
   std::vector<Token> encode(std::string_view text, bool add_special = false,
                             bool parse_special = true) const;
   // The bytes a token stands for (special tokens render their text only when `special`).
+  // Throws agentkv::Error for an id outside the vocabulary.
   std::string token_to_piece(Token id, bool special = true) const;
   std::string decode(std::span<const Token> tokens, bool special = true) const;
 
