@@ -1,5 +1,107 @@
+// y = W x: activations are converted once per token to vec_dot_type(W.type) (as ggml-cpu does),
+// then output rows are split across the thread pool. With several tokens the loops are tiled so a
+// tile of weight rows is read from memory once and applied to a tile of tokens while it is still
+// in cache; the per-(row, token) work is the dispatched vec_dot kernel.
 #include "kernels/matmul.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/quant.h"
+
 namespace agentkv {
-void matmul(const WeightMatrix&, const float*, int64_t, int64_t, float*, int64_t, ThreadPool&) {}
-void get_row(const WeightMatrix&, int64_t, float*) {}
+namespace {
+
+constexpr int64_t kRowTile = 16;   // weight rows kept hot while they meet a tile of tokens
+constexpr int64_t kTokenTile = 8;  // tokens per tile
+
+std::string shape_of(const WeightMatrix& w) {
+  return std::string(ggml_type_name(w.type)) + " [" + std::to_string(w.n_in) + " x " + std::to_string(w.n_out) + "]";
+}
+
+// Bytes between consecutive rows of w; checks the shape against the type's block size.
+size_t checked_row_stride(const WeightMatrix& w, const char* what) {
+  const auto* info = ggml_type_info(static_cast<uint32_t>(w.type));
+  if (!info) throw Error(std::string(what) + ": unknown weight type id " + std::to_string(static_cast<uint32_t>(w.type)));
+  if (w.n_in <= 0 || w.n_out < 0 || w.n_in % info->block_size != 0) {
+    throw Error(std::string(what) + ": weight " + shape_of(w) + ": row length must be a positive multiple of " +
+                std::to_string(info->block_size));
+  }
+  const size_t dense = ggml_row_size(w.type, w.n_in);
+  if (w.row_bytes != 0 && w.row_bytes < dense) {
+    throw Error(std::string(what) + ": weight " + shape_of(w) + ": row_bytes " + std::to_string(w.row_bytes) +
+                " is smaller than a row (" + std::to_string(dense) + " bytes)");
+  }
+  if (!w.data && w.n_out > 0) throw Error(std::string(what) + ": weight " + shape_of(w) + " has no data");
+  return w.row_bytes != 0 ? w.row_bytes : dense;
+}
+
+// Scratch for converted activations, reused across calls by the calling thread.
+std::vector<uint8_t>& activation_scratch(size_t bytes) {
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  return scratch;
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
+            int64_t y_stride, ThreadPool& pool) {
+  const size_t w_stride = checked_row_stride(w, "matmul");
+  if (n_tokens < 0 || (n_tokens > 1 && (x_stride < w.n_in || y_stride < w.n_out))) {
+    throw Error("matmul: weight " + shape_of(w) + ": bad activation layout (" + std::to_string(n_tokens) +
+                " tokens, x stride " + std::to_string(x_stride) + ", y stride " + std::to_string(y_stride) + ")");
+  }
+  if (n_tokens == 0 || w.n_out == 0) return;
+
+  const GgmlType act_type = vec_dot_type(w.type);
+  const VecDotFn dot = vec_dot_fn(w.type);
+  const int64_t n_in = w.n_in;
+
+  // Activation rows in act_type: f32 weights read x in place, everything else converts a copy.
+  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+  size_t act_stride = static_cast<size_t>(x_stride) * sizeof(float);
+  if (act_type != GgmlType::F32) {
+    act_stride = ggml_row_size(act_type, n_in);
+    std::vector<uint8_t>& scratch = activation_scratch(act_stride * static_cast<size_t>(n_tokens));
+    uint8_t* dst = scratch.data();
+    auto convert = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) quantize_activation_row(act_type, x + t * x_stride, dst + t * act_stride, n_in);
+    };
+    if (n_tokens == 1) {
+      convert(0, 1);
+    } else {
+      pool.parallel_for(n_tokens, convert);
+    }
+    act = dst;
+  }
+
+  const uint8_t* weights = w.data;
+  pool.parallel_for(
+      w.n_out,
+      [&](int64_t row_begin, int64_t row_end) {
+        for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
+          const int64_t r1 = std::min(r0 + kRowTile, row_end);
+          for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
+            const int64_t t1 = std::min(t0 + kTokenTile, n_tokens);
+            for (int64_t r = r0; r < r1; ++r) {
+              const uint8_t* wrow = weights + static_cast<size_t>(r) * w_stride;
+              for (int64_t t = t0; t < t1; ++t) y[t * y_stride + r] = dot(n_in, wrow, act + t * act_stride);
+            }
+          }
+        }
+      },
+      kRowTile);
+}
+
+void get_row(const WeightMatrix& w, int64_t row, float* dst) {
+  const size_t w_stride = checked_row_stride(w, "get_row");
+  if (row < 0 || row >= w.n_out) {
+    throw Error("get_row: row " + std::to_string(row) + " is outside weight " + shape_of(w));
+  }
+  dequantize_row(w.type, w.data + static_cast<size_t>(row) * w_stride, dst, w.n_in);
+}
+
 }  // namespace agentkv
