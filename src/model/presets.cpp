@@ -400,10 +400,22 @@ void generate_values(const PlannedTensor& t, uint64_t seed, int64_t first, int64
     case Init::Ones:
       std::fill(out, out + count, 1.0f);
       break;
-    case Init::Normal:
-      for (int64_t i = 0; i < count; ++i)
-        out[i] = static_cast<float>(t.a * rng.normal(static_cast<uint64_t>(first + i)));
+    case Init::Normal: {
+      // Whole Box-Muller pairs where possible; a range may start or end in the middle of one.
+      int64_t i = 0;
+      if (first % 2 != 0 && count > 0) {
+        out[0] = static_cast<float>(t.a * rng.normal(static_cast<uint64_t>(first)));
+        i = 1;
+      }
+      for (; i + 1 < count; i += 2) {
+        double even, odd;
+        rng.normal_pair(static_cast<uint64_t>(first + i) / 2, even, odd);
+        out[i] = static_cast<float>(t.a * even);
+        out[i + 1] = static_cast<float>(t.a * odd);
+      }
+      if (i < count) out[i] = static_cast<float>(t.a * rng.normal(static_cast<uint64_t>(first + i)));
       break;
+    }
     case Init::Uniform:
       for (int64_t i = 0; i < count; ++i)
         out[i] = static_cast<float>(t.a + (t.b - t.a) * rng.uniform(static_cast<uint64_t>(first + i)));

@@ -33,14 +33,19 @@ class CounterRng {
   // Uniform in [0, 1) with 53 random bits.
   double uniform(uint64_t counter) const { return static_cast<double>(bits(counter) >> 11) * 0x1p-53; }
 
-  // Standard normal for element i (Box-Muller; elements 2k and 2k+1 share one pair of uniforms).
-  double normal(uint64_t i) const {
-    const uint64_t pair = i >> 1;
-    const double u1 = 1.0 - uniform(2 * pair);  // (0, 1]: log stays finite
-    const double u2 = uniform(2 * pair + 1);
+  // Standard normals for elements 2k and 2k+1 (Box-Muller on one pair of uniforms).
+  void normal_pair(uint64_t k, double& even, double& odd) const {
+    const double u1 = 1.0 - uniform(2 * k);  // (0, 1]: log stays finite
+    const double u2 = uniform(2 * k + 1);
     const double radius = std::sqrt(-2.0 * std::log(u1));
     const double angle = 6.283185307179586 * u2;
-    return radius * ((i & 1) ? std::sin(angle) : std::cos(angle));
+    even = radius * std::cos(angle);
+    odd = radius * std::sin(angle);
+  }
+  double normal(uint64_t i) const {
+    double even, odd;
+    normal_pair(i >> 1, even, odd);
+    return (i & 1) ? odd : even;
   }
 
  private:
