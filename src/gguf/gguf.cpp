@@ -69,6 +69,13 @@ uint64_t min_element_size(ValueType t) {
   return scalar_size(t);
 }
 
+// Counts are checked against the bytes left before use, but an element can take more memory than its
+// encoding (a u8 becomes an int64), so reservations are capped and larger arrays grow as they are read.
+template <class Vec>
+void reserve_bounded(Vec& v, uint64_t count) {
+  v.reserve(static_cast<size_t>(std::min<uint64_t>(count, uint64_t{1} << 16)));
+}
+
 std::string type_label(const Value& v) {
   if (v.type != ValueType::ARRAY) return std::string(value_type_name(v.type));
   return "array[" + std::string(value_type_name(v.elem_type)) + "]";
@@ -155,19 +162,19 @@ Value read_array(Cursor& c, const std::string& what, int depth) {
       for (uint64_t i = 0; i < count; ++i) v.nested.push_back(read_array(c, what, depth + 1));
       break;
     case ValueType::U64:
-      v.uint_array.reserve(count);  // count * 8 <= bytes left: checked above
+      reserve_bounded(v.uint_array, count);
       for (uint64_t i = 0; i < count; ++i) v.uint_array.push_back(c.read<uint64_t>(what));
       break;
     case ValueType::F32:
-      v.float_array.reserve(count);
+      reserve_bounded(v.float_array, count);
       for (uint64_t i = 0; i < count; ++i) v.float_array.push_back(c.read<float>(what));
       break;
     case ValueType::F64:
-      v.float_array.reserve(count);
+      reserve_bounded(v.float_array, count);
       for (uint64_t i = 0; i < count; ++i) v.float_array.push_back(c.read<double>(what));
       break;
     default:
-      v.int_array.reserve(count);
+      reserve_bounded(v.int_array, count);
       for (uint64_t i = 0; i < count; ++i) v.int_array.push_back(read_small_int(c, v.elem_type, what));
       break;
   }
@@ -332,7 +339,7 @@ void Reader::parse() {
   }
 
   // Tensor table.
-  tensors_.reserve(n_tensors);  // bounded by the file size above
+  reserve_bounded(tensors_, n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo t;
     t.name = c.read_string("name of tensor #" + std::to_string(i));
