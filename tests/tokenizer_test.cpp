@@ -14,6 +14,7 @@
 #include "gguf/gguf.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 using agentkv::Token;
 using agentkv::Tokenizer;
@@ -355,6 +356,20 @@ TEST(PreTokenizer, Qwen35MatchesTheRegex) {
   // qwen2: the mark is not a letter, so it becomes the optional prefix of the next word.
   EXPECT_EQ(agentkv::tokenizer::make_qwen2_pretokenizer(false)->split(text),
             (std::vector<std::string>{"ne", "\xCC\x81" "e"}));
+}
+
+TEST(PreTokenizer, UnicodeClassesAreLlamaCpps) {
+  using agentkv::unicode::Category;
+  using agentkv::unicode::category;
+  EXPECT_EQ(category(0x2EBF0), Category::Letter);     // CJK Extension I (Unicode 15.1)
+  EXPECT_EQ(category(0x11F00), Category::Mark);       // Kawi (15.0)
+  EXPECT_EQ(category(0x1C89), Category::Undefined);   // Unicode 16, not in llama.cpp's tables
+  EXPECT_EQ(category(0x00B2), Category::Number);      // superscript two
+  EXPECT_EQ(category(0x00AD), Category::Control);     // soft hyphen (Cf)
+  EXPECT_TRUE(agentkv::unicode::is_whitespace(0x85));
+  EXPECT_TRUE(agentkv::unicode::is_whitespace(0x3000));
+  EXPECT_FALSE(agentkv::unicode::is_whitespace(0x200B));
+  EXPECT_EQ(category(0x110000), Category::Undefined);
 }
 
 TEST(PreTokenizer, Qwen2Words) {
