@@ -383,9 +383,14 @@ void write_metadata(gguf::Writer& w, const ModelShape& s, const VocabData& vocab
   w.set_array_string("tokenizer.ggml.tokens", tokens);
   w.set_array_i32("tokenizer.ggml.token_type", types);
   if (!vocab.merges.empty()) w.set_array_string("tokenizer.ggml.merges", vocab.merges);
-  if (vocab.eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
+  auto from_config = [&](Token id, int32_t config_id) {
+    return id >= 0 ? id : (config_id >= 0 && config_id < s.n_vocab ? config_id : -1);
+  };
+  const Token eos = from_config(vocab.eos, s.config_eos_token_id);
+  const Token bos = from_config(vocab.bos, s.config_bos_token_id);
+  if (eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(eos));
   if (vocab.pad >= 0) w.set_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(vocab.pad));
-  if (vocab.bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
+  if (bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(bos));
   w.set_bool("tokenizer.ggml.add_bos_token", vocab.add_bos);
   if (!vocab.chat_template.empty()) w.set_string("tokenizer.chat_template", vocab.chat_template);
 

@@ -30,6 +30,10 @@ struct ModelShape {
   int64_t n_ff = 0;          // dense FFN width; written as 0 for MoE models
   int64_t n_vocab = 151936;  // tokenizer is padded with [PADn] tokens up to this
   bool tied_output = true;   // no output.weight: the head reuses token_embd
+  // bos/eos ids from the model's config.json; the converter uses them when the tokenizer config
+  // names no such token (Qwen3's has no bos_token, its config.json says 151643).
+  int32_t config_bos_token_id = 151643;
+  int32_t config_eos_token_id = 151645;
   float rope_freq_base = 1e6f;
   float rms_eps = 1e-6f;
   uint32_t context_length = 40960;
