@@ -5,7 +5,9 @@
 // mask of random tokens, and the K/V rows (tagged per placed token) that must follow the cells.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -227,7 +229,14 @@ struct RefCache {
 // The property test
 // ---------------------------------------------------------------------------------------------
 
+// How often the interesting branches ran, so the test proves it exercised them.
+struct Coverage {
+  int placed = 0, refused_placements = 0, placed_shared = 0, cross_stream_copies = 0,
+      refused_copies = 0, removed_by_shift = 0, masks_with_visible_cells = 0;
+};
+
 struct Harness {
+  Coverage* cov = nullptr;
   std::mt19937 rng;
   KvLayout layout;
   std::unique_ptr<KvCache> kv;
@@ -340,6 +349,8 @@ struct Harness {
       kv->fill_mask(ub, rows, s, mask.data(), stride);
       for (size_t r = 0; r < rows.size(); ++r) {
         const int t = rows[r];
+        if (std::count(mask.begin() + r * stride, mask.begin() + r * stride + n_kv, 0.0f) > 0)
+          ++cov->masks_with_visible_cells;
         for (uint32_t j = 0; j < n_kv; ++j) {
           const float want = ref.visible(s, j, ub.seq[t][0], ub.pos[t]) ? 0.0f : -INFINITY;
           ASSERT_EQ(mask[r * stride + j], want)
@@ -409,7 +420,13 @@ struct Harness {
     trace += " place(" + std::to_string(ub.size()) + ")";
     auto pl = kv->find_slot(ub);
     ASSERT_EQ(pl.has_value(), fits({ub}));
-    if (!pl) return;
+    if (!pl) {
+      ++cov->refused_placements;
+      return;
+    }
+    ++cov->placed;
+    for (const auto& seqs : ub.seq)
+      if (std::set<SeqId>(seqs.begin(), seqs.end()).size() > 1) ++cov->placed_shared;
     std::set<std::pair<uint32_t, uint32_t>> taken;
     check_placement(ub, *pl, taken);
     place(ub, *pl);
@@ -458,7 +475,9 @@ struct Harness {
       RefCache before = ref;
       if (ref.seq_cp(a, b, p0, p1)) {
         kv->seq_cp(a, b, p0, p1);
+        if (ref.stream_of(a) != ref.stream_of(b)) ++cov->cross_stream_copies;
       } else {
+        ++cov->refused_copies;
         ref = before;
         EXPECT_THROW(kv->seq_cp(a, b, p0, p1), Error);
       }
@@ -472,8 +491,10 @@ struct Harness {
       const Pos p0 = rand_pos_bound(), p1 = rand_pos_bound(), d = rand_int(-20, 20);
       trace += " add(" + std::to_string(s) + "," + std::to_string(p0) + "," + std::to_string(p1) +
                "," + std::to_string(d) + ")";
+      const uint32_t used_before = kv->cells(kv->stream_of(s)).used();
       kv->seq_add(s, p0, p1, d);
       ref.seq_add(s, p0, p1, d);
+      if (kv->cells(kv->stream_of(s)).used() < used_before) ++cov->removed_by_shift;
     } else if (kind < 92) {
       const SeqId s = rand_seq();
       const Pos p0 = rand_pos_bound(), p1 = rand_pos_bound();
@@ -498,8 +519,10 @@ struct Harness {
 TEST(KvCellsProperty, RandomOperationSequencesMatchTheReferenceModel) {
   constexpr uint32_t kSequences = 3000;
   constexpr int kOpsPerSequence = 40;
+  Coverage cov;
   for (uint32_t seed = 1; seed <= kSequences; ++seed) {
     Harness h(seed);
+    h.cov = &cov;
     SCOPED_TRACE("seed " + std::to_string(seed) + " cells " + std::to_string(h.layout.n_cells) +
                  " seqs " + std::to_string(h.layout.n_seq_max) +
                  (h.layout.unified ? " unified" : " per-seq streams"));
@@ -511,6 +534,17 @@ TEST(KvCellsProperty, RandomOperationSequencesMatchTheReferenceModel) {
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
+  EXPECT_GT(cov.placed, 10000);
+  EXPECT_GT(cov.refused_placements, 1000);
+  EXPECT_GT(cov.placed_shared, 1000);
+  EXPECT_GT(cov.cross_stream_copies, 1000);
+  EXPECT_GT(cov.refused_copies, 500);
+  EXPECT_GT(cov.removed_by_shift, 500);
+  EXPECT_GT(cov.masks_with_visible_cells, 10000);
+  std::printf("placed %d, refused %d, tokens in several sequences %d, cross-stream copies %d, "
+              "refused copies %d, shifts that removed cells %d, masks with visible cells %d\n",
+              cov.placed, cov.refused_placements, cov.placed_shared, cov.cross_stream_copies,
+              cov.refused_copies, cov.removed_by_shift, cov.masks_with_visible_cells);
 }
 
 }  // namespace

@@ -400,9 +400,9 @@ void KvCache::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
     return;
   }
 
-  // Across streams the rows must be copied. Only whole sequences: a partial copy would leave
-  // dst with positions it never attended over in the other stream's layout, and llama.cpp
-  // refuses it too.
+  // Across streams the rows must be copied, and the copy replaces dst wholesale. A partial copy
+  // would have to merge src's cells into dst's existing ones at other indices, which no caller
+  // needs (forking copies whole sequences); llama.cpp has the same restriction.
   const Pos lo = from.seq_pos_min(src), hi = from.seq_pos_max(src);
   if (lo >= 0 && (r.p0 > lo || r.p1 <= hi))
     throw Error("kv cache: seq_cp from sequence " + std::to_string(src) + " to " +
