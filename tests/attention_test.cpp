@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "hwy/targets.h"
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -303,6 +305,29 @@ TEST(Attention, OtherCacheTypes) {
       check_case(c, pool);
     }
   }
+}
+
+TEST(Attention, EveryCompiledCpuTargetMatchesReference) {
+  // The kernels are dispatched at run time (AVX-512, AVX2, SSE4, ..., scalar): each must hold.
+  ThreadPool pool(1);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0}) {
+      for (int64_t n_tokens : {int64_t{3}, int64_t{64}}) {
+        Case c;
+        c.n_head_kv = 1;
+        c.n_head = 2;
+        c.head_dim = 96;  // not a multiple of every vector width: exercises the tails
+        c.n_tokens = n_tokens;
+        c.n_kv = 100;
+        c.k_type = c.v_type = type;
+        c.hole_every = 5;
+        check_case(c, pool);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(Attention, RowWithoutVisibleKeysIsZeroWithMinusInfinityLse) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "hwy/targets.h"
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -220,6 +222,37 @@ TEST(TopKLogprobs, SortedDescendingWithTiesByLowerIdAndNormalised) {
   std::vector<float> lp(5);
   EXPECT_EQ(top_k_logprobs(logits.data(), 3, 5, ids.data(), lp.data()), 3);
   EXPECT_EQ(top_k_logprobs(logits.data(), n, 0, ids.data(), lp.data()), 0);
+}
+
+TEST(Ops, EveryCompiledCpuTargetMatchesDouble) {
+  // Row kernels are dispatched at run time (AVX-512, AVX2, SSE4, ..., scalar): each must hold.
+  const int64_t n = 1003;  // odd length: vector bodies and scalar tails
+  const auto x = random_row(n, 101, 3.0f);
+  const auto up = random_row(n, 102);
+  double ss = 0, mx = -INFINITY;
+  for (float v : x) {
+    ss += static_cast<double>(v) * v;
+    mx = std::max(mx, static_cast<double>(v));
+  }
+  double sum = 0;
+  for (float v : x) sum += std::exp(v - mx);
+  const double lse = mx + std::log(sum);
+  const double inv_rms = 1.0 / std::sqrt(ss / n + 1e-6);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    std::vector<float> y(static_cast<size_t>(n)), sw(y.size()), sm = x;
+    rms_norm(x.data(), nullptr, y.data(), n, 1e-6f);
+    swiglu(x.data(), up.data(), sw.data(), n);
+    EXPECT_NEAR(softmax(sm.data(), n), lse, 1e-5 * std::abs(lse));
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(y[i], x[i] * inv_rms, 1e-6 * std::abs(x[i] * inv_rms) + 1e-7);
+      const double silu = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
+      ASSERT_NEAR(sw[i], silu * up[i], 1e-5 * std::max(1.0, std::abs(silu * up[i])));
+      ASSERT_NEAR(sm[i], std::exp(x[i] - lse), 1e-6 * std::exp(x[i] - lse) + 1e-12);
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace

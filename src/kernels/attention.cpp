@@ -91,65 +91,7 @@ HWY_INLINE hn::Vec<DF> LoadBF16(const uint16_t* p) {
 #define AGENTKV_ATTN_VECTOR_F16_STORE 1
 #endif
 
-float DotF32(const float* a, const float* b, int64_t n) {
-  const DF d;
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 2 * step <= n; i += 2 * step) {
-    acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(d, a + i + step), hn::LoadU(d, b + i + step), acc1);
-  }
-  for (; i + step <= n; i += step) acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
-  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// F16 x F16 as ggml_vec_dot_f16: both sides widened to f32, products accumulated in f32.
-float DotF16(const uint16_t* a, const uint16_t* b, int64_t n) {
-  const DF d;
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 2 * step <= n; i += 2 * step) {
-    acc0 = hn::MulAdd(LoadF16(a + i), LoadF16(b + i), acc0);
-    acc1 = hn::MulAdd(LoadF16(a + i + step), LoadF16(b + i + step), acc1);
-  }
-  for (; i + step <= n; i += step) acc0 = hn::MulAdd(LoadF16(a + i), LoadF16(b + i), acc0);
-  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-  for (; i < n; ++i) sum += fp16_to_fp32(a[i]) * fp16_to_fp32(b[i]);
-  return sum;
-}
-
-float DotBF16(const uint16_t* a, const uint16_t* b, int64_t n) {
-  const DF d;
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  auto acc = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + step <= n; i += step) acc = hn::MulAdd(LoadBF16(a + i), LoadBF16(b + i), acc);
-  float sum = hn::GetLane(hn::SumOfLanes(d, acc));
-  for (; i < n; ++i) sum += bf16_to_fp32(a[i]) * bf16_to_fp32(b[i]);
-  return sum;
-}
-
-// F32 query x F16 key (the tiled path widens K tiles to f32 and multiplies in f32).
-float DotF32F16(const float* a, const uint16_t* b, int64_t n) {
-  const DF d;
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 2 * step <= n; i += 2 * step) {
-    acc0 = hn::MulAdd(hn::LoadU(d, a + i), LoadF16(b + i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(d, a + i + step), LoadF16(b + i + step), acc1);
-  }
-  for (; i + step <= n; i += step) acc0 = hn::MulAdd(hn::LoadU(d, a + i), LoadF16(b + i), acc0);
-  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-  for (; i < n; ++i) sum += a[i] * fp16_to_fp32(b[i]);
-  return sum;
-}
-
-// Four keys against one query, the query loaded once per step (products and sums in f32).
+// Element types of the dot / accumulate kernels: a vector load widened to f32, and one element.
 struct F32Elems {
   using T = float;
   static HWY_INLINE hn::Vec<DF> Load(const float* p) { return hn::LoadU(DF(), p); }
@@ -166,6 +108,8 @@ struct BF16Elems {
   static HWY_INLINE float At(const uint16_t* p, int64_t i) { return bf16_to_fp32(p[i]); }
 };
 
+// Four keys against one query, the query loaded once per step (products and sums in f32, as
+// ggml_vec_dot_f16 / _f32 do).
 template <class QE, class KE>
 HWY_INLINE void Dot4(const typename QE::T* q, const uint8_t* const* k_bytes, int64_t n, float* out) {
   const DF d;
@@ -269,17 +213,6 @@ void AxpyF32(float* y, const float* x, float v, int64_t n) {
     hn::StoreU(hn::MulAdd(hn::LoadU(d, x + i), vv, hn::LoadU(d, y + i)), d, y + i);
   }
   for (; i < n; ++i) y[i] += x[i] * v;
-}
-
-void AxpyF32FromF16(float* y, const uint16_t* x, float v, int64_t n) {
-  const DF d;
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  const auto vv = hn::Set(d, v);
-  int64_t i = 0;
-  for (; i + step <= n; i += step) {
-    hn::StoreU(hn::MulAdd(LoadF16(x + i), vv, hn::LoadU(d, y + i)), d, y + i);
-  }
-  for (; i < n; ++i) y[i] += fp16_to_fp32(x[i]) * v;
 }
 
 // ggml_vec_scale_f16 / ggml_vec_mad_f16: widen, compute in f32, round back to f16 every time.
