@@ -89,7 +89,8 @@ void reference(const Problem& p, int64_t t, int64_t r, double* value, double* ma
 
 class MatmulTest : public ::testing::Test {
  protected:
-  void TearDown() override { set_cpu_level(detected_cpu_level()); }
+  void TearDown() override { set_cpu_level(level_before_); }
+  const CpuLevel level_before_ = active_cpu_level();
   ThreadPool pool_{2};
 };
 
