@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/presets.h"
@@ -74,21 +76,24 @@ int cmd_mkmodel(const std::vector<std::string>& argv) {
   options.type = *type;
   options.seed = static_cast<uint64_t>(seed);
   options.n_threads = static_cast<int>(n_threads);
-  int last_percent = -1;
-  options.progress = [&](size_t i, size_t n, const mkmodel::PlannedTensor& t) {
-    const int percent = static_cast<int>(100 * i / n);
-    if (percent / 10 == last_percent / 10 && i + 1 != n) return;
-    last_percent = percent;
-    std::fprintf(stderr, "\rmkmodel: %s %s: [%zu/%zu] %-40s", shape.name.c_str(), type_name.c_str(), i + 1,
-                 n, t.name.c_str());
-  };
+  // One line when generation starts; a live tensor counter only on a terminal.
+  int64_t planned_params = 0;
+  const auto plan = mkmodel::plan_tensors(shape, *type);
+  for (const auto& t : plan) planned_params += t.n_elements();
+  std::fprintf(stderr, "mkmodel: %s (%s, %s): %zu tensors, %.2fM params, seed %lld\n", shape.name.c_str(),
+               shape.arch.c_str(), type_name.c_str(), plan.size(), planned_params / 1e6, seed);
+  if (isatty(fileno(stderr))) {
+    options.progress = [](size_t i, size_t n, const mkmodel::PlannedTensor& t) {
+      std::fprintf(stderr, "\r[%zu/%zu] %-48s", i + 1, n, t.name.c_str());
+      if (i + 1 == n) std::fprintf(stderr, "\n");
+    };
+  }
   gguf::Writer writer;
   const mkmodel::BuildStats stats = mkmodel::build_model(writer, shape, vocab, options);
   writer.write(out_path);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::error_code ec;
   const auto file_bytes = std::filesystem::file_size(out_path, ec);
-  std::fprintf(stderr, "\n");
   std::printf("wrote %s: %s (%s, %s), %zu tensors, %.2fM params, %.1f MiB, seed %lld, %.1f s\n",
               out_path.c_str(), shape.name.c_str(), shape.arch.c_str(), type_name.c_str(), stats.n_tensors,
               stats.n_params / 1e6, (ec ? stats.tensor_bytes : file_bytes) / (1024.0 * 1024.0), seed, seconds);
