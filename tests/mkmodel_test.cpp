@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "gguf/gguf.h"
+#include "kernels/quant.h"
 #include "model/presets.h"
 #include "model/quant_mix.h"
 
@@ -234,6 +235,89 @@ TEST(MkModel, WeightRecipeMatchesFixture) {
       const double tolerance = n > 100000 ? 0.02 : n > 1000 ? 0.1 : 0.35;
       EXPECT_NEAR(a.stddev, b.stddev, tolerance * b.stddev) << f.name;
       EXPECT_NEAR(a.mean, 0.0, 4 * b.stddev / std::sqrt(double(n)) + 1e-3) << f.name;
+    }
+  }
+}
+
+// A small hybrid MoE whose every matrix row is a whole number of 256-blocks, with a made-up
+// 300-token vocabulary, so the K-quant paths run in a fraction of a second.
+ModelShape k_quantizable_shape() {
+  ModelShape s = find_preset("qwen35moe-micro");
+  s.name = "kquant-check";
+  s.n_embd = 256;
+  s.head_dim = 128;
+  s.n_vocab = 512;
+  s.ssm_state_size = 32;
+  s.ssm_inner_size = 256;
+  s.n_ff_exp = 256;
+  s.n_ff_shexp = 256;
+  return s;
+}
+
+VocabData small_vocab() {
+  VocabData v;
+  for (int i = 0; i < 300; ++i) {
+    v.tokens.push_back("tok" + std::to_string(i));
+    v.types.push_back(TokenType::Normal);
+  }
+  return v;
+}
+
+std::vector<float> decode_tensor(const gguf::TensorInfo& t) {
+  std::vector<float> out(static_cast<size_t>(t.n_elements()));
+  const int64_t row = t.ne[0];
+  const size_t row_bytes = ggml_row_size(t.type, row);
+  for (int64_t r = 0; r < t.n_elements() / row; ++r)
+    dequantize_row(t.type, t.data + r * row_bytes, out.data() + r * row, row);
+  return out;
+}
+
+// Quantized files hold the same weights as the f32 file of the same seed, up to each type's
+// rounding error (relative RMS error of ggml's quantizers on Gaussian data).
+TEST(MkModel, QuantizedFilesEncodeTheSameWeights) {
+  const ModelShape shape = k_quantizable_shape();
+  const VocabData vocab = small_vocab();
+  auto build = [&](FileType type) {
+    gguf::Writer w;
+    BuildOptions options;
+    options.type = type;
+    options.seed = 5;
+    options.n_threads = 2;
+    build_model(w, shape, vocab, options);
+    return w.to_bytes();
+  };
+  const auto f32_bytes = build(FileType::AllF32);
+  auto f32 = gguf::Reader::from_memory(f32_bytes, "f32");
+  auto max_rel_rms = [](GgmlType t) {
+    switch (t) {
+      case GgmlType::F32: return 0.0;
+      case GgmlType::F16: return 1e-3;
+      case GgmlType::Q8_0: return 0.01;
+      case GgmlType::Q6_K: return 0.03;
+      case GgmlType::Q5_K: return 0.06;
+      case GgmlType::Q4_K: return 0.12;
+      default: return -1.0;  // not expected for this shape
+    }
+  };
+  for (FileType type : {FileType::MostlyF16, FileType::MostlyQ8_0, FileType::MostlyQ4_K_M,
+                        FileType::MostlyQ5_K_M}) {
+    const auto bytes = build(type);
+    auto q = gguf::Reader::from_memory(bytes, std::string(file_type_name(type)));
+    EXPECT_EQ(q->get_uint("general.file_type"), static_cast<uint64_t>(type));
+    for (const auto& t : q->tensors()) {
+      const gguf::TensorInfo* ref = f32->find_tensor(t.name);
+      ASSERT_NE(ref, nullptr) << t.name;
+      const std::vector<float> want = decode_tensor(*ref);
+      const std::vector<float> got = decode_tensor(t);
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        err += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+        norm += double(want[i]) * want[i];
+      }
+      const double rel = std::sqrt(err / norm);
+      const double bound = max_rel_rms(t.type);
+      ASSERT_GE(bound, 0.0) << t.name << " has unexpected type " << ggml_type_name(t.type);
+      EXPECT_LE(rel, bound) << t.name << " (" << ggml_type_name(t.type) << ", " << file_type_name(type) << ")";
     }
   }
 }
