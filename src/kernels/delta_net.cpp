@@ -7,112 +7,222 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/dispatch.h"
 
-// The 8-lane vector type below never crosses a non-inlined function boundary, so the ABI note
-// GCC emits for it (without AVX enabled) does not apply.
+// The vector types below never cross a non-inlined function boundary, so the ABI notes GCC
+// emits for them (without AVX enabled) do not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace agentkv {
 namespace {
 
 // ---- small f32 vector helpers -------------------------------------------------------------
-// GCC vector extensions give 8-lane code on any x86-64 (two SSE ops per lane group on the
-// baseline target) without relying on the auto-vectoriser, which -O2 keeps very conservative.
-typedef float f32x8 __attribute__((vector_size(32)));
+// GCC vector extensions of W lanes give SIMD code without relying on the auto-vectoriser (which
+// -O2 keeps very conservative). Everything below is always inlined into one entry point per
+// instruction set (target attributes): W = 4 for the generic (SSE2) build, 8 for AVX2, 16 for
+// AVX-512. (Wider-than-native vectors are not an option: GCC lowers them through the stack.)
+#define DN_INLINE inline __attribute__((always_inline))
 
-inline f32x8 load8(const float* p) {
-  f32x8 v;
+template <int W>
+struct VecOf {
+  typedef float type __attribute__((vector_size(W * sizeof(float))));
+};
+template <int W>
+using Vec = typename VecOf<W>::type;
+
+template <int W>
+DN_INLINE Vec<W> vload(const float* p) {
+  Vec<W> v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline void store8(float* p, f32x8 v) { std::memcpy(p, &v, sizeof(v)); }
-inline f32x8 splat8(float x) { return f32x8{x, x, x, x, x, x, x, x}; }
-inline float hsum8(f32x8 v) {
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+template <int W>
+DN_INLINE void vstore(float* p, Vec<W> v) {
+  std::memcpy(p, &v, sizeof(v));
 }
-
-inline float dot(const float* a, const float* b, int n) {
-  f32x8 acc0 = {}, acc1 = {};
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 += load8(a + i) * load8(b + i);
-    acc1 += load8(a + i + 8) * load8(b + i + 8);
-  }
-  for (; i + 8 <= n; i += 8) acc0 += load8(a + i) * load8(b + i);
-  float s = hsum8(acc0 + acc1);
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
+// Horizontal sum by halving (one shuffle and add per level).
+DN_INLINE float hsum4(Vec<4> v) {
+  const Vec<4> h = v + __builtin_shufflevector(v, v, 2, 3, 0, 1);
+  return h[0] + h[1];
 }
+DN_INLINE float hsum8(Vec<8> v) {
+  return hsum4(__builtin_shufflevector(v, v, 0, 1, 2, 3) +
+               __builtin_shufflevector(v, v, 4, 5, 6, 7));
+}
+DN_INLINE float hsum16(Vec<16> v) {
+  return hsum8(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+template <int W>
+DN_INLINE float hsum(Vec<W> v) {
+  if constexpr (W == 16)
+    return hsum16(v);
+  else if constexpr (W == 8)
+    return hsum8(v);
+  else
+    return hsum4(v);
+}
+// (scalar * vector broadcasts with one instruction; a braced splat does not.)
 
-// y += a * x
-inline void axpy(float* y, const float* x, float a, int n) {
-  const f32x8 va = splat8(a);
+template <int W>
+DN_INLINE void axpy(float* y, const float* x, float a, int n) {  // y += a x
   int i = 0;
-  for (; i + 8 <= n; i += 8) store8(y + i, load8(y + i) + va * load8(x + i));
+  for (; i + W <= n; i += W) vstore<W>(y + i, vload<W>(y + i) + a * vload<W>(x + i));
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-inline void scale(float* y, float a, int n) {
-  const f32x8 va = splat8(a);
+template <int W>
+DN_INLINE void scale(float* y, float a, int n) {  // y *= a
   int i = 0;
-  for (; i + 8 <= n; i += 8) store8(y + i, load8(y + i) * va);
+  for (; i + W <= n; i += W) vstore<W>(y + i, vload<W>(y + i) * a);
   for (; i < n; ++i) y[i] *= a;
+}
+
+template <int W>
+DN_INLINE void scale_copy(float* y, const float* x, float a, int n) {  // y = a x
+  int i = 0;
+  for (; i + W <= n; i += W) vstore<W>(y + i, a * vload<W>(x + i));
+  for (; i < n; ++i) y[i] = a * x[i];
+}
+
+// y *= a; returns dot(y, b) of the scaled y.
+template <int W>
+DN_INLINE float scale_dot(float* y, float a, const float* b, int n) {
+  Vec<W> acc0 = {}, acc1 = {};
+  int i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const Vec<W> y0 = vload<W>(y + i) * a, y1 = vload<W>(y + i + W) * a;
+    vstore<W>(y + i, y0);
+    vstore<W>(y + i + W, y1);
+    acc0 += y0 * vload<W>(b + i);
+    acc1 += y1 * vload<W>(b + i + W);
+  }
+  for (; i + W <= n; i += W) {
+    const Vec<W> y0 = vload<W>(y + i) * a;
+    vstore<W>(y + i, y0);
+    acc0 += y0 * vload<W>(b + i);
+  }
+  float s = hsum<W>(acc0 + acc1);
+  for (; i < n; ++i) {
+    y[i] *= a;
+    s += y[i] * b[i];
+  }
+  return s;
+}
+
+// y += a x; returns dot(y, b) of the updated y.
+template <int W>
+DN_INLINE float axpy_dot(float* y, const float* x, float a, const float* b, int n) {
+  Vec<W> acc0 = {}, acc1 = {};
+  int i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const Vec<W> y0 = vload<W>(y + i) + a * vload<W>(x + i);
+    const Vec<W> y1 = vload<W>(y + i + W) + a * vload<W>(x + i + W);
+    vstore<W>(y + i, y0);
+    vstore<W>(y + i + W, y1);
+    acc0 += y0 * vload<W>(b + i);
+    acc1 += y1 * vload<W>(b + i + W);
+  }
+  for (; i + W <= n; i += W) {
+    const Vec<W> y0 = vload<W>(y + i) + a * vload<W>(x + i);
+    vstore<W>(y + i, y0);
+    acc0 += y0 * vload<W>(b + i);
+  }
+  float s = hsum<W>(acc0 + acc1);
+  for (; i < n; ++i) {
+    y[i] += a * x[i];
+    s += y[i] * b[i];
+  }
+  return s;
+}
+
+// dst[c][r] = src[r][c] for an R x C source (row strides lds, ldd), in 8 x 8 blocks so both
+// sides stay within a few cache lines.
+DN_INLINE void transpose(const float* src, int64_t lds, float* dst, int64_t ldd, int R, int C) {
+  for (int r0 = 0; r0 < R; r0 += 8) {
+    const int r1 = std::min(R, r0 + 8);
+    for (int c0 = 0; c0 < C; c0 += 8) {
+      const int c1 = std::min(C, c0 + 8);
+      for (int c = c0; c < c1; ++c)
+        for (int r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
+    }
+  }
+}
+
+// ---- small row-major GEMM: C[M x N] += A[M x K] * B[K x N] -----------------------------------
+// Register tiles of MR rows x NV vectors over the whole K; the sizes here are at most a few
+// hundred, so no cache blocking is needed. Two structural shortcuts:
+//   a_lower: A is lower triangular (A[m][k] = 0 for k > m), so row block m0 stops at k < m0+MR;
+//   c_lower: only C[m][n] with n <= m is wanted, so row block m0 stops at the column tile that
+//            holds column m0+MR-1 (the caller ignores, or clears, what lands above the diagonal).
+template <int W, int MR, int NV>
+DN_INLINE void gemm_tile(int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                         int64_t ldc) {
+  Vec<W> acc[MR][NV] = {};
+  for (int k = 0; k < K; ++k) {
+    Vec<W> b[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) b[v] = vload<W>(B + k * ldb + W * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const float a = A[r * lda + k];
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v)
+      vstore<W>(C + r * ldc + W * v, vload<W>(C + r * ldc + W * v) + acc[r][v]);
+}
+
+template <int W, int MR>
+DN_INLINE void gemm_acc(int M, int N, int K, const float* A, int64_t lda, const float* B,
+                        int64_t ldb, float* C, int64_t ldc, bool a_lower = false,
+                        bool c_lower = false) {
+  for (int m0 = 0; m0 < M; m0 += MR) {
+    const int mr = std::min(MR, M - m0);
+    const int k_end = a_lower ? std::min(K, m0 + mr) : K;
+    const int n_end = c_lower ? std::min(N, (m0 + mr + 2 * W - 1) / (2 * W) * (2 * W)) : N;
+    const float* a = A + int64_t(m0) * lda;
+    float* c = C + int64_t(m0) * ldc;
+    const int n_vec = n_end - n_end % W;
+    if (mr == MR) {
+      int n0 = 0;
+      for (; n0 + 2 * W <= n_vec; n0 += 2 * W)
+        gemm_tile<W, MR, 2>(k_end, a, lda, B + n0, ldb, c + n0, ldc);
+      if (n0 < n_vec) gemm_tile<W, MR, 1>(k_end, a, lda, B + n0, ldb, c + n0, ldc);
+    } else {
+      for (int r = 0; r < mr; ++r) {
+        int n0 = 0;
+        for (; n0 + 2 * W <= n_vec; n0 += 2 * W)
+          gemm_tile<W, 1, 2>(k_end, a + r * lda, lda, B + n0, ldb, c + r * ldc + n0, ldc);
+        if (n0 < n_vec)
+          gemm_tile<W, 1, 1>(k_end, a + r * lda, lda, B + n0, ldb, c + r * ldc + n0, ldc);
+      }
+    }
+    if (n_vec < n_end) {  // column tail narrower than a vector
+      for (int r = 0; r < mr; ++r)
+        for (int k = 0; k < k_end; ++k) {
+          const float av = a[r * lda + k];
+          const float* b = B + int64_t(k) * ldb;
+          for (int n = n_vec; n < n_end; ++n) c[r * ldc + n] += av * b[n];
+        }
+    }
+  }
 }
 
 inline float silu_f(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid_f(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float softplus_f(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
-// ---- small row-major GEMM: C[M x N] += A[M x K] * B[K x N] -----------------------------------
-// A 4 x 16 register tile (8 vector accumulators) over the full K; edges fall back to narrower
-// tiles. Sizes here are at most a few hundred, so no cache blocking is needed.
-template <int MR>
-inline void gemm_tile16(int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-                        int64_t ldc) {
-  f32x8 acc[MR][2] = {};
-  for (int k = 0; k < K; ++k) {
-    const f32x8 b0 = load8(B + k * ldb);
-    const f32x8 b1 = load8(B + k * ldb + 8);
-    for (int r = 0; r < MR; ++r) {
-      const f32x8 a = splat8(A[r * lda + k]);
-      acc[r][0] += a * b0;
-      acc[r][1] += a * b1;
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    store8(C + r * ldc, load8(C + r * ldc) + acc[r][0]);
-    store8(C + r * ldc + 8, load8(C + r * ldc + 8) + acc[r][1]);
-  }
-}
-
-void gemm_acc(int M, int N, int K, const float* A, int64_t lda, const float* B, int64_t ldb,
-              float* C, int64_t ldc) {
-  const int n16 = N - N % 16;
-  for (int n0 = 0; n0 < n16; n0 += 16) {
-    int m0 = 0;
-    for (; m0 + 4 <= M; m0 += 4)
-      gemm_tile16<4>(K, A + m0 * lda, lda, B + n0, ldb, C + m0 * ldc + n0, ldc);
-    for (; m0 < M; ++m0) gemm_tile16<1>(K, A + m0 * lda, lda, B + n0, ldb, C + m0 * ldc + n0, ldc);
-  }
-  if (n16 < N) {  // column tail: plain axpy rows
-    for (int m = 0; m < M; ++m) {
-      float* c = C + m * ldc + n16;
-      for (int k = 0; k < K; ++k) {
-        const float a = A[m * lda + k];
-        const float* b = B + k * ldb + n16;
-        for (int n = 0; n < N - n16; ++n) c[n] += a * b[n];
-      }
-    }
-  }
-}
-
 // ---- argument checks ------------------------------------------------------------------------
 void check_shape(const DeltaNetShape& s) {
   if (s.n_k_heads <= 0 || s.n_v_heads <= 0 || s.head_k_dim <= 0 || s.head_v_dim <= 0)
     throw Error("delta net: head counts and head sizes must be positive (H_k=" +
-                std::to_string(s.n_k_heads) + ", H_v=" + std::to_string(s.n_v_heads) +
-                ", D_k=" + std::to_string(s.head_k_dim) + ", D_v=" + std::to_string(s.head_v_dim) +
-                ")");
+                std::to_string(s.n_k_heads) + ", H_v=" + std::to_string(s.n_v_heads) + ", D_k=" +
+                std::to_string(s.head_k_dim) + ", D_v=" + std::to_string(s.head_v_dim) + ")");
   if (s.n_v_heads % s.n_k_heads != 0)
     throw Error("delta net: value heads (" + std::to_string(s.n_v_heads) +
                 ") must be a multiple of key heads (" + std::to_string(s.n_k_heads) + ")");
@@ -135,15 +245,29 @@ void check_io(const DeltaNetShape& s, const DeltaNetIO& io, const float* state) 
 // One token on one head, in a single pass over the state: row j of the stored matrix is column j
 // of S, and everything the update needs for column j (its dot with k, its delta, its dot with q)
 // depends on that row only.
-void step_head_token(float* M, const float* q, const float* k, const float* v, float g, float beta,
-                     float* o, int dk, int dv) {
+template <int W>
+DN_INLINE void step_head_token(float* M, const float* q, const float* k, const float* v, float g,
+                               float beta, float* o, int dk, int dv) {
   const float decay = std::exp(g);
   for (int j = 0; j < dv; ++j) {
     float* row = M + int64_t(j) * dk;
-    scale(row, decay, dk);
-    const float delta = (v[j] - dot(row, k, dk)) * beta;
-    axpy(row, k, delta, dk);
-    o[j] = dot(row, q, dk);
+    // S *= e^g; delta = beta (v - S^T k); S += k delta^T; o = S^T q — in two passes over the row.
+    const float delta = (v[j] - scale_dot<W>(row, decay, k, dk)) * beta;
+    o[j] = axpy_dot<W>(row, k, delta, q, dk);
+  }
+}
+
+template <int W>
+DN_INLINE void step_head_impl(const DeltaNetShape& shape, const DeltaNetIO& io, int h,
+                              float* state) {
+  const int dk = shape.head_k_dim, dv = shape.head_v_dim;
+  const int hk = shape.k_head_of(h);
+  float* M = state + int64_t(h) * dk * dv;
+  for (int64_t t = 0; t < io.n_tokens; ++t) {
+    step_head_token<W>(
+        M, io.q + t * io.q_stride + int64_t(hk) * dk, io.k + t * io.k_stride + int64_t(hk) * dk,
+        io.v + t * io.v_stride + int64_t(h) * dv, io.g[t * io.g_stride + h],
+        io.beta[t * io.beta_stride + h], io.out + t * io.out_stride + int64_t(h) * dv, dk, dv);
   }
 }
 
@@ -151,117 +275,182 @@ void step_head_token(float* M, const float* q, const float* k, const float* v, f
 // Within a chunk of L tokens, with G_t = g_0 + ... + g_t (cumulative log decay) and S0 the state
 // at the chunk start, unrolling the recurrence gives
 //   S_t   = e^{G_t} S0 + sum_{s<=t} e^{G_t-G_s} k_s delta_s^T
-//   delta = (I + A)^{-1} [beta V - diag(beta e^G) K S0],   A[t][s] = beta_t e^{G_t-G_s} k_t.k_s (s<t)
+//   delta = T [beta V - diag(beta e^G) K S0],  T = (I + A)^{-1},
+//           A[t][s] = beta_t e^{G_t-G_s} k_t.k_s  (s < t)
 //   o_t   = e^{G_t} S0^T q_t + sum_{s<=t} e^{G_t-G_s} (q_t.k_s) delta_s
-//   S_L   = e^{G_L-1} S0 + sum_s e^{G_{L-1}-G_s} k_s delta_s^T
-// The triangular solve is a forward substitution applied to U = beta V and W = beta e^G K, so
-// delta = U' - W' S0; the rest are products with S0 (kept as [D_k][D_v], value index fastest).
-// Every exponent is <= 0, so nothing overflows.
-struct ChunkScratch {
-  std::vector<float> S;     // D_k x D_v working state
-  std::vector<float> K;     // L x D_k keys of the chunk
-  std::vector<float> P;     // 2L x D_k: rows [0,L) = W, rows [L,2L) = e^{G_t} q_t
-  std::vector<float> U;     // L x D_v: beta v, then delta
-  std::vector<float> R;     // 2L x D_v: P * S0
-  std::vector<float> A;     // L x L decayed beta k.k (strictly lower)
-  std::vector<float> QK;    // L x L decayed q.k (lower, with diagonal)
-  std::vector<float> KdT;   // D_k x L: e^{G_{L-1}-G_s} k_s, transposed
-  std::vector<float> G;     // L cumulative log decays
+//   S_L   = e^{G_{L-1}} S0 + sum_s e^{G_{L-1}-G_s} k_s delta_s^T
+// (the UT transform of flash-linear-attention / llama.cpp's chunked graph). Per chunk and head
+// that is: two L x L Gram matrices, the unit-triangular inverse T (L^3/6), and five products
+// done by the register-tiled GEMM; S0 is kept as [D_k][D_v] (value index fastest) so every
+// product streams rows. Every exponent is <= 0, so nothing overflows.
+// Largest |G| over a chunk for which e^{-G} is formed (e^60 ~ 1e26, e^-60 ~ 1e-26: both far from
+// the float range limits, so the factored products lose nothing).
+constexpr float kMaxFactoredDecay = 60.0f;
 
-  void reserve(int dk, int dv) {
-    const int L = kDeltaNetChunk;
-    S.resize(size_t(dk) * dv);
-    K.resize(size_t(L) * dk);
-    P.resize(size_t(2 * L) * dk);
-    U.resize(size_t(L) * dv);
-    R.resize(size_t(2 * L) * dv);
-    A.resize(size_t(L) * L);
-    QK.resize(size_t(L) * L);
-    KdT.resize(size_t(dk) * L);
-    G.resize(L);
+struct ChunkScratch {
+  std::vector<float> S;   // D_k x D_v working state
+  std::vector<float> KT;  // D_k x L: keys of the chunk (times e^{-G_s} when factored), transposed
+  std::vector<float> Qg;  // L x D_k: e^{G_t} q_t
+  std::vector<float> X;   // L x (D_k + D_v): [-beta e^{G_t} k_t | beta v_t]
+  std::vector<float> Y;   // L x (D_k + D_v): T X = [-W | U], then [-W | delta]
+  std::vector<float> QK;  // L x L: decayed q.k (lower with diagonal)
+  std::vector<float> NA;  // L x L: -A (strictly lower)
+  std::vector<float> T;   // L x L: (I + A)^{-1}
+  std::vector<float> Dd;  // L x D_v: delta_s with its decay to the chunk end
+  std::vector<float> G;   // L cumulative log decays
+
+  // Grows only: the buffers live in thread_local storage and are reused across calls, so a
+  // short prefill does not pay for fresh pages every time.
+  void reserve(int dk, int dv, int chunk) {
+    const size_t L = size_t(chunk);
+    auto grow = [](std::vector<float>& v, size_t n) {
+      if (v.size() < n) v.resize(n);
+    };
+    grow(S, size_t(dk) * dv);
+    grow(KT, size_t(dk) * L);
+    grow(Qg, L * dk);
+    grow(X, L * (dk + dv));
+    grow(Y, L * (dk + dv));
+    grow(QK, L * L);
+    grow(NA, L * L);
+    grow(T, L * L);
+    grow(Dd, L * dv);
+    grow(G, L);
   }
 };
 
-void chunked_head(const DeltaNetShape& shape, const DeltaNetIO& io, int h, float* state,
-                  ChunkScratch& w) {
-  const int dk = shape.head_k_dim, dv = shape.head_v_dim;
+template <int W, int MR>
+DN_INLINE void chunked_head_impl(const DeltaNetShape& shape, const DeltaNetIO& io, int h,
+                                 float* state, int chunk, ChunkScratch& w) {
+  const int dk = shape.head_k_dim, dv = shape.head_v_dim, dx = dk + dv;
   const int hk = shape.k_head_of(h);
   float* stored = state + int64_t(h) * dk * dv;
   float* S = w.S.data();
-  for (int j = 0; j < dv; ++j)
-    for (int i = 0; i < dk; ++i) S[int64_t(i) * dv + j] = stored[int64_t(j) * dk + i];
+  transpose(stored, dk, S, dv, dv, dk);  // stored [j][i] -> S [i][j]
 
-  for (int64_t t0 = 0; t0 < io.n_tokens; t0 += kDeltaNetChunk) {
-    const int L = int(std::min<int64_t>(kDeltaNetChunk, io.n_tokens - t0));
-    float* G = w.G.data();
-    float* K = w.K.data();
-    float* W = w.P.data();
-    float* Qg = w.P.data() + int64_t(L) * dk;
-    float* U = w.U.data();
-    float* A = w.A.data();
-    float* QK = w.QK.data();
+  float* G = w.G.data();
+  float* KT = w.KT.data();
+  float* Qg = w.Qg.data();
+  float* X = w.X.data();
+  float* Y = w.Y.data();
+  float* QK = w.QK.data();
+  float* NA = w.NA.data();
+  float* T = w.T.data();
+  float* Dd = w.Dd.data();
+
+  for (int64_t t0 = 0; t0 < io.n_tokens; t0 += chunk) {
+    const int L = int(std::min<int64_t>(chunk, io.n_tokens - t0));
+    const float* q0 = io.q + t0 * io.q_stride + int64_t(hk) * dk;  // row t at q0 + t*q_stride
+    const float* k0 = io.k + t0 * io.k_stride + int64_t(hk) * dk;
 
     float gsum = 0.0f;
     for (int t = 0; t < L; ++t) {
       gsum += io.g[(t0 + t) * io.g_stride + h];
       G[t] = gsum;
     }
+    // The decay between tokens s <= t is e^{G_t - G_s}. When the chunk's total decay is moderate
+    // it factors as e^{G_t} * e^{-G_s}: the Gram products then come out decayed from the GEMM,
+    // with L exponentials instead of L^2/2. Strong decay would overflow e^{-G_s}; then the
+    // pairwise factors are applied after the products of the raw vectors.
+    const bool factored = G[L - 1] >= -kMaxFactoredDecay;
     for (int t = 0; t < L; ++t) {
-      const float* k = io.k + (t0 + t) * io.k_stride + int64_t(hk) * dk;
-      const float* q = io.q + (t0 + t) * io.q_stride + int64_t(hk) * dk;
+      const float* k = k0 + t * io.k_stride;
+      const float* q = q0 + t * io.q_stride;
       const float* v = io.v + (t0 + t) * io.v_stride + int64_t(h) * dv;
       const float beta = io.beta[(t0 + t) * io.beta_stride + h];
       const float eg = std::exp(G[t]);
-      float* kr = K + int64_t(t) * dk;
-      std::memcpy(kr, k, sizeof(float) * dk);
-      for (int i = 0; i < dk; ++i) {
-        W[int64_t(t) * dk + i] = beta * eg * k[i];
-        Qg[int64_t(t) * dk + i] = eg * q[i];
-      }
-      for (int j = 0; j < dv; ++j) U[int64_t(t) * dv + j] = beta * v[j];
-      for (int s = 0; s <= t; ++s) {
-        const float decay = std::exp(G[t] - G[s]);
-        const float* ks = K + int64_t(s) * dk;
-        QK[t * L + s] = decay * dot(q, ks, dk);
-        if (s < t) A[t * L + s] = beta * decay * dot(kr, ks, dk);
+      const float col = factored ? std::exp(-G[t]) : 1.0f;
+      for (int i = 0; i < dk; ++i) KT[int64_t(i) * L + t] = col * k[i];
+      float* x = X + int64_t(t) * dx;
+      scale_copy<W>(x, k, -beta * eg, dk);  // negated: T X then holds -W, and U - W S0 is one GEMM
+      scale_copy<W>(x + dk, v, beta, dv);
+      scale_copy<W>(Qg + int64_t(t) * dk, q, eg, dk);
+    }
+
+    // QK[t][s] = e^{G_t-G_s} q_t.k_s (s <= t);  NA[t][s] = -beta_t e^{G_t-G_s} k_t.k_s = -A (s < t)
+    std::fill(QK, QK + L * L, 0.0f);
+    std::fill(NA, NA + L * L, 0.0f);
+    if (factored) {
+      gemm_acc<W, MR>(L, L, dk, Qg, dk, KT, L, QK, L, false, true);
+      gemm_acc<W, MR>(L, L, dk, X, dx, KT, L, NA, L, false, true);
+    } else {
+      gemm_acc<W, MR>(L, L, dk, q0, io.q_stride, KT, L, QK, L, false, true);
+      gemm_acc<W, MR>(L, L, dk, k0, io.k_stride, KT, L, NA, L, false, true);
+      for (int t = 0; t < L; ++t) {
+        const float beta = io.beta[(t0 + t) * io.beta_stride + h];
+        for (int s = 0; s < t; ++s) {
+          const float decay = std::exp(G[t] - G[s]);
+          QK[t * L + s] *= decay;
+          NA[t * L + s] *= -beta * decay;
+        }
       }
     }
-    // Forward substitution with the unit lower-triangular (I + A).
-    for (int t = 1; t < L; ++t) {
-      for (int s = 0; s < t; ++s) {
-        const float a = A[t * L + s];
-        axpy(U + int64_t(t) * dv, U + int64_t(s) * dv, -a, dv);
-        axpy(W + int64_t(t) * dk, W + int64_t(s) * dk, -a, dk);
-      }
+    for (int t = 0; t < L; ++t) {  // causal masks (the GEMM fills whole tiles)
+      std::fill(QK + t * L + t + 1, QK + (t + 1) * L, 0.0f);
+      std::fill(NA + t * L + t, NA + (t + 1) * L, 0.0f);
     }
-    // R = [W; Qg] * S0, then delta = U - W S0, o = Qg S0 + QK delta.
-    float* R = w.R.data();
-    std::fill(R, R + int64_t(2 * L) * dv, 0.0f);
-    gemm_acc(2 * L, dv, dk, w.P.data(), dk, S, dv, R, dv);
-    for (int t = 0; t < L; ++t) axpy(U + int64_t(t) * dv, R + int64_t(t) * dv, -1.0f, dv);
+    // T = (I + A)^{-1} by forward substitution: row t = e_t - sum_{r<t} A[t][r] T[r].
     for (int t = 0; t < L; ++t) {
-      float* o_acc = R + int64_t(L + t) * dv;
-      for (int s = 0; s <= t; ++s) axpy(o_acc, U + int64_t(s) * dv, QK[t * L + s], dv);
-      std::memcpy(io.out + (t0 + t) * io.out_stride + int64_t(h) * dv, o_acc, sizeof(float) * dv);
+      float* Tt = T + t * L;
+      std::fill(Tt, Tt + L, 0.0f);
+      Tt[t] = 1.0f;
+      for (int r = 0; r < t; ++r) axpy<W>(Tt, T + r * L, NA[t * L + r], r + 1);
     }
-    // S = e^{G_last} S0 + sum_s e^{G_last - G_s} k_s delta_s^T
+    // Y = [-W | U] = T [-beta e^G K | beta V], then U <- delta = U - W S0 in place.
+    std::fill(Y, Y + int64_t(L) * dx, 0.0f);
+    gemm_acc<W, MR>(L, dx, L, T, L, X, dx, Y, dx, true, false);
+    float* delta = Y + dk;  // row t at delta + t*dx
+    gemm_acc<W, MR>(L, dv, dk, Y, dx, S, dv, delta, dx);
+    // o = diag(e^G) Q S0 + QK delta, straight into the output rows.
+    float* out0 = io.out + t0 * io.out_stride + int64_t(h) * dv;
+    for (int t = 0; t < L; ++t)
+      std::fill(out0 + t * io.out_stride, out0 + t * io.out_stride + dv, 0.0f);
+    gemm_acc<W, MR>(L, dv, dk, Qg, dk, S, dv, out0, io.out_stride);
+    gemm_acc<W, MR>(L, dv, L, QK, L, delta, dx, out0, io.out_stride, true, false);
+    // S = e^{G_last} S0 + sum_s e^{G_last - G_s} k_s delta_s^T, the e^{-G_s} part (when
+    // factored) already in KT.
     const float g_last = G[L - 1];
-    float* KdT = w.KdT.data();
     for (int s = 0; s < L; ++s) {
-      const float d = std::exp(g_last - G[s]);
-      for (int i = 0; i < dk; ++i) KdT[int64_t(i) * L + s] = d * K[int64_t(s) * dk + i];
+      const float d = factored ? std::exp(g_last) : std::exp(g_last - G[s]);
+      scale_copy<W>(Dd + int64_t(s) * dv, delta + int64_t(s) * dx, d, dv);
     }
-    scale(S, std::exp(g_last), dk * dv);
-    gemm_acc(dk, dv, L, KdT, L, U, dv, S, dv);
+    scale<W>(S, std::exp(g_last), dk * dv);
+    gemm_acc<W, MR>(dk, dv, L, KT, L, Dd, dv, S, dv);
   }
 
-  for (int j = 0; j < dv; ++j)
-    for (int i = 0; i < dk; ++i) stored[int64_t(j) * dk + i] = S[int64_t(i) * dv + j];
+  transpose(S, dv, stored, dk, dk, dv);
+}
+
+// The entry points per instruction set: lanes W and GEMM tile rows MR, with 2*MR accumulators
+// (8 of the 16 xmm / ymm registers for generic / AVX2, 16 of the 32 zmm ones for AVX-512).
+#define DN_AVX2 __attribute__((target("avx2,fma")))
+#define DN_AVX512 __attribute__((target("avx2,fma,avx512f")))
+
+void step_head_generic(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st) {
+  step_head_impl<4>(s, io, h, st);
+}
+DN_AVX2 void step_head_avx2(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st) {
+  step_head_impl<8>(s, io, h, st);
+}
+DN_AVX512 void step_head_avx512(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st) {
+  step_head_impl<16>(s, io, h, st);
+}
+void chunked_head_generic(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st, int L,
+                          ChunkScratch& w) {
+  chunked_head_impl<4, 4>(s, io, h, st, L, w);
+}
+DN_AVX2 void chunked_head_avx2(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st,
+                               int L, ChunkScratch& w) {
+  chunked_head_impl<8, 4>(s, io, h, st, L, w);
+}
+DN_AVX512 void chunked_head_avx512(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st,
+                                   int L, ChunkScratch& w) {
+  chunked_head_impl<16, 8>(s, io, h, st, L, w);
 }
 
 // Below this many tokens the step form wins (measured; the chunked form pays for the state
 // transposes and the triangular work even when a chunk is short).
-constexpr int64_t kChunkedMinTokens = 8;
+constexpr int64_t kChunkedMinTokens = 16;
 
 }  // namespace
 
@@ -365,31 +554,39 @@ void gated_delta_rule_step(const DeltaNetShape& shape, const DeltaNetIO& io, flo
                            ThreadPool& pool) {
   check_io(shape, io, state);
   if (io.n_tokens == 0) return;
-  const int dk = shape.head_k_dim, dv = shape.head_v_dim;
+  const CpuLevel level = active_cpu_level();
   pool.run([&](int ith, int nth) {
     for (int h = ith; h < shape.n_v_heads; h += nth) {
-      const int hk = shape.k_head_of(h);
-      float* M = state + int64_t(h) * dk * dv;
-      for (int64_t t = 0; t < io.n_tokens; ++t) {
-        step_head_token(M, io.q + t * io.q_stride + int64_t(hk) * dk,
-                        io.k + t * io.k_stride + int64_t(hk) * dk,
-                        io.v + t * io.v_stride + int64_t(h) * dv, io.g[t * io.g_stride + h],
-                        io.beta[t * io.beta_stride + h], io.out + t * io.out_stride + int64_t(h) * dv,
-                        dk, dv);
-      }
+      if (level >= CpuLevel::Avx512)
+        step_head_avx512(shape, io, h, state);
+      else if (level >= CpuLevel::Avx2)
+        step_head_avx2(shape, io, h, state);
+      else
+        step_head_generic(shape, io, h, state);
     }
   });
 }
 
 void gated_delta_rule_chunked(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
-                              ThreadPool& pool) {
+                              ThreadPool& pool, int chunk_len) {
   check_io(shape, io, state);
+  if (chunk_len < 1 || chunk_len > kDeltaNetMaxChunk)
+    throw Error("delta net: chunk length " + std::to_string(chunk_len) + " outside [1, " +
+                std::to_string(kDeltaNetMaxChunk) + "]");
   if (io.n_tokens == 0) return;
+  const CpuLevel level = active_cpu_level();
   pool.run([&](int ith, int nth) {
     if (ith >= shape.n_v_heads) return;
-    ChunkScratch scratch;
-    scratch.reserve(shape.head_k_dim, shape.head_v_dim);
-    for (int h = ith; h < shape.n_v_heads; h += nth) chunked_head(shape, io, h, state, scratch);
+    thread_local ChunkScratch scratch;
+    scratch.reserve(shape.head_k_dim, shape.head_v_dim, chunk_len);
+    for (int h = ith; h < shape.n_v_heads; h += nth) {
+      if (level >= CpuLevel::Avx512)
+        chunked_head_avx512(shape, io, h, state, chunk_len, scratch);
+      else if (level >= CpuLevel::Avx2)
+        chunked_head_avx2(shape, io, h, state, chunk_len, scratch);
+      else
+        chunked_head_generic(shape, io, h, state, chunk_len, scratch);
+    }
   });
 }
 
@@ -401,8 +598,8 @@ void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* s
     gated_delta_rule_chunked(shape, io, state, pool);
 }
 
-void gated_rms_norm(const float* o, const float* z, const float* weight, float* y,
-                    int64_t n_heads, int64_t head_dim, float eps) {
+void gated_rms_norm(const float* o, const float* z, const float* weight, float* y, int64_t n_heads,
+                    int64_t head_dim, float eps) {
   for (int64_t h = 0; h < n_heads; ++h) {
     const float* oh = o + h * head_dim;
     const float* zh = z + h * head_dim;

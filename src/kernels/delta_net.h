@@ -62,7 +62,11 @@ struct DeltaNetIO {
   int64_t out_stride = 0;
 };
 
-constexpr int kDeltaNetChunk = 64;  // chunk length of the parallel (prefill) form
+// Chunk length of the parallel (prefill) form. llama.cpp's chunked graph uses 64; any length
+// gives the same results up to rounding, and 16 is measurably faster on CPUs (the per-chunk
+// L x L work shrinks while the D x D products keep their size).
+constexpr int kDeltaNetChunk = 16;
+constexpr int kDeltaNetMaxChunk = 256;
 
 // Causal depthwise conv1d over time without bias, then SiLU, for `channels` channels:
 //   out[t][ch] = silu(sum_{i<d_conv} weight[ch*d_conv+i] * x_{t-(d_conv-1)+i}[ch])
@@ -90,10 +94,11 @@ void delta_net_gates(const float* beta_logit, const float* alpha, const float* d
 void gated_delta_rule_step(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
                            ThreadPool& pool);
 
-// Chunked (WY / UT-transform) form over chunks of kDeltaNetChunk tokens: per chunk and head the
-// work is a handful of small matrix products. Same results as the step form up to rounding.
+// Chunked (WY / UT-transform) form over chunks of chunk_len tokens (1..kDeltaNetMaxChunk): per
+// chunk and head the work is a handful of small matrix products. Same results as the step form
+// up to rounding.
 void gated_delta_rule_chunked(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
-                              ThreadPool& pool);
+                              ThreadPool& pool, int chunk_len = kDeltaNetChunk);
 
 // Picks the faster form for io.n_tokens (step below a small threshold, chunked above).
 void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
@@ -102,7 +107,7 @@ void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* s
 // Gated RMSNorm of one token's output: for each of n_heads heads of head_dim,
 //   y_h = (o_h / sqrt(mean(o_h^2) + eps)) * weight * silu(z_h)
 // (weight = ssm_norm, shared by the heads, not +1-shifted). y may alias o.
-void gated_rms_norm(const float* o, const float* z, const float* weight, float* y,
-                    int64_t n_heads, int64_t head_dim, float eps);
+void gated_rms_norm(const float* o, const float* z, const float* weight, float* y, int64_t n_heads,
+                    int64_t head_dim, float eps);
 
 }  // namespace agentkv

@@ -19,9 +19,9 @@ struct MoeRouting {
 
 struct MoeRouteParams {
   int n_expert = 0;
-  int n_used = 0;              // 1 <= n_used <= n_expert
-  bool normalize = true;       // w = p_sel / max(sum(p_sel), 6.103515625e-5) (qwen35moe: true)
-  float weight_scale = 0.0f;   // applied after normalisation unless 0 or 1 (expert_weights_scale)
+  int n_used = 0;             // 1 <= n_used <= n_expert
+  bool normalize = true;      // w = p_sel / max(sum(p_sel), 6.103515625e-5) (qwen35moe: true)
+  float weight_scale = 0.0f;  // applied after normalisation unless 0 or 1 (expert_weights_scale)
 };
 
 // Routes one token: p = softmax(logits) over all n_expert experts (max-subtracted, sum in double,
@@ -42,8 +42,8 @@ MoeRouting moe_route(const float* logits, int64_t logits_stride, int64_t n_token
 // [begin[e], begin[e+1]); row r is token token[r], which chose e in its slot slot[r]
 // (its weight is routing.weights[token[r]*n_used + slot[r]]). Tokens ascend within an expert.
 struct ExpertGroups {
-  std::vector<int32_t> begin;           // n_expert + 1 offsets
-  std::vector<int32_t> token;           // n_tokens * n_used rows
+  std::vector<int32_t> begin;  // n_expert + 1 offsets
+  std::vector<int32_t> token;  // n_tokens * n_used rows
   std::vector<int32_t> slot;
   std::vector<int32_t> active_experts;  // experts with at least one row, ascending
 
