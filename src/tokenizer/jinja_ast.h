@@ -56,6 +56,7 @@ enum class StmtKind {
   Set,          // set targets = expr, or set targets[0].attribute = expr
   SetBlock,     // set targets[0] [| filter expr] %} body {% endset
   Macro,        // macro name(params) body
+  CallBlock,    // call(params) expr: body becomes caller(params) for the called macro
   FilterBlock,  // filter expr (a Filter chain on a null operand) body
   With,         // with assignments: body
   Scope,        // body rendered as is ({% generation %})
@@ -80,6 +81,7 @@ struct Stmt {
   std::string attribute;  // Set on a namespace attribute
   std::string name;       // Macro
   std::vector<std::pair<std::string, ExprPtr>> params;  // Macro parameters / With assignments
+  bool uses_loop = true;  // For: the body mentions `loop` (else the loop object is not built)
 };
 
 }  // namespace agentkv::jinja

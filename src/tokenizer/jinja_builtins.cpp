@@ -212,6 +212,7 @@ Value f_last(Interpreter& interp, const Value& in, CallArgs& args) {
 Value f_float(Interpreter&, const Value& in, CallArgs& args) {
   ArgBinder a("filter 'float'", args, {"default"});
   const Value fallback = a.has(0) ? a[0] : Value(0.0);
+  if (in.is_undefined()) throw EvalError(in.str().empty() ? "filter 'float': undefined value" : in.str());
   if (in.is_number()) return Value(in.as_double());
   if (in.is_string()) {
     if (auto d = parse_float(in.str())) return Value(*d);
@@ -222,6 +223,7 @@ Value f_float(Interpreter&, const Value& in, CallArgs& args) {
 Value f_int(Interpreter&, const Value& in, CallArgs& args) {
   ArgBinder a("filter 'int'", args, {"default", "base"});
   const Value fallback = a.has(0) ? a[0] : Value(int64_t{0});
+  if (in.is_undefined()) throw EvalError(in.str().empty() ? "filter 'int': undefined value" : in.str());
   if (in.is_int() || in.is_bool()) return Value(in.as_int());
   if (in.is_float()) {
     const double d = in.as_double();
@@ -410,9 +412,11 @@ Value f_round(Interpreter&, const Value& in, CallArgs& args) {
   return Value(r / scale);
 }
 
-Value f_safe(Interpreter&, const Value& in, CallArgs& args) {
+Value f_safe(Interpreter& interp, const Value& in, CallArgs& args) {
   ArgBinder a("filter 'safe'", args, {});
-  return in;
+  // Markup(value): always a string. Autoescaping is off, so nothing else changes.
+  if (in.is_string()) return in;
+  return interp.make_string(str_of(interp, in));
 }
 
 Value f_sort(Interpreter& interp, const Value& in, CallArgs& args) {
@@ -917,6 +921,13 @@ Value run_filter(Interpreter& interp, std::string_view name, const Value& input,
 bool run_test(Interpreter& interp, std::string_view name, const Value& input, CallArgs& args) {
   const auto it = tests().find(name);
   if (it == tests().end()) throw EvalError("no test named '" + std::string(name) + "'");
+  static const std::string_view kWithArguments[] = {"divisibleby", "eq", "equalto", "==", "ne", "!=", "lt",
+                                                   "lessthan", "<", "le", "<=", "gt", "greaterthan", ">",
+                                                   "ge", ">=", "in", "sameas"};
+  const bool takes_arguments =
+      std::find(std::begin(kWithArguments), std::end(kWithArguments), name) != std::end(kWithArguments);
+  if (!takes_arguments && (!args.positional.empty() || !args.named.empty()))
+    throw EvalError("test '" + std::string(name) + "' takes no arguments");
   return it->second(interp, input, args);
 }
 

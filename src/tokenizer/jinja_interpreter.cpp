@@ -11,6 +11,9 @@ namespace agentkv::jinja {
 
 namespace {
 
+// An iteration allocates a scope and the loop object; weigh it like several expressions.
+constexpr uint64_t kLoopIterationSteps = 16;
+
 class DepthGuard {
  public:
   explicit DepthGuard(int& depth) : depth_(depth) {
@@ -84,6 +87,22 @@ SliceRange slice_indices(const Value& start_v, const Value& stop_v, const Value&
 
 Interpreter::~Interpreter() = default;
 
+const Value* Interpreter::Frame::find(const std::string& name) const {
+  for (const auto& [key, value] : vars)
+    if (key == name) return &value;
+  return nullptr;
+}
+
+void Interpreter::Frame::set(const std::string& name, Value value) {
+  for (auto& [key, existing] : vars) {
+    if (key == name) {
+      existing = std::move(value);
+      return;
+    }
+  }
+  vars.emplace_back(name, std::move(value));
+}
+
 std::string Interpreter::position(size_t offset) const {
   const auto [line, column] = map_.line_column(offset);
   return "chat template error at line " + std::to_string(line) + ", column " + std::to_string(column) + ": ";
@@ -91,8 +110,8 @@ std::string Interpreter::position(size_t offset) const {
 
 std::string Interpreter::render(const Body& body, const std::vector<std::pair<std::string, Value>>& context) {
   auto root = std::make_shared<Frame>();
-  for (auto& [name, value] : builtin_globals()) (*root)[name] = std::move(value);
-  for (const auto& [name, value] : context) (*root)[name] = value;
+  for (auto& [name, value] : builtin_globals()) root->set(name, std::move(value));
+  for (const auto& [name, value] : context) root->set(name, value);
   scopes_ = {root};
   std::string out;
   out_ = &out;
@@ -162,6 +181,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt) {
         break;
       }
       case StmtKind::Macro: define_macro(stmt); break;
+      case StmtKind::CallBlock: exec_call_block(stmt); break;
       case StmtKind::FilterBlock: {
         const Value input = make_string(render_to_string(stmt.body));
         emit(eval_filter(*stmt.expr, &input).to_output(budget_.max_string_bytes()));
@@ -250,9 +270,15 @@ void Interpreter::exec_for(const Stmt& stmt) {
     return;
   }
   for (size_t i = 0; i < n; ++i) {
-    budget_.step();
+    budget_.step(kLoopIterationSteps);
     scopes_.push_back(std::make_shared<Frame>());
     bind_targets(stmt.targets, items[i]);
+    if (!stmt.uses_loop) {
+      const Flow flow = exec_body(stmt.body);
+      scopes_.pop_back();
+      if (flow == Flow::Break) break;
+      continue;
+    }
     const auto index = static_cast<int64_t>(i);
     const auto length = static_cast<int64_t>(n);
     std::vector<std::pair<std::string, Value>> loop = {
@@ -268,7 +294,7 @@ void Interpreter::exec_for(const Stmt& stmt) {
                         if (args.positional.empty()) throw EvalError("loop.cycle() needs at least one value");
                         return args.positional[static_cast<size_t>(index) % args.positional.size()];
                       }));
-    assign("loop", Value::object(std::move(loop)));
+    assign("loop", Value::object_with_distinct_keys(std::move(loop)));
     const Flow flow = exec_body(stmt.body);
     scopes_.pop_back();
     if (flow == Flow::Break) break;
@@ -287,13 +313,25 @@ void Interpreter::exec_set(const Stmt& stmt) {
   bind_targets(stmt.targets, value);
 }
 
-void Interpreter::define_macro(const Stmt& stmt) {
+Value Interpreter::macro_value(const Stmt& stmt) {
   // Weak references: a macro stored in its own frame must not keep that frame alive.
   std::vector<std::weak_ptr<Frame>> captured(scopes_.begin(), scopes_.end());
   const Stmt* macro = &stmt;
-  assign(stmt.name, Value::callable(stmt.name, [macro, captured](Interpreter& self, CallArgs& args) {
-           return self.call_macro(*macro, captured, args);
-         }));
+  return Value::callable(stmt.name, [macro, captured](Interpreter& self, CallArgs& args) {
+    return self.call_macro(*macro, captured, args);
+  });
+}
+
+void Interpreter::define_macro(const Stmt& stmt) { assign(stmt.name, macro_value(stmt)); }
+
+void Interpreter::exec_call_block(const Stmt& stmt) {
+  // {% call m(args) %}body{% endcall %}: m receives the body as `caller`.
+  const Expr& call_expr = *stmt.expr;
+  const Value callee = eval(*call_expr.children[0]);
+  CallArgs args;
+  collect_args(call_expr, 1, args);
+  args.named.emplace_back("caller", macro_value(stmt));
+  emit(call(callee, args).to_output(budget_.max_string_bytes()));
 }
 
 Value Interpreter::call_macro(const Stmt& macro, const std::vector<std::weak_ptr<Frame>>& captured,
@@ -326,7 +364,8 @@ Value Interpreter::call_macro(const Stmt& macro, const std::vector<std::weak_ptr
     size_t i = 0;
     while (i < n_params && macro.params[i].first != name) ++i;
     if (i == n_params) {
-      kwargs.emplace_back(name, value);
+      if (name == "caller") assign(name, value);
+      else kwargs.emplace_back(name, value);
       continue;
     }
     if (given[i]) throw EvalError("macro '" + macro.name + "' got multiple values for argument '" + name + "'");
@@ -348,14 +387,12 @@ Value Interpreter::call_macro(const Stmt& macro, const std::vector<std::weak_ptr
 // ---- expressions ----------------------------------------------------------------------------
 
 Value Interpreter::lookup(const std::string& name) const {
-  for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-    const auto found = (*it)->find(name);
-    if (found != (*it)->end()) return found->second;
-  }
+  for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+    if (const Value* found = (*it)->find(name)) return *found;
   return Value::undefined("'" + name + "' is undefined");
 }
 
-void Interpreter::assign(const std::string& name, Value value) { (*scopes_.back())[name] = std::move(value); }
+void Interpreter::assign(const std::string& name, Value value) { scopes_.back()->set(name, std::move(value)); }
 
 Value Interpreter::make_string(std::string s) {
   budget_.charge_bytes(s.size());
@@ -525,7 +562,7 @@ Value Interpreter::eval_slice(const Value& object, const Expr& expr) {
     }
     return make_string(std::move(out));
   }
-  if (object.is_none()) return Value::undefined("'NoneType' object is not subscriptable");
+  // Jinja compiles slices to plain Python subscripts, so unlike x[i] they raise.
   throw EvalError(describe_type(object) + " object is not subscriptable");
 }
 

@@ -3,7 +3,6 @@
 #pragma once
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -37,7 +36,12 @@ class Interpreter {
   Value make_namespace();
 
  private:
-  using Frame = std::unordered_map<std::string, Value>;
+  // Variables of one scope; scopes hold few names, so a flat list beats a hash map.
+  struct Frame {
+    std::vector<std::pair<std::string, Value>> vars;
+    const Value* find(const std::string& name) const;
+    void set(const std::string& name, Value value);
+  };
   using Scopes = std::vector<std::shared_ptr<Frame>>;
   enum class Flow { Normal, Break, Continue };
 
@@ -46,6 +50,8 @@ class Interpreter {
   void exec_for(const Stmt& stmt);
   void exec_set(const Stmt& stmt);
   void define_macro(const Stmt& stmt);
+  Value macro_value(const Stmt& stmt);
+  void exec_call_block(const Stmt& stmt);
   Value call_macro(const Stmt& macro, const std::vector<std::weak_ptr<Frame>>& captured, CallArgs& args);
   std::string render_to_string(const Body& body);
   void emit(const std::string& s);

@@ -174,13 +174,14 @@ class Parser {
     std::string end_tag;
     if (tag == "if") {
       s->kind = StmtKind::If;
-      ExprPtr condition = parse_tuple(true);
+      // As in Jinja, an if condition cannot itself be an inline "x if y else z".
+      ExprPtr condition = parse_tuple(false);
       while (true) {
         expect_block_end();
         Body branch = parse_body({"elif", "else", "endif"}, end_tag);
         s->branches.emplace_back(std::move(condition), std::move(branch));
         if (end_tag == "elif") {
-          condition = parse_tuple(true);
+          condition = parse_tuple(false);
           continue;
         }
         if (end_tag == "else") {
@@ -199,7 +200,11 @@ class Parser {
       if (is_name("recursive")) fail("recursive loops are not supported");
       expect_block_end();
       ++loop_depth_;
+      const bool outer_saw_loop = saw_loop_name_;
+      saw_loop_name_ = false;
       s->body = parse_body({"else", "endfor"}, end_tag);
+      s->uses_loop = saw_loop_name_;
+      saw_loop_name_ = outer_saw_loop || saw_loop_name_;
       --loop_depth_;
       if (end_tag == "else") {
         expect_block_end();
@@ -239,6 +244,28 @@ class Parser {
       loop_depth_ = saved_loop_depth;
       if (current().kind == TokenKind::Name) advance();  // {% endmacro name %}
       expect_block_end();
+    } else if (tag == "call") {
+      s->kind = StmtKind::CallBlock;
+      s->name = "caller";
+      if (is_op("(")) {
+        advance();
+        while (!is_op(")")) {
+          std::string param = expect_name("a parameter name");
+          ExprPtr default_value;
+          if (accept_op("=")) default_value = parse_expression(true);
+          s->params.emplace_back(std::move(param), std::move(default_value));
+          if (!accept_op(",")) break;
+        }
+        expect_op(")");
+      }
+      s->expr = parse_expression(true);
+      if (s->expr->kind != ExprKind::Call) fail_at(s->expr->offset, "expected a macro call after 'call'");
+      expect_block_end();
+      const int saved_loop_depth = loop_depth_;
+      loop_depth_ = 0;
+      s->body = parse_body({"endcall"}, end_tag);
+      loop_depth_ = saved_loop_depth;
+      expect_block_end();
     } else if (tag == "filter") {
       s->kind = StmtKind::FilterBlock;
       s->expr = parse_filter_chain(nullptr, /*leading_pipe=*/false);
@@ -268,7 +295,7 @@ class Parser {
       expect_block_end();
     } else if (tag == "elif" || tag == "else" || tag.starts_with("end")) {
       fail_at(offset, "unexpected '" + tag + "'");
-    } else if (tag == "call" || tag == "include" || tag == "import" || tag == "from" || tag == "extends" ||
+    } else if (tag == "include" || tag == "import" || tag == "from" || tag == "extends" ||
                tag == "block" || tag == "autoescape" || tag == "do" || tag == "trans") {
       fail_at(offset, "the '" + tag + "' tag is not supported");
     } else {
@@ -477,6 +504,7 @@ class Parser {
         else {
           e->kind = ExprKind::Name;
           e->name = n;
+          if (n == "loop") saw_loop_name_ = true;
         }
         advance();
         return e;
@@ -555,9 +583,10 @@ class Parser {
     return finish(std::move(e));
   }
 
+  // Postfix nodes report the start of the whole expression ("foo" in foo.bar[0]).
   ExprPtr parse_postfix(ExprPtr node) {
     while (true) {
-      const size_t offset = current().offset;
+      const size_t offset = node->offset;
       if (accept_op(".")) {
         if (current().kind == TokenKind::Name) {
           ExprPtr e = make(ExprKind::GetAttr, offset);
@@ -587,7 +616,7 @@ class Parser {
   }
 
   ExprPtr parse_subscript(ExprPtr node) {
-    const size_t offset = current().offset;
+    const size_t offset = node->offset;
     advance();  // '['
     if (++expr_depth_ > Limits::kMaxExprHeight) fail("expression nested too deeply");
     ExprPtr parts[3];
@@ -631,7 +660,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    ExprPtr e = make(ExprKind::Call, current().offset);
+    ExprPtr e = make(ExprKind::Call, callee->offset);
     e->children.push_back(std::move(callee));
     parse_call_args(*e);
     return finish(std::move(e));
@@ -704,6 +733,7 @@ class Parser {
   int block_depth_ = 0;
   int loop_depth_ = 0;
   int expr_depth_ = 0;
+  bool saw_loop_name_ = false;
 };
 
 }  // namespace

@@ -23,8 +23,9 @@ void Budget::charge_items(size_t n) {
     throw EvalError("render exceeds the memory limit (too many list items)");
 }
 
-void Budget::step() {
-  if (++steps_ > Limits::kMaxSteps)
+void Budget::step(uint64_t n) {
+  steps_ += n;
+  if (steps_ > Limits::kMaxSteps)
     throw EvalError("render exceeds the evaluation step limit");
 }
 
@@ -93,6 +94,18 @@ Value Value::object(std::vector<std::pair<std::string, Value>> entries) {
   v.kind_ = Kind::Object;
   v.object_ = std::make_shared<ObjectData>();
   for (auto& [k, item] : entries) v.object_->set(std::move(k), std::move(item));
+  return v;
+}
+
+Value Value::object_with_distinct_keys(std::vector<std::pair<std::string, Value>> entries) {
+  Value v;
+  v.kind_ = Kind::Object;
+  v.object_ = std::make_shared<ObjectData>();
+  int nesting = 1;
+  for (const auto& entry : entries) nesting = std::max(nesting, entry.second.nesting() + 1);
+  if (nesting > Limits::kMaxValueNesting) throw EvalError("value nested too deeply");
+  v.object_->entries = std::move(entries);
+  v.object_->nesting = nesting;
   return v;
 }
 
@@ -209,7 +222,9 @@ void append_repr(std::string& out, const Value& v, size_t max_bytes, int depth) 
   if (depth > Limits::kMaxValueNesting) throw EvalError("value nested too deeply to print");
   using K = Value::Kind;
   switch (v.kind()) {
-    case K::Undefined: break;
+    case K::Undefined:
+      if (depth > 0) out += "Undefined";  // repr() inside a container; str() of it is ""
+      break;
     case K::None: out += "None"; break;
     case K::Bool: out += v.as_bool() ? "True" : "False"; break;
     case K::Int: out += std::to_string(v.as_int()); break;

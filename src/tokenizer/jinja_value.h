@@ -29,7 +29,7 @@ struct Limits {
   static constexpr size_t kMaxStringBytes = 32u << 20;     // any single string, incl. output
   static constexpr size_t kMaxTotalBytes = 256u << 20;     // all strings built during a render
   static constexpr size_t kMaxTotalItems = 4u << 20;       // all list/dict entries built
-  static constexpr uint64_t kMaxSteps = 20'000'000;        // evaluated nodes + loop iterations
+  static constexpr uint64_t kMaxSteps = 5'000'000;         // evaluated nodes (+16 per loop iteration)
   static constexpr int kMaxEvalDepth = 256;                // nested evaluation incl. macro calls
   static constexpr int kMaxExprHeight = 200;               // height of one parsed expression
   static constexpr int kMaxBlockNesting = 100;             // nested {% if/for/macro %} blocks
@@ -41,7 +41,7 @@ class Budget {
  public:
   void charge_bytes(size_t n);
   void charge_items(size_t n);
-  void step();
+  void step(uint64_t n = 1);
   // Largest string a builder may grow to now.
   size_t max_string_bytes() const;
 
@@ -96,6 +96,8 @@ class Value {
   // Lists and dicts check Limits::kMaxValueNesting and throw agentkv::Error beyond it.
   static Value array(std::vector<Value> items, bool is_tuple = false);
   static Value object(std::vector<std::pair<std::string, Value>> entries);
+  // Same, for entries whose keys are known to be distinct (skips the duplicate check).
+  static Value object_with_distinct_keys(std::vector<std::pair<std::string, Value>> entries);
   static Value make_namespace();
   static Value callable(std::string name, std::function<Value(Interpreter&, CallArgs&)> fn);
   // Converts JSON input (throws agentkv::Error past the nesting limit).
