@@ -479,4 +479,21 @@ Pos KvCache::seq_pos_max(SeqId seq) const {
   return impl_->cells[impl_->stream_of(seq)].seq_pos_max(seq);
 }
 
+void KvCache::restore_cell(uint32_t stream, uint32_t cell, Pos pos, const SeqSet& seqs,
+                           Pos shift) {
+  Impl& m = *impl_;
+  if (stream >= m.n_streams || cell >= m.layout.n_cells)
+    throw std::logic_error("kv cache: restore_cell: cell " + std::to_string(cell) + " of stream " +
+                           std::to_string(stream) + " does not exist");
+  if (pos >= 0) {
+    if (pos > kPosMax || seqs.none())
+      throw std::logic_error("kv cache: restore_cell: used cell needs a valid position and a sequence");
+    for (size_t s = seqs._Find_first(); s < seqs.size(); s = seqs._Find_next(s))
+      if (s >= m.layout.n_seq_max || m.stream_of(static_cast<SeqId>(s)) != stream)
+        throw std::logic_error("kv cache: restore_cell: sequence " + std::to_string(s) +
+                               " cannot live in stream " + std::to_string(stream));
+  }
+  m.cells[stream].assign(cell, pos, seqs, pos >= 0 ? shift : 0);
+}
+
 }  // namespace agentkv::memory

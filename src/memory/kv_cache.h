@@ -114,6 +114,12 @@ class KvCache {
   Pos seq_pos_min(SeqId seq) const;  // -1 when empty
   Pos seq_pos_max(SeqId seq) const;
 
+  // State restore primitive (src/memory/kv_state.cpp, snapshots): sets cell `cell` of `stream` to
+  // exactly (pos, seqs, shift), pos < 0 meaning empty; the caller writes the K/V rows. Throws
+  // std::logic_error for a stream or cell out of range, a seq id outside [0, n_seq_max), or (one
+  // stream per sequence) a sequence that does not live in `stream`; nothing changes then.
+  void restore_cell(uint32_t stream, uint32_t cell, Pos pos, const SeqSet& seqs, Pos shift);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

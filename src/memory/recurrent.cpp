@@ -195,4 +195,33 @@ Pos RecurrentMemory::seq_pos_max(SeqId seq) const {
   return c < 0 ? -1 : impl_->cells[c].pos;
 }
 
+int32_t RecurrentMemory::seq_cell(SeqId seq) const {
+  if (seq < 0 || seq >= static_cast<SeqId>(impl_->tail.size())) return -1;
+  return impl_->tail[seq];
+}
+
+Pos RecurrentMemory::cell_pos(uint32_t cell) const {
+  if (cell >= impl_->cells.size()) throw std::logic_error("recurrent memory: cell out of range");
+  return impl_->cells[cell].pos;
+}
+
+const std::set<SeqId>& RecurrentMemory::cell_seqs(uint32_t cell) const {
+  if (cell >= impl_->cells.size()) throw std::logic_error("recurrent memory: cell out of range");
+  return impl_->cells[cell].seqs;
+}
+
+void RecurrentMemory::restore_cell(uint32_t cell, Pos pos, const std::vector<SeqId>& seqs) {
+  Impl& m = *impl_;
+  if (cell >= m.cells.size() || pos < 0 || seqs.empty() || m.cells[cell].pos >= 0 ||
+      !m.cells[cell].seqs.empty())
+    throw std::logic_error("recurrent memory: restore_cell needs an empty cell, a position and a sequence");
+  for (SeqId s : seqs)
+    if (s < 0 || s >= static_cast<SeqId>(m.tail.size()) || m.tail[s] >= 0)
+      throw std::logic_error("recurrent memory: restore_cell: sequence " + std::to_string(s) +
+                             " is out of range or already holds a cell");
+  m.cells[cell].pos = pos;
+  m.cells[cell].seqs = std::set<SeqId>(seqs.begin(), seqs.end());
+  for (SeqId s : seqs) m.tail[s] = static_cast<int32_t>(cell);
+}
+
 }  // namespace agentkv::memory

@@ -62,6 +62,16 @@ class RecurrentMemory {
   Pos seq_pos_min(SeqId seq) const;
   Pos seq_pos_max(SeqId seq) const;
 
+  // Read access for state save / snapshots (src/memory/recurrent_state.cpp): the cell holding a
+  // sequence's state (-1 if none), a cell's last absorbed position (-1 = empty) and its sequences.
+  int32_t seq_cell(SeqId seq) const;
+  Pos cell_pos(uint32_t cell) const;
+  const std::set<SeqId>& cell_seqs(uint32_t cell) const;
+  // State restore primitive: empty cell `cell` becomes the state of `seqs` (non-empty, none of
+  // them holding a cell) at last position pos >= 0; the caller then writes the states. Throws
+  // std::logic_error when a precondition does not hold; nothing changes then.
+  void restore_cell(uint32_t cell, Pos pos, const std::vector<SeqId>& seqs);
+
  private:
   struct Impl;
   Impl* impl_;
