@@ -610,7 +610,8 @@ bool t_iterable(Interpreter&, const Value& v, CallArgs&) {
   return v.is_undefined() || v.is_string() || v.is_array() || v.is_dict();
 }
 bool t_sequence(Interpreter& i, const Value& v, CallArgs& a) { return t_iterable(i, v, a); }
-bool t_callable(Interpreter&, const Value& v, CallArgs&) { return v.is_callable(); }
+// Python's callable(): an undefined value has __call__ (which raises), so it counts.
+bool t_callable(Interpreter&, const Value& v, CallArgs&) { return v.is_callable() || v.is_undefined(); }
 bool t_lower(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && text::to_lower(v.str()) == v.str(); }
 bool t_upper(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && text::to_upper(v.str()) == v.str(); }
 
@@ -618,14 +619,18 @@ int64_t int_operand(const Value& v, const char* what) {
   if (!v.is_int() && !v.is_bool()) throw EvalError(std::string("test '") + what + "': expected an integer");
   return v.as_int();
 }
-bool t_odd(Interpreter&, const Value& v, CallArgs& args) {
-  ArgBinder a("test 'odd'", args, {});
-  return int_operand(v, "odd") % 2 != 0;
+// value % 2 with Python's sign rule, for ints and floats.
+double python_mod2(const Value& v, const char* what) {
+  if (!v.is_number()) throw EvalError(std::string("test '") + what + "': expected a number");
+  if (!v.is_float()) {
+    const int64_t r = v.as_int() % 2;
+    return static_cast<double>(r < 0 ? r + 2 : r);
+  }
+  const double r = std::fmod(v.as_double(), 2.0);
+  return r < 0 ? r + 2.0 : r;
 }
-bool t_even(Interpreter&, const Value& v, CallArgs& args) {
-  ArgBinder a("test 'even'", args, {});
-  return int_operand(v, "even") % 2 == 0;
-}
+bool t_odd(Interpreter&, const Value& v, CallArgs&) { return python_mod2(v, "odd") == 1.0; }
+bool t_even(Interpreter&, const Value& v, CallArgs&) { return python_mod2(v, "even") == 0.0; }
 bool t_divisibleby(Interpreter&, const Value& v, CallArgs& args) {
   ArgBinder a("test 'divisibleby'", args, {"num"});
   const int64_t d = int_operand(a[0], "divisibleby");
