@@ -193,8 +193,8 @@ void chunked_fn(const DeltaNetShape& s, const DeltaNetIO& io, float* st, ThreadP
   gated_delta_rule_chunked(s, io, st, p, g_chunk_len);
 }
 
-// The delta-rule tests run once per instruction set the machine has (generic, AVX2, AVX-512).
-class DeltaRule : public ::testing::TestWithParam<CpuLevel> {
+// The kernel tests run once per instruction set the machine has (generic, AVX2, AVX-512).
+class AtCpuLevel : public ::testing::TestWithParam<CpuLevel> {
  protected:
   void SetUp() override {
     if (GetParam() > detected_cpu_level()) GTEST_SKIP() << "CPU lacks this level";
@@ -206,6 +206,17 @@ class DeltaRule : public ::testing::TestWithParam<CpuLevel> {
     g_chunk_len = kDeltaNetChunk;
   }
 };
+class DeltaRule : public AtCpuLevel {};
+class Conv1d : public AtCpuLevel {};
+class GatedRmsNorm : public AtCpuLevel {};
+
+std::string level_name(const ::testing::TestParamInfo<CpuLevel>& info) {
+  return std::string(cpu_level_name(info.param));
+}
+#define INSTANTIATE_PER_CPU_LEVEL(suite)                                                          \
+  INSTANTIATE_TEST_SUITE_P(CpuLevels, suite,                                                      \
+                           ::testing::Values(CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512), \
+                           level_name)
 
 // ---- delta rule -----------------------------------------------------------------------------
 
@@ -390,11 +401,7 @@ TEST_P(DeltaRule, DispatcherAgreesWithBothForms) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuLevels, DeltaRule,
-                         ::testing::Values(CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512),
-                         [](const ::testing::TestParamInfo<CpuLevel>& info) {
-                           return std::string(cpu_level_name(info.param));
-                         });
+INSTANTIATE_PER_CPU_LEVEL(DeltaRule);
 
 TEST(DeltaRuleArgs, RefusesBadShapes) {
   ThreadPool pool(1);
@@ -463,7 +470,7 @@ std::vector<double> conv_reference(const std::vector<float>& x, int64_t n, int C
   return out;
 }
 
-TEST(Conv1d, HandComputedValuesAndStateUpdate) {
+TEST_P(Conv1d, HandComputedValuesAndStateUpdate) {
   // 2 channels, d_conv 3, 2 tokens; state holds 2 past inputs per channel, time fastest.
   ThreadPool pool(1);
   const float w[6] = {0.5f, -1.0f, 2.0f,   // channel 0: taps oldest..newest
@@ -485,7 +492,7 @@ TEST(Conv1d, HandComputedValuesAndStateUpdate) {
   EXPECT_EQ(state[3], 4.0f);
 }
 
-TEST(Conv1d, MatchesReferenceAndContinuesAcrossCalls) {
+TEST_P(Conv1d, MatchesReferenceAndContinuesAcrossCalls) {
   // 150 channels (several blocks plus a tail), d_conv 4; 10 tokens at once == 1 + 2 + 7 tokens
   // in separate calls (the 1- and 2-token calls are shorter than the state).
   ThreadPool pool(2);
@@ -517,7 +524,7 @@ TEST(Conv1d, MatchesReferenceAndContinuesAcrossCalls) {
   EXPECT_EQ(state_split, state);
 }
 
-TEST(Conv1d, StridedRowsAndKernelOfOne) {
+TEST_P(Conv1d, StridedRowsAndKernelOfOne) {
   ThreadPool pool(1);
   // Rows of 5 floats of which 3 are channels; d_conv 1 has no state at all.
   const float x[10] = {1, 2, 3, 99, 99, -1, -2, -3, 99, 99};
@@ -533,10 +540,32 @@ TEST(Conv1d, StridedRowsAndKernelOfOne) {
   EXPECT_FLOAT_EQ(out[6], silu(3.0f));
 }
 
-TEST(Conv1d, RefusesBadArguments) {
+TEST_P(Conv1d, SiluIsAccurateOverTheWholeRange) {
+  // d_conv 1 with weight 1 makes the output silu(x): within 2 ulp of the exact value wherever it
+  // is a normal float, exactly x for large x and +-0 far below.
+  ThreadPool pool(1);
+  std::vector<float> x;
+  for (double v = -87.0; v <= 95.0; v += 0.0173) x.push_back(float(v));
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, -100.0f, -1000.0f, 1000.0f}) x.push_back(v);
+  std::vector<float> out(x.size());
+  const float w = 1.0f;
+  causal_conv1d_silu(x.data(), 1, int64_t(x.size()), 1, &w, 1, nullptr, out.data(), 1, pool);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double ref = double(x[i]) / (1.0 + std::exp(-double(x[i])));
+    if (x[i] < -87.0f)
+      EXPECT_LT(std::fabs(out[i]), 1e-36) << x[i];
+    else
+      EXPECT_LE(std::fabs(out[i] - ref), 2.5e-7 * std::fabs(ref)) << x[i];
+  }
+}
+
+INSTANTIATE_PER_CPU_LEVEL(Conv1d);
+
+TEST(Conv1dArgs, RefusesBadArguments) {
   ThreadPool pool(1);
   float buf[16] = {};
   EXPECT_THROW(causal_conv1d_silu(buf, 2, 1, 2, buf, 0, buf, buf, 2, pool), Error);
+  EXPECT_THROW(causal_conv1d_silu(buf, 2, 1, 2, buf, 65, buf, buf, 2, pool), Error);
   EXPECT_THROW(causal_conv1d_silu(buf, 1, 1, 2, buf, 2, buf, buf, 2, pool), Error);
   EXPECT_THROW(causal_conv1d_silu(buf, 2, 1, 2, buf, 2, nullptr, buf, 2, pool), Error);
 }
@@ -597,7 +626,7 @@ TEST(Gates, SoftplusSigmoidAndDecay) {
   EXPECT_NEAR(g[2], std::log1p(std::exp(-2.0)) * -16.0, 1e-5);
 }
 
-TEST(GatedRmsNorm, MatchesFormula) {
+TEST_P(GatedRmsNorm, MatchesFormula) {
   // 2 heads of 5; weight shared by the heads.
   const float o[10] = {1, -2, 3, 0.5f, 0, 4, 4, -4, 1, 2};
   const float z[10] = {0.3f, -1, 2, 0, 5, -0.5f, 1, 1, -3, 0.1f};
@@ -619,6 +648,8 @@ TEST(GatedRmsNorm, MatchesFormula) {
   gated_rms_norm(inplace, z, w, inplace, 2, 5, 1e-6f);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(inplace[i], y[i]);
 }
+
+INSTANTIATE_PER_CPU_LEVEL(GatedRmsNorm);
 
 }  // namespace
 }  // namespace agentkv

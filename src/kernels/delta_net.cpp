@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/dispatch.h"
+#include "kernels/vec_ext.h"
 
 // The vector types below never cross a non-inlined function boundary, so the ABI notes GCC
 // emits for them (without AVX enabled) do not apply.
@@ -17,71 +18,29 @@ namespace agentkv {
 namespace {
 
 // ---- small f32 vector helpers -------------------------------------------------------------
-// GCC vector extensions of W lanes give SIMD code without relying on the auto-vectoriser (which
-// -O2 keeps very conservative). Everything below is always inlined into one entry point per
-// instruction set (target attributes): W = 4 for the generic (SSE2) build, 8 for AVX2, 16 for
-// AVX-512. (Wider-than-native vectors are not an option: GCC lowers them through the stack.)
-#define DN_INLINE inline __attribute__((always_inline))
-
-template <int W>
-struct VecOf {
-  typedef float type __attribute__((vector_size(W * sizeof(float))));
-};
-template <int W>
-using Vec = typename VecOf<W>::type;
-
-template <int W>
-DN_INLINE Vec<W> vload(const float* p) {
-  Vec<W> v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <int W>
-DN_INLINE void vstore(float* p, Vec<W> v) {
-  std::memcpy(p, &v, sizeof(v));
-}
-// Horizontal sum by halving (one shuffle and add per level).
-DN_INLINE float hsum4(Vec<4> v) {
-  const Vec<4> h = v + __builtin_shufflevector(v, v, 2, 3, 0, 1);
-  return h[0] + h[1];
-}
-DN_INLINE float hsum8(Vec<8> v) {
-  return hsum4(__builtin_shufflevector(v, v, 0, 1, 2, 3) +
-               __builtin_shufflevector(v, v, 4, 5, 6, 7));
-}
-DN_INLINE float hsum16(Vec<16> v) {
-  return hsum8(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
-}
-template <int W>
-DN_INLINE float hsum(Vec<W> v) {
-  if constexpr (W == 16)
-    return hsum16(v);
-  else if constexpr (W == 8)
-    return hsum8(v);
-  else
-    return hsum4(v);
-}
-// (scalar * vector broadcasts with one instruction; a braced splat does not.)
+// Written against vec::Vec<W> and always inlined into one entry point per instruction set (see
+// the end of this section): W = 4 generic SSE2, 8 AVX2, 16 AVX-512.
+#define DN_INLINE AGENTKV_VEC_INLINE
+using vec::Vec;
 
 template <int W>
 DN_INLINE void axpy(float* y, const float* x, float a, int n) {  // y += a x
   int i = 0;
-  for (; i + W <= n; i += W) vstore<W>(y + i, vload<W>(y + i) + a * vload<W>(x + i));
+  for (; i + W <= n; i += W) vec::store<W>(y + i, vec::load<W>(y + i) + a * vec::load<W>(x + i));
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
 template <int W>
 DN_INLINE void scale(float* y, float a, int n) {  // y *= a
   int i = 0;
-  for (; i + W <= n; i += W) vstore<W>(y + i, vload<W>(y + i) * a);
+  for (; i + W <= n; i += W) vec::store<W>(y + i, vec::load<W>(y + i) * a);
   for (; i < n; ++i) y[i] *= a;
 }
 
 template <int W>
 DN_INLINE void scale_copy(float* y, const float* x, float a, int n) {  // y = a x
   int i = 0;
-  for (; i + W <= n; i += W) vstore<W>(y + i, a * vload<W>(x + i));
+  for (; i + W <= n; i += W) vec::store<W>(y + i, a * vec::load<W>(x + i));
   for (; i < n; ++i) y[i] = a * x[i];
 }
 
@@ -91,18 +50,18 @@ DN_INLINE float scale_dot(float* y, float a, const float* b, int n) {
   Vec<W> acc0 = {}, acc1 = {};
   int i = 0;
   for (; i + 2 * W <= n; i += 2 * W) {
-    const Vec<W> y0 = vload<W>(y + i) * a, y1 = vload<W>(y + i + W) * a;
-    vstore<W>(y + i, y0);
-    vstore<W>(y + i + W, y1);
-    acc0 += y0 * vload<W>(b + i);
-    acc1 += y1 * vload<W>(b + i + W);
+    const Vec<W> y0 = vec::load<W>(y + i) * a, y1 = vec::load<W>(y + i + W) * a;
+    vec::store<W>(y + i, y0);
+    vec::store<W>(y + i + W, y1);
+    acc0 += y0 * vec::load<W>(b + i);
+    acc1 += y1 * vec::load<W>(b + i + W);
   }
   for (; i + W <= n; i += W) {
-    const Vec<W> y0 = vload<W>(y + i) * a;
-    vstore<W>(y + i, y0);
-    acc0 += y0 * vload<W>(b + i);
+    const Vec<W> y0 = vec::load<W>(y + i) * a;
+    vec::store<W>(y + i, y0);
+    acc0 += y0 * vec::load<W>(b + i);
   }
-  float s = hsum<W>(acc0 + acc1);
+  float s = vec::hsum(acc0 + acc1);
   for (; i < n; ++i) {
     y[i] *= a;
     s += y[i] * b[i];
@@ -116,19 +75,19 @@ DN_INLINE float axpy_dot(float* y, const float* x, float a, const float* b, int 
   Vec<W> acc0 = {}, acc1 = {};
   int i = 0;
   for (; i + 2 * W <= n; i += 2 * W) {
-    const Vec<W> y0 = vload<W>(y + i) + a * vload<W>(x + i);
-    const Vec<W> y1 = vload<W>(y + i + W) + a * vload<W>(x + i + W);
-    vstore<W>(y + i, y0);
-    vstore<W>(y + i + W, y1);
-    acc0 += y0 * vload<W>(b + i);
-    acc1 += y1 * vload<W>(b + i + W);
+    const Vec<W> y0 = vec::load<W>(y + i) + a * vec::load<W>(x + i);
+    const Vec<W> y1 = vec::load<W>(y + i + W) + a * vec::load<W>(x + i + W);
+    vec::store<W>(y + i, y0);
+    vec::store<W>(y + i + W, y1);
+    acc0 += y0 * vec::load<W>(b + i);
+    acc1 += y1 * vec::load<W>(b + i + W);
   }
   for (; i + W <= n; i += W) {
-    const Vec<W> y0 = vload<W>(y + i) + a * vload<W>(x + i);
-    vstore<W>(y + i, y0);
-    acc0 += y0 * vload<W>(b + i);
+    const Vec<W> y0 = vec::load<W>(y + i) + a * vec::load<W>(x + i);
+    vec::store<W>(y + i, y0);
+    acc0 += y0 * vec::load<W>(b + i);
   }
-  float s = hsum<W>(acc0 + acc1);
+  float s = vec::hsum(acc0 + acc1);
   for (; i < n; ++i) {
     y[i] += a * x[i];
     s += y[i] * b[i];
@@ -162,7 +121,7 @@ DN_INLINE void gemm_tile(int K, const float* A, int64_t lda, const float* B, int
   for (int k = 0; k < K; ++k) {
     Vec<W> b[NV];
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) b[v] = vload<W>(B + k * ldb + W * v);
+    for (int v = 0; v < NV; ++v) b[v] = vec::load<W>(B + k * ldb + W * v);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const float a = A[r * lda + k];
@@ -174,7 +133,7 @@ DN_INLINE void gemm_tile(int K, const float* A, int64_t lda, const float* B, int
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v)
-      vstore<W>(C + r * ldc + W * v, vload<W>(C + r * ldc + W * v) + acc[r][v]);
+      vec::store<W>(C + r * ldc + W * v, vec::load<W>(C + r * ldc + W * v) + acc[r][v]);
 }
 
 template <int W, int MR>
@@ -213,7 +172,6 @@ DN_INLINE void gemm_acc(int M, int N, int K, const float* A, int64_t lda, const 
   }
 }
 
-inline float silu_f(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid_f(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float softplus_f(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
@@ -448,6 +406,126 @@ DN_AVX512 void chunked_head_avx512(const DeltaNetShape& s, const DeltaNetIO& io,
   chunked_head_impl<16, 8>(s, io, h, st, L, w);
 }
 
+// ---- conv1d ----------------------------------------------------------------------------------
+constexpr int kMaxConvKernel = 64;
+constexpr int kConvBlock = 256;  // channels per task
+
+struct ConvArgs {
+  const float* x;
+  int64_t x_stride;
+  int64_t n_tokens;
+  const float* weight;
+  int d_conv;
+  float* conv_state;
+  float* out;
+  int64_t out_stride;
+};
+
+// Channels [c0, c0+nc) over all tokens. The window of token t is positions t .. t+d_conv-1 of
+// [state (d_conv-1 rows) | tokens]; taps are summed oldest first, as ggml_ssm_conv does. The
+// state and the weight are first laid out as rows over channels so every token takes the same
+// vector path (whether it reads the state or not), which keeps results independent of how a
+// sequence is split into calls.
+template <int W>
+DN_INLINE void conv_block_impl(const ConvArgs& a, int64_t c0, int nc, float* scratch) {
+  const int d_conv = a.d_conv, ns = d_conv - 1;
+  float* wt = scratch;                          // d_conv x kConvBlock, tap-major
+  float* hist = scratch + d_conv * kConvBlock;  // ns x kConvBlock, oldest first
+  for (int i = 0; i < d_conv; ++i)
+    for (int c = 0; c < nc; ++c) wt[i * kConvBlock + c] = a.weight[(c0 + c) * d_conv + i];
+  for (int p = 0; p < ns; ++p)
+    for (int c = 0; c < nc; ++c) hist[p * kConvBlock + c] = a.conv_state[(c0 + c) * ns + p];
+  auto window_row = [&](int64_t p) -> const float* {
+    return p < ns ? hist + p * kConvBlock : a.x + (p - ns) * a.x_stride + c0;
+  };
+  const float* rows[kMaxConvKernel];
+  for (int64_t t = 0; t < a.n_tokens; ++t) {
+    for (int i = 0; i < d_conv; ++i) rows[i] = window_row(t + i);
+    float* o = a.out + t * a.out_stride + c0;
+    int c = 0;
+    for (; c + W <= nc; c += W) {
+      Vec<W> acc = {};
+      for (int i = 0; i < d_conv; ++i)
+        acc += vec::load<W>(rows[i] + c) * vec::load<W>(wt + i * kConvBlock + c);
+      vec::store<W>(o + c, vec::silu<W>(acc));
+    }
+    if (c < nc) {  // channel tail through a zero-padded vector
+      float xb[W], wb[W];
+      Vec<W> acc = {};
+      for (int i = 0; i < d_conv; ++i) {
+        std::fill(xb, xb + W, 0.0f);
+        std::fill(wb, wb + W, 0.0f);
+        std::memcpy(xb, rows[i] + c, sizeof(float) * (nc - c));
+        std::memcpy(wb, wt + i * kConvBlock + c, sizeof(float) * (nc - c));
+        acc += vec::load<W>(xb) * vec::load<W>(wb);
+      }
+      vec::store<W>(xb, vec::silu<W>(acc));
+      std::memcpy(o + c, xb, sizeof(float) * (nc - c));
+    }
+  }
+  // New state: window positions n_tokens .. n_tokens+ns-1 (the last ns raw inputs).
+  for (int p = 0; p < ns; ++p) {
+    const float* src = window_row(a.n_tokens + p);
+    for (int c = 0; c < nc; ++c) a.conv_state[(c0 + c) * ns + p] = src[c];
+  }
+}
+
+// ---- gated RMSNorm ---------------------------------------------------------------------------
+template <int W>
+DN_INLINE void gated_rms_norm_impl(const float* o, const float* z, const float* weight, float* y,
+                                   int64_t n_heads, int64_t head_dim, float eps) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const float* oh = o + h * head_dim;
+    const float* zh = z + h * head_dim;
+    float* yh = y + h * head_dim;
+    // As ggml: sum of squares in double, then the rounded scale; RMS_NORM, MUL by the weight
+    // and MUL by silu(z) are separate roundings there too.
+    double sum = 0.0;
+    for (int64_t d = 0; d < head_dim; ++d) sum += double(oh[d] * oh[d]);
+    const float mean = float(sum / double(head_dim));
+    const float s = 1.0f / std::sqrt(mean + eps);
+    int64_t d = 0;
+    for (; d + W <= head_dim; d += W) {
+      const Vec<W> on = vec::load<W>(oh + d) * s;
+      const Vec<W> ow = on * vec::load<W>(weight + d);
+      vec::store<W>(yh + d, ow * vec::silu<W>(vec::load<W>(zh + d)));
+    }
+    if (d < head_dim) {  // tail through zero-padded vectors
+      float ob[W] = {}, zb[W] = {}, wb[W] = {};
+      const size_t rest = sizeof(float) * size_t(head_dim - d);
+      std::memcpy(ob, oh + d, rest);
+      std::memcpy(zb, zh + d, rest);
+      std::memcpy(wb, weight + d, rest);
+      const Vec<W> on = vec::load<W>(ob) * s;
+      const Vec<W> ow = on * vec::load<W>(wb);
+      vec::store<W>(ob, ow * vec::silu<W>(vec::load<W>(zb)));
+      std::memcpy(yh + d, ob, rest);
+    }
+  }
+}
+
+void conv_block_generic(const ConvArgs& a, int64_t c0, int nc, float* scratch) {
+  conv_block_impl<4>(a, c0, nc, scratch);
+}
+DN_AVX2 void conv_block_avx2(const ConvArgs& a, int64_t c0, int nc, float* scratch) {
+  conv_block_impl<8>(a, c0, nc, scratch);
+}
+DN_AVX512 void conv_block_avx512(const ConvArgs& a, int64_t c0, int nc, float* scratch) {
+  conv_block_impl<16>(a, c0, nc, scratch);
+}
+void gated_rms_norm_generic(const float* o, const float* z, const float* w, float* y, int64_t nh,
+                            int64_t hd, float eps) {
+  gated_rms_norm_impl<4>(o, z, w, y, nh, hd, eps);
+}
+DN_AVX2 void gated_rms_norm_avx2(const float* o, const float* z, const float* w, float* y,
+                                 int64_t nh, int64_t hd, float eps) {
+  gated_rms_norm_impl<8>(o, z, w, y, nh, hd, eps);
+}
+DN_AVX512 void gated_rms_norm_avx512(const float* o, const float* z, const float* w, float* y,
+                                     int64_t nh, int64_t hd, float eps) {
+  gated_rms_norm_impl<16>(o, z, w, y, nh, hd, eps);
+}
+
 // Below this many tokens the step form wins (measured; the chunked form pays for the state
 // transposes and the triangular work even when a chunk is short).
 constexpr int64_t kChunkedMinTokens = 16;
@@ -457,7 +535,9 @@ constexpr int64_t kChunkedMinTokens = 16;
 void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int64_t channels,
                         const float* weight, int d_conv, float* conv_state, float* out,
                         int64_t out_stride, ThreadPool& pool) {
-  if (d_conv < 1) throw Error("ssm conv: kernel size must be at least 1");
+  if (d_conv < 1 || d_conv > kMaxConvKernel)
+    throw Error("ssm conv: kernel size " + std::to_string(d_conv) + " outside [1, " +
+                std::to_string(kMaxConvKernel) + "]");
   if (channels <= 0) throw Error("ssm conv: channel count must be positive");
   if (n_tokens < 0) throw Error("ssm conv: negative token count");
   if (n_tokens == 0) return;
@@ -465,54 +545,20 @@ void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int6
     throw Error("ssm conv: missing input, weight, state or output buffer");
   if (x_stride < channels || out_stride < channels)
     throw Error("ssm conv: a token row stride is shorter than the channel count");
-  const int ns = d_conv - 1;  // state length per channel
-
-  // Channel blocks are independent. Inside a block the taps are laid out tap-major so each tap
-  // is a contiguous run over channels (the weight is channel-major in the file).
-  constexpr int64_t kBlock = 64;
-  const int64_t n_blocks = (channels + kBlock - 1) / kBlock;
+  const ConvArgs args{x, x_stride, n_tokens, weight, d_conv, conv_state, out, out_stride};
+  const CpuLevel level = active_cpu_level();
+  const int64_t n_blocks = (channels + kConvBlock - 1) / kConvBlock;
   pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
-    std::vector<float> wt(size_t(d_conv) * kBlock);
-    std::vector<float> acc(kBlock);
+    std::vector<float> scratch(size_t(2 * d_conv) * kConvBlock);
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t c0 = b * kBlock;
-      const int nc = int(std::min<int64_t>(kBlock, channels - c0));
-      for (int i = 0; i < d_conv; ++i)
-        for (int c = 0; c < nc; ++c) wt[size_t(i) * kBlock + c] = weight[(c0 + c) * d_conv + i];
-      // window position p in [0, ns + n_tokens): p < ns is state, else token p - ns.
-      auto value = [&](int64_t p, int c) -> float {
-        return p < ns ? conv_state[(c0 + c) * ns + p] : x[(p - ns) * x_stride + c0 + c];
-      };
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        // Taps summed oldest first, as ggml_ssm_conv does.
-        if (t >= ns) {
-          std::fill(acc.begin(), acc.begin() + nc, 0.0f);
-          for (int i = 0; i < d_conv; ++i) {
-            const float* xr = x + (t - ns + i) * x_stride + c0;
-            const float* wr = wt.data() + size_t(i) * kBlock;
-            for (int c = 0; c < nc; ++c) acc[c] += xr[c] * wr[c];
-          }
-        } else {
-          for (int c = 0; c < nc; ++c) {
-            float s = 0.0f;
-            for (int i = 0; i < d_conv; ++i) s += value(t + i, c) * wt[size_t(i) * kBlock + c];
-            acc[c] = s;
-          }
-        }
-        float* o = out + t * out_stride + c0;
-        for (int c = 0; c < nc; ++c) o[c] = silu_f(acc[c]);
-      }
-      // New state: the last ns entries of the window [state | tokens].
-      for (int c = 0; c < nc; ++c) {
-        float* st = conv_state + (c0 + c) * ns;
-        if (n_tokens >= ns) {
-          for (int t = 0; t < ns; ++t) st[t] = x[(n_tokens - ns + t) * x_stride + c0 + c];
-        } else {
-          const int keep = ns - int(n_tokens);
-          std::memmove(st, st + n_tokens, sizeof(float) * keep);
-          for (int t = 0; t < n_tokens; ++t) st[keep + t] = x[t * x_stride + c0 + c];
-        }
-      }
+      const int64_t c0 = b * kConvBlock;
+      const int nc = int(std::min<int64_t>(kConvBlock, channels - c0));
+      if (level >= CpuLevel::Avx512)
+        conv_block_avx512(args, c0, nc, scratch.data());
+      else if (level >= CpuLevel::Avx2)
+        conv_block_avx2(args, c0, nc, scratch.data());
+      else
+        conv_block_generic(args, c0, nc, scratch.data());
     }
   });
 }
@@ -600,16 +646,13 @@ void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* s
 
 void gated_rms_norm(const float* o, const float* z, const float* weight, float* y, int64_t n_heads,
                     int64_t head_dim, float eps) {
-  for (int64_t h = 0; h < n_heads; ++h) {
-    const float* oh = o + h * head_dim;
-    const float* zh = z + h * head_dim;
-    float* yh = y + h * head_dim;
-    double sum = 0.0;
-    for (int64_t d = 0; d < head_dim; ++d) sum += double(oh[d] * oh[d]);
-    const float mean = float(sum / double(head_dim));
-    const float s = 1.0f / std::sqrt(mean + eps);
-    for (int64_t d = 0; d < head_dim; ++d) yh[d] = ((oh[d] * s) * weight[d]) * silu_f(zh[d]);
-  }
+  const CpuLevel level = active_cpu_level();
+  if (level >= CpuLevel::Avx512)
+    gated_rms_norm_avx512(o, z, weight, y, n_heads, head_dim, eps);
+  else if (level >= CpuLevel::Avx2)
+    gated_rms_norm_avx2(o, z, weight, y, n_heads, head_dim, eps);
+  else
+    gated_rms_norm_generic(o, z, weight, y, n_heads, head_dim, eps);
 }
 
 }  // namespace agentkv
