@@ -44,55 +44,53 @@ DN_INLINE void scale_copy(float* y, const float* x, float a, int n) {  // y = a 
   for (; i < n; ++i) y[i] = a * x[i];
 }
 
-// y *= a; returns dot(y, b) of the scaled y.
-template <int W>
-DN_INLINE float scale_dot(float* y, float a, const float* b, int n) {
-  Vec<W> acc0 = {}, acc1 = {};
+// R rows at once (the same arithmetic per row): y_r *= a; s_r = dot(y_r, b).
+template <int W, int R>
+DN_INLINE void scale_dot_rows(float* const* y, float a, const float* b, int n, float* s) {
+  Vec<W> acc[R] = {};
   int i = 0;
-  for (; i + 2 * W <= n; i += 2 * W) {
-    const Vec<W> y0 = vec::load<W>(y + i) * a, y1 = vec::load<W>(y + i + W) * a;
-    vec::store<W>(y + i, y0);
-    vec::store<W>(y + i + W, y1);
-    acc0 += y0 * vec::load<W>(b + i);
-    acc1 += y1 * vec::load<W>(b + i + W);
-  }
   for (; i + W <= n; i += W) {
-    const Vec<W> y0 = vec::load<W>(y + i) * a;
-    vec::store<W>(y + i, y0);
-    acc0 += y0 * vec::load<W>(b + i);
+    const Vec<W> bv = vec::load<W>(b + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const Vec<W> v = vec::load<W>(y[r] + i) * a;
+      vec::store<W>(y[r] + i, v);
+      acc[r] += v * bv;
+    }
   }
-  float s = vec::hsum(acc0 + acc1);
-  for (; i < n; ++i) {
-    y[i] *= a;
-    s += y[i] * b[i];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    s[r] = vec::hsum(acc[r]);
+    for (int t = i; t < n; ++t) {
+      y[r][t] *= a;
+      s[r] += y[r][t] * b[t];
+    }
   }
-  return s;
 }
 
-// y += a x; returns dot(y, b) of the updated y.
-template <int W>
-DN_INLINE float axpy_dot(float* y, const float* x, float a, const float* b, int n) {
-  Vec<W> acc0 = {}, acc1 = {};
+// R rows at once: y_r += a_r x; s_r = dot(y_r, b).
+template <int W, int R>
+DN_INLINE void axpy_dot_rows(float* const* y, const float* x, const float* a, const float* b, int n,
+                             float* s) {
+  Vec<W> acc[R] = {};
   int i = 0;
-  for (; i + 2 * W <= n; i += 2 * W) {
-    const Vec<W> y0 = vec::load<W>(y + i) + a * vec::load<W>(x + i);
-    const Vec<W> y1 = vec::load<W>(y + i + W) + a * vec::load<W>(x + i + W);
-    vec::store<W>(y + i, y0);
-    vec::store<W>(y + i + W, y1);
-    acc0 += y0 * vec::load<W>(b + i);
-    acc1 += y1 * vec::load<W>(b + i + W);
-  }
   for (; i + W <= n; i += W) {
-    const Vec<W> y0 = vec::load<W>(y + i) + a * vec::load<W>(x + i);
-    vec::store<W>(y + i, y0);
-    acc0 += y0 * vec::load<W>(b + i);
+    const Vec<W> xv = vec::load<W>(x + i), bv = vec::load<W>(b + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const Vec<W> v = vec::load<W>(y[r] + i) + a[r] * xv;
+      vec::store<W>(y[r] + i, v);
+      acc[r] += v * bv;
+    }
   }
-  float s = vec::hsum(acc0 + acc1);
-  for (; i < n; ++i) {
-    y[i] += a * x[i];
-    s += y[i] * b[i];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    s[r] = vec::hsum(acc[r]);
+    for (int t = i; t < n; ++t) {
+      y[r][t] += a[r] * x[t];
+      s[r] += y[r][t] * b[t];
+    }
   }
-  return s;
 }
 
 // dst[c][r] = src[r][c] for an R x C source (row strides lds, ldd), in 8 x 8 blocks so both
@@ -207,11 +205,25 @@ template <int W>
 DN_INLINE void step_head_token(float* M, const float* q, const float* k, const float* v, float g,
                                float beta, float* o, int dk, int dv) {
   const float decay = std::exp(g);
-  for (int j = 0; j < dv; ++j) {
-    float* row = M + int64_t(j) * dk;
-    // S *= e^g; delta = beta (v - S^T k); S += k delta^T; o = S^T q — in two passes over the row.
-    const float delta = (v[j] - scale_dot<W>(row, decay, k, dk)) * beta;
-    o[j] = axpy_dot<W>(row, k, delta, q, dk);
+  // S *= e^g; delta = beta (v - S^T k); S += k delta^T; o = S^T q — in two passes over each row
+  // (row j of the stored matrix is column j of S and needs nothing from the other rows).
+  // kRows rows at a time: their reductions are independent chains, which hides their latency.
+  constexpr int kRows = 2;
+  int j = 0;
+  for (; j + kRows <= dv; j += kRows) {
+    float* rows[kRows];
+    float dots[kRows], deltas[kRows];
+    for (int r = 0; r < kRows; ++r) rows[r] = M + int64_t(j + r) * dk;
+    scale_dot_rows<W, kRows>(rows, decay, k, dk, dots);
+    for (int r = 0; r < kRows; ++r) deltas[r] = (v[j + r] - dots[r]) * beta;
+    axpy_dot_rows<W, kRows>(rows, k, deltas, q, dk, o + j);
+  }
+  for (; j < dv; ++j) {
+    float* rows[1] = {M + int64_t(j) * dk};
+    float dot, delta;
+    scale_dot_rows<W, 1>(rows, decay, k, dk, &dot);
+    delta = (v[j] - dot) * beta;
+    axpy_dot_rows<W, 1>(rows, k, &delta, q, dk, o + j);
   }
 }
 
@@ -240,9 +252,11 @@ DN_INLINE void step_head_impl(const DeltaNetShape& shape, const DeltaNetIO& io, 
 // (the UT transform of flash-linear-attention / llama.cpp's chunked graph). Per chunk and head
 // that is: two L x L Gram matrices, the unit-triangular inverse T (L^3/6), and five products
 // done by the register-tiled GEMM; S0 is kept as [D_k][D_v] (value index fastest) so every
-// product streams rows. Every exponent is <= 0, so nothing overflows.
-// Largest |G| over a chunk for which e^{-G} is formed (e^60 ~ 1e26, e^-60 ~ 1e-26: both far from
-// the float range limits, so the factored products lose nothing).
+// product streams rows.
+
+// Largest |G| within a chunk for which the decays are factored as e^{G_t} * e^{-G_s}
+// (e^60 ~ 1e26 and e^-60 ~ 1e-26 stay far from the float range limits, so the factored
+// products lose nothing).
 constexpr float kMaxFactoredDecay = 60.0f;
 
 struct ChunkScratch {
@@ -310,7 +324,8 @@ DN_INLINE void chunked_head_impl(const DeltaNetShape& shape, const DeltaNetIO& i
     // it factors as e^{G_t} * e^{-G_s}: the Gram products then come out decayed from the GEMM,
     // with L exponentials instead of L^2/2. Strong decay would overflow e^{-G_s}; then the
     // pairwise factors are applied after the products of the raw vectors.
-    const bool factored = G[L - 1] >= -kMaxFactoredDecay;
+    const auto [g_min, g_max] = std::minmax_element(G, G + L);
+    const bool factored = *g_min >= -kMaxFactoredDecay && *g_max <= kMaxFactoredDecay;
     for (int t = 0; t < L; ++t) {
       const float* k = k0 + t * io.k_stride;
       const float* q = q0 + t * io.q_stride;
@@ -526,9 +541,10 @@ DN_AVX512 void gated_rms_norm_avx512(const float* o, const float* z, const float
   gated_rms_norm_impl<16>(o, z, w, y, nh, hd, eps);
 }
 
-// Below this many tokens the step form wins (measured; the chunked form pays for the state
-// transposes and the triangular work even when a chunk is short).
-constexpr int64_t kChunkedMinTokens = 16;
+// Below this many tokens the step form wins (measured with D = 128 on AVX2 and AVX-512: the
+// chunked form pays for the state transposes and the per-chunk triangular work). Without SIMD
+// the GEMMs lose their edge and the step form is as fast at every length.
+constexpr int64_t kChunkedMinTokens = 32;
 
 }  // namespace
 
@@ -638,7 +654,7 @@ void gated_delta_rule_chunked(const DeltaNetShape& shape, const DeltaNetIO& io, 
 
 void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
                       ThreadPool& pool) {
-  if (io.n_tokens < kChunkedMinTokens)
+  if (io.n_tokens < kChunkedMinTokens || active_cpu_level() < CpuLevel::Avx2)
     gated_delta_rule_step(shape, io, state, pool);
   else
     gated_delta_rule_chunked(shape, io, state, pool);

@@ -100,7 +100,7 @@ void gated_delta_rule_step(const DeltaNetShape& shape, const DeltaNetIO& io, flo
 void gated_delta_rule_chunked(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
                               ThreadPool& pool, int chunk_len = kDeltaNetChunk);
 
-// Picks the faster form for io.n_tokens (step below a small threshold, chunked above).
+// Picks the faster form: chunked from 32 tokens on CPUs with AVX2 or better, step otherwise.
 void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
                       ThreadPool& pool);
 
