@@ -21,37 +21,59 @@ Context::Context(const Model& model, const ContextParams& params)
                                                             params_.type_k, params_.type_v));
   if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(model_.recurrent_layout(params_.n_seq_max));
   memory_ = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
+  memory_->set_shift_supported(model_.can_shift());
 }
 
-Context::~Context() = default;
+void Context::apply_pending_shift() {
+  memory::KvCache* kv = memory_->kv();
+  if (!kv || !kv->has_shift()) return;
+  // A pending shift can only come from seq_add / seq_div, which SequenceMemory refuses unless the
+  // model can re-rotate keys; a caller that shifted the KvCache directly must not reach here.
+  if (!model_.can_shift()) throw Error("context shift pending but this model cannot re-rotate stored keys");
+  for (uint32_t s = 0; s < kv->n_streams(); ++s) {
+    const memory::KvCells& c = kv->cells(s);
+    for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+      if (!c.is_empty(i) && c.shift(i) != 0 && !c.known_zero(i)) ++stats_.n_shifted_cells;
+  }
+  model_.apply_kv_shift(*kv, pool_);
+}
 
-void Context::validate(const Batch& b) const {
-  if (b.pos.size() != b.size() || b.seq.size() != b.size() || b.output.size() != b.size())
-    throw Error("batch arrays have different lengths");
-  const int64_t n_vocab = model_.n_vocab();
-  // Per sequence, the batch's tokens must continue the sequence at pos_max+1 without gaps.
-  std::map<memory::SeqId, memory::Pos> next;
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
-      throw Error("token id " + std::to_string(b.tokens[i]) + " out of range [0, " + std::to_string(n_vocab) + ")");
-    if (b.seq[i].empty()) throw Error("batch token " + std::to_string(i) + " has no sequence");
-    if (memory_->rec() && b.seq[i].size() != 1)
-      throw Error("batch token " + std::to_string(i) + ": a recurrent model's token belongs to exactly one sequence");
-    for (memory::SeqId s : b.seq[i]) {
-      if (s < 0 || s >= static_cast<memory::SeqId>(params_.n_seq_max))
-        throw Error("sequence id " + std::to_string(s) + " out of range [0, " + std::to_string(params_.n_seq_max) + ")");
-      auto it = next.find(s);
-      const memory::Pos expected = it != next.end() ? it->second : memory_->seq_pos_max(s) + 1;
-      if (b.pos[i] != expected)
-        throw Error("sequence " + std::to_string(s) + ": token at position " + std::to_string(b.pos[i]) +
-                    " but the sequence continues at " + std::to_string(expected));
-      next[s] = expected + 1;
+void Context::count_keys_attended(const memory::UBatch& ub) {
+  const memory::KvCache* kv = memory_->kv();
+  if (!kv || ub.size() == 0) return;
+  // Tokens are masked as their first sequence: token t sees the cells of that sequence at
+  // positions <= pos[t]. Per sequence of the ubatch, one pass over the cells: a cell at position
+  // q is seen by every token whose position is >= q, i.e. a suffix of the tokens sorted by
+  // position; a difference array over that order gives every token's count.
+  std::vector<int64_t> seen(ub.size(), 0);
+  std::vector<bool> done(ub.size(), false);
+  for (size_t first = 0; first < ub.size(); ++first) {
+    if (done[first]) continue;
+    const memory::SeqId s = ub.seq[first][0];
+    std::vector<std::pair<memory::Pos, size_t>> order;  // (position, token) of this sequence
+    for (size_t t = first; t < ub.size(); ++t)
+      if (!done[t] && ub.seq[t][0] == s) order.emplace_back(ub.pos[t], t), done[t] = true;
+    std::sort(order.begin(), order.end());
+    std::vector<int64_t> diff(order.size() + 1, 0);
+    const memory::KvCells& c = kv->cells(kv->stream_of(s));
+    for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
+      if (!c.has_seq(i, s)) continue;
+      const auto k = std::lower_bound(order.begin(), order.end(), std::make_pair(c.pos(i), size_t{0})) - order.begin();
+      ++diff[static_cast<size_t>(k)];
+    }
+    int64_t running = 0;
+    for (size_t k = 0; k < order.size(); ++k) {
+      running += diff[k];
+      seen[order[k].second] = running;
     }
   }
+  for (int64_t n : seen) stats_.n_keys_attended += n;
+  stats_.last_keys_attended = seen.back();
 }
 
 int Context::decode(const Batch& b) {
   validate(b);
+  apply_pending_shift();
   const int64_t n_vocab = model_.n_vocab();
   output_index_.clear();
   size_t n_out = 0;
@@ -73,6 +95,7 @@ int Context::decode(const Batch& b) {
     auto placement = memory_->prepare(ub);
     if (!placement) return 1;
     memory_->apply(ub, *placement);
+    count_keys_attended(ub);
 
     ForwardBatch fb;
     fb.tokens = std::span<const Token>(b.tokens.data() + start, end - start);

@@ -27,6 +27,12 @@ struct ContextParams {
 struct DecodeStats {
   int64_t n_tokens = 0;   // tokens evaluated by the forward pass since the last reset
   int64_t n_ubatches = 0;
+  // Keys attention read: per evaluated token, the KV cells its mask leaves visible (cells of its
+  // sequence at positions <= its own), counted once per token (every attention layer reads the
+  // same cells). 0 for models without attention.
+  int64_t n_keys_attended = 0;
+  int64_t last_keys_attended = 0;  // the same for the last token evaluated
+  int64_t n_shifted_cells = 0;     // cells whose keys a context shift re-rotated
 };
 
 class Context {
@@ -51,11 +57,20 @@ class Context {
   // Logits of the last token with output=true (the usual case in generation).
   const float* last_logits() const { return logits(n_outputs() - 1); }
 
+  // Context shift: re-rotates the keys of cells moved by seq_add / seq_div since the last forward
+  // pass (decode() calls it first; call it yourself before saving state). No-op when nothing is
+  // pending.
+  void apply_pending_shift();
+  bool can_shift() const { return memory_->can_shift(); }
+  // memory().seq_fake_prefix(seq, n): see SequenceMemory.
+  void seq_fake_prefix(memory::SeqId seq, memory::Pos n) { memory_->seq_fake_prefix(seq, n); }
+
   const DecodeStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
  private:
   void validate(const Batch& batch) const;
+  void count_keys_attended(const memory::UBatch& ub);
   const Model& model_;
   ContextParams params_;
   ThreadPool pool_;

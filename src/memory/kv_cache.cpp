@@ -363,6 +363,7 @@ void KvCache::clear(bool zero_data) {
   if (zero_data) {
     for (auto& b : m.k) std::memset(b.data(), 0, b.bytes());
     for (auto& b : m.v) std::memset(b.data(), 0, b.bytes());
+    for (auto& c : m.cells) c.mark_all_zero();
   }
 }
 
@@ -494,6 +495,48 @@ void KvCache::restore_cell(uint32_t stream, uint32_t cell, Pos pos, const SeqSet
                                " cannot live in stream " + std::to_string(stream));
   }
   m.cells[stream].assign(cell, pos, seqs, pos >= 0 ? shift : 0);
+}
+
+void KvCache::seq_fake_prefix(SeqId seq, Pos n) {
+  Impl& m = *impl_;
+  m.check_seq(seq, "seq_fake_prefix");
+  if (n < 0 || n > kPosEnd - 1)
+    throw Error("kv cache: seq_fake_prefix length " + std::to_string(n) + " outside [0, 2^31 - 1)");
+  const uint32_t s = m.stream_of(seq);
+  KvCells& c = m.cells[s];
+  if (c.seq_pos_max(seq) >= 0)
+    throw Error("kv cache: seq_fake_prefix: sequence " + std::to_string(seq) + " is not empty (positions " +
+                std::to_string(c.seq_pos_min(seq)) + ".." + std::to_string(c.seq_pos_max(seq)) + ")");
+  const uint32_t free_cells = c.size() - c.used();
+  if (static_cast<uint32_t>(n) > free_cells)
+    throw Error("kv cache: seq_fake_prefix of " + std::to_string(n) + " positions for sequence " +
+                std::to_string(seq) + ": only " + std::to_string(free_cells) + " empty cells");
+  if (n == 0) return;
+
+  // The lowest empty cells, as placement would pick them.
+  std::vector<uint32_t> picked(static_cast<size_t>(n));
+  uint32_t idx = c.first_free();
+  for (auto& cell : picked) {
+    while (!c.is_empty(idx)) ++idx;
+    cell = idx++;
+  }
+  // Cells used before may hold old rows: zero those (runs of adjacent cells at once).
+  for (size_t k = 0; k < picked.size();) {
+    if (c.known_zero(picked[k])) { ++k; continue; }
+    size_t e = k + 1;
+    while (e < picked.size() && picked[e] == picked[e - 1] + 1 && !c.known_zero(picked[e])) ++e;
+    const uint32_t first = picked[k], count = static_cast<uint32_t>(e - k);
+    for (size_t l = 0; l < m.k.size(); ++l) {
+      const int kl = static_cast<int>(l);
+      std::memset(m.row(m.k, m.row_k, kl, s, first), 0, count * m.row_k);
+      std::memset(m.row(m.v, m.row_v, kl, s, first), 0, count * m.row_v);
+    }
+    for (size_t j = k; j < e; ++j) c.mark_zero(picked[j]);
+    k = e;
+  }
+  SeqSet only;
+  only.set(static_cast<size_t>(seq));
+  c.occupy_run(picked.data(), static_cast<uint32_t>(n), 0, only, /*rows_zero=*/true);
 }
 
 }  // namespace agentkv::memory

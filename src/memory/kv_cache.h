@@ -114,6 +114,14 @@ class KvCache {
   Pos seq_pos_min(SeqId seq) const;  // -1 when empty
   Pos seq_pos_max(SeqId seq) const;
 
+  // Fake prefix: makes the empty sequence `seq` hold positions [0, n) without computing them.
+  // Takes the n lowest empty cells of seq's stream; their K/V rows are zero (all-zero bytes, which
+  // every KV type decodes as 0.0). Only the cell table is written, except for cells whose rows may
+  // hold old data (known_zero() false: used before), whose rows are zeroed. O(n) small writes on a
+  // fresh cache. Attention then reads these cells like real ones (same work, meaningless output).
+  // agentkv::Error (nothing changed): n < 0, bad seq id, seq not empty, fewer than n empty cells.
+  void seq_fake_prefix(SeqId seq, Pos n);
+
   // State restore primitive (src/memory/kv_state.cpp, snapshots): sets cell `cell` of `stream` to
   // exactly (pos, seqs, shift), pos < 0 meaning empty; the caller writes the K/V rows. Throws
   // std::logic_error for a stream or cell out of range, a seq id outside [0, n_seq_max), or (one

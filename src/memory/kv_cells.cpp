@@ -6,7 +6,7 @@
 namespace agentkv::memory {
 
 KvCells::KvCells(uint32_t n_cells, uint32_t n_seq)
-    : pos_(n_cells, -1), shift_(n_cells, 0), seq_(n_cells), seq_pos_(n_seq) {
+    : pos_(n_cells, -1), shift_(n_cells, 0), seq_(n_cells), known_zero_(n_cells, 1), seq_pos_(n_seq) {
   assert(n_seq <= kMaxSeq);
 }
 
@@ -26,36 +26,30 @@ void KvCells::reset_shift() {
   has_shift_ = false;
 }
 
-Pos KvCells::seq_pos_min(SeqId s) const {
-  const auto& m = seq_pos_[static_cast<size_t>(s)];
-  return m.empty() ? -1 : m.begin()->first;
-}
+Pos KvCells::seq_pos_min(SeqId s) const { return seq_pos_[static_cast<size_t>(s)].min(); }
 
-Pos KvCells::seq_pos_max(SeqId s) const {
-  const auto& m = seq_pos_[static_cast<size_t>(s)];
-  return m.empty() ? -1 : m.rbegin()->first;
-}
+Pos KvCells::seq_pos_max(SeqId s) const { return seq_pos_[static_cast<size_t>(s)].max(); }
+
+void KvCells::mark_all_zero() { std::fill(known_zero_.begin(), known_zero_.end(), 1); }
 
 void KvCells::index_add(uint32_t i) {
   const Pos p = pos_[i];
   for_each_seq(seq_[i], [&](SeqId s) {
     assert(static_cast<uint32_t>(s) < seq_pos_.size());
-    ++seq_pos_[static_cast<size_t>(s)][p];
+    seq_pos_[static_cast<size_t>(s)].add(p);
   });
 }
 
 void KvCells::index_remove(uint32_t i) {
   const Pos p = pos_[i];
   for_each_seq(seq_[i], [&](SeqId s) {
-    auto& m = seq_pos_[static_cast<size_t>(s)];
-    auto it = m.find(p);
-    assert(it != m.end());
-    if (--it->second == 0) m.erase(it);
+    seq_pos_[static_cast<size_t>(s)].remove(p);
   });
 }
 
 void KvCells::mark_used(uint32_t i) {
   ++used_;
+  known_zero_[i] = 0;
   if (i + 1 > used_max_p1_) used_max_p1_ = i + 1;
   // Filling the lowest hole: walk up to the next one. The cells walked over are the ones a
   // placement search would have scanned anyway.
@@ -105,15 +99,12 @@ void KvCells::add_seq(uint32_t i, SeqId s) {
   assert(pos_[i] >= 0);
   if (seq_[i].test(static_cast<size_t>(s))) return;
   seq_[i].set(static_cast<size_t>(s));
-  ++seq_pos_[static_cast<size_t>(s)][pos_[i]];
+  seq_pos_[static_cast<size_t>(s)].add(pos_[i]);
 }
 
 bool KvCells::remove_seq(uint32_t i, SeqId s) {
   if (pos_[i] < 0 || !seq_[i].test(static_cast<size_t>(s))) return false;
-  auto& m = seq_pos_[static_cast<size_t>(s)];
-  auto it = m.find(pos_[i]);
-  assert(it != m.end());
-  if (--it->second == 0) m.erase(it);
+  seq_pos_[static_cast<size_t>(s)].remove(pos_[i]);
   seq_[i].reset(static_cast<size_t>(s));
   if (seq_[i].none()) {
     mark_empty(i);
@@ -161,6 +152,35 @@ void KvCells::div_pos(uint32_t i, int d) {
   shift_[i] += pos_[i] - old;
   has_shift_ = true;
   index_add(i);
+}
+
+void KvCells::occupy_run(const uint32_t* cells, uint32_t n, Pos p0, const SeqSet& seqs, bool rows_zero) {
+  if (n == 0) return;
+  assert(p0 >= 0 && seqs.any());
+  uint32_t top = used_max_p1_;
+  for (uint32_t k = 0; k < n; ++k) {
+    const uint32_t i = cells[k];
+    assert(pos_[i] < 0);
+    pos_[i] = p0 + static_cast<Pos>(k);
+    shift_[i] = 0;
+    seq_[i] = seqs;
+    if (!rows_zero) known_zero_[i] = 0;
+    if (i + 1 > top) top = i + 1;
+  }
+  used_ += n;
+  used_max_p1_ = top;
+  while (first_free_ < size() && pos_[first_free_] >= 0) ++first_free_;
+  // The run's positions are consecutive, so each sequence gains them as one run, unless a
+  // sequence already holds some of them (then they go in one by one, as occupy() would).
+  const Pos p1 = p0 + static_cast<Pos>(n);
+  for_each_seq(seqs, [&](SeqId s) {
+    PosMultiset& m = seq_pos_[static_cast<size_t>(s)];
+    if (m.empty() || m.max() < p0 || m.min() >= p1) {
+      m.add_range(p0, p1);
+    } else {
+      for (Pos p = p0; p < p1; ++p) m.add(p);
+    }
+  });
 }
 
 }  // namespace agentkv::memory

@@ -9,9 +9,9 @@
 #pragma once
 #include <bitset>
 #include <cstdint>
-#include <map>
 #include <vector>
 
+#include "memory/pos_multiset.h"
 #include "memory/ubatch.h"
 
 namespace agentkv::memory {
@@ -84,6 +84,22 @@ class KvCells {
   // Records the delta in shift().
   void div_pos(uint32_t i, int d);
 
+  // Occupies the n empty cells cells[0..n) with positions p0, p0+1, ... for `seqs`, in one pass
+  // (one run in each sequence's position index instead of n insertions). `rows_zero`: the caller
+  // guarantees the cells' K/V rows are all-zero bytes and stay so (fake prefix), so they keep
+  // their known_zero() mark; otherwise occupying a cell clears it, as occupy() does.
+  void occupy_run(const uint32_t* cells, uint32_t n, Pos p0, const SeqSet& seqs, bool rows_zero);
+
+  // True when cell i's K/V rows are known to be all-zero bytes: never occupied since the storage
+  // was zeroed, or only by occupy_run(..., rows_zero = true). Occupying a cell any other way
+  // (placement, assign) clears the mark, since its rows are about to be written; reset() keeps
+  // the marks (it empties cells without touching bytes).
+  bool known_zero(uint32_t i) const { return known_zero_[i] != 0; }
+  // The storage was zeroed (KvCache::clear(true)): every cell is known zero again.
+  void mark_all_zero();
+  // Cell i's rows were written to all-zero bytes by the caller.
+  void mark_zero(uint32_t i) { known_zero_[i] = 1; }
+
  private:
   void index_add(uint32_t i);     // adds cell i's position to its sequences' multisets
   void index_remove(uint32_t i);  // the reverse
@@ -93,9 +109,10 @@ class KvCells {
   std::vector<Pos> pos_;
   std::vector<Pos> shift_;
   std::vector<SeqSet> seq_;
-  // seq_pos_[s]: position -> number of cells of sequence s at that position (a multiset: after
-  // seq_div or a shared batch two cells of one sequence may have the same position).
-  std::vector<std::map<Pos, uint32_t>> seq_pos_;
+  std::vector<uint8_t> known_zero_;  // see known_zero()
+  // seq_pos_[s]: the positions of sequence s's cells, a multiset (after seq_div or a shared
+  // batch two cells of one sequence may have the same position), stored as runs.
+  std::vector<PosMultiset> seq_pos_;
   uint32_t used_ = 0;
   uint32_t used_max_p1_ = 0;
   uint32_t first_free_ = 0;

@@ -224,4 +224,39 @@ void RecurrentMemory::restore_cell(uint32_t cell, Pos pos, const std::vector<Seq
   for (SeqId s : seqs) m.tail[s] = static_cast<int32_t>(cell);
 }
 
+uint32_t RecurrentMemory::seq_own_cell(SeqId seq, Pos pos) {
+  Impl& m = *impl_;
+  if (seq < 0 || seq >= static_cast<SeqId>(m.tail.size()))
+    throw Error("recurrent memory: sequence id " + std::to_string(seq) + " outside [0, " +
+                std::to_string(m.tail.size()) + ")");
+  if (pos < 0) throw Error("recurrent memory: position " + std::to_string(pos) + " is negative");
+  const int32_t c = m.tail[seq];
+  if (c >= 0 && m.cells[c].seqs.size() == 1) {
+    m.cells[c].pos = pos;
+    return static_cast<uint32_t>(c);
+  }
+  m.release(seq);
+  // Used cells never outnumber sequences holding a state, and seq holds none now: one is empty.
+  uint32_t cell = 0;
+  while (cell < m.cells.size() && !m.cells[cell].seqs.empty()) ++cell;
+  if (cell == m.cells.size()) throw std::logic_error("recurrent memory: no empty cell for an owned state");
+  m.cells[cell].seqs = {seq};
+  m.cells[cell].pos = pos;
+  m.tail[seq] = static_cast<int32_t>(cell);
+  return cell;
+}
+
+void RecurrentMemory::seq_fake_prefix(SeqId seq, Pos n) {
+  Impl& m = *impl_;
+  if (seq < 0 || seq >= static_cast<SeqId>(m.tail.size()))
+    throw Error("recurrent memory: seq_fake_prefix: sequence id " + std::to_string(seq) + " outside [0, " +
+                std::to_string(m.tail.size()) + ")");
+  if (n < 0) throw Error("recurrent memory: seq_fake_prefix length " + std::to_string(n) + " is negative");
+  if (m.tail[seq] >= 0)
+    throw Error("recurrent memory: seq_fake_prefix: sequence " + std::to_string(seq) + " is not empty");
+  if (n == 0) return;
+  const uint32_t cell = seq_own_cell(seq, n - 1);
+  m.zero_state(cell);
+}
+
 }  // namespace agentkv::memory

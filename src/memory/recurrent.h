@@ -62,6 +62,18 @@ class RecurrentMemory {
   Pos seq_pos_min(SeqId seq) const;
   Pos seq_pos_max(SeqId seq) const;
 
+  // Gives seq a cell of its own, positioned at `pos` (last absorbed position, >= 0), for a
+  // caller about to write its whole state (checkpoint or state restore): a cell seq alone uses
+  // is reused, otherwise (no cell, or one shared after seq_cp) seq moves to an empty cell and the
+  // others keep the shared one. The state contents are left as they were (copy on write
+  // semantics do not apply: the caller overwrites them). Returns the cell. agentkv::Error for a
+  // bad seq id or pos.
+  uint32_t seq_own_cell(SeqId seq, Pos pos);
+  // Fake prefix: the empty sequence seq reports positions up to n - 1 with an all-zero state,
+  // as if n tokens had been absorbed. n = 0 does nothing. agentkv::Error (nothing changed):
+  // bad seq id, n < 0, seq not empty.
+  void seq_fake_prefix(SeqId seq, Pos n);
+
   // Read access for state save / snapshots (src/memory/recurrent_state.cpp): the cell holding a
   // sequence's state (-1 if none), a cell's last absorbed position (-1 = empty) and its sequences.
   int32_t seq_cell(SeqId seq) const;

@@ -1,6 +1,9 @@
 #include "memory/sequence_memory.h"
 
 #include <algorithm>
+#include <string>
+
+#include "core/error.h"
 
 namespace agentkv::memory {
 
@@ -50,14 +53,49 @@ void SequenceMemory::seq_keep(SeqId seq) {
   if (rec_) rec_->seq_keep(seq);
 }
 
+namespace {
+void refuse_shift(const char* op, bool has_kv, bool has_rec) {
+  if (!has_kv)
+    throw Error(std::string("sequence memory: ") + op + ": there is no attention KV cache to shift");
+  if (has_rec)
+    throw Error(std::string("sequence memory: ") + op +
+                ": a recurrent state cannot be shifted (it absorbed its tokens in order; a gap cannot be cut "
+                "out of it). Roll back with a checkpoint instead");
+  throw Error(std::string("sequence memory: ") + op +
+              ": this model's RoPE cannot re-rotate stored keys (context shift unsupported)");
+}
+}  // namespace
+
 void SequenceMemory::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
-  if (kv_) kv_->seq_add(seq, p0, p1, delta);
-  if (rec_) rec_->seq_add(seq, p0, p1, delta);
+  if (!can_shift()) refuse_shift("seq_add", kv_ != nullptr, rec_ != nullptr);
+  kv_->seq_add(seq, p0, p1, delta);
 }
 
 void SequenceMemory::seq_div(SeqId seq, Pos p0, Pos p1, int d) {
-  if (kv_) kv_->seq_div(seq, p0, p1, d);
-  if (rec_) rec_->seq_div(seq, p0, p1, d);
+  if (!can_shift()) refuse_shift("seq_div", kv_ != nullptr, rec_ != nullptr);
+  kv_->seq_div(seq, p0, p1, d);
+}
+
+void SequenceMemory::seq_fake_prefix(SeqId seq, Pos n) {
+  // Validate both parts before changing either, so a refusal leaves the hybrid in lockstep.
+  if (n < 0) throw Error("sequence memory: seq_fake_prefix length " + std::to_string(n) + " is negative");
+  if (seq < 0 || seq >= kMaxSeq) throw Error("sequence memory: seq_fake_prefix: sequence id " + std::to_string(seq) + " out of range");
+  if (kv_) {
+    if (kv_->seq_pos_max(seq) >= 0)
+      throw Error("sequence memory: seq_fake_prefix: sequence " + std::to_string(seq) + " is not empty");
+    const KvCells& c = kv_->cells(kv_->stream_of(seq));
+    if (static_cast<uint32_t>(n) > c.size() - c.used())
+      throw Error("sequence memory: seq_fake_prefix of " + std::to_string(n) + " positions: only " +
+                  std::to_string(c.size() - c.used()) + " empty KV cells");
+  }
+  if (rec_) {
+    if (seq >= static_cast<SeqId>(rec_->n_cells()))
+      throw Error("sequence memory: seq_fake_prefix: sequence id " + std::to_string(seq) + " out of range");
+    if (rec_->seq_cell(seq) >= 0)
+      throw Error("sequence memory: seq_fake_prefix: sequence " + std::to_string(seq) + " is not empty");
+  }
+  if (kv_) kv_->seq_fake_prefix(seq, n);
+  if (rec_) rec_->seq_fake_prefix(seq, n);
 }
 
 Pos SequenceMemory::seq_pos_min(SeqId seq) const {

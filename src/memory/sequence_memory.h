@@ -36,16 +36,31 @@ class SequenceMemory {
   bool seq_rm(SeqId seq, Pos p0, Pos p1);
   void seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1);
   void seq_keep(SeqId seq);
+  // Context shift. Only a pure attention memory whose keys can be re-rotated shifts (see
+  // can_shift()); otherwise these throw agentkv::Error and change nothing.
   void seq_add(SeqId seq, Pos p0, Pos p1, Pos delta);
   void seq_div(SeqId seq, Pos p0, Pos p1, int d);
+  // True when seq_add / seq_div are allowed: there is a KV cache, no recurrent part (a recurrent
+  // state has absorbed its tokens in order; moving positions cannot change what it holds, and the
+  // gap a shift would close cannot be cut out of it), and the owner of RoPE declared that it can
+  // re-rotate stored keys (set_shift_supported; Context sets it from Model::can_shift()).
+  bool can_shift() const { return kv_ && !rec_ && shift_supported_; }
+  void set_shift_supported(bool supported) { shift_supported_ = supported; }
   // Hybrid: pos_min = max of the parts' minima, pos_max = min of their maxima, so [min, max] is
   // the range every part can vouch for (for a hybrid sequence pos_min == pos_max == last token).
   Pos seq_pos_min(SeqId seq) const;
   Pos seq_pos_max(SeqId seq) const;
 
+  // Fake prefix: the empty sequence seq reports positions [0, n) without computing them: zero
+  // K/V cells (KvCache::seq_fake_prefix) and a zero recurrent state at position n - 1, so both
+  // halves of a hybrid agree and seq_pos_max == n - 1. agentkv::Error when seq is not empty in
+  // either part, or the KV cache lacks n empty cells (checked before anything changes).
+  void seq_fake_prefix(SeqId seq, Pos n);
+
  private:
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<RecurrentMemory> rec_;
+  bool shift_supported_ = true;
 };
 
 }  // namespace agentkv::memory

@@ -68,6 +68,14 @@ class Model {
   virtual void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
                        ThreadPool& pool) const = 0;
 
+  // Context shift: whether the keys stored in the KV cache can be re-rotated to new positions
+  // (seq_add / seq_div). False unless the architecture says so (llama.cpp refuses M-RoPE/IMROPE).
+  virtual bool can_shift() const { return false; }
+  // Rotates the stored keys of every cell with a pending shift by that shift (every attention
+  // layer, the first n_rot dims of each head, NEOX, this model's freq base/scale), then clears the
+  // pending shifts. Only called when can_shift(). Defined in model/kv_shift.cpp.
+  void apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const;
+
  protected:
   Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
   std::unique_ptr<gguf::Reader> gguf_;

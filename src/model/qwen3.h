@@ -12,6 +12,8 @@ class Qwen3Model final : public Model {
   Qwen3Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
   void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
                ThreadPool& pool) const override;
+  // NEOX RoPE on text positions: stored keys can be re-rotated (context shift).
+  bool can_shift() const override { return true; }
 
  private:
   struct Layer {

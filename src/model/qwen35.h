@@ -15,6 +15,9 @@ class Qwen35Model final : public Model {
   Qwen35Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
   void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
                ThreadPool& pool) const override;
+  // IMROPE (multi-section RoPE): llama.cpp refuses context shift for it, and the recurrent
+  // layers could not follow a shift anyway.
+  bool can_shift() const override { return false; }
 
  private:
   struct Layer {

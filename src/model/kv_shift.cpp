@@ -1,0 +1,72 @@
+#include "model/kv_shift.h"
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+#include "model/model.h"
+
+namespace agentkv {
+
+int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, ThreadPool& pool) {
+  const auto& layout = kv.layout();
+  const int64_t n_embd = layout.n_embd_k;
+  if (rope.head_dim <= 0 || n_embd % rope.head_dim != 0)
+    throw Error("context shift: head width " + std::to_string(rope.head_dim) + " does not divide the K width " +
+                std::to_string(n_embd));
+  if (rope.n_rot < 0 || rope.n_rot > rope.head_dim || rope.n_rot % 2 != 0)
+    throw Error("context shift: rotary dims " + std::to_string(rope.n_rot) + " must be even and at most " +
+                std::to_string(rope.head_dim));
+  if (!kv.has_shift()) return 0;
+  const int64_t n_heads = n_embd / rope.head_dim;
+  const size_t row_bytes = kv.row_bytes_k();
+  const GgmlType type = layout.type_k;
+  std::vector<int> kv_layers;
+  for (size_t il = 0; il < layout.layer_has_kv.size(); ++il)
+    if (layout.layer_has_kv[il]) kv_layers.push_back(static_cast<int>(il));
+
+  int64_t rotated = 0;
+  for (uint32_t s = 0; s < kv.n_streams(); ++s) {
+    const memory::KvCells& cells = kv.cells(s);
+    std::vector<uint32_t> todo;
+    for (uint32_t i = 0; i < cells.used_max_p1(); ++i)
+      if (!cells.is_empty(i) && cells.shift(i) != 0 && !cells.known_zero(i)) todo.push_back(i);
+    rotated += static_cast<int64_t>(todo.size());
+    if (todo.empty() || rope.n_rot == 0) continue;
+
+    std::vector<uint8_t*> k_base;
+    for (int il : kv_layers) k_base.push_back(kv.k_data(il, s));
+    pool.parallel_for(static_cast<int64_t>(todo.size()), [&](int64_t begin, int64_t end) {
+      std::vector<float> cos_sin(static_cast<size_t>(rope.n_rot));
+      std::vector<float> row(type == GgmlType::F32 ? 0 : static_cast<size_t>(n_embd));
+      for (int64_t t = begin; t < end; ++t) {
+        const uint32_t cell = todo[static_cast<size_t>(t)];
+        // One cos/sin table per cell serves every head of every layer.
+        rope_neox_cache(static_cast<float>(cells.shift(cell)), rope.n_rot, rope.freq_base, rope.freq_scale,
+                        cos_sin.data());
+        for (uint8_t* base : k_base) {
+          uint8_t* stored = base + static_cast<size_t>(cell) * row_bytes;
+          float* x = type == GgmlType::F32 ? reinterpret_cast<float*>(stored) : row.data();
+          if (type != GgmlType::F32) dequantize_row(type, stored, x, n_embd);
+          for (int64_t h = 0; h < n_heads; ++h) rope_neox_apply(x + h * rope.head_dim, rope.n_rot, cos_sin.data());
+          if (type != GgmlType::F32) quantize_row(type, x, stored, n_embd);
+        }
+      }
+    }, 16);
+  }
+  kv.reset_shift();
+  return rotated;
+}
+
+void Model::apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const {
+  KeyRotation rope;
+  rope.head_dim = config_.head_dim_k;
+  rope.n_rot = config_.n_rot;
+  rope.freq_base = config_.rope_freq_base;
+  rope.freq_scale = config_.rope_freq_scale;
+  rotate_shifted_keys(kv, rope, pool);
+}
+
+}  // namespace agentkv
