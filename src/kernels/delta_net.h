@@ -72,6 +72,7 @@ constexpr int kDeltaNetMaxChunk = 256;
 //   out[t][ch] = silu(sum_{i<d_conv} weight[ch*d_conv+i] * x_{t-(d_conv-1)+i}[ch])
 // where inputs before the first token come from conv_state. conv_state is then replaced by the
 // last d_conv-1 raw inputs (llama.cpp's ssm_conv + state update). out must not alias x.
+// SiLU uses a vectorised exp within 2 ulp (ggml's SiLU also runs on an approximate vector exp).
 void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int64_t channels,
                         const float* weight, int d_conv, float* conv_state, float* out,
                         int64_t out_stride, ThreadPool& pool);
