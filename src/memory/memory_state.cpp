@@ -1,0 +1,275 @@
+#include "memory/memory_state.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "core/error.h"
+
+namespace agentkv::memory {
+namespace {
+
+// magic, version, total length, fingerprint, flags, seq
+constexpr size_t kHeaderBytes = 4 + 4 + 8 + 8 + 4 + 4;
+constexpr size_t kChecksumBytes = 8;
+
+// Writes "u32 count, then (u32 tag, u64 length, payload) per section".
+class SectionListWriter {
+ public:
+  explicit SectionListWriter(StateWriter& w) : w_(w), count_at_(w.placeholder_u32()) {}
+  template <typename F>
+  void add(uint32_t tag, F&& write_payload) {
+    w_.u32(tag);
+    const size_t len_at = w_.placeholder_u64();
+    const size_t start = w_.size();
+    write_payload(w_);
+    w_.patch_u64(len_at, w_.size() - start);
+    ++count_;
+  }
+  void finish() { w_.patch_u32(count_at_, count_); }
+
+ private:
+  StateWriter& w_;
+  size_t count_at_;
+  uint32_t count_ = 0;
+};
+
+struct Section {
+  uint32_t tag;
+  StateReader body;
+};
+
+// Reads a section list; every tag must be one of `allowed` and appear at most once.
+std::vector<Section> read_section_list(StateReader& r, std::initializer_list<uint32_t> allowed,
+                                       const std::string& where) {
+  const uint32_t n = r.u32(where + ": section count");
+  if (n > allowed.size()) r.fail(where + ": " + std::to_string(n) + " sections (at most " +
+                                 std::to_string(allowed.size()) + " exist)");
+  std::vector<Section> out;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t tag = r.u32(where + ": section tag");
+    if (std::find(allowed.begin(), allowed.end(), tag) == allowed.end())
+      r.fail(where + ": unexpected section '" + state_tag_name(tag) + "'");
+    for (const Section& s : out)
+      if (s.tag == tag) r.fail(where + ": section '" + state_tag_name(tag) + "' appears twice");
+    const uint64_t len = r.u64(where + ": section length");
+    out.push_back(Section{tag, r.sub(len, where + ": section '" + state_tag_name(tag) + "'")});
+  }
+  return out;
+}
+
+StateReader* find_section(std::vector<Section>& sections, uint32_t tag) {
+  for (Section& s : sections)
+    if (s.tag == tag) return &s.body;
+  return nullptr;
+}
+
+void write_image_sections(SectionListWriter& list, const MemoryImage& img) {
+  if (img.kv) list.add(kSectionKv, [&](StateWriter& w) { write_kv_section(w, *img.kv); });
+  if (img.rec) list.add(kSectionRecurrent, [&](StateWriter& w) { write_rec_section(w, *img.rec); });
+}
+
+void check_header_fields(StateReader& r, SeqId seq, uint32_t flags, const std::string& where) {
+  if (flags & ~kStateKnownFlags) r.fail(where + ": unknown flags 0x" + std::to_string(flags));
+  if (seq < -1 || seq >= kMaxSeq) r.fail(where + ": saved sequence id " + std::to_string(seq) + " is invalid");
+}
+
+MemoryImage image_from_sections(std::vector<Section>& sections, SeqId seq, uint32_t flags,
+                                StateReader& r, const std::string& where) {
+  MemoryImage img;
+  img.seq = seq;
+  img.flags = flags;
+  if (StateReader* kv = find_section(sections, kSectionKv)) {
+    if (flags & kStatePartialOnly) r.fail(where + ": a partial state carries a KV section");
+    img.kv = read_kv_section(*kv, seq >= 0);
+  }
+  if (StateReader* rec = find_section(sections, kSectionRecurrent)) img.rec = read_rec_section(*rec, seq >= 0);
+  return img;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+std::string state_tag_name(uint32_t tag) {
+  std::string s;
+  for (int i = 0; i < 4; ++i) {
+    const char c = static_cast<char>((tag >> (8 * i)) & 0xff);
+    s += (c >= 0x20 && c < 0x7f) ? c : '?';
+  }
+  return s;
+}
+
+size_t MemoryImage::row_bytes() const {
+  size_t n = 0;
+  if (kv)
+    for (size_t l = 0; l < kv->k.size(); ++l) n += kv->k[l].total_bytes() + kv->v[l].total_bytes();
+  if (rec)
+    for (size_t l = 0; l < rec->conv.size(); ++l) n += rec->conv[l].total_bytes() + rec->ssm[l].total_bytes();
+  return n;
+}
+
+MemoryImage memory_state_view(const SequenceMemory& mem, SeqId seq, uint32_t flags) {
+  if (flags & ~kStateKnownFlags) throw Error("state: unknown save flags " + std::to_string(flags));
+  if (seq < -1) throw Error("state: sequence id " + std::to_string(seq) + " is invalid");
+  MemoryImage img;
+  img.seq = seq;
+  img.flags = flags;
+  if (mem.kv() && !(flags & kStatePartialOnly)) img.kv = kv_state_view(*mem.kv(), seq);
+  if (mem.rec()) img.rec = rec_state_view(*mem.rec(), seq);
+  if (seq >= 0 && !mem.kv() && !mem.rec()) throw Error("state: this memory has no parts");
+  return img;
+}
+
+void check_memory_layout(const SequenceMemory& mem, const MemoryImage& img) {
+  const bool partial = img.flags & kStatePartialOnly;
+  const bool want_kv = mem.kv() && !partial;
+  if (want_kv != img.kv.has_value())
+    throw Error(img.kv ? "state: the state has an attention KV part but this memory has no KV cache"
+                       : "state: the state has no attention KV part but this memory needs one");
+  if ((mem.rec() != nullptr) != img.rec.has_value())
+    throw Error(img.rec ? "state: the state has a recurrent part but this memory has none (not a hybrid model)"
+                        : "state: the state has no recurrent part but this memory needs one (hybrid model)");
+  if (img.kv) check_kv_layout(*mem.kv(), img.kv->layout);
+  if (img.rec) check_rec_layout(*mem.rec(), img.rec->layout);
+}
+
+MemoryRestorePlan plan_memory_restore(const SequenceMemory& mem, const MemoryImage& img, SeqId dest) {
+  if (img.per_sequence() && dest < 0)
+    throw Error("state: the state holds sequence " + std::to_string(img.seq) +
+                "; restoring it needs a destination sequence");
+  if (!img.per_sequence() && dest >= 0)
+    throw Error("state: the state holds the whole memory, not one sequence");
+  check_memory_layout(mem, img);
+  MemoryRestorePlan plan;
+  plan.dest = dest;
+  if (img.kv) plan.kv = plan_kv_restore(*mem.kv(), *img.kv, dest);
+  if (img.rec) plan.rec = plan_rec_restore(*mem.rec(), *img.rec, dest);
+  return plan;
+}
+
+void apply_memory_restore(SequenceMemory& mem, const MemoryImage& img, const MemoryRestorePlan& plan) {
+  if (plan.kv) apply_kv_restore(*mem.kv(), *img.kv, *plan.kv);
+  if (plan.rec) apply_rec_restore(*mem.rec(), *img.rec, *plan.rec);
+}
+
+std::vector<uint8_t> encode_state(const StateContents& c) {
+  std::vector<uint8_t> out;
+  out.reserve(kHeaderBytes + c.memory.row_bytes() + c.logits.size() * 4 + c.tokens.size() * 4 + 4096);
+  StateWriter w(out);
+  w.u32(kStateMagic);
+  w.u32(kStateVersion);
+  const size_t length_at = w.placeholder_u64();
+  w.u64(c.fingerprint);
+  w.u32(c.memory.flags);
+  w.i32(c.memory.seq);
+
+  SectionListWriter list(w);
+  write_image_sections(list, c.memory);
+  if (c.has_tokens)
+    list.add(kSectionTokens, [&](StateWriter& s) {
+      s.u32(static_cast<uint32_t>(c.tokens.size()));
+      for (int32_t t : c.tokens) s.i32(t);
+    });
+  if (!c.logits.empty())
+    list.add(kSectionLogits, [&](StateWriter& s) {
+      s.u64(c.logits.size());
+      s.floats(c.logits);
+    });
+  if (!c.checkpoints.empty())
+    list.add(kSectionCheckpoints, [&](StateWriter& s) {
+      s.u32(static_cast<uint32_t>(c.checkpoints.size()));
+      for (const CheckpointImage& cp : c.checkpoints) {
+        s.i32(cp.pos);
+        s.i32(cp.image.seq);
+        s.u32(cp.image.flags);
+        SectionListWriter inner(s);
+        write_image_sections(inner, cp.image);
+        inner.finish();
+      }
+    });
+  list.finish();
+  w.patch_u64(length_at, out.size() + kChecksumBytes);
+  w.u64(XXH64(out.data(), out.size(), 0));
+  return out;
+}
+
+StateContents decode_state(std::span<const uint8_t> blob, const std::string& what) {
+  StateReader r(blob, what);
+  if (blob.size() < kHeaderBytes + 4 + kChecksumBytes)
+    r.fail("truncated: " + std::to_string(blob.size()) + " bytes is shorter than any state");
+  const uint32_t magic = r.u32("magic");
+  if (magic != kStateMagic) r.fail("not an agentkv state (magic '" + state_tag_name(magic) + "', expected 'AKVS')");
+  StateContents c;
+  c.version = r.u32("version");
+  if (c.version != kStateVersion)
+    r.fail("format version " + std::to_string(c.version) + "; this build reads version " +
+           std::to_string(kStateVersion));
+  const uint64_t length = r.u64("length");
+  if (length != blob.size())
+    r.fail(length > blob.size() ? "truncated: the header says " + std::to_string(length) + " bytes, got " +
+                                      std::to_string(blob.size())
+                                : "the header says " + std::to_string(length) + " bytes, got " +
+                                      std::to_string(blob.size()) + " (trailing garbage)");
+  const size_t body = blob.size() - kChecksumBytes;
+  uint64_t stored;
+  std::memcpy(&stored, blob.data() + body, sizeof stored);
+  const uint64_t computed = XXH64(blob.data(), body, 0);
+  if (stored != computed)
+    r.fail("checksum mismatch (stored " + hex64(stored) + ", computed " + hex64(computed) + "): the state is corrupt");
+
+  c.fingerprint = r.u64("fingerprint");
+  const uint32_t flags = r.u32("flags");
+  const SeqId seq = r.i32("sequence id");
+  check_header_fields(r, seq, flags, "header");
+  StateReader content = r.sub(body - r.offset(), "sections");
+  std::vector<Section> sections = read_section_list(
+      content, {kSectionKv, kSectionRecurrent, kSectionTokens, kSectionLogits, kSectionCheckpoints}, "state");
+  content.expect_end("sections");
+  c.memory = image_from_sections(sections, seq, flags, content, "state");
+
+  if (StateReader* t = find_section(sections, kSectionTokens)) {
+    const uint32_t n = t->u32("token count");
+    const auto bytes = t->bytes(n, 4, "tokens");
+    c.has_tokens = true;
+    c.tokens.resize(n);
+    std::memcpy(c.tokens.data(), bytes.data(), bytes.size());
+    t->expect_end("token section");
+  }
+  if (StateReader* l = find_section(sections, kSectionLogits)) {
+    const uint64_t n = l->u64("logit count");
+    if (n == 0) l->fail("logit section with no logits");
+    const auto bytes = l->bytes(n, 4, "logits");
+    c.logits.resize(n);
+    std::memcpy(c.logits.data(), bytes.data(), bytes.size());
+    l->expect_end("logit section");
+  }
+  if (StateReader* k = find_section(sections, kSectionCheckpoints)) {
+    const uint32_t n = k->u32("checkpoint count");
+    if (n > k->remaining() / 16) k->fail("checkpoint count " + std::to_string(n) + " cannot fit the section");
+    for (uint32_t i = 0; i < n; ++i) {
+      const std::string where = "checkpoint " + std::to_string(i);
+      CheckpointImage cp;
+      cp.pos = k->i32(where + ": position");
+      const SeqId cseq = k->i32(where + ": sequence id");
+      const uint32_t cflags = k->u32(where + ": flags");
+      check_header_fields(*k, cseq, cflags, where);
+      if (cp.pos < 0) k->fail(where + ": invalid position " + std::to_string(cp.pos));
+      std::vector<Section> inner = read_section_list(*k, {kSectionKv, kSectionRecurrent}, where);
+      cp.image = image_from_sections(inner, cseq, cflags, *k, where);
+      c.checkpoints.push_back(std::move(cp));
+    }
+    k->expect_end("checkpoint section");
+  }
+  return c;
+}
+
+}  // namespace agentkv::memory

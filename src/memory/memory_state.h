@@ -1,0 +1,100 @@
+// State blobs of a SequenceMemory: the versioned, checksummed container of docs/state-format.md
+// (header with magic, version, length, model fingerprint, flags and saved sequence; framed
+// sections; trailing xxh64), the memory image of a whole memory or one sequence, and restore as
+// "validate everything, then change", so a rejected blob leaves memory exactly as it was.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "memory/kv_state.h"
+#include "memory/recurrent_state.h"
+#include "memory/sequence_memory.h"
+#include "memory/state_image.h"
+
+namespace agentkv::memory {
+
+inline constexpr uint32_t kStateMagic = 0x53564b41;  // "AKVS" as bytes
+inline constexpr uint32_t kStateVersion = 1;
+
+// Save flags (llama.cpp's llama_state_seq_flags, same bit for PARTIAL_ONLY).
+enum StateFlags : uint32_t {
+  kStateAll = 0,
+  // Only what cannot be recomputed cheaply from the tokens: the recurrent part. The attention KV
+  // is neither saved nor touched by the restore (see docs/state-format.md for the exact rules).
+  kStatePartialOnly = 1,
+};
+inline constexpr uint32_t kStateKnownFlags = kStatePartialOnly;
+
+constexpr uint32_t state_tag(const char (&s)[5]) {
+  return static_cast<uint32_t>(static_cast<uint8_t>(s[0])) |
+         static_cast<uint32_t>(static_cast<uint8_t>(s[1])) << 8 |
+         static_cast<uint32_t>(static_cast<uint8_t>(s[2])) << 16 |
+         static_cast<uint32_t>(static_cast<uint8_t>(s[3])) << 24;
+}
+inline constexpr uint32_t kSectionKv = state_tag("KVCA");
+inline constexpr uint32_t kSectionRecurrent = state_tag("RECR");
+inline constexpr uint32_t kSectionTokens = state_tag("TOKN");
+inline constexpr uint32_t kSectionLogits = state_tag("LOGT");
+inline constexpr uint32_t kSectionCheckpoints = state_tag("CKPT");
+std::string state_tag_name(uint32_t tag);
+
+// One sequence's memory (seq >= 0) or the whole memory (seq = -1), as views.
+struct MemoryImage {
+  SeqId seq = -1;
+  uint32_t flags = kStateAll;
+  std::optional<KvImage> kv;    // absent for partial saves and memories without a KV cache
+  std::optional<RecImage> rec;  // absent for memories without recurrent layers
+  bool per_sequence() const { return seq >= 0; }
+  size_t row_bytes() const;     // K/V rows plus states
+};
+
+// Views into the live memory, valid until it changes. Throws agentkv::Error for a seq id out of
+// range or unknown flags.
+MemoryImage memory_state_view(const SequenceMemory& mem, SeqId seq, uint32_t flags);
+
+// Throws agentkv::Error unless the image fits this memory: the right parts (KV and/or recurrent,
+// as flags say) with the same types, widths and layers. Does not look at free room.
+void check_memory_layout(const SequenceMemory& mem, const MemoryImage& image);
+
+struct MemoryRestorePlan {
+  SeqId dest = -1;
+  std::optional<KvRestorePlan> kv;
+  std::optional<RecRestorePlan> rec;
+};
+// Everything a restore checks, without changing anything: layout, cells, room. A sequence image
+// needs dest >= 0 (any sequence, not necessarily the saved one); a whole image needs dest = -1.
+MemoryRestorePlan plan_memory_restore(const SequenceMemory& mem, const MemoryImage& image, SeqId dest);
+// Commits a plan made on the current state. Whole: the restored parts are cleared and refilled.
+// Sequence: dest's old cells in the restored parts are removed, then the saved cells written.
+void apply_memory_restore(SequenceMemory& mem, const MemoryImage& image, const MemoryRestorePlan& plan);
+inline void restore_memory(SequenceMemory& mem, const MemoryImage& image, SeqId dest) {
+  apply_memory_restore(mem, image, plan_memory_restore(mem, image, dest));
+}
+
+// A checkpoint record: the memory image of a sequence at position pos (usually a partial image).
+struct CheckpointImage {
+  Pos pos = -1;
+  MemoryImage image;
+};
+
+// Everything one blob can carry.
+struct StateContents {
+  uint32_t version = kStateVersion;   // as read; writing always uses kStateVersion
+  uint64_t fingerprint = 0;           // of the model (engine/session_state.h)
+  MemoryImage memory;                 // header flags and seq come from here
+  bool has_tokens = false;
+  std::vector<int32_t> tokens;        // the sequence's tokens (or a session's), if saved
+  std::vector<float> logits;          // last token's logits, empty if not saved
+  std::vector<CheckpointImage> checkpoints;
+};
+
+std::vector<uint8_t> encode_state(const StateContents& contents);
+// Parses and checks a whole blob: size, magic, version, length, checksum, flags, every section's
+// structure. Images are views into `blob`, which must outlive the result. `what` names the blob
+// in error messages ("state", "state file a.akv"). Throws agentkv::Error.
+StateContents decode_state(std::span<const uint8_t> blob, const std::string& what);
+
+}  // namespace agentkv::memory
