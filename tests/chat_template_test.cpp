@@ -1232,6 +1232,9 @@ b)T"},
     {R"T({{ "a,b".split(",", maxsplit=0) }}|{{ "  a b  ".split(None, 1) }})T",
      R"T({})T",
      R"T(['a,b']|['a', 'b  '])T"},
+    {R"T({{ s.strip() }}|{{ s.rstrip("é ") }}|{{ s[-1] }}|{{ s[1] }}|{{ s[-9] }}|{{ s.lstrip() }}|{{ s|trim }})T",
+     R"T({"s": " 　aé  "})T",
+     R"T(aé| 　aé | |　||aé  |aé)T"},
     {R"T({{ 3 // 0 }})T",
      R"T({})T",
      nullptr},
@@ -1402,6 +1405,16 @@ TEST(ChatTemplateRobustness, ResourceLimits) {
       "{{ (2 ** 62) * 4 }}",
   };
   for (const char* bomb : bombs) EXPECT_FALSE(survives(bomb, inputs)) << bomb;
+  // Linear work repeated in a loop is charged by the size it walks.
+  const char* scans[] = {
+      "{% set s = 'é' * 5000000 %}{% for i in range(100000) %}{{ s[-1] }}{% endfor %}",
+      "{% set s = 'x' * 5000000 %}{% for i in range(100000) %}{{ s|length }}{% endfor %}",
+      "{% set s = 'x' * 5000000 %}{% for i in range(100000) %}{{ 'y' in s }}{% endfor %}",
+      "{% set l = range(1000000)|list %}{% for i in range(100000) %}{{ -1 in l }}{% endfor %}",
+      "{% set l = range(1000000)|list %}{% for i in range(100000) %}{% for x in l %}{% break %}{% endfor %}{% endfor %}",
+      "{% set l = range(100000)|list %}{{ l|unique|list|length }}",
+  };
+  for (const char* scan : scans) EXPECT_FALSE(survives(scan, inputs)) << scan;
   // Nesting the parser must refuse instead of recursing without bound.
   EXPECT_FALSE(survives("{{ " + std::string(20000, '(') + "1" + std::string(20000, ')') + " }}", inputs));
   EXPECT_FALSE(survives("{{ " + std::string(20000, '[') + std::string(20000, ']') + " }}", inputs));
@@ -1423,6 +1436,15 @@ TEST(ChatTemplateRobustness, ResourceLimits) {
   for (int i = 0; i < 2000; ++i) nested = Json::array({nested});
   deep.extra_context["deep"] = nested;
   EXPECT_FALSE(survives("{{ deep }}", deep));
+  // Large client JSON stays fast: lookups in big dicts and a big extra context are indexed.
+  ChatTemplateInputs wide = sample_conversation();
+  Json arguments = Json::object();
+  for (int i = 0; i < 5000; ++i) arguments["arg" + std::to_string(i)] = i;
+  wide.messages[2]["tool_calls"][0]["function"]["arguments"] = arguments;
+  for (int i = 0; i < 5000; ++i) wide.extra_context["var" + std::to_string(i)] = i;
+  const std::string wide_prompt = ChatTemplate(kQwen35Template).render(wide);
+  EXPECT_NE(wide_prompt.find("<parameter=arg4999>\n4999\n</parameter>"), std::string::npos);
+  EXPECT_EQ(ChatTemplate("{{ var4999 }}").render(wide), "4999");
   // A realistic template stays far below the limits: 2000 messages.
   ChatTemplateInputs big;
   for (int i = 0; i < 1000; ++i) {

@@ -507,6 +507,7 @@ Value f_unique(Interpreter& interp, const Value& in, CallArgs& args) {
   for (const Value& item : elements(in, a.what())) {
     Value key = a.has(1) ? attribute_path(interp, item, str_of(interp, a[1])) : item;
     if (!case_sensitive && key.is_string()) key = Value(text::to_lower(key.str()));
+    interp.budget().step(1 + seen.size() / 8);  // quadratic in the worst case: pay for it
     if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, key); })) continue;
     seen.push_back(std::move(key));
     out.push_back(item);
@@ -658,9 +659,10 @@ bool t_le(Interpreter& i, const Value& v, CallArgs& a) { return compare_test(i, 
 bool t_gt(Interpreter& i, const Value& v, CallArgs& a) { return compare_test(i, v, a, ">"); }
 bool t_ge(Interpreter& i, const Value& v, CallArgs& a) { return compare_test(i, v, a, ">="); }
 
-bool t_in(Interpreter&, const Value& v, CallArgs& args) {
+bool t_in(Interpreter& interp, const Value& v, CallArgs& args) {
   ArgBinder a("test 'in'", args, {"seq"});
   const Value& seq = a[0];
+  interp.charge_scan(seq);
   if (seq.is_string()) return v.is_string() && seq.str().find(v.str()) != std::string::npos;
   if (seq.is_array())
     return std::any_of(seq.items().begin(), seq.items().end(), [&](const Value& x) { return values_equal(x, v); });
@@ -920,6 +922,7 @@ bool is_known_test(std::string_view name) { return tests().count(name) != 0; }
 Value run_filter(Interpreter& interp, std::string_view name, const Value& input, CallArgs& args) {
   const auto it = filters().find(name);
   if (it == filters().end()) throw EvalError("no filter named '" + std::string(name) + "'");
+  interp.charge_scan(input);
   return it->second(interp, input, args);
 }
 
@@ -950,17 +953,21 @@ bool is_unsafe_method(const Value& object, const std::string& name) {
 Value find_method(Interpreter& interp, const Value& object, const std::string& name) {
   if (object.is_string() && is_string_method(name)) {
     return Value::callable("str." + name, [object, name](Interpreter& in, CallArgs& args) {
+      in.charge_scan(object);
       return string_method(in, object.str(), name, args);
     });
   }
   if (object.is_dict() && (name == "get" || name == "items" || name == "keys" || name == "values")) {
     return Value::callable("dict." + name, [object, name](Interpreter& in, CallArgs& args) {
+      in.charge_scan(object);
       return dict_method(in, object, name, args);
     });
   }
   if (object.is_array() && (name == "count" || name == "index")) {
-    return Value::callable("list." + name,
-                           [object, name](Interpreter&, CallArgs& args) { return list_method(object, name, args); });
+    return Value::callable("list." + name, [object, name](Interpreter& in, CallArgs& args) {
+      in.charge_scan(object);
+      return list_method(object, name, args);
+    });
   }
   (void)interp;
   return Value::undefined();

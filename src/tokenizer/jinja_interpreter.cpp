@@ -87,20 +87,28 @@ SliceRange slice_indices(const Value& start_v, const Value& stop_v, const Value&
 
 Interpreter::~Interpreter() = default;
 
-const Value* Interpreter::Frame::find(const std::string& name) const {
-  for (const auto& [key, value] : vars)
+Value* Interpreter::Frame::find(const std::string& name) {
+  if (!index.empty()) {
+    const auto it = index.find(name);
+    return it == index.end() ? nullptr : &vars[it->second].second;
+  }
+  for (auto& [key, value] : vars)
     if (key == name) return &value;
   return nullptr;
 }
 
 void Interpreter::Frame::set(const std::string& name, Value value) {
-  for (auto& [key, existing] : vars) {
-    if (key == name) {
-      existing = std::move(value);
-      return;
-    }
+  if (Value* existing = find(name)) {
+    *existing = std::move(value);
+    return;
   }
   vars.emplace_back(name, std::move(value));
+  constexpr size_t kLinearScanLimit = 8;
+  if (!index.empty()) {
+    index.emplace(name, vars.size() - 1);
+  } else if (vars.size() > kLinearScanLimit) {
+    for (size_t i = 0; i < vars.size(); ++i) index.emplace(vars[i].first, i);
+  }
 }
 
 std::string Interpreter::position(size_t offset) const {
@@ -120,7 +128,7 @@ std::string Interpreter::render(const Body& body, const std::vector<std::pair<st
   struct Cleanup {
     Interpreter& self;
     ~Cleanup() {
-      for (Value& ns : self.namespaces_) ns.object_data().entries.clear();
+      for (Value& ns : self.namespaces_) ns.object_data().clear();
       self.namespaces_.clear();
       self.scopes_.clear();
       self.out_ = nullptr;
@@ -128,6 +136,16 @@ std::string Interpreter::render(const Body& body, const std::vector<std::pair<st
   } cleanup{*this};
   exec_body(body);
   return out;
+}
+
+void Interpreter::charge_scan(const Value& value) {
+  size_t units = 0;
+  // Weights measured on the operations they guard: decoding UTF-8 costs about one step per
+  // 32 bytes, comparing or copying a list item about one step.
+  if (value.is_string()) units = value.str().size() / 32;
+  else if (value.is_array()) units = value.items().size();
+  else if (value.is_object()) units = value.object_data().entries.size();
+  if (units > 0) budget_.step(units);
 }
 
 // ---- statements -----------------------------------------------------------------------------
@@ -207,6 +225,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt) {
 }
 
 std::vector<Value> Interpreter::iterate(const Value& value) {
+  charge_scan(value);
   switch (value.kind()) {
     case Value::Kind::Undefined: return {};
     case Value::Kind::Array: return value.items();
@@ -539,6 +558,7 @@ Value Interpreter::eval_filter(const Expr& expr, const Value* input) {
 Value Interpreter::eval_slice(const Value& object, const Expr& expr) {
   const auto part = [&](size_t i) { return expr.children[i] ? eval(*expr.children[i]) : Value::none(); };
   const Value start = part(1), stop = part(2), step = part(3);
+  charge_scan(object);
   if (object.is_undefined()) fail_undefined(object, "cannot be sliced");
   const auto take = [&](int64_t length, const auto& push) {
     const SliceRange r = slice_indices(start, stop, step, length);
@@ -614,19 +634,10 @@ Value Interpreter::get_item(const Value& object, const Value& key) {
     return items[static_cast<size_t>(i)];
   }
   if (object.is_string() && int_key) {
-    const std::string& s = object.str();
-    int64_t i = key.as_int();
-    if (text::is_ascii(s)) {
-      if (i < 0) i += static_cast<int64_t>(s.size());
-      if (i < 0 || i >= static_cast<int64_t>(s.size())) return Value::undefined("string index out of range");
-      return make_string(std::string(1, s[static_cast<size_t>(i)]));
-    }
-    const std::vector<size_t> offsets = text::code_point_offsets(s);
-    const auto count = static_cast<int64_t>(offsets.size() - 1);
-    if (i < 0) i += count;
-    if (i < 0 || i >= count) return Value::undefined("string index out of range");
-    const auto u = static_cast<size_t>(i);
-    return make_string(s.substr(offsets[u], offsets[u + 1] - offsets[u]));
+    charge_scan(object);
+    const auto piece = text::code_point_at(object.str(), key.as_int());
+    if (!piece) return Value::undefined("string index out of range");
+    return make_string(std::string(*piece));
   }
   if (object.is_object() && key.is_string()) {
     if (const Value* found = object.object_data().find(key.str())) return *found;
@@ -794,6 +805,8 @@ int order(const Value& a, const Value& b, const std::string& op, int depth = 0) 
 }  // namespace
 
 bool Interpreter::eval_compare(const std::string& op, const Value& a, const Value& b) {
+  charge_scan(a);
+  charge_scan(b);
   if (op == "==") return values_equal(a, b);
   if (op == "!=") return !values_equal(a, b);
   if (op == "in") return contains(b, a);

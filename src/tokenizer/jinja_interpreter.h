@@ -3,6 +3,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,9 @@ class Interpreter {
 
   // Services for built-in filters, tests and functions.
   Budget& budget() { return budget_; }
+  // Charges evaluation steps in proportion to the size of a string, list or dict an operation
+  // walks, so that a loop cannot repeat linear work on a huge value without bound.
+  void charge_scan(const Value& value);
   Value call(const Value& callee, CallArgs& args);
   Value apply_filter(const std::string& name, const Value& input, CallArgs& args);
   bool apply_test(const std::string& name, const Value& input, CallArgs& args);
@@ -36,10 +40,12 @@ class Interpreter {
   Value make_namespace();
 
  private:
-  // Variables of one scope; scopes hold few names, so a flat list beats a hash map.
+  // Variables of one scope. Most hold a few names and a flat list is fastest; the root scope
+  // holds the caller's extra context, which may be large, so it gets a hash index past 8 names.
   struct Frame {
     std::vector<std::pair<std::string, Value>> vars;
-    const Value* find(const std::string& name) const;
+    std::unordered_map<std::string, size_t> index;
+    Value* find(const std::string& name);
     void set(const std::string& name, Value value);
   };
   using Scopes = std::vector<std::shared_ptr<Frame>>;

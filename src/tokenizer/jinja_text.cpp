@@ -87,6 +87,20 @@ size_t code_point_count(std::string_view s) {
   return count;
 }
 
+std::optional<std::string_view> code_point_at(std::string_view s, int64_t index) {
+  if (index < 0) {
+    index += static_cast<int64_t>(code_point_count(s));
+    if (index < 0) return std::nullopt;
+  }
+  size_t pos = 0;
+  for (int64_t i = 0; pos < s.size(); ++i) {
+    const size_t start = pos;
+    next_code_point(s, pos);
+    if (i == index) return s.substr(start, pos - start);
+  }
+  return std::nullopt;
+}
+
 bool is_ascii(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<uint8_t>(c) < 0x80; });
 }
@@ -108,20 +122,32 @@ std::string_view strip(std::string_view s, bool left, bool right,
   const auto strippable = [&](uint32_t cp) {
     return chars ? std::find(set.begin(), set.end(), cp) != set.end() : is_space(cp);
   };
-  const std::vector<size_t> offsets = code_point_offsets(s);
   size_t first = 0;
-  size_t last = offsets.size() - 1;  // number of code points
-  const auto cp_at = [&](size_t i) {
-    size_t pos = offsets[i];
-    return next_code_point(s, pos);
-  };
   if (left) {
-    while (first < last && strippable(cp_at(first))) ++first;
+    while (first < s.size()) {
+      size_t next = first;
+      if (!strippable(next_code_point(s, next))) break;
+      first = next;
+    }
   }
+  size_t last = s.size();
   if (right) {
-    while (last > first && strippable(cp_at(last - 1))) --last;
+    while (last > first) {
+      // Step back to the start of the last code point (at most 4 bytes).
+      size_t start = last - 1;
+      while (start > first && last - start < 4 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) --start;
+      size_t end = start;
+      uint32_t cp = next_code_point(s, end);
+      if (end != last) {  // not a well-formed sequence ending here: the last byte stands alone
+        start = last - 1;
+        end = start;
+        cp = next_code_point(s, end);
+      }
+      if (!strippable(cp)) break;
+      last = start;
+    }
   }
-  return s.substr(offsets[first], offsets[last] - offsets[first]);
+  return s.substr(first, last - first);
 }
 
 std::vector<std::string> split(std::string_view s, std::string_view sep, int64_t maxsplit) {

@@ -18,6 +18,8 @@ void append_utf8(std::string& out, uint32_t cp);
 // Byte offsets of every code point start, plus s.size() at the end.
 std::vector<size_t> code_point_offsets(std::string_view s);
 size_t code_point_count(std::string_view s);
+// The code point at a Python index (negative counts from the end), without allocating.
+std::optional<std::string_view> code_point_at(std::string_view s, int64_t index);
 bool is_ascii(std::string_view s);
 
 // Python str.isspace() for one code point.

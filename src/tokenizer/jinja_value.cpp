@@ -36,10 +36,21 @@ size_t Budget::max_string_bytes() const {
 
 // ---- ObjectData ---------------------------------------------------------------------------
 
+const std::pair<std::string, Value>* ObjectData::find_entry(std::string_view key) const {
+  constexpr size_t kLinearScanLimit = 8;
+  if (entries.size() <= kLinearScanLimit) {
+    for (const auto& entry : entries)
+      if (entry.first == key) return &entry;
+    return nullptr;
+  }
+  for (; indexed_ < entries.size(); ++indexed_) index_.emplace(entries[indexed_].first, indexed_);
+  const auto it = index_.find(std::string(key));
+  return it == index_.end() ? nullptr : &entries[it->second];
+}
+
 const Value* ObjectData::find(std::string_view key) const {
-  for (const auto& [k, v] : entries)
-    if (k == key) return &v;
-  return nullptr;
+  const auto* entry = find_entry(key);
+  return entry ? &entry->second : nullptr;
 }
 
 void ObjectData::set(std::string key, Value value) {
@@ -47,13 +58,17 @@ void ObjectData::set(std::string key, Value value) {
   if (child_nesting > Limits::kMaxValueNesting)
     throw EvalError("value nested too deeply");
   nesting = std::max(nesting, child_nesting);
-  for (auto& [k, v] : entries) {
-    if (k == key) {
-      v = std::move(value);
-      return;
-    }
+  if (const auto* entry = find_entry(key)) {
+    entries[static_cast<size_t>(entry - entries.data())].second = std::move(value);
+    return;
   }
   entries.emplace_back(std::move(key), std::move(value));
+}
+
+void ObjectData::clear() {
+  entries.clear();
+  index_.clear();
+  indexed_ = 0;
 }
 
 // ---- Value --------------------------------------------------------------------------------
@@ -146,7 +161,7 @@ Value Value::from_json(const nlohmann::ordered_json& json, int depth) {
       std::vector<std::pair<std::string, Value>> entries;
       entries.reserve(json.size());
       for (const auto& [key, item] : json.items()) entries.emplace_back(key, from_json(item, depth + 1));
-      return object(std::move(entries));
+      return object_with_distinct_keys(std::move(entries));  // JSON object keys are unique
     }
     case T::binary: throw Error("chat template input: binary JSON values are not supported");
     case T::discarded: return undefined();

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,8 @@ struct ArrayData {
 };
 
 // A Python dict (string keys, insertion order) or, with is_namespace, a Jinja namespace().
+// Entries are only appended or replaced in place (or all cleared), which keeps the lookup index
+// valid.
 struct ObjectData {
   std::vector<std::pair<std::string, Value>> entries;
   bool is_namespace = false;
@@ -68,6 +71,13 @@ struct ObjectData {
   const Value* find(std::string_view key) const;
   // Inserts or replaces, keeping the first insertion position (Python dict semantics).
   void set(std::string key, Value value);
+  void clear();
+
+ private:
+  // Key -> position, built once a dict outgrows a linear scan (client JSON can be large).
+  mutable std::unordered_map<std::string, size_t> index_;
+  mutable size_t indexed_ = 0;
+  const std::pair<std::string, Value>* find_entry(std::string_view key) const;
 };
 
 struct CallArgs {
