@@ -71,6 +71,33 @@ void Context::count_keys_attended(const memory::UBatch& ub) {
   stats_.last_keys_attended = seen.back();
 }
 
+Context::~Context() = default;
+
+void Context::validate(const Batch& b) const {
+  if (b.pos.size() != b.size() || b.seq.size() != b.size() || b.output.size() != b.size())
+    throw Error("batch arrays have different lengths");
+  const int64_t n_vocab = model_.n_vocab();
+  // Per sequence, the batch's tokens must continue the sequence at pos_max+1 without gaps.
+  std::map<memory::SeqId, memory::Pos> next;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
+      throw Error("token id " + std::to_string(b.tokens[i]) + " out of range [0, " + std::to_string(n_vocab) + ")");
+    if (b.seq[i].empty()) throw Error("batch token " + std::to_string(i) + " has no sequence");
+    if (memory_->rec() && b.seq[i].size() != 1)
+      throw Error("batch token " + std::to_string(i) + ": a recurrent model's token belongs to exactly one sequence");
+    for (memory::SeqId s : b.seq[i]) {
+      if (s < 0 || s >= static_cast<memory::SeqId>(params_.n_seq_max))
+        throw Error("sequence id " + std::to_string(s) + " out of range [0, " + std::to_string(params_.n_seq_max) + ")");
+      auto it = next.find(s);
+      const memory::Pos expected = it != next.end() ? it->second : memory_->seq_pos_max(s) + 1;
+      if (b.pos[i] != expected)
+        throw Error("sequence " + std::to_string(s) + ": token at position " + std::to_string(b.pos[i]) +
+                    " but the sequence continues at " + std::to_string(expected));
+      next[s] = expected + 1;
+    }
+  }
+}
+
 int Context::decode(const Batch& b) {
   validate(b);
   apply_pending_shift();
