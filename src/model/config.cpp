@@ -37,6 +37,9 @@ namespace {
 
 // Scalar or per-layer array key; the engine needs one value for every layer.
 int64_t uniform_layer_value(const gguf::Reader& g, const std::string& key, int64_t fallback) {
+  const gguf::Value* v = g.find(key);
+  if (!v) return fallback;
+  if (v->type != gguf::ValueType::ARRAY) return *g.get_int(key);
   if (auto arr = g.get_int_array(key)) {
     if (arr->empty()) fail(g, "key '" + key + "' is an empty array");
     for (int64_t v : *arr)
