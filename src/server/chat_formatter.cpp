@@ -1,0 +1,74 @@
+#include "server/chat_formatter.h"
+
+#include "core/error.h"
+#include "server/server_error.h"
+
+namespace agentkv::server {
+
+namespace {
+
+// Used when the GGUF carries no template (llama-server falls back to ChatML as well).
+const char* const kChatMlTemplate =
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+std::string token_text(const Tokenizer& tok, Token id) { return id >= 0 ? tok.token_to_piece(id, true) : ""; }
+
+Json normalize_message(const Json& msg, size_t index) {
+  const std::string where = "messages[" + std::to_string(index) + "]";
+  if (!msg.is_object()) throw invalid_request(where + " must be an object");
+  auto role = msg.find("role");
+  if (role == msg.end() || !role->is_string()) throw invalid_request(where + ".role must be a string");
+  Json out = msg;
+  auto content = msg.find("content");
+  if (content == msg.end() || content->is_null()) {
+    out["content"] = "";  // e.g. an assistant message that only carries tool_calls
+  } else if (content->is_array()) {
+    std::string text;
+    for (const Json& part : *content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        throw invalid_request(where + ".content parts must be {\"type\": \"text\", \"text\": \"...\"}");
+      if (!text.empty()) text += '\n';
+      text += part["text"].get<std::string>();
+    }
+    out["content"] = text;
+  } else if (!content->is_string()) {
+    throw invalid_request(where + ".content must be a string or an array of text parts");
+  }
+  return out;
+}
+
+}  // namespace
+
+ChatFormatter::ChatFormatter(const Tokenizer& tok) : ChatFormatter(tok, tok.data().chat_template) {}
+
+ChatFormatter::ChatFormatter(const Tokenizer& tok, const std::string& source)
+    : source_(source.empty() ? kChatMlTemplate : source),
+      bos_(token_text(tok, tok.bos())),
+      eos_(token_text(tok, tok.eos())),
+      template_(source_) {}
+
+std::string ChatFormatter::apply(const Json& body) const {
+  auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array()) throw invalid_request("'messages' must be an array");
+  if (messages->empty()) throw invalid_request("'messages' must not be empty");
+
+  ChatTemplateInputs in;
+  for (size_t i = 0; i < messages->size(); ++i) in.messages.push_back(normalize_message((*messages)[i], i));
+  if (has_field(body, "tools")) {
+    if (!body.at("tools").is_array()) throw invalid_request("field 'tools' must be an array");
+    if (!body.at("tools").empty()) in.tools = body.at("tools");
+  }
+  in.add_generation_prompt = read_bool(body, "add_generation_prompt", true);
+  in.extra_context = read_object(body, "chat_template_kwargs");
+  in.bos_token = bos_;
+  in.eos_token = eos_;
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    return template_.render(in);
+  } catch (const Error& e) {
+    throw invalid_request(std::string("chat template: ") + e.what());
+  }
+}
+
+}  // namespace agentkv::server

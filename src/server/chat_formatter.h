@@ -1,0 +1,37 @@
+// Turns an OpenAI chat request (messages, tools, chat_template_kwargs) into a prompt string with
+// the model's chat template (GGUF tokenizer.chat_template), or ChatML when the model has none.
+#pragma once
+#include <mutex>
+#include <string>
+
+#include "server/json_fields.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace agentkv::server {
+
+class ChatFormatter {
+ public:
+  // Throws agentkv::Error when the model's template cannot be parsed.
+  explicit ChatFormatter(const Tokenizer& tok);
+  // With an explicit template source ("" = ChatML).
+  ChatFormatter(const Tokenizer& tok, const std::string& source);
+
+  const std::string& template_source() const { return source_; }
+  const std::string& bos_token() const { return bos_; }
+  const std::string& eos_token() const { return eos_; }
+
+  // Checks body.messages (a non-empty array of {role, content}) and renders the prompt.
+  // Content given as an array of {"type": "text", "text": ...} parts is joined with '\n'
+  // (llama-server does the same for templates that expect string content).
+  // Throws HttpError (invalid_request) for a malformed conversation or a template error.
+  std::string apply(const Json& body) const;
+
+ private:
+  std::string source_;
+  std::string bos_, eos_;
+  ChatTemplate template_;
+  mutable std::mutex mutex_;  // rendering is cheap; one at a time keeps the interpreter simple
+};
+
+}  // namespace agentkv::server

@@ -1,0 +1,117 @@
+#include "server/completion_params.h"
+
+#include "core/error.h"
+#include "server/server_error.h"
+
+namespace agentkv::server {
+
+std::vector<PromptPart> parse_prompt(const Json& value) {
+  std::vector<PromptPart> parts;
+  auto add_item = [&](const Json& item) {
+    if (item.is_string()) {
+      parts.push_back({item.get<std::string>(), -1});
+    } else if (item.is_number_integer()) {
+      const int64_t id = item.get<int64_t>();
+      if (id < 0 || id > INT32_MAX) throw invalid_request("prompt token id " + std::to_string(id) + " is out of range");
+      parts.push_back({"", static_cast<Token>(id)});
+    } else if (item.is_array()) {
+      throw invalid_request("several prompts in one request are not supported");
+    } else {
+      throw invalid_request("'prompt' items must be strings or token ids");
+    }
+  };
+  if (value.is_string()) {
+    add_item(value);
+  } else if (value.is_array()) {
+    for (const Json& item : value) add_item(item);
+  } else {
+    throw invalid_request("'prompt' must be a string or an array of token ids and strings");
+  }
+  return parts;
+}
+
+std::vector<Token> tokenize_prompt(const Tokenizer& tok, const std::vector<PromptPart>& parts, bool add_special,
+                                   bool parse_special) {
+  std::vector<Token> out;
+  bool first = true;
+  for (const PromptPart& p : parts) {
+    if (p.is_token()) {
+      if (p.token >= tok.n_vocab())
+        throw invalid_request("prompt token id " + std::to_string(p.token) + " is out of range [0, " +
+                              std::to_string(tok.n_vocab()) + ")");
+      out.push_back(p.token);
+    } else {
+      const auto ids = tok.encode(p.text, add_special && first, parse_special);
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+    first = false;
+  }
+  return out;
+}
+
+Json CompletionParams::to_json() const {
+  return Json{
+      {"seed", sampling.seed},
+      {"temperature", sampling.temperature},
+      {"top_k", sampling.top_k},
+      {"top_p", sampling.top_p},
+      {"min_p", sampling.min_p},
+      {"repeat_last_n", sampling.repeat_last_n},
+      {"repeat_penalty", sampling.repeat_penalty},
+      {"presence_penalty", sampling.presence_penalty},
+      {"frequency_penalty", sampling.frequency_penalty},
+      {"stop", stop},
+      {"max_tokens", n_predict},
+      {"n_predict", n_predict},
+      {"stream", stream},
+      {"cache_prompt", cache_prompt},
+      {"id_slot", id_slot},
+      {"samplers", Json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})},
+      {"timings_per_token", timings_per_token},
+  };
+}
+
+CompletionParams parse_completion_params(const Json& body, int n_slots) {
+  CompletionParams p;
+  SamplerParams& s = p.sampling;
+  s.temperature = static_cast<float>(read_number(body, "temperature", s.temperature));
+  s.top_k = static_cast<int32_t>(read_int(body, "top_k", s.top_k));
+  s.top_p = static_cast<float>(read_number(body, "top_p", s.top_p));
+  s.min_p = static_cast<float>(read_number(body, "min_p", s.min_p));
+  s.repeat_penalty = static_cast<float>(read_number(body, "repeat_penalty", s.repeat_penalty));
+  s.repeat_last_n = static_cast<int32_t>(read_int(body, "repeat_last_n", s.repeat_last_n, -1));
+  s.presence_penalty = static_cast<float>(read_number(body, "presence_penalty", s.presence_penalty));
+  s.frequency_penalty = static_cast<float>(read_number(body, "frequency_penalty", s.frequency_penalty));
+  // -1 and 0xFFFFFFFF both mean "random", as in llama.cpp.
+  const int64_t seed = read_int(body, "seed", -1, -1, UINT32_MAX);
+  s.seed = seed < 0 ? kRandomSeed : static_cast<uint32_t>(seed);
+
+  // n_predict wins over the OpenAI names, as in llama-server.
+  const int64_t max_tokens = read_int(body, "max_tokens", -1, -1);
+  const int64_t max_completion_tokens = read_int(body, "max_completion_tokens", max_tokens, -1);
+  p.n_predict = static_cast<int32_t>(read_int(body, "n_predict", max_completion_tokens, -1));
+
+  p.stop = read_string_list(body, "stop");
+  std::erase_if(p.stop, [](const std::string& w) { return w.empty(); });
+  p.cache_prompt = read_bool(body, "cache_prompt", true);
+  p.id_slot = static_cast<int32_t>(read_int(body, "id_slot", -1));
+  if (p.id_slot < -1 || p.id_slot >= n_slots)
+    throw invalid_request("id_slot " + std::to_string(p.id_slot) + " does not exist: the server has " +
+                          std::to_string(n_slots) + " slots (0.." + std::to_string(n_slots - 1) + ")");
+  p.session_id = read_string(body, "session_id", "");
+  p.stream = read_bool(body, "stream", false);
+  p.include_usage = read_bool(read_object(body, "stream_options"), "include_usage", false);
+  p.return_tokens = read_bool(body, "return_tokens", false);
+  p.timings_per_token = read_bool(body, "timings_per_token", false);
+  const int64_t n_choices = read_int(body, "n", 1);
+  if (n_choices != 1) throw invalid_request("only one completion choice (n = 1) is supported");
+
+  try {
+    Sampler check(s);  // the sampler's own validation, reported as a bad request
+  } catch (const Error& e) {
+    throw invalid_request(e.what());
+  }
+  return p;
+}
+
+}  // namespace agentkv::server

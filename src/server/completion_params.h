@@ -1,0 +1,53 @@
+// The generation fields of a completion request (/completion and the OpenAI endpoints), with
+// llama-server's names and defaults, and the prompt forms llama-server accepts.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/sampling.h"
+#include "server/json_fields.h"
+#include "tokenizer/tokenizer.h"
+
+namespace agentkv::server {
+
+// One part of a prompt: text to tokenize, or a token id. A prompt is a string, an array of
+// token ids, or an array mixing strings and ids (llama-server's "mixed" prompt).
+struct PromptPart {
+  std::string text;
+  Token token = -1;  // >= 0: this part is a token id
+  bool is_token() const { return token >= 0; }
+};
+
+// Throws invalid_request for anything else (numbers that are not token ids, nested arrays:
+// several prompts in one request are not supported).
+std::vector<PromptPart> parse_prompt(const Json& value);
+
+// Tokenizes the text parts (BOS only before the first part, when add_special and the vocabulary
+// asks for it) and checks every id against the vocabulary.
+std::vector<Token> tokenize_prompt(const Tokenizer& tok, const std::vector<PromptPart>& parts, bool add_special,
+                                   bool parse_special = true);
+
+constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;  // llama.cpp's LLAMA_DEFAULT_SEED: draw a random seed
+
+struct CompletionParams {
+  SamplerParams sampling;            // seed == kRandomSeed until the scheduler draws one
+  int32_t n_predict = -1;            // -1: until end of generation or the context is full
+  std::vector<std::string> stop;
+  bool cache_prompt = true;          // reuse the slot's cached prefix
+  int32_t id_slot = -1;              // -1: the server chooses
+  std::string session_id;            // binds a conversation to a slot (agentkv extension)
+  bool stream = false;
+  bool include_usage = false;        // OpenAI stream_options.include_usage
+  bool return_tokens = false;        // fill "tokens" in native responses
+  bool timings_per_token = false;    // timings on every streamed chunk
+
+  // The "generation_settings" / slot "params" object (llama-server's field names).
+  Json to_json() const;
+};
+
+// Reads the fields above from a request body. n_slots bounds id_slot. Sampling values the
+// sampler would refuse (repeat_penalty <= 0, repeat_last_n < -1) are invalid_request errors.
+CompletionParams parse_completion_params(const Json& body, int n_slots);
+
+}  // namespace agentkv::server

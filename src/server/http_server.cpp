@@ -1,0 +1,581 @@
+#include "server/http_server.h"
+
+// Debian's libcpp-httplib is compiled with these; the header must be read the same way, or
+// httplib::Request (which holds an SSL pointer under OpenSSL support) changes layout.
+#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
+#define CPPHTTPLIB_OPENSSL_SUPPORT
+#endif
+#ifndef CPPHTTPLIB_ZLIB_SUPPORT
+#define CPPHTTPLIB_ZLIB_SUPPORT
+#endif
+#ifndef CPPHTTPLIB_BROTLI_SUPPORT
+#define CPPHTTPLIB_BROTLI_SUPPORT
+#endif
+#include <httplib.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/context.h"
+#include "model/model.h"
+#include "server/chat_formatter.h"
+#include "server/completion_params.h"
+#include "server/connection_probe.h"
+#include "server/json_fields.h"
+#include "server/metrics.h"
+#include "server/response_format.h"
+#include "server/scheduler.h"
+#include "server/server_error.h"
+#include "server/server_log.h"
+#include "server/utf8.h"
+
+namespace agentkv::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using httplib::Request;
+using httplib::Response;
+
+constexpr const char* kBuildInfo = "agentkv";
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+
+// Facts for the one-line request log. httplib runs routing, content providers and the logger of
+// a request on one thread, so handlers leave them here for the logger.
+struct RequestLog {
+  Clock::time_point start{};
+  int64_t prompt_n = -1;
+  int64_t cache_n = -1;
+};
+thread_local RequestLog t_request;
+
+// Generated text may hold invalid UTF-8 (a token can end inside a character); such bytes become
+// U+FFFD instead of failing the response.
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+void send_json(Response& res, const Json& body, int status = 200) {
+  res.status = status;
+  res.set_content(dump(body), "application/json; charset=utf-8");
+}
+
+void send_error(Response& res, const HttpError& e) { send_json(res, error_body(e), http_status(e.type())); }
+
+std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
+
+void note_timings(const Timings& t) {
+  t_request.prompt_n = t.prompt_n;
+  t_request.cache_n = t.cache_n;
+}
+
+// Everything that exists once the model is loaded.
+struct Engine {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<ChatFormatter> chat;
+  std::unique_ptr<Scheduler> scheduler;
+};
+
+// A streamed completion's state, shared by httplib's content provider calls.
+struct StreamState {
+  std::shared_ptr<TaskChannel> channel;
+  ResponseInfo info;
+  ConnectionProbe probe;
+  Scheduler* scheduler = nullptr;
+  bool first_token = true;
+  void cancel() {
+    channel->cancel();
+    scheduler->wake();
+  }
+};
+
+std::vector<Json> token_chunks(const TokenEvent& t, StreamState& st) {
+  switch (st.info.kind) {
+    case ResponseKind::Native: return {native_partial_json(t, st.info)};
+    case ResponseKind::OaiCompletion: return {oai_completion_chunk_json(t, st.info)};
+    case ResponseKind::OaiChat: return oai_chat_token_chunks(t, st.info, st.first_token);
+  }
+  return {};
+}
+
+std::vector<Json> final_chunks(const FinalResult& r, const ResponseInfo& info) {
+  switch (info.kind) {
+    case ResponseKind::Native: return {native_final_json(r, info)};
+    case ResponseKind::OaiCompletion: return {oai_completion_final_json(r, info)};
+    case ResponseKind::OaiChat: return oai_chat_final_chunks(r, info);
+  }
+  return {};
+}
+
+Json final_json(const FinalResult& r, const ResponseInfo& info) {
+  switch (info.kind) {
+    case ResponseKind::Native: return native_final_json(r, info);
+    case ResponseKind::OaiCompletion: return oai_completion_final_json(r, info);
+    case ResponseKind::OaiChat: return oai_chat_final_json(r, info);
+  }
+  return Json::object();
+}
+
+class HttpServer {
+ public:
+  explicit HttpServer(const ServerConfig& cfg);
+  int bind();
+  void listen() { svr_.listen_after_bind(); }
+  bool load();
+  // Stops the scheduler first (its waiting handlers then return), then the listener.
+  void shutdown();
+
+ private:
+  using Handler = std::function<void(const Request&, Response&)>;
+  static Handler guarded(Handler h);
+  void routes();
+  httplib::Server::HandlerResponse pre_routing(const Request& req, Response& res);
+  bool authorized(const Request& req) const;
+
+  void completion(const Request& req, Response& res, ResponseKind kind);
+  void tokenize(const Request& req, Response& res);
+  void detokenize(const Request& req, Response& res);
+  void apply_template(const Request& req, Response& res);
+  void props(Response& res);
+  void slots(const Request& req, Response& res);
+  void metrics(Response& res);
+  void models(Response& res);
+
+  const ServerConfig cfg_;
+  std::string model_name_;
+  httplib::Server svr_;
+  std::unique_ptr<Engine> engine_;
+  std::atomic<bool> ready_{false};
+  std::atomic<uint64_t> next_task_id_{1};
+  std::mutex shutdown_mutex_;
+  bool shut_down_ = false;
+};
+
+HttpServer::HttpServer(const ServerConfig& cfg) : cfg_(cfg) {
+  model_name_ = cfg.alias.empty() ? std::filesystem::path(cfg.model_path).filename().string() : cfg.alias;
+  const int http_threads = cfg.http_threads > 0 ? cfg.http_threads : std::max(16, 2 * cfg.n_slots + 8);
+  svr_.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<size_t>(http_threads)); };
+  svr_.set_payload_max_length(cfg.max_body_bytes);
+  svr_.set_default_headers({{"Server", "agentkv"}});
+  routes();
+}
+
+int HttpServer::bind() {
+  if (cfg_.port == 0) return svr_.bind_to_any_port(cfg_.host);
+  return svr_.bind_to_port(cfg_.host, cfg_.port) ? cfg_.port : -1;
+}
+
+bool HttpServer::load() {
+  const auto t0 = Clock::now();
+  auto seconds_since = [&](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  try {
+    auto e = std::make_unique<Engine>();
+    log_line("loading model %s ...", cfg_.model_path.c_str());
+    e->model = Model::load(cfg_.model_path);
+    const ModelConfig& mc = e->model->config();
+    log_line("model loaded in %.2f s: %s, %lld-token vocabulary, %d layers, trained context %lld", seconds_since(t0),
+             mc.arch_key.c_str(), static_cast<long long>(mc.n_vocab), mc.n_layer, static_cast<long long>(mc.n_ctx_train));
+
+    ContextParams cp;
+    cp.n_ctx = cfg_.n_ctx > 0 ? cfg_.n_ctx : static_cast<uint32_t>(mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);
+    cp.n_ubatch = cfg_.n_ubatch;
+    cp.n_seq_max = static_cast<uint32_t>(cfg_.n_slots);
+    cp.kv_unified = true;  // every slot may use the whole context (llama-server with -np auto)
+    cp.n_threads = cfg_.n_threads > 0 ? cfg_.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    cp.type_k = cfg_.type_k;
+    cp.type_v = cfg_.type_v;
+    log_line("creating context: n_ctx %u shared by %d slots, n_ubatch %u, K %s, V %s, %d threads", cp.n_ctx,
+             cfg_.n_slots, cp.n_ubatch, std::string(ggml_type_name(cp.type_k)).c_str(),
+             std::string(ggml_type_name(cp.type_v)).c_str(), cp.n_threads);
+    e->ctx = std::make_unique<Context>(*e->model, cp);
+
+    const Tokenizer& tok = e->model->tokenizer();
+    try {
+      e->chat = std::make_unique<ChatFormatter>(tok);
+    } catch (const Error& err) {
+      log_line("warning: the model's chat template is not supported (%s); using ChatML", err.what());
+      e->chat = std::make_unique<ChatFormatter>(tok, "");
+    }
+
+    SchedulerConfig sc;
+    sc.n_slots = cfg_.n_slots;
+    sc.n_ctx = cp.n_ctx;
+    sc.n_batch = cp.n_ubatch;
+    sc.slot_similarity = cfg_.slot_similarity;
+    e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
+    e->scheduler->start();
+
+    std::lock_guard<std::mutex> lock(shutdown_mutex_);
+    if (shut_down_) {
+      e->scheduler->stop();
+      return false;
+    }
+    engine_ = std::move(e);
+    ready_.store(true, std::memory_order_release);
+    log_line("server ready in %.2f s: model '%s', %d slots", seconds_since(t0), model_name_.c_str(), cfg_.n_slots);
+    return true;
+  } catch (const std::exception& err) {
+    log_line("error: cannot load the model: %s", err.what());
+    return false;
+  }
+}
+
+void HttpServer::shutdown() {
+  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (ready_.load(std::memory_order_acquire)) engine_->scheduler->stop();
+  svr_.stop();
+}
+
+HttpServer::Handler HttpServer::guarded(Handler h) {
+  return [h = std::move(h)](const Request& req, Response& res) {
+    try {
+      h(req, res);
+    } catch (const HttpError& e) {
+      send_error(res, e);
+    } catch (const Error& e) {
+      send_error(res, HttpError(ErrorType::InvalidRequest, e.what()));
+    } catch (const std::exception& e) {
+      send_error(res, HttpError(ErrorType::Server, e.what()));
+    }
+  };
+}
+
+bool HttpServer::authorized(const Request& req) const {
+  if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return true;
+  return req.get_header_value("X-Api-Key") == cfg_.api_key;
+}
+
+httplib::Server::HandlerResponse HttpServer::pre_routing(const Request& req, Response& res) {
+  t_request = RequestLog{Clock::now()};
+  const bool health = req.path == "/health" || req.path == "/v1/health";
+  if (!health && !cfg_.api_key.empty() && !authorized(req)) {
+    send_error(res, HttpError(ErrorType::Authentication, "Invalid API Key"));
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  if (!ready_.load(std::memory_order_acquire)) {
+    send_error(res, HttpError(ErrorType::Unavailable, "Loading model"));
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  return httplib::Server::HandlerResponse::Unhandled;
+}
+
+void HttpServer::routes() {
+  svr_.set_pre_routing_handler([this](const Request& req, Response& res) { return pre_routing(req, res); });
+
+  // Errors httplib answers by itself (no route, body over the limit) get the JSON error shape.
+  svr_.set_error_handler([this](const Request&, Response& res) {
+    if (!res.body.empty()) return;
+    const int status = res.status;
+    std::string message = status >= 500 ? "internal server error" : "bad request";
+    ErrorType type = status >= 500 ? ErrorType::Server : ErrorType::InvalidRequest;
+    if (status == 404) {
+      type = ErrorType::NotFound;
+      message = "File Not Found";
+    } else if (status == 413) {
+      type = ErrorType::PayloadTooLarge;
+      message = "request body too large: the limit is " + std::to_string(cfg_.max_body_bytes) + " bytes";
+    }
+    Json err = error_object(HttpError(type, message));
+    err["code"] = status;
+    send_json(res, Json{{"error", err}}, status);
+  });
+  svr_.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+    std::string message = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    send_error(res, HttpError(ErrorType::Server, message));
+  });
+  svr_.set_logger([](const Request& req, const Response& res) {
+    const RequestLog& r = t_request;
+    const double ms =
+        r.start == Clock::time_point{} ? 0.0 : std::chrono::duration<double, std::milli>(Clock::now() - r.start).count();
+    if (r.prompt_n >= 0)
+      log_line("request: %s %s %d prompt_n=%lld cache_n=%lld %.1f ms", req.method.c_str(), req.path.c_str(), res.status,
+               static_cast<long long>(r.prompt_n), static_cast<long long>(r.cache_n), ms);
+    else
+      log_line("request: %s %s %d %.1f ms", req.method.c_str(), req.path.c_str(), res.status, ms);
+    t_request = RequestLog{};
+  });
+
+  auto health = guarded([](const Request&, Response& res) { send_json(res, Json{{"status", "ok"}}); });
+  svr_.Get("/health", health);
+  svr_.Get("/v1/health", health);
+  svr_.Get("/props", guarded([this](const Request&, Response& res) { props(res); }));
+  svr_.Get("/slots", guarded([this](const Request& req, Response& res) { slots(req, res); }));
+  svr_.Get("/metrics", guarded([this](const Request&, Response& res) { metrics(res); }));
+  auto list_models = guarded([this](const Request&, Response& res) { models(res); });
+  svr_.Get("/models", list_models);
+  svr_.Get("/v1/models", list_models);
+
+  auto native = guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Native); });
+  svr_.Post("/completion", native);
+  svr_.Post("/completions", native);
+  svr_.Post("/v1/completions",
+            guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::OaiCompletion); }));
+  auto chat = guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::OaiChat); });
+  svr_.Post("/chat/completions", chat);
+  svr_.Post("/v1/chat/completions", chat);
+  svr_.Post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
+  svr_.Post("/detokenize", guarded([this](const Request& req, Response& res) { detokenize(req, res); }));
+  auto apply = guarded([this](const Request& req, Response& res) { apply_template(req, res); });
+  svr_.Post("/apply-template", apply);
+  svr_.Post("/apply_template", apply);
+}
+
+void HttpServer::completion(const Request& req, Response& res, ResponseKind kind) {
+  Engine& e = *engine_;
+  const Tokenizer& tok = e.model->tokenizer();
+  const Json body = parse_body_object(req.body);
+
+  std::vector<PromptPart> parts;
+  if (kind == ResponseKind::OaiChat) {
+    parts.push_back({e.chat->apply(body), -1});
+  } else {
+    if (!has_field(body, "prompt")) throw invalid_request("'prompt' is required");
+    parts = parse_prompt(body.at("prompt"));
+  }
+  auto task = std::make_shared<Task>();
+  task->id = next_task_id_++;
+  task->params = parse_completion_params(body, cfg_.n_slots);
+  task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
+  if (task->prompt.empty()) throw invalid_request("the prompt is empty");
+  const uint32_t n_ctx = e.scheduler->config().n_ctx;
+  if (task->prompt.size() >= n_ctx)
+    throw HttpError(ErrorType::ExceedContextSize,
+                    "request (" + std::to_string(task->prompt.size()) + " tokens) exceeds the available context size (" +
+                        std::to_string(n_ctx) + " tokens), try increasing it",
+                    Json{{"n_prompt_tokens", task->prompt.size()}, {"n_ctx", n_ctx}});
+
+  ResponseInfo info;
+  info.kind = kind;
+  // OpenAI clients get back the model name they asked for, as from llama-server.
+  info.model = kind != ResponseKind::Native && body.contains("model") && body["model"].is_string()
+                   ? body["model"].get<std::string>()
+                   : model_name_;
+  info.completion_id = make_completion_id(kind == ResponseKind::OaiChat ? "chatcmpl-" : "cmpl-");
+  info.fingerprint = kBuildInfo;
+  info.created = static_cast<int64_t>(std::time(nullptr));
+  info.params = task->params;
+  if (kind == ResponseKind::Native) info.prompt_text = tok.decode(task->prompt, true);
+
+  ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
+  std::shared_ptr<TaskChannel> channel = task->channel;
+  const bool stream = task->params.stream;
+  e.scheduler->submit(std::move(task));
+
+  if (!stream) {
+    while (true) {
+      for (TaskEvent& ev : channel->wait(kPollInterval)) {
+        if (ev.kind == TaskEvent::Kind::Final) {
+          note_timings(ev.final.timings);
+          send_json(res, final_json(ev.final, info));
+          return;
+        }
+        if (ev.kind == TaskEvent::Kind::Error) {
+          send_error(res, *ev.error);
+          return;
+        }
+      }
+      if (!probe.alive()) {
+        channel->cancel();
+        e.scheduler->wake();
+        res.status = 499;  // client closed the request (nobody reads this)
+        return;
+      }
+    }
+  }
+
+  auto st = std::make_shared<StreamState>();
+  st->channel = channel;
+  st->info = std::move(info);
+  st->probe = probe;
+  st->scheduler = e.scheduler.get();
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t, httplib::DataSink& sink) -> bool {
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        auto events = st->channel->wait(kPollInterval);
+        for (TaskEvent& ev : events) {
+          if (ev.kind == TaskEvent::Kind::Token) {
+            for (const Json& chunk : token_chunks(ev.token, *st)) {
+              if (!write(sse(chunk))) {
+                st->cancel();
+                return false;
+              }
+            }
+            st->first_token = false;
+          } else if (ev.kind == TaskEvent::Kind::Final) {
+            note_timings(ev.final.timings);
+            for (const Json& chunk : final_chunks(ev.final, st->info)) write(sse(chunk));
+            if (st->info.kind != ResponseKind::Native) write("data: [DONE]\n\n");
+            sink.done();
+            return true;
+          } else {
+            write(sse(error_body(*ev.error)));
+            sink.done();
+            return true;
+          }
+        }
+        if (events.empty() && !st->probe.alive()) {
+          st->cancel();
+          return false;
+        }
+        return true;
+      },
+      [st](bool success) {
+        if (!success) st->cancel();
+      });
+}
+
+void HttpServer::tokenize(const Request& req, Response& res) {
+  const Tokenizer& tok = engine_->model->tokenizer();
+  const Json body = parse_body_object(req.body);
+  Json tokens = Json::array();
+  if (has_field(body, "content")) {
+    const bool add_special = read_bool(body, "add_special", false);
+    const bool parse_special = read_bool(body, "parse_special", true);
+    const bool with_pieces = read_bool(body, "with_pieces", false);
+    for (Token id : tokenize_prompt(tok, parse_prompt(body.at("content")), add_special, parse_special)) {
+      if (!with_pieces) {
+        tokens.push_back(id);
+        continue;
+      }
+      // A piece that is not valid UTF-8 on its own is given as its bytes (llama-server's rule).
+      const std::string piece = tok.token_to_piece(id, true);
+      Json piece_json;
+      if (is_valid_utf8(piece)) {
+        piece_json = piece;
+      } else {
+        piece_json = Json::array();
+        for (unsigned char c : piece) piece_json.push_back(static_cast<int>(c));
+      }
+      tokens.push_back(Json{{"id", id}, {"piece", piece_json}});
+    }
+  }
+  send_json(res, Json{{"tokens", tokens}});
+}
+
+void HttpServer::detokenize(const Request& req, Response& res) {
+  const Tokenizer& tok = engine_->model->tokenizer();
+  const Json body = parse_body_object(req.body);
+  std::vector<Token> ids;
+  if (has_field(body, "tokens")) {
+    const Json& list = body.at("tokens");
+    if (!list.is_array()) throw invalid_request("field 'tokens' must be an array of token ids");
+    for (const Json& item : list) {
+      if (!item.is_number_integer() || item.get<int64_t>() < 0 || item.get<int64_t>() >= tok.n_vocab())
+        throw invalid_request("field 'tokens' must hold token ids in [0, " + std::to_string(tok.n_vocab()) + ")");
+      ids.push_back(item.get<Token>());
+    }
+  }
+  send_json(res, Json{{"content", tok.decode(ids, true)}});
+}
+
+void HttpServer::apply_template(const Request& req, Response& res) {
+  const Json body = parse_body_object(req.body);
+  send_json(res, Json{{"prompt", engine_->chat->apply(body)}});
+}
+
+void HttpServer::props(Response& res) {
+  const Engine& e = *engine_;
+  const CompletionParams defaults;
+  send_json(res, Json{
+                     {"default_generation_settings", Json{{"id", 0},
+                                                          {"id_task", -1},
+                                                          {"n_ctx", e.scheduler->config().n_ctx},
+                                                          {"speculative", false},
+                                                          {"is_processing", false},
+                                                          {"params", defaults.to_json()}}},
+                     {"total_slots", cfg_.n_slots},
+                     {"model_alias", model_name_},
+                     {"model_path", cfg_.model_path},
+                     {"modalities", Json{{"vision", false}, {"audio", false}}},
+                     {"endpoint_slots", true},
+                     {"endpoint_props", false},
+                     {"endpoint_metrics", cfg_.metrics},
+                     {"chat_template", e.chat->template_source()},
+                     {"bos_token", e.chat->bos_token()},
+                     {"eos_token", e.chat->eos_token()},
+                     {"build_info", kBuildInfo},
+                     {"is_sleeping", false},
+                 });
+}
+
+void HttpServer::slots(const Request& req, Response& res) {
+  const Scheduler& sched = *engine_->scheduler;
+  const std::string fail = req.has_param("fail_on_no_slot") ? req.get_param_value("fail_on_no_slot") : "";
+  if ((fail == "1" || fail == "true") && !sched.has_idle_slot())
+    throw HttpError(ErrorType::Unavailable, "no slot available");
+  send_json(res, sched.slots_json(CompletionParams{}));
+}
+
+void HttpServer::metrics(Response& res) {
+  if (!cfg_.metrics)
+    throw HttpError(ErrorType::NotSupported, "This server does not support metrics endpoint. Start it with `--metrics`");
+  res.set_content(prometheus_text(engine_->scheduler->metrics()), "text/plain; version=0.0.4");
+}
+
+void HttpServer::models(Response& res) {
+  const ModelConfig& mc = engine_->model->config();
+  send_json(res, Json{{"object", "list"},
+                      {"data", Json::array({Json{{"id", model_name_},
+                                                 {"object", "model"},
+                                                 {"created", static_cast<int64_t>(std::time(nullptr))},
+                                                 {"owned_by", "llamacpp"},
+                                                 {"meta", Json{{"n_vocab", mc.n_vocab},
+                                                               {"n_ctx_train", mc.n_ctx_train},
+                                                               {"n_embd", mc.n_embd}}}}})}});
+}
+
+}  // namespace
+
+int run_server(const ServerConfig& cfg) {
+  std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects must not kill the server
+  // SIGINT / SIGTERM are taken by one thread (sigwait), so every other thread blocks them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  HttpServer server(cfg);
+  const int port = server.bind();
+  if (port < 0) {
+    log_line("error: cannot listen on %s:%d", cfg.host.c_str(), cfg.port);
+    return 1;
+  }
+  log_line("listening on http://%s:%d", cfg.host.c_str(), port);
+  std::thread http([&] { server.listen(); });
+  std::atomic<bool> exiting{false};
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (!exiting.load()) log_line("signal %d: shutting down", sig);
+    server.shutdown();
+  });
+
+  const bool loaded = server.load();
+  if (!loaded) server.shutdown();
+  http.join();
+  exiting.store(true);
+  pthread_kill(signals.native_handle(), SIGTERM);  // ends the sigwait if no signal came
+  signals.join();
+  log_line("server stopped");
+  return loaded ? 0 : 1;
+}
+
+}  // namespace agentkv::server

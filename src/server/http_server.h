@@ -1,0 +1,35 @@
+// `agentkv serve`: an HTTP server compatible with llama-server's native API and the OpenAI API,
+// over one model, N slots and one scheduler thread (scheduler.h). docs/server.md describes the
+// endpoints, fields and decisions.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/ggml_type.h"
+
+namespace agentkv::server {
+
+struct ServerConfig {
+  std::string model_path;
+  std::string alias;                 // model name in responses; default: the model file name
+  std::string host = "127.0.0.1";    // loopback unless asked otherwise
+  int port = 8080;                   // 0: any free port (the log line says which)
+  std::string api_key;               // required on every endpoint but /health when set
+  bool metrics = false;              // GET /metrics
+  int n_slots = 4;
+  uint32_t n_ctx = 4096;             // 0: the model's training context
+  uint32_t n_ubatch = 512;
+  int n_threads = 0;                 // 0: hardware concurrency
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
+  size_t max_body_bytes = 16u << 20;
+  double slot_similarity = 0.10;     // llama-server's --slot-prompt-similarity
+  int http_threads = 0;              // 0: enough for every slot plus waiting and polling clients
+};
+
+// Listens, loads the model (answering 503 meanwhile), serves until SIGINT or SIGTERM.
+// Returns the process exit code.
+int run_server(const ServerConfig& config);
+
+}  // namespace agentkv::server

@@ -1,0 +1,42 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace agentkv::server {
+
+namespace {
+void add_metric(std::string& out, const char* type, const char* name, const char* help, double value) {
+  char number[64];
+  std::snprintf(number, sizeof(number), "%.17g", value);
+  out += std::string("# HELP llamacpp:") + name + " " + help + "\n";
+  out += std::string("# TYPE llamacpp:") + name + " " + type + "\n";
+  out += std::string("llamacpp:") + name + " " + number + "\n";
+}
+double rate(double n, double ms) { return ms > 0.0 ? 1e3 * n / ms : 0.0; }
+}  // namespace
+
+std::string prometheus_text(const MetricsSnapshot& m) {
+  std::string out;
+  add_metric(out, "counter", "prompt_tokens_total", "Number of prompt tokens processed.",
+             static_cast<double>(m.prompt_tokens_total));
+  add_metric(out, "counter", "prompt_seconds_total", "Prompt process time", m.prompt_ms_total / 1e3);
+  add_metric(out, "counter", "tokens_predicted_total", "Number of generation tokens processed.",
+             static_cast<double>(m.tokens_predicted_total));
+  add_metric(out, "counter", "tokens_predicted_seconds_total", "Predict process time", m.predicted_ms_total / 1e3);
+  add_metric(out, "counter", "n_decode_total", "Total number of llama_decode() calls",
+             static_cast<double>(m.n_decode_total));
+  add_metric(out, "counter", "n_tokens_max", "Largest observed n_tokens.", static_cast<double>(m.n_tokens_max));
+  add_metric(out, "counter", "prompt_tokens_cached_total", "Number of prompt tokens reused from slot caches.",
+             static_cast<double>(m.prompt_tokens_cached_total));
+  add_metric(out, "gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
+             m.n_decode_total ? static_cast<double>(m.n_busy_slots_total) / static_cast<double>(m.n_decode_total) : 0.0);
+  add_metric(out, "gauge", "prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
+             rate(static_cast<double>(m.prompt_tokens_total), m.prompt_ms_total));
+  add_metric(out, "gauge", "predicted_tokens_seconds", "Average generation throughput in tokens/s.",
+             rate(static_cast<double>(m.tokens_predicted_total), m.predicted_ms_total));
+  add_metric(out, "gauge", "requests_processing", "Number of requests processing.", m.requests_processing);
+  add_metric(out, "gauge", "requests_deferred", "Number of requests deferred.", m.requests_deferred);
+  return out;
+}
+
+}  // namespace agentkv::server

@@ -1,0 +1,49 @@
+// JSON shapes of completion results, field for field as llama-server writes them: the native
+// /completion objects, OpenAI text completions and OpenAI chat completions (whole and streamed).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/completion_params.h"
+#include "server/task.h"
+
+namespace agentkv::server {
+
+enum class ResponseKind { Native, OaiCompletion, OaiChat };
+
+struct ResponseInfo {
+  ResponseKind kind = ResponseKind::Native;
+  std::string model;          // "model" (alias or model file name)
+  std::string completion_id;  // OpenAI "id": "cmpl-..." / "chatcmpl-..."
+  std::string fingerprint;    // OpenAI "system_fingerprint"
+  int64_t created = 0;        // OpenAI "created" (unix seconds)
+  CompletionParams params;
+  std::string prompt_text;    // native final "prompt" (the prompt detokenized)
+};
+
+// OpenAI finish_reason: "stop" for an end-of-generation token or a stop string, else "length".
+const char* finish_reason(StopType stop);
+// {completion_tokens, prompt_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}
+Json usage_json(const FinalResult& r);
+
+// Native /completion.
+Json native_partial_json(const TokenEvent& t, const ResponseInfo& info);
+// With info.params.stream the content and tokens were already streamed and are left empty.
+Json native_final_json(const FinalResult& r, const ResponseInfo& info);
+
+// OpenAI /v1/completions.
+Json oai_completion_chunk_json(const TokenEvent& t, const ResponseInfo& info);
+Json oai_completion_final_json(const FinalResult& r, const ResponseInfo& info);
+
+// OpenAI /v1/chat/completions. A streamed token gives one or two chunks (the first carries the
+// assistant role); the end gives the finish chunk (with timings) and, with include_usage, a
+// usage chunk with empty choices.
+std::vector<Json> oai_chat_token_chunks(const TokenEvent& t, const ResponseInfo& info, bool first);
+std::vector<Json> oai_chat_final_chunks(const FinalResult& r, const ResponseInfo& info);
+Json oai_chat_final_json(const FinalResult& r, const ResponseInfo& info);
+
+// "cmpl-" / "chatcmpl-" followed by 32 random alphanumerics, as llama-server's ids.
+std::string make_completion_id(const std::string& prefix);
+
+}  // namespace agentkv::server

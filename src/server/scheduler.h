@@ -1,0 +1,87 @@
+// The scheduler: one thread that owns the Context and serves every request with continuous
+// batching. Each step it
+//   1. drops cancelled tasks and gives queued tasks to idle slots (slot_selection.h), reusing
+//      each slot's cached prefix (prompt_cache.h);
+//   2. builds ONE batch: the pending token of every generating slot, then prompt chunks of the
+//      slots still reading their prompt, up to n_batch tokens;
+//   3. decodes it once, then samples for every slot whose logits came out.
+// Requests beyond the slots wait in a FIFO queue (a request waiting for a busy slot of its own
+// does not hold back the others).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/context.h"
+#include "server/metrics.h"
+#include "server/slot.h"
+#include "server/slot_selection.h"
+#include "server/task.h"
+
+namespace agentkv::server {
+
+struct SchedulerConfig {
+  int n_slots = 4;
+  uint32_t n_ctx = 4096;    // positions one slot may use (unified memory: the whole context)
+  uint32_t n_batch = 512;   // tokens per decode; kept <= n_ubatch so that a decode that finds no
+                            // room changes nothing (Context::decode keeps earlier micro-batches)
+  double slot_similarity = 0.10;
+};
+
+class Scheduler {
+ public:
+  // ctx must have n_seq_max >= cfg.n_slots.
+  Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void start();
+  // Ends the thread; queued and running tasks get an unavailable_error.
+  void stop();
+
+  void submit(std::shared_ptr<Task> task);
+  // Wakes the thread (after a task was cancelled, so that its slot is freed promptly).
+  void wake();
+
+  const SchedulerConfig& config() const { return cfg_; }
+  // GET /slots: one object per slot (llama-server's fields plus agentkv's cache facts).
+  Json slots_json(const CompletionParams& defaults) const;
+  bool has_idle_slot() const;
+  MetricsSnapshot metrics() const;
+
+ private:
+  void run();
+  bool any_active() const;
+  void drop_cancelled();
+  void assign_queued();
+  void launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice& choice);
+  bool build_batch(Batch& batch);
+  void after_decode(const Batch& batch, int status, const std::string& error);
+  void on_logits(Slot& slot, const float* logits);
+  void finish(Slot& slot, StopType stop, bool truncated = false);
+  void fail(Slot& slot, const HttpError& error);
+  void release(Slot& slot);
+  bool free_idle_memory();
+  Timings timings_of(const Slot& slot, Slot::Clock::time_point now) const;
+
+  Context& ctx_;
+  const Tokenizer& tok_;
+  SchedulerConfig cfg_;
+
+  mutable std::mutex mutex_;  // everything below; released while the batch is decoded
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  std::vector<Slot> slots_;
+  uint64_t use_counter_ = 0;
+  size_t prompt_rotation_ = 0;  // which prompt-reading slot gets the batch first
+  MetricsSnapshot metrics_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace agentkv::server

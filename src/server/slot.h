@@ -1,0 +1,51 @@
+// A slot: one sequence of the shared memory (slot id == sequence id), its prompt cache, and the
+// task it is serving, if any. Owned and touched by the scheduler thread only (the HTTP threads
+// read it under the scheduler's lock).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampling.h"
+#include "server/prompt_cache.h"
+#include "server/task.h"
+
+namespace agentkv::server {
+
+enum class SlotState { Idle, Prompt, Generating };
+
+struct Slot {
+  using Clock = std::chrono::steady_clock;
+
+  int id = 0;
+  PromptCache cache;
+  SlotState state = SlotState::Idle;
+  uint64_t last_used = 0;   // scheduler's use counter when the slot last finished a task
+  std::string session_id;   // session bound to this slot ("" if none)
+
+  // The task being served (state != Idle).
+  std::shared_ptr<Task> task;
+  size_t n_prompt_done = 0;   // prompt tokens in memory; prompt[n_prompt_done] is evaluated next
+  size_t n_cache_reused = 0;  // prompt tokens that came from the cache (timings.cache_n)
+  std::optional<Sampler> sampler;
+  std::optional<StopChecker> stop_checker;
+  Token pending = -1;         // sampled, to be evaluated by the next batch
+  int32_t n_decoded = 0;
+  std::string generated_text;
+  std::vector<Token> generated_tokens;
+  bool has_new_line = false;
+  Clock::time_point t_start;        // prompt processing began
+  Clock::time_point t_first_token;  // first token sampled (prompt processing ended)
+
+  // This step's share of the batch.
+  int batch_output = -1;           // index of this slot's logits in the batch, -1 if none
+  size_t batch_prompt_tokens = 0;  // prompt tokens this slot put in the batch
+  bool in_batch = false;
+
+  bool idle() const { return state == SlotState::Idle; }
+};
+
+}  // namespace agentkv::server

@@ -1,0 +1,87 @@
+// A completion task travelling from an HTTP handler thread to the scheduler thread, and the
+// channel its results travel back on (tokens as they are produced, then one final result or an
+// error). The HTTP side cancels through the channel when its client goes away.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/completion_params.h"
+#include "server/server_error.h"
+
+namespace agentkv::server {
+
+enum class StopType { None, Eos, Word, Limit };
+const char* stop_type_name(StopType s);  // llama-server's "none" / "eos" / "word" / "limit"
+
+// llama-server's timings object. prompt_ms runs from the start of prompt processing to the first
+// sampled token; predicted_ms from there to the end.
+struct Timings {
+  int64_t cache_n = 0;      // prompt tokens reused from the slot's cache
+  int64_t prompt_n = 0;     // prompt tokens evaluated
+  double prompt_ms = 0.0;
+  int64_t predicted_n = 0;  // tokens generated
+  double predicted_ms = 0.0;
+  Json to_json() const;
+};
+
+struct TokenEvent {
+  std::string text;  // text released by this token (may be empty while a stop string is pending)
+  Token token = -1;
+  int32_t n_decoded = 0;
+  int32_t id_slot = -1;
+  int32_t n_prompt = 0;
+  std::optional<Timings> timings;  // with timings_per_token
+};
+
+struct FinalResult {
+  std::string content;
+  std::vector<Token> tokens;  // generated tokens (with return_tokens)
+  StopType stop = StopType::None;
+  std::string stopping_word;
+  bool truncated = false;
+  bool has_new_line = false;
+  int32_t id_slot = -1;
+  int32_t n_prompt = 0;    // prompt length (tokens_evaluated)
+  int32_t n_decoded = 0;   // tokens_predicted
+  int32_t n_cached = 0;    // tokens the slot's cache holds afterwards (tokens_cached)
+  Timings timings;
+};
+
+struct TaskEvent {
+  enum class Kind { Token, Final, Error } kind = Kind::Token;
+  TokenEvent token;
+  FinalResult final;
+  std::optional<HttpError> error;
+};
+
+class TaskChannel {
+ public:
+  void push(TaskEvent e);
+  // Waits until an event arrives or `timeout` passes; returns everything pending.
+  std::vector<TaskEvent> wait(std::chrono::milliseconds timeout);
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<TaskEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct Task {
+  uint64_t id = 0;
+  std::vector<Token> prompt;
+  CompletionParams params;
+  std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
+};
+
+}  // namespace agentkv::server

@@ -1,0 +1,103 @@
+// agentkv serve -m MODEL [-c 4096] [-np 4] [-t N] [-ub 512] [-ctk f16] [-ctv f16] [--host 127.0.0.1]
+//               [--port 8080] [--api-key KEY] [--metrics] [-a ALIAS] [--max-body BYTES]
+//               [-sps 0.10] [--threads-http N]
+// An HTTP server compatible with llama-server and the OpenAI API (docs/server.md).
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "core/ggml_type.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#ifdef AGENTKV_HAVE_HTTPLIB
+#include "server/http_server.h"
+#endif
+
+namespace agentkv::tools {
+namespace {
+
+const char* const kUsage =
+    "usage: agentkv serve -m MODEL [options]\n"
+    "  -m, --model PATH                GGUF model\n"
+    "  -c, --ctx-size N                context (KV cells) shared by all slots (default 4096; 0 = trained context)\n"
+    "  -np, --parallel N               slots: requests served at once (default 4)\n"
+    "  -t, --threads N                 compute threads (default: all cores)\n"
+    "  -ub, --ubatch-size N            tokens per forward pass and per scheduler step (default 512)\n"
+    "  -ctk, --cache-type-k T          K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)\n"
+    "  -ctv, --cache-type-v T          V cache type (same choices, default f16)\n"
+    "  --host HOST                     address to listen on (default 127.0.0.1)\n"
+    "  --port N                        port (default 8080; 0 = any free port)\n"
+    "  --api-key KEY                   require this key (Authorization: Bearer KEY) on all but /health\n"
+    "  --metrics                       enable GET /metrics (Prometheus)\n"
+    "  -a, --alias NAME                model name in responses (default: the file name)\n"
+    "  --max-body BYTES                largest request body (default 16777216)\n"
+    "  -sps, --slot-prompt-similarity F  prefix share needed to prefer a slot's cache (default 0.10)\n"
+    "  --threads-http N                HTTP worker threads (default: max(16, 2*np+8))\n";
+
+GgmlType cache_type(const std::string& name, const char* option) {
+  static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
+  const auto type = ggml_type_from_name(name);
+  if (!type || !kAllowed.count(name))
+    throw std::invalid_argument(std::string(option) + ": unsupported cache type '" + name +
+                                "' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)");
+  return *type;
+}
+
+int cmd_serve(const std::vector<std::string>& argv) {
+  Args a(argv);
+  if (a.flag("--help", "-h")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+#ifdef AGENTKV_HAVE_HTTPLIB
+  server::ServerConfig cfg;
+  cfg.model_path = a.str("-m", "--model", "");
+  const long long n_ctx = a.num("-c", "--ctx-size", 4096);
+  const long long n_slots = a.num("-np", "--parallel", 4);
+  cfg.n_threads = static_cast<int>(a.num("-t", "--threads", 0));
+  const long long n_ubatch = a.num("-ub", "--ubatch-size", 512);
+  cfg.type_k = cache_type(a.str("-ctk", "--cache-type-k", "f16"), "-ctk");
+  cfg.type_v = cache_type(a.str("-ctv", "--cache-type-v", "f16"), "-ctv");
+  cfg.host = a.str("--host", "", "127.0.0.1");
+  const long long port = a.num("--port", "", 8080);
+  cfg.api_key = a.str("--api-key", "", "");
+  cfg.metrics = a.flag("--metrics");
+  cfg.alias = a.str("-a", "--alias", "");
+  const long long max_body = a.num("--max-body", "", 16ll << 20);
+  cfg.slot_similarity = a.real("-sps", "--slot-prompt-similarity", 0.10);
+  cfg.http_threads = static_cast<int>(a.num("--threads-http", "", 0));
+  a.finish();
+
+  if (cfg.model_path.empty()) throw std::invalid_argument("-m MODEL is required");
+  if (n_ctx < 0 || n_ctx > (1ll << 24)) throw std::invalid_argument("-c must be in [0, 16777216]");
+  if (n_slots < 1 || n_slots > 256) throw std::invalid_argument("-np must be in [1, 256]");
+  if (n_ubatch < 1 || n_ubatch > 65536) throw std::invalid_argument("-ub must be in [1, 65536]");
+  if (port < 0 || port > 65535) throw std::invalid_argument("--port must be in [0, 65535]");
+  if (max_body < 1) throw std::invalid_argument("--max-body must be positive");
+  if (cfg.n_threads < 0) throw std::invalid_argument("-t must not be negative");
+  if (cfg.slot_similarity < 0.0 || cfg.slot_similarity > 1.0) throw std::invalid_argument("-sps must be in [0, 1]");
+  cfg.n_ctx = static_cast<uint32_t>(n_ctx);
+  cfg.n_slots = static_cast<int>(n_slots);
+  cfg.n_ubatch = static_cast<uint32_t>(n_ubatch);
+  cfg.port = static_cast<int>(port);
+  cfg.max_body_bytes = static_cast<size_t>(max_body);
+  return server::run_server(cfg);
+#else
+  std::fputs("agentkv serve: this build has no HTTP server (it needs libcpp-httplib linked and AGENTKV_HAVE_HTTPLIB "
+             "defined; see docs/server.md)\n",
+             stderr);
+  return 1;
+#endif
+}
+
+Registrar reg("serve", [](const std::vector<std::string>& args) {
+  try {
+    return cmd_serve(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "agentkv serve: %s\n", e.what());
+    return 1;
+  }
+});
+
+}  // namespace
+}  // namespace agentkv::tools
