@@ -1,6 +1,7 @@
 // agentkv bench: llama-bench style prefill (ppN) and decode (tgN) figures at context depths.
 //   agentkv bench -m M.gguf -p 512 -n 128 -d 0,4096 -t 2 -r 3 [-ctk f16 -ctv f16] [-o md|json]
 // Prefill of depth d happens untimed before each measurement, as llama-bench -d does.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -85,11 +86,53 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
+// agentkv bench --fake-prefix-op -m M.gguf [-L 1024,8192,32768] [-r 50]: wall time of one
+// Context::seq_fake_prefix(0, L) call (the sequence is removed, untimed, between calls), in µs.
+// The first call of each L touches fresh cell-table pages and is reported separately.
+int bench_fake_prefix_op(Args& a) {
+  const std::string model_path = a.str("-m", "--model", "");
+  const auto lengths = a.nums("-L", "--lengths", {1024, 8192, 32768});
+  const int reps = static_cast<int>(a.num("-r", "--repetitions", 50));
+  ContextParams cp;
+  cp.type_k = parse_kv_type(a.str("-ctk", "--cache-type-k", "f16"));
+  cp.type_v = parse_kv_type(a.str("-ctv", "--cache-type-v", "f16"));
+  a.finish();
+  if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
+  if (reps < 1) throw std::invalid_argument("-r must be at least 1");
+  auto model = Model::load(model_path);
+  long long max_len = 0;
+  for (auto L : lengths) {
+    if (L < 1 || L > (1ll << 30)) throw std::invalid_argument("-L values must be in [1, 2^30]");
+    max_len = std::max(max_len, L);
+  }
+  cp.n_ctx = static_cast<uint32_t>(max_len);
+  Context ctx(*model, cp);
+  std::printf("| model | L | first call µs | median µs | min µs |\n| --- | ---: | ---: | ---: | ---: |\n");
+  for (auto L : lengths) {
+    std::vector<double> us;
+    for (int r = 0; r <= reps; ++r) {
+      const auto t0 = Clock::now();
+      ctx.seq_fake_prefix(0, static_cast<memory::Pos>(L));
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      if (ctx.memory().seq_pos_max(0) != L - 1) throw Error("fake prefix did not produce the positions");
+      ctx.memory().seq_rm(0, -1, -1);
+    }
+    const double first = us.front();
+    us.erase(us.begin());
+    std::sort(us.begin(), us.end());
+    std::printf("| %s | %lld | %.1f | %.1f | %.1f |\n", model->config().arch_key.c_str(), L, first, us[us.size() / 2],
+                us.front());
+  }
+  return 0;
+}
+
 int cmd_bench(const std::vector<std::string>& argv) {
   Args a(argv);
+  if (a.flag("--fake-prefix-op")) return bench_fake_prefix_op(a);
   if (a.flag("--help", "-h")) {
     std::puts("usage: agentkv bench -m MODEL [-p 512] [-n 128] [-d 0] [-t 2] [-r 3] [-ub 512]\n"
-              "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth]");
+              "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth]\n"
+              "       agentkv bench --fake-prefix-op -m MODEL [-L 1024,8192,32768] [-r 50]");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");

@@ -56,6 +56,16 @@ void PosMultiset::change(Pos p, int delta) {
   assert(delta > 0 || count >= d);
   const uint32_t new_count = delta > 0 ? count + d : count - d;
 
+  if (start == p && new_count == 0) {  // the run loses its first position
+    if (p + 1 == end) {
+      runs_.erase(run);
+    } else {  // re-key the node instead of allocating a new one
+      auto node = runs_.extract(run);
+      node.key() = p + 1;
+      runs_.insert(after, std::move(node));
+    }
+    return;
+  }
   // Split [start, end) into [start, p) count, [p, p+1) new_count, [p+1, end) count.
   if (p + 1 < end) runs_.emplace_hint(std::next(run), p + 1, Run{end, count});
   if (start < p) {
@@ -64,11 +74,7 @@ void PosMultiset::change(Pos p, int delta) {
     merge_around(runs_.emplace_hint(std::next(run), p, Run{p + 1, new_count}));
     return;
   }
-  if (new_count == 0) {  // start == p: the node was exactly p's part
-    runs_.erase(run);
-    return;
-  }
-  run->second = Run{p + 1, new_count};
+  run->second = Run{p + 1, new_count};  // start == p: the node becomes p's part
   merge_around(run);
 }
 
