@@ -1,0 +1,174 @@
+#include "engine/session_state.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string_view>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+
+namespace agentkv {
+namespace {
+
+constexpr size_t kFingerprintDataBytes = 64;  // leading bytes of every tensor that enter the hash
+
+class HashInput {
+ public:
+  template <typename T>
+  void pod(const T& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    bytes_.insert(bytes_.end(), p, p + sizeof v);
+  }
+  void str(std::string_view s) {
+    pod(static_cast<uint64_t>(s.size()));
+    bytes_.insert(bytes_.end(), s.begin(), s.end());
+  }
+  void raw(const uint8_t* p, size_t n) { bytes_.insert(bytes_.end(), p, p + n); }
+  uint64_t digest() const { return XXH64(bytes_.data(), bytes_.size(), 0); }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+void check_logits(const Context& ctx, std::span<const float> logits) {
+  if (!logits.empty() && static_cast<int64_t>(logits.size()) != ctx.model().n_vocab())
+    throw Error("state: " + std::to_string(logits.size()) + " logits given, the model has " +
+                std::to_string(ctx.model().n_vocab()));
+}
+
+void check_tokens(const Context& ctx, std::span<const Token> tokens, const std::string& what) {
+  for (Token t : tokens)
+    if (t < 0 || t >= ctx.model().n_vocab())
+      throw Error(what + ": token id " + std::to_string(t) + " outside the vocabulary of " +
+                  std::to_string(ctx.model().n_vocab()));
+}
+
+std::vector<uint8_t> save(const Context& ctx, memory::SeqId seq, const SaveOptions& o) {
+  check_logits(ctx, o.logits);
+  if (o.with_tokens) check_tokens(ctx, o.tokens, "state");
+  memory::StateContents c;
+  c.fingerprint = model_fingerprint(ctx.model());
+  c.memory = memory::memory_state_view(ctx.memory(), seq, o.flags);
+  c.has_tokens = o.with_tokens;
+  c.tokens.assign(o.tokens.begin(), o.tokens.end());
+  c.logits.assign(o.logits.begin(), o.logits.end());
+  c.checkpoints = o.checkpoints;
+  return memory::encode_state(c);
+}
+
+std::string hex64(uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest, const std::string& what) {
+  memory::StateContents c = memory::decode_state(blob, what);
+  const uint64_t mine = model_fingerprint(ctx.model());
+  if (c.fingerprint != mine)
+    throw Error(what + ": saved by another model (fingerprint " + hex64(c.fingerprint) + ", this model " +
+                hex64(mine) + ")");
+  if (dest >= 0 && !c.memory.per_sequence())
+    throw Error(what + ": holds the whole memory, not one sequence");
+  if (dest < 0 && c.memory.per_sequence())
+    throw Error(what + ": holds sequence " + std::to_string(c.memory.seq) + ", not the whole memory");
+  if (!c.logits.empty() && static_cast<int64_t>(c.logits.size()) != ctx.model().n_vocab())
+    throw Error(what + ": " + std::to_string(c.logits.size()) + " logits, the model has " +
+                std::to_string(ctx.model().n_vocab()));
+  check_tokens(ctx, c.tokens, what);
+  for (const memory::CheckpointImage& cp : c.checkpoints) memory::check_memory_layout(ctx.memory(), cp.image);
+
+  // Everything that can be refused has been checked once the plan exists; only then change memory.
+  const memory::MemoryRestorePlan plan = memory::plan_memory_restore(ctx.memory(), c.memory, dest);
+  LoadedState out;
+  out.saved_seq = c.memory.seq;
+  out.flags = c.memory.flags;
+  out.has_tokens = c.has_tokens;
+  out.tokens = std::move(c.tokens);
+  out.logits = std::move(c.logits);
+  for (const memory::CheckpointImage& cp : c.checkpoints)
+    out.checkpoints.push_back(LoadedCheckpoint{cp.pos, memory::MemorySnapshot::copy_of(cp.image)});
+  memory::apply_memory_restore(ctx.memory(), c.memory, plan);
+  return out;
+}
+
+}  // namespace
+
+uint64_t model_fingerprint(const Model& model) {
+  const ModelConfig& c = model.config();
+  HashInput h;
+  h.str("agentkv model fingerprint 1");
+  h.str(c.arch_key);
+  for (int64_t v : {c.n_vocab, c.n_embd, int64_t{c.n_layer}, int64_t{c.n_layer_file}, int64_t{c.n_head},
+                    int64_t{c.n_head_kv}, c.head_dim_k, c.head_dim_v, c.n_ff, c.n_rot, int64_t{c.ssm_d_conv},
+                    c.ssm_d_state, int64_t{c.ssm_n_v_heads}, int64_t{c.ssm_n_k_heads}, c.ssm_d_inner,
+                    int64_t{c.n_expert}, int64_t{c.n_expert_used}, c.n_ff_expert, c.n_ff_shared})
+    h.pod(v);
+  for (float v : {c.rms_eps, c.rope_freq_base, c.rope_freq_scale, c.attn_scale}) h.pod(v);
+  for (int32_t v : c.rope_sections) h.pod(v);
+  h.pod(static_cast<uint8_t>(c.tied_output));
+  for (bool r : c.layer_recurrent) h.pod(static_cast<uint8_t>(r));
+  for (const gguf::TensorInfo& t : model.gguf().tensors()) {
+    h.str(t.name);
+    h.pod(static_cast<uint32_t>(t.type));
+    for (int64_t ne : t.ne) h.pod(ne);
+    if (t.data) h.raw(t.data, static_cast<size_t>(std::min<uint64_t>(t.nbytes, kFingerprintDataBytes)));
+  }
+  return h.digest();
+}
+
+std::vector<uint8_t> save_seq(const Context& ctx, memory::SeqId seq, const SaveOptions& options) {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= ctx.params().n_seq_max)
+    throw Error("state: sequence id " + std::to_string(seq) + " outside [0, " +
+                std::to_string(ctx.params().n_seq_max) + ")");
+  return save(ctx, seq, options);
+}
+
+std::vector<uint8_t> save_all(const Context& ctx, const SaveOptions& options) { return save(ctx, -1, options); }
+
+LoadedState load_seq(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest, const std::string& what) {
+  if (dest < 0 || static_cast<uint32_t>(dest) >= ctx.params().n_seq_max)
+    throw Error(what + ": destination sequence " + std::to_string(dest) + " outside [0, " +
+                std::to_string(ctx.params().n_seq_max) + ")");
+  return load(ctx, blob, dest, what);
+}
+
+LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::string& what) {
+  return load(ctx, blob, -1, what);
+}
+
+void write_state_file(const std::string& path, std::span<const uint8_t> blob) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw Error("cannot write state file " + tmp + ": " + std::strerror(errno));
+    f.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+    f.flush();
+    if (!f) throw Error("cannot write state file " + tmp + ": " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw Error("cannot rename " + tmp + " to " + path + ": " + err);
+  }
+}
+
+std::vector<uint8_t> read_state_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) throw Error("cannot open state file " + path + ": " + std::strerror(errno));
+  const std::streamoff size = f.tellg();
+  if (size < 0) throw Error("cannot read state file " + path);
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(bytes.data()), size);
+  if (!f) throw Error("cannot read state file " + path + ": " + std::strerror(errno));
+  return bytes;
+}
+
+}  // namespace agentkv

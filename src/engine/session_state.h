@@ -1,0 +1,65 @@
+// Context-level state save/restore (llama_state_seq_* / llama_state_* equivalents): one
+// sequence, or the whole memory, as a versioned blob (docs/state-format.md) carrying the model
+// fingerprint, the memory image, optionally the sequence's tokens, the last token's logits (so a
+// restored sequence samples its next token without recomputing anything) and checkpoints.
+// Loading validates the whole blob against this context before it changes anything: a truncated,
+// corrupt or foreign blob (other model, KV type, layout) is an agentkv::Error and memory stays
+// exactly as it was.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/context.h"
+#include "memory/memory_state.h"
+#include "memory/snapshot.h"
+
+namespace agentkv {
+
+// xxh64 of what makes two models' states interchangeable: architecture, hyperparameters, and the
+// tensor table (names, types, shapes) plus the first bytes of every tensor's data (so two
+// fine-tunes of one shape differ). Cheap: no full pass over the weights.
+uint64_t model_fingerprint(const Model& model);
+
+struct SaveOptions {
+  uint32_t flags = memory::kStateAll;  // or memory::kStatePartialOnly
+  bool with_tokens = false;
+  std::span<const Token> tokens;       // the sequence's tokens (whole saves: any token list)
+  std::span<const float> logits;       // n_vocab floats of the last token, or empty
+  // Checkpoints to carry along (e.g. MemorySnapshot::image() of each), in position order.
+  std::vector<memory::CheckpointImage> checkpoints;
+};
+
+struct LoadedCheckpoint {
+  memory::Pos pos = -1;
+  memory::MemorySnapshot snapshot;
+};
+
+// What a load hands back besides the restored memory.
+struct LoadedState {
+  memory::SeqId saved_seq = -1;  // the sequence the blob was saved from (-1: whole memory)
+  uint32_t flags = memory::kStateAll;
+  bool has_tokens = false;
+  std::vector<Token> tokens;
+  std::vector<float> logits;     // empty when the blob carried none
+  std::vector<LoadedCheckpoint> checkpoints;
+};
+
+// One sequence (seq >= 0) or the whole memory. Throws agentkv::Error for a bad seq id, logits of
+// the wrong size, or tokens outside the vocabulary.
+std::vector<uint8_t> save_seq(const Context& ctx, memory::SeqId seq, const SaveOptions& options = {});
+std::vector<uint8_t> save_all(const Context& ctx, const SaveOptions& options = {});
+
+// Restores a sequence blob into dest (any sequence id, the cache may be fragmented) or a whole
+// blob into the whole memory. `what` names the blob in error messages.
+LoadedState load_seq(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest,
+                     const std::string& what = "state");
+LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::string& what = "state");
+
+// Files: the blob as is. Writing goes through a temporary file and a rename, so a crash never
+// leaves half a state under the final name.
+void write_state_file(const std::string& path, std::span<const uint8_t> blob);
+std::vector<uint8_t> read_state_file(const std::string& path);
+
+}  // namespace agentkv
