@@ -212,6 +212,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
       arr.push_back(r);
     }
     j["results"] = arr;
+    j["rss_bytes"] = current_rss_bytes();
+    j["peak_rss_bytes"] = peak_rss_bytes();
+    j["kv_cache_bytes"] = kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx);
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("| model | size | params | threads | test | t/s |%s\n", bandwidth ? " GB/s read | roofline |" : "");
@@ -232,6 +235,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
       std::printf("\n");
     }
     if (bandwidth) std::printf("\nmeasured read bandwidth: %.1f GB/s\n", gbs);
+    std::printf("\nresident memory: %.1f MiB now, %.1f MiB peak (file %.1f MiB + KV cache %.1f MiB for %u cells)\n",
+                current_rss_bytes() / 1048576.0, peak_rss_bytes() / 1048576.0, ms.weight_bytes / 1048576.0,
+                kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx) / 1048576.0, cp.n_ctx);
   }
   return 0;
 }

@@ -1,5 +1,8 @@
 #include "engine/model_stats.h"
 
+#include <fstream>
+#include <string>
+
 #include "gguf/gguf.h"
 
 namespace agentkv {
@@ -28,5 +31,18 @@ uint64_t kv_bytes_per_token(const Model& model, GgmlType type_k, GgmlType type_v
   const uint64_t per_cell = ggml_row_size(type_k, n_embd_kv) + ggml_row_size(type_v, n_embd_kv);
   return per_cell * static_cast<uint64_t>(cfg.n_attention_layers()) * static_cast<uint64_t>(depth);
 }
+
+namespace {
+uint64_t proc_status_kib(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::stoull(line.substr(key.size() + 1)) * 1024;
+  return 0;
+}
+}  // namespace
+
+uint64_t current_rss_bytes() { return proc_status_kib("VmRSS"); }
+uint64_t peak_rss_bytes() { return proc_status_kib("VmHWM"); }
 
 }  // namespace agentkv

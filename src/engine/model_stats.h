@@ -16,4 +16,8 @@ ModelStats model_stats(const Model& model);
 // KV bytes attention reads per decoded token at context depth `depth`.
 uint64_t kv_bytes_per_token(const Model& model, GgmlType type_k, GgmlType type_v, int64_t depth);
 
+// Resident set size of this process now and at its peak (bytes; 0 where /proc is unavailable).
+uint64_t current_rss_bytes();
+uint64_t peak_rss_bytes();
+
 }  // namespace agentkv
