@@ -82,12 +82,18 @@ std::optional<RecurrentPlacement> RecurrentMemory::find_slot(const UBatch& ub) c
     if (s < 0 || s >= static_cast<SeqId>(impl_->tail.size())) throw Error("recurrent memory: sequence id out of range");
     if (std::find(seqs.begin(), seqs.end(), s) == seqs.end()) seqs.push_back(s);
   }
+  // Members of each cell that stay in it: when every sequence sharing a cell is in this ubatch,
+  // all but the last move out (copy-on-write) and the last keeps the cell. Without this, forked
+  // sequences extended together could need more empty cells than exist.
+  std::vector<size_t> staying(impl_->cells.size());
+  for (size_t c = 0; c < impl_->cells.size(); ++c) staying[c] = impl_->cells[c].seqs.size();
   for (SeqId s : seqs) {
     const int32_t c = impl_->tail[s];
-    if (c >= 0 && impl_->cells[c].seqs.size() == 1) {
+    if (c >= 0 && staying[c] == 1) {
       p.seq_cell.emplace_back(s, static_cast<uint32_t>(c));
       continue;
     }
+    if (c >= 0) --staying[c];
     // New sequence, or a shared cell to copy before writing: take an empty cell.
     auto it = std::find(taken.begin(), taken.end(), false);
     if (it == taken.end()) return std::nullopt;
@@ -174,7 +180,15 @@ void RecurrentMemory::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
   const int32_t c = impl_->tail[seq];
   if (c < 0) return;
   Cell& cell = impl_->cells[c];
-  if (cell.pos >= p0 && cell.pos < p1) cell.pos += delta;
+  if (cell.pos < p0 || cell.pos >= p1) return;
+  const int64_t moved = static_cast<int64_t>(cell.pos) + delta;
+  if (moved < 0) {
+    // As in the KV cache, a state moved before position 0 is gone (for every sequence sharing it).
+    const std::set<SeqId> members = cell.seqs;
+    for (SeqId s : members) impl_->release(s);
+    return;
+  }
+  cell.pos = static_cast<Pos>(std::min<int64_t>(moved, INT_MAX - 1));
 }
 
 void RecurrentMemory::seq_div(SeqId seq, Pos p0, Pos p1, int d) {
