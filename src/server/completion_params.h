@@ -31,6 +31,8 @@ std::vector<Token> tokenize_prompt(const Tokenizer& tok, const std::vector<Promp
 constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;  // llama.cpp's LLAMA_DEFAULT_SEED: draw a random seed
 
 struct CompletionParams {
+  CompletionParams() { sampling.seed = kRandomSeed; }
+
   SamplerParams sampling;            // seed == kRandomSeed until the scheduler draws one
   int32_t n_predict = -1;            // -1: until end of generation or the context is full
   std::vector<std::string> stop;

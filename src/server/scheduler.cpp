@@ -203,7 +203,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
            slot.id, static_cast<unsigned long long>(task->id), slot_reason_name(choice.reason), choice.similarity,
            prompt.size(), r.n_cached, r.n_common, r.n_kept, prompt.size() - r.n_kept,
            p.cache_prompt ? "" : " (cache_prompt=false)");
-  if (cached_at_divergence >= 0 && common < prompt.size()) {
+  if (p.cache_prompt && cached_at_divergence >= 0 && common < prompt.size()) {
     log_line("slot %d: prompt diverges from the cache at position %zu: cached token %d '%s', new token %d '%s'",
              slot.id, common, cached_at_divergence,
              printable(tok_.token_to_piece(cached_at_divergence, true)).c_str(), prompt[common],

@@ -1,0 +1,149 @@
+"""Integration tests of `agentkv serve`: the real binary on 127.0.0.1 with a fixture model.
+
+AGENTKV_BIN names the agentkv binary (default: the first build*/agentkv found under the repo);
+AGENTKV_FIXTURES the fixtures folder (default: ../shared/fixtures beside the repo). Only the
+standard library is used, so any Python 3 with pytest runs them.
+"""
+
+import glob
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.environ.get("AGENTKV_FIXTURES", os.path.join(os.path.dirname(REPO), "shared", "fixtures"))
+MODEL = os.path.join(FIXTURES, "models", "qwen3-micro.gguf")
+
+
+def _find_binary():
+    env = os.environ.get("AGENTKV_BIN")
+    if env:
+        return env
+    for candidate in sorted(glob.glob(os.path.join(REPO, "build*", "agentkv"))):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    pytest.exit("agentkv binary not found: set AGENTKV_BIN", returncode=2)
+
+
+class Server:
+    """A running `agentkv serve`, with small HTTP helpers that never raise on HTTP errors."""
+
+    def __init__(self, tmp_path, *args, model=MODEL):
+        self.log_path = os.path.join(str(tmp_path), "server.log")
+        self._log = open(self.log_path, "wb")
+        cmd = [_find_binary(), "serve", "-m", model, "--port", "0", "-t", "2", *args]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.port = self._wait_for_port()
+        self._wait_until_ready()
+
+    def _wait_for_port(self, timeout=30.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log())
+            if match:
+                return int(match.group(1))
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited early:\n" + self.log())
+            time.sleep(0.05)
+        raise RuntimeError("server did not listen:\n" + self.log())
+
+    def _wait_until_ready(self, timeout=60.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            status, _ = self.request("GET", "/health")
+            if status == 200:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited while loading:\n" + self.log())
+            time.sleep(0.05)
+        raise RuntimeError("server not ready:\n" + self.log())
+
+    def log(self):
+        with open(self.log_path, "r", errors="replace") as f:
+            return f.read()
+
+    def connection(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, raw=False):
+        """Returns (status, parsed JSON or text). body: a JSON-able object, or bytes sent as is."""
+        conn = self.connection()
+        try:
+            hdrs = {"Content-Type": "application/json"}
+            hdrs.update(headers or {})
+            data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+            conn.request(method, path, body=data, headers=hdrs)
+            resp = conn.getresponse()
+            text = resp.read().decode("utf-8", errors="replace")
+            if raw or not resp.getheader("Content-Type", "").startswith("application/json"):
+                return resp.status, text
+            return resp.status, json.loads(text)
+        finally:
+            conn.close()
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def stream(self, path, body, headers=None):
+        """POSTs a streaming request; returns (status, [event payloads]); "[DONE]" kept as a string."""
+        conn = self.connection()
+        try:
+            hdrs = {"Content-Type": "application/json"}
+            hdrs.update(headers or {})
+            conn.request("POST", path, body=json.dumps(body).encode(), headers=hdrs)
+            resp = conn.getresponse()
+            text = resp.read().decode("utf-8", errors="replace")
+            events = []
+            for block in text.split("\n\n"):
+                if not block.strip():
+                    continue
+                assert block.startswith("data: "), block
+                payload = block[len("data: "):]
+                events.append(payload if payload == "[DONE]" else json.loads(payload))
+            return resp.status, resp.getheader("Content-Type", ""), events
+        finally:
+            conn.close()
+
+    def wait_all_idle(self, timeout=10.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            status, slots = self.get("/slots")
+            if status == 200 and not any(s["is_processing"] for s in slots):
+                return slots
+            time.sleep(0.05)
+        raise AssertionError("slots still busy: " + json.dumps(self.get("/slots")[1]))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """The shared server: 4 slots, 4096 cells, metrics on, 1 MB body limit."""
+    s = Server(tmp_path_factory.mktemp("main"), "-np", "4", "-c", "4096", "--metrics", "--max-body", "1000000")
+    yield s
+    s.stop()
+    assert s.proc.returncode == 0, s.log()
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """llama.cpp's tokenization and greedy generation for the fixture prompts (qwen3-micro)."""
+    with open(os.path.join(FIXTURES, "reference", "qwen3-micro.json")) as f:
+        return json.load(f)["cases"]
