@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "memory/memory_state.h"
 #include "memory/snapshot.h"
+#include "memory/state_info.h"
 
 namespace agentkv::memory {
 namespace {
@@ -414,6 +415,28 @@ TEST(State, CheckpointRecordsRoundTrip) {
     EXPECT_EQ(rec_state(*m, 2), states[i]);
     EXPECT_EQ(m->rec()->seq_pos_max(2), 4 * i + 3);
   }
+}
+
+TEST(State, InfoDescribesWhatTheBlobHolds) {
+  std::mt19937 rng(12);
+  auto m = make_memory({.type_k = GgmlType::Q5_1, .type_v = GgmlType::IQ4_NL, .hybrid = true});
+  fill_source(*m, rng);
+  StateContents c;
+  c.fingerprint = 0xfeedbeef01020304;
+  c.memory = memory_state_view(*m, 1, kStateAll);
+  c.has_tokens = true;
+  c.tokens = {11, 22, 33};
+  c.logits = {0.f, 2.5f, 1.f};
+  const MemorySnapshot cp = MemorySnapshot::capture(*m, 1, kStatePartialOnly);
+  c.checkpoints.push_back({9, cp.image()});
+  const std::vector<uint8_t> blob = encode_state(c);
+  const std::string text = describe_state(decode_state(blob, "state"), blob.size());
+  for (const char* line : {"version 1", "feedbeef01020304", "contents: sequence 1, flags all",
+                           "K q5_1 x 64 (48 B/row), V iq4_nl x 96 (54 B/row), 3 layers [0, 2, 3]",
+                           "cells: 10 in 2 range(s) s0[5, 9) s0[18, 24)", "positions: 0 .. 9",
+                           "cell 1 at position 9 for {1}", "tokens: 3: 11 22 33", "argmax 1 = 2.5000",
+                           "checkpoint 0 at position 9", "flags partial"})
+    EXPECT_NE(text.find(line), std::string::npos) << "missing '" << line << "' in:\n" << text;
 }
 
 // Every refusal leaves the memory byte for byte as it was.

@@ -74,7 +74,11 @@ void write_image_sections(SectionListWriter& list, const MemoryImage& img) {
 }
 
 void check_header_fields(StateReader& r, SeqId seq, uint32_t flags, const std::string& where) {
-  if (flags & ~kStateKnownFlags) r.fail(where + ": unknown flags 0x" + std::to_string(flags));
+  if (flags & ~kStateKnownFlags) {
+    char hex[11];
+    std::snprintf(hex, sizeof hex, "0x%x", flags);
+    r.fail(where + ": unknown flags " + hex);
+  }
   if (seq < -1 || seq >= kMaxSeq) r.fail(where + ": saved sequence id " + std::to_string(seq) + " is invalid");
 }
 
