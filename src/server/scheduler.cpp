@@ -156,7 +156,11 @@ void Scheduler::drop_cancelled() {
 
 void Scheduler::assign_queued() {
   for (auto it = queue_.begin(); it != queue_.end();) {
-    const Task& task = **it;
+    Task& task = **it;
+    if (task.deferred_for_memory && any_active()) {
+      ++it;
+      continue;
+    }
     std::vector<SlotCandidate> candidates;
     candidates.reserve(slots_.size());
     for (const Slot& s : slots_) candidates.push_back({s.id, s.idle(), s.cache.tokens(), s.last_used, s.session_id});
@@ -167,6 +171,7 @@ void Scheduler::assign_queued() {
       continue;
     }
     std::shared_ptr<Task> taken = std::move(*it);
+    taken->deferred_for_memory = false;
     it = queue_.erase(it);
     launch(slots_[static_cast<size_t>(choice.slot)], std::move(taken), choice);
   }
@@ -274,6 +279,39 @@ bool Scheduler::free_idle_memory() {
   return true;
 }
 
+void Scheduler::on_memory_full() {
+  if (free_idle_memory()) return;
+  const auto n_active = std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.idle(); });
+  Slot* reading = nullptr;  // the newest task still reading its prompt
+  Slot* largest = nullptr;  // the generating slot holding the most memory
+  for (Slot& s : slots_) {
+    if (!s.in_batch) continue;
+    if (s.state == SlotState::Prompt && (!reading || s.task->id > reading->task->id)) reading = &s;
+    if (s.state == SlotState::Generating && (!largest || s.cache.size() > largest->cache.size())) largest = &s;
+  }
+  if (reading && n_active > 1) {
+    requeue(*reading);
+  } else if (largest) {
+    log_line("slot %d: memory is full (n_ctx %u shared by all slots): generation ends here", largest->id, cfg_.n_ctx);
+    finish(*largest, StopType::Limit, /*truncated=*/true);
+  } else if (reading) {  // cannot happen: a prompt shorter than n_ctx fits once the others are gone
+    ctx_.memory().seq_rm(reading->id, -1, -1);
+    reading->cache.clear();
+    fail(*reading, HttpError(ErrorType::Server, "no room in memory for the prompt"));
+  }
+}
+
+void Scheduler::requeue(Slot& slot) {
+  log_line("slot %d: memory is full: task %llu goes back to the queue until the other slots are done", slot.id,
+           static_cast<unsigned long long>(slot.task->id));
+  ctx_.memory().seq_rm(slot.id, -1, -1);
+  slot.cache.clear();
+  std::shared_ptr<Task> task = slot.task;
+  task->deferred_for_memory = true;
+  release(slot);
+  queue_.push_front(std::move(task));
+}
+
 void Scheduler::after_decode(const Batch& batch, int status, const std::string& error) {
   if (status < 0) {
     log_line("decode of %zu tokens failed: %s", batch.size(), error.c_str());
@@ -286,18 +324,7 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
     return;
   }
   if (status == 1) {
-    if (free_idle_memory()) return;  // the same batch is built again next step
-    Slot* victim = nullptr;
-    for (Slot& s : slots_)
-      if (s.in_batch && (!victim || s.cache.size() > victim->cache.size())) victim = &s;
-    if (!victim) return;
-    log_line("slot %d: no room in memory for the batch (n_ctx %u shared by all slots): the request fails", victim->id,
-             cfg_.n_ctx);
-    ctx_.memory().seq_rm(victim->id, -1, -1);
-    victim->cache.clear();
-    fail(*victim, HttpError(ErrorType::Server, "the context is full: its " + std::to_string(cfg_.n_ctx) +
-                                                   " cells are shared by all slots and none is free; retry later or "
-                                                   "start the server with a larger -c"));
+    on_memory_full();  // the next step builds a new batch
     return;
   }
 

@@ -7,6 +7,12 @@
 //   3. decodes it once, then samples for every slot whose logits came out.
 // Requests beyond the slots wait in a FIFO queue (a request waiting for a busy slot of its own
 // does not hold back the others).
+//
+// The slots share one memory of n_ctx cells. When a batch finds no room: idle slots' caches are
+// dropped first (least recently used first); if none is left, a slot still reading its prompt
+// (it has produced nothing yet) goes back to the front of the queue and waits until the other
+// slots are done; if all are generating, the one holding the most memory ends as llama-server
+// ends a slot whose context is full (stop_type "limit", truncated).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -66,6 +72,8 @@ class Scheduler {
   void finish(Slot& slot, StopType stop, bool truncated = false);
   void fail(Slot& slot, const HttpError& error);
   void release(Slot& slot);
+  void requeue(Slot& slot);
+  void on_memory_full();
   bool free_idle_memory();
   Timings timings_of(const Slot& slot, Slot::Clock::time_point now) const;
 

@@ -82,6 +82,9 @@ struct Task {
   std::vector<Token> prompt;
   CompletionParams params;
   std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
+  // Scheduler only: the task was taken off its slot because memory ran out while it read its
+  // prompt; it waits until no other slot is busy.
+  bool deferred_for_memory = false;
 };
 
 }  // namespace agentkv::server

@@ -116,3 +116,12 @@ def test_oai_usage_reports_cached_tokens(server):
     usage = second["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
     assert second["timings"]["cache_n"] == usage["prompt_tokens"] - 1
+
+
+def test_n_predict_zero_only_fills_the_cache(server, reference):
+    prompt = reference[2]["prompt_tokens"]
+    warm = complete(server, prompt, 0, session_id="prefill")
+    assert warm["tokens_predicted"] == 0 and warm["content"] == "" and warm["stop_type"] == "limit"
+    assert warm["timings"]["prompt_n"] == len(prompt) and warm["tokens_cached"] == len(prompt)
+    body = complete(server, prompt + reference[3]["prompt_tokens"], 3, session_id="prefill")
+    assert body["timings"]["cache_n"] == len(prompt)
