@@ -127,7 +127,14 @@ class HttpServer {
  public:
   explicit HttpServer(const ServerConfig& cfg);
   int bind();
-  void listen() { svr_.listen_after_bind(); }
+  void listen() {
+    svr_.listen_after_bind();
+    listen_returned_.store(true);
+  }
+  // httplib's stop() does nothing before the accept loop runs, so shutdown must not come earlier.
+  void wait_until_listening() const {
+    while (!svr_.is_running() && !listen_returned_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   bool load();
   // Stops the scheduler first (its waiting handlers then return), then the listener.
   void shutdown();
@@ -153,6 +160,7 @@ class HttpServer {
   httplib::Server svr_;
   std::unique_ptr<Engine> engine_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> listen_returned_{false};
   std::atomic<uint64_t> next_task_id_{1};
   std::mutex shutdown_mutex_;
   bool shut_down_ = false;
@@ -560,6 +568,7 @@ int run_server(const ServerConfig& cfg) {
   }
   log_line("listening on http://%s:%d", cfg.host.c_str(), port);
   std::thread http([&] { server.listen(); });
+  server.wait_until_listening();
   std::atomic<bool> exiting{false};
   std::thread signals([&] {
     int sig = 0;

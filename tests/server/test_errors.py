@@ -109,3 +109,19 @@ def test_api_key(keyed):
 def test_metrics_need_the_flag(keyed):
     assert_error(keyed.get("/metrics", headers={"Authorization": "Bearer sesame"}), 501, "not_supported_error",
                  "--metrics")
+
+
+def test_startup_failures_exit_with_a_message(tmp_path):
+    import subprocess
+    from conftest import _find_binary
+
+    missing = subprocess.run([_find_binary(), "serve", "-m", str(tmp_path / "missing.gguf"), "--port", "0"],
+                             capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 1
+    assert "cannot load the model" in missing.stderr
+    bad_flag = subprocess.run([_find_binary(), "serve", "-m", "x.gguf", "--bogus"], capture_output=True, text=True,
+                              timeout=30)
+    assert bad_flag.returncode == 1 and "unknown argument '--bogus'" in bad_flag.stderr
+    bad_type = subprocess.run([_find_binary(), "serve", "-m", "x.gguf", "-ctk", "q6_K"], capture_output=True,
+                              text=True, timeout=30)
+    assert bad_type.returncode == 1 and "unsupported cache type" in bad_type.stderr
