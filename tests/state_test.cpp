@@ -6,6 +6,7 @@
 // arithmetic. Decoding with real models after a restore is in state_decode_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -531,6 +532,37 @@ TEST_F(Refusals, StructuralCorruptionBehindAValidChecksum) {
   std::memcpy(b.data() + 40, &long_section, sizeof long_section);
   reseal(b);
   expect_refused(b, 2, "left");
+}
+
+// Random damage behind a valid checksum (what a buggy writer could produce): every outcome is a
+// clean accept or an Error, and a refusal changes nothing.
+TEST_F(Refusals, RandomStructuralDamage) {
+  std::mt19937 rng(99);
+  const std::vector<uint8_t> whole = save(*src_, -1);
+  int refused = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const bool use_whole = iter % 2 == 1;
+    std::vector<uint8_t> b = use_whole ? whole : blob_;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      // Mostly the metadata before the rows, where a damaged field changes the structure.
+      const size_t span = std::min<size_t>(b.size() - 8 - 32, 400);
+      const size_t at = 32 + rng() % span;
+      b[at] = static_cast<uint8_t>(rng());
+    }
+    reseal(b);
+    auto target = make_memory({.type_k = GgmlType::Q8_0, .type_v = GgmlType::Q8_0});
+    std::mt19937 fill(5);
+    decode(*target, 0, 0, 4, fill);
+    const auto before = dump(*target);
+    try {
+      load(*target, b, use_whole ? -1 : 2);
+    } catch (const Error&) {
+      ++refused;
+      EXPECT_EQ(dump(*target), before) << "iteration " << iter;
+    }
+  }
+  EXPECT_GT(refused, 150);
 }
 
 TEST_F(Refusals, MismatchedMemories) {
