@@ -101,6 +101,14 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
+// Sequence ids of the memory are [0, n_seq_max); seq = -1 means the whole memory.
+void check_seq_id(const SequenceMemory& mem, SeqId seq, const char* what) {
+  const uint32_t n_seq_max = mem.kv() ? mem.kv()->layout().n_seq_max : mem.rec() ? mem.rec()->layout().n_seq_max : 0;
+  if (seq < -1 || (seq >= 0 && static_cast<uint32_t>(seq) >= n_seq_max))
+    throw Error(std::string("state: ") + what + " " + std::to_string(seq) + " outside [0, " +
+                std::to_string(n_seq_max) + ")");
+}
+
 }  // namespace
 
 std::string state_tag_name(uint32_t tag) {
@@ -123,13 +131,12 @@ size_t MemoryImage::row_bytes() const {
 
 MemoryImage memory_state_view(const SequenceMemory& mem, SeqId seq, uint32_t flags) {
   if (flags & ~kStateKnownFlags) throw Error("state: unknown save flags " + std::to_string(flags));
-  if (seq < -1) throw Error("state: sequence id " + std::to_string(seq) + " is invalid");
+  check_seq_id(mem, seq, "sequence id");
   MemoryImage img;
   img.seq = seq;
   img.flags = flags;
   if (mem.kv() && !(flags & kStatePartialOnly)) img.kv = kv_state_view(*mem.kv(), seq);
   if (mem.rec()) img.rec = rec_state_view(*mem.rec(), seq);
-  if (seq >= 0 && !mem.kv() && !mem.rec()) throw Error("state: this memory has no parts");
   return img;
 }
 
@@ -152,6 +159,7 @@ MemoryRestorePlan plan_memory_restore(const SequenceMemory& mem, const MemoryIma
                 "; restoring it needs a destination sequence");
   if (!img.per_sequence() && dest >= 0)
     throw Error("state: the state holds the whole memory, not one sequence");
+  check_seq_id(mem, dest, "destination sequence");
   check_memory_layout(mem, img);
   MemoryRestorePlan plan;
   plan.dest = dest;
