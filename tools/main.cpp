@@ -16,6 +16,8 @@ void usage() {
                "  mkmodel   write a random-weight GGUF of a named shape\n"
                "  info      print a GGUF's metadata and tensors\n"
                "  logits    top-k logprobs and greedy tokens for a prompts file (JSON)\n"
+               "  state     inspect and validate a saved state file (state info FILE)\n"
+               "  serve     llama.cpp- and OpenAI-compatible HTTP server\n"
                "run 'agentkv <command> --help' for its options\n");
 }
 }  // namespace
