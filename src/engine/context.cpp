@@ -30,12 +30,7 @@ void Context::apply_pending_shift() {
   // A pending shift can only come from seq_add / seq_div, which SequenceMemory refuses unless the
   // model can re-rotate keys; a caller that shifted the KvCache directly must not reach here.
   if (!model_.can_shift()) throw Error("context shift pending but this model cannot re-rotate stored keys");
-  for (uint32_t s = 0; s < kv->n_streams(); ++s) {
-    const memory::KvCells& c = kv->cells(s);
-    for (uint32_t i = 0; i < c.used_max_p1(); ++i)
-      if (!c.is_empty(i) && c.shift(i) != 0 && !c.known_zero(i)) ++stats_.n_shifted_cells;
-  }
-  model_.apply_kv_shift(*kv, pool_);
+  stats_.n_shifted_cells += model_.apply_kv_shift(*kv, pool_);
 }
 
 void Context::count_keys_attended(const memory::UBatch& ub) {

@@ -60,13 +60,13 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
   return rotated;
 }
 
-void Model::apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const {
+int64_t Model::apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const {
   KeyRotation rope;
   rope.head_dim = config_.head_dim_k;
   rope.n_rot = config_.n_rot;
   rope.freq_base = config_.rope_freq_base;
   rope.freq_scale = config_.rope_freq_scale;
-  rotate_shifted_keys(kv, rope, pool);
+  return rotate_shifted_keys(kv, rope, pool);
 }
 
 }  // namespace agentkv

@@ -73,8 +73,9 @@ class Model {
   virtual bool can_shift() const { return false; }
   // Rotates the stored keys of every cell with a pending shift by that shift (every attention
   // layer, the first n_rot dims of each head, NEOX, this model's freq base/scale), then clears the
-  // pending shifts. Only called when can_shift(). Defined in model/kv_shift.cpp.
-  void apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const;
+  // pending shifts. Only called when can_shift(). Returns the number of cells rotated. Defined
+  // in model/kv_shift.cpp.
+  int64_t apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const;
 
  protected:
   Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
