@@ -1,5 +1,6 @@
 // A micro-batch as the memory sees it: for every token its position and the sequences it joins.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
