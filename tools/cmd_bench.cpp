@@ -15,6 +15,7 @@
 #include "engine/model_stats.h"
 #include "kernels/bandwidth.h"
 #include "tools/args.h"
+#include "tools/bench_modes.h"
 #include "tools/commands.h"
 
 namespace agentkv::tools {
@@ -127,12 +128,17 @@ int bench_fake_prefix_op(Args& a) {
 }
 
 int cmd_bench(const std::vector<std::string>& argv) {
+  if (!argv.empty() && (argv[0] == "fakeprefix" || argv[0] == "turns" || argv[0] == "handoff")) {
+    Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));  // measurement benches: bench_*.cpp
+    return argv[0] == "fakeprefix" ? bench_fakeprefix(sub) : argv[0] == "turns" ? bench_turns(sub) : bench_handoff(sub);
+  }
   Args a(argv);
   if (a.flag("--fake-prefix-op")) return bench_fake_prefix_op(a);
   if (a.flag("--help", "-h")) {
     std::puts("usage: agentkv bench -m MODEL [-p 512] [-n 128] [-d 0] [-t 2] [-r 3] [-ub 512]\n"
               "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth]\n"
-              "       agentkv bench --fake-prefix-op -m MODEL [-L 1024,8192,32768] [-r 50]");
+              "       agentkv bench --fake-prefix-op -m MODEL [-L 1024,8192,32768] [-r 50]\n"
+              "       agentkv bench fakeprefix|turns|handoff --help   (docs/measurement.md)");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");

@@ -1,0 +1,463 @@
+// agentkv bench fakeprefix: how long an agent step's only-new prefill takes at depth L, measured
+// with a fake prefix (metadata-only positions [0, L), zero K/V: no prefill of L needed), next to
+// the llama-bench -d style estimate new / prefill_tps(L) and, optionally, the cold prefill of
+// L + new. In-process (-m MODEL) or against `agentkv serve` (--server URL, request field
+// n_fake_cached). docs/measurement.md explains the figures and the plots.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/context.h"
+#include "tools/bench_common.h"
+#include "tools/bench_modes.h"
+#include "tools/svg_plot.h"
+
+namespace agentkv::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Step {
+  int64_t step = 0;
+  int64_t depth = 0;  // as the trace (or grid) gives it
+  int64_t L = 0;      // bucketed depth: the fake prefix and the real prefix both have L positions
+  int64_t n_new = 0;
+};
+
+struct StepResult {
+  Step s;
+  double measured_s = kNaN;  // only-new prefill after a fake prefix of L
+  double real_s = kNaN;      // the same N tokens after a real prefix of L (gives prefill_tps(L))
+  double baseline_s = kNaN;  // cold prefill of L + N
+  int64_t keys_fake = -1, keys_real = -1;  // keys attention read (in-process only)
+  double prefill_tps() const { return s.n_new / real_s; }
+  double estimate_s() const { return s.n_new / prefill_tps(); }
+  double ratio() const { return measured_s / estimate_s(); }
+  double speedup() const { return baseline_s / measured_s; }
+};
+
+[[noreturn]] void only_new_failed(const Step& s, const std::string& what) {
+  throw Error("step " + std::to_string(s.step) + " (L=" + std::to_string(s.L) + ", new=" + std::to_string(s.n_new) +
+              "): the only-new path did not fire: " + what);
+}
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string describe() const = 0;
+  virtual double fake(const Step& s, int64_t& keys) = 0;
+  virtual double real(const Step& s, int64_t& keys) = 0;
+  virtual double baseline(const Step& s) = 0;
+};
+
+// In-process: seq 0 holds a real prefix grown (untimed) to each step's L; the real measurement
+// extends a copy of it (seq 1), the fake one a fake prefix (seq 2), the baseline a cold seq 2.
+class InProcess : public Backend {
+ public:
+  InProcess(const std::string& model_path, ContextParams cp, int64_t max_L, int64_t max_new) {
+    model_ = Model::load(model_path);
+    cp.n_seq_max = 3;
+    cp.kv_unified = true;
+    cp.n_ctx = static_cast<uint32_t>(2 * (max_L + max_new) + 256);
+    ctx_ = std::make_unique<Context>(*model_, cp);
+    n_vocab_ = static_cast<int32_t>(model_->n_vocab());
+    // Warm-up (page in weights, size the scratch) so the first step is not charged for it.
+    Batch b;
+    for (int i = 0; i < std::min<int64_t>(64, cp.n_ubatch); ++i) b.add(synthetic_token(99, i, n_vocab_), i, {2}, i == 63);
+    decode_or_throw(b, "warm-up");
+    ctx_->memory().seq_rm(2, -1, -1);
+  }
+  std::string describe() const override { return model_->config().arch_key + " in-process"; }
+
+  double fake(const Step& s, int64_t& keys) override {
+    auto& mem = ctx_->memory();
+    if (s.L > 0) ctx_->seq_fake_prefix(2, static_cast<memory::Pos>(s.L));
+    const double t = time_new_tokens(s, 2, keys);
+    if (ctx_->stats().n_tokens != s.n_new)
+      only_new_failed(s, "evaluated " + std::to_string(ctx_->stats().n_tokens) + " tokens, expected new=" +
+                             std::to_string(s.n_new));
+    if (mem.seq_pos_max(2) != s.L + s.n_new - 1)
+      only_new_failed(s, "memory pos_max " + std::to_string(mem.seq_pos_max(2)) + ", expected L+new-1");
+    mem.seq_rm(2, -1, -1);
+    return t;
+  }
+
+  double real(const Step& s, int64_t& keys) override {
+    grow_real_prefix(s.L);
+    auto& mem = ctx_->memory();
+    if (s.L > 0) mem.seq_cp(0, 1, -1, -1);
+    const double t = time_new_tokens(s, 1, keys);
+    if (mem.seq_pos_max(1) != s.L + s.n_new - 1) throw Error("real prefix measurement: unexpected positions");
+    mem.seq_rm(1, -1, -1);
+    return t;
+  }
+
+  double baseline(const Step& s) override {
+    Batch b;
+    for (int64_t i = 0; i < s.L + s.n_new; ++i)
+      b.add(synthetic_token(0, i, n_vocab_), static_cast<memory::Pos>(i), {2}, i + 1 == s.L + s.n_new);
+    ctx_->reset_stats();
+    const auto t0 = Clock::now();
+    decode_or_throw(b, "baseline");
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    ctx_->memory().seq_rm(2, -1, -1);
+    return t;
+  }
+
+ private:
+  void decode_or_throw(const Batch& b, const char* what) {
+    if (ctx_->decode(b) != 0) throw Error(std::string(what) + ": the context has no room");
+  }
+  void grow_real_prefix(int64_t L) {
+    auto& mem = ctx_->memory();
+    if (L < real_len_) {  // a trace that goes back in depth (a new conversation): start over
+      mem.seq_rm(0, -1, -1);
+      real_len_ = 0;
+    }
+    const int64_t ub = ctx_->params().n_ubatch;
+    Batch b;
+    for (int64_t start = real_len_; start < L; start += ub) {
+      b.clear();
+      const int64_t end = std::min(L, start + ub);
+      for (int64_t p = start; p < end; ++p)
+        b.add(synthetic_token(0, p, n_vocab_), static_cast<memory::Pos>(p), {0}, p + 1 == end);
+      decode_or_throw(b, "real prefix");
+    }
+    real_len_ = L;
+  }
+  // Times the N new tokens of the step on `seq` (one batch: the engine splits it in micro-batches).
+  double time_new_tokens(const Step& s, memory::SeqId seq, int64_t& keys) {
+    Batch b;
+    for (int64_t i = 0; i < s.n_new; ++i)
+      b.add(synthetic_token(s.step + 1, i, n_vocab_), static_cast<memory::Pos>(s.L + i), {seq}, i + 1 == s.n_new);
+    ctx_->reset_stats();
+    const auto t0 = Clock::now();
+    decode_or_throw(b, "new tokens");
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    keys = ctx_->stats().n_keys_attended;
+    return t;
+  }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Context> ctx_;
+  int32_t n_vocab_ = 0;
+  int64_t real_len_ = 0;
+};
+
+// Against `agentkv serve`: the fake step is one request {prompt: L + N tokens, n_fake_cached: L}
+// on slot `fake_slot`; the real prefix lives on slot `real_slot` (grown, untimed, by a request of
+// the L prefix tokens, then extended by the N new ones); the baseline is L + N with cache_prompt
+// off. Times are the server's timings.prompt_ms.
+class OverHttp : public Backend {
+ public:
+  OverHttp(const std::string& url, int real_slot, int fake_slot) : http_(url), real_slot_(real_slot), fake_slot_(fake_slot) {
+    nlohmann::json models;
+    if (http_.get("/v1/models", models) != 200 || !models.contains("data") || models["data"].empty())
+      throw Error("--server " + url + ": GET /v1/models did not describe a model");
+    n_vocab_ = models["data"][0]["meta"].value("n_vocab", 0);
+    if (n_vocab_ <= 0) throw Error("--server " + url + ": no n_vocab in /v1/models");
+    model_ = models["data"][0].value("id", std::string("?"));
+  }
+  std::string describe() const override { return model_ + " via " + http_.url(); }
+
+  double fake(const Step& s, int64_t& keys) override {
+    keys = -1;
+    // The prompt names all L + N positions; the server treats the first L as a fake prefix
+    // (metadata only, never read from or written to a real cache) and evaluates the last N.
+    auto prompt = tokens(0, 0, s.L);
+    const auto extra = tokens(s.step + 1, 0, s.n_new);
+    prompt.insert(prompt.end(), extra.begin(), extra.end());
+    nlohmann::json body = request(prompt, fake_slot_, false);
+    if (s.L > 0) {
+      body.erase("cache_prompt");  // n_fake_cached implies cache_prompt=false (and refuses true)
+      body["n_fake_cached"] = s.L;
+    }
+    const auto t = timings(http_.post_ok("/completion", body));
+    if (t.value("prompt_n", -1) != s.n_new || t.value("cache_n", -1) != s.L)
+      only_new_failed(s, "server reported prompt_n=" + t.value("prompt_n", nlohmann::json(-1)).dump() + " cache_n=" +
+                             t.value("cache_n", nlohmann::json(-1)).dump() + " (expected prompt_n == new, cache_n == L)");
+    return t.value("prompt_ms", 0.0) / 1000;
+  }
+
+  double real(const Step& s, int64_t& keys) override {
+    keys = -1;
+    auto prefix = tokens(0, 0, s.L);
+    if (s.L > 0) http_.post_ok("/completion", request(prefix, real_slot_, true));
+    auto prompt = prefix;
+    const auto extra = tokens(s.step + 1, 0, s.n_new);
+    prompt.insert(prompt.end(), extra.begin(), extra.end());
+    const auto t = timings(http_.post_ok("/completion", request(prompt, real_slot_, true)));
+    if (t.value("prompt_n", -1) != s.n_new || t.value("cache_n", -1) != s.L)
+      throw Error("step " + std::to_string(s.step) + ": the real-prefix request did not reuse the prefix (prompt_n=" +
+                  t["prompt_n"].dump() + ", cache_n=" + t["cache_n"].dump() + ")");
+    return t.value("prompt_ms", 0.0) / 1000;
+  }
+
+  double baseline(const Step& s) override {
+    auto prompt = tokens(0, 0, s.L);
+    const auto extra = tokens(s.step + 1, 0, s.n_new);
+    prompt.insert(prompt.end(), extra.begin(), extra.end());
+    const auto t = timings(http_.post_ok("/completion", request(prompt, fake_slot_, false)));
+    if (t.value("prompt_n", -1) != s.L + s.n_new) throw Error("baseline request reused a cache (cache_prompt=false)");
+    return t.value("prompt_ms", 0.0) / 1000;
+  }
+
+ private:
+  std::vector<int32_t> tokens(int64_t stream, int64_t from, int64_t n) const {
+    std::vector<int32_t> t;
+    for (int64_t i = from; i < from + n; ++i) t.push_back(synthetic_token(stream, i, n_vocab_));
+    return t;
+  }
+  static nlohmann::json request(const std::vector<int32_t>& prompt, int slot, bool cache) {
+    return {{"prompt", prompt}, {"n_predict", 1}, {"temperature", 0}, {"cache_prompt", cache}, {"id_slot", slot}};
+  }
+  static nlohmann::json timings(const nlohmann::json& answer) {
+    if (!answer.contains("timings")) throw Error("server answer has no timings");
+    return answer["timings"];
+  }
+
+  BenchHttpClient http_;
+  int real_slot_, fake_slot_;
+  int32_t n_vocab_ = 0;
+  std::string model_;
+};
+
+std::string fmt(double v, const char* f = "%.4f") {
+  if (!std::isfinite(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string csv_of(const std::vector<StepResult>& rs) {
+  std::ostringstream o;
+  o << "step,depth,L,new_tokens,measured_s,real_s,prefill_tps_L,estimate_s,ratio_measured_estimate,baseline_s,"
+       "speedup_baseline_measured,keys_attended_fake,keys_attended_real\n";
+  for (const auto& r : rs)
+    o << r.s.step << ',' << r.s.depth << ',' << r.s.L << ',' << r.s.n_new << ',' << fmt(r.measured_s, "%.6f") << ','
+      << fmt(r.real_s, "%.6f") << ',' << fmt(r.prefill_tps(), "%.2f") << ',' << fmt(r.estimate_s(), "%.6f") << ','
+      << fmt(r.ratio()) << ',' << fmt(r.baseline_s, "%.6f") << ',' << fmt(r.speedup()) << ','
+      << (r.keys_fake >= 0 ? std::to_string(r.keys_fake) : "") << ','
+      << (r.keys_real >= 0 ? std::to_string(r.keys_real) : "") << '\n';
+  return o.str();
+}
+
+nlohmann::json json_num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json json_of(const std::vector<StepResult>& rs, const nlohmann::json& meta) {
+  nlohmann::json j = meta;
+  auto arr = nlohmann::json::array();
+  for (const auto& r : rs) {
+    nlohmann::json x{{"step", r.s.step},
+                     {"depth", r.s.depth},
+                     {"L", r.s.L},
+                     {"new_tokens", r.s.n_new},
+                     {"measured_s", json_num(r.measured_s)},
+                     {"real_s", json_num(r.real_s)},
+                     {"prefill_tps_L", json_num(r.prefill_tps())},
+                     {"estimate_s", json_num(r.estimate_s())},
+                     {"ratio_measured_estimate", json_num(r.ratio())},
+                     {"baseline_s", json_num(r.baseline_s)},
+                     {"speedup_baseline_measured", json_num(r.speedup())}};
+    if (r.keys_fake >= 0) x["keys_attended_fake"] = r.keys_fake, x["keys_attended_real"] = r.keys_real;
+    arr.push_back(x);
+  }
+  j["steps"] = arr;
+  return j;
+}
+
+// Summary: steps grouped by depth range (powers of two of L), with totals.
+std::string summary_of(const std::vector<StepResult>& rs, bool baseline) {
+  struct Group {
+    int64_t steps = 0, tokens = 0;
+    double measured = 0, estimate = 0, base = 0;
+  };
+  std::map<int64_t, Group> groups;
+  Group total;
+  for (const auto& r : rs) {
+    int64_t hi = 1024;
+    while (hi < r.s.L) hi *= 2;
+    for (Group* g : {&groups[hi], &total}) {
+      g->steps++, g->tokens += r.s.n_new;
+      g->measured += r.measured_s, g->estimate += r.estimate_s(), g->base += baseline ? r.baseline_s : 0;
+    }
+  }
+  std::ostringstream o;
+  o << "| L range | steps | new tokens | measured s | estimate s | measured/estimate |"
+    << (baseline ? " baseline s | speed-up |" : "") << "\n| --- | ---: | ---: | ---: | ---: | ---: |"
+    << (baseline ? " ---: | ---: |" : "") << "\n";
+  auto row = [&](const std::string& name, const Group& g) {
+    o << "| " << name << " | " << g.steps << " | " << g.tokens << " | " << fmt(g.measured, "%.3f") << " | "
+      << fmt(g.estimate, "%.3f") << " | " << fmt(g.measured / g.estimate, "%.3f") << " |";
+    if (baseline) o << ' ' << fmt(g.base, "%.3f") << " | " << fmt(g.base / g.measured, "%.2f") << "x |";
+    o << '\n';
+  };
+  int64_t lo = 0;
+  for (const auto& [hi, g] : groups) {
+    row(std::to_string(lo) + ".." + std::to_string(hi), g);
+    lo = hi + 1;
+  }
+  row("**all**", total);
+  return o.str();
+}
+
+void write_plots(const std::vector<StepResult>& rs, bool baseline, const std::string& dir, const std::string& label) {
+  // One series per distinct N when there are few (a grid); a trace mixes N, so one series.
+  std::map<int64_t, std::vector<const StepResult*>> by_n;
+  for (const auto& r : rs) by_n[r.s.n_new].push_back(&r);
+  const bool per_n = by_n.size() <= 4;
+  if (!per_n) {
+    std::vector<const StepResult*> all;
+    for (const auto& r : rs) all.push_back(&r);
+    by_n = {{0, all}};
+  }
+  LinePlot times{"Only-new prefill per new token: measured vs estimate (" + label + ")", "depth L (tokens)",
+                 "ms per new token", {}, true, {}};
+  LinePlot ratio{"measured / estimate (" + label + ")", "depth L (tokens)", "ratio", {}, true, {1.0}};
+  LinePlot speed{"speed-up of only-new prefill over cold prefill of L+new (" + label + ")", "depth L (tokens)",
+                 "baseline / measured", {}, true, {1.0}};
+  for (auto& [n, list] : by_n) {
+    std::sort(list.begin(), list.end(), [](auto* a, auto* b) { return a->s.L < b->s.L; });
+    const std::string suffix = per_n ? " N=" + std::to_string(n) : "";
+    PlotSeries m{"measured" + suffix, {}, {}, false}, e{"estimate" + suffix, {}, {}, true}, q{"ratio" + suffix, {}, {}},
+        sp{"speed-up" + suffix, {}, {}};
+    for (const auto* r : list) {
+      const double x = std::max<double>(1, r->s.L);
+      m.xs.push_back(x), m.ys.push_back(1000 * r->measured_s / r->s.n_new);
+      e.xs.push_back(x), e.ys.push_back(1000 * r->estimate_s() / r->s.n_new);
+      q.xs.push_back(x), q.ys.push_back(r->ratio());
+      sp.xs.push_back(x), sp.ys.push_back(r->speedup());
+    }
+    times.series.push_back(m), times.series.push_back(e);
+    ratio.series.push_back(q), speed.series.push_back(sp);
+  }
+  write_svg(dir + "/measured-vs-estimate.svg", times);
+  write_svg(dir + "/ratio.svg", ratio);
+  if (baseline) write_svg(dir + "/speedup.svg", speed);
+}
+
+}  // namespace
+
+int bench_fakeprefix(Args& a) {
+  if (a.flag("--help", "-h")) {
+    std::puts(
+        "usage: agentkv bench fakeprefix (-m MODEL | --server URL) (-L 1024,4096 --new 256,1024 | --trace FILE)\n"
+        "         [--bucket 256] [-r 1] [--baseline] [--out DIR] [--max-steps K] [--max-depth D]\n"
+        "         [-t 2] [-ub 512] [-ctk f16] [-ctv f16]            (in-process)\n"
+        "         [--real-slot 0] [--fake-slot 1]                   (--server)\n"
+        "  Per step: the only-new prefill after a fake prefix of L (checked: only the new tokens are\n"
+        "  evaluated), prefill_tps(L) after a real prefix of L, estimate = new / prefill_tps(L),\n"
+        "  optional cold prefill of L + new (--baseline). L = depth rounded up to a multiple of --bucket.\n"
+        "  --out writes steps.csv, steps.json, summary.md and SVG plots. See docs/measurement.md.");
+    return 0;
+  }
+  const std::string model_path = a.str("-m", "--model", "");
+  const std::string server = a.str("--server", "", "");
+  const std::string trace_path = a.str("--trace", "", "");
+  const auto grid_L = a.nums("-L", "--depths", {});
+  const auto grid_new = a.nums("--new", "", {});
+  const int64_t bucket = a.num("--bucket", "", 256);
+  const int reps = static_cast<int>(a.num("-r", "--repetitions", 1));
+  const bool baseline = a.flag("--baseline");
+  const std::string out_dir = a.str("--out", "-o", "");
+  const int64_t max_steps = a.num("--max-steps", "", -1);
+  const int64_t max_depth = a.num("--max-depth", "", -1);
+  const int real_slot = static_cast<int>(a.num("--real-slot", "", 0));
+  const int fake_slot = static_cast<int>(a.num("--fake-slot", "", 1));
+  ContextParams cp;
+  cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
+  cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
+  const std::string ctk = a.str("-ctk", "--cache-type-k", "f16"), ctv = a.str("-ctv", "--cache-type-v", "f16");
+  a.finish();
+
+  if (model_path.empty() == server.empty()) throw std::invalid_argument("give exactly one of -m MODEL or --server URL");
+  if (trace_path.empty() == grid_L.empty()) throw std::invalid_argument("give either --trace FILE or -L ... --new ...");
+  if (!grid_L.empty() && grid_new.empty()) throw std::invalid_argument("-L needs --new N1,N2,...");
+  if (reps < 1) throw std::invalid_argument("-r must be at least 1");
+  if (bucket < 1) throw std::invalid_argument("--bucket must be at least 1");
+  for (const auto& [name, t] : {std::pair{"-ctk", &ctk}, std::pair{"-ctv", &ctv}}) {
+    auto type = ggml_type_from_name(*t);
+    if (!type) throw std::invalid_argument(std::string(name) + ": unknown KV type '" + *t + "'");
+    (name[3] == 'k' ? cp.type_k : cp.type_v) = *type;
+  }
+
+  std::vector<Step> steps;
+  if (!trace_path.empty()) {
+    for (const auto& t : read_agent_trace(trace_path)) steps.push_back({t.step, t.depth, bucket_depth(t.depth, bucket), t.new_tokens});
+  } else {
+    int64_t i = 0;
+    for (auto L : grid_L)
+      for (auto n : grid_new) {
+        if (L < 0 || n < 1) throw std::invalid_argument("-L values must be >= 0 and --new values >= 1");
+        steps.push_back({i++, L, bucket_depth(L, bucket), n});
+      }
+  }
+  if (max_depth >= 0) std::erase_if(steps, [&](const Step& s) { return s.L > max_depth; });
+  if (max_steps >= 0 && static_cast<int64_t>(steps.size()) > max_steps) steps.resize(static_cast<size_t>(max_steps));
+  if (steps.empty()) throw std::invalid_argument("no steps left to measure (check --max-depth / --max-steps)");
+  int64_t max_L = 0, max_new = 0;
+  for (const auto& s : steps) max_L = std::max(max_L, s.L), max_new = std::max(max_new, s.n_new);
+
+  std::unique_ptr<Backend> backend;
+  if (!server.empty()) backend = std::make_unique<OverHttp>(server, real_slot, fake_slot);
+  else backend = std::make_unique<InProcess>(model_path, cp, max_L, max_new);
+
+  std::vector<StepResult> results;
+  std::fprintf(stderr, "fakeprefix: %zu steps, %s, bucket %lld\n", steps.size(), backend->describe().c_str(),
+               static_cast<long long>(bucket));
+  for (const auto& s : steps) {
+    StepResult r{s};
+    std::vector<double> fake_t, real_t, base_t;
+    for (int k = 0; k < reps; ++k) {
+      real_t.push_back(backend->real(s, r.keys_real));
+      fake_t.push_back(backend->fake(s, r.keys_fake));
+      if (baseline) base_t.push_back(backend->baseline(s));
+    }
+    if (r.keys_fake >= 0 && r.keys_fake != r.keys_real)
+      only_new_failed(s, "attention read " + std::to_string(r.keys_fake) + " keys after the fake prefix but " +
+                             std::to_string(r.keys_real) + " after the real one");
+    r.measured_s = median(fake_t), r.real_s = median(real_t);
+    if (baseline) r.baseline_s = median(base_t);
+    results.push_back(r);
+    std::fprintf(stderr, "  step %lld L=%lld new=%lld measured %.4f s estimate %.4f s%s\n",
+                 static_cast<long long>(s.step), static_cast<long long>(s.L), static_cast<long long>(s.n_new),
+                 r.measured_s, r.estimate_s(), baseline ? (" baseline " + fmt(r.baseline_s) + " s").c_str() : "");
+  }
+
+  const std::string summary = summary_of(results, baseline);
+  std::cout << "\nfakeprefix: " << backend->describe() << ", " << results.size() << " steps, L = depth rounded up to a multiple of "
+            << bucket << "\n\n" << summary;
+  if (!out_dir.empty()) {
+    make_output_dir(out_dir);
+    nlohmann::json meta{{"backend", backend->describe()},
+                        {"source", trace_path.empty() ? std::string("grid") : trace_path},
+                        {"bucket", bucket},
+                        {"bucket_rule", "L = depth rounded up to a multiple of bucket"},
+                        {"repetitions", reps},
+                        {"baseline", baseline}};
+    if (server.empty()) meta["threads"] = cp.n_threads, meta["n_ubatch"] = cp.n_ubatch;
+    write_text_file(out_dir + "/steps.csv", csv_of(results));
+    write_text_file(out_dir + "/steps.json", json_of(results, meta).dump(1) + "\n");
+    write_text_file(out_dir + "/summary.md", "# fakeprefix: " + backend->describe() + "\n\nsource: " +
+                                                 meta["source"].get<std::string>() + ", bucket " + std::to_string(bucket) +
+                                                 ", repetitions " + std::to_string(reps) + "\n\n" + summary +
+                                                 "\n![measured vs estimate](measured-vs-estimate.svg)\n\n![ratio](ratio.svg)\n" +
+                                                 (baseline ? "\n![speed-up](speedup.svg)\n" : ""));
+    write_plots(results, baseline, out_dir, backend->describe());
+    std::cout << "\nwrote " << out_dir << "/{steps.csv,steps.json,summary.md,measured-vs-estimate.svg,ratio.svg"
+              << (baseline ? ",speedup.svg" : "") << "}\n";
+  }
+  return 0;
+}
+
+}  // namespace agentkv::tools

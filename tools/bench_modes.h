@@ -1,0 +1,12 @@
+// The measurement benches dispatched from `agentkv bench <mode>` (tools/cmd_bench.cpp).
+// docs/measurement.md describes what each one measures.
+#pragma once
+#include "tools/args.h"
+
+namespace agentkv::tools {
+
+int bench_fakeprefix(Args& args);  // agentkv bench fakeprefix
+int bench_turns(Args& args);       // agentkv bench turns
+int bench_handoff(Args& args);     // agentkv bench handoff
+
+}  // namespace agentkv::tools
