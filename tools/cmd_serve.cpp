@@ -1,6 +1,6 @@
 // agentkv serve -m MODEL [-c 4096] [-np 4] [-t N] [-ub 512] [-ctk f16] [-ctv f16] [--host 127.0.0.1]
 //               [--port 8080] [--api-key KEY] [--metrics] [-a ALIAS] [--max-body BYTES]
-//               [-sps 0.10] [--threads-http N]
+//               [-sps 0.10] [--threads-http N] [--slot-save-path DIR] [--cache-ram MiB]
 // An HTTP server compatible with llama-server and the OpenAI API (docs/server.md).
 #include <cstdio>
 #include <set>
@@ -9,6 +9,7 @@
 #include "core/ggml_type.h"
 #include "tools/args.h"
 #include "tools/commands.h"
+#include "tools/default_model.h"
 #ifdef AGENTKV_HAVE_HTTPLIB
 #include "server/http_server.h"
 #endif
@@ -17,8 +18,8 @@ namespace agentkv::tools {
 namespace {
 
 const char* const kUsage =
-    "usage: agentkv serve -m MODEL [options]\n"
-    "  -m, --model PATH                GGUF model\n"
+    "usage: agentkv serve [-m MODEL] [options]\n"
+    "  -m, --model PATH                GGUF model (default: the built-in models/default.gguf)\n"
     "  -c, --ctx-size N                context (KV cells) shared by all slots (default 4096; 0 = trained context)\n"
     "  -np, --parallel N               slots: requests served at once (default 4)\n"
     "  -t, --threads N                 compute threads (default: all cores)\n"
@@ -32,7 +33,9 @@ const char* const kUsage =
     "  -a, --alias NAME                model name in responses (default: the file name)\n"
     "  --max-body BYTES                largest request body (default 16777216)\n"
     "  -sps, --slot-prompt-similarity F  prefix share needed to prefer a slot's cache (default 0.10)\n"
-    "  --threads-http N                HTTP worker threads (default: max(16, 2*np+8))\n";
+    "  --threads-http N                HTTP worker threads (default: max(16, 2*np+8))\n"
+    "  --slot-save-path DIR            enables POST /slots/{id}?action=save|restore|erase|adopt (files in DIR)\n"
+    "  --ctx-checkpoint-mib N          RAM for hybrid-model context checkpoints, all slots (default 256)\n";
 
 GgmlType cache_type(const std::string& name, const char* option) {
   static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
@@ -66,9 +69,13 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const long long max_body = a.num("--max-body", "", 16ll << 20);
   cfg.slot_similarity = a.real("-sps", "--slot-prompt-similarity", 0.10);
   cfg.http_threads = static_cast<int>(a.num("--threads-http", "", 0));
+  cfg.slot_save_path = a.str("--slot-save-path", "", "");
+  const long long checkpoint_mib = a.num("--ctx-checkpoint-mib", "", 256);
   a.finish();
 
-  if (cfg.model_path.empty()) throw std::invalid_argument("-m MODEL is required");
+  if (checkpoint_mib < 0 || checkpoint_mib > (1ll << 20)) throw std::invalid_argument("--ctx-checkpoint-mib must be in [0, 1048576]");
+  cfg.checkpoint_bytes = static_cast<size_t>(checkpoint_mib) << 20;
+  cfg.model_path = resolve_model_path(cfg.model_path);
   if (n_ctx < 0 || n_ctx > (1ll << 24)) throw std::invalid_argument("-c must be in [0, 16777216]");
   if (n_slots < 1 || n_slots > 256) throw std::invalid_argument("-np must be in [1, 256]");
   if (n_ubatch < 1 || n_ubatch > 65536) throw std::invalid_argument("-ub must be in [1, 65536]");

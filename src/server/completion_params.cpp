@@ -94,6 +94,14 @@ CompletionParams parse_completion_params(const Json& body, int n_slots) {
   p.stop = read_string_list(body, "stop");
   std::erase_if(p.stop, [](const std::string& w) { return w.empty(); });
   p.cache_prompt = read_bool(body, "cache_prompt", true);
+  // Fake-prefix timing mode: the first n_fake_cached positions exist as metadata only, so the
+  // prompt cannot come from (or go to) a real cache; an explicit cache_prompt=true contradicts it.
+  p.n_fake_cached = static_cast<int32_t>(read_int(body, "n_fake_cached", 0, 0));
+  if (p.n_fake_cached > 0) {
+    if (has_field(body, "cache_prompt") && p.cache_prompt)
+      throw invalid_request("n_fake_cached implies cache_prompt=false: do not combine it with cache_prompt=true");
+    p.cache_prompt = false;
+  }
   p.id_slot = static_cast<int32_t>(read_int(body, "id_slot", -1));
   if (p.id_slot < -1 || p.id_slot >= n_slots)
     throw invalid_request("id_slot " + std::to_string(p.id_slot) + " does not exist: the server has " +

@@ -37,6 +37,7 @@ struct CompletionParams {
   int32_t n_predict = -1;            // -1: until end of generation or the context is full
   std::vector<std::string> stop;
   bool cache_prompt = true;          // reuse the slot's cached prefix
+  int32_t n_fake_cached = 0;         // > 0: the first n positions are a metadata-only fake prefix
   int32_t id_slot = -1;              // -1: the server chooses
   std::string session_id;            // binds a conversation to a slot (agentkv extension)
   bool stream = false;

@@ -25,7 +25,9 @@
 
 #include "core/error.h"
 #include "engine/context.h"
+#include "engine/session_state.h"
 #include "model/model.h"
+#include "server/base64.h"
 #include "server/chat_formatter.h"
 #include "server/completion_params.h"
 #include "server/connection_probe.h"
@@ -154,6 +156,9 @@ class HttpServer {
   void slots(const Request& req, Response& res);
   void metrics(Response& res);
   void models(Response& res);
+  void slot_action(const Request& req, Response& res);
+  void prefill(const Request& req, Response& res);
+  std::string state_file_path(const std::string& filename) const;
 
   const ServerConfig cfg_;
   std::string model_name_;
@@ -217,6 +222,7 @@ bool HttpServer::load() {
     sc.n_ctx = cp.n_ctx;
     sc.n_batch = cp.n_ubatch;
     sc.slot_similarity = cfg_.slot_similarity;
+    sc.checkpoint_bytes = cfg_.checkpoint_bytes;
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     e->scheduler->start();
 
@@ -341,6 +347,10 @@ void HttpServer::routes() {
   auto apply = guarded([this](const Request& req, Response& res) { apply_template(req, res); });
   svr_.Post("/apply-template", apply);
   svr_.Post("/apply_template", apply);
+  svr_.Post(R"(/slots/([^/]*))", guarded([this](const Request& req, Response& res) { slot_action(req, res); }));
+  auto prefill_route = guarded([this](const Request& req, Response& res) { prefill(req, res); });
+  svr_.Post("/v1/prefill", prefill_route);
+  svr_.Post("/prefill", prefill_route);
 }
 
 void HttpServer::completion(const Request& req, Response& res, ResponseKind kind) {
@@ -366,6 +376,9 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
                     "request (" + std::to_string(task->prompt.size()) + " tokens) exceeds the available context size (" +
                         std::to_string(n_ctx) + " tokens), try increasing it",
                     Json{{"n_prompt_tokens", task->prompt.size()}, {"n_ctx", n_ctx}});
+  if (task->params.n_fake_cached > 0 && static_cast<size_t>(task->params.n_fake_cached) >= task->prompt.size())
+    throw invalid_request("n_fake_cached (" + std::to_string(task->params.n_fake_cached) +
+                          ") must be below the prompt length (" + std::to_string(task->prompt.size()) + " tokens)");
 
   ResponseInfo info;
   info.kind = kind;
@@ -535,6 +548,143 @@ void HttpServer::metrics(Response& res) {
   if (!cfg_.metrics)
     throw HttpError(ErrorType::NotSupported, "This server does not support metrics endpoint. Start it with `--metrics`");
   res.set_content(prometheus_text(engine_->scheduler->metrics()), "text/plain; version=0.0.4");
+}
+
+namespace {
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// A state file name: one path component, nothing that could leave the save folder.
+void check_state_filename(const std::string& name) {
+  const bool bad = name.empty() || name == "." || name == ".." || name.size() > 255 ||
+                   name.find_first_of(std::string("/\\\0", 3)) != std::string::npos;
+  if (bad) throw invalid_request("invalid filename '" + name + "': a plain file name without path components is required");
+}
+
+int parse_slot_id(const std::string& text) {
+  if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw invalid_request("invalid slot id '" + text + "'");
+  return std::stoi(text);
+}
+
+}  // namespace
+
+std::string HttpServer::state_file_path(const std::string& filename) const {
+  if (cfg_.slot_save_path.empty())
+    throw HttpError(ErrorType::NotSupported, "This server does not support slots action. Start it with `--slot-save-path`");
+  check_state_filename(filename);
+  return (std::filesystem::path(cfg_.slot_save_path) / filename).string();
+}
+
+void HttpServer::slot_action(const Request& req, Response& res) {
+  Scheduler& sched = *engine_->scheduler;
+  const int id = parse_slot_id(req.matches[1]);
+  const std::string action = req.has_param("action") ? req.get_param_value("action") : "";
+  const Json body = req.body.empty() ? Json::object() : parse_body_object(req.body);
+  const auto t0 = Clock::now();
+  if (action == "erase") {
+    const size_t n = sched.erase_slot(id);
+    send_json(res, Json{{"id_slot", id}, {"n_erased", n}});
+  } else if (action == "save") {
+    const std::string filename = read_string(body, "filename", "");
+    const std::string path = state_file_path(filename);
+    const SlotStateBlob saved = sched.save_slot(id);
+    write_state_file(path, saved.blob);
+    send_json(res, Json{{"id_slot", id},
+                        {"filename", filename},
+                        {"n_saved", saved.n_tokens},
+                        {"n_written", saved.blob.size()},
+                        {"timings", Json{{"save_ms", ms_since(t0)}}}});
+  } else if (action == "restore" || action == "adopt") {
+    // adopt also takes a state made elsewhere inline: {"state": base64}.
+    std::vector<uint8_t> blob;
+    std::string filename;
+    std::string what;
+    if (action == "adopt" && has_field(body, "state")) {
+      if (!body["state"].is_string()) throw invalid_request("field 'state' must be a base64 string");
+      blob = base64_decode(body["state"].get_ref<const std::string&>(), "field 'state'");
+      what = "state in the request";
+    } else {
+      filename = read_string(body, "filename", "");
+      const std::string path = state_file_path(filename);
+      if (!std::filesystem::is_regular_file(path))
+        throw invalid_request("state file '" + filename + "' not found in the slot save path");
+      blob = read_state_file(path);
+      what = "state file " + filename;
+    }
+    const size_t n = sched.restore_slot(id, blob, what);
+    Json out{{"id_slot", id}};
+    if (!filename.empty()) out["filename"] = filename;
+    out["n_restored"] = n;
+    out["n_read"] = blob.size();
+    out["timings"] = Json{{"restore_ms", ms_since(t0)}};
+    send_json(res, out);
+  } else {
+    throw invalid_request("Invalid action '" + action + "': use save, restore, adopt or erase");
+  }
+}
+
+void HttpServer::prefill(const Request& req, Response& res) {
+  Engine& e = *engine_;
+  const Tokenizer& tok = e.model->tokenizer();
+  const Json body = parse_body_object(req.body);
+  std::vector<PromptPart> parts;
+  if (has_field(body, "messages")) {
+    parts.push_back({e.chat->apply(body), -1});
+  } else {
+    if (!has_field(body, "prompt")) throw invalid_request("'prompt' or 'messages' is required");
+    parts = parse_prompt(body.at("prompt"));
+  }
+  const std::string filename = read_string(body, "filename", "");
+  const std::string path = filename.empty() ? "" : state_file_path(filename);
+  auto task = std::make_shared<Task>();
+  task->id = next_task_id_++;
+  task->params = parse_completion_params(body, cfg_.n_slots);
+  if (task->params.n_fake_cached > 0) throw invalid_request("n_fake_cached cannot be prefilled: its prefix is not real");
+  task->params.n_predict = 0;
+  task->params.stream = false;
+  task->return_state = true;
+  task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
+  if (task->prompt.empty()) throw invalid_request("the prompt is empty");
+  const uint32_t n_ctx = e.scheduler->config().n_ctx;
+  if (task->prompt.size() >= n_ctx)
+    throw HttpError(ErrorType::ExceedContextSize,
+                    "request (" + std::to_string(task->prompt.size()) + " tokens) exceeds the available context size (" +
+                        std::to_string(n_ctx) + " tokens), try increasing it",
+                    Json{{"n_prompt_tokens", task->prompt.size()}, {"n_ctx", n_ctx}});
+  ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
+  std::shared_ptr<TaskChannel> channel = task->channel;
+  e.scheduler->submit(std::move(task));
+  while (true) {
+    for (TaskEvent& ev : channel->wait(kPollInterval)) {
+      if (ev.kind == TaskEvent::Kind::Error) {
+        send_error(res, *ev.error);
+        return;
+      }
+      if (ev.kind != TaskEvent::Kind::Final) continue;
+      const FinalResult& r = ev.final;
+      note_timings(r.timings);
+      Json out{{"id_slot", r.id_slot},
+               {"n_prompt_tokens", r.n_prompt},
+               {"n_tokens", r.n_cached},
+               {"n_bytes", r.state.size()},
+               {"timings", r.timings.to_json()}};
+      if (path.empty()) {
+        out["state"] = base64_encode(r.state);
+      } else {
+        write_state_file(path, r.state);
+        out["filename"] = filename;
+      }
+      send_json(res, out);
+      return;
+    }
+    if (!probe.alive()) {
+      channel->cancel();
+      e.scheduler->wake();
+      res.status = 499;
+      return;
+    }
+  }
 }
 
 void HttpServer::models(Response& res) {

@@ -26,6 +26,8 @@ struct ServerConfig {
   size_t max_body_bytes = 16u << 20;
   double slot_similarity = 0.10;     // llama-server's --slot-prompt-similarity
   int http_threads = 0;              // 0: enough for every slot plus waiting and polling clients
+  std::string slot_save_path;        // folder of slot state files; "" disables save/restore by file
+  size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints
 };
 
 // Listens, loads the model (answering 503 meanwhile), serves until SIGINT or SIGTERM.

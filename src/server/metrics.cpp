@@ -28,6 +28,23 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "counter", "n_tokens_max", "Largest observed n_tokens.", static_cast<double>(m.n_tokens_max));
   add_metric(out, "counter", "prompt_tokens_cached_total", "Number of prompt tokens reused from slot caches.",
              static_cast<double>(m.prompt_tokens_cached_total));
+  add_metric(out, "counter", "checkpoints_taken_total", "Context checkpoints taken (hybrid models).",
+             static_cast<double>(m.checkpoints_taken_total));
+  add_metric(out, "counter", "checkpoints_restored_total", "Rollbacks to a context checkpoint.",
+             static_cast<double>(m.checkpoints_restored_total));
+  add_metric(out, "counter", "saved_logits_used_total", "Prompts answered from saved logits (no token evaluated).",
+             static_cast<double>(m.saved_logits_used_total));
+  add_metric(out, "counter", "slot_states_saved_total", "Slot states saved (slot save, prefill).",
+             static_cast<double>(m.slot_states_saved_total));
+  add_metric(out, "counter", "slot_states_restored_total", "Slot states restored (slot restore, adopt).",
+             static_cast<double>(m.slot_states_restored_total));
+  const double prompt_all = static_cast<double>(m.prompt_tokens_total + m.prompt_tokens_cached_total);
+  add_metric(out, "gauge", "prompt_cache_hit_rate", "Prompt tokens reused / prompt tokens, since start.",
+             prompt_all > 0 ? static_cast<double>(m.prompt_tokens_cached_total) / prompt_all : 0.0);
+  add_metric(out, "gauge", "checkpoint_bytes", "Bytes held by context checkpoints.",
+             static_cast<double>(m.checkpoint_bytes));
+  add_metric(out, "gauge", "checkpoints", "Context checkpoints held.", static_cast<double>(m.checkpoint_count));
+  add_metric(out, "gauge", "cached_tokens", "Tokens held by all slots' caches.", static_cast<double>(m.cached_tokens));
   add_metric(out, "gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
              m.n_decode_total ? static_cast<double>(m.n_busy_slots_total) / static_cast<double>(m.n_decode_total) : 0.0);
   add_metric(out, "gauge", "prompt_tokens_seconds", "Average prompt throughput in tokens/s.",

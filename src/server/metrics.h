@@ -15,6 +15,14 @@ struct MetricsSnapshot {
   uint64_t n_busy_slots_total = 0;      // sum over decode calls of the slots in the batch
   uint64_t n_tokens_max = 0;            // largest sequence seen (prompt + generated)
   uint64_t prompt_tokens_cached_total = 0;  // agentkv addition: prompt tokens reused from caches
+  uint64_t checkpoints_taken_total = 0;     // hybrid models: context checkpoints taken
+  uint64_t checkpoints_restored_total = 0;  // ... and rolled back to (store or restored state)
+  uint64_t saved_logits_used_total = 0;     // prompts answered from saved logits (nothing evaluated)
+  uint64_t slot_states_saved_total = 0;     // slot save, prefill
+  uint64_t slot_states_restored_total = 0;  // slot restore, adopt
+  uint64_t checkpoint_bytes = 0;            // gauge: bytes the checkpoint store holds
+  uint64_t checkpoint_count = 0;            // gauge: checkpoints held
+  uint64_t cached_tokens = 0;               // gauge: tokens all slots' caches hold
   int requests_processing = 0;
   int requests_deferred = 0;
 };

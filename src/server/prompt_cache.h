@@ -2,14 +2,23 @@
 // at position i), and the rule that decides how much of it a new prompt can reuse.
 //
 // Invariant: tokens() is exactly what the slot's sequence has absorbed — a token is appended only
-// after the batch that evaluated it was decoded. Hybrid models (recurrent state) cannot drop a
-// suffix, so today a diverging prompt on them is evaluated from scratch; context checkpoints and
-// saved sequence states (restore instead of re-evaluating) belong in this class.
+// after the batch that evaluated it was decoded.
+//
+// Beyond tokens, the cache keeps what lets a new prompt skip work:
+// - the logits computed after a known token count (the end of the last prompt, the end of the last
+//   generation, or those carried by a restored state): a prompt equal to those tokens is not
+//   evaluated at all, its first token is sampled from them;
+// - for hybrid models (recurrent state, which cannot drop a suffix), context checkpoints: the
+//   shared CheckpointStore (taken by the scheduler) and the checkpoints a restored state carried.
+//   A prompt diverging inside the cache rolls back to the newest checkpoint before the divergence
+//   instead of starting over.
 #pragma once
 #include <cstddef>
 #include <span>
 #include <vector>
 
+#include "engine/session_state.h"
+#include "memory/checkpoints.h"
 #include "memory/sequence_memory.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,7 +36,9 @@ struct ReuseResult {
   size_t n_cached = 0;    // tokens the cache held before
   size_t n_common = 0;    // common prefix of cache and prompt
   size_t n_kept = 0;      // tokens kept in memory (= timings.cache_n); the rest is evaluated
-  bool state_refused = false;  // the memory could not drop the suffix (recurrent state): nothing kept
+  bool state_refused = false;       // the memory could not drop the suffix and no checkpoint applied
+  bool checkpoint_restored = false; // rolled back to a checkpoint (n_kept = its token count)
+  bool use_saved_logits = false;    // n_kept == prompt size: sample from saved_logits(), evaluate nothing
 };
 
 class PromptCache {
@@ -36,15 +47,39 @@ class PromptCache {
   size_t size() const { return tokens_.size(); }
   void append(Token t) { tokens_.push_back(t); }
   // The sequence was removed from memory.
-  void clear() { tokens_.clear(); }
+  void clear();
 
   // Makes sequence `seq` hold the longest reusable prefix of `prompt` (nothing when
-  // !cache_prompt) and forgets the rest, in memory and here.
+  // !cache_prompt) and forgets the rest, in memory and here. `checkpoints` (may be null) are
+  // tried when the memory refuses to drop a suffix.
   ReuseResult reuse_for(std::span<const Token> prompt, bool cache_prompt, memory::SequenceMemory& mem,
-                        memory::SeqId seq);
+                        memory::SeqId seq, memory::CheckpointStore* checkpoints = nullptr);
+
+  // Logits computed after the first size() tokens (size() <= this->size()). At most two sets
+  // are kept (the end of a prompt and the end of a generation); a set whose tokens were
+  // forgotten goes.
+  void keep_logits(std::span<const float> logits);
+  // The logits after exactly n tokens, or an empty span.
+  std::span<const float> saved_logits(size_t n) const;
+
+  // The sequence now holds `tokens` (a restored state, or a fake prefix), with optional logits
+  // after the last one and checkpoints of the recurrent state.
+  void assume(std::vector<Token> tokens, std::vector<float> logits = {},
+              std::vector<LoadedCheckpoint> checkpoints = {});
+  // Checkpoints a restored state carried (for saving them again).
+  const std::vector<LoadedCheckpoint>& imported_checkpoints() const { return imported_; }
 
  private:
+  struct Logits {
+    size_t n_tokens = 0;
+    std::vector<float> values;
+  };
+  void forget_beyond(size_t n);  // drops logits and imported checkpoints that need > n tokens
+  bool restore_imported_before(size_t n, memory::SequenceMemory& mem, memory::SeqId seq, size_t& n_restored);
+
   std::vector<Token> tokens_;
+  std::vector<Logits> logits_;
+  std::vector<LoadedCheckpoint> imported_;  // by ascending position
 };
 
 }  // namespace agentkv::server

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/session_state.h"
 #include "server/server_log.h"
 
 namespace agentkv::server {
@@ -29,7 +30,8 @@ std::string printable(const std::string& s) {
 
 }  // namespace
 
-Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg) : ctx_(ctx), tok_(tok), cfg_(cfg) {
+Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
+    : ctx_(ctx), tok_(tok), cfg_(cfg), checkpoints_(cfg.checkpoint_bytes) {
   if (cfg_.n_slots < 1 || cfg_.n_slots > static_cast<int>(ctx.params().n_seq_max))
     throw Error("scheduler: " + std::to_string(cfg_.n_slots) + " slots need a context with as many sequences (n_seq_max " +
                 std::to_string(ctx.params().n_seq_max) + ")");
@@ -55,6 +57,131 @@ void Scheduler::stop() {
   queue_.clear();
   for (auto& slot : slots_)
     if (!slot.idle()) fail(slot, gone);
+  for (auto& job : jobs_) job->done.set_exception(std::make_exception_ptr(gone));
+  jobs_.clear();
+}
+
+void Scheduler::run_job(std::function<void()> fn) {
+  auto job = std::make_shared<Job>();
+  job->fn = std::move(fn);
+  std::future<void> done = job->done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) throw HttpError(ErrorType::Unavailable, "the server is shutting down");
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  done.get();
+}
+
+void Scheduler::run_jobs() {
+  while (!jobs_.empty()) {
+    std::shared_ptr<Job> job = std::move(jobs_.front());
+    jobs_.pop_front();
+    try {
+      job->fn();
+      job->done.set_value();
+    } catch (...) {
+      job->done.set_exception(std::current_exception());
+    }
+  }
+}
+
+Slot& Scheduler::idle_slot(int id) {
+  if (id < 0 || id >= static_cast<int>(slots_.size()))
+    throw HttpError(ErrorType::InvalidRequest, "slot " + std::to_string(id) + " does not exist: the server has " +
+                                                   std::to_string(slots_.size()) + " slots");
+  Slot& slot = slots_[static_cast<size_t>(id)];
+  if (!slot.idle()) throw HttpError(ErrorType::Unavailable, "slot " + std::to_string(id) + " is busy");
+  return slot;
+}
+
+std::vector<uint8_t> Scheduler::save_state(const Slot& slot) const {
+  if (slot.fake_prefix) throw HttpError(ErrorType::InvalidRequest, "a slot holding a fake prefix cannot be saved");
+  SaveOptions o;
+  o.with_tokens = true;
+  o.tokens = slot.cache.tokens();
+  o.logits = slot.cache.saved_logits(slot.cache.size());
+  for (const LoadedCheckpoint& c : slot.cache.imported_checkpoints()) o.checkpoints.push_back({c.pos, c.snapshot.image()});
+  for (const memory::Checkpoint& c : checkpoints_.checkpoints())
+    if (c.info.seq == slot.id && c.info.n_tokens == c.info.pos + 1 &&
+        c.info.n_tokens <= static_cast<int64_t>(slot.cache.size()))
+      o.checkpoints.push_back({c.info.pos, c.state.image()});
+  std::sort(o.checkpoints.begin(), o.checkpoints.end(),
+            [](const memory::CheckpointImage& a, const memory::CheckpointImage& b) { return a.pos < b.pos; });
+  // A checkpoint present twice (taken again after a restore) is carried once.
+  o.checkpoints.erase(std::unique(o.checkpoints.begin(), o.checkpoints.end(),
+                                  [](const memory::CheckpointImage& a, const memory::CheckpointImage& b) {
+                                    return a.pos == b.pos;
+                                  }),
+                      o.checkpoints.end());
+  return save_seq(ctx_, slot.id, o);
+}
+
+SlotStateBlob Scheduler::save_slot(int id) {
+  SlotStateBlob out;
+  run_job([&] {
+    const Slot& slot = idle_slot(id);
+    out.blob = save_state(slot);
+    out.n_tokens = slot.cache.size();
+    ++metrics_.slot_states_saved_total;
+    log_line("slot %d: state saved (%zu tokens, %zu bytes)", id, out.n_tokens, out.blob.size());
+  });
+  return out;
+}
+
+size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std::string& what) {
+  size_t n_tokens = 0;
+  run_job([&] {
+    Slot& slot = idle_slot(id);
+    // Refuse what cannot become a prompt cache before memory changes.
+    if (!memory::decode_state(blob, what).has_tokens)
+      throw HttpError(ErrorType::InvalidRequest, what + ": carries no tokens, so it cannot become a slot's cache");
+    LoadedState st;
+    try {
+      st = load_seq(ctx_, blob, slot.id, what);
+    } catch (const Error& e) {
+      throw HttpError(ErrorType::InvalidRequest, e.what());
+    }
+    checkpoints_.drop(slot.id);
+    const memory::Pos last = ctx_.memory().seq_pos_max(slot.id);
+    if (static_cast<size_t>(last + 1) != st.tokens.size()) {
+      wipe(slot);
+      throw HttpError(ErrorType::InvalidRequest, what + ": holds " + std::to_string(last + 1) + " positions but " +
+                                                     std::to_string(st.tokens.size()) + " tokens");
+    }
+    n_tokens = st.tokens.size();
+    slot.cache.assume(std::move(st.tokens), std::move(st.logits), std::move(st.checkpoints));
+    slot.last_used = ++use_counter_;
+    ++metrics_.slot_states_restored_total;
+    log_line("slot %d: state restored from %s (%zu tokens%s, %zu checkpoints)", id, what.c_str(), n_tokens,
+             slot.cache.saved_logits(n_tokens).empty() ? "" : ", with logits",
+             slot.cache.imported_checkpoints().size());
+  });
+  return n_tokens;
+}
+
+size_t Scheduler::erase_slot(int id) {
+  size_t n_tokens = 0;
+  run_job([&] {
+    Slot& slot = idle_slot(id);
+    n_tokens = slot.cache.size();
+    wipe(slot);
+    log_line("slot %d: cache erased (%zu tokens)", id, n_tokens);
+  });
+  return n_tokens;
+}
+
+void Scheduler::wipe(Slot& slot) {
+  ctx_.memory().seq_rm(slot.id, -1, -1);
+  slot.cache.clear();
+  checkpoints_.drop(slot.id);
+  slot.fake_prefix = false;
+}
+
+void Scheduler::take_checkpoint(Slot& slot) {
+  if (!hybrid() || slot.fake_prefix || slot.cache.size() == 0) return;
+  if (checkpoints_.take(ctx_.memory(), slot.id, slot.cache.tokens())) ++metrics_.checkpoints_taken_total;
 }
 
 void Scheduler::submit(std::shared_ptr<Task> task) {
@@ -85,6 +212,9 @@ MetricsSnapshot Scheduler::metrics() const {
   MetricsSnapshot m = metrics_;
   m.requests_processing = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.idle(); }));
   m.requests_deferred = static_cast<int>(queue_.size());
+  m.checkpoint_bytes = checkpoints_.bytes();
+  m.checkpoint_count = checkpoints_.size();
+  for (const Slot& s : slots_) m.cached_tokens += s.cache.size();
   return m;
 }
 
@@ -120,9 +250,10 @@ Json Scheduler::slots_json(const CompletionParams& defaults) const {
 void Scheduler::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || any_active(); });
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || any_active() || !jobs_.empty(); });
     if (stopping_) return;
     drop_cancelled();
+    run_jobs();
     assign_queued();
     Batch batch;
     if (!build_batch(batch)) {
@@ -202,7 +333,32 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
 
   const size_t common = common_prefix(slot.cache.tokens(), prompt);
   const Token cached_at_divergence = common < slot.cache.size() ? slot.cache.tokens()[common] : -1;
-  const ReuseResult r = slot.cache.reuse_for(prompt, p.cache_prompt, ctx_.memory(), slot.id);
+  ReuseResult r;
+  if (p.n_fake_cached > 0) {
+    const size_t n_fake = static_cast<size_t>(p.n_fake_cached);
+    if (n_fake >= prompt.size()) {  // the HTTP layer refuses this first
+      task->channel->push({TaskEvent::Kind::Error, {}, {}, invalid_request("n_fake_cached must be below the prompt length")});
+      return;
+    }
+    r.n_cached = slot.cache.size();
+    wipe(slot);
+    while (true) {
+      try {
+        ctx_.seq_fake_prefix(slot.id, static_cast<memory::Pos>(n_fake));
+        break;
+      } catch (const Error& e) {
+        if (free_idle_memory()) continue;
+        task->channel->push({TaskEvent::Kind::Error, {}, {}, invalid_request(std::string("n_fake_cached: ") + e.what())});
+        return;
+      }
+    }
+    slot.cache.assume(std::vector<Token>(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n_fake)));
+    slot.fake_prefix = true;
+    r.n_kept = n_fake;
+    log_line("slot %d: fake prefix of %zu positions (metadata only)", slot.id, n_fake);
+  } else {
+    r = slot.cache.reuse_for(prompt, p.cache_prompt, ctx_.memory(), slot.id, &checkpoints_);
+  }
   log_line("slot %d: task %llu (by %s, similarity %.2f): prompt %zu tokens, cache %zu, common prefix %zu, reused %zu, "
            "to evaluate %zu%s",
            slot.id, static_cast<unsigned long long>(task->id), slot_reason_name(choice.reason), choice.similarity,
@@ -216,6 +372,10 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   }
   if (r.state_refused)
     log_line("slot %d: the recurrent state cannot drop a suffix: the prompt is evaluated from the start", slot.id);
+  if (r.checkpoint_restored) {
+    ++metrics_.checkpoints_restored_total;
+    log_line("slot %d: rolled back to the checkpoint after token %zu", slot.id, r.n_kept);
+  }
 
   slot.task = std::move(task);
   slot.state = SlotState::Prompt;
@@ -231,7 +391,13 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   slot.generated_tokens.clear();
   slot.has_new_line = false;
   slot.t_start = Slot::Clock::now();
-  metrics_.prompt_tokens_cached_total += r.n_kept;
+  if (!slot.fake_prefix) metrics_.prompt_tokens_cached_total += r.n_kept;
+  if (r.use_saved_logits) {
+    // The whole prompt and the logits after it are cached: sample now, evaluate nothing.
+    ++metrics_.saved_logits_used_total;
+    log_line("slot %d: the prompt is entirely cached with its logits: nothing to evaluate", slot.id);
+    on_logits(slot, slot.cache.saved_logits(prompt.size()).data(), /*from_cache=*/true);
+  }
 }
 
 bool Scheduler::build_batch(Batch& batch) {
@@ -274,8 +440,7 @@ bool Scheduler::free_idle_memory() {
     if (s.idle() && s.cache.size() > 0 && (!lru || s.last_used < lru->last_used)) lru = &s;
   if (!lru) return false;
   log_line("slot %d: memory is full; dropping this idle slot's cache (%zu tokens)", lru->id, lru->cache.size());
-  ctx_.memory().seq_rm(lru->id, -1, -1);
-  lru->cache.clear();
+  wipe(*lru);
   return true;
 }
 
@@ -295,8 +460,7 @@ void Scheduler::on_memory_full() {
     log_line("slot %d: memory is full (n_ctx %u shared by all slots): generation ends here", largest->id, cfg_.n_ctx);
     finish(*largest, StopType::Limit, /*truncated=*/true);
   } else if (reading) {  // cannot happen: a prompt shorter than n_ctx fits once the others are gone
-    ctx_.memory().seq_rm(reading->id, -1, -1);
-    reading->cache.clear();
+    wipe(*reading);
     fail(*reading, HttpError(ErrorType::Server, "no room in memory for the prompt"));
   }
 }
@@ -304,8 +468,7 @@ void Scheduler::on_memory_full() {
 void Scheduler::requeue(Slot& slot) {
   log_line("slot %d: memory is full: task %llu goes back to the queue until the other slots are done", slot.id,
            static_cast<unsigned long long>(slot.task->id));
-  ctx_.memory().seq_rm(slot.id, -1, -1);
-  slot.cache.clear();
+  wipe(slot);
   std::shared_ptr<Task> task = slot.task;
   task->deferred_for_memory = true;
   release(slot);
@@ -317,8 +480,7 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
     log_line("decode of %zu tokens failed: %s", batch.size(), error.c_str());
     for (Slot& s : slots_) {
       if (!s.in_batch) continue;
-      ctx_.memory().seq_rm(s.id, -1, -1);
-      s.cache.clear();
+      wipe(s);
       fail(s, HttpError(ErrorType::Server, "decode failed: " + error));
     }
     return;
@@ -339,6 +501,7 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
       const std::vector<Token>& prompt = s.task->prompt;
       for (size_t i = 0; i < s.batch_prompt_tokens; ++i) s.cache.append(prompt[s.n_prompt_done + i]);
       s.n_prompt_done += s.batch_prompt_tokens;
+      if (s.n_prompt_done == prompt.size()) take_checkpoint(s);  // the end of this turn's prompt
     }
     metrics_.n_tokens_max = std::max<uint64_t>(metrics_.n_tokens_max, s.cache.size());
     if (s.batch_output < 0) continue;
@@ -364,11 +527,13 @@ Timings Scheduler::timings_of(const Slot& slot, Slot::Clock::time_point now) con
   return t;
 }
 
-void Scheduler::on_logits(Slot& slot, const float* logits) {
+void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
   const CompletionParams& p = slot.task->params;
   const auto now = Slot::Clock::now();
+  const size_t n_vocab = static_cast<size_t>(ctx_.model().n_vocab());
   if (slot.state == SlotState::Prompt) {
     slot.state = SlotState::Generating;
+    if (!from_cache && !slot.fake_prefix) slot.cache.keep_logits({logits, n_vocab});
     slot.t_first_token = now;
     metrics_.prompt_tokens_total += slot.n_prompt_done - slot.n_cache_reused;
     metrics_.prompt_ms_total += ms_between(slot.t_start, now);
@@ -401,6 +566,8 @@ void Scheduler::on_logits(Slot& slot, const float* logits) {
     truncated = true;
   }
   if (stop != StopType::None && stop != StopType::Word) text += slot.stop_checker->flush();
+  // The logits after the last cached token: a later prompt equal to the cache needs no evaluation.
+  if (stop != StopType::None && slot.n_decoded > 1 && !slot.fake_prefix) slot.cache.keep_logits({logits, n_vocab});
   slot.generated_text += text;
 
   if (p.stream && !text.empty()) {
@@ -430,6 +597,16 @@ void Scheduler::finish(Slot& slot, StopType stop, bool truncated) {
   r.n_decoded = slot.n_decoded;
   r.n_cached = static_cast<int32_t>(slot.cache.size());
   r.timings = timings_of(slot, now);
+  if (slot.n_decoded > 0) take_checkpoint(slot);  // the end of this turn's generation
+  if (slot.task->return_state) {
+    try {
+      r.state = save_state(slot);
+      ++metrics_.slot_states_saved_total;
+    } catch (const std::exception& e) {
+      fail(slot, HttpError(ErrorType::Server, std::string("saving the state failed: ") + e.what()));
+      return;
+    }
+  }
   metrics_.tokens_predicted_total += static_cast<uint64_t>(slot.n_decoded);
   metrics_.predicted_ms_total += r.timings.predicted_ms;
   log_line("slot %d: task %llu done (stop %s): prompt %d tokens (%lld cached, %lld evaluated in %.1f ms), "
@@ -448,6 +625,8 @@ void Scheduler::fail(Slot& slot, const HttpError& error) {
 }
 
 void Scheduler::release(Slot& slot) {
+  // A fake prefix is no cache: its cells hold zeros, not the prompt's keys.
+  if (slot.fake_prefix) wipe(slot);
   slot.state = SlotState::Idle;
   slot.last_used = ++use_counter_;
   slot.task.reset();

@@ -17,12 +17,16 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <memory>
+#include <span>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "engine/context.h"
+#include "memory/checkpoints.h"
 #include "server/metrics.h"
 #include "server/slot.h"
 #include "server/slot_selection.h"
@@ -36,6 +40,13 @@ struct SchedulerConfig {
   uint32_t n_batch = 512;   // tokens per decode; kept <= n_ubatch so that a decode that finds no
                             // room changes nothing (Context::decode keeps earlier micro-batches)
   double slot_similarity = 0.10;
+  size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints, all slots
+};
+
+// A slot's saved state (POST /slots/{id}?action=save, /v1/prefill).
+struct SlotStateBlob {
+  std::vector<uint8_t> blob;
+  size_t n_tokens = 0;
 };
 
 class Scheduler {
@@ -60,6 +71,14 @@ class Scheduler {
   bool has_idle_slot() const;
   MetricsSnapshot metrics() const;
 
+  // Slot actions, run by the scheduler thread between two steps (the caller waits). They throw
+  // HttpError (503 when the slot is busy or the server stops; 400 for a state that does not fit
+  // this model or memory, in which case the slot is unchanged).
+  SlotStateBlob save_slot(int id);
+  // Installs a sequence state (session_state.h, with tokens) into the slot; returns its tokens.
+  size_t restore_slot(int id, std::span<const uint8_t> blob, const std::string& what);
+  size_t erase_slot(int id);  // returns the tokens dropped
+
  private:
   void run();
   bool any_active() const;
@@ -68,7 +87,7 @@ class Scheduler {
   void launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice& choice);
   bool build_batch(Batch& batch);
   void after_decode(const Batch& batch, int status, const std::string& error);
-  void on_logits(Slot& slot, const float* logits);
+  void on_logits(Slot& slot, const float* logits, bool from_cache = false);
   void finish(Slot& slot, StopType stop, bool truncated = false);
   void fail(Slot& slot, const HttpError& error);
   void release(Slot& slot);
@@ -76,6 +95,18 @@ class Scheduler {
   void on_memory_full();
   bool free_idle_memory();
   Timings timings_of(const Slot& slot, Slot::Clock::time_point now) const;
+  void run_job(std::function<void()> fn);  // on the scheduler thread; rethrows its exception here
+  void run_jobs();
+  Slot& idle_slot(int id);                 // throws HttpError when unknown or busy
+  std::vector<uint8_t> save_state(const Slot& slot) const;
+  void wipe(Slot& slot);                   // the slot's sequence leaves memory
+  void take_checkpoint(Slot& slot);
+  bool hybrid() const { return ctx_.memory().rec() != nullptr; }
+
+  struct Job {
+    std::function<void()> fn;
+    std::promise<void> done;
+  };
 
   Context& ctx_;
   const Tokenizer& tok_;
@@ -84,6 +115,8 @@ class Scheduler {
   mutable std::mutex mutex_;  // everything below; released while the batch is decoded
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+  memory::CheckpointStore checkpoints_;
   std::vector<Slot> slots_;
   uint64_t use_counter_ = 0;
   size_t prompt_rotation_ = 0;  // which prompt-reading slot gets the batch first

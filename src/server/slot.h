@@ -25,6 +25,7 @@ struct Slot {
   SlotState state = SlotState::Idle;
   uint64_t last_used = 0;   // scheduler's use counter when the slot last finished a task
   std::string session_id;   // session bound to this slot ("" if none)
+  bool fake_prefix = false; // the sequence starts with a metadata-only prefix: wiped when released
 
   // The task being served (state != Idle).
   std::shared_ptr<Task> task;

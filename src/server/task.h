@@ -53,6 +53,7 @@ struct FinalResult {
   int32_t n_decoded = 0;   // tokens_predicted
   int32_t n_cached = 0;    // tokens the slot's cache holds afterwards (tokens_cached)
   Timings timings;
+  std::vector<uint8_t> state;  // the slot's saved state (tasks with return_state)
 };
 
 struct TaskEvent {
@@ -85,6 +86,9 @@ struct Task {
   // Scheduler only: the task was taken off its slot because memory ran out while it read its
   // prompt; it waits until no other slot is busy.
   bool deferred_for_memory = false;
+  // POST /v1/prefill: when the task ends, the slot's state (session_state.h) comes back in
+  // FinalResult::state.
+  bool return_state = false;
 };
 
 }  // namespace agentkv::server

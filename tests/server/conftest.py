@@ -35,6 +35,7 @@ class Server:
     """A running `agentkv serve`, with small HTTP helpers that never raise on HTTP errors."""
 
     def __init__(self, tmp_path, *args, model=MODEL):
+        os.makedirs(str(tmp_path), exist_ok=True)
         self.log_path = os.path.join(str(tmp_path), "server.log")
         self._log = open(self.log_path, "wb")
         cmd = [_find_binary(), "serve", "-m", model, "--port", "0", "-t", "2", *args]

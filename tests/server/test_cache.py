@@ -54,14 +54,20 @@ def test_extension_of_the_prompt_alone(server, reference):
     assert fresh["tokens"] == second["tokens"]
 
 
-def test_identical_prompt_evaluates_its_last_token_again(server, reference):
+def test_identical_prompt_is_answered_from_the_saved_logits(server, reference):
+    # The slot kept the logits after the prompt: nothing is evaluated (llama-server evaluates the
+    # last prompt token again), and the text is the same.
     prompt = reference[0]["prompt_tokens"]
     session = {"session_id": "identical"}
     first = complete(server, prompt, 5, **session)
     again = complete(server, prompt, 5, **session)
-    assert again["timings"]["cache_n"] == len(prompt) - 1
-    assert again["timings"]["prompt_n"] == 1
+    assert again["timings"]["cache_n"] == len(prompt)
+    assert again["timings"]["prompt_n"] == 0
     assert again["tokens"] == first["tokens"]
+    # A prompt that ends one token earlier has no saved logits: its last token is evaluated again.
+    shorter = complete(server, prompt[:-1], 5, **session)
+    assert shorter["timings"]["cache_n"] == len(prompt) - 2 and shorter["timings"]["prompt_n"] == 1
+    assert shorter["tokens"] == complete(server, prompt[:-1], 5, cache_prompt=False)["tokens"]
 
 
 def test_cache_prompt_false_reevaluates_everything(server, reference):
@@ -94,8 +100,8 @@ def test_sessions_keep_their_slots(server, reference):
     for _ in range(2):
         again_a = complete(server, a, 2, session_id="alice")
         again_b = complete(server, b, 2, session_id="bob")
-        assert again_a["id_slot"] == first_a["id_slot"] and again_a["timings"]["cache_n"] == len(a) - 1
-        assert again_b["id_slot"] == first_b["id_slot"] and again_b["timings"]["cache_n"] == len(b) - 1
+        assert again_a["id_slot"] == first_a["id_slot"] and again_a["timings"]["cache_n"] == len(a)
+        assert again_b["id_slot"] == first_b["id_slot"] and again_b["timings"]["cache_n"] == len(b)
     _, slots = server.get("/slots")
     assert slots[first_a["id_slot"]]["session_id"] == "alice"
 
@@ -104,7 +110,7 @@ def test_requested_slot(server, reference):
     body = complete(server, reference[3]["prompt_tokens"], 2, id_slot=2)
     assert body["id_slot"] == 2
     again = complete(server, reference[3]["prompt_tokens"], 2, id_slot=2)
-    assert again["timings"]["cache_n"] == len(reference[3]["prompt_tokens"]) - 1
+    assert again["timings"]["cache_n"] == len(reference[3]["prompt_tokens"])
 
 
 def test_oai_usage_reports_cached_tokens(server):
@@ -114,8 +120,8 @@ def test_oai_usage_reports_cached_tokens(server):
     status, second = server.post("/v1/chat/completions", body)
     assert status == 200
     usage = second["usage"]
-    assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
-    assert second["timings"]["cache_n"] == usage["prompt_tokens"] - 1
+    assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"]
+    assert second["timings"]["cache_n"] == usage["prompt_tokens"]
 
 
 def test_n_predict_zero_only_fills_the_cache(server, reference):
