@@ -6,8 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/context.h"
 #include "model/model.h"
+#include "memory/checkpoints.h"
+#include "server/base64.h"
 #include "server/prompt_cache.h"
 #include "server/slot_selection.h"
 
@@ -75,6 +78,78 @@ TEST(PromptReuse, DenseMemoryKeepsThePrefixAndDropsTheRest) {
   EXPECT_EQ(r.n_kept, 0u);
   EXPECT_TRUE(cache.tokens().empty());
   EXPECT_EQ(ctx.memory().seq_pos_max(1), -1);
+}
+
+// Logits of the last token of `tokens` evaluated from scratch in a context of its own.
+std::vector<float> fresh_logits(const Model& model, const Tokens& tokens) {
+  Context ctx(model, small_context());
+  Batch b;
+  b.add_sequence(tokens.data(), tokens.size(), 0, 0, true);
+  EXPECT_EQ(ctx.decode(b), 0);
+  return std::vector<float>(ctx.last_logits(), ctx.last_logits() + model.n_vocab());
+}
+
+TEST(PromptReuse, HybridMemoryRollsBackToTheCheckpointBeforeTheDivergence) {
+  auto model = Model::load(kFixtures + "/models/qwen35moe-micro.gguf");
+  Context ctx(*model, small_context());
+  memory::CheckpointStore store(64u << 20);
+  PromptCache cache;
+  evaluate(ctx, cache, 0, {10, 11, 12, 13});
+  ASSERT_TRUE(store.take(ctx.memory(), 0, cache.tokens()));  // end of the first prompt
+  evaluate(ctx, cache, 0, {14, 15});
+
+  ReuseResult r = cache.reuse_for(Tokens{10, 11, 12, 13, 20}, true, ctx.memory(), 0, &store);
+  EXPECT_EQ(r.n_common, 4u);
+  EXPECT_EQ(r.n_kept, 4u);
+  EXPECT_TRUE(r.checkpoint_restored);
+  EXPECT_FALSE(r.state_refused);
+  EXPECT_EQ(cache.tokens(), (Tokens{10, 11, 12, 13}));
+  EXPECT_EQ(ctx.memory().seq_pos_max(0), 3);
+
+  // Evaluating the new token on the restored state gives what a fresh run gives.
+  evaluate(ctx, cache, 0, {20});
+  const std::vector<float> expected = fresh_logits(*model, {10, 11, 12, 13, 20});
+  for (int64_t i = 0; i < model->n_vocab(); ++i) ASSERT_NEAR(ctx.last_logits()[i], expected[i], 1e-4f) << i;
+
+  // No checkpoint before position 2: start over.
+  r = cache.reuse_for(Tokens{10, 99}, true, ctx.memory(), 0, &store);
+  EXPECT_EQ(r.n_kept, 0u);
+  EXPECT_TRUE(r.state_refused);
+}
+
+TEST(PromptReuse, SavedLogitsAnswerTheSamePromptWithoutEvaluation) {
+  auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
+  Context ctx(*model, small_context());
+  PromptCache cache;
+  evaluate(ctx, cache, 0, {10, 11, 12});
+  cache.keep_logits({ctx.last_logits(), static_cast<size_t>(model->n_vocab())});
+  evaluate(ctx, cache, 0, {13});
+
+  ReuseResult r = cache.reuse_for(Tokens{10, 11, 12}, true, ctx.memory(), 0);
+  EXPECT_TRUE(r.use_saved_logits);
+  EXPECT_EQ(r.n_kept, 3u);
+  EXPECT_EQ(ctx.memory().seq_pos_max(0), 2);
+  EXPECT_EQ(cache.saved_logits(3).size(), static_cast<size_t>(model->n_vocab()));
+
+  // A shorter prompt forgets the logits of the longer one.
+  r = cache.reuse_for(Tokens{10, 11}, true, ctx.memory(), 0);
+  EXPECT_FALSE(r.use_saved_logits);
+  EXPECT_EQ(r.n_kept, 1u);
+  EXPECT_TRUE(cache.saved_logits(3).empty());
+}
+
+TEST(Base64, Rfc4648Vectors) {
+  const std::vector<std::pair<std::string, std::string>> vectors = {
+      {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+      {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, encoded] : vectors) {
+    const std::vector<uint8_t> bytes(plain.begin(), plain.end());
+    EXPECT_EQ(base64_encode(bytes), encoded);
+    EXPECT_EQ(base64_decode(encoded, "test"), bytes);
+  }
+  EXPECT_THROW(base64_decode("Zm9", "test"), Error);
+  EXPECT_THROW(base64_decode("Zm9v!A==", "test"), Error);
+  EXPECT_THROW(base64_decode("Zg==Zg==", "test"), Error);
 }
 
 TEST(PromptReuse, HybridMemoryReusesExtensionsButRestartsOnDivergence) {
