@@ -276,38 +276,46 @@ nlohmann::json json_of(const std::vector<StepResult>& rs, const nlohmann::json& 
   return j;
 }
 
-// Summary: steps grouped by depth range (powers of two of L), with totals.
-std::string summary_of(const std::vector<StepResult>& rs, bool baseline) {
+// Summary: a grid gets one row per (L, new); a trace one row per depth range (L up to 1024, then
+// powers of two), with totals.
+std::string summary_of(const std::vector<StepResult>& rs, bool baseline, bool per_step) {
   struct Group {
+    std::string name;
     int64_t steps = 0, tokens = 0;
-    double measured = 0, estimate = 0, base = 0;
+    double measured = 0, estimate = 0, base = 0, base_measured = 0;  // speed-up over steps with a baseline
   };
   std::map<int64_t, Group> groups;
-  Group total;
-  for (const auto& r : rs) {
-    int64_t hi = 1024;
-    while (hi < r.s.L) hi *= 2;
-    for (Group* g : {&groups[hi], &total}) {
+  Group total{"**all**"};
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const auto& r = rs[i];
+    int64_t key = static_cast<int64_t>(i);
+    std::string name = "L=" + std::to_string(r.s.L) + " new=" + std::to_string(r.s.n_new);
+    if (!per_step) {
+      int64_t hi = 1024;
+      while (hi < r.s.L) hi *= 2;
+      key = hi;
+      name = "L " + std::to_string(hi == 1024 ? 0 : hi / 2 + 1) + ".." + std::to_string(hi);
+    }
+    groups[key].name = name;
+    for (Group* g : {&groups[key], &total}) {
       g->steps++, g->tokens += r.s.n_new;
-      g->measured += r.measured_s, g->estimate += r.estimate_s(), g->base += baseline ? r.baseline_s : 0;
+      g->measured += r.measured_s, g->estimate += r.estimate_s();
+      if (std::isfinite(r.baseline_s)) g->base += r.baseline_s, g->base_measured += r.measured_s;
     }
   }
   std::ostringstream o;
-  o << "| L range | steps | new tokens | measured s | estimate s | measured/estimate |"
+  o << "| steps of | steps | new tokens | measured s | estimate s | measured/estimate |"
     << (baseline ? " baseline s | speed-up |" : "") << "\n| --- | ---: | ---: | ---: | ---: | ---: |"
     << (baseline ? " ---: | ---: |" : "") << "\n";
-  auto row = [&](const std::string& name, const Group& g) {
-    o << "| " << name << " | " << g.steps << " | " << g.tokens << " | " << fmt(g.measured, "%.3f") << " | "
+  auto row = [&](const Group& g) {
+    o << "| " << g.name << " | " << g.steps << " | " << g.tokens << " | " << fmt(g.measured, "%.3f") << " | "
       << fmt(g.estimate, "%.3f") << " | " << fmt(g.measured / g.estimate, "%.3f") << " |";
-    if (baseline) o << ' ' << fmt(g.base, "%.3f") << " | " << fmt(g.base / g.measured, "%.2f") << "x |";
+    if (baseline && g.base_measured > 0) o << ' ' << fmt(g.base, "%.3f") << " | " << fmt(g.base / g.base_measured, "%.2f") << "x |";
+    else if (baseline) o << "  |  |";
     o << '\n';
   };
-  int64_t lo = 0;
-  for (const auto& [hi, g] : groups) {
-    row(std::to_string(lo) + ".." + std::to_string(hi), g);
-    lo = hi + 1;
-  }
-  row("**all**", total);
+  for (const auto& [key, g] : groups) row(g);
+  row(total);
   return o.str();
 }
 
@@ -352,7 +360,7 @@ int bench_fakeprefix(Args& a) {
   if (a.flag("--help", "-h")) {
     std::puts(
         "usage: agentkv bench fakeprefix (-m MODEL | --server URL) (-L 1024,4096 --new 256,1024 | --trace FILE)\n"
-        "         [--bucket 256] [-r 1] [--baseline] [--out DIR] [--max-steps K] [--max-depth D]\n"
+        "         [--bucket 256] [-r 1] [--baseline [--baseline-every K]] [--out DIR] [--max-steps K] [--max-depth D]\n"
         "         [-t 2] [-ub 512] [-ctk f16] [-ctv f16]            (in-process)\n"
         "         [--real-slot 0] [--fake-slot 1]                   (--server)\n"
         "  Per step: the only-new prefill after a fake prefix of L (checked: only the new tokens are\n"
@@ -369,6 +377,7 @@ int bench_fakeprefix(Args& a) {
   const int64_t bucket = a.num("--bucket", "", 256);
   const int reps = static_cast<int>(a.num("-r", "--repetitions", 1));
   const bool baseline = a.flag("--baseline");
+  const int64_t baseline_every = a.num("--baseline-every", "", 1);
   const std::string out_dir = a.str("--out", "-o", "");
   const int64_t max_steps = a.num("--max-steps", "", -1);
   const int64_t max_depth = a.num("--max-depth", "", -1);
@@ -384,6 +393,7 @@ int bench_fakeprefix(Args& a) {
   if (trace_path.empty() == grid_L.empty()) throw std::invalid_argument("give either --trace FILE or -L ... --new ...");
   if (!grid_L.empty() && grid_new.empty()) throw std::invalid_argument("-L needs --new N1,N2,...");
   if (reps < 1) throw std::invalid_argument("-r must be at least 1");
+  if (baseline_every < 1) throw std::invalid_argument("--baseline-every must be at least 1");
   if (bucket < 1) throw std::invalid_argument("--bucket must be at least 1");
   for (const auto& [name, t] : {std::pair{"-ctk", &ctk}, std::pair{"-ctv", &ctv}}) {
     auto type = ggml_type_from_name(*t);
@@ -415,26 +425,28 @@ int bench_fakeprefix(Args& a) {
   std::vector<StepResult> results;
   std::fprintf(stderr, "fakeprefix: %zu steps, %s, bucket %lld\n", steps.size(), backend->describe().c_str(),
                static_cast<long long>(bucket));
-  for (const auto& s : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    const bool with_baseline = baseline && i % static_cast<size_t>(baseline_every) == 0;
     StepResult r{s};
     std::vector<double> fake_t, real_t, base_t;
     for (int k = 0; k < reps; ++k) {
       real_t.push_back(backend->real(s, r.keys_real));
       fake_t.push_back(backend->fake(s, r.keys_fake));
-      if (baseline) base_t.push_back(backend->baseline(s));
+      if (with_baseline) base_t.push_back(backend->baseline(s));
     }
     if (r.keys_fake >= 0 && r.keys_fake != r.keys_real)
       only_new_failed(s, "attention read " + std::to_string(r.keys_fake) + " keys after the fake prefix but " +
                              std::to_string(r.keys_real) + " after the real one");
     r.measured_s = median(fake_t), r.real_s = median(real_t);
-    if (baseline) r.baseline_s = median(base_t);
+    if (with_baseline) r.baseline_s = median(base_t);
     results.push_back(r);
     std::fprintf(stderr, "  step %lld L=%lld new=%lld measured %.4f s estimate %.4f s%s\n",
                  static_cast<long long>(s.step), static_cast<long long>(s.L), static_cast<long long>(s.n_new),
-                 r.measured_s, r.estimate_s(), baseline ? (" baseline " + fmt(r.baseline_s) + " s").c_str() : "");
+                 r.measured_s, r.estimate_s(), with_baseline ? (" baseline " + fmt(r.baseline_s) + " s").c_str() : "");
   }
 
-  const std::string summary = summary_of(results, baseline);
+  const std::string summary = summary_of(results, baseline, trace_path.empty());
   std::cout << "\nfakeprefix: " << backend->describe() << ", " << results.size() << " steps, L = depth rounded up to a multiple of "
             << bucket << "\n\n" << summary;
   if (!out_dir.empty()) {

@@ -1,0 +1,127 @@
+"""Smoke tests of the measurement benches (agentkv bench turns | handoff | fakeprefix) on the tiny
+fixture models: they assert the invariants the benches exist to check (prompt_n / cache_n, answers
+equal to fresh runs, only the new tokens evaluated), never timings."""
+
+import json
+import os
+import subprocess
+import xml.dom.minidom
+
+import pytest
+
+from conftest import FIXTURES, MODEL, Server, _find_binary
+
+HYBRID = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
+
+
+def bench(*args, timeout=240):
+    return subprocess.run([_find_binary(), "bench", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def dense_server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("bench-dense"), "-np", "2", "-c", "2048")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def hybrid_server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("bench-hybrid"), "-np", "2", "-c", "2048", model=HYBRID)
+    yield s
+    s.stop()
+
+
+def url(server):
+    return "http://127.0.0.1:%d" % server.port
+
+
+def test_turns_reuse_exactly_what_the_slot_kept(dense_server, hybrid_server, tmp_path):
+    out = tmp_path / "turns"
+    r = bench("turns", "--server", url(dense_server), "--server", url(hybrid_server), "--turns", "4",
+              "--system", "40", "--new", "12,20", "--answer", "4", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    turns = json.loads((out / "turns.json").read_text())["turns"]
+    assert len(turns) == 2 * 2 * 4  # servers x modes x turns
+    by_run = {}
+    for t in turns:
+        by_run.setdefault((t["server"], t["mode"]), []).append(t)
+    assert len(by_run) == 4
+    for (server, mode), run in by_run.items():
+        for prev, t in zip([None] + run[:-1], run):
+            assert t["prompt_n"] + t["cache_n"] == t["prompt_len"], (server, mode, t)
+            if mode == "no-cache":
+                assert t["cache_n"] == 0 and t["prompt_n"] == t["prompt_len"]
+            elif prev is not None:
+                # The prompt extends the previous prompt + answer: everything the slot kept is reused.
+                assert t["cache_n"] == prev["tokens_cached"] > 0, (server, t)
+                assert t["prompt_n"] == t["prompt_len"] - prev["tokens_cached"]
+    for name in ("ttft.svg", "prompt-n.svg"):
+        xml.dom.minidom.parse(str(out / name))
+
+
+@pytest.mark.parametrize("model", [MODEL, HYBRID], ids=["dense", "hybrid"])
+def test_handoff_in_process(model):
+    r = bench("handoff", "-m", model, "--prompt", "48", "--extension", "6", "--gen", "5", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    cases = {c["case"]: c for c in report["cases"]}
+    assert report["passed"]
+    assert cases["same prompt"]["prompt_n"] == 0
+    assert cases["extended prompt"]["prompt_n"] == 6
+    for c in cases.values():
+        assert c["answer"] == c["fresh_answer"] and len(c["answer"]) == 5
+    diverging = cases["diverging 2nd request"]
+    if model == MODEL:  # dense keeps the common prefix (24 of 48 + 6 tokens)
+        assert diverging["prompt_n"] == diverging["prompt_len"] - 24
+
+
+def test_handoff_across_servers(tmp_path):
+    usage = subprocess.run([_find_binary(), "serve", "--help"], capture_output=True, text=True).stdout
+    if "adopt" not in usage:
+        pytest.skip("this agentkv serve has no slot adopt action yet")
+    states = tmp_path / "states"
+    states.mkdir()
+    pre = Server(tmp_path / "pre", "-np", "1", "-c", "1024", "--slot-save-path", str(states))
+    dec = Server(tmp_path / "dec", "-np", "2", "-c", "1024", "--slot-save-path", str(states))
+    try:
+        r = bench("handoff", "--prefill-server", url(pre), "--decode-server", url(dec), "--prompt", "48",
+                  "--extension", "6", "--gen", "5", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr + dec.log()
+        cases = {c["case"]: c for c in json.loads(r.stdout)["cases"]}
+        assert cases["same prompt"]["prompt_n"] == 0
+        assert cases["extended prompt"]["prompt_n"] == 6
+        assert all(c["answer"] == c["fresh_answer"] for c in cases.values())
+    finally:
+        pre.stop()
+        dec.stop()
+
+
+@pytest.mark.parametrize("model", [MODEL, HYBRID], ids=["dense", "hybrid"])
+def test_fakeprefix_in_process_evaluates_only_new_tokens(model, tmp_path):
+    out = tmp_path / "fp"
+    r = bench("fakeprefix", "-m", model, "-L", "0,40", "--new", "8", "--bucket", "16", "--baseline",
+              "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = json.loads((out / "steps.json").read_text())["steps"]
+    assert [(s["L"], s["new_tokens"]) for s in steps] == [(0, 8), (48, 8)]  # 40 rounded up to 16s
+    for s in steps:
+        assert s["keys_attended_fake"] == s["keys_attended_real"]
+        if model == MODEL:  # every attention layer reads L + i + 1 keys for new token i
+            assert s["keys_attended_fake"] == sum(s["L"] + i + 1 for i in range(8))
+        assert s["measured_s"] > 0 and s["baseline_s"] > 0
+    for name in ("measured-vs-estimate.svg", "ratio.svg", "speedup.svg"):
+        xml.dom.minidom.parse(str(out / name))
+
+
+def test_fakeprefix_against_the_server(dense_server):
+    r = bench("fakeprefix", "--server", url(dense_server), "-L", "0,100", "--new", "8", "--bucket", "32")
+    assert r.returncode == 0, r.stdout + r.stderr  # it aborts unless prompt_n == new and cache_n == L
+
+
+def test_fakeprefix_trace_errors_name_the_line(tmp_path):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"step": 0, "depth": 10, "new_tokens": 5}\n{"step": 1, "depth": 20}\n')
+    r = bench("fakeprefix", "-m", MODEL, "--trace", str(trace))
+    assert r.returncode == 1
+    assert "bad.jsonl:2" in r.stderr and "new_tokens" in r.stderr
