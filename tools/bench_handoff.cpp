@@ -6,8 +6,8 @@
 //     models keep the common prefix; a hybrid one re-evaluates, its state cannot drop a suffix).
 // Reported: the decoder's prompt_n per case and the time saved against re-prefilling the prompt.
 // In-process (-m MODEL: two separate contexts and a state file between them) or across two
-// servers (--prefill-server URL --decode-server URL, slot save + adopt through a shared
-// --slot-save-path folder). A failed check exits 1 with the reason.
+// servers (--prefill-server URL --decode-server URL: POST /v1/prefill writes the state into a
+// --slot-save-path folder both share, POST /slots/0?action=adopt loads it on the decoder). A failed check exits 1 with the reason.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -212,9 +212,13 @@ std::vector<CaseResult> run_servers(const std::string& prefill_url, const std::s
     return since(t0);
   };
 
-  // The prefill side: evaluate the prompt (n_predict 0) and save slot 0's state.
-  prefill_ms = completion(pre, prompt, 0, true, 0)["timings"].value("prompt_ms", 0.0);
-  pre.post_ok("/slots/0?action=save", {{"filename", state_name}});
+  // The prefill side: POST /v1/prefill evaluates the prompt and writes the slot's state (tokens,
+  // last logits, a checkpoint for hybrid models) to the shared --slot-save-path folder.
+  const auto made = pre.post_ok("/v1/prefill", {{"prompt", prompt}, {"filename", state_name}});
+  prefill_ms = made.value("timings", nlohmann::json::object()).value("prompt_ms", 0.0);
+  if (made.value("n_tokens", int64_t{-1}) != prompt_len)
+    throw Error("/v1/prefill: the state holds " + made.value("n_tokens", nlohmann::json(-1)).dump() + " tokens, expected " +
+                std::to_string(prompt_len));
 
   std::vector<CaseResult> results;
   auto run_case = [&](const std::string& name, const std::vector<int32_t>& request, int64_t expected, bool adopt_first) {

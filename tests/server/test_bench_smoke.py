@@ -76,14 +76,17 @@ def test_handoff_in_process(model):
         assert diverging["prompt_n"] == diverging["prompt_len"] - 24
 
 
-def test_handoff_across_servers(tmp_path):
+@pytest.mark.parametrize("model", [MODEL, HYBRID], ids=["dense", "hybrid"])
+def test_handoff_across_servers(model, tmp_path):
     usage = subprocess.run([_find_binary(), "serve", "--help"], capture_output=True, text=True).stdout
     if "adopt" not in usage:
         pytest.skip("this agentkv serve has no slot adopt action yet")
     states = tmp_path / "states"
     states.mkdir()
-    pre = Server(tmp_path / "pre", "-np", "1", "-c", "1024", "--slot-save-path", str(states))
-    dec = Server(tmp_path / "dec", "-np", "2", "-c", "1024", "--slot-save-path", str(states))
+    (tmp_path / "pre").mkdir()
+    (tmp_path / "dec").mkdir()
+    pre = Server(tmp_path / "pre", "-np", "1", "-c", "1024", "--slot-save-path", str(states), model=model)
+    dec = Server(tmp_path / "dec", "-np", "2", "-c", "1024", "--slot-save-path", str(states), model=model)
     try:
         r = bench("handoff", "--prefill-server", url(pre), "--decode-server", url(dec), "--prompt", "48",
                   "--extension", "6", "--gen", "5", "--json")
