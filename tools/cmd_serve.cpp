@@ -35,7 +35,8 @@ const char* const kUsage =
     "  -sps, --slot-prompt-similarity F  prefix share needed to prefer a slot's cache (default 0.10)\n"
     "  --threads-http N                HTTP worker threads (default: max(16, 2*np+8))\n"
     "  --slot-save-path DIR            enables POST /slots/{id}?action=save|restore|erase|adopt (files in DIR)\n"
-    "  --ctx-checkpoint-mib N          RAM for hybrid-model context checkpoints, all slots (default 256)\n";
+    "  --ctx-checkpoint-mib N          RAM for hybrid-model context checkpoints, all slots (default 256)\n"
+    "  -cram, --cache-ram MiB          host-RAM cache of slot states evicted from memory (default 0: off)\n";
 
 GgmlType cache_type(const std::string& name, const char* option) {
   static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
@@ -71,10 +72,13 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.http_threads = static_cast<int>(a.num("--threads-http", "", 0));
   cfg.slot_save_path = a.str("--slot-save-path", "", "");
   const long long checkpoint_mib = a.num("--ctx-checkpoint-mib", "", 256);
+  const long long cache_ram_mib = a.num("-cram", "--cache-ram", 0);
   a.finish();
 
   if (checkpoint_mib < 0 || checkpoint_mib > (1ll << 20)) throw std::invalid_argument("--ctx-checkpoint-mib must be in [0, 1048576]");
   cfg.checkpoint_bytes = static_cast<size_t>(checkpoint_mib) << 20;
+  if (cache_ram_mib < 0 || cache_ram_mib > (1ll << 24)) throw std::invalid_argument("--cache-ram must be in [0, 16777216]");
+  cfg.cache_ram_bytes = static_cast<size_t>(cache_ram_mib) << 20;
   cfg.model_path = resolve_model_path(cfg.model_path);
   if (n_ctx < 0 || n_ctx > (1ll << 24)) throw std::invalid_argument("-c must be in [0, 16777216]");
   if (n_slots < 1 || n_slots > 256) throw std::invalid_argument("-np must be in [1, 256]");

@@ -223,6 +223,7 @@ bool HttpServer::load() {
     sc.n_batch = cp.n_ubatch;
     sc.slot_similarity = cfg_.slot_similarity;
     sc.checkpoint_bytes = cfg_.checkpoint_bytes;
+    sc.cache_ram_bytes = cfg_.cache_ram_bytes;
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     e->scheduler->start();
 

@@ -28,6 +28,7 @@ struct ServerConfig {
   int http_threads = 0;              // 0: enough for every slot plus waiting and polling clients
   std::string slot_save_path;        // folder of slot state files; "" disables save/restore by file
   size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints
+  size_t cache_ram_bytes = 0;        // host-RAM cache of slot states; 0: off
 };
 
 // Listens, loads the model (answering 503 meanwhile), serves until SIGINT or SIGTERM.

@@ -44,6 +44,14 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "gauge", "checkpoint_bytes", "Bytes held by context checkpoints.",
              static_cast<double>(m.checkpoint_bytes));
   add_metric(out, "gauge", "checkpoints", "Context checkpoints held.", static_cast<double>(m.checkpoint_count));
+  add_metric(out, "counter", "ram_cache_saves_total", "Slot states saved to the RAM cache.",
+             static_cast<double>(m.ram_cache_saves_total));
+  add_metric(out, "counter", "ram_cache_hits_total", "Slot states restored from the RAM cache.",
+             static_cast<double>(m.ram_cache_hits_total));
+  add_metric(out, "gauge", "ram_cache_entries", "Entries in the RAM cache.", static_cast<double>(m.ram_cache_entries));
+  add_metric(out, "gauge", "ram_cache_bytes", "Bytes held by the RAM cache.", static_cast<double>(m.ram_cache_bytes));
+  add_metric(out, "gauge", "memory_bytes", "Bytes of K/V rows and recurrent states held by all slots.",
+             static_cast<double>(m.memory_bytes));
   add_metric(out, "gauge", "cached_tokens", "Tokens held by all slots' caches.", static_cast<double>(m.cached_tokens));
   add_metric(out, "gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
              m.n_decode_total ? static_cast<double>(m.n_busy_slots_total) / static_cast<double>(m.n_decode_total) : 0.0);

@@ -23,6 +23,11 @@ struct MetricsSnapshot {
   uint64_t checkpoint_bytes = 0;            // gauge: bytes the checkpoint store holds
   uint64_t checkpoint_count = 0;            // gauge: checkpoints held
   uint64_t cached_tokens = 0;               // gauge: tokens all slots' caches hold
+  uint64_t memory_bytes = 0;                // gauge: K/V rows + recurrent states held (at the last task end)
+  uint64_t ram_cache_saves_total = 0;       // slot states saved to the RAM cache
+  uint64_t ram_cache_hits_total = 0;        // ... and restored from it
+  uint64_t ram_cache_entries = 0;           // gauge
+  uint64_t ram_cache_bytes = 0;             // gauge
   int requests_processing = 0;
   int requests_deferred = 0;
 };

@@ -31,7 +31,7 @@ std::string printable(const std::string& s) {
 }  // namespace
 
 Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
-    : ctx_(ctx), tok_(tok), cfg_(cfg), checkpoints_(cfg.checkpoint_bytes) {
+    : ctx_(ctx), tok_(tok), cfg_(cfg), checkpoints_(cfg.checkpoint_bytes), ram_cache_(cfg.cache_ram_bytes) {
   if (cfg_.n_slots < 1 || cfg_.n_slots > static_cast<int>(ctx.params().n_seq_max))
     throw Error("scheduler: " + std::to_string(cfg_.n_slots) + " slots need a context with as many sequences (n_seq_max " +
                 std::to_string(ctx.params().n_seq_max) + ")");
@@ -179,6 +179,39 @@ void Scheduler::wipe(Slot& slot) {
   slot.fake_prefix = false;
 }
 
+void Scheduler::save_to_ram(Slot& slot, const char* why) {
+  if (!ram_cache_.enabled() || slot.fake_prefix || slot.cache.size() == 0) return;
+  try {
+    if (ram_cache_.insert(slot.cache.tokens(), save_state(slot))) {
+      ++metrics_.ram_cache_saves_total;
+      log_line("slot %d: state of %zu tokens saved to the RAM cache (%s); it holds %zu entries, %zu bytes", slot.id,
+               slot.cache.size(), why, ram_cache_.size(), ram_cache_.bytes());
+    }
+  } catch (const std::exception& e) {
+    log_line("slot %d: could not save the state to the RAM cache: %s", slot.id, e.what());
+  }
+}
+
+void Scheduler::restore_from_ram(Slot& slot, std::span<const Token> prompt) {
+  const size_t own = common_prefix(slot.cache.tokens(), prompt);
+  // A prompt that keeps less than half of the slot's cache would lose the rest: keep it in RAM.
+  if (own * 2 < slot.cache.size()) save_to_ram(slot, "the slot takes another prompt");
+  const auto match = ram_cache_.best_for(prompt, own);
+  if (!match) return;
+  try {
+    LoadedState st = load_seq(ctx_, ram_cache_.blob(match->index), slot.id, "RAM cache entry");
+    checkpoints_.drop(slot.id);
+    slot.fake_prefix = false;
+    const size_t n = st.tokens.size();
+    slot.cache.assume(std::move(st.tokens), std::move(st.logits), std::move(st.checkpoints));
+    ++metrics_.ram_cache_hits_total;
+    log_line("slot %d: restored a state of %zu tokens from the RAM cache (%zu shared with the prompt)", slot.id, n,
+             match->n_common);
+  } catch (const std::exception& e) {
+    log_line("slot %d: could not restore from the RAM cache: %s", slot.id, e.what());
+  }
+}
+
 void Scheduler::take_checkpoint(Slot& slot) {
   if (!hybrid() || slot.fake_prefix || slot.cache.size() == 0) return;
   if (checkpoints_.take(ctx_.memory(), slot.id, slot.cache.tokens())) ++metrics_.checkpoints_taken_total;
@@ -215,6 +248,9 @@ MetricsSnapshot Scheduler::metrics() const {
   m.checkpoint_bytes = checkpoints_.bytes();
   m.checkpoint_count = checkpoints_.size();
   for (const Slot& s : slots_) m.cached_tokens += s.cache.size();
+  m.ram_cache_entries = ram_cache_.size();
+  m.ram_cache_bytes = ram_cache_.bytes();
+  m.memory_bytes = memory_bytes_;
   return m;
 }
 
@@ -331,6 +367,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     slot.session_id.clear();
   }
 
+  if (p.cache_prompt && p.n_fake_cached == 0 && ram_cache_.enabled()) restore_from_ram(slot, prompt);
   const size_t common = common_prefix(slot.cache.tokens(), prompt);
   const Token cached_at_divergence = common < slot.cache.size() ? slot.cache.tokens()[common] : -1;
   ReuseResult r;
@@ -440,6 +477,7 @@ bool Scheduler::free_idle_memory() {
     if (s.idle() && s.cache.size() > 0 && (!lru || s.last_used < lru->last_used)) lru = &s;
   if (!lru) return false;
   log_line("slot %d: memory is full; dropping this idle slot's cache (%zu tokens)", lru->id, lru->cache.size());
+  save_to_ram(*lru, "memory is full");
   wipe(*lru);
   return true;
 }
@@ -627,6 +665,7 @@ void Scheduler::fail(Slot& slot, const HttpError& error) {
 void Scheduler::release(Slot& slot) {
   // A fake prefix is no cache: its cells hold zeros, not the prompt's keys.
   if (slot.fake_prefix) wipe(slot);
+  memory_bytes_ = memory::memory_state_view(ctx_.memory(), -1, memory::kStateAll).row_bytes();
   slot.state = SlotState::Idle;
   slot.last_used = ++use_counter_;
   slot.task.reset();

@@ -28,6 +28,7 @@
 #include "engine/context.h"
 #include "memory/checkpoints.h"
 #include "server/metrics.h"
+#include "server/ram_cache.h"
 #include "server/slot.h"
 #include "server/slot_selection.h"
 #include "server/task.h"
@@ -41,6 +42,7 @@ struct SchedulerConfig {
                             // room changes nothing (Context::decode keeps earlier micro-batches)
   double slot_similarity = 0.10;
   size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints, all slots
+  size_t cache_ram_bytes = 0;            // host-RAM cache of slot states (ram_cache.h); 0: off
 };
 
 // A slot's saved state (POST /slots/{id}?action=save, /v1/prefill).
@@ -101,6 +103,8 @@ class Scheduler {
   std::vector<uint8_t> save_state(const Slot& slot) const;
   void wipe(Slot& slot);                   // the slot's sequence leaves memory
   void take_checkpoint(Slot& slot);
+  void save_to_ram(Slot& slot, const char* why);
+  void restore_from_ram(Slot& slot, std::span<const Token> prompt);
   bool hybrid() const { return ctx_.memory().rec() != nullptr; }
 
   struct Job {
@@ -117,6 +121,8 @@ class Scheduler {
   std::deque<std::shared_ptr<Task>> queue_;
   std::deque<std::shared_ptr<Job>> jobs_;
   memory::CheckpointStore checkpoints_;
+  RamPromptCache ram_cache_;
+  size_t memory_bytes_ = 0;  // K/V rows and recurrent states all sequences hold (after the last task)
   std::vector<Slot> slots_;
   uint64_t use_counter_ = 0;
   size_t prompt_rotation_ = 0;  // which prompt-reading slot gets the batch first
