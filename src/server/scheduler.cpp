@@ -103,9 +103,13 @@ std::vector<uint8_t> Scheduler::save_state(const Slot& slot) const {
   o.tokens = slot.cache.tokens();
   o.logits = slot.cache.saved_logits(slot.cache.size());
   for (const LoadedCheckpoint& c : slot.cache.imported_checkpoints()) o.checkpoints.push_back({c.pos, c.snapshot.image()});
+  // The store's checkpoints of this slot that describe its present history (a stale one is
+  // normally dropped at the next rollback; a saved state must not carry it).
+  const std::span<const Token> history = slot.cache.tokens();
   for (const memory::Checkpoint& c : checkpoints_.checkpoints())
-    if (c.info.seq == slot.id && c.info.n_tokens == c.info.pos + 1 &&
-        c.info.n_tokens <= static_cast<int64_t>(slot.cache.size()))
+    if (c.info.seq == slot.id && c.has_tokens && c.info.n_tokens == c.info.pos + 1 &&
+        c.info.n_tokens <= static_cast<int64_t>(history.size()) &&
+        memory::CheckpointStore::hash_tokens(history.first(static_cast<size_t>(c.info.n_tokens))) == c.token_hash)
       o.checkpoints.push_back({c.info.pos, c.state.image()});
   std::sort(o.checkpoints.begin(), o.checkpoints.end(),
             [](const memory::CheckpointImage& a, const memory::CheckpointImage& b) { return a.pos < b.pos; });

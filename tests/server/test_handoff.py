@@ -5,6 +5,7 @@ same text as a fresh run."""
 
 import base64
 import os
+import re
 import subprocess
 
 import pytest
@@ -166,8 +167,41 @@ def test_hybrid_handoff_through_prefill(tmp_path):
         diverged = check_three_followups(decoder, 0, adopt, prompt, extra, expected)
         # The recurrent state cannot drop a suffix and the state's only checkpoint is at its end.
         assert diverged["timings"]["cache_n"] == 0
+        assert re.search(r"state restored from state in the request \(%d tokens, with logits, 1 checkpoints\)"
+                         % len(prompt), decoder.log())
     finally:
         decoder.stop()
+
+
+def test_hybrid_state_carries_its_checkpoints(tmp_path, save_dir):
+    saver = Server(tmp_path / "hs", "-np", "1", "--slot-save-path", save_dir, model=HYBRID)
+    try:
+        _, tok = saver.post("/tokenize", {"content": "User: plan the refactoring of the parser module."})
+        prompt = tok["tokens"]
+        answer = complete(saver, prompt, 6)
+        status, saved = saver.post("/slots/0?action=save", {"filename": "hybrid.state"})
+        assert status == 200 and saved["n_saved"] == len(prompt) + 5, saved
+    finally:
+        saver.stop()
+    loader = Server(tmp_path / "hl", "-np", "1", "--slot-save-path", save_dir, model=HYBRID)
+    try:
+        rewritten = prompt + [16, 17, 18, 19]
+        expected = fresh(loader, rewritten, 6)
+        status, body = loader.post("/slots/0?action=restore", {"filename": "hybrid.state"})
+        assert status == 200 and body["n_restored"] == len(prompt) + 5, body
+        assert "with logits, 2 checkpoints" in loader.log()  # the ends of the prompt and of the answer
+        # The answer is replaced: roll back to the checkpoint at the end of the prompt.
+        again = complete(loader, rewritten, 6)
+        assert again["timings"]["cache_n"] == len(prompt) and again["timings"]["prompt_n"] == 4
+        assert again["tokens"] == expected
+        # Continuing after the whole saved answer evaluates only the new tokens.
+        loader.post("/slots/0?action=restore", {"filename": "hybrid.state"})
+        follow = prompt + answer["tokens"] + [16, 17]
+        cont = complete(loader, follow, 6)
+        assert cont["timings"]["cache_n"] == len(prompt) + 5 and cont["timings"]["prompt_n"] == 3
+        assert cont["tokens"] == fresh(loader, follow, 6)
+    finally:
+        loader.stop()
 
 
 def assert_error(response, status, message_part):
