@@ -246,3 +246,18 @@ def test_state_from_another_model_is_refused(tmp_path, reference):
         assert again["timings"]["cache_n"] == len(prompt)
     finally:
         hybrid.stop()
+
+
+def test_prefill_messages_then_chat_evaluates_nothing(tmp_path):
+    s = Server(tmp_path / "chat", "-np", "1")
+    try:
+        messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a prime."}]
+        status, pre = s.post("/v1/prefill", {"messages": messages})
+        assert status == 200 and pre["timings"]["prompt_n"] == pre["n_prompt_tokens"], pre
+        status, chat = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 3, "temperature": 0})
+        assert status == 200, chat
+        assert chat["usage"]["prompt_tokens"] == pre["n_prompt_tokens"]
+        assert chat["usage"]["prompt_tokens_details"]["cached_tokens"] == pre["n_prompt_tokens"]
+        assert chat["timings"]["prompt_n"] == 0
+    finally:
+        s.stop()
