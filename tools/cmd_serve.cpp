@@ -1,6 +1,6 @@
-// agentkv serve -m MODEL [-c 4096] [-np 4] [-t N] [-ub 512] [-ctk f16] [-ctv f16] [--host 127.0.0.1]
+// agentkv serve [-m MODEL] [-c 4096] [-np 4] [-t N] [-ub 512] [-ctk f16] [-ctv f16] [--host 127.0.0.1]
 //               [--port 8080] [--api-key KEY] [--metrics] [-a ALIAS] [--max-body BYTES]
-//               [-sps 0.10] [--threads-http N] [--slot-save-path DIR] [--cache-ram MiB]
+//               [-sps 0.10] [--threads-http N] [--slot-save-path DIR] [--ctx-checkpoint-mib 256] [--cache-ram MiB]
 // An HTTP server compatible with llama-server and the OpenAI API (docs/server.md).
 #include <cstdio>
 #include <set>
