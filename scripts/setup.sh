@@ -9,6 +9,7 @@ PACKAGES=(
   libhwy-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libzstd-dev libxxhash-dev
   python3 python3-pytest
+  nodejs                     # tests/server/test_node_sdk.py: the OpenAI Node SDK as a client
   clang libclang-rt-14-dev   # libFuzzer targets
 )
 
@@ -16,10 +17,17 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Debian's nodejs comes without npm; a nodejs that bundles it conflicts with the npm package.
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The Node client test's packages (versions pinned by package-lock.json).
+if [ ! -d tests/server/node/node_modules ]; then
+  (cd tests/server/node && npm ci --no-audit --no-fund)
 fi
 
 if [ "${1:-}" != "--no-build" ]; then

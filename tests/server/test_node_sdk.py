@@ -1,0 +1,43 @@
+"""A real client: the OpenAI Node SDK (tests/server/node/sdk.test.mjs) against a live server.
+
+The Node side checks chat completions (plain, streamed, aborted), text completions, typed errors
+and llama-server-style /completion calls field by field. scripts/setup.sh installs Node and runs
+`npm ci` in tests/server/node; only a machine without `node` skips this test.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import FIXTURES, MODEL, Server
+
+NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
+API_KEY = "node-sdk-key"
+
+
+def test_openai_node_sdk(tmp_path):
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (scripts/setup.sh installs it)")
+    assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", "openai")), \
+        "run `npm ci` in tests/server/node (scripts/setup.sh does)"
+    server = Server(tmp_path, "-np", "2", "-c", "2048", "--api-key", API_KEY)
+    try:
+        env = dict(os.environ,
+                   AGENTKV_URL="http://127.0.0.1:%d" % server.port,
+                   AGENTKV_API_KEY=API_KEY,
+                   AGENTKV_MODEL=os.path.basename(MODEL),
+                   AGENTKV_REFERENCE=os.path.join(FIXTURES, "reference", "qwen3-micro.json"))
+        run = subprocess.run([node, "--test", "sdk.test.mjs"], cwd=NODE_DIR, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        output = run.stdout.decode("utf-8", errors="replace")
+        assert run.returncode == 0, output + "\n--- server log ---\n" + server.log()[-4000:]
+        passed = re.search(r"^# pass (\d+)$", output, re.M)
+        assert "# fail 0" in output and passed and int(passed.group(1)) >= 8, output
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log()
