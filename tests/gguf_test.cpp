@@ -708,3 +708,19 @@ TEST(GgufBadFile, MissingRequiredKey) {
 }
 
 }  // namespace
+
+// Releasing consumed metadata (the model does it for the tokenizer arrays) removes exactly those
+// keys and keeps every other key and tensor reachable.
+TEST(GgufRelease, ReleasedKeysReadAsAbsentOthersStay) {
+  auto r = agentkv::gguf::Reader::open(std::string(AGENTKV_FIXTURES_DIR) + "/models/qwen3-micro.gguf");
+  const size_t n_before = r->metadata().size();
+  ASSERT_TRUE(r->has("tokenizer.ggml.tokens"));
+  r->release_metadata({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "no.such.key"});
+  EXPECT_FALSE(r->has("tokenizer.ggml.tokens"));
+  EXPECT_FALSE(r->has("tokenizer.ggml.merges"));
+  EXPECT_EQ(r->metadata().size(), n_before - 2);
+  EXPECT_EQ(r->get_string("general.architecture").value_or(""), "qwen3");
+  EXPECT_EQ(r->get_uint("qwen3.block_count").value_or(0), 2u);
+  EXPECT_TRUE(r->has("tokenizer.ggml.token_type"));
+  EXPECT_NE(r->find_tensor("token_embd.weight"), nullptr);
+}

@@ -531,4 +531,16 @@ const TensorInfo& Reader::require_tensor(std::string_view name, std::span<const 
   return *t;
 }
 
+void Reader::release_metadata(std::initializer_list<std::string_view> keys) {
+  for (std::string_view key : keys) {
+    auto it = kv_index_.find(key);
+    if (it == kv_index_.end()) continue;
+    const size_t idx = it->second;
+    kv_.erase(kv_.begin() + static_cast<std::ptrdiff_t>(idx));
+    kv_.shrink_to_fit();
+    kv_index_.clear();
+    for (size_t i = 0; i < kv_.size(); ++i) kv_index_.emplace(kv_[i].first, i);
+  }
+}
+
 }  // namespace agentkv::gguf

@@ -2,6 +2,7 @@
 // Every validation failure throws agentkv::Error whose message names the file and the key or tensor.
 #pragma once
 #include <array>
+#include <initializer_list>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -96,6 +97,10 @@ class Reader {
   const TensorInfo* find_tensor(std::string_view name) const;
   // Throws "tensor X has shape [...], expected [...]" naming the file.
   const TensorInfo& require_tensor(std::string_view name, std::span<const int64_t> expected_ne) const;
+
+  // Drops the parsed copies of the named metadata keys once their consumer has its own (the
+  // tokenizer vocabulary and merges are ~25 MB of strings): the keys then read as absent.
+  void release_metadata(std::initializer_list<std::string_view> keys);
 
   // Base of the mapping (or memory image) and its length.
   const uint8_t* base() const { return base_; }

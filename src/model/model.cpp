@@ -1,5 +1,9 @@
 #include "model/model.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/qwen3.h"
@@ -10,6 +14,12 @@ namespace agentkv {
 Model::Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config)
     : gguf_(std::move(gguf)), config_(std::move(config)) {
   tokenizer_ = Tokenizer::from_gguf(*gguf_);
+  // The tokenizer holds its own vocabulary now; the reader's copies would only cost memory.
+  gguf_->release_metadata({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+                           "tokenizer.ggml.scores"});
+#if defined(__GLIBC__)
+  malloc_trim(0);  // hand the freed vocabulary copies back to the OS
+#endif
   if (tokenizer_->n_vocab() != config_.n_vocab)
     throw Error(gguf_->path() + ": tokenizer has " + std::to_string(tokenizer_->n_vocab()) +
                 " tokens but token_embd.weight has " + std::to_string(config_.n_vocab) + " rows");
