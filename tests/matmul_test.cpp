@@ -140,6 +140,41 @@ TEST_F(MatmulTest, EqualsIndividualDotProductsExactly) {
   }
 }
 
+// llama.cpp multiplies a repacked q4_K weight (rows a multiple of 8) with a GEMM kernel for whole
+// groups of 4 activation rows and a GEMV kernel for the rest, which round differently; matmul
+// follows the same split, on every CPU level.
+TEST_F(MatmulTest, Q4KWholeGroupsOfFourUseTheRowGroupKernel) {
+  for (CpuLevel level : {CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512}) {
+    if (level > detected_cpu_level()) continue;
+    ASSERT_EQ(set_cpu_level(level), level);
+    for (int64_t n_tokens : {1, 3, 4, 7, 9, 17}) {
+      Problem p = make_problem(GgmlType::Q4_K, n_tokens, 40 + static_cast<uint32_t>(n_tokens));
+      p.w.n_out = 32;  // a multiple of 8: llama.cpp would repack it
+      std::vector<float> y(n_tokens * p.y_stride);
+      matmul(p.w, p.x.data(), n_tokens, p.x_stride, y.data(), p.y_stride, pool_);
+      const size_t act_row = ggml_row_size(GgmlType::Q8_K, p.n_in);
+      std::vector<uint8_t> q(act_row * n_tokens);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        quantize_activation_row(GgmlType::Q8_K, p.x.data() + t * p.x_stride, q.data() + t * act_row, p.n_in);
+      const int64_t grouped = n_tokens - n_tokens % 4;
+      for (int64_t r = 0; r < p.w.n_out; ++r) {
+        const uint8_t* wrow = p.w_bytes.data() + r * p.w.row_bytes;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          float want;
+          if (t < grouped) {
+            float group[kRowGroupSize];
+            row_group_dot_fn(GgmlType::Q4_K)(p.n_in, wrow, q.data() + (t - t % 4) * act_row, act_row, group);
+            want = group[t % 4];
+          } else {
+            want = vec_dot(GgmlType::Q4_K, p.n_in, wrow, q.data() + t * act_row);
+          }
+          ASSERT_EQ(y[t * p.y_stride + r], want) << cpu_level_name(level) << " tokens " << n_tokens << " t=" << t << " r=" << r;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(MatmulTest, GetRowDequantizesOneRow) {
   for (GgmlType type : kWeightTypes) {
     const Problem p = make_problem(type, 1, 5);

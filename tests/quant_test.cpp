@@ -282,6 +282,92 @@ TEST(VecDot, EverySimdLevelMatchesScalar) {
   }
 }
 
+// llama.cpp's float order for the K-quants it runs on x86 (see quant_dot_scalar.cpp), written out
+// independently of the kernels: q4_K as its repacked GEMV kernel (one fused multiply-add per
+// superblock) and GEMM kernel (one per 64 weights), q6_K as its AVX2 vec_dot (8 int32 lanes, lane m
+// holding weights 4m..4m+3 of every 32, fused multiply-add per lane, fixed reduction tree).
+float spec_q4_K(const DotCase& c, int64_t n, bool grouped) {
+  const auto* x = reinterpret_cast<const BlockQ4_K*>(c.w.data());
+  const auto* y = reinterpret_cast<const BlockQ8_K*>(c.a.data());
+  float acc = 0, acc_min = 0;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    int scale[8], min[8];
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* q = x[b].scales;
+      scale[j] = j < 4 ? q[j] & 63 : (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+      min[j] = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+    int dot[4] = {0, 0, 0, 0}, mins[4] = {0, 0, 0, 0};
+    for (int e = 0; e < 256; ++e) {
+      const int sub = e / 32;  // weight e: nibble (e / 32) % 2 of byte 32 * (e / 64) + e % 32
+      const int byte = x[b].qs[32 * (e / 64) + e % 32];
+      const int q = (sub % 2) ? byte >> 4 : byte & 0xF;
+      dot[e / 64] += scale[sub] * q * y[b].qs[e];
+    }
+    for (int g = 0; g < 16; ++g) mins[g / 4] += min[g / 2] * y[b].bsums[g];
+    const float d = fp16_to_fp32(x[b].d) * y[b].d, dmin = fp16_to_fp32(x[b].dmin) * y[b].d;
+    if (grouped) {
+      for (int j = 0; j < 4; ++j) {
+        acc = std::fma(static_cast<float>(dot[j]), d, acc);
+        acc_min = std::fma(static_cast<float>(mins[j]), dmin, acc_min);
+      }
+    } else {
+      acc = std::fma(static_cast<float>(dot[0] + dot[1] + dot[2] + dot[3]), d, acc);
+      acc_min = std::fma(static_cast<float>(mins[0] + mins[1] + mins[2] + mins[3]), dmin, acc_min);
+    }
+  }
+  return acc - acc_min;
+}
+
+float spec_q6_K(const DotCase& c, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ6_K*>(c.w.data());
+  const auto* y = reinterpret_cast<const BlockQ8_K*>(c.a.data());
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t b = 0; b < n / 256; ++b) {
+    int sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int e = 0; e < 256; ++e) {
+      // Weight e of a 128-half: low nibble of ql[l] / ql[l+32] for quarters 0 / 1, high nibble for
+      // 2 / 3; two high bits from qh[l] at shift 2 * quarter (l = e % 32).
+      const int half = e / 128, quarter = (e % 128) / 32, l = e % 32;
+      const int low = x[b].ql[64 * half + l + 32 * (quarter % 2)];
+      const int q = ((quarter < 2 ? low & 0xF : low >> 4) | (((x[b].qh[32 * half + l] >> (2 * quarter)) & 3) << 4)) - 32;
+      sums[(e % 32) / 4] += x[b].scales[e / 16] * q * y[b].qs[e];
+    }
+    const float d = y[b].d * fp16_to_fp32(x[b].d);
+    for (int m = 0; m < 8; ++m) lane[m] = std::fma(d, static_cast<float>(sums[m]), lane[m]);
+  }
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+TEST(VecDot, KQuantsFollowLlamaCppFloatOrderOnEveryLevel) {
+  for (int64_t n : {int64_t{256}, int64_t{768}, int64_t{4096}}) {
+    for (uint32_t seed = 0; seed < 20; ++seed) {
+      const DotCase q4 = make_case(GgmlType::Q4_K, n, seed * 7 + 1);
+      const DotCase q6 = make_case(GgmlType::Q6_K, n, seed * 7 + 2);
+      const float want_gemv = spec_q4_K(q4, n, false), want_gemm = spec_q4_K(q4, n, true);
+      const float want_q6 = spec_q6_K(q6, n);
+      for (CpuLevel level : {CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512}) {
+        if (level > detected_cpu_level()) continue;
+        const std::string where = "n=" + std::to_string(n) + " seed " + std::to_string(seed) + " level " +
+                                  std::string(cpu_level_name(level));
+        EXPECT_EQ(fp32_to_bits(vec_dot_fn(GgmlType::Q4_K, level)(n, q4.w.data(), q4.a.data())), fp32_to_bits(want_gemv))
+            << "q4_K " << where;
+        // The row-group kernel on four copies of the same activation row.
+        const size_t row = q4.a.size();
+        std::vector<uint8_t> rows(4 * row);
+        for (int r = 0; r < 4; ++r) std::memcpy(rows.data() + r * row, q4.a.data(), row);
+        float out[kRowGroupSize];
+        row_group_dot_fn(GgmlType::Q4_K, level)(n, q4.w.data(), rows.data(), row, out);
+        for (int r = 0; r < kRowGroupSize; ++r)
+          EXPECT_EQ(fp32_to_bits(out[r]), fp32_to_bits(want_gemm)) << "q4_K row group " << where << " row " << r;
+        EXPECT_EQ(fp32_to_bits(vec_dot_fn(GgmlType::Q6_K, level)(n, q6.w.data(), q6.a.data())), fp32_to_bits(want_q6))
+            << "q6_K " << where;
+      }
+    }
+  }
+  EXPECT_EQ(row_group_dot_fn(GgmlType::Q8_0), nullptr);  // one numeric behaviour for other types
+}
+
 TEST(VecDot, ActiveLevelHonoursOverride) {
   const CpuLevel before = active_cpu_level();
   EXPECT_EQ(set_cpu_level(CpuLevel::Scalar), CpuLevel::Scalar);

@@ -1,7 +1,8 @@
 // y = W x: activations are converted once per token to vec_dot_type(W.type) (as ggml-cpu does),
 // then output rows are split across the thread pool. With several tokens the loops are tiled so a
 // tile of weight rows is read from memory once and applied to a tile of tokens while it is still
-// in cache; the per-(row, token) work is the dispatched vec_dot kernel.
+// in cache; the per-(row, token) work is the dispatched vec_dot kernel, except that whole groups
+// of 4 tokens of a q4_K weight follow llama.cpp's repacked GEMM numerics (row_group_dot_fn).
 #include "kernels/matmul.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@ namespace {
 
 constexpr int64_t kRowTile = 16;   // weight rows kept hot while they meet a tile of tokens
 constexpr int64_t kTokenTile = 8;  // tokens per tile
+static_assert(kTokenTile % kRowGroupSize == 0, "row groups must not straddle token tiles");
 
 std::string shape_of(const WeightMatrix& w) {
   return std::string(ggml_type_name(w.type)) + " [" + std::to_string(w.n_in) + " x " + std::to_string(w.n_out) + "]";
@@ -58,6 +60,10 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
 
   const GgmlType act_type = vec_dot_type(w.type);
   const VecDotFn dot = vec_dot_fn(w.type);
+  // Activation rows that llama.cpp's repacked GEMM kernel would take (whole groups of 4 from the
+  // start of the batch) get its numerics; the rest, and single rows, those of its GEMV kernel.
+  const int64_t n_grouped = uses_row_group_kernel(w.type, w.n_out) ? n_tokens - n_tokens % kRowGroupSize : 0;
+  const RowGroupDotFn group_dot = n_grouped > 0 ? row_group_dot_fn(w.type) : nullptr;
   const int64_t n_in = w.n_in;
 
   // Activation rows in act_type: f32 weights read x in place, everything else converts a copy.
@@ -88,7 +94,17 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
             const int64_t t1 = std::min(t0 + kTokenTile, n_tokens);
             for (int64_t r = r0; r < r1; ++r) {
               const uint8_t* wrow = weights + static_cast<size_t>(r) * w_stride;
-              for (int64_t t = t0; t < t1; ++t) y[t * y_stride + r] = dot(n_in, wrow, act + t * act_stride);
+              for (int64_t t = t0; t < t1;) {
+                if (t < n_grouped) {  // t is a multiple of 4 here: tiles and groups both start at 0
+                  float out[kRowGroupSize];
+                  group_dot(n_in, wrow, act + t * act_stride, act_stride, out);
+                  for (int g = 0; g < kRowGroupSize; ++g) y[(t + g) * y_stride + r] = out[g];
+                  t += kRowGroupSize;
+                } else {
+                  y[t * y_stride + r] = dot(n_in, wrow, act + t * act_stride);
+                  ++t;
+                }
+              }
             }
           }
         }

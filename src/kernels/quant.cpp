@@ -142,6 +142,23 @@ VecDotFn vec_dot_fn(GgmlType type, CpuLevel level) {
 
 VecDotFn vec_dot_fn(GgmlType type) { return vec_dot_fn(type, active_cpu_level()); }
 
+RowGroupDotFn row_group_dot_fn(GgmlType type, CpuLevel level) {
+  const CpuLevel usable = static_cast<int>(level) < static_cast<int>(detected_cpu_level())
+                              ? level
+                              : detected_cpu_level();
+  RowGroupDotFn fn = nullptr;
+  if (usable == CpuLevel::Avx512) fn = avx512_row_group_dot(type);
+  if (!fn && usable >= CpuLevel::Avx2) fn = avx2_row_group_dot(type);
+  if (!fn) fn = scalar_row_group_dot(type);
+  return fn;
+}
+
+RowGroupDotFn row_group_dot_fn(GgmlType type) { return row_group_dot_fn(type, active_cpu_level()); }
+
+bool uses_row_group_kernel(GgmlType type, int64_t n_out) {
+  return type == GgmlType::Q4_K && n_out % 8 == 0;
+}
+
 float vec_dot(GgmlType type, int64_t n, const void* weight_row, const void* act_row) {
   check_length(type, n, "vec_dot");
   return vec_dot_fn(type)(n, weight_row, act_row);

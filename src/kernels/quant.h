@@ -31,11 +31,25 @@ void quantize_activation_row(GgmlType act_type, const float* src, void* dst, int
 using VecDotFn = float (*)(int64_t n, const void* weight_row, const void* act_row);
 
 // Dot product of a weight row (type) and an activation row in vec_dot_type(type); n elements.
-// Runtime-dispatched (AVX-512 VNNI / AVX2 / scalar); all paths agree to float rounding.
+// Runtime-dispatched (AVX-512 VNNI / AVX2 / scalar); all paths agree to float rounding, and for
+// q4_K / q6_K bit for bit (llama.cpp's x86 float order, docs/quant-types.md).
 float vec_dot(GgmlType type, int64_t n, const void* weight_row, const void* act_row);
 // The kernel vec_dot uses at the active CPU level (look it up once, call it many times).
 VecDotFn vec_dot_fn(GgmlType type);
 // The kernel of one level (clamped to the CPU's), for tests and benchmarks comparing paths.
 VecDotFn vec_dot_fn(GgmlType type, CpuLevel level);
+
+// llama.cpp on x86 repacks q4_K matrices whose row count is a multiple of 8 and multiplies them with
+// a GEMM kernel for activation rows in groups of 4 (rows 0 .. n - n % 4 of a batch) and a GEMV kernel
+// for the rest; the two round differently. vec_dot_fn(Q4_K) follows the GEMV kernel; a RowGroupDotFn
+// follows the GEMM kernel for one weight row against the 4 activation rows of a group (act_rows,
+// then every act_stride bytes), writing out[0..3]. nullptr for types with one numeric behaviour.
+// Every CPU level returns the same bits as the scalar kernel.
+inline constexpr int kRowGroupSize = 4;
+using RowGroupDotFn = void (*)(int64_t n, const void* weight_row, const void* act_rows, size_t act_stride, float* out);
+RowGroupDotFn row_group_dot_fn(GgmlType type);
+RowGroupDotFn row_group_dot_fn(GgmlType type, CpuLevel level);
+// Whether matmul multiplies whole groups of 4 activation rows of this weight with row_group_dot_fn.
+bool uses_row_group_kernel(GgmlType type, int64_t n_out);
 
 }  // namespace agentkv

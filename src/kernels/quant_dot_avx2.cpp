@@ -160,27 +160,72 @@ AGENTKV_AVX2_INLINE __m256i k4_pair_dot(__m256i q_lo, __m256i q_hi, const int8_t
                           _mm256_madd_epi16(p_hi, _mm256_set1_epi16(static_cast<short>(scale_hi))));
 }
 
+// One fused multiply-add in single precision (ggml's float accumulation steps).
+AGENTKV_AVX2_INLINE float fma_ss(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// Sums of four int32 vectors, one per lane of the result: {sum(v0), sum(v1), sum(v2), sum(v3)}.
+AGENTKV_AVX2_INLINE __m128i reduce4_epi32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// Scaled integer dots of the four 64-weight pairs (sub-blocks 2j, 2j+1) of a q4_K superblock, as
+// int32 lanes (before the final sum over lanes). Integer sums are exact, so only where they are
+// converted and scaled matters (see quant_dot_scalar.cpp).
+AGENTKV_AVX2_INLINE void q4k_pair_vectors(const BlockQ4_K& x, const BlockQ8_K& y, const uint8_t sc[8], __m256i pair[4]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int j = 0; j < 4; ++j) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
+    const __m256i q_lo = _mm256_and_si256(bytes, low4);
+    const __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+    pair[j] = k4_pair_dot(q_lo, q_hi, y.qs + 64 * j, sc[2 * j], sc[2 * j + 1]);
+  }
+}
+
 AGENTKV_AVX2 float dot_q4_K(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  float mins_total = 0;
+  float acc = 0, acc_min = 0;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     uint8_t sc[8], mn[8];
     for (int j = 0; j < 8; ++j) k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
-    mins_total += half_to_float(x[i].dmin) * y[i].d * static_cast<float>(k4_min_sum(mn, y[i].bsums));
-    __m256i isum = _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * j));
-      const __m256i q_lo = _mm256_and_si256(bytes, low4);
-      const __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-      isum = _mm256_add_epi32(isum, k4_pair_dot(q_lo, q_hi, y[i].qs + 64 * j, sc[2 * j], sc[2 * j + 1]));
-    }
-    const __m256 d = _mm256_set1_ps(half_to_float(x[i].d) * y[i].d);
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+    __m256i pair[4];
+    q4k_pair_vectors(x[i], y[i], sc, pair);
+    const __m256i isum = _mm256_add_epi32(_mm256_add_epi32(pair[0], pair[1]), _mm256_add_epi32(pair[2], pair[3]));
+    acc = fma_ss(static_cast<float>(hsum_epi32(isum)), half_to_float(x[i].d) * y[i].d, acc);
+    acc_min = fma_ss(static_cast<float>(k4_min_sum(mn, y[i].bsums)), half_to_float(x[i].dmin) * y[i].d, acc_min);
   }
-  return hsum_ps(acc) - mins_total;
+  return acc - acc_min;
+}
+
+// The GEMM order for four activation rows at once: their float chains are independent, so
+// interleaving them hides the latency of the per-pair multiply-adds.
+AGENTKV_AVX2 void dot4_q4_K_grouped(int64_t n, const void* w, const void* a, size_t a_stride, float* out) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const BlockQ8_K* ys[kRowGroupSize];
+  for (int r = 0; r < kRowGroupSize; ++r) ys[r] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(a) + r * a_stride);
+  float acc[kRowGroupSize] = {0, 0, 0, 0}, acc_min[kRowGroupSize] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
+    const float xd = half_to_float(x[i].d), xdmin = half_to_float(x[i].dmin);
+    for (int r = 0; r < kRowGroupSize; ++r) {
+      const BlockQ8_K& y = ys[r][i];
+      __m256i pair[4];
+      q4k_pair_vectors(x[i], y, sc, pair);
+      alignas(16) int dots[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(dots), reduce4_epi32(pair[0], pair[1], pair[2], pair[3]));
+      const float d = xd * y.d, dmin = xdmin * y.d;
+      for (int j = 0; j < 4; ++j) {
+        const int min = mn[2 * j] * (y.bsums[4 * j] + y.bsums[4 * j + 1]) + mn[2 * j + 1] * (y.bsums[4 * j + 2] + y.bsums[4 * j + 3]);
+        acc[r] = fma_ss(static_cast<float>(dots[j]), d, acc[r]);
+        acc_min[r] = fma_ss(static_cast<float>(min), dmin, acc_min[r]);
+      }
+    }
+  }
+  for (int r = 0; r < kRowGroupSize; ++r) out[r] = acc[r] - acc_min[r];
 }
 
 AGENTKV_AVX2 float dot_q5_K(int64_t n, const void* w, const void* a) {
@@ -228,14 +273,15 @@ AGENTKV_AVX2_INLINE void q6k_unpack_half(const uint8_t* ql, const uint8_t* qh, _
   out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), h3);
 }
 
+// ggml's lanes (see quant_dot_scalar.cpp): int32 lane m of a 32-weight group holds its weights
+// 4m..4m+3, the -32 offset subtracted per pair of products before the scale.
 AGENTKV_AVX2 float dot_q6_K(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i offset = _mm256_set1_epi8(32);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const int8_t* sc = x[i].scales;
-    int offset_sum = 0;  // 32 * sum_j scale_j * (sum of sub-block j's activation quants)
-    for (int j = 0; j < 16; ++j) offset_sum += sc[j] * y[i].bsums[j];
     __m256i isum = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
@@ -244,13 +290,13 @@ AGENTKV_AVX2 float dot_q6_K(int64_t n, const void* w, const void* a) {
         // 32 weights = sub-blocks s and s+1 (16 each): the low 128 bits get scale s.
         const int s = 8 * h + 2 * k;
         const __m256i scale = _mm256_setr_m128i(_mm_set1_epi16(sc[s]), _mm_set1_epi16(sc[s + 1]));
-        const __m256i p = _mm256_maddubs_epi16(q[k], load_q8(y[i].qs + 128 * h + 32 * k));
+        const __m256i q8 = load_q8(y[i].qs + 128 * h + 32 * k);
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], q8), _mm256_maddubs_epi16(offset, q8));
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale));
       }
     }
-    const float d = half_to_float(x[i].d) * y[i].d;
-    const __m256 total = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_setr_epi32(32 * offset_sum, 0, 0, 0, 0, 0, 0, 0)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), total, acc);
+    const float d = y[i].d * half_to_float(x[i].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
   }
   return hsum_ps(acc);
 }
@@ -274,8 +320,11 @@ VecDotFn avx2_vec_dot(GgmlType type) {
     default: return nullptr;
   }
 }
+
+RowGroupDotFn avx2_row_group_dot(GgmlType type) { return type == GgmlType::Q4_K ? dot4_q4_K_grouped : nullptr; }
 #else
 VecDotFn avx2_vec_dot(GgmlType) { return nullptr; }
+RowGroupDotFn avx2_row_group_dot(GgmlType) { return nullptr; }
 #endif
 
 }  // namespace agentkv::quant_detail

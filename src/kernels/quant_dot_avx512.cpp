@@ -1,6 +1,6 @@
 // AVX-512 dot products: 512-bit float kernels (f32, f16, and bf16 through AVX512-BF16's
 // vdpbf16ps where present), and AVX512-VNNI integer kernels (vpdpbusd) for q8_0, q4_0 and the
-// q4_K / q5_K / q6_K K-quants, two 32-element groups per 512-bit register. Types without a
+// q5_K / q6_K K-quants, two 32-element groups per 512-bit register. Types without a
 // kernel here (or integer types on a CPU without VNNI) fall back to the AVX2 table.
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
@@ -181,35 +181,15 @@ AGENTKV_AVX512_INLINE __m512i two_int_scales(int s0, int s1) {
 // q4_K / q5_K: 64 unsigned weights (sub-blocks 2j and 2j+1) against 64 contiguous activations.
 AGENTKV_AVX512_VNNI_INLINE __m512i k4_pair_dot_vnni(__m256i q_lo, __m256i q_hi, const int8_t* q8, int s0, int s1) {
   const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), join(q_lo, q_hi), _mm512_loadu_si512(q8));
-  return _mm512_mullo_epi32(p, two_int_scales(s0, s1));
+  // |p| <= 4 * 31 * 127 fits in 16 bits and the scales' high halves are 0, so a 16-bit multiply-add
+  // of the int32 lanes is their exact product (and cheaper than vpmulld).
+  return _mm512_madd_epi16(p, two_int_scales(s0, s1));
 }
 
 AGENTKV_AVX512_INLINE int k4_min_sum(const uint8_t* mins, const int16_t* bsums) {
   int s = 0;
   for (int j = 0; j < 8; ++j) s += mins[j] * (bsums[2 * j] + bsums[2 * j + 1]);
   return s;
-}
-
-AGENTKV_AVX512_VNNI float dot_q4_K(int64_t n, const void* w, const void* a) {
-  const auto* x = static_cast<const BlockQ4_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  __m512 acc = _mm512_setzero_ps();
-  float mins_total = 0;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
-    mins_total += half_to_float(x[i].dmin) * y[i].d * static_cast<float>(k4_min_sum(mn, y[i].bsums));
-    __m512i isum = _mm512_setzero_si512();
-    for (int j = 0; j < 4; ++j) {
-      const __m256i bytes = load_32(x[i].qs + 32 * j);
-      const __m256i q_lo = _mm256_and_si256(bytes, low4);
-      const __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-      isum = _mm512_add_epi32(isum, k4_pair_dot_vnni(q_lo, q_hi, y[i].qs + 64 * j, sc[2 * j], sc[2 * j + 1]));
-    }
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(half_to_float(x[i].d) * y[i].d), _mm512_cvtepi32_ps(isum), acc);
-  }
-  return _mm512_reduce_add_ps(acc) - mins_total;
 }
 
 AGENTKV_AVX512_VNNI float dot_q5_K(int64_t n, const void* w, const void* a) {
@@ -249,37 +229,40 @@ AGENTKV_AVX2_INLINE void q6k_unpack_half(const uint8_t* ql, const uint8_t* qh, _
                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
 }
 
+// ggml's eight lanes (see quant_dot_scalar.cpp): vpdpbusd lane k sums weights 4k..4k+3 of 64, so
+// lanes k and k+8 together are ggml's lane k of a 32-weight group.
 AGENTKV_AVX512_VNNI float dot_q6_K(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  // vpdpbusd lane k sums weights 4k..4k+3, so lanes 4s..4s+3 belong to 16-weight sub-block s.
+  // Lanes 4s..4s+3 belong to 16-weight sub-block s of the 64.
   const __m512i lane_to_scale = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  __m512 acc = _mm512_setzero_ps();
-  float offsets_total = 0;
+  const __m512i offset = _mm512_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const int8_t* sc = x[i].scales;
-    const float d = half_to_float(x[i].d) * y[i].d;
-    int offset_sum = 0;  // the -32 offset of every weight, through the q8_K group sums
-    for (int j = 0; j < 16; ++j) offset_sum += sc[j] * y[i].bsums[j];
     __m512i isum = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
       q6k_unpack_half(x[i].ql + 64 * h, x[i].qh + 32 * h, q);
       for (int k = 0; k < 4; k += 2) {
-        // Weights 64*(k/2) .. +63 of this half: sub-blocks s .. s+3.
         const int s = 8 * h + 2 * k;
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), join(q[k], q[k + 1]),
-                                              _mm512_loadu_si512(y[i].qs + 128 * h + 32 * k));
+        const __m512i q8 = _mm512_loadu_si512(y[i].qs + 128 * h + 32 * k);
+        const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), join(q[k], q[k + 1]), q8),
+                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, q8));
         int32_t four;
         std::memcpy(&four, sc + s, 4);
-        const __m512i scales = _mm512_permutexvar_epi32(lane_to_scale, _mm512_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, scales));
+        // Signed scales in the low 16 bits of each lane, 0 above: with |p| <= 4 * 32 * 127 < 2^15 a
+        // 16-bit multiply-add of the int32 lanes is their exact product (cheaper than vpmulld).
+        const __m512i scales = _mm512_and_si512(
+            _mm512_permutexvar_epi32(lane_to_scale, _mm512_cvtepi8_epi32(_mm_cvtsi32_si128(four))), _mm512_set1_epi32(0xFFFF));
+        isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p, scales));
       }
     }
-    offsets_total += d * static_cast<float>(32 * offset_sum);
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
+    const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+    const float d = y[i].d * half_to_float(x[i].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
   }
-  return _mm512_reduce_add_ps(acc) - offsets_total;
+  return hsum_ps(acc);
 }
 
 }  // namespace
@@ -292,14 +275,18 @@ VecDotFn avx512_vec_dot(GgmlType type) {
     case GgmlType::BF16: return f.avx512_bf16 ? dot_bf16_dp : dot_bf16;
     case GgmlType::Q8_0: return f.avx512_vnni ? dot_q8_0 : nullptr;
     case GgmlType::Q4_0: return f.avx512_vnni ? dot_q4_0 : nullptr;
-    case GgmlType::Q4_K: return f.avx512_vnni ? dot_q4_K : nullptr;
+    // q4_K: ggml's float order needs each superblock's integer sum as a scalar; with that, the AVX2
+    // kernel is as fast as a VNNI one, so this level uses it (nullptr falls back to the AVX2 table).
     case GgmlType::Q5_K: return f.avx512_vnni ? dot_q5_K : nullptr;
     case GgmlType::Q6_K: return f.avx512_vnni ? dot_q6_K : nullptr;
     default: return nullptr;
   }
 }
+
+RowGroupDotFn avx512_row_group_dot(GgmlType) { return nullptr; }  // the AVX2 q4_K kernel
 #else
 VecDotFn avx512_vec_dot(GgmlType) { return nullptr; }
+RowGroupDotFn avx512_row_group_dot(GgmlType) { return nullptr; }
 #endif
 
 }  // namespace agentkv::quant_detail

@@ -1,7 +1,10 @@
 // Portable dot products, one per weight type, with the activation row in vec_dot_type(type).
 // They follow ggml's generic kernels: exact integer sums per block, then the block's float scales
 // (so the SIMD kernels only differ from these in float summation order). Float rows accumulate in
-// double, as ggml's scalar f32/f16/bf16 kernels do.
+// double, as ggml's scalar f32/f16/bf16 kernels do. q4_K and q6_K instead fix the float order of
+// the x86 kernels llama.cpp runs, and every SIMD level reproduces them bit for bit.
+#include <cmath>
+
 #include "kernels/quant_kernels.h"
 
 namespace agentkv::quant_detail {
@@ -186,21 +189,56 @@ float k4_superblock_dot(const uint8_t* q, const uint8_t* packed_scales, float d,
   return d * y.d * static_cast<float>(isum) - dmin * y.d * static_cast<float>(summs);
 }
 
+// q4_K in the float order of ggml-cpu's x86 q4_K_8x8 repacked kernels, which llama.cpp uses for
+// every q4_K matrix with a multiple of 8 rows. Integer sums are exact; what matters is where they
+// meet the float scales: the GEMV kernel (single activation rows) adds one fused multiply-add per
+// 256-weight superblock, the GEMM kernel (activation rows in groups of 4) one per 64 weights, each
+// into separate running sums for the scaled quants and for the mins, subtracted at the end.
+// pair_dots[j] / pair_mins[j]: weights 64j..64j+63 (sub-blocks 2j and 2j+1).
+void q4k_pair_sums(const BlockQ4_K& x, const BlockQ8_K& y, int pair_dots[4], int pair_mins[4]) {
+  for (int j = 0; j < 4; ++j) {
+    uint8_t sc_lo, m_lo, sc_hi, m_hi;
+    k4_scale_min(2 * j, x.scales, &sc_lo, &m_lo);
+    k4_scale_min(2 * j + 1, x.scales, &sc_hi, &m_hi);
+    int lo = 0, hi = 0;
+    for (int l = 0; l < 32; ++l) {
+      lo += (x.qs[32 * j + l] & 0xF) * y.qs[64 * j + l];
+      hi += (x.qs[32 * j + l] >> 4) * y.qs[64 * j + 32 + l];
+    }
+    pair_dots[j] = sc_lo * lo + sc_hi * hi;
+    pair_mins[j] = m_lo * (y.bsums[4 * j] + y.bsums[4 * j + 1]) + m_hi * (y.bsums[4 * j + 2] + y.bsums[4 * j + 3]);
+  }
+}
+
 float dot_q4_K(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sum = 0;
-  uint8_t q[kQK_K];
+  float acc = 0, acc_min = 0;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    for (int j = 0; j < 4; ++j) {
-      for (int l = 0; l < 32; ++l) {
-        q[64 * j + l] = x[i].qs[32 * j + l] & 0xF;
-        q[64 * j + 32 + l] = x[i].qs[32 * j + l] >> 4;
-      }
-    }
-    sum += k4_superblock_dot(q, x[i].scales, f16(x[i].d), f16(x[i].dmin), y[i]);
+    int dots[4], mins[4];
+    q4k_pair_sums(x[i], y[i], dots, mins);
+    const int dot = dots[0] + dots[1] + dots[2] + dots[3];
+    const int min = mins[0] + mins[1] + mins[2] + mins[3];
+    acc = std::fma(static_cast<float>(dot), f16(x[i].d) * y[i].d, acc);
+    acc_min = std::fma(static_cast<float>(min), f16(x[i].dmin) * y[i].d, acc_min);
   }
-  return sum;
+  return acc - acc_min;
+}
+
+float dot_q4_K_grouped(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc = 0, acc_min = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int dots[4], mins[4];
+    q4k_pair_sums(x[i], y[i], dots, mins);
+    const float d = f16(x[i].d) * y[i].d, dmin = f16(x[i].dmin) * y[i].d;
+    for (int j = 0; j < 4; ++j) {
+      acc = std::fma(static_cast<float>(dots[j]), d, acc);
+      acc_min = std::fma(static_cast<float>(mins[j]), dmin, acc_min);
+    }
+  }
+  return acc - acc_min;
 }
 
 float dot_q5_K(int64_t n, const void* w, const void* a) {
@@ -221,10 +259,14 @@ float dot_q5_K(int64_t n, const void* w, const void* a) {
   return sum;
 }
 
+// q6_K in the float order of ggml-cpu's x86 (AVX2) vec_dot, which llama.cpp uses for q6_K (not
+// repacked on x86): per superblock, 8 integer lanes (lane m takes weights 4m..4m+3 of every group of
+// 32), each lane scaled into its own float sum by a fused multiply-add; the 8 sums are reduced as
+// ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)).
 float dot_q6_K(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sum = 0;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int8_t q[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     for (int h = 0; h < 2; ++h) {
@@ -238,15 +280,12 @@ float dot_q6_K(int64_t n, const void* w, const void* a) {
         out[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
       }
     }
-    int isum = 0;
-    for (int j = 0; j < 16; ++j) {
-      int sub = 0;
-      for (int l = 0; l < 16; ++l) sub += q[16 * j + l] * y[i].qs[16 * j + l];
-      isum += x[i].scales[j] * sub;
-    }
-    sum += f16(x[i].d) * y[i].d * static_cast<float>(isum);
+    int lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int e = 0; e < kQK_K; ++e) lanes[(e % 32) / 4] += x[i].scales[e / 16] * q[e] * y[i].qs[e];
+    const float d = y[i].d * f16(x[i].d);
+    for (int m = 0; m < 8; ++m) acc[m] = std::fma(d, static_cast<float>(lanes[m]), acc[m]);
   }
-  return sum;
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
 }  // namespace
@@ -270,5 +309,13 @@ VecDotFn scalar_vec_dot(GgmlType type) {
     default: return nullptr;
   }
 }
+
+namespace {
+void dot4_q4_K_grouped(int64_t n, const void* w, const void* a, size_t a_stride, float* out) {
+  for (int r = 0; r < kRowGroupSize; ++r) out[r] = dot_q4_K_grouped(n, w, static_cast<const uint8_t*>(a) + r * a_stride);
+}
+}  // namespace
+
+RowGroupDotFn scalar_row_group_dot(GgmlType type) { return type == GgmlType::Q4_K ? dot4_q4_K_grouped : nullptr; }
 
 }  // namespace agentkv::quant_detail

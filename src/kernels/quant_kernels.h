@@ -78,5 +78,10 @@ void dequantize_q8_K(const BlockQ8_K* x, float* y, int64_t n);
 VecDotFn scalar_vec_dot(GgmlType type);
 VecDotFn avx2_vec_dot(GgmlType type);
 VecDotFn avx512_vec_dot(GgmlType type);
+// Kernels for activation rows that ggml-cpu multiplies in groups of 4 (see row_group_dot_fn);
+// nullptr where the type has no separate grouped numerics.
+RowGroupDotFn scalar_row_group_dot(GgmlType type);
+RowGroupDotFn avx2_row_group_dot(GgmlType type);
+RowGroupDotFn avx512_row_group_dot(GgmlType type);
 
 }  // namespace agentkv::quant_detail

@@ -75,6 +75,9 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
     rope_rows(q, T, nq, cfg.n_head, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
     rope_rows(k, T, nkv, cfg.n_head_kv, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
     cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool);
+    // The output projection sees the whole batch, as in llama.cpp: q4_K rounding depends on a
+    // row's place in the batch (kernels/matmul.cpp), so selecting rows first would change it.
+    matmul(l.wo, attn, T, nq, out, E, pool);
 
     if (il == cfg.n_layer - 1) {  // only the rows whose logits are wanted go further
       rows = static_cast<int64_t>(b.output_rows.size());
@@ -82,12 +85,11 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
         const int64_t src = b.output_rows[i];
         if (src != i) {
           std::copy(x + src * E, x + (src + 1) * E, x + i * E);
-          std::copy(attn + src * nq, attn + (src + 1) * nq, attn + i * nq);
+          std::copy(out + src * E, out + (src + 1) * E, out + i * E);
         }
       }
       if (rows == 0) return;
     }
-    matmul(l.wo, attn, rows, nq, out, E, pool);
     for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
 
     for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, l.ffn_norm, cur + t * E, E, cfg.rms_eps);
