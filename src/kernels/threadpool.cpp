@@ -36,7 +36,9 @@ struct ThreadPool::Impl {
       while ((g = generation.load(std::memory_order_acquire)) == seen) {
         if (stop.load(std::memory_order_relaxed)) return;
         if (++spins < 20000) {
-          AGENTKV_PAUSE();
+          // On an oversubscribed machine a spinning worker can starve the thread it waits for.
+          if (spins % 256 == 0) std::this_thread::yield();
+          else AGENTKV_PAUSE();
         } else {
           std::unique_lock<std::mutex> lock(mu);
           cv.wait(lock, [&] { return generation.load() != seen || stop.load(); });
@@ -78,7 +80,10 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   impl_->cv.notify_all();
   fn(0, n_threads_);
-  while (impl_->pending.load(std::memory_order_acquire) != 0) AGENTKV_PAUSE();
+  for (int spins = 1; impl_->pending.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins % 256 == 0) std::this_thread::yield();  // let a descheduled worker run
+    else AGENTKV_PAUSE();
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
