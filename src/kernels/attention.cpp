@@ -3,9 +3,13 @@
 // llama.cpp runs one of three algorithms; we pick the same one for the same call:
 //  - per-key ("one chunk"): Q is converted to vec_dot_type(K); every visible key updates the
 //    running max M, sum S and output VKQ one at a time (expf); with F16 V, VKQ is kept in F16 and
-//    rounded after every scale / multiply-add. Used for short batches.
+//    rounded after every scale / multiply-add. Used for short batches. K.Q is summed the way
+//    ggml_vec_dot_f16 / _f32 sum on an AVX-512 build (GgmlDot below).
 //  - tiled: for >= 64 query rows with K and V both F16 or both F32, Q stays F32, keys come in
-//    tiles of 64, M and S are updated once per tile (tile sum in double) and VKQ accumulates in F32.
+//    tiles of 64, M and S are updated once per tile and VKQ accumulates in F32. As ggml's
+//    simd_gemm and ggml_vec_soft_max_f32: each K.Q is one fused multiply-add chain over the head
+//    dimension, the tile's exponentials use ggml's vector expf and are summed per 16 lanes in
+//    float, those sums in double.
 //  - split keys: a single query row over >= 512 keys is cut into key chunks processed in parallel
 //    with the per-key algorithm; the chunks' (M, S, VKQ) are merged at the end.
 // Work is spread over threads as (token, KV head) units (all query heads of a GQA group share
@@ -23,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -41,6 +46,28 @@ constexpr int64_t kSplitMinKeys = 512;   // llama.cpp splits single-row attentio
 constexpr int64_t kTokensPerTiledUnit = 8;
 
 enum class Mode { kPerKey, kTiled, kSplitKeys };
+
+// ggml_v_expf (the AVX-512 form) for one lane: e^x = j * 2^n with a degree-5 polynomial j.
+inline float GgmlExpLane(float x) {
+  const float r = 0x1.8p23f;
+  const float z = std::fma(x, 0x1.715476p+0f, r);
+  const float n = z - r;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  if (!(std::fabs(n) <= 192.0f)) return n <= 0.0f ? 0.0f : INFINITY;  // also -inf / NaN input
+  return std::ldexp(j, static_cast<int>(n));
+}
+
+// _mm512_reduce_add_ps on 16 values: halves (8, 4), then pairs.
+inline float ReduceAdd16(const float* v) {
+  float h8[8], h4[4];
+  for (int l = 0; l < 8; ++l) h8[l] = v[l + 8] + v[l];
+  for (int l = 0; l < 4; ++l) h4[l] = h8[l + 4] + h8[l];
+  return (h4[0] + h4[2]) + (h4[1] + h4[3]);
+}
 
 struct Plan {
   const AttentionArgs* args = nullptr;
@@ -155,6 +182,81 @@ void DotMany(const typename QE::T* q, const uint8_t* const* k_bytes, int64_t n_k
   }
 }
 
+// K.Q as ggml_vec_dot_f16 / ggml_vec_dot_f32 compute it on an AVX-512 build (GGML_F32_STEP 64):
+// whole 64-element steps go to four 16-lane fused accumulators, combined as (0+2)+(1+3) and
+// reduced by _mm512_reduce_add_ps; the rest is added one product at a time (f16: products in
+// float, the sum in double; f32: a float fused multiply-add chain).
+template <class E>
+float GgmlDot(const typename E::T* k, const typename E::T* q, int64_t n) {
+  constexpr bool kHalf = std::is_same_v<E, F16Elems>;
+  const DF d;
+  constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DF()));
+  static_assert(kLanes <= 16 && 16 % kLanes == 0, "a 16-lane accumulator spans whole vectors");
+  constexpr int64_t kParts = 16 / kLanes;  // vectors per 16-lane accumulator
+  const int64_t np = n & ~int64_t{63};
+  double sum_d = 0.0;
+  float sum_f = 0.0f;
+  if (np > 0) {
+    hn::Vec<DF> acc[4][kParts];
+    for (int j = 0; j < 4; ++j)
+      for (int64_t p = 0; p < kParts; ++p) acc[j][p] = hn::Zero(d);
+    for (int64_t i = 0; i < np; i += 64)
+      for (int j = 0; j < 4; ++j)
+        for (int64_t p = 0; p < kParts; ++p) {
+          const int64_t e = i + 16 * j + p * kLanes;
+          acc[j][p] = hn::MulAdd(E::Load(k + e), E::Load(q + e), acc[j][p]);
+        }
+    float red[16];
+    for (int64_t p = 0; p < kParts; ++p)
+      hn::StoreU(hn::Add(hn::Add(acc[0][p], acc[2][p]), hn::Add(acc[1][p], acc[3][p])), d, red + p * kLanes);
+    sum_f = attention_detail::ReduceAdd16(red);
+    sum_d = sum_f;
+  }
+  for (int64_t i = np; i < n; ++i) {
+    if constexpr (kHalf) {
+      sum_d += static_cast<double>(E::At(k, i) * E::At(q, i));
+    } else {
+      sum_f = std::fma(E::At(k, i), E::At(q, i), sum_f);
+    }
+  }
+  return kHalf ? static_cast<float>(sum_d) : sum_f;
+}
+
+template <class E>
+void GgmlDotMany(const typename E::T* q, const uint8_t* const* k_bytes, int64_t n_keys, int64_t n, float* out) {
+  for (int64_t j = 0; j < n_keys; ++j) out[j] = GgmlDot<E>(reinterpret_cast<const typename E::T*>(k_bytes[j]), q, n);
+}
+
+// ggml_v_expf over n values (n a multiple of the lane count), lanes outside the exponent range
+// of a plain power-of-two product finished by the scalar form.
+void GgmlExpRow(const float* x, float* y, int64_t n) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const auto r = hn::Set(d, 0x1.8p23f);
+  for (int64_t i = 0; i < n; i += step) {
+    const auto xv = hn::LoadU(d, x + i);
+    const auto z = hn::MulAdd(xv, hn::Set(d, 0x1.715476p+0f), r);
+    const auto nv = hn::Sub(z, r);
+    const auto b = hn::NegMulAdd(nv, hn::Set(d, 0x1.7f7d1cp-20f), hn::NegMulAdd(nv, hn::Set(d, 0x1.62e4p-1f), xv));
+    const auto u = hn::Mul(b, b);
+    const auto jv = hn::MulAdd(
+        hn::MulAdd(hn::MulAdd(hn::Set(d, 0x1.0e4020p-7f), b, hn::Set(d, 0x1.573e2ep-5f)), u,
+                   hn::MulAdd(hn::Set(d, 0x1.555e66p-3f), b, hn::Set(d, 0x1.fffdb6p-2f))),
+        u, hn::MulAdd(hn::Set(d, 0x1.ffffecp-1f), b, hn::Set(d, 1.0f)));
+    const auto in_range = hn::Le(hn::Abs(nv), hn::Set(d, 126.0f));
+    const auto ni = hn::ConvertTo(di, hn::IfThenElseZero(in_range, nv));
+    const auto pow2 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(ni, hn::Set(di, 127))));
+    if (hn::AllTrue(d, in_range)) {
+      hn::StoreU(hn::Mul(jv, pow2), d, y + i);
+    } else {  // x may alias y: keep the inputs for the scalar lanes
+      float in[hn::MaxLanes(DF())];
+      hn::StoreU(xv, d, in);
+      for (int64_t l = 0; l < step; ++l) y[i + l] = attention_detail::GgmlExpLane(in[l]);
+    }
+  }
+}
+
 // acc[0..n) += sum_j p[j] * v_j[0..n), keys in order (each element accumulates exactly as a
 // sequence of per-key multiply-adds would), with the accumulator held in registers.
 template <class VE>
@@ -244,19 +346,6 @@ void AxpyF16(uint16_t* y, const uint16_t* x, float v, int64_t n) {
   }
 #endif
   for (; i < n; ++i) y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
-}
-
-// p[j] = exp(s[j] - m); returns the sum in double (ggml_vec_soft_max_f32).
-double ExpShifted(const float* s, float m, float* p, int64_t n) {
-  const DF d;
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  const auto vm = hn::Set(d, m);
-  int64_t i = 0;
-  for (; i + step <= n; i += step) hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, s + i), vm)), d, p + i);
-  for (; i < n; ++i) p[i] = std::exp(s[i] - m);
-  double sum = 0.0;
-  for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(p[j]);
-  return sum;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -368,10 +457,10 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
       const uint8_t* q = q_conv + r * plan.q_head_bytes;
       switch (a.k_type) {
         case GgmlType::F32:
-          DotMany<F32Elems, F32Elems>(reinterpret_cast<const float*>(q), k_rows, n_vis, D, scores);
+          GgmlDotMany<F32Elems>(reinterpret_cast<const float*>(q), k_rows, n_vis, D, scores);
           break;
         case GgmlType::F16:
-          DotMany<F16Elems, F16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
+          GgmlDotMany<F16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
           break;
         case GgmlType::BF16:
           DotMany<BF16Elems, BF16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
@@ -442,16 +531,18 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   const int64_t G = plan.group;
   const int64_t n_rows = (t1 - t0) * G;
   const bool f16 = a.k_type == GgmlType::F16;
+  const DF d;
+  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
 
   Scratch& sc = ThreadScratch();
-  float* f = Reserve(sc.f32, static_cast<size_t>(n_rows * D + 2 * n_rows + 2 * kKeyTile));
-  float* acc = f;                  // n_rows x D
-  float* M = acc + n_rows * D;     // n_rows
-  float* S = M + n_rows;           // n_rows
-  float* scores = S + n_rows;      // kKeyTile
-  float* probs = scores + kKeyTile;  // kKeyTile
+  float* f = Reserve(sc.f32, static_cast<size_t>(n_rows * D + 2 * n_rows + 2 * kKeyTile + D * kKeyTile));
+  float* acc = f;                       // n_rows x D
+  float* M = acc + n_rows * D;          // n_rows
+  float* S = M + n_rows;                // n_rows
+  float* kq = S + n_rows;               // kKeyTile: scores, then exponentials
+  float* probs = kq + kKeyTile;         // kKeyTile: exponentials of the visible keys
+  float* kt = probs + kKeyTile;         // D x kKeyTile: the tile's keys, transposed, zero-padded
   int64_t* visible = Reserve(sc.visible, static_cast<size_t>(kKeyTile));
-  const uint8_t** k_rows = Reserve(sc.k_rows, static_cast<size_t>(kKeyTile));
   const uint8_t** v_rows = Reserve(sc.v_rows, static_cast<size_t>(kKeyTile));
   std::fill(acc, acc + n_rows * D, 0.0f);
   std::fill(M, M + n_rows, -INFINITY);
@@ -462,28 +553,41 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
 
   for (int64_t c0 = 0; c0 < a.n_kv; c0 += kKeyTile) {
     const int64_t c1 = std::min(c0 + kKeyTile, a.n_kv);
+    // Skip the tile when no row of this unit sees any of its keys (nothing to pack).
+    bool any = false;
+    for (int64_t t = t0; t < t1 && !any; ++t) {
+      const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
+      any = VisibleKeys(mask_row, c0, c1, visible) > 0;
+    }
+    if (!any) continue;
+    std::fill(kt, kt + D * kKeyTile, 0.0f);
+    for (int64_t c = c0; c < c1; ++c) {
+      const uint8_t* kb = a.k + c * a.k_row_bytes + k_off;
+      for (int64_t i = 0; i < D; ++i) {
+        kt[i * kKeyTile + (c - c0)] = f16 ? fp16_to_fp32(reinterpret_cast<const uint16_t*>(kb)[i])
+                                          : reinterpret_cast<const float*>(kb)[i];
+      }
+    }
     for (int64_t t = t0; t < t1; ++t) {
       const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
-      // Hidden keys would get probability exactly 0 (llama.cpp adds -inf and skips rows whose
-      // whole tile is hidden), so only the visible ones are computed.
       const int64_t n_vis = VisibleKeys(mask_row, c0, c1, visible);
       if (n_vis == 0) continue;
-      for (int64_t j = 0; j < n_vis; ++j) {
-        k_rows[j] = a.k + visible[j] * a.k_row_bytes + k_off;
-        v_rows[j] = a.v + visible[j] * a.v_row_bytes + v_off;
-      }
+      for (int64_t j = 0; j < n_vis; ++j) v_rows[j] = a.v + visible[j] * a.v_row_bytes + v_off;
       for (int64_t r = 0; r < G; ++r) {
         const int64_t row = (t - t0) * G + r;
         const float* q = a.q + t * a.q_stride + (g * G + r) * D;
-        if (f16) {
-          DotMany<F32Elems, F16Elems>(q, k_rows, n_vis, D, scores);
-        } else {
-          DotMany<F32Elems, F32Elems>(q, k_rows, n_vis, D, scores);
+        // KQ: one fused chain over the head dimension per key (ggml's simd_gemm), then scale.
+        for (int64_t j = 0; j < kKeyTile; j += step) {
+          auto s = hn::Zero(d);
+          for (int64_t i = 0; i < D; ++i) s = hn::MulAdd(hn::LoadU(d, kt + i * kKeyTile + j), hn::Set(d, q[i]), s);
+          hn::StoreU(hn::Mul(s, hn::Set(d, a.shape.scale)), d, kq + j);
         }
         float tile_max = -INFINITY;
-        for (int64_t j = 0; j < n_vis; ++j) {
-          scores[j] = scores[j] * a.shape.scale + (mask_row ? mask_row[visible[j]] : 0.0f);
-          tile_max = std::max(tile_max, scores[j]);
+        for (int64_t j = 0; j < kKeyTile; ++j) {
+          const int64_t c = c0 + j;
+          const bool seen = c < c1 && !(mask_row && mask_row[c] == -INFINITY);
+          kq[j] = seen ? kq[j] + (mask_row ? mask_row[c] : 0.0f) : -INFINITY;
+          tile_max = std::max(tile_max, kq[j]);
         }
         if (tile_max == -INFINITY) continue;
         float* row_acc = acc + row * D;
@@ -494,8 +598,13 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
           S[row] *= ms;
         }
         M[row] = m_new;
-        const double tile_sum = ExpShifted(scores, m_new, probs, n_vis);
+        // ggml_vec_soft_max_f32: vector expf of (s - max), summed per 16 lanes in float.
+        for (int64_t j = 0; j < kKeyTile; ++j) kq[j] = kq[j] - m_new;
+        GgmlExpRow(kq, kq, kKeyTile);
+        double tile_sum = 0.0;
+        for (int64_t j = 0; j < kKeyTile; j += 16) tile_sum += attention_detail::ReduceAdd16(kq + j);
         S[row] = static_cast<float>(static_cast<double>(S[row]) + tile_sum);
+        for (int64_t j = 0; j < n_vis; ++j) probs[j] = kq[visible[j] - c0];
         if (f16) {
           AccumulateKeys<F16Elems>(row_acc, v_rows, probs, n_vis, D);
         } else {

@@ -72,7 +72,7 @@ constexpr int kDeltaNetMaxChunk = 256;
 //   out[t][ch] = silu(sum_{i<d_conv} weight[ch*d_conv+i] * x_{t-(d_conv-1)+i}[ch])
 // where inputs before the first token come from conv_state. conv_state is then replaced by the
 // last d_conv-1 raw inputs (llama.cpp's ssm_conv + state update). out must not alias x.
-// SiLU uses a vectorised exp within 2 ulp (ggml's SiLU also runs on an approximate vector exp).
+// SiLU is silu_row (kernels/ops.h), whose exp reproduces llama.cpp's conv outputs on the fixtures.
 void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int64_t channels,
                         const float* weight, int d_conv, float* conv_state, float* out,
                         int64_t out_stride, ThreadPool& pool);
@@ -87,7 +87,7 @@ void delta_net_normalize_qk(float* q, int64_t q_stride, float* k, int64_t k_stri
                             int64_t n_tokens, int n_k_heads, int head_k_dim, float eps);
 
 // Gates of one token: beta[h] = sigmoid(beta_logit[h]); g[h] = softplus(alpha[h] + dt_bias[h]) *
-// ssm_a[h] (ssm_a = -exp(A_log) as stored in GGUF; softplus as ggml: x > 20 ? x : log1p(e^x)).
+// ssm_a[h] (ssm_a = -exp(A_log) as stored in GGUF; softplus as ggml: x > 20 ? x : log(1 + e^x)).
 void delta_net_gates(const float* beta_logit, const float* alpha, const float* dt_bias,
                      const float* ssm_a, int n_v_heads, float* beta, float* g);
 
@@ -101,7 +101,8 @@ void gated_delta_rule_step(const DeltaNetShape& shape, const DeltaNetIO& io, flo
 void gated_delta_rule_chunked(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
                               ThreadPool& pool, int chunk_len = kDeltaNetChunk);
 
-// Picks the faster form: chunked from 32 tokens on CPUs with AVX2 or better, step otherwise.
+// The form llama.cpp's CPU backend rounds like: the step form (its fused op runs token by token
+// for prompts too). The chunked form stays available for callers that prefer speed.
 void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
                       ThreadPool& pool);
 
