@@ -171,6 +171,13 @@ TEST_F(MatmulTest, Q4KWholeGroupsOfFourUseTheRowGroupKernel) {
           ASSERT_EQ(y[t * p.y_stride + r], want) << cpu_level_name(level) << " tokens " << n_tokens << " t=" << t << " r=" << r;
         }
       }
+      // As llama.cpp's MUL_MAT_ID: every row alone.
+      matmul(p.w, p.x.data(), n_tokens, p.x_stride, y.data(), p.y_stride, pool_, RowGrouping::kEachRowAlone);
+      for (int64_t r = 0; r < p.w.n_out; ++r)
+        for (int64_t t = 0; t < n_tokens; ++t)
+          ASSERT_EQ(y[t * p.y_stride + r],
+                    vec_dot(GgmlType::Q4_K, p.n_in, p.w_bytes.data() + r * p.w.row_bytes, q.data() + t * act_row))
+              << cpu_level_name(level) << " each row alone, tokens " << n_tokens << " t=" << t << " r=" << r;
     }
   }
 }

@@ -50,7 +50,7 @@ std::vector<uint8_t>& activation_scratch(size_t bytes) {
 }  // namespace
 
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
-            int64_t y_stride, ThreadPool& pool) {
+            int64_t y_stride, ThreadPool& pool, RowGrouping grouping) {
   const size_t w_stride = checked_row_stride(w, "matmul");
   if (n_tokens < 0 || (n_tokens > 1 && (x_stride < w.n_in || y_stride < w.n_out))) {
     throw Error("matmul: weight " + shape_of(w) + ": bad activation layout (" + std::to_string(n_tokens) +
@@ -62,7 +62,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   const VecDotFn dot = vec_dot_fn(w.type);
   // Activation rows that llama.cpp's repacked GEMM kernel would take (whole groups of 4 from the
   // start of the batch) get its numerics; the rest, and single rows, those of its GEMV kernel.
-  const int64_t n_grouped = uses_row_group_kernel(w.type, w.n_out) ? n_tokens - n_tokens % kRowGroupSize : 0;
+  const int64_t n_grouped = grouping == RowGrouping::kBatch && uses_row_group_kernel(w.type, w.n_out)
+                                ? n_tokens - n_tokens % kRowGroupSize
+                                : 0;
   const RowGroupDotFn group_dot = n_grouped > 0 ? row_group_dot_fn(w.type) : nullptr;
   const int64_t n_in = w.n_in;
 

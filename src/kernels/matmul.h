@@ -17,10 +17,16 @@ struct WeightMatrix {
   size_t row_bytes = 0;  // ggml_row_size(type, n_in)
 };
 
+// Which of llama.cpp's kernels each activation row gets for the weights it repacks on x86 (q4_K
+// with a multiple of 8 rows), whose GEMM and GEMV kernels round differently (docs/quant-types.md):
+// kBatch as its MUL_MAT (rows 0 .. n - n % 4 of the call in groups of 4 by the GEMM kernel, the
+// rest by the GEMV kernel); kEachRowAlone as its MUL_MAT_ID (expert matrices: every row by GEMV).
+enum class RowGrouping { kBatch, kEachRowAlone };
+
 // x: n_tokens rows of n_in floats (row stride x_stride floats); y: n_tokens rows of n_out floats
 // (row stride y_stride floats).
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
-            int64_t y_stride, ThreadPool& pool);
+            int64_t y_stride, ThreadPool& pool, RowGrouping grouping = RowGrouping::kBatch);
 
 // Copies row `row` of w into dst as floats (embedding lookup).
 void get_row(const WeightMatrix& w, int64_t row, float* dst);
