@@ -29,10 +29,11 @@ void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* o
   for (int e : groups.active_experts) {
     const int32_t b = groups.begin[e], cnt = groups.count(e);
     for (int32_t r = 0; r < cnt; ++r) std::memcpy(xe + r * E, x + groups.token[b + r] * E, E * sizeof(float));
-    matmul(w.gate[e], xe, cnt, E, gate, Fe, pool);
-    matmul(w.up[e], xe, cnt, E, up, Fe, pool);
+    // llama.cpp's MUL_MAT_ID runs every expert row through the single-row (GEMV) kernel order.
+    matmul(w.gate[e], xe, cnt, E, gate, Fe, pool, RowGrouping::kEachRowAlone);
+    matmul(w.up[e], xe, cnt, E, up, Fe, pool, RowGrouping::kEachRowAlone);
     for (int32_t r = 0; r < cnt; ++r) swiglu(gate + r * Fe, up + r * Fe, gate + r * Fe, Fe);
-    matmul(w.down[e], gate, cnt, Fe, down, E, pool);
+    matmul(w.down[e], gate, cnt, Fe, down, E, pool, RowGrouping::kEachRowAlone);
     for (int32_t r = 0; r < cnt; ++r) {
       const int32_t t = groups.token[b + r], s = groups.slot[b + r];
       const float wt = routing.weights[t * w.n_used + s];
