@@ -5,6 +5,7 @@
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "model/attention_block.h"
+#include "model/output_rows.h"
 #include "model/weights.h"
 
 namespace agentkv {
@@ -80,14 +81,7 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
     matmul(l.wo, attn, T, nq, out, E, pool);
 
     if (il == cfg.n_layer - 1) {  // only the rows whose logits are wanted go further
-      rows = static_cast<int64_t>(b.output_rows.size());
-      for (int64_t i = 0; i < rows; ++i) {
-        const int64_t src = b.output_rows[i];
-        if (src != i) {
-          std::copy(x + src * E, x + (src + 1) * E, x + i * E);
-          std::copy(out + src * E, out + (src + 1) * E, out + i * E);
-        }
-      }
+      rows = keep_output_rows(b.output_rows, E, {x, out});
       if (rows == 0) return;
     }
     for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];

@@ -9,6 +9,7 @@
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "model/attention_block.h"
+#include "model/output_rows.h"
 #include "model/weights.h"
 
 namespace agentkv {
@@ -244,14 +245,7 @@ void Qwen35Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
     if (cfg.is_recurrent(il)) delta_net_layer(il, b, mem, cur, out, ws, pool);
     else attention_layer(il, b, mem, cur, out, ws, pool);
     if (il == cfg.n_layer - 1) {  // only the rows whose logits are wanted go further
-      rows = static_cast<int64_t>(b.output_rows.size());
-      for (int64_t i = 0; i < rows; ++i) {
-        const int64_t src = b.output_rows[i];
-        if (src != i) {
-          std::memcpy(x + i * E, x + src * E, E * sizeof(float));
-          std::memcpy(out + i * E, out + src * E, E * sizeof(float));
-        }
-      }
+      rows = keep_output_rows(b.output_rows, E, {x, out});
       if (rows == 0) return;
     }
     for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
