@@ -122,6 +122,7 @@ int Context::decode(const Batch& b) {
     ForwardBatch fb;
     fb.tokens = std::span<const Token>(b.tokens.data() + start, end - start);
     fb.ub = &ub;
+    fb.id = ++next_ubatch_id_;
     fb.placement = &placement->kv;
     fb.rec_placement = &placement->rec;
     fb.output_rows = out_rows;

@@ -79,6 +79,7 @@ class Context {
   std::vector<float> logits_;
   std::vector<int> output_index_;
   DecodeStats stats_;
+  uint64_t next_ubatch_id_ = 0;
 };
 
 }  // namespace agentkv

@@ -52,7 +52,11 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     const int64_t nt = static_cast<int64_t>(tokens.size());
     const int64_t n_kv = kv.n_kv(s);
     float* mask = ws.get(kAttentionWorkspaceSlot, static_cast<size_t>(nt * n_kv));
-    kv.fill_mask(ub, tokens, s, mask, n_kv);
+    if (batch.id == 0 || ws.mask_batch_id != batch.id || ws.mask_stream != s) {
+      kv.fill_mask(ub, tokens, s, mask, n_kv);
+      ws.mask_batch_id = batch.id;
+      ws.mask_stream = s;
+    }
 
     const bool contiguous = tokens.front() == 0 && nt == n_tokens;
     const float* q_rows = q;

@@ -26,6 +26,10 @@ class Workspace {
     if (bufs_[slot].size() < n_floats) bufs_[slot].resize(n_floats);
     return bufs_[slot].data();
   }
+  // Which attention mask the mask slot holds: every attention layer of a micro-batch sees the same
+  // cells, so the mask is built once per micro-batch and stream, not once per layer.
+  uint64_t mask_batch_id = 0;
+  uint32_t mask_stream = 0;
  private:
   std::vector<std::vector<float>> bufs_;
 };
@@ -43,6 +47,7 @@ struct ForwardBatch {
   const memory::UBatch* ub = nullptr;
   const memory::Placement* placement = nullptr;              // KV cells (attention layers)
   const memory::RecurrentPlacement* rec_placement = nullptr;  // state cells (recurrent layers)
+  uint64_t id = 0;  // unique per micro-batch of a context (0: nothing may be cached across layers)
   std::span<const int> output_rows;  // indices into tokens whose logits are wanted, ascending
   float* logits = nullptr;           // output_rows.size() x n_vocab
 };
