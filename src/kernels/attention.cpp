@@ -20,6 +20,7 @@
 
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
+#include "kernels/ggml_expf-inl.h"
 
 #include <algorithm>
 #include <atomic>
@@ -47,19 +48,7 @@ constexpr int64_t kTokensPerTiledUnit = 8;
 
 enum class Mode { kPerKey, kTiled, kSplitKeys };
 
-// ggml_v_expf (the AVX-512 form) for one lane: e^x = j * 2^n with a degree-5 polynomial j.
-inline float GgmlExpLane(float x) {
-  const float r = 0x1.8p23f;
-  const float z = std::fma(x, 0x1.715476p+0f, r);
-  const float n = z - r;
-  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
-  const float u = b * b;
-  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
-  if (!(std::fabs(n) <= 192.0f)) return n <= 0.0f ? 0.0f : INFINITY;  // also -inf / NaN input
-  return std::ldexp(j, static_cast<int>(n));
-}
+using ggml_math::GgmlExpLane;  // ggml_v_expf (the AVX-512 form) for one lane
 
 // _mm512_reduce_add_ps on 16 values: halves (8, 4), then pairs.
 inline float ReduceAdd16(const float* v) {
@@ -231,30 +220,8 @@ void GgmlDotMany(const typename E::T* q, const uint8_t* const* k_bytes, int64_t 
 // of a plain power-of-two product finished by the scalar form.
 void GgmlExpRow(const float* x, float* y, int64_t n) {
   const DF d;
-  const hn::RebindToSigned<DF> di;
   const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  const auto r = hn::Set(d, 0x1.8p23f);
-  for (int64_t i = 0; i < n; i += step) {
-    const auto xv = hn::LoadU(d, x + i);
-    const auto z = hn::MulAdd(xv, hn::Set(d, 0x1.715476p+0f), r);
-    const auto nv = hn::Sub(z, r);
-    const auto b = hn::NegMulAdd(nv, hn::Set(d, 0x1.7f7d1cp-20f), hn::NegMulAdd(nv, hn::Set(d, 0x1.62e4p-1f), xv));
-    const auto u = hn::Mul(b, b);
-    const auto jv = hn::MulAdd(
-        hn::MulAdd(hn::MulAdd(hn::Set(d, 0x1.0e4020p-7f), b, hn::Set(d, 0x1.573e2ep-5f)), u,
-                   hn::MulAdd(hn::Set(d, 0x1.555e66p-3f), b, hn::Set(d, 0x1.fffdb6p-2f))),
-        u, hn::MulAdd(hn::Set(d, 0x1.ffffecp-1f), b, hn::Set(d, 1.0f)));
-    const auto in_range = hn::Le(hn::Abs(nv), hn::Set(d, 126.0f));
-    const auto ni = hn::ConvertTo(di, hn::IfThenElseZero(in_range, nv));
-    const auto pow2 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(ni, hn::Set(di, 127))));
-    if (hn::AllTrue(d, in_range)) {
-      hn::StoreU(hn::Mul(jv, pow2), d, y + i);
-    } else {  // x may alias y: keep the inputs for the scalar lanes
-      float in[hn::MaxLanes(DF())];
-      hn::StoreU(xv, d, in);
-      for (int64_t l = 0; l < step; ++l) y[i + l] = attention_detail::GgmlExpLane(in[l]);
-    }
-  }
+  for (int64_t i = 0; i < n; i += step) hn::StoreU(GgmlExpVec(d, hn::LoadU(d, x + i)), d, y + i);
 }
 
 // acc[0..n) += sum_j p[j] * v_j[0..n), keys in order (each element accumulates exactly as a

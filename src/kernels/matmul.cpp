@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/gemm_float.h"
 #include "kernels/quant.h"
 
 namespace agentkv {
@@ -57,6 +58,11 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
                 " tokens, x stride " + std::to_string(x_stride) + ", y stride " + std::to_string(y_stride) + ")");
   }
   if (n_tokens == 0 || w.n_out == 0) return;
+  // F16 / F32 prefill goes where llama.cpp's goes (llamafile tinyBLAS); expert matrices do not.
+  if (grouping == RowGrouping::kBatch && float_gemm_applies(w, n_tokens)) {
+    float_gemm(w, x, n_tokens, x_stride, y, y_stride, pool);
+    return;
+  }
 
   const GgmlType act_type = vec_dot_type(w.type);
   const VecDotFn dot = vec_dot_fn(w.type);

@@ -6,6 +6,7 @@
 
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
+#include "kernels/ggml_expf-inl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -59,18 +60,22 @@ void ScaleRow(const float* x, float scale, const float* w, float* y, int64_t n) 
   }
 }
 
-// silu(g) * u with sigmoid computed from a vector exp (about 1 ulp from expf, as ggml's own
-// vector silu is).
+// ggml_vec_swiglu_f32 as an AVX-512 build runs it: whole groups of 16 take ggml_v_silu
+// (x / (1 + ggml_v_expf(-x))) times u, the elements after them x / (1 + expf(-x)) * u.
+constexpr int64_t kGgmlVectorWidth = 16;
+
 void SwigluRow(const float* gate, const float* up, float* out, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t step = static_cast<int64_t>(hn::Lanes(d));
   const auto one = hn::Set(d, 1.0f);
+  const int64_t n_vector = n - n % kGgmlVectorWidth;
   int64_t i = 0;
-  for (; i + step <= n; i += step) {
-    const auto g = hn::LoadU(d, gate + i);
-    const auto e = hn::Exp(d, hn::Neg(g));
-    const auto s = hn::Div(g, hn::Add(one, e));
-    hn::StoreU(hn::Mul(s, hn::LoadU(d, up + i)), d, out + i);
+  if (kGgmlVectorWidth % step == 0) {
+    for (; i < n_vector; i += step) {
+      const auto g = hn::LoadU(d, gate + i);
+      const auto s = hn::Div(g, hn::Add(one, GgmlExpVec(d, hn::Neg(g))));
+      hn::StoreU(hn::Mul(s, hn::LoadU(d, up + i)), d, out + i);
+    }
   }
   for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }

@@ -2,6 +2,8 @@
 // vdpbf16ps where present), and AVX512-VNNI integer kernels (vpdpbusd) for q8_0, q4_0 and the
 // q5_K / q6_K K-quants, two 32-element groups per 512-bit register. Types without a
 // kernel here (or integer types on a CPU without VNNI) fall back to the AVX2 table.
+#include <cmath>
+
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
 
@@ -23,21 +25,26 @@ using namespace x86;
   static inline __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni"), always_inline))
 #define AGENTKV_AVX512_BF16 __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512bf16")))
 
+// ggml_vec_dot_f32 / _f16 on an AVX-512 build (GGML_F32_STEP 64): whole 64-element steps go to
+// four 16-lane fused accumulators, combined as (0 + 2) + (1 + 3) and reduced by
+// _mm512_reduce_add_ps; the elements after the last whole step are added one product at a time
+// (f32: a float fused multiply-add chain; f16: products in float, the sum in double).
+AGENTKV_AVX512_INLINE __m512 combine_ggml(const __m512 acc[4]) {
+  return _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+}
+
 AGENTKV_AVX512 float dot_f32(int64_t n, const void* w, const void* a) {
   const float* x = static_cast<const float*>(w);
   const float* y = static_cast<const float*>(a);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
+  const int64_t np = n & ~int64_t{63};
+  for (int64_t i = 0; i < np; i += 64) {
     for (int k = 0; k < 4; ++k)
       acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * k), _mm512_loadu_ps(y + i + 16 * k), acc[k]);
   }
-  for (; i + 16 <= n; i += 16) acc[0] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc[0]);
-  if (i < n) {  // masked tail
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    acc[1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), acc[1]);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+  float sum = _mm512_reduce_add_ps(combine_ggml(acc));
+  for (int64_t i = np; i < n; ++i) sum = std::fma(x[i], y[i], sum);
+  return sum;
 }
 
 AGENTKV_AVX512_INLINE __m512 load_f16x16(const uint16_t* p) {
@@ -48,19 +55,14 @@ AGENTKV_AVX512 float dot_f16(int64_t n, const void* w, const void* a) {
   const uint16_t* x = static_cast<const uint16_t*>(w);
   const uint16_t* y = static_cast<const uint16_t*>(a);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
+  const int64_t np = n & ~int64_t{63};
+  for (int64_t i = 0; i < np; i += 64) {
     for (int k = 0; k < 4; ++k)
       acc[k] = _mm512_fmadd_ps(load_f16x16(x + i + 16 * k), load_f16x16(y + i + 16 * k), acc[k]);
   }
-  for (; i + 16 <= n; i += 16) acc[0] = _mm512_fmadd_ps(load_f16x16(x + i), load_f16x16(y + i), acc[0]);
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i));
-    const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + i));
-    acc[1] = _mm512_fmadd_ps(xv, yv, acc[1]);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+  double sum = _mm512_reduce_add_ps(combine_ggml(acc));
+  for (int64_t i = np; i < n; ++i) sum += static_cast<double>(half_to_float(x[i]) * half_to_float(y[i]));
+  return static_cast<float>(sum);
 }
 
 AGENTKV_AVX512_INLINE __m512 bf16x16_to_ps(__m256i v) {

@@ -1,0 +1,150 @@
+// F16 / F32 matmul against scalar models of llama.cpp's two float orders on an AVX-512 build:
+// llamafile tinyBLAS<16, __m512> for prefill-shaped products (one 16-lane chain per output), and
+// ggml_vec_dot_f16 / _f32 (four 16-lane chains over 64-element steps) for decode, for shapes
+// tinyBLAS refuses and for expert matrices (MUL_MAT_ID). Every output must match bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm_float.h"
+#include "kernels/matmul.h"
+#include "kernels/threadpool.h"
+
+namespace agentkv {
+namespace {
+
+// _mm512_reduce_add_ps: upper half + lower half (16 -> 8 -> 4), then (v0 + v2) + (v1 + v3).
+float reduce_add_16(const float* v) {
+  float h8[8], h4[4];
+  for (int l = 0; l < 8; ++l) h8[l] = v[l + 8] + v[l];
+  for (int l = 0; l < 4; ++l) h4[l] = h8[l + 4] + h8[l];
+  return (h4[0] + h4[2]) + (h4[1] + h4[3]);
+}
+
+// tinyBLAS: lane l of the one accumulator sums elements l, l + 16, l + 32, ... by fused steps.
+float tinyblas_order(const float* w, const float* x, int64_t n) {
+  float lanes[16] = {};
+  for (int64_t i = 0; i < n; i += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] = std::fma(w[i + l], x[i + l], lanes[l]);
+  return reduce_add_16(lanes);
+}
+
+// ggml_vec_dot_f16 / _f32: accumulator j takes elements [16j, 16j + 16) of every 64-element step;
+// (acc0 + acc2) + (acc1 + acc3), reduced; the tail one product at a time (f16: float products
+// summed in double, f32: a float fused chain).
+float vec_dot_order(const float* w, const float* x, int64_t n, bool half) {
+  float acc[4][16] = {};
+  const int64_t np = n & ~int64_t{63};
+  for (int64_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 16; ++l) acc[j][l] = std::fma(w[i + 16 * j + l], x[i + 16 * j + l], acc[j][l]);
+  float combined[16];
+  for (int l = 0; l < 16; ++l) combined[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+  const float reduced = reduce_add_16(combined);
+  if (half) {
+    double sum = reduced;
+    for (int64_t i = np; i < n; ++i) sum += static_cast<double>(w[i] * x[i]);
+    return static_cast<float>(sum);
+  }
+  float sum = reduced;
+  for (int64_t i = np; i < n; ++i) sum = std::fma(w[i], x[i], sum);
+  return sum;
+}
+
+struct Case {
+  GgmlType type;
+  int64_t n_in, n_out, n_tokens;
+};
+
+class GemmFloatTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (detected_cpu_level() < CpuLevel::Avx512) GTEST_SKIP() << "llama.cpp's AVX-512 order needs an AVX-512 CPU";
+    set_cpu_level(CpuLevel::Avx512);
+  }
+  void TearDown() override { set_cpu_level(level_before_); }
+
+  // Runs matmul and compares every output with the order llama.cpp would use for the call.
+  void check(const Case& c, RowGrouping grouping, bool want_tinyblas) {
+    std::mt19937 rng(static_cast<uint32_t>(c.n_in * 131 + c.n_out * 7 + c.n_tokens));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const bool half = c.type == GgmlType::F16;
+    const int64_t x_stride = c.n_in + 3, y_stride = c.n_out + 5;
+    std::vector<float> w_values(c.n_in * c.n_out), x(c.n_tokens * x_stride);
+    std::vector<uint8_t> w_bytes(c.n_in * c.n_out * (half ? 2 : 4));
+    for (int64_t i = 0; i < c.n_in * c.n_out; ++i) {
+      const float v = dist(rng);
+      if (half) {
+        const uint16_t h = fp32_to_fp16(v);
+        reinterpret_cast<uint16_t*>(w_bytes.data())[i] = h;
+        w_values[i] = fp16_to_fp32(h);
+      } else {
+        reinterpret_cast<float*>(w_bytes.data())[i] = v;
+        w_values[i] = v;
+      }
+    }
+    for (float& v : x) v = dist(rng);
+    WeightMatrix w{c.type, c.n_in, c.n_out, w_bytes.data(), 0};
+    if (grouping == RowGrouping::kBatch) {
+      EXPECT_EQ(float_gemm_applies(w, c.n_tokens), want_tinyblas);
+    }
+    std::vector<float> y(c.n_tokens * y_stride, -7.0f);
+    matmul(w, x.data(), c.n_tokens, x_stride, y.data(), y_stride, pool_, grouping);
+
+    std::vector<float> act(c.n_in);
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      for (int64_t i = 0; i < c.n_in; ++i) {
+        const float v = x[t * x_stride + i];
+        act[i] = half ? fp16_to_fp32(fp32_to_fp16(v)) : v;  // ggml's vec_dot_type conversion
+      }
+      for (int64_t r = 0; r < c.n_out; ++r) {
+        const float* wr = w_values.data() + r * c.n_in;
+        const float want = want_tinyblas ? tinyblas_order(wr, act.data(), c.n_in) : vec_dot_order(wr, act.data(), c.n_in, half);
+        ASSERT_EQ(fp32_to_bits(y[t * y_stride + r]), fp32_to_bits(want))
+            << ggml_type_name(c.type) << " [" << c.n_in << " x " << c.n_out << "] tokens " << c.n_tokens << " t=" << t
+            << " r=" << r << (want_tinyblas ? " (tinyBLAS order)" : " (vec_dot order)");
+      }
+      for (int64_t r = c.n_out; r < y_stride; ++r) ASSERT_EQ(y[t * y_stride + r], -7.0f) << "wrote past n_out";
+    }
+  }
+
+  const CpuLevel level_before_ = active_cpu_level();
+  ThreadPool pool_{2};
+};
+
+TEST_F(GemmFloatTest, PrefillShapesFollowTinyBlasOrder) {
+  for (GgmlType type : {GgmlType::F16, GgmlType::F32}) {
+    // Token counts around the 6-token register tile; 4096-element rows cut the tokens into
+    // several cache chunks (12 tokens each).
+    for (const Case& c : {Case{type, 64, 8, 2}, Case{type, 160, 12, 7}, Case{type, 96, 20, 13},
+                          Case{type, 4096, 8, 29}, Case{type, 48, 4, 6}}) {
+      check(c, RowGrouping::kBatch, true);
+    }
+  }
+}
+
+TEST_F(GemmFloatTest, DecodeMissesAndExpertsFollowVecDotOrder) {
+  for (GgmlType type : {GgmlType::F16, GgmlType::F32}) {
+    check({type, 160, 12, 1}, RowGrouping::kBatch, false);    // decode
+    check({type, 96, 10, 5}, RowGrouping::kBatch, false);     // rows not a multiple of 4
+    check({type, 200, 8, 5}, RowGrouping::kBatch, false);     // row length not a multiple of 16
+    check({type, 160, 12, 7}, RowGrouping::kEachRowAlone, false);  // MUL_MAT_ID
+  }
+}
+
+TEST_F(GemmFloatTest, RefusesShapesOutsideTinyBlas) {
+  std::vector<uint8_t> bytes(16 * 10 * 4);
+  WeightMatrix w{GgmlType::F32, 16, 10, bytes.data(), 0};
+  std::vector<float> x(16 * 2), y(10 * 2);
+  EXPECT_FALSE(float_gemm_applies(w, 2));
+  EXPECT_THROW(float_gemm(w, x.data(), 2, 16, y.data(), 10, pool_), Error);
+}
+
+}  // namespace
+}  // namespace agentkv
