@@ -66,6 +66,7 @@ AGENTKV_AVX2 float dot_bf16(int64_t n, const void* w, const void* a) {
 
 AGENTKV_AVX2_INLINE __m256i load_q8(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
+// llama.cpp's float order (see the scalar kernel): per block one FMA into 8 lanes, then hsum_ps.
 AGENTKV_AVX2 float dot_q8_0(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ8_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);

@@ -131,25 +131,18 @@ AGENTKV_AVX512_INLINE __m512 two_scales(float d0, float d1) {
 
 AGENTKV_AVX2_INLINE __m256i load_32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// llama.cpp's float order (see the scalar kernel): one 8-lane accumulator, one block at a time,
+// so it cannot spread blocks over a 512-bit register; only the integer sums use VNNI here.
 AGENTKV_AVX512_VNNI float dot_q8_0(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ8_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  const int64_t nb = n / kQK8_0;
-  __m512 acc = _mm512_setzero_ps();
-  int64_t ib = 0;
-  for (; ib + 2 <= nb; ib += 2) {
-    const __m512 d = two_scales(half_to_float(x[ib].d) * half_to_float(y[ib].d),
-                                half_to_float(x[ib + 1].d) * half_to_float(y[ib + 1].d));
-    const __m512i p = dot_s8s8_512(join(load_32(x[ib].qs), load_32(x[ib + 1].qs)),
-                                   join(load_32(y[ib].qs), load_32(y[ib + 1].qs)));
-    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
-  }
-  float sum = _mm512_reduce_add_ps(acc);
-  if (ib < nb) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < n / kQK8_0; ++ib) {
+    const __m256 d = _mm256_set1_ps(half_to_float(x[ib].d) * half_to_float(y[ib].d));
     const __m256i p = dot_s8s8_256(load_32(x[ib].qs), load_32(y[ib].qs));
-    sum += half_to_float(x[ib].d) * half_to_float(y[ib].d) * static_cast<float>(hsum_epi32(p));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
   }
-  return sum;
+  return hsum_ps(acc);
 }
 
 AGENTKV_AVX512_VNNI float dot_q4_0(int64_t n, const void* w, const void* a) {

@@ -34,16 +34,27 @@ float dot_bf16(int64_t n, const void* w, const void* a) {
   return static_cast<float>(sum);
 }
 
+// ggml's hsum_float_8: lane l + lane l+4, then (0 + 2) + (1 + 3).
+float hsum_float_8(const float lanes[8]) {
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+// llama.cpp's x86 float order (ggml_vec_dot_q8_0_q8_0 and tinyBLAS's q8_0 GEMM both run it):
+// eight float lanes, lane l accumulating fma(d, exact sum of products 4l..4l+3, lane) block
+// after block, then ggml's hsum_float_8. Every CPU level and the q8_0 GEMM return these bits.
 float dot_q8_0(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ8_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  float sum = 0;
+  float lanes[8] = {};
   for (int64_t ib = 0; ib < n / kQK8_0; ++ib) {
-    int isum = 0;
-    for (int j = 0; j < kQK8_0; ++j) isum += x[ib].qs[j] * y[ib].qs[j];
-    sum += static_cast<float>(isum) * (f16(x[ib].d) * f16(y[ib].d));
+    const float d = f16(x[ib].d) * f16(y[ib].d);
+    for (int l = 0; l < 8; ++l) {
+      int isum = 0;
+      for (int k = 4 * l; k < 4 * l + 4; ++k) isum += x[ib].qs[k] * y[ib].qs[k];
+      lanes[l] = std::fma(d, static_cast<float>(isum), lanes[l]);
+    }
   }
-  return sum;
+  return hsum_float_8(lanes);
 }
 
 float dot_q4_0(int64_t n, const void* w, const void* a) {

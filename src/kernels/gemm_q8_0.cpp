@@ -1,0 +1,171 @@
+// q8_0 GEMM with AVX-512 VNNI. Numerics per (row, token), identical to dot_q8_0:
+//   lane[l] = fma(fp16(w.d) * fp16(a.d), float(sum_{k<4} w.qs[4l+k] * a.qs[4l+k]), lane[l])
+// block after block, then hsum_ps. Only the integer sums change how they are computed:
+// vpdpbusd multiplies unsigned by signed bytes, so weights are shifted to w + 128 (a xor 0x80)
+// and the accumulator starts at -128 * sum(a) per lane, precomputed when activations are
+// packed; the lane sums stay exact int32, so the float work sees the same operands.
+#include "kernels/gemm_q8_0.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/quant_kernels.h"
+#include "kernels/quant_simd_x86.h"
+
+// GCC 12 reports the undefined upper half in its own _mm512_castsi256_si512 as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace agentkv {
+
+#ifdef AGENTKV_HAVE_X86_SIMD
+namespace {
+using namespace quant_detail;
+using namespace quant_detail::x86;
+
+#define AGENTKV_GEMM_VNNI __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni")))
+
+// One q8_0 block of two consecutive tokens, laid out for the kernel: token 2p in bytes / lanes
+// 0..31 / 0..7, token 2p + 1 in the upper half (zeros when the token count is odd).
+struct alignas(64) PackedPairBlock {
+  int8_t qs[64];
+  int32_t bias[16];  // -128 * (sum of the 4 activations in this lane): undoes the weight shift
+  float d[16];       // the token's block scale, repeated over its 8 lanes
+};
+
+constexpr int kTileRows = 4;   // weight rows per register tile
+constexpr int kTilePairs = 4;  // token pairs per register tile (4 x 4 accumulators)
+
+void pack_token(const BlockQ8_0* blocks, int64_t nb, int half, PackedPairBlock* out) {
+  for (int64_t b = 0; b < nb; ++b) {
+    PackedPairBlock& p = out[b];
+    std::memcpy(p.qs + 32 * half, blocks[b].qs, 32);
+    const float d = fp16_to_fp32(blocks[b].d);
+    for (int l = 0; l < 8; ++l) {
+      int sum = 0;
+      for (int k = 0; k < 4; ++k) sum += blocks[b].qs[4 * l + k];
+      p.bias[8 * half + l] = -128 * sum;
+      p.d[8 * half + l] = d;
+    }
+  }
+}
+
+void clear_half(int64_t nb, int half, PackedPairBlock* out) {
+  for (int64_t b = 0; b < nb; ++b) {
+    std::memset(out[b].qs + 32 * half, 0, 32);
+    for (int l = 0; l < 8; ++l) {
+      out[b].bias[8 * half + l] = 0;
+      out[b].d[8 * half + l] = 0.f;
+    }
+  }
+}
+
+// rows x pairs outputs over all nb blocks. w: first weight row; packed: first pair's blocks.
+template <int kRows, int kPairs>
+AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w, size_t w_stride, const PackedPairBlock* packed, int64_t nb,
+                                   float* y, int64_t y_stride, int64_t token0, int64_t n_tokens) {
+  __m512 acc[kRows][kPairs];
+  for (int r = 0; r < kRows; ++r)
+    for (int p = 0; p < kPairs; ++p) acc[r][p] = _mm512_setzero_ps();
+  const __m512i sign_flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int r = 0; r < kRows; ++r) {
+      const auto* wb = reinterpret_cast<const BlockQ8_0*>(w + r * w_stride) + b;
+      const __m512i w_shifted = _mm512_xor_si512(
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb->qs))), sign_flip);
+      const __m512 w_scale = _mm512_set1_ps(half_to_float(wb->d));
+      for (int p = 0; p < kPairs; ++p) {
+        const PackedPairBlock& a = packed[p * nb + b];
+        const __m512i sums = _mm512_dpbusd_epi32(_mm512_load_si512(a.bias), w_shifted, _mm512_load_si512(a.qs));
+        const __m512 d = _mm512_mul_ps(w_scale, _mm512_load_ps(a.d));
+        acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), acc[r][p]);
+      }
+    }
+  }
+  for (int p = 0; p < kPairs; ++p) {
+    const int64_t t = token0 + 2 * p;
+    for (int r = 0; r < kRows; ++r) {
+      y[t * y_stride + r] = hsum_ps(_mm512_castps512_ps256(acc[r][p]));
+      if (t + 1 < n_tokens) y[(t + 1) * y_stride + r] = hsum_ps(_mm512_extractf32x8_ps(acc[r][p], 1));
+    }
+  }
+}
+
+using TileKernel = void (*)(const uint8_t*, size_t, const PackedPairBlock*, int64_t, float*, int64_t, int64_t, int64_t);
+
+template <int kRows>
+constexpr TileKernel kernel_for_pairs(int pairs) {
+  return pairs == 1 ? tile_kernel<kRows, 1>
+         : pairs == 2 ? tile_kernel<kRows, 2>
+         : pairs == 3 ? tile_kernel<kRows, 3>
+                      : tile_kernel<kRows, 4>;
+}
+
+TileKernel kernel_for(int rows, int pairs) {
+  switch (rows) {
+    case 1: return kernel_for_pairs<1>(pairs);
+    case 2: return kernel_for_pairs<2>(pairs);
+    case 3: return kernel_for_pairs<3>(pairs);
+    default: return kernel_for_pairs<4>(pairs);
+  }
+}
+
+// Packed activations, reused across calls by the calling thread.
+std::vector<PackedPairBlock>& packed_scratch(size_t count) {
+  thread_local std::vector<PackedPairBlock> scratch;
+  if (scratch.size() < count) scratch.resize(count);
+  return scratch;
+}
+
+}  // namespace
+
+bool q8_0_gemm_available() { return active_cpu_level() == CpuLevel::Avx512 && cpu_features().avx512_vnni; }
+
+void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
+               size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
+  const int64_t nb = n_in / kQK8_0;
+  const int64_t n_pairs = (n_tokens + 1) / 2;
+  PackedPairBlock* packed = packed_scratch(static_cast<size_t>(n_pairs * nb)).data();
+  pool.parallel_for(n_pairs, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int half = 0; half < 2; ++half) {
+        const int64_t t = 2 * p + half;
+        if (t < n_tokens) {
+          pack_token(reinterpret_cast<const BlockQ8_0*>(act + t * act_stride), nb, half, packed + p * nb);
+        } else {
+          clear_half(nb, half, packed + p * nb);
+        }
+      }
+    }
+  });
+
+  // A chunk of weight rows (~256 KiB) stays in cache while every token tile passes over it; within
+  // a chunk, each register tile streams its rows' blocks and its tokens' packed blocks once.
+  const int64_t chunk_rows =
+      std::max<int64_t>(kTileRows, (static_cast<int64_t>(256 * 1024 / w_stride) / kTileRows) * kTileRows);
+  pool.parallel_for(
+      n_out,
+      [&](int64_t row_begin, int64_t row_end) {
+        for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
+          const int64_t c1 = std::min(c0 + chunk_rows, row_end);
+          for (int64_t p0 = 0; p0 < n_pairs; p0 += kTilePairs) {
+            const int pairs = static_cast<int>(std::min<int64_t>(kTilePairs, n_pairs - p0));
+            for (int64_t r0 = c0; r0 < c1; r0 += kTileRows) {
+              const int rows = static_cast<int>(std::min<int64_t>(kTileRows, c1 - r0));
+              kernel_for(rows, pairs)(weights + r0 * w_stride, w_stride, packed + p0 * nb, nb, y + r0, y_stride,
+                                      2 * p0, n_tokens);
+            }
+          }
+        }
+      },
+      kTileRows);
+}
+
+#else
+bool q8_0_gemm_available() { return false; }
+void q8_0_gemm(const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t, ThreadPool&) {}
+#endif
+
+}  // namespace agentkv
