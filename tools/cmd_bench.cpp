@@ -63,13 +63,16 @@ double time_prefill(Context& ctx, int64_t depth, int64_t n, std::mt19937& rng) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double time_decode(Context& ctx, int64_t depth, int64_t n, std::mt19937& rng) {
+// n_seq sequences decode together, one token each per step (as the server batches its slots);
+// sequences 1.. start as copies of sequence 0's depth.
+double time_decode(Context& ctx, int64_t depth, int64_t n, int n_seq, std::mt19937& rng) {
   std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
+  for (int s = 1; s < n_seq; ++s) ctx.memory().seq_cp(0, s, -1, -1);
   Batch b;
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
     b.clear();
-    b.add(tok(rng), static_cast<memory::Pos>(depth + i), {0}, true);
+    for (int s = 0; s < n_seq; ++s) b.add(tok(rng), static_cast<memory::Pos>(depth + i), {s}, true);
     if (ctx.decode(b) != 0) throw Error("generation does not fit in the context");
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -137,7 +140,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (a.flag("--fake-prefix-op")) return bench_fake_prefix_op(a);
   if (a.flag("--help", "-h")) {
     std::puts("usage: agentkv bench -m MODEL [-p 512] [-n 128] [-d 0] [-t 2] [-r 3] [-ub 512]\n"
-              "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth]\n"
+              "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth] [-np 1]\n"
+              "  -np N: tgN decodes N sequences together (one token each per step, as the server batches\n"
+              "         slots) and reports their aggregate tokens/s\n"
               "       agentkv bench --fake-prefix-op -m MODEL [-L 1024,8192,32768] [-r 50]\n"
               "       agentkv bench fakeprefix|turns|handoff --help   (docs/measurement.md)");
     return 0;
@@ -149,6 +154,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const int reps = static_cast<int>(a.num("-r", "--repetitions", 3));
   const std::string out_fmt = a.str("-o", "--output", "md");
   const bool bandwidth = a.flag("--bandwidth");
+  const int n_parallel = static_cast<int>(a.num("-np", "--parallel", 1));
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
@@ -156,6 +162,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   cp.type_v = parse_kv_type(a.str("-ctv", "--cache-type-v", "f16"));
   a.finish();
   if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
+  if (n_parallel < 1 || n_parallel > 64) throw std::invalid_argument("-np must be in [1, 64]");
 
   auto model = Model::load(model_path);
   int64_t max_ctx = 0;
@@ -163,7 +170,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
     for (auto p : pps) max_ctx = std::max<int64_t>(max_ctx, d + p);
   for (auto d : depths)
     for (auto n : tgs) max_ctx = std::max<int64_t>(max_ctx, d + n);
-  cp.n_ctx = static_cast<uint32_t>(max_ctx + 1);
+  // Decoding sequences share the depth's cells (seq_cp) and add their own tokens.
+  int64_t max_tg = 0;
+  for (auto n : tgs) max_tg = std::max<int64_t>(max_tg, n);
+  cp.n_ctx = static_cast<uint32_t>(max_ctx + 1 + (n_parallel - 1) * max_tg);
+  cp.n_seq_max = static_cast<uint32_t>(n_parallel);
   Context ctx(*model, cp);
   const ModelStats ms = model_stats(*model);
   const double gbs = bandwidth ? measure_read_bandwidth_gbs(ctx.pool()) : 0.0;
@@ -188,16 +199,23 @@ int cmd_bench(const std::vector<std::string>& argv) {
     }
     for (int64_t n : tgs) {
       if (n <= 0) continue;
-      Measurement m{"tg" + std::to_string(n), d, n, {}};
+      // With -np the figure is the aggregate over all sequences (tokens of all of them per second).
+      Measurement m{"tg" + std::to_string(n) + (n_parallel > 1 ? " x" + std::to_string(n_parallel) : ""), d,
+                    n * n_parallel, {}};
       for (int r = 0; r <= reps; ++r) {
         reset_to_depth();
-        const double s = time_decode(ctx, d, n, rng);
+        const double s = time_decode(ctx, d, n, n_parallel, rng);
         if (r > 0) m.seconds.push_back(s);
       }
       results.push_back(m);
     }
   }
 
+  // A decode step reads every weight once for all its sequences, and each sequence's own KV.
+  auto decode_bytes_per_token = [&](int64_t depth) -> uint64_t {
+    return (ms.decode_bytes_per_token + n_parallel * kv_bytes_per_token(*model, cp.type_k, cp.type_v, depth)) /
+           n_parallel;
+  };
   const std::string model_desc = model->config().arch_key + " " + (model->config().name.empty() ? "" : model->config().name + " ");
   if (out_fmt == "json") {
     nlohmann::json j;
@@ -216,7 +234,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
       nlohmann::json r{{"test", m.test}, {"depth", m.depth}, {"n_tokens", m.n_tokens},
                        {"avg_ts", m.mean_tps()}, {"stddev_ts", m.stddev_tps()}, {"samples_s", m.seconds}};
       if (m.test.rfind("tg", 0) == 0) {
-        const uint64_t bytes = ms.decode_bytes_per_token + kv_bytes_per_token(*model, cp.type_k, cp.type_v, m.depth);
+        const uint64_t bytes = decode_bytes_per_token(m.depth);
         r["bytes_per_token"] = bytes;
         r["achieved_gbs"] = bytes * m.mean_tps() / 1e9;
         if (bandwidth) r["roofline_ts"] = gbs * 1e9 / bytes, r["roofline_fraction"] = bytes * m.mean_tps() / 1e9 / gbs;
@@ -237,7 +255,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                   ms.n_params / 1e6, cp.n_threads, test.c_str(), m.mean_tps(), m.stddev_tps());
       if (bandwidth) {
         if (m.test.rfind("tg", 0) == 0) {
-          const uint64_t bytes = ms.decode_bytes_per_token + kv_bytes_per_token(*model, cp.type_k, cp.type_v, m.depth);
+          const uint64_t bytes = decode_bytes_per_token(m.depth);
           std::printf(" %.1f | %.0f%% of %.1f t/s |", bytes * m.mean_tps() / 1e9, 100.0 * bytes * m.mean_tps() / 1e9 / gbs,
                       gbs * 1e9 / bytes);
         } else {
