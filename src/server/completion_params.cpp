@@ -1,5 +1,8 @@
 #include "server/completion_params.h"
 
+#include <cmath>
+#include <limits>
+
 #include "core/error.h"
 #include "server/server_error.h"
 
@@ -71,7 +74,46 @@ Json CompletionParams::to_json() const {
   };
 }
 
-CompletionParams parse_completion_params(const Json& body, int n_slots) {
+std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t n_vocab) {
+  auto token_id = [n_vocab](const Json& key) -> Token {
+    int64_t id = -1;
+    if (key.is_number_integer()) {
+      id = key.get<int64_t>();
+    } else if (key.is_string()) {
+      const std::string& s = key.get_ref<const std::string&>();
+      if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string::npos)
+        throw invalid_request("logit_bias: '" + s + "' is not a token id (biasing token texts is not supported)");
+      id = std::stoll(s);
+    } else {
+      throw invalid_request("logit_bias: token ids must be integers");
+    }
+    if (id < 0 || id >= n_vocab)
+      throw invalid_request("logit_bias: token id " + std::to_string(id) + " is out of range [0, " +
+                            std::to_string(n_vocab) + ")");
+    return static_cast<Token>(id);
+  };
+  auto bias_value = [](const Json& v) -> float {
+    if (v.is_boolean() && !v.get<bool>()) return -std::numeric_limits<float>::infinity();
+    const float bias = v.is_number() ? static_cast<float>(v.get<double>()) : NAN;
+    if (!std::isfinite(bias)) throw invalid_request("logit_bias: a bias must be a finite number or false");
+    return bias;
+  };
+  std::vector<std::pair<Token, float>> out;
+  if (value.is_null()) return out;
+  if (value.is_object()) {
+    for (auto it = value.begin(); it != value.end(); ++it) out.emplace_back(token_id(it.key()), bias_value(it.value()));
+  } else if (value.is_array()) {
+    for (const Json& item : value) {
+      if (!item.is_array() || item.size() != 2) throw invalid_request("logit_bias: array items must be [token id, bias]");
+      out.emplace_back(token_id(item[0]), bias_value(item[1]));
+    }
+  } else {
+    throw invalid_request("field 'logit_bias' must be an object or an array");
+  }
+  return out;
+}
+
+CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab) {
   CompletionParams p;
   SamplerParams& s = p.sampling;
   s.temperature = static_cast<float>(read_number(body, "temperature", s.temperature));
@@ -111,6 +153,7 @@ CompletionParams parse_completion_params(const Json& body, int n_slots) {
   p.include_usage = read_bool(read_object(body, "stream_options"), "include_usage", false);
   p.return_tokens = read_bool(body, "return_tokens", false);
   p.timings_per_token = read_bool(body, "timings_per_token", false);
+  if (body.contains("logit_bias")) p.logit_bias = parse_logit_bias(body.at("logit_bias"), n_vocab);
   const int64_t n_choices = read_int(body, "n", 1);
   if (n_choices != 1) throw invalid_request("only one completion choice (n = 1) is supported");
 

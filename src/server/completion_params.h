@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/sampling.h"
@@ -44,13 +45,20 @@ struct CompletionParams {
   bool include_usage = false;        // OpenAI stream_options.include_usage
   bool return_tokens = false;        // fill "tokens" in native responses
   bool timings_per_token = false;    // timings on every streamed chunk
+  // Added to a token's logit before sampling (llama-server's logit_bias; -infinity: never).
+  std::vector<std::pair<Token, float>> logit_bias;
 
   // The "generation_settings" / slot "params" object (llama-server's field names).
   Json to_json() const;
 };
 
-// Reads the fields above from a request body. n_slots bounds id_slot. Sampling values the
-// sampler would refuse (repeat_penalty <= 0, repeat_last_n < -1) are invalid_request errors.
-CompletionParams parse_completion_params(const Json& body, int n_slots);
+// Reads the fields above from a request body. n_slots bounds id_slot, n_vocab the token ids of
+// logit_bias. Sampling values the sampler would refuse (repeat_penalty <= 0, repeat_last_n < -1)
+// are invalid_request errors.
+CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab = INT32_MAX);
+
+// logit_bias as llama-server and OpenAI send it: {"token id": bias} or [[token id, bias], ...]; a
+// bias of false bans the token. Token texts are not supported (400).
+std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t n_vocab);
 
 }  // namespace agentkv::server

@@ -368,7 +368,7 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
   }
   auto task = std::make_shared<Task>();
   task->id = next_task_id_++;
-  task->params = parse_completion_params(body, cfg_.n_slots);
+  task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
   task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
   if (task->prompt.empty()) throw invalid_request("the prompt is empty");
   const uint32_t n_ctx = e.scheduler->config().n_ctx;
@@ -640,7 +640,7 @@ void HttpServer::prefill(const Request& req, Response& res) {
   const std::string path = filename.empty() ? "" : state_file_path(filename);
   auto task = std::make_shared<Task>();
   task->id = next_task_id_++;
-  task->params = parse_completion_params(body, cfg_.n_slots);
+  task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
   if (task->params.n_fake_cached > 0) throw invalid_request("n_fake_cached cannot be prefilled: its prefix is not real");
   task->params.n_predict = 0;
   task->params.stream = false;

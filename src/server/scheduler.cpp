@@ -221,6 +221,20 @@ void Scheduler::take_checkpoint(Slot& slot) {
   if (checkpoints_.take(ctx_.memory(), slot.id, slot.cache.tokens())) ++metrics_.checkpoints_taken_total;
 }
 
+// Chat templates often render the end of a turn differently once it is history: Qwen's drop the
+// thinking block that the generation prompt opened, so the next turn differs from the cache a few
+// tokens before the end of the previous prompt, where no end-of-prompt checkpoint can help a
+// recurrent state. As llama-server does, the last kTailTokens of a long prompt are evaluated in a
+// step of their own, with a checkpoint before them: such a turn then re-evaluates at most this
+// many old tokens instead of the whole conversation.
+constexpr size_t kTailTokens = 64;
+
+size_t Scheduler::tail_checkpoint_at(const Slot& slot) const {
+  const size_t n = slot.task->prompt.size();
+  if (!hybrid() || slot.fake_prefix || n <= 2 * kTailTokens) return 0;
+  return n - kTailTokens;
+}
+
 void Scheduler::submit(std::shared_ptr<Task> task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -463,7 +477,9 @@ bool Scheduler::build_batch(Batch& batch) {
     if (s.state != SlotState::Prompt) continue;
     const std::vector<Token>& prompt = s.task->prompt;
     const size_t remaining = prompt.size() - s.n_prompt_done;
-    const size_t take = std::min(remaining, budget);
+    size_t take = std::min(remaining, budget);
+    const size_t tail = tail_checkpoint_at(s);
+    if (s.n_prompt_done < tail && s.n_prompt_done + take > tail) take = tail - s.n_prompt_done;
     const bool last = take == remaining;
     batch.add_sequence(prompt.data() + s.n_prompt_done, take, static_cast<memory::Pos>(s.n_prompt_done), s.id, last);
     s.batch_prompt_tokens = take;
@@ -544,6 +560,7 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
       for (size_t i = 0; i < s.batch_prompt_tokens; ++i) s.cache.append(prompt[s.n_prompt_done + i]);
       s.n_prompt_done += s.batch_prompt_tokens;
       if (s.n_prompt_done == prompt.size()) take_checkpoint(s);  // the end of this turn's prompt
+      else if (s.n_prompt_done == tail_checkpoint_at(s)) take_checkpoint(s);  // kTailTokens before it
     }
     metrics_.n_tokens_max = std::max<uint64_t>(metrics_.n_tokens_max, s.cache.size());
     if (s.batch_output < 0) continue;
@@ -585,7 +602,14 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
     }
   }
 
-  const Token id = slot.sampler->sample(logits, ctx_.model().n_vocab(), slot.cache.tokens());
+  const float* to_sample = logits;
+  if (!p.logit_bias.empty()) {
+    // A copy: the saved logits stay the model's own, so a later request applies its own bias.
+    slot.biased_logits.assign(logits, logits + n_vocab);
+    for (const auto& [token, bias] : p.logit_bias) slot.biased_logits[static_cast<size_t>(token)] += bias;
+    to_sample = slot.biased_logits.data();
+  }
+  const Token id = slot.sampler->sample(to_sample, ctx_.model().n_vocab(), slot.cache.tokens());
   ++slot.n_decoded;
   slot.pending = id;
 

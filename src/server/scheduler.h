@@ -103,6 +103,7 @@ class Scheduler {
   std::vector<uint8_t> save_state(const Slot& slot) const;
   void wipe(Slot& slot);                   // the slot's sequence leaves memory
   void take_checkpoint(Slot& slot);
+  size_t tail_checkpoint_at(const Slot& slot) const;  // 0: none for this slot's prompt
   void save_to_ram(Slot& slot, const char* why);
   void restore_from_ram(Slot& slot, std::span<const Token> prompt);
   bool hybrid() const { return ctx_.memory().rec() != nullptr; }

@@ -32,6 +32,7 @@ struct Slot {
   size_t n_prompt_done = 0;   // prompt tokens in memory; prompt[n_prompt_done] is evaluated next
   size_t n_cache_reused = 0;  // prompt tokens that came from the cache (timings.cache_n)
   std::optional<Sampler> sampler;
+  std::vector<float> biased_logits;  // the logits row plus the task's logit_bias (sampled instead)
   std::optional<StopChecker> stop_checker;
   Token pending = -1;         // sampled, to be evaluated by the next batch
   int32_t n_decoded = 0;
