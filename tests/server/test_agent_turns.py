@@ -152,38 +152,45 @@ def test_second_turn_evaluates_only_the_new_tokens(agent):
     assert_same_text_without_cache(server, messages, turn2, len(t2))
 
 
-def test_answer_that_tokenizes_differently_is_reused_up_to_the_difference(agent):
+# A random-weight model often generates tokens that BPE would merge. The slot holds the generated
+# tokens, turn 2 brings the merged ones. "a" six times: "aaaaaa" is longer tokens, so the prompts
+# differ at the answer's first token; a hybrid model goes back to the checkpoint at the end of
+# turn 1's prompt. "\n" six times: the first "\n" merges with the "\n" that ends the generation
+# prompt, so they differ one token earlier, inside turn 1's prompt; a hybrid model goes back to the
+# checkpoint taken 64 tokens before the end of that prompt.
+@pytest.mark.parametrize("piece, before_prompt_end, hybrid_tail", [("a", 0, 0), ("\n", 1, 64)], ids=["a", "newline"])
+def test_answer_that_tokenizes_differently_is_reused_up_to_the_difference(agent, piece, before_prompt_end,
+                                                                          hybrid_tail):
     kind, server = agent
-    history = [{"role": "system", "content": long_system_prompt(2)},
+    session = "agent-2-%d" % before_prompt_end
+    history = [{"role": "system", "content": long_system_prompt(2 + before_prompt_end)},
                {"role": "user", "content": "Summarize the build log in one line."}]
     p1 = render(server, history)
     t1 = tokenize(server, p1)
 
-    # The model generates "a" six times; as text, "aaaaaa" tokenizes into longer tokens. A
-    # random-weight model often does this (two tokens that BPE would merge). The slot holds the
-    # generated tokens, turn 2 brings the merged ones: the prompts differ at the answer's first token.
-    bias, expected_answer = repeated_token_answer(server, "a")
-    turn1 = chat(server, history, TURN1_TOKENS, logit_bias=bias, session_id="agent-2", **GREEDY)
+    bias, expected_answer = repeated_token_answer(server, piece)
+    turn1 = chat(server, history, TURN1_TOKENS, logit_bias=bias, session_id=session, **GREEDY)
     answer = answer_of(turn1)
     assert answer == expected_answer
-    generated = t1 + tokenize(server, "a") * TURN1_TOKENS
+    generated = t1 + tokenize(server, piece) * TURN1_TOKENS
     messages = history + [{"role": "assistant", "content": answer},
                           {"role": "user", "content": "Which test failed first?"}]
     t2 = tokenize(server, render(server, messages))
     divergence = common_prefix(generated[:-1], t2)
-    assert divergence == len(t1)
+    assert divergence == len(t1) - before_prompt_end
 
     log_before = len(server.log())
-    turn2 = chat(server, messages, TURN2_TOKENS, session_id="agent-2", **GREEDY)
-    # Dense: the suffix after the difference is dropped. Hybrid: the recurrent state goes back to
-    # the checkpoint taken at the end of turn 1's prompt, which is the same place here.
-    assert_split(turn2, len(t2), divergence)
-    slot = session_slot(server, "agent-2")
+    turn2 = chat(server, messages, TURN2_TOKENS, session_id=session, **GREEDY)
+    # Dense: the cache after the difference is dropped. Hybrid: the recurrent state goes back to
+    # the newest checkpoint before the difference.
+    n_reused = divergence if kind == "dense" else len(t1) - hybrid_tail
+    assert_split(turn2, len(t2), n_reused)
+    slot = session_slot(server, session)
     log = server.log()[log_before:]
-    assert re.search(r"slot %d: prompt diverges from the cache at position %d: cached token %d 'a', new token %d"
+    assert re.search(r"slot %d: prompt diverges from the cache at position %d: cached token %d '.*', new token %d"
                      % (slot, divergence, generated[divergence], t2[divergence]), log), log
     if kind == "hybrid":
-        assert "slot %d: rolled back to the checkpoint after token %d" % (slot, divergence) in log, log
+        assert "slot %d: rolled back to the checkpoint after token %d" % (slot, n_reused) in log, log
 
     assert_same_text_without_cache(server, messages, turn2, len(t2))
 
@@ -196,7 +203,7 @@ def test_template_that_drops_the_empty_think_block(agent):
     # checkpoint lies after the difference) and re-evaluates those 64 tokens, as llama-server does.
     kind, server = agent
     no_thinking = {"chat_template_kwargs": {"enable_thinking": False}}
-    history = [{"role": "system", "content": long_system_prompt(3)},
+    history = [{"role": "system", "content": long_system_prompt(4)},
                {"role": "user", "content": "Open the failing test."}]
     p1 = render(server, history, **no_thinking)
     assert p1.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
