@@ -137,6 +137,21 @@ TEST_F(TokenizerTest, HfVocabularyMatchesTheGgufConverterOutput) {
   EXPECT_EQ(h.bos, -1);  // only config.json names it
 }
 
+// The tokenizer keeps its vocabulary in compact tables; data() must give back the file's lists
+// byte for byte, and the tables must stay small (Qwen's 152k tokens and 151k merges).
+TEST_F(TokenizerTest, DataRebuildsTheGgufListsFromTheCompactTables) {
+  const auto& d = gguf().data();
+  EXPECT_EQ(d.tokens, reader_->get_string_array("tokenizer.ggml.tokens").value());
+  EXPECT_EQ(d.merges, reader_->get_string_array("tokenizer.ggml.merges").value());
+  const auto types = reader_->get_int_array("tokenizer.ggml.token_type").value();
+  ASSERT_EQ(d.types.size(), types.size());
+  for (size_t i = 0; i < types.size(); ++i) ASSERT_EQ(int64_t(d.types[i]), types[i]) << i;
+  EXPECT_EQ(&gguf().data(), &d);  // built once
+  EXPECT_EQ(gguf().chat_template(), d.chat_template);
+  EXPECT_FALSE(gguf().chat_template().empty());
+  EXPECT_LT(hf().memory_bytes(), size_t(10) << 20);
+}
+
 TEST_F(TokenizerTest, ModelConfigSuppliesTheBos) {
   const std::string config = ::testing::TempDir() + "/tokenizer_test_config.json";
   std::ofstream(config) << R"({"bos_token_id": 151643, "eos_token_id": 151645, "vocab_size": 151936})";
@@ -447,6 +462,30 @@ TEST(TokenizerErrors, TinyVocabularyMergesAndDropsUnknownBytes) {
   EXPECT_EQ(t.encode("a c"), (std::vector<Token>{0}));  // ' ', 'c' have no token: dropped like llama.cpp
   EXPECT_EQ(t.encode("ab<|end|>"), (std::vector<Token>{2, 3}));
   EXPECT_TRUE(t.is_eog(3));
+}
+
+// Odd merge lists: a repeated pair (the first, lower rank wins), a line without a space, a line
+// with an empty right side, and an empty token text; data() gives all of it back unchanged.
+TEST(TokenizerCompactTables, OddMergeListsKeepLlamaCppSemanticsAndRoundTrip) {
+  agentkv::VocabData v;
+  v.pre = "qwen2";
+  v.tokens = {"a", "b", "c", "ab", "bc", "", "z"};
+  v.types.assign(v.tokens.size(), agentkv::TokenType::Normal);
+  v.merges = {"b c", "a b", "b c", "abc", "z ", "a bc"};
+  const agentkv::VocabData given = v;
+  const Tokenizer t(std::move(v));
+  // "b c" (rank 0) before "a b" (rank 1); then "a bc" (rank 5) makes a text that is no token,
+  // so its bytes are looked up one by one.
+  EXPECT_EQ(t.encode("abc"), (std::vector<Token>{0, 1, 2}));
+  EXPECT_EQ(t.encode("bc"), (std::vector<Token>{4}));
+  EXPECT_EQ(t.encode("ab"), (std::vector<Token>{3}));
+  EXPECT_EQ(t.find_token("[EMPTY_5]"), std::optional<Token>(5));
+  EXPECT_EQ(t.find_token(""), std::nullopt);
+  EXPECT_EQ(t.find_token("bc"), std::optional<Token>(4));
+  EXPECT_EQ(t.find_token("cb"), std::nullopt);
+  EXPECT_EQ(t.data().tokens, given.tokens);
+  EXPECT_EQ(t.data().merges, given.merges);
+  EXPECT_EQ(t.data().types, given.types);
 }
 
 TEST(TokenizerErrors, GgufWithAnotherTokenizerModel) {

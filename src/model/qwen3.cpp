@@ -1,5 +1,6 @@
 #include "model/qwen3.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "gguf/gguf.h"
@@ -12,7 +13,7 @@ namespace agentkv {
 
 namespace {
 // Workspace slots used by this architecture.
-enum Slot { kX, kCur, kQ, kK, kV, kAttnOut, kGate, kUp, kOut };
+enum Slot { kX, kCur, kScratch, kOut };
 }  // namespace
 
 Qwen3Model::Qwen3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : Model(std::move(g), std::move(c)) {
@@ -52,15 +53,20 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
   shape.head_dim = static_cast<int>(D);
   shape.scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
 
+  // The attention half (q | k | v | attn) and the feed-forward half (gate | up) of a layer never
+  // live at the same time, so they share one scratch region (about half the prefill scratch). The
+  // output projection overwrites q, k, v once attention has read them; the down projection
+  // writes into cur, which gate and up have consumed.
   float* x = ws.get(kX, T * E);
   float* cur = ws.get(kCur, T * E);
-  float* q = ws.get(kQ, T * nq);
-  float* k = ws.get(kK, T * nkv);
-  float* v = ws.get(kV, T * nkv);
-  float* attn = ws.get(kAttnOut, T * nq);
-  float* gate = ws.get(kGate, T * F);
-  float* up = ws.get(kUp, T * F);
-  float* out = ws.get(kOut, T * E);
+  float* scratch = ws.get(kScratch, T * std::max(2 * nq + 2 * nkv, 2 * F));
+  float* q = scratch;
+  float* k = q + T * nq;
+  float* v = k + T * nkv;
+  float* attn = v + T * nkv;
+  float* gate = scratch;
+  float* up = gate + T * F;
+  float* out = E <= nq + 2 * nkv ? q : ws.get(kOut, T * E);
 
   for (int64_t t = 0; t < T; ++t) get_row(token_embd_, b.tokens[t], x + t * E);
 
@@ -90,8 +96,8 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
     matmul(l.ffn_gate, cur, rows, E, gate, F, pool);
     matmul(l.ffn_up, cur, rows, E, up, F, pool);
     for (int64_t t = 0; t < rows; ++t) swiglu(gate + t * F, up + t * F, gate + t * F, F);
-    matmul(l.ffn_down, gate, rows, F, out, E, pool);
-    for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
+    matmul(l.ffn_down, gate, rows, F, cur, E, pool);
+    for (int64_t i = 0; i < rows * E; ++i) x[i] += cur[i];
   }
   for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, output_norm_, cur + t * E, E, cfg.rms_eps);
   matmul(output_, cur, rows, E, b.logits, cfg.n_vocab, pool);

@@ -1,12 +1,14 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <mutex>
 #include <unordered_map>
 
 #include "core/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/special_tokens.h"
+#include "tokenizer/string_pool.h"
 #include "tokenizer/unicode.h"
 
 namespace agentkv {
@@ -110,23 +112,26 @@ void clean_spaces(std::string& t) {
 }  // namespace
 
 struct Tokenizer::Impl {
+  // Everything but the vocabulary lists (tokens, types, merges), which live compactly below;
+  // data() rebuilds the full VocabData only when someone asks for it.
   VocabData data;
   std::string source;  // names the file in error messages
-  std::vector<std::string> texts;  // tokens, with empty ones renamed as llama.cpp does
+  tokenizer::StringPool texts;  // tokens, with empty ones renamed as llama.cpp does
+  tokenizer::StringIndex ids;   // text -> token id
+  std::vector<Token> empty_ids;  // tokens whose GGUF text was empty (for data())
+  std::vector<uint8_t> types;    // TokenType of each entry of the given token_type list
   std::vector<uint8_t> attrs;
-  std::unordered_map<std::string, Token> ids;
   tokenizer::BpeModel bpe;
   std::unique_ptr<tokenizer::PreTokenizer> pre;
   tokenizer::SpecialTokenMatcher specials;
   std::vector<Token> eog;  // sorted
   Token eot = -1;          // effective: the GGUF's, else detected by name
-  std::vector<std::string> pieces;  // token_to_piece(id, special = true)
+  tokenizer::StringPool pieces;  // token_to_piece(id, special = true)
+  mutable std::once_flag full_data_once;
+  mutable std::unique_ptr<VocabData> full_data;
 
   [[noreturn]] void fail(const std::string& what) const { throw Error(source + ": " + what); }
-  Token find(std::string_view text) const {
-    auto it = ids.find(std::string(text));
-    return it == ids.end() ? -1 : it->second;
-  }
+  Token find(std::string_view text) const { return ids.find(texts, text); }
   Token find_first(const std::vector<std::string_view>& names) const {
     for (auto name : names)
       if (Token t = find(name); t >= 0) return t;
@@ -155,16 +160,27 @@ void Tokenizer::Impl::build() {
     fail("tokenizer.ggml.token_type has " + std::to_string(data.types.size()) + " entries for " +
          std::to_string(n) + " tokens");
 
-  texts = data.tokens;
+  size_t n_bytes = 0;
+  for (const std::string& t : data.tokens) n_bytes += t.size();
+  texts.reserve(n, n_bytes);
   ids.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    if (texts[i].empty()) texts[i] = "[EMPTY_" + std::to_string(i) + "]";
-    auto [it, inserted] = ids.emplace(texts[i], Token(i));
-    if (!inserted)
-      fail("tokenizer.ggml.tokens: duplicate token '" + texts[i] + "' at ids " + std::to_string(it->second) +
-           " and " + std::to_string(i));
+    if (data.tokens[i].empty()) {
+      texts.add("[EMPTY_" + std::to_string(i) + "]");
+      empty_ids.push_back(Token(i));
+    } else {
+      texts.add(data.tokens[i]);
+    }
+    if (const int32_t earlier = ids.insert(texts, uint32_t(i)); earlier >= 0)
+      fail("tokenizer.ggml.tokens: duplicate token '" + std::string(texts[i]) + "' at ids " +
+           std::to_string(earlier) + " and " + std::to_string(i));
   }
   bpe = tokenizer::BpeModel(texts, ids, data.merges);
+  types.resize(data.types.size());
+  for (size_t i = 0; i < data.types.size(); ++i) {
+    const auto t = int32_t(data.types[i]);
+    types[i] = uint8_t(t >= 0 && t <= int32_t(TokenType::Byte) ? t : 0);
+  }
 
   // Special ids outside the vocabulary are ignored, as llama.cpp does (with a warning there).
   for (Token* id : {&data.bos, &data.eos, &data.eot, &data.pad})
@@ -182,17 +198,23 @@ void Tokenizer::Impl::build() {
                    [&](Token a, Token b) { return texts[a].size() > texts[b].size(); });
   std::vector<tokenizer::SpecialTokenMatcher::Entry> entries;
   for (Token id : special_ids)
-    entries.push_back({id, texts[id], (attrs[id] & (kAttrControl | kAttrUnknown)) != 0});
+    entries.push_back({id, std::string(texts[id]), (attrs[id] & (kAttrControl | kAttrUnknown)) != 0});
   specials = tokenizer::SpecialTokenMatcher(std::move(entries));
 
-  pieces.resize(n);
-  for (size_t i = 0; i < n; ++i) pieces[i] = render_piece(Token(i));
+  pieces.reserve(n, n_bytes);
+  for (size_t i = 0; i < n; ++i) pieces.add(render_piece(Token(i)));
+  pieces.shrink_to_fit();
+  texts.shrink_to_fit();
+  // The lists now live in the compact structures above.
+  std::vector<std::string>().swap(data.tokens);
+  std::vector<std::string>().swap(data.merges);
+  std::vector<TokenType>().swap(data.types);
 }
 
 void Tokenizer::Impl::assign_attributes() {
   const size_t n = texts.size();
   attrs.resize(n);
-  for (size_t i = 0; i < n; ++i) attrs[i] = attr_of(data.types[i]);
+  for (size_t i = 0; i < n; ++i) attrs[i] = attr_of(data.types[i]);  // before types are stored compactly
   auto make_control = [&](Token t) {
     if (t >= 0) attrs[t] |= kAttrControl;
   };
@@ -238,8 +260,8 @@ void Tokenizer::Impl::assign_attributes() {
 
 std::string Tokenizer::Impl::render_piece(Token id) const {
   const uint8_t attr = attrs[id];
-  const std::string& text = texts[id];
-  if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) return text;
+  const std::string_view text = texts[id];
+  if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) return std::string(text);
   if (attr & kAttrNormal) {
     // Byte-level decoding; a character outside the mapping is spelled out as llama.cpp does.
     std::string out;
@@ -259,13 +281,13 @@ std::string Tokenizer::Impl::render_piece(Token id) const {
         out.push_back(hex[uint8_t(c) >> 4]);
         out.push_back(hex[uint8_t(c) & 15]);
       }
-      out += text + "]";
+      out.append(text).append("]");
     }
     return out;
   }
   if (attr & kAttrByte) {  // "<0xXX>"
     if (text.size() == 6 && text.compare(0, 3, "<0x") == 0)
-      return std::string(1, char(std::strtol(text.substr(3, 2).c_str(), nullptr, 16)));
+      return std::string(1, char(std::strtol(std::string(text.substr(3, 2)).c_str(), nullptr, 16)));
     return {};
   }
   return {};  // unused / undefined tokens render as nothing
@@ -335,7 +357,7 @@ std::string Tokenizer::token_to_piece(Token id, bool special) const {
     throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
                 std::to_string(m.texts.size()) + " tokens)");
   if (!special && (m.attrs[id] & (kAttrControl | kAttrUnknown))) return {};
-  return m.pieces[id];
+  return std::string(m.pieces[size_t(id)]);
 }
 
 std::string Tokenizer::decode(std::span<const Token> tokens, bool special) const {
@@ -365,6 +387,27 @@ std::optional<Token> Tokenizer::find_token(std::string_view text) const {
   return t;
 }
 
-const VocabData& Tokenizer::data() const { return impl_->data; }
+const VocabData& Tokenizer::data() const {
+  const Impl& m = *impl_;
+  std::call_once(m.full_data_once, [&m] {
+    auto full = std::make_unique<VocabData>(m.data);
+    full->tokens.reserve(m.texts.size());
+    for (size_t i = 0; i < m.texts.size(); ++i) full->tokens.emplace_back(m.texts[i]);
+    for (Token id : m.empty_ids) full->tokens[size_t(id)].clear();
+    full->types.reserve(m.types.size());
+    for (uint8_t t : m.types) full->types.push_back(TokenType(t));
+    full->merges = m.bpe.merge_lines(m.texts);
+    m.full_data = std::move(full);
+  });
+  return *m.full_data;
+}
+
+const std::string& Tokenizer::chat_template() const { return impl_->data.chat_template; }
+
+size_t Tokenizer::memory_bytes() const {
+  const Impl& m = *impl_;
+  return m.texts.memory_bytes() + m.ids.memory_bytes() + m.pieces.memory_bytes() + m.bpe.memory_bytes() +
+         m.types.capacity() + m.attrs.capacity() + m.empty_ids.capacity() * sizeof(Token);
+}
 
 }  // namespace agentkv

@@ -66,7 +66,12 @@ class Tokenizer {
   bool is_eog(Token id) const;  // end of generation: eos, eot, <|im_end|>, <|endoftext|>, ...
   bool is_control(Token id) const;
   std::optional<Token> find_token(std::string_view text) const;  // exact GGUF-form lookup
+  // The vocabulary as given (rebuilt from the compact tables on first use, then kept: callers
+  // that only need the template should use chat_template()).
   const VocabData& data() const;
+  const std::string& chat_template() const;
+  // Heap bytes of the vocabulary tables (texts, index, pieces, merges); for memory reports.
+  size_t memory_bytes() const;
 
  private:
   struct Impl;
