@@ -7,6 +7,8 @@
 #include "kernels/gemm_q8_0.h"
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cstring>
 #include <vector>
 
@@ -62,30 +64,62 @@ void clear_half(int64_t nb, int half, PackedPairBlock* out) {
   }
 }
 
-// rows x pairs outputs over all nb blocks. w: first weight row; packed: first pair's blocks.
+// Weight rows re-laid for the kernel, once per chunk of rows and reused by every token tile:
+// quants shifted to unsigned (xor 0x80) in 32-byte blocks, scales converted to float.
+AGENTKV_GEMM_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nb, uint8_t* qs,
+                                        float* d) {
+  const __m256i sign_flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(w + i * w_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].qs));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(qs + (i * nb + b) * 32), _mm256_xor_si256(q, sign_flip));
+      d[i * nb + b] = half_to_float(blocks[b].d);
+    }
+  }
+}
+
+// kRows x kPairs outputs over blocks [b0, b1). w_qs / w_d: the first row's packed blocks and
+// scales (rows nb blocks apart); packed: the first pair's blocks (pairs nb blocks apart). The
+// accumulators start at zero when b0 == 0, else from state, and go back to state unless b1 == nb,
+// where they are reduced into y: splitting the block range changes no rounding.
 template <int kRows, int kPairs>
-AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w, size_t w_stride, const PackedPairBlock* packed, int64_t nb,
-                                   float* y, int64_t y_stride, int64_t token0, int64_t n_tokens) {
+AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w_qs, const float* w_d, const PackedPairBlock* packed, int64_t nb,
+                                   int64_t b0, int64_t b1, __m512* state, float* y, int64_t y_stride, int64_t token0,
+                                   int64_t n_tokens) {
+  // The loops over rows and pairs are unrolled so the accumulators live in registers (-O2 alone
+  // keeps them in memory).
   __m512 acc[kRows][kPairs];
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
-    for (int p = 0; p < kPairs; ++p) acc[r][p] = _mm512_setzero_ps();
-  const __m512i sign_flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 8
+    for (int p = 0; p < kPairs; ++p) acc[r][p] = b0 == 0 ? _mm512_setzero_ps() : state[r * kPairs + p];
+  for (int64_t b = b0; b < b1; ++b) {
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      const auto* wb = reinterpret_cast<const BlockQ8_0*>(w + r * w_stride) + b;
-      const __m512i w_shifted = _mm512_xor_si512(
-          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb->qs))), sign_flip);
-      const __m512 w_scale = _mm512_set1_ps(half_to_float(wb->d));
+      const __m512i w_shifted =
+          _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(w_qs + (r * nb + b) * 32)));
+      const __m512 w_scale = _mm512_set1_ps(w_d[r * nb + b]);
+#pragma GCC unroll 8
       for (int p = 0; p < kPairs; ++p) {
         const PackedPairBlock& a = packed[p * nb + b];
         const __m512i sums = _mm512_dpbusd_epi32(_mm512_load_si512(a.bias), w_shifted, _mm512_load_si512(a.qs));
-        const __m512 d = _mm512_mul_ps(w_scale, _mm512_load_ps(a.d));
+        const __m512 d = _mm512_mul_ps(w_scale, _mm512_load_ps(a.d));  // = fp16(w.d) * fp16(a.d)
         acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), acc[r][p]);
       }
     }
   }
+  if (b1 < nb) {
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
+      for (int p = 0; p < kPairs; ++p) state[r * kPairs + p] = acc[r][p];
+    return;
+  }
+#pragma GCC unroll 8
   for (int p = 0; p < kPairs; ++p) {
     const int64_t t = token0 + 2 * p;
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       y[t * y_stride + r] = hsum_ps(_mm512_castps512_ps256(acc[r][p]));
       if (t + 1 < n_tokens) y[(t + 1) * y_stride + r] = hsum_ps(_mm512_extractf32x8_ps(acc[r][p], 1));
@@ -93,30 +127,38 @@ AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w, size_t w_stride, const Pack
   }
 }
 
-using TileKernel = void (*)(const uint8_t*, size_t, const PackedPairBlock*, int64_t, float*, int64_t, int64_t, int64_t);
+using TileKernel = void (*)(const uint8_t*, const float*, const PackedPairBlock*, int64_t, int64_t, int64_t, __m512*,
+                           float*, int64_t, int64_t, int64_t);
 
-template <int kRows>
-constexpr TileKernel kernel_for_pairs(int pairs) {
-  return pairs == 1 ? tile_kernel<kRows, 1>
-         : pairs == 2 ? tile_kernel<kRows, 2>
-         : pairs == 3 ? tile_kernel<kRows, 3>
-                      : tile_kernel<kRows, 4>;
+// kKernels[rows - 1][pairs - 1]: the kernel for a (possibly partial) register tile.
+template <int kRows, int... kPairs>
+constexpr std::array<TileKernel, sizeof...(kPairs)> kernels_for_rows(std::integer_sequence<int, kPairs...>) {
+  return {tile_kernel<kRows, kPairs + 1>...};
 }
+template <int... kRows>
+constexpr auto kernel_table(std::integer_sequence<int, kRows...>) {
+  return std::array{kernels_for_rows<kRows + 1>(std::make_integer_sequence<int, kTilePairs>())...};
+}
+constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kTileRows>());
 
-TileKernel kernel_for(int rows, int pairs) {
-  switch (rows) {
-    case 1: return kernel_for_pairs<1>(pairs);
-    case 2: return kernel_for_pairs<2>(pairs);
-    case 3: return kernel_for_pairs<3>(pairs);
-    default: return kernel_for_pairs<4>(pairs);
-  }
-}
+TileKernel kernel_for(int rows, int pairs) { return kKernels[rows - 1][pairs - 1]; }
 
 // Packed activations, reused across calls by the calling thread.
 std::vector<PackedPairBlock>& packed_scratch(size_t count) {
   thread_local std::vector<PackedPairBlock> scratch;
   if (scratch.size() < count) scratch.resize(count);
   return scratch;
+}
+
+// A worker's packed chunk of weight rows (quants, then float scales), reused across calls.
+struct alignas(64) Line64 {
+  uint8_t bytes[64];
+};
+uint8_t* weight_scratch(size_t bytes) {
+  thread_local std::vector<Line64> scratch;
+  const size_t lines = (bytes + 63) / 64;
+  if (scratch.size() < lines) scratch.resize(lines);
+  return scratch.data()->bytes;
 }
 
 }  // namespace
@@ -141,21 +183,38 @@ void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
     }
   });
 
-  // A chunk of weight rows (~256 KiB) stays in cache while every token tile passes over it; within
-  // a chunk, each register tile streams its rows' blocks and its tokens' packed blocks once.
+  // A chunk of weight rows (~256 KiB) is packed once and stays in cache while every token tile
+  // passes over it. For one token tile the chunk is walked in steps of kStepBlocks blocks, all
+  // its row tiles per step, so that step's packed activations (~24 KiB) stay in L1; the register
+  // tiles park their accumulators in between.
+  constexpr int64_t kStepBlocks = 32;
   const int64_t chunk_rows =
       std::max<int64_t>(kTileRows, (static_cast<int64_t>(256 * 1024 / w_stride) / kTileRows) * kTileRows);
+  const int64_t step_blocks = nb <= kStepBlocks * 3 / 2 ? nb : kStepBlocks;
   pool.parallel_for(
       n_out,
       [&](int64_t row_begin, int64_t row_end) {
+        const int64_t chunk_tiles = chunk_rows / kTileRows;
+        const size_t qs_bytes = static_cast<size_t>(chunk_rows * nb * 32);
+        const size_t d_bytes = (static_cast<size_t>(chunk_rows * nb) * sizeof(float) + 63) / 64 * 64;
+        uint8_t* scratch = weight_scratch(qs_bytes + d_bytes + static_cast<size_t>(chunk_tiles) * kTileRows *
+                                                                    kTilePairs * sizeof(__m512));
+        uint8_t* w_qs = scratch;
+        float* w_d = reinterpret_cast<float*>(scratch + qs_bytes);
+        auto* state = reinterpret_cast<__m512*>(scratch + qs_bytes + d_bytes);  // 64-byte aligned
         for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
           const int64_t c1 = std::min(c0 + chunk_rows, row_end);
+          pack_weight_rows(weights + c0 * w_stride, w_stride, c1 - c0, nb, w_qs, w_d);
           for (int64_t p0 = 0; p0 < n_pairs; p0 += kTilePairs) {
             const int pairs = static_cast<int>(std::min<int64_t>(kTilePairs, n_pairs - p0));
-            for (int64_t r0 = c0; r0 < c1; r0 += kTileRows) {
-              const int rows = static_cast<int>(std::min<int64_t>(kTileRows, c1 - r0));
-              kernel_for(rows, pairs)(weights + r0 * w_stride, w_stride, packed + p0 * nb, nb, y + r0, y_stride,
-                                      2 * p0, n_tokens);
+            for (int64_t b0 = 0; b0 < nb; b0 += step_blocks) {
+              const int64_t b1 = std::min(b0 + step_blocks, nb);
+              for (int64_t r0 = c0; r0 < c1; r0 += kTileRows) {
+                const int rows = static_cast<int>(std::min<int64_t>(kTileRows, c1 - r0));
+                kernel_for(rows, pairs)(w_qs + (r0 - c0) * nb * 32, w_d + (r0 - c0) * nb, packed + p0 * nb, nb, b0, b1,
+                                        state + (r0 - c0) / kTileRows * kTileRows * kTilePairs, y + r0, y_stride,
+                                        2 * p0, n_tokens);
+              }
             }
           }
         }
