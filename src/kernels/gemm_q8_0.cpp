@@ -85,7 +85,7 @@ AGENTKV_GEMM_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64
 // where they are reduced into y: splitting the block range changes no rounding.
 template <int kRows, int kPairs>
 AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w_qs, const float* w_d, const PackedPairBlock* packed, int64_t nb,
-                                   int64_t b0, int64_t b1, __m512* state, float* y, int64_t y_stride, int64_t token0,
+                                   int64_t b0, int64_t b1, float* state, float* y, int64_t y_stride, int64_t token0,
                                    int64_t n_tokens) {
   // The loops over rows and pairs are unrolled so the accumulators live in registers (-O2 alone
   // keeps them in memory).
@@ -93,7 +93,8 @@ AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w_qs, const float* w_d, const 
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 8
-    for (int p = 0; p < kPairs; ++p) acc[r][p] = b0 == 0 ? _mm512_setzero_ps() : state[r * kPairs + p];
+    for (int p = 0; p < kPairs; ++p)
+      acc[r][p] = b0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(state + 16 * (r * kPairs + p));
   for (int64_t b = b0; b < b1; ++b) {
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
@@ -113,7 +114,7 @@ AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w_qs, const float* w_d, const 
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 8
-      for (int p = 0; p < kPairs; ++p) state[r * kPairs + p] = acc[r][p];
+      for (int p = 0; p < kPairs; ++p) _mm512_store_ps(state + 16 * (r * kPairs + p), acc[r][p]);
     return;
   }
 #pragma GCC unroll 8
@@ -127,7 +128,7 @@ AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w_qs, const float* w_d, const 
   }
 }
 
-using TileKernel = void (*)(const uint8_t*, const float*, const PackedPairBlock*, int64_t, int64_t, int64_t, __m512*,
+using TileKernel = void (*)(const uint8_t*, const float*, const PackedPairBlock*, int64_t, int64_t, int64_t, float*,
                            float*, int64_t, int64_t, int64_t);
 
 // kKernels[rows - 1][pairs - 1]: the kernel for a (possibly partial) register tile.
@@ -198,10 +199,10 @@ void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
         const size_t qs_bytes = static_cast<size_t>(chunk_rows * nb * 32);
         const size_t d_bytes = (static_cast<size_t>(chunk_rows * nb) * sizeof(float) + 63) / 64 * 64;
         uint8_t* scratch = weight_scratch(qs_bytes + d_bytes + static_cast<size_t>(chunk_tiles) * kTileRows *
-                                                                    kTilePairs * sizeof(__m512));
+                                                                    kTilePairs * 16 * sizeof(float));
         uint8_t* w_qs = scratch;
         float* w_d = reinterpret_cast<float*>(scratch + qs_bytes);
-        auto* state = reinterpret_cast<__m512*>(scratch + qs_bytes + d_bytes);  // 64-byte aligned
+        auto* state = reinterpret_cast<float*>(scratch + qs_bytes + d_bytes);  // 64-byte aligned
         for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
           const int64_t c1 = std::min(c0 + chunk_rows, row_end);
           pack_weight_rows(weights + c0 * w_stride, w_stride, c1 - c0, nb, w_qs, w_d);
@@ -212,7 +213,7 @@ void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
               for (int64_t r0 = c0; r0 < c1; r0 += kTileRows) {
                 const int rows = static_cast<int>(std::min<int64_t>(kTileRows, c1 - r0));
                 kernel_for(rows, pairs)(w_qs + (r0 - c0) * nb * 32, w_d + (r0 - c0) * nb, packed + p0 * nb, nb, b0, b1,
-                                        state + (r0 - c0) / kTileRows * kTileRows * kTilePairs, y + r0, y_stride,
+                                        state + (r0 - c0) / kTileRows * kTileRows * kTilePairs * 16, y + r0, y_stride,
                                         2 * p0, n_tokens);
               }
             }
