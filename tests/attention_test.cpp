@@ -6,7 +6,11 @@
 
 #include "hwy/targets.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -14,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "kernels/ggml_expf-inl.h"
 #include "kernels/quant.h"
 
 namespace agentkv {
@@ -573,5 +578,318 @@ TEST(Attention, RefusesBadShapesAndTypes) {
   EXPECT_THROW(attention(bad, pool), Error);
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Bit-exact reference: llama.cpp's three CPU flash-attention orders written out one float
+// operation at a time (explicit std::fma where ggml fuses; this file is compiled without FMA
+// contraction for the baseline target). The optimised kernels must reproduce every bit.
+namespace exact {
+
+float reduce_add16(const float* v) {  // _mm512_reduce_add_ps
+  float h8[8], h4[4];
+  for (int l = 0; l < 8; ++l) h8[l] = v[l + 8] + v[l];
+  for (int l = 0; l < 4; ++l) h4[l] = h8[l + 4] + h8[l];
+  return (h4[0] + h4[2]) + (h4[1] + h4[3]);
+}
+
+// ggml_vec_dot_f16 / _f32 on AVX-512 (n a multiple of 64 here: no scalar tail).
+template <class LoadK, class LoadQ>
+float ggml_dot(int64_t n, LoadK load_k, LoadQ load_q) {
+  float acc[4][16] = {};
+  for (int64_t i = 0; i < n; i += 64)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 16; ++l) acc[j][l] = std::fma(load_k(i + 16 * j + l), load_q(i + 16 * j + l), acc[j][l]);
+  float red[16];
+  for (int l = 0; l < 16; ++l) red[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+  return reduce_add16(red);
+}
+
+struct RowState {
+  float m = -INFINITY, s = 0.0f;
+  std::vector<float> acc32;
+  std::vector<uint16_t> acc16;
+};
+
+// Per-key algorithm for one (token, head) row over keys [k0, k1).
+RowState per_key_row(const AttentionArgs& a, int64_t t, int64_t h, int64_t k0, int64_t k1) {
+  const int64_t D = a.shape.head_dim;
+  const int64_t g = h / (a.shape.n_head / a.shape.n_head_kv);
+  const GgmlType q_type = vec_dot_type(a.k_type);
+  std::vector<uint8_t> qb(ggml_row_size(q_type, D));
+  const float* q = a.q + t * a.q_stride + h * D;
+  if (q_type == GgmlType::F32) {
+    std::memcpy(qb.data(), q, static_cast<size_t>(D) * sizeof(float));
+  } else if (q_type == GgmlType::F16) {
+    for (int64_t i = 0; i < D; ++i) reinterpret_cast<uint16_t*>(qb.data())[i] = fp32_to_fp16(q[i]);
+  } else {
+    quantize_row(q_type, q, qb.data(), D);
+  }
+  const bool v_f16 = a.v_type == GgmlType::F16;
+  RowState st;
+  st.acc32.assign(static_cast<size_t>(D), 0.0f);
+  st.acc16.assign(static_cast<size_t>(D), uint16_t{0});
+  std::vector<float> vrow(static_cast<size_t>(D));
+  const size_t k_off = ggml_row_size(a.k_type, D) * static_cast<size_t>(g);
+  const size_t v_off = ggml_row_size(a.v_type, D) * static_cast<size_t>(g);
+  const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
+  for (int64_t c = k0; c < k1; ++c) {
+    if (mask_row && mask_row[c] == -INFINITY) continue;
+    const uint8_t* kb = a.k + c * a.k_row_bytes + k_off;
+    float dot;
+    if (a.k_type == GgmlType::F32) {
+      const auto* kf = reinterpret_cast<const float*>(kb);
+      const auto* qf = reinterpret_cast<const float*>(qb.data());
+      dot = ggml_dot(D, [&](int64_t i) { return kf[i]; }, [&](int64_t i) { return qf[i]; });
+    } else if (a.k_type == GgmlType::F16) {
+      const auto* kh = reinterpret_cast<const uint16_t*>(kb);
+      const auto* qh = reinterpret_cast<const uint16_t*>(qb.data());
+      dot = ggml_dot(D, [&](int64_t i) { return fp16_to_fp32(kh[i]); }, [&](int64_t i) { return fp16_to_fp32(qh[i]); });
+    } else {
+      dot = vec_dot(a.k_type, D, kb, qb.data());
+    }
+    // ggml's scalar code is compiled with FMA contraction: these two lines fuse
+    const float s = std::fma(dot, a.shape.scale, mask_row ? mask_row[c] : 0.0f);
+    float ms = 1.0f, vs = 1.0f;
+    if (s > st.m) {
+      const float m_old = st.m;
+      st.m = s;
+      ms = std::exp(m_old - st.m);
+      if (m_old != -INFINITY) {
+        for (int64_t i = 0; i < D; ++i) {
+          if (v_f16) {
+            st.acc16[i] = fp32_to_fp16(fp16_to_fp32(st.acc16[i]) * ms);
+          } else {
+            st.acc32[i] = st.acc32[i] * ms;
+          }
+        }
+      }
+    } else {
+      vs = std::exp(s - st.m);
+    }
+    const uint8_t* vb = a.v + c * a.v_row_bytes + v_off;
+    if (v_f16) {
+      const auto* vh = reinterpret_cast<const uint16_t*>(vb);
+      for (int64_t i = 0; i < D; ++i) {
+        st.acc16[i] = fp32_to_fp16(std::fma(fp16_to_fp32(vh[i]), vs, fp16_to_fp32(st.acc16[i])));
+      }
+    } else {
+      dequantize_row(a.v_type, vb, vrow.data(), D);
+      for (int64_t i = 0; i < D; ++i) st.acc32[i] = std::fma(vrow[i], vs, st.acc32[i]);
+    }
+    st.s = std::fma(st.s, ms, vs);
+  }
+  if (v_f16)
+    for (int64_t i = 0; i < D; ++i) st.acc32[i] = fp16_to_fp32(st.acc16[i]);
+  return st;
+}
+
+// Tiled algorithm for one row: K.Q one fused chain per key, tiles of 64 keys, vector expf.
+RowState tiled_row(const AttentionArgs& a, int64_t t, int64_t h) {
+  const int64_t D = a.shape.head_dim;
+  const int64_t g = h / (a.shape.n_head / a.shape.n_head_kv);
+  const bool f16 = a.k_type == GgmlType::F16;
+  const float* q = a.q + t * a.q_stride + h * D;
+  const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
+  const size_t esz = f16 ? 2 : 4;
+  auto elem = [&](const uint8_t* base, int64_t c, size_t row_bytes, int64_t i) {
+    const uint8_t* p = base + c * row_bytes + (static_cast<size_t>(g * D) + static_cast<size_t>(i)) * esz;
+    if (f16) return fp16_to_fp32(*reinterpret_cast<const uint16_t*>(p));
+    return *reinterpret_cast<const float*>(p);
+  };
+  RowState st;
+  st.acc32.assign(static_cast<size_t>(D), 0.0f);
+  float kq[64];
+  for (int64_t c0 = 0; c0 < a.n_kv; c0 += 64) {
+    const int64_t c1 = std::min<int64_t>(c0 + 64, a.n_kv);
+    float tile_max = -INFINITY;
+    for (int64_t j = 0; j < 64; ++j) {
+      const int64_t c = c0 + j;
+      float s = 0.0f;
+      for (int64_t i = 0; i < D; ++i) s = std::fma(c < c1 ? elem(a.k, c, a.k_row_bytes, i) : 0.0f, q[i], s);
+      s = s * a.shape.scale;
+      const bool seen = c < c1 && !(mask_row && mask_row[c] == -INFINITY);
+      kq[j] = seen ? s + (mask_row ? mask_row[c] : 0.0f) : -INFINITY;
+      tile_max = std::max(tile_max, kq[j]);
+    }
+    if (tile_max == -INFINITY) continue;
+    const float m_new = std::max(st.m, tile_max);
+    if (m_new > st.m) {
+      const float ms = std::exp(st.m - m_new);
+      for (auto& x : st.acc32) x = x * ms;
+      st.s = st.s * ms;
+    }
+    st.m = m_new;
+    for (float& x : kq) x = ggml_math::GgmlExpLane(x - m_new);
+    double tile_sum = 0.0;
+    for (int j = 0; j < 64; j += 16) tile_sum += reduce_add16(kq + j);
+    st.s = static_cast<float>(static_cast<double>(st.s) + tile_sum);
+    for (int64_t c = c0; c < c1; ++c) {
+      const float p = kq[c - c0];
+      if ((mask_row && mask_row[c] == -INFINITY) || p == 0.0f) continue;
+      for (int64_t i = 0; i < D; ++i) st.acc32[i] = std::fma(elem(a.v, c, a.v_row_bytes, i), p, st.acc32[i]);
+    }
+  }
+  return st;
+}
+
+void finish(const AttentionArgs& a, int64_t t, int64_t h, const RowState& st, std::vector<float>& out,
+            std::vector<float>& lse) {
+  const int64_t D = a.shape.head_dim;
+  const float inv = st.s == 0.0f ? 0.0f : 1.0f / st.s;
+  for (int64_t i = 0; i < D; ++i) out[static_cast<size_t>(t * a.out_stride + h * D + i)] = st.acc32[i] * inv;
+  lse[static_cast<size_t>(t * a.shape.n_head + h)] = st.s == 0.0f ? -INFINITY : st.m + std::log(st.s);
+}
+
+// The whole call as attention() runs it with a pool of n_threads.
+void attention(const AttentionArgs& a, int n_threads, std::vector<float>& out, std::vector<float>& lse) {
+  out.assign(static_cast<size_t>(a.n_tokens * a.out_stride), 0.0f);
+  lse.assign(static_cast<size_t>(a.n_tokens * a.shape.n_head), 0.0f);
+  const int64_t D = a.shape.head_dim;
+  const bool tiled = a.n_tokens >= 64 && a.k_type == a.v_type &&
+                     (a.k_type == GgmlType::F16 || a.k_type == GgmlType::F32);
+  if (!tiled && a.n_tokens == 1 && a.n_kv >= 512 && n_threads > 1) {
+    const int64_t chunk = (a.n_kv + n_threads - 1) / n_threads;
+    for (int64_t h = 0; h < a.shape.n_head; ++h) {
+      RowState m;
+      m.acc32.assign(static_cast<size_t>(D), 0.0f);
+      for (int c = 0; c < n_threads; ++c) {
+        const int64_t k0 = c * chunk, k1 = std::max(k0, std::min(k0 + chunk, a.n_kv));
+        const RowState r = per_key_row(a, 0, h, k0, k1);
+        if (r.s == 0.0f) continue;
+        const float m_new = std::max(m.m, r.m);
+        const float so = std::exp(m.m - m_new), sn = std::exp(r.m - m_new);
+        for (int64_t i = 0; i < D; ++i) m.acc32[i] = m.acc32[i] * so + r.acc32[i] * sn;
+        m.s = m.s * so + r.s * sn;
+        m.m = m_new;
+      }
+      finish(a, 0, h, m, out, lse);
+    }
+    return;
+  }
+  for (int64_t t = 0; t < a.n_tokens; ++t)
+    for (int64_t h = 0; h < a.shape.n_head; ++h)
+      finish(a, t, h, tiled ? tiled_row(a, t, h) : per_key_row(a, t, h, 0, a.n_kv), out, lse);
+}
+
+}  // namespace exact
+
+bool same_bits(float x, float y) { return std::memcmp(&x, &y, sizeof(float)) == 0; }
+
+// Runs the kernel and the exact reference on one case; every output and lse must match bit for bit.
+void expect_bit_exact(const Case& c, ThreadPool& pool) {
+  const Problem p = make_problem(c);
+  std::vector<float> out, lse, ref_out, ref_lse;
+  const AttentionArgs a = args_for(p, out, lse);
+  attention(a, pool);
+  exact::attention(a, pool.size(), ref_out, ref_lse);
+  const std::string what = "k=" + std::string(ggml_type_name(c.k_type)) + " v=" +
+                           std::string(ggml_type_name(c.v_type)) + " heads=" + std::to_string(c.n_head) +
+                           "/" + std::to_string(c.n_head_kv) + " D=" + std::to_string(c.head_dim) +
+                           " tokens=" + std::to_string(c.n_tokens) + " n_kv=" + std::to_string(c.n_kv) +
+                           " threads=" + std::to_string(pool.size());
+  for (size_t i = 0; i < lse.size(); ++i) {
+    ASSERT_TRUE(same_bits(lse[i], ref_lse[i])) << what << ": lse[" << i << "] = " << lse[i] << ", exact " << ref_lse[i];
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_TRUE(same_bits(out[i], ref_out[i])) << what << ": out[" << i << "] = " << out[i] << ", exact " << ref_out[i];
+  }
+  for (size_t i = 0; i < lse.size(); ++i) {
+    ASSERT_TRUE(same_bits(lse[i], ref_lse[i])) << what << ": lse[" << i << "] = " << lse[i] << ", exact " << ref_lse[i];
+  }
+}
+
+TEST(AttentionExact, EveryPathMatchesLlamaOrderBitForBit) {
+  ThreadPool pool1(1), pool3(3);
+  std::mt19937 rng(2024);
+  const GgmlType types[] = {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0};
+  int n = 0;
+  for (int ratio : {1, 2, 4}) {
+    for (int head_dim : {64, 128, 256}) {
+      for (int64_t n_tokens : {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{130}}) {
+        for (GgmlType type : types) {
+          Case c;
+          c.n_head_kv = 2;
+          c.n_head = 2 * ratio;
+          c.head_dim = head_dim;
+          c.n_tokens = n_tokens;
+          // long key ranges for the cheap shapes, short ones for the costly
+          const int64_t max_kv = n_tokens >= 64 ? (head_dim == 256 ? 300 : 700) : 1500;
+          c.n_kv = n_tokens + static_cast<int64_t>(rng() % static_cast<uint32_t>(max_kv));
+          if (n_tokens == 1 && n % 2 == 0) c.n_kv = std::max<int64_t>(c.n_kv, 600);  // split keys
+          c.k_type = c.v_type = type;
+          if (n % 3 == 1) c.v_type = GgmlType::F16;  // mixed K/V types
+          c.hole_every = (n % 4 == 0) ? 0 : 3 + n % 5;
+          c.causal = n % 5 != 4;
+          if (n % 6 == 2) {
+            c.hidden_begin = c.n_kv / 3;
+            c.hidden_end = c.hidden_begin + 70;
+          }
+          c.seed = 100u + static_cast<uint32_t>(n);
+          expect_bit_exact(c, n % 2 ? pool3 : pool1);
+          if (HasFatalFailure()) return;
+          ++n;
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionExact, WithoutMask) {
+  ThreadPool pool(2);
+  for (int64_t n_tokens : {int64_t{1}, int64_t{7}, int64_t{96}}) {
+    for (GgmlType type : {GgmlType::F16, GgmlType::F32}) {
+      Case c;
+      c.n_head_kv = 1;
+      c.n_head = 3;  // a group size that does not divide the vector width
+      c.head_dim = 64;
+      c.n_tokens = n_tokens;
+      c.n_kv = 700;
+      c.k_type = c.v_type = type;
+      const Problem p = make_problem(c);
+      std::vector<float> out, lse, ref_out, ref_lse;
+      AttentionArgs a = args_for(p, out, lse);
+      a.mask = nullptr;
+      attention(a, pool);
+      exact::attention(a, pool.size(), ref_out, ref_lse);
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(same_bits(out[i], ref_out[i])) << i;
+      for (size_t i = 0; i < lse.size(); ++i) ASSERT_TRUE(same_bits(lse[i], ref_lse[i])) << i;
+    }
+  }
+}
+
+// Timing of attention() alone on the Qwen3-0.6B shape (16 query heads, 8 KV heads, head dim 128,
+// F16 cache). Run with --gtest_also_run_disabled_tests --gtest_filter='*Timing*';
+// ATTN_BENCH_THREADS sets the pool size (default 1).
+TEST(AttentionExact, DISABLED_Timing) {
+  const char* env = std::getenv("ATTN_BENCH_THREADS");
+  ThreadPool pool(env ? std::atoi(env) : 1);
+  struct Shape {
+    const char* name;
+    int64_t n_tokens, depth;
+  };
+  for (const Shape& s : {Shape{"prefill 128 @ d2048", 128, 2048}, Shape{"batch 8 @ d2048", 8, 2048},
+                         Shape{"decode 1 @ d4096", 1, 4096}}) {
+    Case c;
+    c.n_head_kv = 8;
+    c.n_head = 16;
+    c.head_dim = 128;
+    c.n_tokens = s.n_tokens;
+    c.n_kv = s.depth + s.n_tokens;
+    c.k_type = c.v_type = GgmlType::F16;
+    const Problem p = make_problem(c);
+    std::vector<float> out, lse;
+    const AttentionArgs a = args_for(p, out, lse);
+    attention(a, pool);  // warm-up
+    const int reps = s.n_tokens == 1 ? 20 : 3;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) attention(a, pool);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+    // visible (query, key) pairs x heads x 4 flops per head-dim element (K.Q and V)
+    double pairs = 0;
+    for (int64_t t = 0; t < c.n_tokens; ++t) pairs += static_cast<double>(s.depth + t + 1);
+    const double gflop = pairs * c.n_head * c.head_dim * 4 / 1e9;
+    std::printf("%-22s %9.3f ms  %7.2f GFLOP/s  (%d threads)\n", s.name, sec * 1e3, gflop / sec, pool.size());
+  }
+}
 }  // namespace
 }  // namespace agentkv
