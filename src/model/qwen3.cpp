@@ -14,6 +14,14 @@ namespace agentkv {
 namespace {
 // Workspace slots used by this architecture.
 enum Slot { kX, kCur, kScratch, kOut };
+
+// Rows per feed-forward block: as many as fit where the attention half's scratch was (so the
+// feed-forward adds no memory), a multiple of 4 so that every block starts a row group of the
+// batched kernels exactly where the whole batch would (kernels/matmul.cpp: same numerics).
+int64_t ffn_block_rows(int64_t n_tokens, int64_t attn_width, int64_t n_ff) {
+  const int64_t fit = n_tokens * attn_width / (2 * n_ff) / 4 * 4;
+  return std::max<int64_t>(4, std::min(fit, n_tokens));
+}
 }  // namespace
 
 Qwen3Model::Qwen3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : Model(std::move(g), std::move(c)) {
@@ -53,20 +61,20 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
   shape.head_dim = static_cast<int>(D);
   shape.scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
 
-  // The attention half (q | k | v | attn) and the feed-forward half (gate | up) of a layer never
-  // live at the same time, so they share one scratch region (about half the prefill scratch). The
-  // output projection overwrites q, k, v once attention has read them; the down projection
-  // writes into cur, which gate and up have consumed.
+  // Prefill scratch is sized by the attention half of a layer: q | k | v, with the attention
+  // output written over k | v once they are in the cache, and the output projection over q once
+  // attention has read it. The feed-forward half reuses the same region for gate | up, a block
+  // of rows at a time (see ffn_rows), and writes its result into cur, which it has consumed.
+  const int64_t attn_width = nq + std::max(2 * nkv, nq);
   float* x = ws.get(kX, T * E);
   float* cur = ws.get(kCur, T * E);
-  float* scratch = ws.get(kScratch, T * std::max(2 * nq + 2 * nkv, 2 * F));
+  const int64_t ffn_rows = ffn_block_rows(T, attn_width, F);
+  float* scratch = ws.get(kScratch, std::max(T * attn_width, (ffn_rows + 1) * 2 * F));
   float* q = scratch;
   float* k = q + T * nq;
   float* v = k + T * nkv;
-  float* attn = v + T * nkv;
-  float* gate = scratch;
-  float* up = gate + T * F;
-  float* out = E <= nq + 2 * nkv ? q : ws.get(kOut, T * E);
+  float* attn = k;
+  float* out = E <= nq ? q : ws.get(kOut, T * E);
 
   for (int64_t t = 0; t < T; ++t) get_row(token_embd_, b.tokens[t], x + t * E);
 
@@ -93,10 +101,17 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
     for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
 
     for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, l.ffn_norm, cur + t * E, E, cfg.rms_eps);
-    matmul(l.ffn_gate, cur, rows, E, gate, F, pool);
-    matmul(l.ffn_up, cur, rows, E, up, F, pool);
-    for (int64_t t = 0; t < rows; ++t) swiglu(gate + t * F, up + t * F, gate + t * F, F);
-    matmul(l.ffn_down, gate, rows, F, cur, E, pool);
+    for (int64_t r0 = 0; r0 < rows;) {
+      int64_t n = std::min(ffn_rows, rows - r0);
+      if (rows - r0 - n == 1) ++n;  // a lone last row would take the single-row kernels' numerics
+      float* gate = scratch;
+      float* up = scratch + n * F;
+      matmul(l.ffn_gate, cur + r0 * E, n, E, gate, F, pool);
+      matmul(l.ffn_up, cur + r0 * E, n, E, up, F, pool);
+      for (int64_t t = 0; t < n; ++t) swiglu(gate + t * F, up + t * F, gate + t * F, F);
+      matmul(l.ffn_down, gate, n, F, cur + r0 * E, E, pool);
+      r0 += n;
+    }
     for (int64_t i = 0; i < rows * E; ++i) x[i] += cur[i];
   }
   for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, output_norm_, cur + t * E, E, cfg.rms_eps);

@@ -126,7 +126,6 @@ struct Tokenizer::Impl {
   tokenizer::SpecialTokenMatcher specials;
   std::vector<Token> eog;  // sorted
   Token eot = -1;          // effective: the GGUF's, else detected by name
-  tokenizer::StringPool pieces;  // token_to_piece(id, special = true)
   mutable std::once_flag full_data_once;
   mutable std::unique_ptr<VocabData> full_data;
 
@@ -201,9 +200,6 @@ void Tokenizer::Impl::build() {
     entries.push_back({id, std::string(texts[id]), (attrs[id] & (kAttrControl | kAttrUnknown)) != 0});
   specials = tokenizer::SpecialTokenMatcher(std::move(entries));
 
-  pieces.reserve(n, n_bytes);
-  for (size_t i = 0; i < n; ++i) pieces.add(render_piece(Token(i)));
-  pieces.shrink_to_fit();
   texts.shrink_to_fit();
   // The lists now live in the compact structures above.
   std::vector<std::string>().swap(data.tokens);
@@ -357,7 +353,7 @@ std::string Tokenizer::token_to_piece(Token id, bool special) const {
     throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
                 std::to_string(m.texts.size()) + " tokens)");
   if (!special && (m.attrs[id] & (kAttrControl | kAttrUnknown))) return {};
-  return std::string(m.pieces[size_t(id)]);
+  return m.render_piece(id);  // rendered on demand: cheaper than another copy of the vocabulary
 }
 
 std::string Tokenizer::decode(std::span<const Token> tokens, bool special) const {
@@ -406,7 +402,7 @@ const std::string& Tokenizer::chat_template() const { return impl_->data.chat_te
 
 size_t Tokenizer::memory_bytes() const {
   const Impl& m = *impl_;
-  return m.texts.memory_bytes() + m.ids.memory_bytes() + m.pieces.memory_bytes() + m.bpe.memory_bytes() +
+  return m.texts.memory_bytes() + m.ids.memory_bytes() + m.bpe.memory_bytes() +
          m.types.capacity() + m.attrs.capacity() + m.empty_ids.capacity() * sizeof(Token);
 }
 

@@ -70,7 +70,7 @@ class Tokenizer {
   // that only need the template should use chat_template()).
   const VocabData& data() const;
   const std::string& chat_template() const;
-  // Heap bytes of the vocabulary tables (texts, index, pieces, merges); for memory reports.
+  // Heap bytes of the vocabulary tables (texts, index, merges); for memory reports.
   size_t memory_bytes() const;
 
  private:
