@@ -41,18 +41,27 @@ AGENTKV_GEMM_AVX512_INLINE __m512 load16(const uint16_t* p) {
 template <int RN, class WeightT>
 AGENTKV_GEMM_AVX512_INLINE void tile(const WeightT* w, int64_t w_stride, const float* b, int64_t b_stride,
                                      int64_t n_in, float* y, int64_t y_stride) {
+  // Fully unrolled (the pragmas: -O2 does not unroll these by itself) so the RN x 4 accumulators
+  // stay in registers.
   __m512 acc[RN][kTileRows];
+#pragma GCC unroll 8
   for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 4
     for (int i = 0; i < kTileRows; ++i) acc[j][i] = _mm512_setzero_ps();
   for (int64_t l = 0; l < n_in; l += kStep) {
     __m512 a[kTileRows];
+#pragma GCC unroll 4
     for (int i = 0; i < kTileRows; ++i) a[i] = load16(w + i * w_stride + l);
+#pragma GCC unroll 8
     for (int j = 0; j < RN; ++j) {
       const __m512 bv = _mm512_loadu_ps(b + j * b_stride + l);
+#pragma GCC unroll 4
       for (int i = 0; i < kTileRows; ++i) acc[j][i] = _mm512_fmadd_ps(a[i], bv, acc[j][i]);
     }
   }
+#pragma GCC unroll 8
   for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 4
     for (int i = 0; i < kTileRows; ++i) y[j * y_stride + i] = _mm512_reduce_add_ps(acc[j][i]);
 }
 
