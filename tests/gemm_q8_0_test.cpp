@@ -109,8 +109,9 @@ struct Shape {
 
 TEST(Q8_0Gemm, EqualsPerTokenDotBitForBit) {
   if (!q8_0_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
-  const Shape shapes[] = {{32, 1, 2},  {32, 5, 3},   {64, 4, 8},    {96, 7, 9},   {288, 13, 17},
-                          {128, 67, 5}, {1024, 9, 33}, {256, 130, 16}, {64, 3, 1 + 2 * 4 * 3},
+  const Shape shapes[] = {{32, 1, 1},    {96, 7, 1},    {2080, 130, 1}, {32, 1, 2},
+                          {32, 5, 3},    {64, 4, 8},    {96, 7, 9},     {288, 13, 17},
+                          {128, 67, 5},  {1024, 9, 33}, {256, 130, 16}, {64, 3, 1 + 2 * 4 * 3},
                           {2080, 130, 7}};  // several block steps and weight chunks
   std::mt19937 rng(11);
   for (int threads : {1, 2}) {
