@@ -14,6 +14,13 @@
 //    with the per-key algorithm; the chunks' (M, S, VKQ) are merged at the end.
 // Work is spread over threads as (token, KV head) units (all query heads of a GQA group share
 // the K/V rows they read), taken dynamically since causal rows differ in length.
+// Fused multiply-adds are written out (MulAdd, std::fma) exactly where ggml's compiled code fuses;
+// the compiler must not fuse anything else, or the results would move off llama.cpp's bits.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -44,7 +51,7 @@ namespace agentkv::attention_detail {
 constexpr int64_t kKeyTile = 64;         // keys per tile (llama.cpp's GGML_FA_TILE_KV)
 constexpr int64_t kTiledMinTokens = 64;  // llama.cpp's GGML_FA_TILE_Q: tiled path threshold
 constexpr int64_t kSplitMinKeys = 512;   // llama.cpp splits single-row attention from here on
-constexpr int64_t kTokensPerTiledUnit = 8;
+constexpr int64_t kTiledRowsPerUnit = 32;  // tiled units: about this many (token, head) rows
 
 enum class Mode { kPerKey, kTiled, kSplitKeys };
 
@@ -69,6 +76,7 @@ struct Plan {
   GgmlType q_type = GgmlType::F32;  // vec_dot_type(k_type) for the per-key algorithm
   size_t q_head_bytes = 0;
   int64_t n_units = 0;
+  int64_t tokens_per_unit = 1;  // tiled: tokens per unit
   int64_t n_chunks = 1;     // split keys: chunks per KV head
   int64_t chunk_size = 0;
   float* partials = nullptr;  // split keys: [n_head][n_chunks][2 + head_dim] = M, S, VKQ
@@ -216,54 +224,6 @@ void GgmlDotMany(const typename E::T* q, const uint8_t* const* k_bytes, int64_t 
   for (int64_t j = 0; j < n_keys; ++j) out[j] = GgmlDot<E>(reinterpret_cast<const typename E::T*>(k_bytes[j]), q, n);
 }
 
-// ggml_v_expf over n values (n a multiple of the lane count), lanes outside the exponent range
-// of a plain power-of-two product finished by the scalar form.
-void GgmlExpRow(const float* x, float* y, int64_t n) {
-  const DF d;
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t i = 0; i < n; i += step) hn::StoreU(GgmlExpVec(d, hn::LoadU(d, x + i)), d, y + i);
-}
-
-// acc[0..n) += sum_j p[j] * v_j[0..n), keys in order (each element accumulates exactly as a
-// sequence of per-key multiply-adds would), with the accumulator held in registers.
-template <class VE>
-void AccumulateKeys(float* acc, const uint8_t* const* v_bytes, const float* p, int64_t n_keys, int64_t n) {
-  const DF d;
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
-  using VT = typename VE::T;
-  int64_t i = 0;
-  for (; i + 4 * step <= n; i += 4 * step) {
-    auto c0 = hn::LoadU(d, acc + i), c1 = hn::LoadU(d, acc + i + step);
-    auto c2 = hn::LoadU(d, acc + i + 2 * step), c3 = hn::LoadU(d, acc + i + 3 * step);
-    for (int64_t j = 0; j < n_keys; ++j) {
-      if (p[j] == 0.0f) continue;
-      const auto w = hn::Set(d, p[j]);
-      const VT* v = reinterpret_cast<const VT*>(v_bytes[j]) + i;
-      c0 = hn::MulAdd(VE::Load(v), w, c0);
-      c1 = hn::MulAdd(VE::Load(v + step), w, c1);
-      c2 = hn::MulAdd(VE::Load(v + 2 * step), w, c2);
-      c3 = hn::MulAdd(VE::Load(v + 3 * step), w, c3);
-    }
-    hn::StoreU(c0, d, acc + i);
-    hn::StoreU(c1, d, acc + i + step);
-    hn::StoreU(c2, d, acc + i + 2 * step);
-    hn::StoreU(c3, d, acc + i + 3 * step);
-  }
-  for (; i + step <= n; i += step) {
-    auto c = hn::LoadU(d, acc + i);
-    for (int64_t j = 0; j < n_keys; ++j) {
-      if (p[j] == 0.0f) continue;
-      c = hn::MulAdd(VE::Load(reinterpret_cast<const VT*>(v_bytes[j]) + i), hn::Set(d, p[j]), c);
-    }
-    hn::StoreU(c, d, acc + i);
-  }
-  for (; i < n; ++i) {
-    for (int64_t j = 0; j < n_keys; ++j) {
-      if (p[j] != 0.0f) acc[i] = std::fma(VE::At(reinterpret_cast<const VT*>(v_bytes[j]), i), p[j], acc[i]);
-    }
-  }
-}
-
 void ScaleF32(float* y, float v, int64_t n) {
   const DF d;
   const int64_t step = static_cast<int64_t>(hn::Lanes(d));
@@ -281,7 +241,7 @@ void AxpyF32(float* y, const float* x, float v, int64_t n) {
   for (; i + step <= n; i += step) {
     hn::StoreU(hn::MulAdd(hn::LoadU(d, x + i), vv, hn::LoadU(d, y + i)), d, y + i);
   }
-  for (; i < n; ++i) y[i] += x[i] * v;
+  for (; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);
 }
 
 // ggml_vec_scale_f16 / ggml_vec_mad_f16: widen, compute in f32, round back to f16 every time.
@@ -324,6 +284,8 @@ struct Scratch {
   std::vector<int64_t> visible;
   std::vector<const uint8_t*> k_rows;  // head slices of the visible keys of a tile
   std::vector<const uint8_t*> v_rows;
+  std::vector<const float*> key_rows;  // tiled: the tile's keys and values as f32 rows
+  std::vector<const float*> value_rows;
 };
 
 Scratch& ThreadScratch() {
@@ -437,7 +399,7 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
           break;
       }
       for (int64_t j = 0; j < n_vis; ++j) {
-        scores[j] = scores[j] * a.shape.scale + (mask_row ? mask_row[visible[j]] : 0.0f);
+        scores[j] = std::fma(scores[j], a.shape.scale, mask_row ? mask_row[visible[j]] : 0.0f);
       }
       // Sequential online softmax, one key at a time, exactly in ggml's order.
       float m = M[r], s_sum = S[r];
@@ -467,7 +429,7 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
         } else {
           AxpyF32(row32, v_tile + j * D, vs, D);
         }
-        s_sum = s_sum * ms + vs;
+        s_sum = std::fma(s_sum, ms, vs);
       }
       M[r] = m;
       S[r] = s_sum;
@@ -491,6 +453,104 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The tiled algorithm, vectorised across query rows. A unit is a block of tokens times the query
+// heads of one KV head ("rows", row = token * group + head). Q is held transposed (dimension-major,
+// rows padded to whole vectors) so that one vector holds one key's scores for many rows: every
+// score is still one fused chain over the head dimension, the tile's max, exponentials and
+// 16-key partial sums are plain lane-wise operations, and each K and V row of the tile is
+// converted once and read from L1 by all rows of the unit.
+
+// ggml_v_expf where hidden keys (-inf) give 0 without taking the scalar fallback.
+HWY_INLINE hn::Vec<DF> ExpOrZero(DF d, hn::Vec<DF> x) {
+  const auto hidden = hn::Eq(x, hn::Set(d, -INFINITY));
+  return hn::IfThenZeroElse(hidden, GgmlExpVec(d, hn::IfThenZeroElse(hidden, x)));
+}
+
+// Scores of 8 keys for kRowVecs row vectors: p[k * nr + r] = (sum_i q_r[i] * key_k[i]) * scale,
+// one fused chain per key in dimension order (ggml's simd_gemm).
+template <int kRowVecs>
+HWY_INLINE void ScoreEightKeys(const float* qt, int64_t nr, const float* const* keys, int64_t D, float scale,
+                               float* p) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> acc[kRowVecs][8];
+  for (int v = 0; v < kRowVecs; ++v)
+    for (int k = 0; k < 8; ++k) acc[v][k] = hn::Zero(d);
+  for (int64_t i = 0; i < D; ++i) {
+    hn::Vec<DF> q[kRowVecs];
+    for (int v = 0; v < kRowVecs; ++v) q[v] = hn::LoadU(d, qt + i * nr + v * N);
+    for (int k = 0; k < 8; ++k) {
+      const auto kv = hn::Set(d, keys[k][i]);
+      for (int v = 0; v < kRowVecs; ++v) acc[v][k] = hn::MulAdd(q[v], kv, acc[v][k]);
+    }
+  }
+  const auto vscale = hn::Set(d, scale);
+  for (int v = 0; v < kRowVecs; ++v)
+    for (int k = 0; k < 8; ++k) hn::StoreU(hn::Mul(acc[v][k], vscale), d, p + k * nr + v * N);
+}
+
+// acc_r[i0 .. i0 + kDimVecs*N) += p[j][r] * v_j[...] over keys j in order for kRows rows starting
+// at r0, skipping a row's key when its weight is 0 (as ggml's accumulation of visible keys does).
+template <int kRows, int kDimVecs>
+HWY_INLINE void AccumulateValues(float* acc, int64_t D, const float* p, int64_t nr, int64_t r0,
+                                 const float* const* values, int64_t n_keys, int64_t i0) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> c[kRows][kDimVecs];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kDimVecs; ++v) c[r][v] = hn::LoadU(d, acc + (r0 + r) * D + i0 + v * N);
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const float* w = p + j * nr + r0;
+    int n_nonzero = 0;
+    for (int r = 0; r < kRows; ++r) n_nonzero += w[r] != 0.0f;
+    if (n_nonzero == 0) continue;
+    hn::Vec<DF> x[kDimVecs];
+    for (int v = 0; v < kDimVecs; ++v) x[v] = hn::LoadU(d, values[j] + i0 + v * N);
+    for (int r = 0; r < kRows; ++r) {
+      if (n_nonzero < kRows && w[r] == 0.0f) continue;
+      const auto wr = hn::Set(d, w[r]);
+      for (int v = 0; v < kDimVecs; ++v) c[r][v] = hn::MulAdd(x[v], wr, c[r][v]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kDimVecs; ++v) hn::StoreU(c[r][v], d, acc + (r0 + r) * D + i0 + v * N);
+}
+
+// All dimensions of kRows rows starting at r0.
+template <int kRows>
+void AccumulateRows(float* acc, int64_t D, const float* p, int64_t nr, int64_t r0, const float* const* values,
+                    int64_t n_keys) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + 4 * N <= D; i += 4 * N) AccumulateValues<kRows, 4>(acc, D, p, nr, r0, values, n_keys, i);
+  for (; i + N <= D; i += N) AccumulateValues<kRows, 1>(acc, D, p, nr, r0, values, n_keys, i);
+  for (; i < D; ++i) {
+    for (int r = 0; r < kRows; ++r) {
+      float* a = acc + (r0 + r) * D + i;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float w = p[j * nr + r0 + r];
+        if (w != 0.0f) *a = std::fma(values[j][i], w, *a);
+      }
+    }
+  }
+}
+
+// Converts n elements of an F16 or F32 row to f32.
+void RowToF32(const uint8_t* src, bool f16, float* dst, int64_t n) {
+  if (!f16) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto* h = reinterpret_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(LoadF16(h + i), d, dst + i);
+  for (; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
+}
+
 // The tiled algorithm for tokens [t0, t1), KV head g (K, V both F16 or both F32).
 void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   const AttentionArgs& a = *plan.args;
@@ -499,93 +559,139 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   const int64_t n_rows = (t1 - t0) * G;
   const bool f16 = a.k_type == GgmlType::F16;
   const DF d;
-  const int64_t step = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  constexpr int kScoreRowVecs = hn::MaxLanes(DF()) >= 16 ? 2 : 1;  // registers: 8 keys x row vectors
+  const int64_t row_step = N * kScoreRowVecs;
+  const int64_t nr = (n_rows + row_step - 1) / row_step * row_step;  // rows padded
+  const int64_t key_slots = kKeyTile + 8;  // keys padded to whole groups of 8
 
   Scratch& sc = ThreadScratch();
-  float* f = Reserve(sc.f32, static_cast<size_t>(n_rows * D + 2 * n_rows + 2 * kKeyTile + D * kKeyTile));
-  float* acc = f;                       // n_rows x D
-  float* M = acc + n_rows * D;          // n_rows
-  float* S = M + n_rows;                // n_rows
-  float* kq = S + n_rows;               // kKeyTile: scores, then exponentials
-  float* probs = kq + kKeyTile;         // kKeyTile: exponentials of the visible keys
-  float* kt = probs + kKeyTile;         // D x kKeyTile: the tile's keys, transposed, zero-padded
-  int64_t* visible = Reserve(sc.visible, static_cast<size_t>(kKeyTile));
-  const uint8_t** v_rows = Reserve(sc.v_rows, static_cast<size_t>(kKeyTile));
-  std::fill(acc, acc + n_rows * D, 0.0f);
-  std::fill(M, M + n_rows, -INFINITY);
-  std::fill(S, S + n_rows, 0.0f);
+  float* f = Reserve(sc.f32, static_cast<size_t>(D * nr + nr * D + 4 * nr + 2 * kKeyTile * nr + 2 * key_slots * D + 4 * nr));
+  float* qt = f;                          // D x nr: Q transposed, padded rows zero
+  float* acc = qt + D * nr;               // nr x D
+  float* M = acc + nr * D;                // nr
+  float* S = M + nr;                      // nr
+  float* sub = S + nr;                    // nr: value subtracted before the exponential
+  float* tmax = sub + nr;                 // nr
+  float* P = tmax + nr;                   // kKeyTile x nr: scores, then exponentials
+  float* MT = P + kKeyTile * nr;          // kKeyTile x nr: mask value of (key, row)
+  float* kf = MT + kKeyTile * nr;         // key_slots x D: the tile's keys in f32 (F16 cache)
+  float* vf = kf + key_slots * D;         // key_slots x D: the tile's values in f32
+  float* gsum = vf + key_slots * D;       // 4 x nr: the tile's 16-key partial sums
+  const float** keys = Reserve(sc.key_rows, static_cast<size_t>(key_slots));
+  const float** values = Reserve(sc.value_rows, static_cast<size_t>(key_slots));
+
+  std::fill(qt, qt + D * nr, 0.0f);
+  for (int64_t row = 0; row < n_rows; ++row) {
+    const float* q = a.q + (t0 + row / G) * a.q_stride + (g * G + row % G) * D;
+    for (int64_t i = 0; i < D; ++i) qt[i * nr + row] = q[i];
+  }
+  std::fill(acc, acc + nr * D, 0.0f);
+  std::fill(M, M + nr, -INFINITY);
+  std::fill(S, S + nr, 0.0f);
+  std::fill(kf + kKeyTile * D, kf + key_slots * D, 0.0f);  // the padding keys of the last group
 
   const size_t k_off = static_cast<size_t>(g) * plan.k_head_bytes;
   const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
+  const auto neg_inf = hn::Set(d, -INFINITY);
 
   for (int64_t c0 = 0; c0 < a.n_kv; c0 += kKeyTile) {
-    const int64_t c1 = std::min(c0 + kKeyTile, a.n_kv);
-    // Skip the tile when no row of this unit sees any of its keys (nothing to pack).
+    const int64_t nk = std::min(kKeyTile, a.n_kv - c0);
+    // Mask of every (key, row); keys past the end and padding rows are hidden.
     bool any = false;
-    for (int64_t t = t0; t < t1 && !any; ++t) {
-      const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
-      any = VisibleKeys(mask_row, c0, c1, visible) > 0;
-    }
-    if (!any) continue;
-    std::fill(kt, kt + D * kKeyTile, 0.0f);
-    for (int64_t c = c0; c < c1; ++c) {
-      const uint8_t* kb = a.k + c * a.k_row_bytes + k_off;
-      for (int64_t i = 0; i < D; ++i) {
-        kt[i * kKeyTile + (c - c0)] = f16 ? fp16_to_fp32(reinterpret_cast<const uint16_t*>(kb)[i])
-                                          : reinterpret_cast<const float*>(kb)[i];
-      }
-    }
     for (int64_t t = t0; t < t1; ++t) {
-      const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
-      const int64_t n_vis = VisibleKeys(mask_row, c0, c1, visible);
-      if (n_vis == 0) continue;
-      for (int64_t j = 0; j < n_vis; ++j) v_rows[j] = a.v + visible[j] * a.v_row_bytes + v_off;
-      for (int64_t r = 0; r < G; ++r) {
-        const int64_t row = (t - t0) * G + r;
-        const float* q = a.q + t * a.q_stride + (g * G + r) * D;
-        // KQ: one fused chain over the head dimension per key (ggml's simd_gemm), then scale.
-        for (int64_t j = 0; j < kKeyTile; j += step) {
-          auto s = hn::Zero(d);
-          for (int64_t i = 0; i < D; ++i) s = hn::MulAdd(hn::LoadU(d, kt + i * kKeyTile + j), hn::Set(d, q[i]), s);
-          hn::StoreU(hn::Mul(s, hn::Set(d, a.shape.scale)), d, kq + j);
-        }
-        float tile_max = -INFINITY;
-        for (int64_t j = 0; j < kKeyTile; ++j) {
-          const int64_t c = c0 + j;
-          const bool seen = c < c1 && !(mask_row && mask_row[c] == -INFINITY);
-          kq[j] = seen ? kq[j] + (mask_row ? mask_row[c] : 0.0f) : -INFINITY;
-          tile_max = std::max(tile_max, kq[j]);
-        }
-        if (tile_max == -INFINITY) continue;
-        float* row_acc = acc + row * D;
-        const float m_new = std::max(M[row], tile_max);
-        if (m_new > M[row]) {
-          const float ms = std::exp(M[row] - m_new);
-          ScaleF32(row_acc, ms, D);
-          S[row] *= ms;
-        }
-        M[row] = m_new;
-        // ggml_vec_soft_max_f32: vector expf of (s - max), summed per 16 lanes in float.
-        for (int64_t j = 0; j < kKeyTile; ++j) kq[j] = kq[j] - m_new;
-        GgmlExpRow(kq, kq, kKeyTile);
-        double tile_sum = 0.0;
-        for (int64_t j = 0; j < kKeyTile; j += 16) tile_sum += attention_detail::ReduceAdd16(kq + j);
-        S[row] = static_cast<float>(static_cast<double>(S[row]) + tile_sum);
-        for (int64_t j = 0; j < n_vis; ++j) probs[j] = kq[visible[j] - c0];
-        if (f16) {
-          AccumulateKeys<F16Elems>(row_acc, v_rows, probs, n_vis, D);
-        } else {
-          AccumulateKeys<F32Elems>(row_acc, v_rows, probs, n_vis, D);
-        }
+      const float* mrow = a.mask ? a.mask + t * a.mask_stride + c0 : nullptr;
+      const int64_t r0 = (t - t0) * G;
+      for (int64_t j = 0; j < nk; ++j) {
+        const float m = mrow ? mrow[j] : 0.0f;
+        any |= m != -INFINITY;
+        for (int64_t r = 0; r < G; ++r) MT[j * nr + r0 + r] = m;
       }
     }
+    if (!any) continue;  // no row sees a key of this tile: nothing changes
+    for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t row = n_rows; row < nr; ++row) MT[j * nr + row] = -INFINITY;
+    }
+    for (int64_t j = nk; j < kKeyTile; ++j) std::fill(MT + j * nr, MT + (j + 1) * nr, -INFINITY);
+
+    for (int64_t j = 0; j < nk; ++j) {
+      const uint8_t* kb = a.k + (c0 + j) * a.k_row_bytes + k_off;
+      const uint8_t* vb = a.v + (c0 + j) * a.v_row_bytes + v_off;
+      if (f16) {
+        RowToF32(kb, true, kf + j * D, D);
+        RowToF32(vb, true, vf + j * D, D);
+        keys[j] = kf + j * D;
+        values[j] = vf + j * D;
+      } else {
+        keys[j] = reinterpret_cast<const float*>(kb);
+        values[j] = reinterpret_cast<const float*>(vb);
+      }
+    }
+    for (int64_t j = nk; j < key_slots; ++j) keys[j] = kf + kKeyTile * D;  // zeros
+
+    // Scores (whole groups of 8 keys; the padding keys are hidden by the mask).
+    for (int64_t j = 0; j < nk; j += 8) {
+      for (int64_t r = 0; r < nr; r += row_step) {
+        ScoreEightKeys<kScoreRowVecs>(qt + r, nr, keys + j, D, a.shape.scale, P + j * nr + r);
+      }
+    }
+    // Mask, tile max (as ggml: max over the tile's 64 scores in key order).
+    for (int64_t r = 0; r < nr; r += N) {
+      auto tm = neg_inf;
+      for (int64_t j = 0; j < kKeyTile; ++j) {
+        const auto m = hn::LoadU(d, MT + j * nr + r);
+        const auto s = j < nk ? hn::Add(hn::LoadU(d, P + j * nr + r), m) : neg_inf;
+        const auto seen_s = hn::IfThenElse(hn::Eq(m, neg_inf), neg_inf, s);
+        hn::StoreU(seen_s, d, P + j * nr + r);
+        tm = hn::Max(seen_s, tm);
+      }
+      hn::StoreU(tm, d, tmax + r);
+    }
+    // Running max and sum per row; rows that see nothing here are left as they are.
+    for (int64_t row = 0; row < nr; ++row) {
+      if (row >= n_rows || tmax[row] == -INFINITY) {
+        sub[row] = INFINITY;  // every exponential of the row becomes 0
+        continue;
+      }
+      const float m_new = std::max(M[row], tmax[row]);
+      if (m_new > M[row]) {
+        const float ms = std::exp(M[row] - m_new);
+        ScaleF32(acc + row * D, ms, D);
+        S[row] *= ms;
+      }
+      M[row] = m_new;
+      sub[row] = m_new;
+    }
+    // ggml_vec_soft_max_f32: expf(s - max), summed per 16 keys (_mm512_reduce_add_ps order).
+    for (int64_t r = 0; r < nr; r += N) {
+      const auto vsub = hn::LoadU(d, sub + r);
+      for (int64_t j = 0; j < kKeyTile; ++j) {
+        float* pj = P + j * nr + r;
+        hn::StoreU(ExpOrZero(d, hn::Sub(hn::LoadU(d, pj), vsub)), d, pj);
+      }
+      for (int64_t grp = 0; grp < kKeyTile / 16; ++grp) {
+        const float* e = P + grp * 16 * nr + r;
+        hn::Vec<DF> h8[8], h4[4];
+        for (int l = 0; l < 8; ++l) h8[l] = hn::Add(hn::LoadU(d, e + (l + 8) * nr), hn::LoadU(d, e + l * nr));
+        for (int l = 0; l < 4; ++l) h4[l] = hn::Add(h8[l + 4], h8[l]);
+        hn::StoreU(hn::Add(hn::Add(h4[0], h4[2]), hn::Add(h4[1], h4[3])), d, gsum + grp * nr + r);
+      }
+    }
+    for (int64_t row = 0; row < n_rows; ++row) {
+      if (tmax[row] == -INFINITY) continue;
+      double tile_sum = 0.0;
+      for (int64_t grp = 0; grp < kKeyTile / 16; ++grp) tile_sum += gsum[grp * nr + row];
+      S[row] = static_cast<float>(static_cast<double>(S[row]) + tile_sum);
+    }
+    // VKQ += exp * V over the tile's keys in order.
+    constexpr int kValueRows = hn::MaxLanes(DF()) >= 16 ? 4 : 2;
+    int64_t row = 0;
+    for (; row + kValueRows <= n_rows; row += kValueRows) AccumulateRows<kValueRows>(acc, D, P, nr, row, values, nk);
+    for (; row < n_rows; ++row) AccumulateRows<1>(acc, D, P, nr, row, values, nk);
   }
 
-  for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t r = 0; r < G; ++r) {
-      const int64_t row = (t - t0) * G + r;
-      FinishRow(a, t, g * G + r, acc + row * D, M[row], S[row]);
-    }
+  for (int64_t row = 0; row < n_rows; ++row) {
+    FinishRow(a, t0 + row / G, g * G + row % G, acc + row * D, M[row], S[row]);
   }
 }
 
@@ -600,9 +706,10 @@ void RunUnits(const Plan& plan, std::atomic<int64_t>* next) {
         PerKeyUnit(plan, u / plan.n_head_kv, u % plan.n_head_kv, 0, a.n_kv, -1);
         break;
       case Mode::kTiled: {
-        const int64_t block = u / plan.n_head_kv;
-        const int64_t t0 = block * attention_detail::kTokensPerTiledUnit;
-        const int64_t t1 = std::min(t0 + attention_detail::kTokensPerTiledUnit, a.n_tokens);
+        // the last (causally longest) blocks first, for an even finish
+        const int64_t block = plan.n_units / plan.n_head_kv - 1 - u / plan.n_head_kv;
+        const int64_t t0 = block * plan.tokens_per_unit;
+        const int64_t t1 = std::min(t0 + plan.tokens_per_unit, a.n_tokens);
         TiledUnit(plan, t0, t1, u % plan.n_head_kv);
         break;
       }
@@ -699,7 +806,11 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   std::vector<float> partials;
   if (args.n_tokens >= kTiledMinTokens && same_plain_kv) {
     plan.mode = Mode::kTiled;
-    plan.n_units = (args.n_tokens + kTokensPerTiledUnit - 1) / kTokensPerTiledUnit * plan.n_head_kv;
+    // Units of (token block, KV head); smaller blocks when that leaves threads idle.
+    int64_t tpu = std::max<int64_t>(1, (kTiledRowsPerUnit + plan.group - 1) / plan.group);
+    while (tpu > 1 && (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv < 4 * pool.size()) tpu = (tpu + 1) / 2;
+    plan.tokens_per_unit = tpu;
+    plan.n_units = (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv;
   } else if (args.n_tokens == 1 && args.n_kv >= kSplitMinKeys && pool.size() > 1) {
     // llama.cpp splits only F16/F32 caches; quantized caches are split too here (the merge is
     // exact up to float rounding) so single-token decoding uses every thread.
