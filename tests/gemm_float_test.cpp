@@ -14,6 +14,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/gemm_float.h"
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 #include "kernels/threadpool.h"
 
 namespace agentkv {
@@ -135,6 +136,52 @@ TEST_F(GemmFloatTest, DecodeMissesAndExpertsFollowVecDotOrder) {
     check({type, 96, 10, 5}, RowGrouping::kBatch, false);     // rows not a multiple of 4
     check({type, 200, 8, 5}, RowGrouping::kBatch, false);     // row length not a multiple of 16
     check({type, 160, 12, 7}, RowGrouping::kEachRowAlone, false);  // MUL_MAT_ID
+  }
+}
+
+// ggml_vec_dot_bf16 on AVX-512: two 16-lane accumulators reduced separately and added in double,
+// the tail in double. With AVX512-BF16 lane l of a vdpbf16ps step takes elements 2l and 2l + 1
+// of its 32-element half (modelled as two rounded adds of the exact bf16 products; the order of
+// the pair made no difference on these data); without it, lane l takes element l of each
+// 16-element half of a 32-element step.
+float bf16_dot_order(const std::vector<float>& x, const std::vector<float>& y, bool dp) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  float acc[2][16] = {};
+  int64_t i = 0;
+  if (dp) {
+    for (; i + 64 <= n; i += 64)
+      for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 16; ++l) {
+          const int64_t e = i + 32 * h + 2 * l;
+          acc[h][l] += x[e + 1] * y[e + 1];
+          acc[h][l] += x[e] * y[e];
+        }
+  } else {
+    for (; i + 32 <= n; i += 32)
+      for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 16; ++l) acc[h][l] += x[i + 16 * h + l] * y[i + 16 * h + l];
+  }
+  double sum = reduce_add_16(acc[0]);
+  sum += reduce_add_16(acc[1]);
+  for (; i < n; ++i) sum += static_cast<double>(x[i] * y[i]);
+  return static_cast<float>(sum);
+}
+
+TEST_F(GemmFloatTest, Bf16DotFollowsGgmlOrder) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const bool dp = cpu_features().avx512_bf16;
+  for (int64_t n : {32, 64, 96, 160, 1000}) {
+    std::vector<uint16_t> xb(n), yb(n);
+    std::vector<float> x(n), y(n);
+    for (int64_t i = 0; i < n; ++i) {
+      xb[i] = fp32_to_bf16(dist(rng));
+      yb[i] = fp32_to_bf16(dist(rng));
+      x[i] = bf16_to_fp32(xb[i]);
+      y[i] = bf16_to_fp32(yb[i]);
+    }
+    const float got = vec_dot_fn(GgmlType::BF16, CpuLevel::Avx512)(n, xb.data(), yb.data());
+    ASSERT_EQ(fp32_to_bits(got), fp32_to_bits(bf16_dot_order(x, y, dp))) << "n=" << n << (dp ? " (vdpbf16ps)" : "");
   }
 }
 

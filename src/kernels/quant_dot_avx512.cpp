@@ -69,7 +69,17 @@ AGENTKV_AVX512_INLINE __m512 bf16x16_to_ps(__m256i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
 }
 
-// bf16 without AVX512-BF16: widen to f32 by shifting, then FMA.
+AGENTKV_AVX512_INLINE float bf16_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// ggml_vec_dot_bf16's AVX-512 orders: two 16-lane accumulators (AVX512-BF16: two vdpbf16ps
+// chains over 64-element steps; without it: widened products over 32-element steps), each
+// reduced by _mm512_reduce_add_ps and added in double, the rest one product at a time in double.
+// (bf16 products are exact in f32, so the fused multiply-add here equals ggml's mul + add.)
 AGENTKV_AVX512 float dot_bf16(int64_t n, const void* w, const void* a) {
   const uint16_t* x = static_cast<const uint16_t*>(w);
   const uint16_t* y = static_cast<const uint16_t*>(a);
@@ -81,17 +91,12 @@ AGENTKV_AVX512 float dot_bf16(int64_t n, const void* w, const void* a) {
     acc1 = _mm512_fmadd_ps(bf16x16_to_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16))),
                            bf16x16_to_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + i + 16))), acc1);
   }
-  for (; i < n; i += 16) {
-    const int64_t left = n - i < 16 ? n - i : 16;
-    const __mmask16 m = static_cast<__mmask16>((1u << left) - 1);
-    acc0 = _mm512_fmadd_ps(bf16x16_to_ps(_mm256_maskz_loadu_epi16(m, x + i)),
-                           bf16x16_to_ps(_mm256_maskz_loadu_epi16(m, y + i)), acc0);
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  double sum = _mm512_reduce_add_ps(acc0);
+  sum += _mm512_reduce_add_ps(acc1);
+  for (; i < n; ++i) sum += static_cast<double>(bf16_to_float(x[i]) * bf16_to_float(y[i]));
+  return static_cast<float>(sum);
 }
 
-// bf16 with AVX512-BF16: vdpbf16ps multiplies pairs of bf16 and adds both products into f32 lanes
-// (bf16 products are exact in f32; only the summation order differs from the scalar kernel).
 AGENTKV_AVX512_BF16 float dot_bf16_dp(int64_t n, const void* w, const void* a) {
   const uint16_t* x = static_cast<const uint16_t*>(w);
   const uint16_t* y = static_cast<const uint16_t*>(a);
@@ -101,13 +106,10 @@ AGENTKV_AVX512_BF16 float dot_bf16_dp(int64_t n, const void* w, const void* a) {
     acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
     acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(x + i + 32), (__m512bh)_mm512_loadu_si512(y + i + 32));
   }
-  for (; i < n; i += 32) {
-    const int64_t left = n - i < 32 ? n - i : 32;
-    const __mmask32 m = static_cast<__mmask32>(left == 32 ? 0xFFFFFFFFu : (1u << left) - 1);
-    acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_maskz_loadu_epi16(m, x + i),
-                            (__m512bh)_mm512_maskz_loadu_epi16(m, y + i));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  double sum = _mm512_reduce_add_ps(acc0);
+  sum += _mm512_reduce_add_ps(acc1);
+  for (; i < n; ++i) sum += static_cast<double>(bf16_to_float(x[i]) * bf16_to_float(y[i]));
+  return static_cast<float>(sum);
 }
 
 AGENTKV_AVX512_INLINE __m512i join(__m256i lo, __m256i hi) {
