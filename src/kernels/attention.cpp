@@ -475,18 +475,25 @@ HWY_INLINE void ScoreEightKeys(const float* qt, int64_t nr, const float* const* 
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   hn::Vec<DF> acc[kRowVecs][8];
+  #pragma GCC unroll 16
   for (int v = 0; v < kRowVecs; ++v)
+    #pragma GCC unroll 16
     for (int k = 0; k < 8; ++k) acc[v][k] = hn::Zero(d);
   for (int64_t i = 0; i < D; ++i) {
     hn::Vec<DF> q[kRowVecs];
+    #pragma GCC unroll 16
     for (int v = 0; v < kRowVecs; ++v) q[v] = hn::LoadU(d, qt + i * nr + v * N);
+    #pragma GCC unroll 16
     for (int k = 0; k < 8; ++k) {
       const auto kv = hn::Set(d, keys[k][i]);
+      #pragma GCC unroll 16
       for (int v = 0; v < kRowVecs; ++v) acc[v][k] = hn::MulAdd(q[v], kv, acc[v][k]);
     }
   }
   const auto vscale = hn::Set(d, scale);
+  #pragma GCC unroll 16
   for (int v = 0; v < kRowVecs; ++v)
+    #pragma GCC unroll 16
     for (int k = 0; k < 8; ++k) hn::StoreU(hn::Mul(acc[v][k], vscale), d, p + k * nr + v * N);
 }
 
@@ -498,22 +505,30 @@ HWY_INLINE void AccumulateValues(float* acc, int64_t D, const float* p, int64_t 
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   hn::Vec<DF> c[kRows][kDimVecs];
+  #pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
     for (int v = 0; v < kDimVecs; ++v) c[r][v] = hn::LoadU(d, acc + (r0 + r) * D + i0 + v * N);
   for (int64_t j = 0; j < n_keys; ++j) {
     const float* w = p + j * nr + r0;
     int n_nonzero = 0;
+    #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) n_nonzero += w[r] != 0.0f;
     if (n_nonzero == 0) continue;
     hn::Vec<DF> x[kDimVecs];
+    #pragma GCC unroll 16
     for (int v = 0; v < kDimVecs; ++v) x[v] = hn::LoadU(d, values[j] + i0 + v * N);
+    #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
       if (n_nonzero < kRows && w[r] == 0.0f) continue;
       const auto wr = hn::Set(d, w[r]);
+      #pragma GCC unroll 16
       for (int v = 0; v < kDimVecs; ++v) c[r][v] = hn::MulAdd(x[v], wr, c[r][v]);
     }
   }
+  #pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
+    #pragma GCC unroll 16
     for (int v = 0; v < kDimVecs; ++v) hn::StoreU(c[r][v], d, acc + (r0 + r) * D + i0 + v * N);
 }
 
@@ -527,6 +542,7 @@ void AccumulateRows(float* acc, int64_t D, const float* p, int64_t nr, int64_t r
   for (; i + 4 * N <= D; i += 4 * N) AccumulateValues<kRows, 4>(acc, D, p, nr, r0, values, n_keys, i);
   for (; i + N <= D; i += N) AccumulateValues<kRows, 1>(acc, D, p, nr, r0, values, n_keys, i);
   for (; i < D; ++i) {
+    #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
       float* a = acc + (r0 + r) * D + i;
       for (int64_t j = 0; j < n_keys; ++j) {
