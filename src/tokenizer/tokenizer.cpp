@@ -138,7 +138,14 @@ struct Tokenizer::Impl {
   }
   void build();
   void assign_attributes();
-  std::string render_piece(Token id) const;
+  // Appends token_to_piece(id, special = true): pieces are rendered on demand, which costs less
+  // than keeping another copy of the vocabulary.
+  void append_piece(Token id, std::string& out) const;
+  void check_id(Token id) const {
+    if (id < 0 || id >= Token(texts.size()))
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(texts.size()) +
+                  " tokens)");
+  }
   void encode_text(std::string_view text, std::vector<Token>& out, tokenizer::PreTokenizerScratch& pre_scratch,
                    tokenizer::BpeScratch& bpe_scratch, std::unordered_map<std::string, std::pair<uint32_t, uint32_t>>& cache,
                    std::vector<Token>& cache_pool) const;
@@ -254,13 +261,36 @@ void Tokenizer::Impl::assign_attributes() {
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
 }
 
-std::string Tokenizer::Impl::render_piece(Token id) const {
+void Tokenizer::Impl::append_piece(Token id, std::string& out) const {
   const uint8_t attr = attrs[id];
   const std::string_view text = texts[id];
-  if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) return std::string(text);
+  if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) {
+    out.append(text);
+    return;
+  }
   if (attr & kAttrNormal) {
+    // Fast path: the byte-level alphabet is ASCII and two-byte UTF-8 characters.
+    const size_t start = out.size();
+    for (size_t i = 0; i < text.size();) {
+      const auto b0 = uint8_t(text[i]);
+      uint32_t cp;
+      if (b0 < 0x80) {
+        cp = b0;
+        i += 1;
+      } else if ((b0 & 0xE0) == 0xC0 && i + 1 < text.size() && (uint8_t(text[i + 1]) & 0xC0) == 0x80) {
+        cp = (uint32_t(b0 & 0x1F) << 6) | (uint8_t(text[i + 1]) & 0x3F);
+        i += 2;
+      } else {
+        break;  // anything else: the general path below
+      }
+      const int byte = unicode::codepoint_to_byte(cp);
+      if (byte < 0) break;
+      out.push_back(char(byte));
+      if (i == text.size()) return;
+    }
+    if (text.empty()) return;
+    out.resize(start);
     // Byte-level decoding; a character outside the mapping is spelled out as llama.cpp does.
-    std::string out;
     std::vector<uint32_t> cps;
     unicode::decode_utf8(text, cps);
     for (uint32_t cp : cps) {
@@ -279,14 +309,14 @@ std::string Tokenizer::Impl::render_piece(Token id) const {
       }
       out.append(text).append("]");
     }
-    return out;
+    return;
   }
   if (attr & kAttrByte) {  // "<0xXX>"
     if (text.size() == 6 && text.compare(0, 3, "<0x") == 0)
-      return std::string(1, char(std::strtol(std::string(text.substr(3, 2)).c_str(), nullptr, 16)));
-    return {};
+      out.push_back(char(std::strtol(std::string(text.substr(3, 2)).c_str(), nullptr, 16)));
+    return;
   }
-  return {};  // unused / undefined tokens render as nothing
+  // unused / undefined tokens render as nothing
 }
 
 void Tokenizer::Impl::encode_text(std::string_view text, std::vector<Token>& out,
@@ -349,16 +379,20 @@ std::vector<Token> Tokenizer::encode(std::string_view text, bool add_special, bo
 
 std::string Tokenizer::token_to_piece(Token id, bool special) const {
   const Impl& m = *impl_;
-  if (id < 0 || id >= Token(m.texts.size()))
-    throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
-                std::to_string(m.texts.size()) + " tokens)");
-  if (!special && (m.attrs[id] & (kAttrControl | kAttrUnknown))) return {};
-  return m.render_piece(id);  // rendered on demand: cheaper than another copy of the vocabulary
+  m.check_id(id);
+  std::string piece;
+  if (!special && (m.attrs[id] & (kAttrControl | kAttrUnknown))) return piece;
+  m.append_piece(id, piece);
+  return piece;
 }
 
 std::string Tokenizer::decode(std::span<const Token> tokens, bool special) const {
+  const Impl& m = *impl_;
   std::string text;
-  for (Token t : tokens) text += token_to_piece(t, special);
+  for (Token t : tokens) {
+    m.check_id(t);
+    if (special || !(m.attrs[t] & (kAttrControl | kAttrUnknown))) m.append_piece(t, text);
+  }
   if (!impl_->pre->clean_spaces()) return text;
   clean_spaces(text);
   return text;
