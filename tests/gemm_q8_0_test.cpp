@@ -5,10 +5,14 @@
 // matmul() for any shape (odd token counts, row counts off the tile, padded strides).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/fp16.h"
@@ -155,6 +159,43 @@ TEST(Q8_0Gemm, MatmulBatchEqualsOneTokenAtATime) {
     matmul(wm, x.data() + t * x_stride, 1, x_stride, alone.data(), n_out, pool);
     for (int64_t r = 0; r < n_out; ++r)
       EXPECT_EQ(fp32_to_bits(batch[t * y_stride + r]), fp32_to_bits(alone[r])) << "row " << r << " token " << t;
+  }
+}
+
+// Not a check: the microbenchmark docs/performance.md quotes. Run it with
+//   tests/gemm_q8_0_test --gtest_also_run_disabled_tests --gtest_filter='*Throughput*'
+// Thread CPU time of one matmul (1 thread, best of 3), so a busy machine disturbs it little.
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+TEST(Q8_0Gemm, DISABLED_ThroughputReport) {
+  std::mt19937 rng(3);
+  ThreadPool pool(1);
+  for (int64_t n_tokens : {1, 512}) {
+    for (const auto& [n_in, n_out] : {std::pair<int64_t, int64_t>{1024, 3072}, {3072, 1024}}) {
+      const Rows w = make_weights(n_in, n_out, 0, rng);
+      const WeightMatrix wm{GgmlType::Q8_0, n_in, n_out, w.bytes.data(), w.stride};
+      const std::vector<float> x = make_activations(n_in, n_tokens, n_in, rng);
+      std::vector<float> y(n_tokens * n_out);
+      const CpuLevel before = active_cpu_level();
+      for (CpuLevel level : {CpuLevel::Avx512, CpuLevel::Avx2}) {
+        set_cpu_level(level);
+        double best = 1e9;
+        for (int rep = 0; rep < (n_tokens == 1 ? 50 : 3); ++rep) {
+          const double t0 = thread_cpu_seconds();
+          matmul(wm, x.data(), n_tokens, n_in, y.data(), n_out, pool);
+          best = std::min(best, thread_cpu_seconds() - t0);
+        }
+        std::printf("%-6s %5lld x %5lld, %3lld tokens: %8.3f ms  %6.1f GMAC/s\n",
+                    std::string(cpu_level_name(active_cpu_level())).c_str(), static_cast<long long>(n_in),
+                    static_cast<long long>(n_out), static_cast<long long>(n_tokens), best * 1e3,
+                    static_cast<double>(n_in * n_out * n_tokens) / best * 1e-9);
+      }
+      set_cpu_level(before);
+    }
   }
 }
 
