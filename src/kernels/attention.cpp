@@ -203,10 +203,15 @@ float GgmlDot(const typename E::T* k, const typename E::T* q, int64_t n) {
           const int64_t e = i + 16 * j + p * kLanes;
           acc[j][p] = hn::MulAdd(E::Load(k + e), E::Load(q + e), acc[j][p]);
         }
+#if HWY_TARGET <= HWY_AVX3
+    // 16-lane vectors: ggml's own reduction instruction sequence
+    sum_f = _mm512_reduce_add_ps(hn::Add(hn::Add(acc[0][0], acc[2][0]), hn::Add(acc[1][0], acc[3][0])).raw);
+#else
     float red[16];
     for (int64_t p = 0; p < kParts; ++p)
       hn::StoreU(hn::Add(hn::Add(acc[0][p], acc[2][p]), hn::Add(acc[1][p], acc[3][p])), d, red + p * kLanes);
     sum_f = attention_detail::ReduceAdd16(red);
+#endif
     sum_d = sum_f;
   }
   for (int64_t i = np; i < n; ++i) {
@@ -217,6 +222,44 @@ float GgmlDot(const typename E::T* k, const typename E::T* q, int64_t n) {
     }
   }
   return kHalf ? static_cast<float>(sum_d) : sum_f;
+}
+
+// ggml_vec_dot_f16 with the F16 query widened to f32 once (the same values; each key's row is
+// widened as it is read).
+template <class E>
+float GgmlDotF16WideQuery(const uint16_t* k, const float* q, int64_t n) {
+  const DF d;
+  constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DF()));
+  constexpr int64_t kParts = 16 / kLanes;
+  const int64_t np = n & ~int64_t{63};
+  double sum_d = 0.0;
+  if (np > 0) {
+    hn::Vec<DF> acc[4][kParts];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 4
+      for (int64_t p = 0; p < kParts; ++p) acc[j][p] = hn::Zero(d);
+    for (int64_t i = 0; i < np; i += 64)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 4
+        for (int64_t p = 0; p < kParts; ++p) {
+          const int64_t e = i + 16 * j + p * kLanes;
+          acc[j][p] = hn::MulAdd(LoadF16(k + e), hn::LoadU(d, q + e), acc[j][p]);
+        }
+    float sum_f;
+#if HWY_TARGET <= HWY_AVX3
+    sum_f = _mm512_reduce_add_ps(hn::Add(hn::Add(acc[0][0], acc[2][0]), hn::Add(acc[1][0], acc[3][0])).raw);
+#else
+    float red[16];
+    for (int64_t p = 0; p < kParts; ++p)
+      hn::StoreU(hn::Add(hn::Add(acc[0][p], acc[2][p]), hn::Add(acc[1][p], acc[3][p])), d, red + p * kLanes);
+    sum_f = attention_detail::ReduceAdd16(red);
+#endif
+    sum_d = sum_f;
+  }
+  for (int64_t i = np; i < n; ++i) sum_d += static_cast<double>(fp16_to_fp32(k[i]) * q[i]);
+  return static_cast<float>(sum_d);
 }
 
 template <class E>
@@ -275,6 +318,97 @@ void AxpyF16(uint16_t* y, const uint16_t* x, float v, int64_t n) {
   for (; i < n; ++i) y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
 }
 
+#if AGENTKV_ATTN_VECTOR_F16_STORE
+// The per-key online softmax of kRows rows over the same n keys (scores[r * score_stride + j])
+// with an F16 V: each row's running output is held in kVecs registers and rounded to F16 after
+// every scale and multiply-add exactly as ggml_vec_scale_f16 / ggml_vec_mad_f16 store it
+// (ScaleF16 / AxpyF16 above). The rows' chains are independent; each V row is converted once.
+template <int kVecs, int kRows>
+void OnlineSoftmaxF16InRegisters(uint16_t* acc16, int64_t acc_stride, const float* scores, int64_t score_stride,
+                                 const uint8_t* const* v_rows, int64_t n, float* m_io, float* s_io) {
+  const DF d;
+  const DH dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> acc[kRows][kVecs];
+  float m[kRows], s_sum[kRows];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    m[r] = m_io[r];
+    s_sum[r] = s_io[r];
+#pragma GCC unroll 16
+    for (int i = 0; i < kVecs; ++i) acc[r][i] = LoadF16(acc16 + r * acc_stride + i * N);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const auto* v = reinterpret_cast<const uint16_t*>(v_rows[j]);
+    hn::Vec<DF> x[kVecs];
+#pragma GCC unroll 16
+    for (int i = 0; i < kVecs; ++i) x[i] = LoadF16(v + i * N);
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r) {
+      const float s = scores[r * score_stride + j];
+      float ms = 1.0f, vs = 1.0f;
+      if (s > m[r]) {
+        const float m_old = m[r];
+        m[r] = s;
+        ms = std::exp(m_old - s);
+        if (m_old != -INFINITY) {
+          const auto vms = hn::Set(d, ms);
+#pragma GCC unroll 16
+          for (int i = 0; i < kVecs; ++i) acc[r][i] = hn::PromoteTo(d, hn::DemoteTo(dh, hn::Mul(acc[r][i], vms)));
+        }
+      } else {
+        vs = std::exp(s - m[r]);
+      }
+      const auto vvs = hn::Set(d, vs);
+#pragma GCC unroll 16
+      for (int i = 0; i < kVecs; ++i) acc[r][i] = hn::PromoteTo(d, hn::DemoteTo(dh, hn::MulAdd(x[i], vvs, acc[r][i])));
+      s_sum[r] = std::fma(s_sum[r], ms, vs);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kVecs; ++i) {
+      hn::StoreU(hn::DemoteTo(dh, acc[r][i]), dh, reinterpret_cast<hwy::float16_t*>(acc16 + r * acc_stride + i * N));
+    }
+    m_io[r] = m[r];
+    s_io[r] = s_sum[r];
+  }
+}
+
+// Rows [0, n_rows) in register form, two at a time where registers allow; false when head_dim
+// has no register form (the caller then runs the plain loop).
+bool OnlineSoftmaxF16Fast(uint16_t* acc16, int64_t D, const float* scores, int64_t score_stride,
+                          const uint8_t* const* v_rows, int64_t n, int64_t n_rows, float* m, float* s) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  if (D % N != 0) return false;
+  const int64_t vecs = D / N;
+  if (vecs != 2 && vecs != 4 && vecs != 8 && vecs != 16) return false;
+  int64_t r = 0;
+  for (; r < n_rows; ++r) {
+    uint16_t* acc_r = acc16 + r * D;
+    const float* sc_r = scores + r * score_stride;
+    const bool pair = r + 1 < n_rows && vecs <= 8;
+    switch (vecs * 2 + (pair ? 1 : 0)) {
+      case 4: OnlineSoftmaxF16InRegisters<2, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
+      case 5: OnlineSoftmaxF16InRegisters<2, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
+      case 8: OnlineSoftmaxF16InRegisters<4, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
+      case 9: OnlineSoftmaxF16InRegisters<4, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
+      case 16: OnlineSoftmaxF16InRegisters<8, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
+      case 17: OnlineSoftmaxF16InRegisters<8, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
+      default: OnlineSoftmaxF16InRegisters<16, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
+    }
+    if (pair) ++r;
+  }
+  return true;
+}
+#else
+bool OnlineSoftmaxF16Fast(uint16_t*, int64_t, const float*, int64_t, const uint8_t* const*, int64_t, int64_t, float*,
+                          float*) {
+  return false;
+}
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // Per-thread scratch, reused across calls (pool threads are persistent).
 struct Scratch {
@@ -297,6 +431,17 @@ template <class T>
 T* Reserve(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
+}
+
+// Asks for the head slices of rows [c0, c1) ahead of use: a unit reads one head's slice of every
+// row, a stride the hardware prefetchers do not follow across pages.
+void PrefetchRows(const uint8_t* base, size_t row_bytes, size_t offset, size_t bytes, int64_t c0, int64_t c1) {
+#if defined(__GNUC__)
+  for (int64_t c = c0; c < c1; ++c) {
+    const uint8_t* row = base + c * row_bytes + offset;
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+  }
+#endif
 }
 
 // Keys of [c0, c1) the row can see; returns how many.
@@ -332,15 +477,17 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
 
   Scratch& sc = ThreadScratch();
   uint8_t* q_conv = Reserve(sc.bytes, static_cast<size_t>(G) * plan.q_head_bytes);
-  float* f = Reserve(sc.f32, static_cast<size_t>(G * D + kKeyTile * D + kKeyTile + 2 * G));
-  float* acc32 = f;                      // G x D
-  float* v_tile = acc32 + G * D;         // kKeyTile x D (dequantized V rows)
-  float* scores = v_tile + kKeyTile * D;  // kKeyTile
-  float* M = scores + kKeyTile;          // G
+  float* f = Reserve(sc.f32, static_cast<size_t>(G * D + kKeyTile * D + G * kKeyTile + 2 * G + G * D));
+  float* acc32 = f;                          // G x D
+  float* v_tile = acc32 + G * D;             // kKeyTile x D (dequantized V rows)
+  float* all_scores = v_tile + kKeyTile * D;  // G x kKeyTile
+  float* M = all_scores + G * kKeyTile;      // G
   float* S = M + G;                      // G
+  float* q_wide = S + G;                 // G x D: the F16 query widened to f32 (F16 keys)
   uint16_t* acc16 = Reserve(sc.f16, static_cast<size_t>(G * D));
   int64_t* visible = Reserve(sc.visible, static_cast<size_t>(kKeyTile));
   const uint8_t** k_rows = Reserve(sc.k_rows, static_cast<size_t>(kKeyTile));
+  const uint8_t** v_rows = Reserve(sc.v_rows, static_cast<size_t>(kKeyTile));
 
   for (int64_t r = 0; r < G; ++r) {
     const float* q = a.q + t * a.q_stride + (g * G + r) * D;
@@ -350,6 +497,7 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
       case GgmlType::F16: {
         auto* h = reinterpret_cast<uint16_t*>(dst);
         for (int64_t i = 0; i < D; ++i) h[i] = fp32_to_fp16(q[i]);
+        for (int64_t i = 0; i < D; ++i) q_wide[r * D + i] = fp16_to_fp32(h[i]);
         break;
       }
       case GgmlType::BF16: {
@@ -374,6 +522,9 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
 
   for (int64_t c0 = k0; c0 < k1; c0 += kKeyTile) {
     const int64_t c1 = std::min(c0 + kKeyTile, k1);
+    const int64_t next_end = std::min(c1 + kKeyTile, k1);
+    PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c1, next_end);
+    PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c1, next_end);
     const int64_t n_vis = VisibleKeys(mask_row, c0, c1, visible);
     if (n_vis == 0) continue;
     if (!v_f16 && !v_f32) {
@@ -382,14 +533,18 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
       }
     }
     for (int64_t j = 0; j < n_vis; ++j) k_rows[j] = a.k + visible[j] * a.k_row_bytes + k_off;
+    for (int64_t j = 0; j < n_vis; ++j) v_rows[j] = a.v + visible[j] * a.v_row_bytes + v_off;
     for (int64_t r = 0; r < G; ++r) {
       const uint8_t* q = q_conv + r * plan.q_head_bytes;
+      float* scores = all_scores + r * kKeyTile;
       switch (a.k_type) {
         case GgmlType::F32:
           GgmlDotMany<F32Elems>(reinterpret_cast<const float*>(q), k_rows, n_vis, D, scores);
           break;
         case GgmlType::F16:
-          GgmlDotMany<F16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
+          for (int64_t j = 0; j < n_vis; ++j) {
+            scores[j] = GgmlDotF16WideQuery<F16Elems>(reinterpret_cast<const uint16_t*>(k_rows[j]), q_wide + r * D, D);
+          }
           break;
         case GgmlType::BF16:
           DotMany<BF16Elems, BF16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
@@ -401,6 +556,10 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
       for (int64_t j = 0; j < n_vis; ++j) {
         scores[j] = std::fma(scores[j], a.shape.scale, mask_row ? mask_row[visible[j]] : 0.0f);
       }
+    }
+    if (v_f16 && OnlineSoftmaxF16Fast(acc16, D, all_scores, kKeyTile, v_rows, n_vis, G, M, S)) continue;
+    for (int64_t r = 0; r < G; ++r) {
+      const float* scores = all_scores + r * kKeyTile;
       // Sequential online softmax, one key at a time, exactly in ggml's order.
       float m = M[r], s_sum = S[r];
       float* row32 = acc32 + r * D;
@@ -613,6 +772,9 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
 
   for (int64_t c0 = 0; c0 < a.n_kv; c0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, a.n_kv - c0);
+    const int64_t next_end = std::min(c0 + 2 * kKeyTile, a.n_kv);
+    PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c0 + nk, next_end);
+    PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c0 + nk, next_end);
     // Mask of every (key, row); keys past the end and padding rows are hidden.
     bool any = false;
     for (int64_t t = t0; t < t1; ++t) {
@@ -719,14 +881,17 @@ void RunUnits(const Plan& plan, std::atomic<int64_t>* next) {
     if (u >= plan.n_units) return;
     switch (plan.mode) {
       case Mode::kPerKey:
-        PerKeyUnit(plan, u / plan.n_head_kv, u % plan.n_head_kv, 0, a.n_kv, -1);
+        // KV head by KV head: consecutive units read the same K/V rows from cache
+        PerKeyUnit(plan, u % a.n_tokens, u / a.n_tokens, 0, a.n_kv, -1);
         break;
       case Mode::kTiled: {
-        // the last (causally longest) blocks first, for an even finish
-        const int64_t block = plan.n_units / plan.n_head_kv - 1 - u / plan.n_head_kv;
+        // KV head by KV head, so consecutive units read the same K/V rows from cache; the last
+        // (causally longest) token blocks first, for an even finish
+        const int64_t n_blocks = plan.n_units / plan.n_head_kv;
+        const int64_t block = n_blocks - 1 - u % n_blocks;
         const int64_t t0 = block * plan.tokens_per_unit;
         const int64_t t1 = std::min(t0 + plan.tokens_per_unit, a.n_tokens);
-        TiledUnit(plan, t0, t1, u % plan.n_head_kv);
+        TiledUnit(plan, t0, t1, u / n_blocks);
         break;
       }
       case Mode::kSplitKeys: {
