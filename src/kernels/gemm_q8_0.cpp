@@ -131,41 +131,6 @@ AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w_qs, const float* w_d, const 
 using TileKernel = void (*)(const uint8_t*, const float*, const PackedPairBlock*, int64_t, int64_t, int64_t, float*,
                            float*, int64_t, int64_t, int64_t);
 
-// One token (decode): kGemvRows weight rows at once, each its own 8-lane accumulator with the
-// dot product's exact steps; interleaving the rows hides the latency of each row's FMA chain,
-// which bounds a single dot product to one block per FMA latency.
-constexpr int kGemvRows = 4;
-
-template <int kRows>
-AGENTKV_GEMM_VNNI void gemv_rows(const uint8_t* w, size_t w_stride, const BlockQ8_0* a, int64_t nb, float* y) {
-  __m256 acc[kRows];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i a_qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
-    const float a_d = half_to_float(a[b].d);
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      const auto* wb = reinterpret_cast<const BlockQ8_0*>(w + r * w_stride) + b;
-      const __m256i w_qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb->qs));
-      // Signed x signed through vpdpbusd: |w| times a with w's sign moved onto a.
-      const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w_qs, w_qs),
-                                               _mm256_sign_epi8(a_qs, w_qs));
-      const __m256 d = _mm256_set1_ps(half_to_float(wb->d) * a_d);
-      acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), acc[r]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) y[r] = hsum_ps(acc[r]);
-}
-
-AGENTKV_GEMM_VNNI void gemv(const uint8_t* weights, size_t w_stride, int64_t row_begin, int64_t row_end,
-                            const BlockQ8_0* a, int64_t nb, float* y) {
-  int64_t r = row_begin;
-  for (; r + kGemvRows <= row_end; r += kGemvRows) gemv_rows<kGemvRows>(weights + r * w_stride, w_stride, a, nb, y + r);
-  for (; r < row_end; ++r) gemv_rows<1>(weights + r * w_stride, w_stride, a, nb, y + r);
-}
-
 // kKernels[rows - 1][pairs - 1]: the kernel for a (possibly partial) register tile.
 template <int kRows, int... kPairs>
 constexpr std::array<TileKernel, sizeof...(kPairs)> kernels_for_rows(std::integer_sequence<int, kPairs...>) {
@@ -204,12 +169,6 @@ bool q8_0_gemm_available() { return active_cpu_level() == CpuLevel::Avx512 && cp
 void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
   const int64_t nb = n_in / kQK8_0;
-  if (n_tokens == 1) {
-    const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
-    pool.parallel_for(
-        n_out, [&](int64_t r0, int64_t r1) { gemv(weights, w_stride, r0, r1, a, nb, y); }, kGemvRows);
-    return;
-  }
   const int64_t n_pairs = (n_tokens + 1) / 2;
   PackedPairBlock* packed = packed_scratch(static_cast<size_t>(n_pairs * nb)).data();
   pool.parallel_for(n_pairs, [&](int64_t p0, int64_t p1) {

@@ -93,8 +93,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
     act = dst;
   }
 
-  // q8_0: the register-blocked kernels give the same bits as the per-dot loop below.
-  if (w.type == GgmlType::Q8_0 && q8_0_gemm_available()) {
+  // q8_0 prefill: the register-blocked kernel gives the same bits as the per-dot loop below.
+  if (w.type == GgmlType::Q8_0 && n_tokens >= 2 && q8_0_gemm_available()) {
     q8_0_gemm(w.data, w_stride, w.n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
     return;
   }
