@@ -835,6 +835,41 @@ TEST(AttentionExact, EveryPathMatchesLlamaOrderBitForBit) {
   }
 }
 
+TEST(AttentionExact, EveryCompiledTargetWithFmaMatchesBitForBit) {
+  // The fast forms are lane-wise or emulate the 16-lane order, so every target with fused
+  // multiply-adds (AVX2 and up) must give the same bits; targets without FMA are checked for
+  // accuracy only (EveryCompiledCpuTargetMatchesReference).
+  ThreadPool pool(2);
+  int checked = 0;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+#if HWY_ARCH_X86
+    if (target > HWY_AVX2) continue;
+#else
+    continue;
+#endif
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int64_t n_tokens : {int64_t{1}, int64_t{6}, int64_t{70}}) {
+      for (GgmlType type : {GgmlType::F16, GgmlType::F32}) {
+        Case c;
+        c.n_head_kv = 2;
+        c.n_head = 4;
+        c.head_dim = 128;
+        c.n_tokens = n_tokens;
+        c.n_kv = 600;
+        c.k_type = c.v_type = type;
+        c.hole_every = 6;
+        expect_bit_exact(c, pool);
+      }
+    }
+    ++checked;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+#if HWY_ARCH_X86
+  EXPECT_GT(checked, 0);
+#endif
+}
+
 TEST(AttentionExact, WithoutMask) {
   ThreadPool pool(2);
   for (int64_t n_tokens : {int64_t{1}, int64_t{7}, int64_t{96}}) {

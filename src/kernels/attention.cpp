@@ -4,16 +4,22 @@
 //  - per-key ("one chunk"): Q is converted to vec_dot_type(K); every visible key updates the
 //    running max M, sum S and output VKQ one at a time (expf); with F16 V, VKQ is kept in F16 and
 //    rounded after every scale / multiply-add. Used for short batches. K.Q is summed the way
-//    ggml_vec_dot_f16 / _f32 sum on an AVX-512 build (GgmlDot below).
+//    ggml_vec_dot_f16 / _f32 sum on an AVX-512 build (GgmlDot below); the score's scale + mask
+//    and the S update are single fused multiply-adds, as ggml's compiled code has them.
+//    Fast form: a tile's scores first, then the F16 VKQ of two query heads kept in registers
+//    (rounded through F16 after each step, the same values ggml stores).
 //  - tiled: for >= 64 query rows with K and V both F16 or both F32, Q stays F32, keys come in
 //    tiles of 64, M and S are updated once per tile and VKQ accumulates in F32. As ggml's
 //    simd_gemm and ggml_vec_soft_max_f32: each K.Q is one fused multiply-add chain over the head
 //    dimension, the tile's exponentials use ggml's vector expf and are summed per 16 lanes in
-//    float, those sums in double.
+//    float, those sums in double. Fast form (TiledUnit): vectors run across query rows, so all
+//    of this is lane-wise and each K/V row of a tile is converted once per block of rows.
 //  - split keys: a single query row over >= 512 keys is cut into key chunks processed in parallel
 //    with the per-key algorithm; the chunks' (M, S, VKQ) are merged at the end.
-// Work is spread over threads as (token, KV head) units (all query heads of a GQA group share
-// the K/V rows they read), taken dynamically since causal rows differ in length.
+// Work is spread over threads as (token or token block, KV head) units (all query heads of a GQA
+// group share the K/V rows they read), KV head by KV head so neighbouring units share cached rows,
+// taken dynamically since causal rows differ in length. tests/attention_test.cpp holds a scalar
+// reference of each order and checks the kernels against it bit for bit.
 // Fused multiply-adds are written out (MulAdd, std::fma) exactly where ggml's compiled code fuses;
 // the compiler must not fuse anything else, or the results would move off llama.cpp's bits.
 #if defined(__clang__)
