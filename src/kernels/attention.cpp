@@ -529,8 +529,6 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
   for (int64_t c0 = k0; c0 < k1; c0 += kKeyTile) {
     const int64_t c1 = std::min(c0 + kKeyTile, k1);
     const int64_t next_end = std::min(c1 + kKeyTile, k1);
-    PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c1, next_end);
-    PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c1, next_end);
     const int64_t n_vis = VisibleKeys(mask_row, c0, c1, visible);
     if (n_vis == 0) continue;
     if (!v_f16 && !v_f32) {
@@ -549,6 +547,11 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
           break;
         case GgmlType::F16:
           for (int64_t j = 0; j < n_vis; ++j) {
+            if (r == 0) {  // the next tile's rows, one per key (a burst would stall)
+              const int64_t c = c1 + (visible[j] - c0);
+              PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
+              PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
+            }
             scores[j] = GgmlDotF16WideQuery<F16Elems>(reinterpret_cast<const uint16_t*>(k_rows[j]), q_wide + r * D, D);
           }
           break;
@@ -779,8 +782,6 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   for (int64_t c0 = 0; c0 < a.n_kv; c0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, a.n_kv - c0);
     const int64_t next_end = std::min(c0 + 2 * kKeyTile, a.n_kv);
-    PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c0 + nk, next_end);
-    PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c0 + nk, next_end);
     // Mask of every (key, row); keys past the end and padding rows are hidden.
     bool any = false;
     for (int64_t t = t0; t < t1; ++t) {
@@ -815,6 +816,10 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
 
     // Scores (whole groups of 8 keys; the padding keys are hidden by the mask).
     for (int64_t j = 0; j < nk; j += 8) {
+      // the next tile's rows, a few at a time (a burst would stall on the line fill buffers)
+      const int64_t p0 = std::min(c0 + nk + j, next_end), p1 = std::min(p0 + 8, next_end);
+      PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, p0, p1);
+      PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, p0, p1);
       for (int64_t r = 0; r < nr; r += row_step) {
         ScoreEightKeys<kScoreRowVecs>(qt + r, nr, keys + j, D, a.shape.scale, P + j * nr + r);
       }
