@@ -57,7 +57,7 @@ namespace agentkv::attention_detail {
 constexpr int64_t kKeyTile = 64;         // keys per tile (llama.cpp's GGML_FA_TILE_KV)
 constexpr int64_t kTiledMinTokens = 64;  // llama.cpp's GGML_FA_TILE_Q: tiled path threshold
 constexpr int64_t kSplitMinKeys = 512;   // llama.cpp splits single-row attention from here on
-constexpr int64_t kTiledRowsPerUnit = 32;  // tiled units: about this many (token, head) rows
+constexpr int64_t kTiledTokensPerUnit = 16;  // tiled units: tokens (times the group's heads)
 
 enum class Mode { kPerKey, kTiled, kSplitKeys };
 
@@ -735,22 +735,26 @@ void RowToF32(const uint8_t* src, bool f16, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
 }
 
-// The tiled algorithm for tokens [t0, t1), KV head g (K, V both F16 or both F32).
+// The tiled algorithm for tokens [t0, t1), KV head g (K, V both F16 or both F32). Rows are
+// head-major, each head's tokens padded to whole vectors (row = head * slots + token), so a row
+// vector belongs to one head and its mask values are one row of the transposed mask block.
 void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   const AttentionArgs& a = *plan.args;
   const int64_t D = plan.head_dim;
   const int64_t G = plan.group;
-  const int64_t n_rows = (t1 - t0) * G;
+  const int64_t T = t1 - t0;
   const bool f16 = a.k_type == GgmlType::F16;
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t slots = (T + N - 1) / N * N;  // token slots per head
+  const int64_t nr = G * slots;               // rows, a whole number of vectors
   constexpr int kScoreRowVecs = hn::MaxLanes(DF()) >= 16 ? 2 : 1;  // registers: 8 keys x row vectors
   const int64_t row_step = N * kScoreRowVecs;
-  const int64_t nr = (n_rows + row_step - 1) / row_step * row_step;  // rows padded
   const int64_t key_slots = kKeyTile + 8;  // keys padded to whole groups of 8
 
   Scratch& sc = ThreadScratch();
-  float* f = Reserve(sc.f32, static_cast<size_t>(D * nr + nr * D + 4 * nr + 2 * kKeyTile * nr + 2 * key_slots * D + 4 * nr));
+  float* f = Reserve(sc.f32, static_cast<size_t>(D * nr + nr * D + 4 * nr + kKeyTile * nr + kKeyTile * slots +
+                                                 2 * key_slots * D + 4 * nr));
   float* qt = f;                          // D x nr: Q transposed, padded rows zero
   float* acc = qt + D * nr;               // nr x D
   float* M = acc + nr * D;                // nr
@@ -758,22 +762,25 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   float* sub = S + nr;                    // nr: value subtracted before the exponential
   float* tmax = sub + nr;                 // nr
   float* P = tmax + nr;                   // kKeyTile x nr: scores, then exponentials
-  float* MT = P + kKeyTile * nr;          // kKeyTile x nr: mask value of (key, row)
-  float* kf = MT + kKeyTile * nr;         // key_slots x D: the tile's keys in f32 (F16 cache)
+  float* MT = P + kKeyTile * nr;          // kKeyTile x slots: mask of (key, token), transposed
+  float* kf = MT + kKeyTile * slots;      // key_slots x D: the tile's keys in f32 (F16 cache)
   float* vf = kf + key_slots * D;         // key_slots x D: the tile's values in f32
   float* gsum = vf + key_slots * D;       // 4 x nr: the tile's 16-key partial sums
   const float** keys = Reserve(sc.key_rows, static_cast<size_t>(key_slots));
   const float** values = Reserve(sc.value_rows, static_cast<size_t>(key_slots));
 
   std::fill(qt, qt + D * nr, 0.0f);
-  for (int64_t row = 0; row < n_rows; ++row) {
-    const float* q = a.q + (t0 + row / G) * a.q_stride + (g * G + row % G) * D;
-    for (int64_t i = 0; i < D; ++i) qt[i * nr + row] = q[i];
+  for (int64_t r = 0; r < G; ++r) {
+    for (int64_t t = 0; t < T; ++t) {
+      const float* q = a.q + (t0 + t) * a.q_stride + (g * G + r) * D;
+      for (int64_t i = 0; i < D; ++i) qt[i * nr + r * slots + t] = q[i];
+    }
   }
   std::fill(acc, acc + nr * D, 0.0f);
   std::fill(M, M + nr, -INFINITY);
   std::fill(S, S + nr, 0.0f);
   std::fill(kf + kKeyTile * D, kf + key_slots * D, 0.0f);  // the padding keys of the last group
+  std::fill(MT, MT + kKeyTile * slots, -INFINITY);          // padding tokens stay hidden
 
   const size_t k_off = static_cast<size_t>(g) * plan.k_head_bytes;
   const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
@@ -782,22 +789,22 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   for (int64_t c0 = 0; c0 < a.n_kv; c0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, a.n_kv - c0);
     const int64_t next_end = std::min(c0 + 2 * kKeyTile, a.n_kv);
-    // Mask of every (key, row); keys past the end and padding rows are hidden.
+    // Mask of every (key, token); keys past the end and padding tokens are hidden.
     bool any = false;
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* mrow = a.mask ? a.mask + t * a.mask_stride + c0 : nullptr;
-      const int64_t r0 = (t - t0) * G;
-      for (int64_t j = 0; j < nk; ++j) {
-        const float m = mrow ? mrow[j] : 0.0f;
-        any |= m != -INFINITY;
-        for (int64_t r = 0; r < G; ++r) MT[j * nr + r0 + r] = m;
+    for (int64_t t = 0; t < T; ++t) {
+      if (!a.mask) {
+        for (int64_t j = 0; j < kKeyTile; ++j) MT[j * slots + t] = j < nk ? 0.0f : -INFINITY;
+        any = true;
+        continue;
       }
+      const float* mrow = a.mask + (t0 + t) * a.mask_stride + c0;
+      for (int64_t j = 0; j < nk; ++j) {
+        MT[j * slots + t] = mrow[j];
+        any |= mrow[j] != -INFINITY;
+      }
+      for (int64_t j = nk; j < kKeyTile; ++j) MT[j * slots + t] = -INFINITY;
     }
     if (!any) continue;  // no row sees a key of this tile: nothing changes
-    for (int64_t j = 0; j < nk; ++j) {
-      for (int64_t row = n_rows; row < nr; ++row) MT[j * nr + row] = -INFINITY;
-    }
-    for (int64_t j = nk; j < kKeyTile; ++j) std::fill(MT + j * nr, MT + (j + 1) * nr, -INFINITY);
 
     for (int64_t j = 0; j < nk; ++j) {
       const uint8_t* kb = a.k + (c0 + j) * a.k_row_bytes + k_off;
@@ -820,15 +827,18 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
       const int64_t p0 = std::min(c0 + nk + j, next_end), p1 = std::min(p0 + 8, next_end);
       PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, p0, p1);
       PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, p0, p1);
-      for (int64_t r = 0; r < nr; r += row_step) {
+      int64_t r = 0;
+      for (; r + row_step <= nr; r += row_step) {
         ScoreEightKeys<kScoreRowVecs>(qt + r, nr, keys + j, D, a.shape.scale, P + j * nr + r);
       }
+      for (; r < nr; r += N) ScoreEightKeys<1>(qt + r, nr, keys + j, D, a.shape.scale, P + j * nr + r);
     }
     // Mask, tile max (as ggml: max over the tile's 64 scores in key order).
     for (int64_t r = 0; r < nr; r += N) {
+      const float* mt = MT + r % slots;
       auto tm = neg_inf;
       for (int64_t j = 0; j < kKeyTile; ++j) {
-        const auto m = hn::LoadU(d, MT + j * nr + r);
+        const auto m = hn::LoadU(d, mt + j * slots);
         const auto s = j < nk ? hn::Add(hn::LoadU(d, P + j * nr + r), m) : neg_inf;
         const auto seen_s = hn::IfThenElse(hn::Eq(m, neg_inf), neg_inf, s);
         hn::StoreU(seen_s, d, P + j * nr + r);
@@ -836,9 +846,9 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
       }
       hn::StoreU(tm, d, tmax + r);
     }
-    // Running max and sum per row; rows that see nothing here are left as they are.
+    // Running max and sum per row; rows that see nothing here (padding rows too) stay as they are.
     for (int64_t row = 0; row < nr; ++row) {
-      if (row >= n_rows || tmax[row] == -INFINITY) {
+      if (tmax[row] == -INFINITY) {
         sub[row] = INFINITY;  // every exponential of the row becomes 0
         continue;
       }
@@ -861,26 +871,34 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
       for (int64_t grp = 0; grp < kKeyTile / 16; ++grp) {
         const float* e = P + grp * 16 * nr + r;
         hn::Vec<DF> h8[8], h4[4];
+#pragma GCC unroll 8
         for (int l = 0; l < 8; ++l) h8[l] = hn::Add(hn::LoadU(d, e + (l + 8) * nr), hn::LoadU(d, e + l * nr));
+#pragma GCC unroll 4
         for (int l = 0; l < 4; ++l) h4[l] = hn::Add(h8[l + 4], h8[l]);
         hn::StoreU(hn::Add(hn::Add(h4[0], h4[2]), hn::Add(h4[1], h4[3])), d, gsum + grp * nr + r);
       }
     }
-    for (int64_t row = 0; row < n_rows; ++row) {
+    for (int64_t row = 0; row < nr; ++row) {
       if (tmax[row] == -INFINITY) continue;
       double tile_sum = 0.0;
       for (int64_t grp = 0; grp < kKeyTile / 16; ++grp) tile_sum += gsum[grp * nr + row];
       S[row] = static_cast<float>(static_cast<double>(S[row]) + tile_sum);
     }
-    // VKQ += exp * V over the tile's keys in order.
+    // VKQ += exp * V over the tile's keys in order (the real rows of each head).
     constexpr int kValueRows = hn::MaxLanes(DF()) >= 16 ? 4 : 2;
-    int64_t row = 0;
-    for (; row + kValueRows <= n_rows; row += kValueRows) AccumulateRows<kValueRows>(acc, D, P, nr, row, values, nk);
-    for (; row < n_rows; ++row) AccumulateRows<1>(acc, D, P, nr, row, values, nk);
+    for (int64_t r = 0; r < G; ++r) {
+      const int64_t row_end = r * slots + T;
+      int64_t row = r * slots;
+      for (; row + kValueRows <= row_end; row += kValueRows) AccumulateRows<kValueRows>(acc, D, P, nr, row, values, nk);
+      for (; row < row_end; ++row) AccumulateRows<1>(acc, D, P, nr, row, values, nk);
+    }
   }
 
-  for (int64_t row = 0; row < n_rows; ++row) {
-    FinishRow(a, t0 + row / G, g * G + row % G, acc + row * D, M[row], S[row]);
+  for (int64_t r = 0; r < G; ++r) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t row = r * slots + t;
+      FinishRow(a, t0 + t, g * G + r, acc + row * D, M[row], S[row]);
+    }
   }
 }
 
@@ -999,7 +1017,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   if (args.n_tokens >= kTiledMinTokens && same_plain_kv) {
     plan.mode = Mode::kTiled;
     // Units of (token block, KV head); smaller blocks when that leaves threads idle.
-    int64_t tpu = std::max<int64_t>(1, (kTiledRowsPerUnit + plan.group - 1) / plan.group);
+    int64_t tpu = kTiledTokensPerUnit;
     while (tpu > 1 && (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv < 4 * pool.size()) tpu = (tpu + 1) / 2;
     plan.tokens_per_unit = tpu;
     plan.n_units = (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv;
