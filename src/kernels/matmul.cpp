@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/gemm_float.h"
+#include "kernels/gemm_q4_K.h"
 #include "kernels/gemm_q6_K.h"
 #include "kernels/gemm_q8_0.h"
 #include "kernels/quant.h"
@@ -94,13 +95,17 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
     act = dst;
   }
 
-  // q8_0 / q6_K prefill: the register-blocked kernels give the same bits as the per-dot loop below.
+  // q8_0 / q6_K / q4_K prefill: register-blocked kernels with the same bits as the per-dot loop below.
   if (w.type == GgmlType::Q8_0 && n_tokens >= 2 && q8_0_gemm_available()) {
     q8_0_gemm(w.data, w_stride, w.n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
     return;
   }
   if (w.type == GgmlType::Q6_K && n_tokens >= 2 && q6_K_gemm_available()) {
     q6_K_gemm(w.data, w_stride, w.n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
+    return;
+  }
+  if (w.type == GgmlType::Q4_K && n_tokens >= 2 && q4_K_gemm_available()) {
+    q4_K_gemm(w.data, w_stride, w.n_out, n_in, act, act_stride, n_tokens, n_grouped, y, y_stride, pool);
     return;
   }
 

@@ -1,0 +1,201 @@
+// q4_K GEMM with AVX-512 VNNI, one weight row per 32-bit lane (16 rows per register), so every
+// lane carries one output's scalar accumulators exactly as dot_q4_K / dot_q4_K_grouped do:
+//   per superblock and 64-weight pair j: dot_j = sc[2j] * sum(lo quants * a) + sc[2j+1] * sum(hi * a)
+//                                         min_j = m[2j] * bsum pair + m[2j+1] * bsum pair   (exact int32)
+//   grouped (llama's repacked GEMM): acc = fma(dot_j, d, acc), acc_min = fma(min_j, dmin, acc_min) per j
+//   GEMV: acc = fma(sum_j dot_j, d, acc), acc_min = fma(sum_j min_j, dmin, acc_min) per superblock
+//   result acc - acc_min, with d = fp16(w.d) * a.d, dmin = fp16(w.dmin) * a.d.
+// The weights are re-laid so that 4 consecutive quants of each of 16 rows fill one register and
+// vpdpbusd multiplies them by 4 activation bytes broadcast to every lane.
+#include "kernels/gemm_q4_K.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/quant_kernels.h"
+#include "kernels/quant_simd_x86.h"
+
+// GCC 12 reports the undefined upper halves inside its own AVX-512 intrinsics as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace agentkv {
+
+#ifdef AGENTKV_HAVE_X86_SIMD
+namespace {
+using namespace quant_detail;
+using namespace quant_detail::x86;
+
+#define AGENTKV_GEMM_VNNI __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni")))
+
+constexpr int kLanes = 16;      // weight rows per register
+constexpr int kTileTokens = 4;  // = kRowGroupSize: a tile is all grouped or all GEMV tokens
+static_assert(kTileTokens == kRowGroupSize);
+
+// One superblock of 16 rows (rows past the matrix are zero).
+struct alignas(64) PackedRows {
+  uint8_t q[kQK_K / 4][4 * kLanes];  // chunk c: lane r holds row r's quants 4c .. 4c + 3 (0..15)
+  int32_t scale[8][kLanes];          // sub-block scales
+  int32_t mins[4][kLanes];           // pair j: m[2j] in the low 16 bits, m[2j + 1] in the high 16
+  float d[kLanes];
+  float dmin[kLanes];
+};
+
+void pack_rows(const uint8_t* w, size_t w_stride, int rows, int64_t nsb, PackedRows* out) {
+  std::memset(static_cast<void*>(out), 0, sizeof(PackedRows) * static_cast<size_t>(nsb));
+  for (int r = 0; r < rows; ++r) {
+    const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride);
+    for (int64_t s = 0; s < nsb; ++s) {
+      const BlockQ4_K& b = blocks[s];
+      PackedRows& p = out[s];
+      for (int e = 0; e < kQK_K; ++e) {
+        const int j = e / 64, l = e % 64;
+        const uint8_t byte = b.qs[32 * j + l % 32];
+        p.q[e / 4][4 * r + e % 4] = l < 32 ? (byte & 0xF) : (byte >> 4);
+      }
+      uint8_t sc[8], mn[8];
+      for (int k = 0; k < 8; ++k) {
+        k4_scale_min(k, b.scales, &sc[k], &mn[k]);
+        p.scale[k][r] = sc[k];
+      }
+      for (int j = 0; j < 4; ++j) p.mins[j][r] = mn[2 * j] | (mn[2 * j + 1] << 16);
+      p.d[r] = fp16_to_fp32(b.d);
+      p.dmin[r] = fp16_to_fp32(b.dmin);
+    }
+  }
+}
+
+// The two bsum sums of pair j as int16 halves (low: sub-block 2j, high: 2j + 1); each is a sum of
+// 32 quants, |sum| <= 4096.
+inline int32_t bsum_pair(const BlockQ8_K& a, int j) {
+  const auto lo = static_cast<uint16_t>(a.bsums[4 * j] + a.bsums[4 * j + 1]);
+  const auto hi = static_cast<uint16_t>(a.bsums[4 * j + 2] + a.bsums[4 * j + 3]);
+  return static_cast<int32_t>(static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16));
+}
+
+template <int kTokens, bool kGrouped>
+AGENTKV_GEMM_VNNI void tile_kernel(const PackedRows* w, int64_t nsb, const uint8_t* act, size_t act_stride, float* y,
+                                   int64_t y_stride, int valid_rows) {
+  __m512 acc[kTokens], acc_min[kTokens];
+#pragma GCC unroll 8
+  for (int t = 0; t < kTokens; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const PackedRows& pw = w[s];
+    const BlockQ8_K* a[kTokens];
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride) + s;
+    __m512i dot_sum[kTokens], min_sum[kTokens];
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) dot_sum[t] = min_sum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+    for (int j = 0; j < 4; ++j) {
+      __m512i lo[kTokens], hi[kTokens];
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        const __m512i w_lo = _mm512_load_si512(pw.q[16 * j + c]);
+        const __m512i w_hi = _mm512_load_si512(pw.q[16 * j + 8 + c]);
+#pragma GCC unroll 8
+        for (int t = 0; t < kTokens; ++t) {
+          int32_t a_lo, a_hi;
+          std::memcpy(&a_lo, a[t]->qs + 64 * j + 4 * c, 4);
+          std::memcpy(&a_hi, a[t]->qs + 64 * j + 32 + 4 * c, 4);
+          lo[t] = _mm512_dpbusd_epi32(lo[t], w_lo, _mm512_set1_epi32(a_lo));
+          hi[t] = _mm512_dpbusd_epi32(hi[t], w_hi, _mm512_set1_epi32(a_hi));
+        }
+      }
+      const __m512i sc_lo = _mm512_load_si512(pw.scale[2 * j]);
+      const __m512i sc_hi = _mm512_load_si512(pw.scale[2 * j + 1]);
+      const __m512i mn = _mm512_load_si512(pw.mins[j]);
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) {
+        const __m512i dot = _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sc_lo), _mm512_mullo_epi32(hi[t], sc_hi));
+        const __m512i min = _mm512_madd_epi16(mn, _mm512_set1_epi32(bsum_pair(*a[t], j)));
+        if constexpr (kGrouped) {
+          const __m512 ya = _mm512_set1_ps(a[t]->d);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(_mm512_load_ps(pw.d), ya), acc[t]);
+          acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(min), _mm512_mul_ps(_mm512_load_ps(pw.dmin), ya), acc_min[t]);
+        } else {
+          dot_sum[t] = _mm512_add_epi32(dot_sum[t], dot);
+          min_sum[t] = _mm512_add_epi32(min_sum[t], min);
+        }
+      }
+    }
+    if constexpr (!kGrouped) {
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) {
+        const __m512 ya = _mm512_set1_ps(a[t]->d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_sum[t]), _mm512_mul_ps(_mm512_load_ps(pw.d), ya), acc[t]);
+        acc_min[t] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(min_sum[t]), _mm512_mul_ps(_mm512_load_ps(pw.dmin), ya), acc_min[t]);
+      }
+    }
+  }
+  const __mmask16 keep = static_cast<__mmask16>(valid_rows >= kLanes ? 0xFFFF : (1u << valid_rows) - 1);
+#pragma GCC unroll 8
+  for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + t * y_stride, keep, _mm512_sub_ps(acc[t], acc_min[t]));
+}
+
+using TileKernel = void (*)(const PackedRows*, int64_t, const uint8_t*, size_t, float*, int64_t, int);
+
+TileKernel kernel_for(int tokens, bool grouped) {
+  if (grouped) return tile_kernel<4, true>;
+  switch (tokens) {
+    case 1: return tile_kernel<1, false>;
+    case 2: return tile_kernel<2, false>;
+    case 3: return tile_kernel<3, false>;
+    default: return tile_kernel<4, false>;
+  }
+}
+
+std::vector<PackedRows>& packed_scratch(size_t count) {
+  thread_local std::vector<PackedRows> scratch;
+  if (scratch.size() < count) scratch.resize(count);
+  return scratch;
+}
+
+}  // namespace
+
+bool q4_K_gemm_available() { return active_cpu_level() == CpuLevel::Avx512 && cpu_features().avx512_vnni; }
+
+void q4_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
+               size_t act_stride, int64_t n_tokens, int64_t n_grouped, float* y, int64_t y_stride,
+               ThreadPool& pool) {
+  const int64_t nsb = n_in / kQK_K;
+  // A chunk of row groups (~256 KiB packed) meets every token tile while it is in cache.
+  const int64_t chunk_groups = std::max<int64_t>(1, 256 * 1024 / (nsb * static_cast<int64_t>(sizeof(PackedRows))));
+  pool.parallel_for(
+      n_out,
+      [&](int64_t row_begin, int64_t row_end) {
+        PackedRows* packed = packed_scratch(static_cast<size_t>(chunk_groups * nsb)).data();
+        for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_groups * kLanes) {
+          const int64_t c1 = std::min(c0 + chunk_groups * kLanes, row_end);
+          const int64_t groups = (c1 - c0 + kLanes - 1) / kLanes;
+          for (int64_t g = 0; g < groups; ++g) {
+            const int rows = static_cast<int>(std::min<int64_t>(kLanes, c1 - c0 - g * kLanes));
+            pack_rows(weights + (c0 + g * kLanes) * w_stride, w_stride, rows, nsb, packed + g * nsb);
+          }
+          for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
+            const int tokens = static_cast<int>(std::min<int64_t>(kTileTokens, n_tokens - t0));
+            const TileKernel kernel = kernel_for(tokens, t0 < n_grouped);
+            for (int64_t g = 0; g < groups; ++g) {
+              const int rows = static_cast<int>(std::min<int64_t>(kLanes, c1 - c0 - g * kLanes));
+              kernel(packed + g * nsb, nsb, act + t0 * act_stride, act_stride, y + t0 * y_stride + c0 + g * kLanes,
+                     y_stride, rows);
+            }
+          }
+        }
+      },
+      kLanes);
+}
+
+#else
+bool q4_K_gemm_available() { return false; }
+void q4_K_gemm(const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, int64_t, int64_t, float*, int64_t,
+               ThreadPool&) {}
+#endif
+
+}  // namespace agentkv

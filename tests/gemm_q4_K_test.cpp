@@ -1,0 +1,133 @@
+// The q4_K prefill GEMM must return exactly the bits of llama.cpp's two q4_K kernels as quant.h
+// defines them (every CPU level shares them with the scalar kernels, see quant_test): the row-group
+// (repacked GEMM) order for tokens [0, n_grouped), the GEMV order for the rest; for odd token
+// counts, row counts off the 16-row tile, several weight chunks and padded strides; and matmul()
+// must keep choosing the same order per token as before (groups of 4 from the batch start when
+// the row count is a multiple of 8, otherwise GEMV for all).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm_q4_K.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
+
+namespace agentkv {
+namespace {
+
+struct Rows {
+  size_t stride = 0;
+  std::vector<uint8_t> bytes;
+  const uint8_t* row(int64_t i) const { return bytes.data() + i * stride; }
+};
+
+Rows make_weights(int64_t n_in, int64_t count, size_t pad, std::mt19937& rng) {
+  Rows r{ggml_row_size(GgmlType::Q4_K, n_in) + pad, {}};
+  r.bytes.assign(r.stride * count, 0xCD);
+  std::normal_distribution<float> dist(0.f, 0.05f);
+  std::vector<float> x(n_in);
+  for (int64_t i = 0; i < count; ++i) {
+    for (auto& v : x) v = dist(rng);
+    x[rng() % n_in] *= 8.f;  // outliers give large sub-block scales
+    quantize_row(GgmlType::Q4_K, x.data(), r.bytes.data() + i * r.stride, n_in);
+  }
+  return r;
+}
+
+std::vector<float> make_activations(int64_t n_in, int64_t count, int64_t stride, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> x(count * stride, NAN);  // padding must never be read
+  for (int64_t t = 0; t < count; ++t) {
+    for (int64_t i = 0; i < n_in; ++i) x[t * stride + i] = dist(rng);
+    x[t * stride + rng() % n_in] = -40.f;  // quantizes to -128 in q8_K
+  }
+  return x;
+}
+
+struct Shape {
+  int64_t n_in, n_out, n_tokens;
+};
+
+TEST(Q4KGemm, EqualsScalarKernelsBitForBit) {
+  if (!q4_K_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
+  const VecDotFn dot = vec_dot_fn(GgmlType::Q4_K, CpuLevel::Scalar);
+  const RowGroupDotFn group_dot = row_group_dot_fn(GgmlType::Q4_K, CpuLevel::Scalar);
+  const Shape shapes[] = {{256, 1, 2},   {256, 5, 3},   {512, 16, 9},  {1024, 13, 17},
+                          {768, 40, 5},  {2560, 24, 8}, {3072, 96, 11}, {256, 3, 1}, {256, 700, 6}};
+  std::mt19937 rng(19);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const Shape& s : shapes) {
+      for (bool grouped : {false, true}) {
+        const int64_t n_grouped = grouped ? s.n_tokens - s.n_tokens % kRowGroupSize : 0;
+        const Rows w = make_weights(s.n_in, s.n_out, 10, rng);
+        const std::vector<float> x = make_activations(s.n_in, s.n_tokens, s.n_in, rng);
+        const size_t act_stride = ggml_row_size(GgmlType::Q8_K, s.n_in);
+        std::vector<uint8_t> act(act_stride * s.n_tokens);
+        for (int64_t t = 0; t < s.n_tokens; ++t)
+          quantize_activation_row(GgmlType::Q8_K, x.data() + t * s.n_in, act.data() + t * act_stride, s.n_in);
+        const int64_t y_stride = s.n_out + 2;
+        std::vector<float> y(s.n_tokens * y_stride, -7.f);
+        q4_K_gemm(w.bytes.data(), w.stride, s.n_out, s.n_in, act.data(), act_stride, s.n_tokens, n_grouped, y.data(),
+                  y_stride, pool);
+        for (int64_t t = 0; t < s.n_tokens; ++t) {
+          for (int64_t r = 0; r < y_stride; ++r) {
+            const std::string where = "shape " + std::to_string(s.n_in) + "x" + std::to_string(s.n_out) + " tokens " +
+                                      std::to_string(s.n_tokens) + " grouped " + std::to_string(n_grouped) +
+                                      " threads " + std::to_string(threads) + " row " + std::to_string(r) +
+                                      " token " + std::to_string(t);
+            if (r >= s.n_out) {
+              EXPECT_EQ(y[t * y_stride + r], -7.f) << "wrote into the y padding, " << where;
+              continue;
+            }
+            float want;
+            if (t < n_grouped) {
+              float out[kRowGroupSize];
+              const int64_t t0 = t - t % kRowGroupSize;
+              group_dot(s.n_in, w.row(r), act.data() + t0 * act_stride, act_stride, out);
+              want = out[t - t0];
+            } else {
+              want = dot(s.n_in, w.row(r), act.data() + t * act_stride);
+            }
+            EXPECT_EQ(fp32_to_bits(y[t * y_stride + r]), fp32_to_bits(want)) << where;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Through matmul(): the same outputs as the per-dot path (AVX2 level) for a row count that takes
+// the grouped order (multiple of 8) and one that does not, with a token count off the groups.
+TEST(Q4KGemm, MatmulEqualsPerDotPath) {
+  if (!q4_K_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
+  std::mt19937 rng(31);
+  ThreadPool pool(2);
+  for (int64_t n_out : {40, 37}) {
+    const int64_t n_in = 768, n_tokens = 11, x_stride = n_in + 3, y_stride = n_out + 1;
+    const Rows w = make_weights(n_in, n_out, 0, rng);
+    const WeightMatrix wm{GgmlType::Q4_K, n_in, n_out, w.bytes.data(), w.stride};
+    const std::vector<float> x = make_activations(n_in, n_tokens, x_stride, rng);
+    for (RowGrouping grouping : {RowGrouping::kBatch, RowGrouping::kEachRowAlone}) {
+      std::vector<float> fast(n_tokens * y_stride, 0.f), per_dot(n_tokens * y_stride, 0.f);
+      matmul(wm, x.data(), n_tokens, x_stride, fast.data(), y_stride, pool, grouping);
+      const CpuLevel before = active_cpu_level();
+      set_cpu_level(CpuLevel::Avx2);
+      matmul(wm, x.data(), n_tokens, x_stride, per_dot.data(), y_stride, pool, grouping);
+      set_cpu_level(before);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t r = 0; r < n_out; ++r)
+          EXPECT_EQ(fp32_to_bits(fast[t * y_stride + r]), fp32_to_bits(per_dot[t * y_stride + r]))
+              << "n_out " << n_out << " row " << r << " token " << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace agentkv
