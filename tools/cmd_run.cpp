@@ -68,7 +68,7 @@ int cmd_run(const std::vector<std::string>& argv) {
                model->config().arch_key.c_str(), model->config().n_layer, ms_since(t_load));
 
   if (chat) {
-    const std::string& tmpl = tok.data().chat_template;
+    const std::string& tmpl = tok.chat_template();
     if (tmpl.empty()) throw Error("the model has no chat template (tokenizer.chat_template)");
     ChatTemplateInputs in;
     if (!system.empty()) in.messages.push_back({{"role", "system"}, {"content", system}});

@@ -40,7 +40,7 @@ Json normalize_message(const Json& msg, size_t index) {
 
 }  // namespace
 
-ChatFormatter::ChatFormatter(const Tokenizer& tok) : ChatFormatter(tok, tok.data().chat_template) {}
+ChatFormatter::ChatFormatter(const Tokenizer& tok) : ChatFormatter(tok, tok.chat_template()) {}
 
 ChatFormatter::ChatFormatter(const Tokenizer& tok, const std::string& source)
     : source_(source.empty() ? kChatMlTemplate : source),
