@@ -43,17 +43,23 @@ struct alignas(64) PackedRows {
   float dmin[kLanes];
 };
 
-void pack_rows(const uint8_t* w, size_t w_stride, int rows, int64_t nsb, PackedRows* out) {
-  std::memset(static_cast<void*>(out), 0, sizeof(PackedRows) * static_cast<size_t>(nsb));
-  for (int r = 0; r < rows; ++r) {
-    const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride);
-    for (int64_t s = 0; s < nsb; ++s) {
-      const BlockQ4_K& b = blocks[s];
-      PackedRows& p = out[s];
-      for (int e = 0; e < kQK_K; ++e) {
-        const int j = e / 64, l = e % 64;
-        const uint8_t byte = b.qs[32 * j + l % 32];
-        p.q[e / 4][4 * r + e % 4] = l < 32 ? (byte & 0xF) : (byte >> 4);
+AGENTKV_GEMM_VNNI void pack_rows(const uint8_t* w, size_t w_stride, int rows, int64_t nsb, PackedRows* out) {
+  // Per superblock: every row's quants in element order (pair j: the low nibbles of
+  // qs[32j .. 32j + 31], then the high ones), then chunk c of all 16 rows gathered into one line.
+  alignas(64) uint8_t unpacked[kLanes][kQK_K] = {};
+  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32(kQK_K));
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t s = 0; s < nsb; ++s) {
+    PackedRows& p = out[s];
+    std::memset(static_cast<void*>(&p), 0, sizeof(PackedRows));
+    for (int r = 0; r < rows; ++r) {
+      const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride)[s];
+      for (int j = 0; j < 4; ++j) {
+        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * j));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[r] + 64 * j), _mm256_and_si256(bytes, low4));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[r] + 64 * j + 32),
+                           _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4));
       }
       uint8_t sc[8], mn[8];
       for (int k = 0; k < 8; ++k) {
@@ -61,9 +67,12 @@ void pack_rows(const uint8_t* w, size_t w_stride, int rows, int64_t nsb, PackedR
         p.scale[k][r] = sc[k];
       }
       for (int j = 0; j < 4; ++j) p.mins[j][r] = mn[2 * j] | (mn[2 * j + 1] << 16);
-      p.d[r] = fp16_to_fp32(b.d);
-      p.dmin[r] = fp16_to_fp32(b.dmin);
+      p.d[r] = half_to_float(b.d);
+      p.dmin[r] = half_to_float(b.dmin);
     }
+    for (int r = rows; r < kLanes; ++r) std::memset(unpacked[r], 0, kQK_K);
+    for (int c = 0; c < kQK_K / 4; ++c)
+      _mm512_store_si512(p.q[c], _mm512_i32gather_epi32(row_offsets, unpacked[0] + 4 * c, 1));
   }
 }
 

@@ -68,30 +68,39 @@ void clear_half(int64_t nsb, int half, PackedPairSuper* out) {
   }
 }
 
+// Bits shift and shift + 1 of each qh byte, moved to bits 4 and 5.
+AGENTKV_AVX2_INLINE __m256i q6_high_bits(__m256i qh, int shift, __m256i three) {
+  return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), three), 4);
+}
+
 // Weight rows re-laid for the kernel: per superblock 256 unsigned quants in element order, per
 // group the 8 lane scales of one 256-bit half (low 16 bits, high 16 bits zero), and the float d.
-void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nsb, uint8_t* q, int32_t* sc,
-                      float* d) {
+AGENTKV_GEMM_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nsb, uint8_t* q,
+                                        int32_t* sc, float* d) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+  // Lanes 0-3 take the group's first 16-weight scale, lanes 4-7 the second.
+  const __m256i lane_to_scale = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
   for (int64_t i = 0; i < rows; ++i) {
     const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w + i * w_stride);
     for (int64_t s = 0; s < nsb; ++s) {
       const BlockQ6_K& b = blocks[s];
       uint8_t* out = q + (i * nsb + s) * kQK_K;
       for (int h = 0; h < 2; ++h) {
-        const uint8_t* ql = b.ql + 64 * h;
-        const uint8_t* qh = b.qh + 32 * h;
-        uint8_t* o = out + 128 * h;
-        for (int l = 0; l < 32; ++l) {
-          o[l] = static_cast<uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
-          o[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
-          o[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-          o[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-        }
+        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+        auto* o = reinterpret_cast<__m256i*>(out + 128 * h);
+        _mm256_store_si256(o + 0, _mm256_or_si256(_mm256_and_si256(l0, low4), q6_high_bits(hb, 0, three)));
+        _mm256_store_si256(o + 1, _mm256_or_si256(_mm256_and_si256(l1, low4), q6_high_bits(hb, 2, three)));
+        _mm256_store_si256(o + 2, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), q6_high_bits(hb, 4, three)));
+        _mm256_store_si256(o + 3, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), q6_high_bits(hb, 6, three)));
       }
       int32_t* lanes = sc + (i * nsb + s) * kGroups * 8;
-      for (int g = 0; g < kGroups; ++g)
-        for (int m = 0; m < 8; ++m) lanes[8 * g + m] = b.scales[2 * g + m / 4] & 0xFFFF;
-      d[i * nsb + s] = fp16_to_fp32(b.d);
+      for (int g = 0; g < kGroups; ++g) {
+        const __m256i pair = _mm256_set_epi32(0, 0, 0, 0, 0, 0, b.scales[2 * g + 1] & 0xFFFF, b.scales[2 * g] & 0xFFFF);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lanes + 8 * g), _mm256_permutevar8x32_epi32(pair, lane_to_scale));
+      }
+      d[i * nsb + s] = half_to_float(b.d);
     }
   }
 }
