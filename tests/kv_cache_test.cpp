@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -139,6 +140,31 @@ TEST(KvCacheStorage, StartsZeroedAndLayersAreDistinct) {
   EXPECT_EQ(kv.k_data(2, 1)[5], 9);  // clear() keeps the bytes: the cells say nothing is there
   kv.clear(true);
   EXPECT_EQ(kv.k_data(2, 1)[5], 0);
+}
+
+// Resident pages of this process (bytes), from /proc/self/statm.
+size_t resident_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long size = 0, resident = 0;
+  if (f) {
+    if (std::fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<size_t>(resident) * 4096;
+}
+
+TEST(KvCacheStorage, PrefaultBacksEveryPageAndKeepsTheBytes) {
+  KvLayout l = small_layout(65536);  // 64 layers-worth of rows: 8 MiB K + 8 MiB V
+  l.layer_has_kv.assign(4, true);
+  KvCache kv(l);
+  kv.k_data(3, 0)[12345] = 7;
+  const size_t before = resident_bytes();
+  kv.prefault();
+  const size_t after = resident_bytes();
+  // calloc'd storage is not resident until written; prefault must make (almost) all of it so.
+  EXPECT_GE(after - before, kv.total_bytes() * 9 / 10);
+  EXPECT_EQ(kv.k_data(3, 0)[12345], 7);
+  EXPECT_EQ(kv.v_data(2, 0)[777], 0);
 }
 
 TEST(KvCacheStorage, RejectsUnusableLayouts) {

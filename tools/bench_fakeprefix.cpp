@@ -66,10 +66,15 @@ class InProcess : public Backend {
  public:
   InProcess(const std::string& model_path, ContextParams cp, int64_t max_L, int64_t max_new) {
     model_ = Model::load(model_path);
+    // One KV stream per sequence (real prefix 0, its timed copy 1, fake prefix / baseline 2), as
+    // llama-bench's depth runs: each timed run attends over its own L + N cells only. In one shared
+    // stream the fake run would also span the real prefix's cells (masked, but still scanned).
     cp.n_seq_max = 3;
-    cp.kv_unified = true;
-    cp.n_ctx = static_cast<uint32_t>(2 * (max_L + max_new) + 256);
+    cp.kv_unified = false;
+    cp.n_ctx = static_cast<uint32_t>(max_L + max_new + 256);
     ctx_ = std::make_unique<Context>(*model_, cp);
+    // Fake-prefix cells are never written; without this they would read the shared zero page.
+    if (auto* kv = ctx_->memory().kv()) kv->prefault();
     n_vocab_ = static_cast<int32_t>(model_->n_vocab());
     // Warm-up (page in weights, size the scratch) so the first step is not charged for it.
     Batch b;

@@ -74,6 +74,9 @@ class KvCache {
   bool layer_has_kv(int layer) const;
   uint32_t n_kv_layers() const;
   size_t total_bytes() const;  // K and V storage of all layers and streams
+  // Backs every page of the K/V storage with memory (contents unchanged), so that rows never
+  // written cost real memory traffic when read: for benchmarks that read fake-prefix cells.
+  void prefault();
 
   // Attention spans cells [0, n_kv(stream)): every used cell lies below it. It is
   // min(n_cells, max(kNKvPad, used_max_p1 rounded up to kNKvPad)).
