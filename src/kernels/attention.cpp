@@ -188,10 +188,11 @@ void DotMany(const typename QE::T* q, const uint8_t* const* k_bytes, int64_t n_k
 // K.Q as ggml_vec_dot_f16 / ggml_vec_dot_f32 compute it on an AVX-512 build (GGML_F32_STEP 64):
 // whole 64-element steps go to four 16-lane fused accumulators, combined as (0+2)+(1+3) and
 // reduced by _mm512_reduce_add_ps; the rest is added one product at a time (f16: products in
-// float, the sum in double; f32: a float fused multiply-add chain).
-template <class E>
-float GgmlDot(const typename E::T* k, const typename E::T* q, int64_t n) {
-  constexpr bool kHalf = std::is_same_v<E, F16Elems>;
+// float, the sum in double; f32: a float fused multiply-add chain). An F16 query comes widened
+// to f32 once (the same values), the key row is widened as it is read.
+template <class KE>
+float GgmlDot(const typename KE::T* k, const float* q, int64_t n) {
+  constexpr bool kHalf = std::is_same_v<KE, F16Elems>;
   const DF d;
   constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DF()));
   static_assert(kLanes <= 16 && 16 % kLanes == 0, "a 16-lane accumulator spans whole vectors");
@@ -201,13 +202,17 @@ float GgmlDot(const typename E::T* k, const typename E::T* q, int64_t n) {
   float sum_f = 0.0f;
   if (np > 0) {
     hn::Vec<DF> acc[4][kParts];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 4
       for (int64_t p = 0; p < kParts; ++p) acc[j][p] = hn::Zero(d);
     for (int64_t i = 0; i < np; i += 64)
+#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 4
         for (int64_t p = 0; p < kParts; ++p) {
           const int64_t e = i + 16 * j + p * kLanes;
-          acc[j][p] = hn::MulAdd(E::Load(k + e), E::Load(q + e), acc[j][p]);
+          acc[j][p] = hn::MulAdd(KE::Load(k + e), hn::LoadU(d, q + e), acc[j][p]);
         }
 #if HWY_TARGET <= HWY_AVX3
     // 16-lane vectors: ggml's own reduction instruction sequence
@@ -222,55 +227,12 @@ float GgmlDot(const typename E::T* k, const typename E::T* q, int64_t n) {
   }
   for (int64_t i = np; i < n; ++i) {
     if constexpr (kHalf) {
-      sum_d += static_cast<double>(E::At(k, i) * E::At(q, i));
+      sum_d += static_cast<double>(KE::At(k, i) * q[i]);
     } else {
-      sum_f = std::fma(E::At(k, i), E::At(q, i), sum_f);
+      sum_f = std::fma(KE::At(k, i), q[i], sum_f);
     }
   }
   return kHalf ? static_cast<float>(sum_d) : sum_f;
-}
-
-// ggml_vec_dot_f16 with the F16 query widened to f32 once (the same values; each key's row is
-// widened as it is read).
-template <class E>
-float GgmlDotF16WideQuery(const uint16_t* k, const float* q, int64_t n) {
-  const DF d;
-  constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DF()));
-  constexpr int64_t kParts = 16 / kLanes;
-  const int64_t np = n & ~int64_t{63};
-  double sum_d = 0.0;
-  if (np > 0) {
-    hn::Vec<DF> acc[4][kParts];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j)
-#pragma GCC unroll 4
-      for (int64_t p = 0; p < kParts; ++p) acc[j][p] = hn::Zero(d);
-    for (int64_t i = 0; i < np; i += 64)
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j)
-#pragma GCC unroll 4
-        for (int64_t p = 0; p < kParts; ++p) {
-          const int64_t e = i + 16 * j + p * kLanes;
-          acc[j][p] = hn::MulAdd(LoadF16(k + e), hn::LoadU(d, q + e), acc[j][p]);
-        }
-    float sum_f;
-#if HWY_TARGET <= HWY_AVX3
-    sum_f = _mm512_reduce_add_ps(hn::Add(hn::Add(acc[0][0], acc[2][0]), hn::Add(acc[1][0], acc[3][0])).raw);
-#else
-    float red[16];
-    for (int64_t p = 0; p < kParts; ++p)
-      hn::StoreU(hn::Add(hn::Add(acc[0][p], acc[2][p]), hn::Add(acc[1][p], acc[3][p])), d, red + p * kLanes);
-    sum_f = attention_detail::ReduceAdd16(red);
-#endif
-    sum_d = sum_f;
-  }
-  for (int64_t i = np; i < n; ++i) sum_d += static_cast<double>(fp16_to_fp32(k[i]) * q[i]);
-  return static_cast<float>(sum_d);
-}
-
-template <class E>
-void GgmlDotMany(const typename E::T* q, const uint8_t* const* k_bytes, int64_t n_keys, int64_t n, float* out) {
-  for (int64_t j = 0; j < n_keys; ++j) out[j] = GgmlDot<E>(reinterpret_cast<const typename E::T*>(k_bytes[j]), q, n);
 }
 
 void ScaleF32(float* y, float v, int64_t n) {
@@ -543,7 +505,9 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
       float* scores = all_scores + r * kKeyTile;
       switch (a.k_type) {
         case GgmlType::F32:
-          GgmlDotMany<F32Elems>(reinterpret_cast<const float*>(q), k_rows, n_vis, D, scores);
+          for (int64_t j = 0; j < n_vis; ++j) {
+            scores[j] = GgmlDot<F32Elems>(reinterpret_cast<const float*>(k_rows[j]), reinterpret_cast<const float*>(q), D);
+          }
           break;
         case GgmlType::F16:
           for (int64_t j = 0; j < n_vis; ++j) {
@@ -552,7 +516,7 @@ void PerKeyUnit(const Plan& plan, int64_t t, int64_t g, int64_t k0, int64_t k1, 
               PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
               PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
             }
-            scores[j] = GgmlDotF16WideQuery<F16Elems>(reinterpret_cast<const uint16_t*>(k_rows[j]), q_wide + r * D, D);
+            scores[j] = GgmlDot<F16Elems>(reinterpret_cast<const uint16_t*>(k_rows[j]), q_wide + r * D, D);
           }
           break;
         case GgmlType::BF16:
