@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
+#include "kernels/ggml_expf-inl.h"
 #include "kernels/vec_ext.h"
 
 // The vector types below never cross a non-inlined function boundary, so the ABI notes GCC
@@ -49,27 +50,97 @@ DN_INLINE void scale_copy(float* y, const float* x, float a, int n) {  // y = a 
   for (; i < n; ++i) y[i] = a * x[i];
 }
 
+// A product the compiler may not fuse into the addition that consumes it: ggml's scalar loops
+// round it on its own (see ggml_dot).
+DN_INLINE float unfused_product(float a, float b) {
+  float p = a * b;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __asm__("" : "+x"(p));
+#else
+  volatile float opaque = p;
+  p = opaque;
+#endif
+  return p;
+}
+
+// dot(x, y) in ggml_vec_dot_f32's float order, the dot llama.cpp's GATED_DELTA_NET op takes for
+// S^T k and S^T q: four W-lane fused multiply-add accumulators over steps of 4W elements,
+// combined (a0 + a2) + (a1 + a3) and summed by halving (_mm512_reduce_add_ps at W = 16), then the
+// elements after the last whole step one at a time in float, each product rounded before it is
+// added. For head size 16 (qwen35-micro) the whole dot is that sequential part; it is what makes
+// the fixture bit-exact (a 16-lane tree, a fused chain or a double sum each drift from llama.cpp
+// at a few positions, through f16 roundings of the gated-norm output downstream).
+template <int W>
+DN_INLINE float ggml_dot(const float* x, const float* y, int n) {
+  const int np = n & ~(4 * W - 1);
+  float sum = 0.0f;
+  if (np > 0) {
+    Vec<W> acc[4] = {};
+    for (int i = 0; i < np; i += 4 * W)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) acc[j] += vec::load<W>(x + i + j * W) * vec::load<W>(y + i + j * W);
+    sum = vec::hsum((acc[0] + acc[2]) + (acc[1] + acc[3]));
+  }
+  for (int i = np; i < n; ++i) sum += unfused_product(x[i], y[i]);
+  return sum;
+}
+
+// ggml_v_silu (x / (1 + ggml_v_expf(-x)), ggml's AVX-512 form, see ggml_expf-inl.h) on W lanes:
+// what ggml_vec_silu_f32 applies to whole groups of 16 elements of a row. Its fused steps are
+// written as a * b + c, which this file's FMA targets contract; the final scaling by 2^n is an
+// exact product, so contracting it into 1 + e^-x changes nothing. Lanes outside |n| <= 126 take
+// the scalar form.
+template <int W>
+DN_INLINE Vec<W> ggml_silu_vec(const Vec<W>& x) {
+  const Vec<W> nx = Vec<W>{} - x;
+  const Vec<W> z = nx * 0x1.715476p+0f + 0x1.8p23f;
+  const Vec<W> n = z - 0x1.8p23f;
+  const Vec<W> b0 = nx - n * 0x1.62e4p-1f;
+  const Vec<W> b = b0 - n * 0x1.7f7d1cp-20f;
+  const Vec<W> u = b * b;
+  const Vec<W> p_hi = (0x1.0e4020p-7f * b + 0x1.573e2ep-5f) * u + (0x1.555e66p-3f * b + 0x1.fffdb6p-2f);
+  const Vec<W> j = p_hi * u + (0x1.ffffecp-1f * b + 1.0f);
+  const vec::IVec<W> outside = (n > 126.0f) | (n < -126.0f);
+  bool in_range = true;
+  for (int l = 0; l < W; ++l) in_range = in_range && outside[l] == 0;
+  Vec<W> e;
+  if (in_range) {
+    const vec::IVec<W> bits = (__builtin_convertvector(n, vec::IVec<W>) + 127) << 23;
+    Vec<W> pow2n;
+    std::memcpy(&pow2n, &bits, sizeof(pow2n));
+    e = j * pow2n;
+  } else {
+    for (int l = 0; l < W; ++l) e[l] = ggml_math::GgmlExpLane(nx[l]);
+  }
+  return x / (1.0f + e);
+}
+
+// The scalar tail of ggml_vec_silu_f32 (elements after the last whole group of 16).
+inline float ggml_silu_scalar(float x) { return x / (1.0f + std::exp(-x)); }
+
+// y[i] = silu(x[i]) for i < n as ggml_vec_silu_f32 computes element `first + i` of a row whose
+// leading `n_vec` elements (a multiple of 16) are in whole 16-element groups: ggml_v_silu there,
+// the scalar formula after. W divides 16, so groups never straddle the boundary.
+template <int W>
+DN_INLINE void ggml_silu_span(const float* x, float* y, int64_t first, int64_t n, int64_t n_vec) {
+  int64_t i = 0;
+  const int64_t vec_end = std::max<int64_t>(0, std::min(n, n_vec - first));
+  for (; i + W <= vec_end; i += W) vec::store<W>(y + i, ggml_silu_vec<W>(vec::load<W>(x + i)));
+  for (; i < vec_end; ++i) {  // only when first is not W-aligned (not the case in this file)
+    float lane[W] = {x[i]};
+    vec::store<W>(lane, ggml_silu_vec<W>(vec::load<W>(lane)));
+    y[i] = lane[0];
+  }
+  for (; i < n; ++i) y[i] = ggml_silu_scalar(x[i]);
+}
+
 // R rows at once (the same arithmetic per row): y_r *= a; s_r = dot(y_r, b).
 template <int W, int R>
 DN_INLINE void scale_dot_rows(float* const* y, float a, const float* b, int n, float* s) {
-  Vec<W> acc[R] = {};
-  int i = 0;
-  for (; i + W <= n; i += W) {
-    const Vec<W> bv = vec::load<W>(b + i);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const Vec<W> v = vec::load<W>(y[r] + i) * a;
-      vec::store<W>(y[r] + i, v);
-      acc[r] += v * bv;
-    }
-  }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    s[r] = vec::hsum(acc[r]);
-    for (int t = i; t < n; ++t) {
-      y[r][t] *= a;
-      s[r] += y[r][t] * b[t];
-    }
+    scale<W>(y[r], a, n);
+    s[r] = ggml_dot<W>(y[r], b, n);
   }
 }
 
@@ -77,24 +148,10 @@ DN_INLINE void scale_dot_rows(float* const* y, float a, const float* b, int n, f
 template <int W, int R>
 DN_INLINE void axpy_dot_rows(float* const* y, const float* x, const float* a, const float* b, int n,
                              float* s) {
-  Vec<W> acc[R] = {};
-  int i = 0;
-  for (; i + W <= n; i += W) {
-    const Vec<W> xv = vec::load<W>(x + i), bv = vec::load<W>(b + i);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const Vec<W> v = vec::load<W>(y[r] + i) + a[r] * xv;
-      vec::store<W>(y[r] + i, v);
-      acc[r] += v * bv;
-    }
-  }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    s[r] = vec::hsum(acc[r]);
-    for (int t = i; t < n; ++t) {
-      y[r][t] += a[r] * x[t];
-      s[r] += y[r][t] * b[t];
-    }
+    axpy<W>(y[r], x, a[r], n);
+    s[r] = ggml_dot<W>(y[r], b, n);
   }
 }
 
@@ -449,6 +506,7 @@ constexpr int kMaxConvKernel = 64;
 constexpr int kConvBlock = 256;  // channels per task
 
 struct ConvArgs {
+  int64_t channels;  // the whole row: ggml's SiLU groups are counted from channel 0
   const float* x;
   int64_t x_stride;
   int64_t n_tokens;
@@ -461,8 +519,9 @@ struct ConvArgs {
 
 // Channels [c0, c0+nc) over all tokens. The window of token t is positions t .. t+d_conv-1 of
 // [state (d_conv-1 rows) | tokens]; taps are summed oldest first with fused multiply-adds, as
-// ggml_ssm_conv compiles on FMA machines. SiLU is silu_row (ops.h): its exp is the one that
-// reproduces llama.cpp's conv outputs on the fixtures (vec::silu's differs in rare last bits). The
+// ggml_ssm_conv compiles on FMA machines. SiLU as ggml_vec_silu_f32 on the conv output rows
+// (ggml_silu over C channels per token): ggml_v_silu on whole groups of 16 channels, the scalar
+// formula (libm expf) on the last C % 16. The
 // state and the weight are first laid out as rows over channels so every token takes the same
 // vector path (whether it reads the state or not), which keeps results independent of how a
 // sequence is split into calls.
@@ -502,7 +561,7 @@ DN_INLINE void conv_block_impl(const ConvArgs& a, int64_t c0, int nc, float* scr
       vec::store<W>(xb, acc);
       std::memcpy(o + c, xb, sizeof(float) * (nc - c));
     }
-    silu_row(o, o, nc);
+    ggml_silu_span<W>(o, o, c0, nc, a.channels - a.channels % 16);
   }
   // New state: window positions n_tokens .. n_tokens+ns-1 (the last ns raw inputs).
   for (int p = 0; p < ns; ++p) {
@@ -525,23 +584,16 @@ DN_INLINE void gated_rms_norm_impl(const float* o, const float* z, const float* 
     for (int64_t d = 0; d < head_dim; ++d) sum += double(oh[d] * oh[d]);
     const float mean = float(sum / double(head_dim));
     const float s = 1.0f / std::sqrt(mean + eps);
+    // silu(z) as ggml_silu computes it on rows of head_dim: ggml_v_silu on whole groups of 16,
+    // the scalar formula after.
+    const int64_t n_vec = head_dim - head_dim % 16;
     int64_t d = 0;
-    for (; d + W <= head_dim; d += W) {
+    for (; d < n_vec; d += W) {
       const Vec<W> on = vec::load<W>(oh + d) * s;
       const Vec<W> ow = on * vec::load<W>(weight + d);
-      vec::store<W>(yh + d, ow * vec::silu<W>(vec::load<W>(zh + d)));
+      vec::store<W>(yh + d, ow * ggml_silu_vec<W>(vec::load<W>(zh + d)));
     }
-    if (d < head_dim) {  // tail through zero-padded vectors
-      float ob[W] = {}, zb[W] = {}, wb[W] = {};
-      const size_t rest = sizeof(float) * size_t(head_dim - d);
-      std::memcpy(ob, oh + d, rest);
-      std::memcpy(zb, zh + d, rest);
-      std::memcpy(wb, weight + d, rest);
-      const Vec<W> on = vec::load<W>(ob) * s;
-      const Vec<W> ow = on * vec::load<W>(wb);
-      vec::store<W>(ob, ow * vec::silu<W>(vec::load<W>(zb)));
-      std::memcpy(yh + d, ob, rest);
-    }
+    for (; d < head_dim; ++d) yh[d] = ((oh[d] * s) * weight[d]) * ggml_silu_scalar(zh[d]);
   }
 }
 
@@ -582,7 +634,7 @@ void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int6
     throw Error("ssm conv: missing input, weight, state or output buffer");
   if (x_stride < channels || out_stride < channels)
     throw Error("ssm conv: a token row stride is shorter than the channel count");
-  const ConvArgs args{x, x_stride, n_tokens, weight, d_conv, conv_state, out, out_stride};
+  const ConvArgs args{channels, x, x_stride, n_tokens, weight, d_conv, conv_state, out, out_stride};
   const CpuLevel level = active_cpu_level();
   const int64_t n_blocks = (channels + kConvBlock - 1) / kConvBlock;
   pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {

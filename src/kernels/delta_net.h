@@ -72,7 +72,8 @@ constexpr int kDeltaNetMaxChunk = 256;
 //   out[t][ch] = silu(sum_{i<d_conv} weight[ch*d_conv+i] * x_{t-(d_conv-1)+i}[ch])
 // where inputs before the first token come from conv_state. conv_state is then replaced by the
 // last d_conv-1 raw inputs (llama.cpp's ssm_conv + state update). out must not alias x.
-// SiLU is silu_row (kernels/ops.h), whose exp reproduces llama.cpp's conv outputs on the fixtures.
+// SiLU as ggml_vec_silu_f32 on each token's row of `channels`: ggml_v_silu (ggml's AVX-512 expf) on
+// whole groups of 16 channels, x / (1 + expf(-x)) on the last channels % 16.
 void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int64_t channels,
                         const float* weight, int d_conv, float* conv_state, float* out,
                         int64_t out_stride, ThreadPool& pool);
@@ -92,6 +93,9 @@ void delta_net_gates(const float* beta_logit, const float* alpha, const float* d
                      const float* ssm_a, int n_v_heads, float* beta, float* g);
 
 // Token-by-token recurrence (decode, and the reference for the chunked form). Updates state.
+// Rounds as llama.cpp's GATED_DELTA_NET CPU op: S^T k and S^T q in ggml_vec_dot_f32's order
+// (for D_k < 64 entirely its scalar loop: products rounded, summed in float one at a time), the
+// rank-1 update as fused multiply-adds.
 void gated_delta_rule_step(const DeltaNetShape& shape, const DeltaNetIO& io, float* state,
                            ThreadPool& pool);
 
@@ -114,7 +118,8 @@ void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* s
 
 // Gated RMSNorm of one token's output: for each of n_heads heads of head_dim,
 //   y_h = (o_h / sqrt(mean(o_h^2) + eps)) * weight * silu(z_h)
-// (weight = ssm_norm, shared by the heads, not +1-shifted). y may alias o.
+// (weight = ssm_norm, shared by the heads, not +1-shifted; silu as ggml_vec_silu_f32 on rows of
+// head_dim, see causal_conv1d_silu). y may alias o.
 void gated_rms_norm(const float* o, const float* z, const float* weight, float* y, int64_t n_heads,
                     int64_t head_dim, float eps);
 
