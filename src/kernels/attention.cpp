@@ -57,7 +57,8 @@ namespace agentkv::attention_detail {
 constexpr int64_t kKeyTile = 64;         // keys per tile (llama.cpp's GGML_FA_TILE_KV)
 constexpr int64_t kTiledMinTokens = 64;  // llama.cpp's GGML_FA_TILE_Q: tiled path threshold
 constexpr int64_t kSplitMinKeys = 512;   // llama.cpp splits single-row attention from here on
-constexpr int64_t kTiledTokensPerUnit = 16;  // tiled units: tokens (times the group's heads)
+constexpr int64_t kTiledRowsPerUnit = 64;  // tiled units: about this many (token, head) rows,
+constexpr int64_t kTiledMinTokensPerUnit = 16;  // and at least this many tokens
 
 enum class Mode { kPerKey, kTiled, kSplitKeys };
 
@@ -981,7 +982,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   if (args.n_tokens >= kTiledMinTokens && same_plain_kv) {
     plan.mode = Mode::kTiled;
     // Units of (token block, KV head); smaller blocks when that leaves threads idle.
-    int64_t tpu = kTiledTokensPerUnit;
+    int64_t tpu = std::max(kTiledMinTokensPerUnit, kTiledRowsPerUnit / plan.group);
     while (tpu > 1 && (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv < 4 * pool.size()) tpu = (tpu + 1) / 2;
     plan.tokens_per_unit = tpu;
     plan.n_units = (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv;
