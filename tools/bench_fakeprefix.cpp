@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -324,6 +325,26 @@ std::string summary_of(const std::vector<StepResult>& rs, bool baseline, bool pe
   return o.str();
 }
 
+// Results back from a report's steps.json (for --replot).
+std::vector<StepResult> results_from_json(const nlohmann::json& j, const std::string& path) {
+  auto num = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : kNaN; };
+  std::vector<StepResult> rs;
+  if (!j.contains("steps") || !j["steps"].is_array()) throw Error(path + ": no \"steps\" array");
+  for (const auto& x : j["steps"]) {
+    if (!x.is_object() || !x.contains("L") || !x.contains("new_tokens") || !x["L"].is_number_integer() ||
+        !x["new_tokens"].is_number_integer())
+      throw Error(path + ": a step without integer \"L\" and \"new_tokens\"");
+    StepResult r{Step{x.value("step", int64_t{0}), x.value("depth", int64_t{0}), x["L"].get<int64_t>(),
+                      x["new_tokens"].get<int64_t>()}};
+    r.measured_s = num(x.value("measured_s", nlohmann::json()));
+    r.real_s = num(x.value("real_s", nlohmann::json()));
+    r.baseline_s = num(x.value("baseline_s", nlohmann::json()));
+    r.keys_fake = x.value("keys_attended_fake", int64_t{-1}), r.keys_real = x.value("keys_attended_real", int64_t{-1});
+    rs.push_back(r);
+  }
+  return rs;
+}
+
 void write_plots(const std::vector<StepResult>& rs, bool baseline, const std::string& dir, const std::string& label) {
   // One series per distinct N when there are few (a grid); a trace mixes N, so one series.
   std::map<int64_t, std::vector<const StepResult*>> by_n;
@@ -351,6 +372,7 @@ void write_plots(const std::vector<StepResult>& rs, bool baseline, const std::st
       q.xs.push_back(x), q.ys.push_back(r->ratio());
       sp.xs.push_back(x), sp.ys.push_back(r->speedup());
     }
+    for (PlotSeries* ps : {&m, &e, &q, &sp}) ps->points_only = !per_n;
     times.series.push_back(m), times.series.push_back(e);
     ratio.series.push_back(q), speed.series.push_back(sp);
   }
@@ -361,6 +383,43 @@ void write_plots(const std::vector<StepResult>& rs, bool baseline, const std::st
 
 }  // namespace
 
+// Prints the summary table and, with out_dir, writes steps.csv/json, summary.md and the plots.
+void write_report(const std::vector<StepResult>& results, const nlohmann::json& meta, const std::string& out_dir) {
+  const std::string backend = meta.value("backend", std::string("?"));
+  const std::string source = meta.value("source", std::string("grid"));
+  const bool baseline = meta.value("baseline", false);
+  const int64_t bucket = meta.value("bucket", int64_t{256});
+  const int64_t reps = meta.value("repetitions", int64_t{1});
+  const std::string summary = summary_of(results, baseline, source == "grid");
+  std::cout << "\nfakeprefix: " << backend << ", " << results.size() << " steps, L = depth rounded up to a multiple of "
+            << bucket << "\n\n" << summary;
+  if (out_dir.empty()) return;
+  make_output_dir(out_dir);
+  write_text_file(out_dir + "/steps.csv", csv_of(results));
+  write_text_file(out_dir + "/steps.json", json_of(results, meta).dump(1) + "\n");
+  write_text_file(out_dir + "/summary.md", "# fakeprefix: " + backend + "\n\nsource: " + source + ", bucket " +
+                                               std::to_string(bucket) + ", repetitions " + std::to_string(reps) + "\n\n" +
+                                               summary +
+                                               "\n![measured vs estimate](measured-vs-estimate.svg)\n\n![ratio](ratio.svg)\n" +
+                                               (baseline ? "\n![speed-up](speedup.svg)\n" : ""));
+  write_plots(results, baseline, out_dir, backend);
+  std::cout << "\nwrote " << out_dir << "/{steps.csv,steps.json,summary.md,measured-vs-estimate.svg,ratio.svg"
+            << (baseline ? ",speedup.svg" : "") << "}\n";
+}
+
+// --replot DIR: the report of DIR/steps.json written again (table, summary, plots), nothing measured.
+int replot(const std::string& dir) {
+  const std::string path = dir + "/steps.json";
+  std::ifstream f(path);
+  if (!f) throw Error("cannot read " + path);
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw Error(path + ": not a JSON object");
+  const auto results = results_from_json(j, path);
+  j.erase("steps");
+  write_report(results, j, dir);
+  return 0;
+}
+
 int bench_fakeprefix(Args& a) {
   if (a.flag("--help", "-h")) {
     std::puts(
@@ -368,11 +427,17 @@ int bench_fakeprefix(Args& a) {
         "         [--bucket 256] [-r 1] [--baseline [--baseline-every K] [--baseline-reps 1]] [--out DIR] [--max-steps K] [--max-depth D]\n"
         "         [-t 2] [-ub 512] [-ctk f16] [-ctv f16]            (in-process)\n"
         "         [--real-slot 0] [--fake-slot 1]                   (--server)\n"
+        "       agentkv bench fakeprefix --replot DIR   (the report of DIR/steps.json again, nothing measured)\n"
         "  Per step: the only-new prefill after a fake prefix of L (checked: only the new tokens are\n"
         "  evaluated), prefill_tps(L) after a real prefix of L, estimate = new / prefill_tps(L),\n"
         "  optional cold prefill of L + new (--baseline). L = depth rounded up to a multiple of --bucket.\n"
         "  --out writes steps.csv, steps.json, summary.md and SVG plots. See docs/measurement.md.");
     return 0;
+  }
+  const std::string replot_dir = a.str("--replot", "", "");
+  if (!replot_dir.empty()) {
+    a.finish();
+    return replot(replot_dir);
   }
   const std::string model_path = a.str("-m", "--model", "");
   const std::string server = a.str("--server", "", "");
@@ -454,29 +519,14 @@ int bench_fakeprefix(Args& a) {
                  r.measured_s, r.estimate_s(), with_baseline ? (" baseline " + fmt(r.baseline_s) + " s").c_str() : "");
   }
 
-  const std::string summary = summary_of(results, baseline, trace_path.empty());
-  std::cout << "\nfakeprefix: " << backend->describe() << ", " << results.size() << " steps, L = depth rounded up to a multiple of "
-            << bucket << "\n\n" << summary;
-  if (!out_dir.empty()) {
-    make_output_dir(out_dir);
-    nlohmann::json meta{{"backend", backend->describe()},
-                        {"source", trace_path.empty() ? std::string("grid") : trace_path},
-                        {"bucket", bucket},
-                        {"bucket_rule", "L = depth rounded up to a multiple of bucket"},
-                        {"repetitions", reps},
-                        {"baseline", baseline}};
-    if (server.empty()) meta["threads"] = cp.n_threads, meta["n_ubatch"] = cp.n_ubatch;
-    write_text_file(out_dir + "/steps.csv", csv_of(results));
-    write_text_file(out_dir + "/steps.json", json_of(results, meta).dump(1) + "\n");
-    write_text_file(out_dir + "/summary.md", "# fakeprefix: " + backend->describe() + "\n\nsource: " +
-                                                 meta["source"].get<std::string>() + ", bucket " + std::to_string(bucket) +
-                                                 ", repetitions " + std::to_string(reps) + "\n\n" + summary +
-                                                 "\n![measured vs estimate](measured-vs-estimate.svg)\n\n![ratio](ratio.svg)\n" +
-                                                 (baseline ? "\n![speed-up](speedup.svg)\n" : ""));
-    write_plots(results, baseline, out_dir, backend->describe());
-    std::cout << "\nwrote " << out_dir << "/{steps.csv,steps.json,summary.md,measured-vs-estimate.svg,ratio.svg"
-              << (baseline ? ",speedup.svg" : "") << "}\n";
-  }
+  nlohmann::json meta{{"backend", backend->describe()},
+                      {"source", trace_path.empty() ? std::string("grid") : trace_path},
+                      {"bucket", bucket},
+                      {"bucket_rule", "L = depth rounded up to a multiple of bucket"},
+                      {"repetitions", reps},
+                      {"baseline", baseline}};
+  if (server.empty()) meta["threads"] = cp.n_threads, meta["n_ubatch"] = cp.n_ubatch;
+  write_report(results, meta, out_dir);
   return 0;
 }
 

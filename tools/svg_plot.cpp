@@ -69,9 +69,17 @@ std::string render_svg(const LinePlot& plot) {
   y0 = std::min(y0, 0.0);  // rates and ratios read best from zero
   if (y1 <= y0) y1 = y0 + 1;
   y1 += (y1 - y0) * 0.05;
-  if (plot.log_x) {
-    x0 = std::pow(10.0, std::floor(std::log10(x0)));
-    x1 = std::max(std::pow(10.0, std::ceil(std::log10(x1))), x0 * 10);
+  if (plot.log_x) {  // widen to the nearest 1-2-5 steps around the data
+    auto step_below = [](double x) {
+      const double d = std::pow(10.0, std::floor(std::log10(x)));
+      return x >= 5 * d ? 5 * d : x >= 2 * d ? 2 * d : d;
+    };
+    auto step_above = [](double x) {
+      const double d = std::pow(10.0, std::floor(std::log10(x)));
+      return x <= d ? d : x <= 2 * d ? 2 * d : x <= 5 * d ? 5 * d : 10 * d;
+    };
+    x0 = step_below(x0);
+    x1 = std::max(step_above(x1), x0 * 2);
   } else if (x1 <= x0) {
     x1 = x0 + 1;
   }
@@ -102,9 +110,9 @@ std::string render_svg(const LinePlot& plot) {
   }
   std::vector<double> xticks;
   if (plot.log_x) {
-    for (double d = x0; d <= x1 * 1.0001; d *= 10)
+    for (double d = std::pow(10.0, std::floor(std::log10(x0))); d <= x1 * 1.0001; d *= 10)
       for (double m : {1.0, 2.0, 5.0})
-        if (d * m <= x1 * 1.0001) xticks.push_back(d * m);
+        if (d * m >= x0 * 0.9999 && d * m <= x1 * 1.0001) xticks.push_back(d * m);
   } else {
     xticks = linear_ticks(x0, x1);
   }
@@ -140,13 +148,21 @@ std::string render_svg(const LinePlot& plot) {
       if (!usable(s.xs[i], s.ys[i])) continue;
       std::snprintf(buf, sizeof buf, "%.1f,%.1f ", px(s.xs[i]), py(s.ys[i]));
       points += buf;
-      std::snprintf(buf, sizeof buf, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>", px(s.xs[i]), py(s.ys[i]),
-                    color);
+      // Dashed series get hollow markers, so two overlapping scatters stay distinguishable.
+      if (s.dashed)
+        std::snprintf(buf, sizeof buf, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"none\" stroke=\"%s\"/>",
+                      px(s.xs[i]), py(s.ys[i]), color);
+      else
+        std::snprintf(buf, sizeof buf, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>", px(s.xs[i]),
+                      py(s.ys[i]), color);
       markers += buf;
     }
-    std::snprintf(buf, sizeof buf, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"", color,
-                  s.dashed ? " stroke-dasharray=\"6,4\"" : "");
-    svg += buf + points + "\"/>\n" + markers + "\n";
+    if (!s.points_only) {
+      std::snprintf(buf, sizeof buf, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"", color,
+                    s.dashed ? " stroke-dasharray=\"6,4\"" : "");
+      svg += buf + points + "\"/>\n";
+    }
+    svg += markers + "\n";
     const double ly = kTop + 10 + 20 * k;
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>"

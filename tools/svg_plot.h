@@ -11,6 +11,7 @@ struct PlotSeries {
   std::vector<double> xs;
   std::vector<double> ys;
   bool dashed = false;
+  bool points_only = false;  // a scatter: traces mix many steps at nearby depths, lines would zig-zag
 };
 
 struct LinePlot {
