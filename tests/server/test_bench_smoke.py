@@ -115,6 +115,23 @@ def test_fakeprefix_in_process_evaluates_only_new_tokens(model, tmp_path):
         assert s["measured_s"] > 0 and s["baseline_s"] > 0
     for name in ("measured-vs-estimate.svg", "ratio.svg", "speedup.svg"):
         xml.dom.minidom.parse(str(out / name))
+    # --replot rewrites the same report from steps.json, measuring nothing.
+    summary = (out / "summary.md").read_text()
+    steps_json = (out / "steps.json").read_text()
+    for name in ("summary.md", "ratio.svg"):
+        (out / name).unlink()
+    r = bench("fakeprefix", "--replot", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (out / "summary.md").read_text() == summary
+    assert json.loads((out / "steps.json").read_text()) == json.loads(steps_json)
+    xml.dom.minidom.parse(str(out / "ratio.svg"))
+
+
+def test_fakeprefix_replot_of_a_bad_report_is_a_clear_error(tmp_path):
+    (tmp_path / "steps.json").write_text('{"steps": [{"L": 3}]}')
+    r = bench("fakeprefix", "--replot", str(tmp_path))
+    assert r.returncode == 1
+    assert "steps.json" in r.stderr and "new_tokens" in r.stderr
 
 
 def test_fakeprefix_against_the_server(dense_server):
