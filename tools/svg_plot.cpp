@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <string>
 
 #include "core/error.h"
 
@@ -164,11 +165,16 @@ std::string render_svg(const LinePlot& plot) {
     }
     svg += markers + "\n";
     const double ly = kTop + 10 + 20 * k;
-    std::snprintf(buf, sizeof buf,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>"
-                  "<text x=\"%.1f\" y=\"%.1f\">",
-                  kLeft + pw + 12, ly, kLeft + pw + 36, ly, color, s.dashed ? " stroke-dasharray=\"6,4\"" : "",
-                  kLeft + pw + 42, ly + 4);
+    if (s.points_only)  // the legend shows the series' marker
+      std::snprintf(buf, sizeof buf, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" %s/>", kLeft + pw + 24, ly,
+                    s.dashed ? ("fill=\"none\" stroke=\"" + std::string(color) + "\"").c_str()
+                             : ("fill=\"" + std::string(color) + "\"").c_str());
+    else
+      std::snprintf(buf, sizeof buf,
+                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>",
+                    kLeft + pw + 12, ly, kLeft + pw + 36, ly, color, s.dashed ? " stroke-dasharray=\"6,4\"" : "");
+    svg += buf;
+    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\">", kLeft + pw + 42, ly + 4);
     svg += buf + escape(s.name) + "</text>\n";
   }
   svg += "</svg>\n";
