@@ -59,6 +59,12 @@ struct RequestLog {
 };
 thread_local RequestLog t_request;
 
+// A tokenized prompt must hold at least one token and leave room in the context.
+void check_prompt_fits(const std::vector<Token>& prompt, uint32_t n_ctx) {
+  if (prompt.empty()) throw invalid_request("the prompt is empty");
+  if (prompt.size() >= n_ctx) throw exceed_context_size(prompt.size(), n_ctx);
+}
+
 // Generated text may hold invalid UTF-8 (a token can end inside a character); such bytes become
 // U+FFFD instead of failing the response.
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
@@ -370,13 +376,7 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
   task->id = next_task_id_++;
   task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
   task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
-  if (task->prompt.empty()) throw invalid_request("the prompt is empty");
-  const uint32_t n_ctx = e.scheduler->config().n_ctx;
-  if (task->prompt.size() >= n_ctx)
-    throw HttpError(ErrorType::ExceedContextSize,
-                    "request (" + std::to_string(task->prompt.size()) + " tokens) exceeds the available context size (" +
-                        std::to_string(n_ctx) + " tokens), try increasing it",
-                    Json{{"n_prompt_tokens", task->prompt.size()}, {"n_ctx", n_ctx}});
+  check_prompt_fits(task->prompt, e.scheduler->config().n_ctx);
   if (task->params.n_fake_cached > 0 && static_cast<size_t>(task->params.n_fake_cached) >= task->prompt.size())
     throw invalid_request("n_fake_cached (" + std::to_string(task->params.n_fake_cached) +
                           ") must be below the prompt length (" + std::to_string(task->prompt.size()) + " tokens)");
@@ -646,13 +646,7 @@ void HttpServer::prefill(const Request& req, Response& res) {
   task->params.stream = false;
   task->return_state = true;
   task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
-  if (task->prompt.empty()) throw invalid_request("the prompt is empty");
-  const uint32_t n_ctx = e.scheduler->config().n_ctx;
-  if (task->prompt.size() >= n_ctx)
-    throw HttpError(ErrorType::ExceedContextSize,
-                    "request (" + std::to_string(task->prompt.size()) + " tokens) exceeds the available context size (" +
-                        std::to_string(n_ctx) + " tokens), try increasing it",
-                    Json{{"n_prompt_tokens", task->prompt.size()}, {"n_ctx", n_ctx}});
+  check_prompt_fits(task->prompt, e.scheduler->config().n_ctx);
   ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
   std::shared_ptr<TaskChannel> channel = task->channel;
   e.scheduler->submit(std::move(task));

@@ -366,9 +366,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   const CompletionParams& p = task->params;
   const std::vector<Token>& prompt = task->prompt;
   if (prompt.empty() || prompt.size() >= cfg_.n_ctx) {  // the HTTP layer refuses these first
-    task->channel->push({TaskEvent::Kind::Error, {}, {}, HttpError(ErrorType::ExceedContextSize,
-                         "request (" + std::to_string(prompt.size()) + " tokens) exceeds the available context size (" +
-                         std::to_string(cfg_.n_ctx) + " tokens), try increasing it")});
+    task->channel->push({TaskEvent::Kind::Error, {}, {}, exceed_context_size(prompt.size(), cfg_.n_ctx)});
     return;
   }
 

@@ -1,6 +1,8 @@
 // Errors the HTTP server answers with, shaped as llama-server shapes them:
 // {"error": {"code": <http status>, "message": "...", "type": "invalid_request_error"}}.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -43,5 +45,13 @@ nlohmann::ordered_json error_object(const HttpError& e);
 nlohmann::ordered_json error_body(const HttpError& e);
 
 inline HttpError invalid_request(const std::string& message) { return HttpError(ErrorType::InvalidRequest, message); }
+
+// A prompt of n_prompt_tokens that does not fit in n_ctx cells, worded and shaped as llama-server's.
+inline HttpError exceed_context_size(size_t n_prompt_tokens, uint32_t n_ctx) {
+  return HttpError(ErrorType::ExceedContextSize,
+                   "request (" + std::to_string(n_prompt_tokens) + " tokens) exceeds the available context size (" +
+                       std::to_string(n_ctx) + " tokens), try increasing it",
+                   nlohmann::ordered_json{{"n_prompt_tokens", n_prompt_tokens}, {"n_ctx", n_ctx}});
+}
 
 }  // namespace agentkv::server
