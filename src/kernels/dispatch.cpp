@@ -102,6 +102,8 @@ CpuLevel active_cpu_level() {
   return static_cast<CpuLevel>(level_slot().load(std::memory_order_relaxed));
 }
 
+bool avx512_vnni_active() { return active_cpu_level() == CpuLevel::Avx512 && cpu_features().avx512_vnni; }
+
 CpuLevel set_cpu_level(CpuLevel level) {
   const CpuLevel used = clamp(level);
   level_slot().store(static_cast<int>(used), std::memory_order_relaxed);

@@ -26,6 +26,8 @@ const CpuFeatures& cpu_features();
 CpuLevel detected_cpu_level();
 // Level the kernels use: detected_cpu_level(), lowered by AGENTKV_CPU or set_cpu_level().
 CpuLevel active_cpu_level();
+// The AVX-512 level is active and the CPU has VNNI (what the int8 GEMM kernels need).
+bool avx512_vnni_active();
 // Forces a level for this process (clamped to what the CPU supports); returns the level now in use.
 // Not thread-safe with kernels running: call it at start-up or between tests.
 CpuLevel set_cpu_level(CpuLevel level);

@@ -28,8 +28,6 @@ namespace {
 using namespace quant_detail;
 using namespace quant_detail::x86;
 
-#define AGENTKV_GEMM_VNNI __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni")))
-
 constexpr int kLanes = 16;      // weight rows per register
 constexpr int kTileTokens = 4;  // = kRowGroupSize: a tile is all grouped or all GEMV tokens
 static_assert(kTileTokens == kRowGroupSize);
@@ -43,7 +41,7 @@ struct alignas(64) PackedRows {
   float dmin[kLanes];
 };
 
-AGENTKV_GEMM_VNNI void pack_rows(const uint8_t* w, size_t w_stride, int rows, int64_t nsb, PackedRows* out) {
+AGENTKV_AVX512_VNNI void pack_rows(const uint8_t* w, size_t w_stride, int rows, int64_t nsb, PackedRows* out) {
   // Per superblock: every row's quants in element order (pair j: the low nibbles of
   // qs[32j .. 32j + 31], then the high ones), then chunk c of all 16 rows gathered into one line.
   alignas(64) uint8_t unpacked[kLanes][kQK_K] = {};
@@ -85,7 +83,7 @@ inline int32_t bsum_pair(const BlockQ8_K& a, int j) {
 }
 
 template <int kTokens, bool kGrouped>
-AGENTKV_GEMM_VNNI void tile_kernel(const PackedRows* w, int64_t nsb, const uint8_t* act, size_t act_stride, float* y,
+AGENTKV_AVX512_VNNI void tile_kernel(const PackedRows* w, int64_t nsb, const uint8_t* act, size_t act_stride, float* y,
                                    int64_t y_stride, int valid_rows) {
   __m512 acc[kTokens], acc_min[kTokens];
 #pragma GCC unroll 8
@@ -168,7 +166,7 @@ std::vector<PackedRows>& packed_scratch(size_t count) {
 
 }  // namespace
 
-bool q4_K_gemm_available() { return active_cpu_level() == CpuLevel::Avx512 && cpu_features().avx512_vnni; }
+bool q4_K_gemm_available() { return avx512_vnni_active(); }
 
 void q4_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                size_t act_stride, int64_t n_tokens, int64_t n_grouped, float* y, int64_t y_stride,

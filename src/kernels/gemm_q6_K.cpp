@@ -29,8 +29,6 @@ namespace {
 using namespace quant_detail;
 using namespace quant_detail::x86;
 
-#define AGENTKV_GEMM_VNNI __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni")))
-
 constexpr int kGroups = kQK_K / 32;  // 32-weight groups per superblock
 
 // One q8_K superblock of two consecutive tokens: per group, token 2p's 32 quants in bytes 0..31
@@ -75,7 +73,7 @@ AGENTKV_AVX2_INLINE __m256i q6_high_bits(__m256i qh, int shift, __m256i three) {
 
 // Weight rows re-laid for the kernel: per superblock 256 unsigned quants in element order, per
 // group the 8 lane scales of one 256-bit half (low 16 bits, high 16 bits zero), and the float d.
-AGENTKV_GEMM_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nsb, uint8_t* q,
+AGENTKV_AVX512_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nsb, uint8_t* q,
                                         int32_t* sc, float* d) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
   // Lanes 0-3 take the group's first 16-weight scale, lanes 4-7 the second.
@@ -108,7 +106,7 @@ AGENTKV_GEMM_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64
 // kRows x kPairs outputs over superblocks [s0, s1); accumulators parked in state between calls
 // (as in gemm_q8_0.cpp), reduced into y after the last superblock.
 template <int kRows, int kPairs>
-AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w_q, const int32_t* w_sc, const float* w_d,
+AGENTKV_AVX512_VNNI void tile_kernel(const uint8_t* w_q, const int32_t* w_sc, const float* w_d,
                                    const PackedPairSuper* packed, int64_t nsb, int64_t s0, int64_t s1, float* state,
                                    float* y, int64_t y_stride, int64_t token0, int64_t n_tokens) {
   __m512 acc[kRows][kPairs];
@@ -195,7 +193,7 @@ size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
 
 }  // namespace
 
-bool q6_K_gemm_available() { return active_cpu_level() == CpuLevel::Avx512 && cpu_features().avx512_vnni; }
+bool q6_K_gemm_available() { return avx512_vnni_active(); }
 
 void q6_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {

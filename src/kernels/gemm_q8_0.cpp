@@ -27,8 +27,6 @@ namespace {
 using namespace quant_detail;
 using namespace quant_detail::x86;
 
-#define AGENTKV_GEMM_VNNI __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni")))
-
 // One q8_0 block of two consecutive tokens, laid out for the kernel: token 2p in bytes / lanes
 // 0..31 / 0..7, token 2p + 1 in the upper half (zeros when the token count is odd).
 struct alignas(64) PackedPairBlock {
@@ -66,7 +64,7 @@ void clear_half(int64_t nb, int half, PackedPairBlock* out) {
 
 // Weight rows re-laid for the kernel, once per chunk of rows and reused by every token tile:
 // quants shifted to unsigned (xor 0x80) in 32-byte blocks, scales converted to float.
-AGENTKV_GEMM_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nb, uint8_t* qs,
+AGENTKV_AVX512_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nb, uint8_t* qs,
                                         float* d) {
   const __m256i sign_flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t i = 0; i < rows; ++i) {
@@ -84,7 +82,7 @@ AGENTKV_GEMM_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64
 // accumulators start at zero when b0 == 0, else from state, and go back to state unless b1 == nb,
 // where they are reduced into y: splitting the block range changes no rounding.
 template <int kRows, int kPairs>
-AGENTKV_GEMM_VNNI void tile_kernel(const uint8_t* w_qs, const float* w_d, const PackedPairBlock* packed, int64_t nb,
+AGENTKV_AVX512_VNNI void tile_kernel(const uint8_t* w_qs, const float* w_d, const PackedPairBlock* packed, int64_t nb,
                                    int64_t b0, int64_t b1, float* state, float* y, int64_t y_stride, int64_t token0,
                                    int64_t n_tokens) {
   // The loops over rows and pairs are unrolled so the accumulators live in registers (-O2 alone
@@ -164,7 +162,7 @@ uint8_t* weight_scratch(size_t bytes) {
 
 }  // namespace
 
-bool q8_0_gemm_available() { return active_cpu_level() == CpuLevel::Avx512 && cpu_features().avx512_vnni; }
+bool q8_0_gemm_available() { return avx512_vnni_active(); }
 
 void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {

@@ -20,7 +20,6 @@ using namespace x86;
 
 #define AGENTKV_AVX512 __attribute__((target(AGENTKV_TARGET_AVX512)))
 #define AGENTKV_AVX512_INLINE static inline __attribute__((target(AGENTKV_TARGET_AVX512), always_inline))
-#define AGENTKV_AVX512_VNNI __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni")))
 #define AGENTKV_AVX512_VNNI_INLINE \
   static inline __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni"), always_inline))
 #define AGENTKV_AVX512_BF16 __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512bf16")))

@@ -14,6 +14,7 @@
 #define AGENTKV_TARGET_AVX512 AGENTKV_TARGET_AVX2 ",avx512f,avx512bw,avx512vl,avx512dq"
 #define AGENTKV_AVX2 __attribute__((target(AGENTKV_TARGET_AVX2)))
 #define AGENTKV_AVX2_INLINE static inline __attribute__((target(AGENTKV_TARGET_AVX2), always_inline))
+#define AGENTKV_AVX512_VNNI __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni")))
 
 namespace agentkv::quant_detail::x86 {
 
