@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "engine/context.h"
 #include "engine/model_stats.h"
 #include "kernels/bandwidth.h"
@@ -29,6 +30,12 @@ struct Measurement {
   int64_t depth = 0;
   int64_t n_tokens = 0;
   std::vector<double> seconds;
+  op_profile::Totals split{};  // seconds per kind of operation over the counted runs (--split)
+  double split_fraction(op_profile::Kind kind) const {
+    double total = 0;
+    for (double x : seconds) total += x;
+    return total > 0 ? split[static_cast<int>(kind)] / total : 0;
+  }
   double mean_tps() const {
     double s = 0;
     for (double x : seconds) s += n_tokens / x;
@@ -140,7 +147,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (a.flag("--fake-prefix-op")) return bench_fake_prefix_op(a);
   if (a.flag("--help", "-h")) {
     std::puts("usage: agentkv bench -m MODEL [-p 512] [-n 128] [-d 0] [-t 2] [-r 3] [-ub 512]\n"
-              "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth] [-np 1]\n"
+              "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth] [--split] [-np 1]\n"
+              "  --split: share of each test's time in matmuls, attention and recurrent state updates\n"
               "  -np N: tgN decodes N sequences together (one token each per step, as the server batches\n"
               "         slots) and reports their aggregate tokens/s\n"
               "       agentkv bench --fake-prefix-op -m MODEL [-L 1024,8192,32768] [-r 50]\n"
@@ -154,6 +162,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const int reps = static_cast<int>(a.num("-r", "--repetitions", 3));
   const std::string out_fmt = a.str("-o", "--output", "md");
   const bool bandwidth = a.flag("--bandwidth");
+  const bool split = a.flag("--split");
   const int n_parallel = static_cast<int>(a.num("-np", "--parallel", 1));
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
@@ -179,6 +188,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const ModelStats ms = model_stats(*model);
   const double gbs = bandwidth ? measure_read_bandwidth_gbs(ctx.pool()) : 0.0;
 
+  op_profile::set_enabled(split);
+  auto add_split = [](Measurement& m) {
+    const op_profile::Totals t = op_profile::totals();
+    for (int k = 0; k < op_profile::kNumKinds; ++k) m.split[k] += t[k];
+  };
   std::mt19937 rng(1234);
   std::vector<Measurement> results;
   for (int64_t d : depths) {
@@ -192,8 +206,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
       Measurement m{"pp" + std::to_string(p), d, p, {}};
       for (int r = 0; r <= reps; ++r) {  // first run warms up and is not counted
         reset_to_depth();
+        op_profile::reset();
         const double s = time_prefill(ctx, d, p, rng);
-        if (r > 0) m.seconds.push_back(s);
+        if (r > 0) {
+          m.seconds.push_back(s);
+          add_split(m);
+        }
       }
       results.push_back(m);
     }
@@ -204,8 +222,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
                     n * n_parallel, {}};
       for (int r = 0; r <= reps; ++r) {
         reset_to_depth();
+        op_profile::reset();
         const double s = time_decode(ctx, d, n, n_parallel, rng);
-        if (r > 0) m.seconds.push_back(s);
+        if (r > 0) {
+          m.seconds.push_back(s);
+          add_split(m);
+        }
       }
       results.push_back(m);
     }
@@ -233,6 +255,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
     for (const auto& m : results) {
       nlohmann::json r{{"test", m.test}, {"depth", m.depth}, {"n_tokens", m.n_tokens},
                        {"avg_ts", m.mean_tps()}, {"stddev_ts", m.stddev_tps()}, {"samples_s", m.seconds}};
+      if (split) {
+        for (int k = 0; k < op_profile::kNumKinds; ++k) {
+          const auto kind = static_cast<op_profile::Kind>(k);
+          r[std::string(op_profile::kind_name(kind)) + "_fraction"] = m.split_fraction(kind);
+        }
+      }
       if (m.test.rfind("tg", 0) == 0) {
         const uint64_t bytes = decode_bytes_per_token(m.depth);
         r["bytes_per_token"] = bytes;
@@ -247,8 +275,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
     j["kv_cache_bytes"] = kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx);
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("| model | size | params | threads | test | t/s |%s\n", bandwidth ? " GB/s read | roofline |" : "");
-    std::printf("| --- | ---: | ---: | ---: | --- | ---: |%s\n", bandwidth ? " ---: | ---: |" : "");
+    std::printf("| model | size | params | threads | test | t/s |%s%s\n", bandwidth ? " GB/s read | roofline |" : "",
+                split ? " matmul | attention | recurrent | other |" : "");
+    std::printf("| --- | ---: | ---: | ---: | --- | ---: |%s%s\n", bandwidth ? " ---: | ---: |" : "",
+                split ? " ---: | ---: | ---: | ---: |" : "");
     for (const auto& m : results) {
       const std::string test = m.test + (m.depth ? " @ d" + std::to_string(m.depth) : "");
       std::printf("| %s| %s | %.2f M | %d | %s | %.2f ± %.2f |", model_desc.c_str(), human_bytes(ms.weight_bytes).c_str(),
@@ -261,6 +291,15 @@ int cmd_bench(const std::vector<std::string>& argv) {
         } else {
           std::printf(" | |");
         }
+      }
+      if (split) {
+        double rest = 1;
+        for (int k = 0; k < op_profile::kNumKinds; ++k) {
+          const double f = m.split_fraction(static_cast<op_profile::Kind>(k));
+          rest -= f;
+          std::printf(" %.1f%% |", 100 * f);
+        }
+        std::printf(" %.1f%% |", 100 * std::max(0.0, rest));
       }
       std::printf("\n");
     }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "model/attention_block.h"
@@ -97,6 +98,7 @@ Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : Model
 
 void Qwen35Model::attention_layer(int il, const ForwardBatch& b, ModelMemory& mem, const float* cur,
                                   float* out, Workspace& ws, ThreadPool& pool) const {
+  const op_profile::Scope profile(op_profile::Kind::kRecurrent);  // its matmuls count as matmuls
   const auto& cfg = config_;
   const Layer& l = layers_[il];
   const int64_t T = static_cast<int64_t>(b.tokens.size());
