@@ -4,9 +4,14 @@
 // tinyBLAS refuses and for expert matrices (MUL_MAT_ID). Every output must match bit for bit.
 #include <gtest/gtest.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -182,6 +187,33 @@ TEST_F(GemmFloatTest, Bf16DotFollowsGgmlOrder) {
     }
     const float got = vec_dot_fn(GgmlType::BF16, CpuLevel::Avx512)(n, xb.data(), yb.data());
     ASSERT_EQ(fp32_to_bits(got), fp32_to_bits(bf16_dot_order(x, y, dp))) << "n=" << n << (dp ? " (vdpbf16ps)" : "");
+  }
+}
+
+// Single-thread throughput of the prefill GEMM on Qwen3-0.6B's F16 shapes with 512 tokens, timed in
+// thread CPU time (the machine is shared, wall time is noisy). Run with --gtest_also_run_disabled_tests.
+TEST_F(GemmFloatTest, DISABLED_Throughput) {
+  ThreadPool one_thread(1);
+  const int64_t n_tokens = 512;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const auto& [n_in, n_out] : {std::pair<int64_t, int64_t>{1024, 3072}, {3072, 1024}, {1024, 2048}, {2048, 1024}}) {
+    std::vector<uint16_t> w_bytes(n_in * n_out);
+    for (uint16_t& h : w_bytes) h = fp32_to_fp16(dist(rng));
+    std::vector<float> x(n_tokens * n_in), y(n_tokens * n_out);
+    for (float& v : x) v = dist(rng);
+    const WeightMatrix w{GgmlType::F16, n_in, n_out, reinterpret_cast<const uint8_t*>(w_bytes.data()), 0};
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      timespec t0{}, t1{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+      float_gemm(w, x.data(), n_tokens, n_in, y.data(), n_out, one_thread);
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+      best = std::min(best, (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+    }
+    std::printf("F16 [%lld x %lld] x %lld tokens: %.1f GFLOP/s (%.2f ms)\n", static_cast<long long>(n_in),
+                static_cast<long long>(n_out), static_cast<long long>(n_tokens),
+                2.0 * n_in * n_out * n_tokens / best * 1e-9, best * 1e3);
   }
 }
 
