@@ -15,6 +15,7 @@
 #include "kernels/gemm_q4_K.h"
 #include "kernels/gemm_q6_K.h"
 #include "kernels/gemm_q8_0.h"
+#include "kernels/gemv.h"
 #include "kernels/quant.h"
 
 namespace agentkv {
@@ -95,6 +96,15 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
       pool.parallel_for(n_tokens, convert);
     }
     act = dst;
+  }
+
+  // One token (decode): the multi-row GEMV kernels, same bits as the per-row loop below.
+  if (n_tokens == 1 && gemv_available(w.type)) {
+    const uint8_t* weights = w.data;
+    pool.parallel_for(
+        w.n_out, [&](int64_t row_begin, int64_t row_end) { gemv_rows(w.type, weights, w_stride, n_in, act, row_begin, row_end, y); },
+        gemv_row_grain(w.type));
+    return;
   }
 
   // q8_0 / q6_K / q4_K prefill: register-blocked kernels with the same bits as the per-dot loop below.

@@ -1,0 +1,410 @@
+// Decode GEMV kernels (AVX-512 VNNI). The per-row dot loop is bound by the latency of its one
+// load stream and its long per-block instruction chain, not by memory bandwidth; these kernels
+// take a group of rows at once (sharing the activation loads, the scale conversions and the
+// final reductions) and prefetch the rows a few KB ahead. Each output keeps the float operations
+// of its vec_dot kernel, in the same order (see quant_dot_avx2.cpp / quant_dot_avx512.cpp):
+//   q8_0: 8 lanes per row, lane = fma(fp16(w.d) * fp16(a.d), float(int lane sum), lane) per block,
+//         then hsum_ps. Two rows share a 512-bit register, one per 256-bit half.
+//   q6_K: 8 lanes per row, lane = fma(a.d * fp16(w.d), float(int lane sum), lane) per superblock,
+//         then hsum_ps. Two rows per 512-bit register as for q8_0.
+//   q4_K: two scalar chains per row, acc = fma(float(isum), fp16(w.d) * a.d, acc) and
+//         acc_min = fma(float(min sum), fp16(w.dmin) * a.d, acc_min) per superblock, then
+//         acc - acc_min. Eight rows' chains sit in the lanes of one register.
+// Only integer sums (exact) are computed differently from the per-row kernels.
+#include "kernels/gemv.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/quant.h"
+#include "kernels/quant_kernels.h"
+#include "kernels/quant_simd_x86.h"
+
+// GCC 12 reports the undefined upper halves inside its own AVX-512 intrinsics as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace agentkv {
+
+#ifdef AGENTKV_HAVE_X86_SIMD
+namespace {
+using namespace quant_detail;
+using namespace quant_detail::x86;
+
+#define AGENTKV_GEMV_INLINE static inline __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni"), always_inline))
+
+// How far ahead of the rows being read the software prefetch runs (bytes of the row stream).
+constexpr size_t kPrefetchBytes = 6144;
+
+// Rows to look ahead for prefetching: a whole number of groups covering kPrefetchBytes.
+int64_t rows_ahead(size_t w_stride, int group_rows) {
+  const size_t group_bytes = w_stride * static_cast<size_t>(group_rows);
+  return static_cast<int64_t>((kPrefetchBytes + group_bytes - 1) / group_bytes) * group_rows;
+}
+
+// First row of the group to prefetch while group `r` is read: `ahead` rows on, but never past the
+// last whole group of the range (the prefetch then re-touches rows already read, harmlessly).
+const uint8_t* prefetch_rows(const uint8_t* weights, size_t w_stride, int64_t r, int64_t ahead, int64_t last_group) {
+  return weights + static_cast<size_t>(std::min(r + ahead, last_group)) * w_stride;
+}
+
+AGENTKV_GEMV_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+
+// Scratch for per-call activation data, one per thread.
+template <typename T>
+T* scratch(size_t count) {
+  thread_local std::vector<T> buf;
+  if (buf.size() < count) buf.resize(count);
+  return buf.data();
+}
+
+// The four rows' fp16 scales (each at byte `offset` of its row) times a float scale, as floats.
+AGENTKV_GEMV_INLINE __m128 four_scales(const uint8_t* row0, size_t w_stride, size_t offset, float a_scale) {
+  uint16_t h[4];
+  for (int i = 0; i < 4; ++i) std::memcpy(&h[i], row0 + i * w_stride + offset, 2);
+  const __m128i halves = _mm_setr_epi16(static_cast<short>(h[0]), static_cast<short>(h[1]), static_cast<short>(h[2]),
+                                        static_cast<short>(h[3]), 0, 0, 0, 0);
+  return _mm_mul_ps(_mm_cvtph_ps(halves), _mm_set1_ps(a_scale));
+}
+
+// Lanes 0-7: scale i, lanes 8-15: scale i + 1 (of four).
+AGENTKV_GEMV_INLINE __m512 pair_scales(__m128 four, int i) {
+  const __m512i index = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(i), _mm512_set1_epi32(i + 1));
+  return _mm512_permutexvar_ps(index, _mm512_castps128_ps512(four));
+}
+
+// ---------------------------------------------------------------------------------------------
+// q8_0: vpdpbusd multiplies unsigned by signed bytes, so the weights are shifted to w + 128
+// (xor 0x80) and each lane starts from -128 * (sum of its 4 activations); the lane sums are the
+// same exact int32 as dot_q8_0's.
+constexpr int kQ8_0Rows = 4;
+
+struct alignas(32) Q8_0Bias {
+  int32_t lane[8];  // -128 * (sum of the lane's 4 activations)
+};
+
+AGENTKV_AVX512_VNNI void q8_0_prepare(const BlockQ8_0* a, int64_t nb, Q8_0Bias* bias, float* scale) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+    const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(bias + b), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7)));
+    scale[b] = half_to_float(a[b].d);
+  }
+}
+
+AGENTKV_AVX512_VNNI void q8_0_group(const uint8_t* row0, size_t w_stride, int64_t nb, const BlockQ8_0* a,
+                                    const Q8_0Bias* bias, const float* a_scale, const uint8_t* pf, float* out) {
+  const auto* x0 = reinterpret_cast<const BlockQ8_0*>(row0);
+  const auto* x1 = reinterpret_cast<const BlockQ8_0*>(row0 + w_stride);
+  const auto* x2 = reinterpret_cast<const BlockQ8_0*>(row0 + 2 * w_stride);
+  const auto* x3 = reinterpret_cast<const BlockQ8_0*>(row0 + 3 * w_stride);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const size_t at = static_cast<size_t>(b) * sizeof(BlockQ8_0);
+    for (int i = 0; i < kQ8_0Rows; ++i) prefetch(pf + i * w_stride + at);
+    const __m512i act = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs)));
+    const __m512i start = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(bias + b)));
+    const __m512i w01 = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x0[b].qs))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x1[b].qs)), 1);
+    const __m512i w23 = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x2[b].qs))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x3[b].qs)), 1);
+    const __m512i s01 = _mm512_dpbusd_epi32(start, _mm512_xor_si512(w01, flip), act);
+    const __m512i s23 = _mm512_dpbusd_epi32(start, _mm512_xor_si512(w23, flip), act);
+    const __m128 d = four_scales(row0, w_stride, at, a_scale[b]);  // fp16(w.d) * fp16(a.d)
+    acc01 = _mm512_fmadd_ps(pair_scales(d, 0), _mm512_cvtepi32_ps(s01), acc01);
+    acc23 = _mm512_fmadd_ps(pair_scales(d, 2), _mm512_cvtepi32_ps(s23), acc23);
+  }
+  out[0] = hsum_ps(_mm512_castps512_ps256(acc01));
+  out[1] = hsum_ps(_mm512_extractf32x8_ps(acc01, 1));
+  out[2] = hsum_ps(_mm512_castps512_ps256(acc23));
+  out[3] = hsum_ps(_mm512_extractf32x8_ps(acc23, 1));
+}
+
+void q8_0_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, int64_t row_begin,
+               int64_t row_end, float* y) {
+  const int64_t nb = n_in / kQK8_0;
+  const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
+  Q8_0Bias* bias = scratch<Q8_0Bias>(static_cast<size_t>(nb));
+  float* a_scale = scratch<float>(static_cast<size_t>(nb));
+  q8_0_prepare(a, nb, bias, a_scale);
+  const int64_t ahead = rows_ahead(w_stride, kQ8_0Rows);
+  const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ8_0Rows * kQ8_0Rows;
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += kQ8_0Rows) {
+    q8_0_group(weights + static_cast<size_t>(r) * w_stride, w_stride, nb, a, bias, a_scale,
+               prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ8_0Rows), y + r);
+  }
+  const VecDotFn dot = vec_dot_fn(GgmlType::Q8_0);
+  for (; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
+}
+
+// ---------------------------------------------------------------------------------------------
+// q4_K: per row and superblock, an exact int32 vector whose lanes 0-7 sum to the scaled quant dot
+// (sum_j sc_j * dot(q_j, a_j)) and lanes 8-15 to the min dot (sum_j m_j * bsum pair j); eight
+// rows' vectors are reduced together, so one register carries the eight (isum, min sum) pairs and
+// one fused multiply-add per superblock advances all sixteen chains.
+constexpr int kQ4_KRows = 8;
+
+// A superblock of the activation, re-laid for 512-bit steps: act[0] = sub-blocks 0 and 2 (the
+// low nibbles of weight bytes 0..63), act[1] = 1 and 3 (their high nibbles), act[2] = 4 and 6,
+// act[3] = 5 and 7; lanes 8-15 of bsum_pairs hold bsums[2j] + bsums[2j + 1], lanes 0-7 zero.
+struct alignas(64) Q4_KAct {
+  int8_t act[4][64];
+  int32_t bsum_pairs[16];
+  float d;
+};
+
+void q4_K_prepare(const BlockQ8_K* a, int64_t nsb, Q4_KAct* out) {
+  for (int64_t s = 0; s < nsb; ++s) {
+    for (int k = 0; k < 4; ++k) {
+      const int first = 128 * (k / 2) + 32 * (k % 2);  // sub-block 4 (k / 2) + k % 2, and the one 2 on
+      std::memcpy(out[s].act[k], a[s].qs + first, 32);
+      std::memcpy(out[s].act[k] + 32, a[s].qs + first + 64, 32);
+    }
+    for (int j = 0; j < 8; ++j) {
+      out[s].bsum_pairs[j] = 0;
+      out[s].bsum_pairs[8 + j] = a[s].bsums[2 * j] + a[s].bsums[2 * j + 1];
+    }
+    out[s].d = a[s].d;
+  }
+}
+
+// The row's 8 scales and 8 mins (6 bits each, packed in 12 bytes) as int32 lanes 0-7 and 8-15.
+AGENTKV_GEMV_INLINE __m512i q4_K_scales_mins(const uint8_t* packed) {
+  // Bytes 0-3 / 4-7 / 8-11 as dwords u0, u1, u2 (the 4 bytes after them are the quants, unused):
+  // scales 0-3 = u0 & 63, mins 0-3 = u1 & 63, scales 4-7 = (u2 & 15) | (u0 >> 6) << 4,
+  // mins 4-7 = (u2 >> 4) | (u1 >> 6) << 4, byte by byte.
+  const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i low_src = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));   // u0 u2 u1 u2
+  const __m128i high_src = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));  // u0 u0 u1 u1
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(low_src, _mm_setr_epi32(0, 0, 0, 4)),
+                                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i high = _mm_and_si128(_mm_srli_epi32(high_src, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm512_cvtepu8_epi32(_mm_or_si128(low, high));
+}
+
+// Lanes 0-7: lo, lanes 8-15: hi.
+AGENTKV_GEMV_INLINE __m512i lanes_of(int lo, int hi) {
+  return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(lo), _mm512_set1_epi32(hi));
+}
+
+AGENTKV_GEMV_INLINE __m512i q4_K_row_sums(const BlockQ4_K& x, const Q4_KAct& a) {
+  const __m512i sm = q4_K_scales_mins(x.scales);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i q0 = _mm512_loadu_si512(x.qs), q1 = _mm512_loadu_si512(x.qs + 64);
+  const __m512i zero = _mm512_setzero_si512();
+  // Lane sums of 4 products each (|p| <= 4 * 15 * 128 < 2^15), times their sub-block scale with a
+  // 16-bit multiply-add (the scales' high halves are 0): exact.
+  const __m512i p0 = _mm512_dpbusd_epi32(zero, _mm512_and_si512(q0, low4), _mm512_load_si512(a.act[0]));
+  const __m512i p1 = _mm512_dpbusd_epi32(zero, _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4), _mm512_load_si512(a.act[1]));
+  const __m512i p2 = _mm512_dpbusd_epi32(zero, _mm512_and_si512(q1, low4), _mm512_load_si512(a.act[2]));
+  const __m512i p3 = _mm512_dpbusd_epi32(zero, _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4), _mm512_load_si512(a.act[3]));
+  __m512i isum = _mm512_dpwssd_epi32(zero, p0, _mm512_permutexvar_epi32(lanes_of(0, 2), sm));
+  isum = _mm512_dpwssd_epi32(isum, p1, _mm512_permutexvar_epi32(lanes_of(1, 3), sm));
+  isum = _mm512_dpwssd_epi32(isum, p2, _mm512_permutexvar_epi32(lanes_of(4, 6), sm));
+  isum = _mm512_dpwssd_epi32(isum, p3, _mm512_permutexvar_epi32(lanes_of(5, 7), sm));
+  // Mins (lanes 8-15) times bsum pairs (|pair| <= 32 * 128): 16-bit multiply-add, exact.
+  const __m512i mins = _mm512_madd_epi16(sm, _mm512_load_si512(a.bsum_pairs));
+  // Lanes 0-7: isum folded to 8 lanes; lanes 8-15: the min products.
+  return _mm512_mask_add_epi32(mins, 0x00FF, isum, _mm512_shuffle_i64x2(isum, isum, _MM_SHUFFLE(1, 0, 3, 2)));
+}
+
+// Sums lanes 0-7 and lanes 8-15 of eight rows' vectors: [A r0-3, B r0-3, A r4-7, B r4-7], A the
+// lanes 0-7 sums, B the lanes 8-15 sums (integer, so the order is free).
+AGENTKV_GEMV_INLINE __m512i reduce8(const __m512i v[8]) {
+  __m512i t[4];
+  for (int i = 0; i < 4; ++i)
+    t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  const __m512i u0 = _mm512_add_epi32(_mm512_unpacklo_epi64(t[0], t[1]), _mm512_unpackhi_epi64(t[0], t[1]));
+  const __m512i u1 = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2], t[3]), _mm512_unpackhi_epi64(t[2], t[3]));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+AGENTKV_AVX512_VNNI void q4_K_group(const uint8_t* row0, size_t w_stride, int64_t nsb, const Q4_KAct* a,
+                                    const uint8_t* pf, float* out) {
+  // d and dmin of a row's superblock are one dword: gather the eight rows', then lay the halves out
+  // as the reduced sums are: [d r0-3, dmin r0-3, d r4-7, dmin r4-7].
+  const __m256i row_offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                 _mm256_set1_epi32(static_cast<int>(w_stride)));
+  const __m256i half_order = _mm256_setr_epi16(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const size_t at = static_cast<size_t>(s) * sizeof(BlockQ4_K);
+    __m512i sums[kQ4_KRows];
+    for (int i = 0; i < kQ4_KRows; ++i) {
+      const uint8_t* p = pf + i * w_stride + at;
+      prefetch(p);
+      prefetch(p + 64);
+      prefetch(p + 128);
+      sums[i] = q4_K_row_sums(*reinterpret_cast<const BlockQ4_K*>(row0 + i * w_stride + at), a[s]);
+    }
+    const __m256i d_dmin = _mm256_i32gather_epi32(reinterpret_cast<const int*>(row0 + at), row_offsets, 1);
+    const __m512 scales = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_permutexvar_epi16(half_order, d_dmin)),
+                                        _mm512_set1_ps(a[s].d));  // fp16(w.d) * a.d, fp16(w.dmin) * a.d
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce8(sums)), scales, acc);
+  }
+  // acc - acc_min per row.
+  const __m128 r03 = _mm_sub_ps(_mm512_extractf32x4_ps(acc, 0), _mm512_extractf32x4_ps(acc, 1));
+  const __m128 r47 = _mm_sub_ps(_mm512_extractf32x4_ps(acc, 2), _mm512_extractf32x4_ps(acc, 3));
+  _mm_storeu_ps(out, r03);
+  _mm_storeu_ps(out + 4, r47);
+}
+
+void q4_K_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, int64_t row_begin,
+               int64_t row_end, float* y) {
+  const int64_t nsb = n_in / kQK_K;
+  Q4_KAct* a = scratch<Q4_KAct>(static_cast<size_t>(nsb));
+  q4_K_prepare(reinterpret_cast<const BlockQ8_K*>(act), nsb, a);
+  const int64_t ahead = rows_ahead(w_stride, kQ4_KRows);
+  const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ4_KRows * kQ4_KRows;
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += kQ4_KRows) {
+    q4_K_group(weights + static_cast<size_t>(r) * w_stride, w_stride, nsb, a,
+               prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ4_KRows), y + r);
+  }
+  const VecDotFn dot = vec_dot_fn(GgmlType::Q4_K);
+  for (; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
+}
+
+// ---------------------------------------------------------------------------------------------
+// q6_K: dot_q6_K's lanes (AVX-512 kernel): per 64 weights, vpdpbusd lane L sums 4 products of the
+// 0..63 quants, started from -32 * (sum of the 4 activations) (the offset), times the scale of
+// 16-weight sub-block L / 4; a row's 8 lanes are lane m + lane m + 8 of the 16. Two rows share a
+// 512-bit accumulator, one per half.
+constexpr int kQ6_KRows = 4;
+
+struct alignas(64) Q6_KAct {
+  int32_t offset[4][16];  // -32 * lane sums of activations 64c .. 64c + 63
+  float d;
+};
+
+AGENTKV_AVX512_VNNI void q6_K_prepare(const BlockQ8_K* a, int64_t nsb, Q6_KAct* out) {
+  for (int64_t s = 0; s < nsb; ++s) {
+    for (int c = 0; c < 4; ++c) {
+      const __m512i q8 = _mm512_loadu_si512(a[s].qs + 64 * c);
+      const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(32), q8);
+      _mm512_store_si512(out[s].offset[c], _mm512_sub_epi32(_mm512_setzero_si512(), sums));
+    }
+    out[s].d = a[s].d;
+  }
+}
+
+// Int32 lanes of one row and superblock, before folding to 8 (see above).
+AGENTKV_GEMV_INLINE __m512i q6_K_row_sums(const BlockQ6_K& x, const BlockQ8_K& y, const Q6_KAct& a) {
+  // Scales sign-extended to 16 bits, zero above (for the 16-bit multiply-add below).
+  const __m512i sc = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales))));
+  const __m512i low4 = _mm512_set1_epi8(0x0F), high2 = _mm512_set1_epi8(0x30);
+  // Quant pairs (32 + 32 weights): high bits 2k..2k+1 of qh go to bits 4-5: shifts per 256-bit half.
+  const __m512i shift_01 = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+  const __m512i shift_23 = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+  __m512i isum = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ql = _mm512_loadu_si512(x.ql + 64 * h);
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qh + 32 * h)));
+    const __m512i q01 = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_sllv_epi16(qh, shift_01), high2));
+    const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                        _mm512_and_si512(_mm512_srlv_epi16(qh, shift_23), high2));
+    // |p| <= 4 * 32 * 128 < 2^15: the 16-bit multiply-add by the scale is exact.
+    const __m512i p01 = _mm512_dpbusd_epi32(_mm512_load_si512(a.offset[2 * h]), q01, _mm512_loadu_si512(y.qs + 128 * h));
+    const __m512i p23 =
+        _mm512_dpbusd_epi32(_mm512_load_si512(a.offset[2 * h + 1]), q23, _mm512_loadu_si512(y.qs + 128 * h + 64));
+    const __m512i by_sub_block = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    isum = _mm512_dpwssd_epi32(isum, p01, _mm512_permutexvar_epi32(_mm512_add_epi32(by_sub_block, _mm512_set1_epi32(8 * h)), sc));
+    isum = _mm512_dpwssd_epi32(isum, p23, _mm512_permutexvar_epi32(_mm512_add_epi32(by_sub_block, _mm512_set1_epi32(8 * h + 4)), sc));
+  }
+  return isum;
+}
+
+// [row A's 8 lanes | row B's 8 lanes], each lane m = lane m + lane m + 8 of the row's sums.
+AGENTKV_GEMV_INLINE __m512i fold_pair(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+AGENTKV_AVX512_VNNI void q6_K_group(const uint8_t* row0, size_t w_stride, int64_t nsb, const BlockQ8_K* y,
+                                    const Q6_KAct* a, const uint8_t* pf, float* out) {
+  __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const size_t at = static_cast<size_t>(s) * sizeof(BlockQ6_K);
+    __m512i sums[kQ6_KRows];
+    for (int i = 0; i < kQ6_KRows; ++i) {
+      const uint8_t* p = pf + i * w_stride + at;
+      prefetch(p);
+      prefetch(p + 64);
+      prefetch(p + 128);
+      prefetch(p + 192);
+      sums[i] = q6_K_row_sums(*reinterpret_cast<const BlockQ6_K*>(row0 + i * w_stride + at), y[s], a[s]);
+    }
+    const __m128 d = four_scales(row0, w_stride, at + offsetof(BlockQ6_K, d), a[s].d);  // a.d * fp16(w.d)
+    acc01 = _mm512_fmadd_ps(pair_scales(d, 0), _mm512_cvtepi32_ps(fold_pair(sums[0], sums[1])), acc01);
+    acc23 = _mm512_fmadd_ps(pair_scales(d, 2), _mm512_cvtepi32_ps(fold_pair(sums[2], sums[3])), acc23);
+  }
+  out[0] = hsum_ps(_mm512_castps512_ps256(acc01));
+  out[1] = hsum_ps(_mm512_extractf32x8_ps(acc01, 1));
+  out[2] = hsum_ps(_mm512_castps512_ps256(acc23));
+  out[3] = hsum_ps(_mm512_extractf32x8_ps(acc23, 1));
+}
+
+void q6_K_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, int64_t row_begin,
+               int64_t row_end, float* y) {
+  const int64_t nsb = n_in / kQK_K;
+  const auto* y8 = reinterpret_cast<const BlockQ8_K*>(act);
+  Q6_KAct* a = scratch<Q6_KAct>(static_cast<size_t>(nsb));
+  q6_K_prepare(y8, nsb, a);
+  const int64_t ahead = rows_ahead(w_stride, kQ6_KRows);
+  const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ6_KRows * kQ6_KRows;
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += kQ6_KRows) {
+    q6_K_group(weights + static_cast<size_t>(r) * w_stride, w_stride, nsb, y8, a,
+               prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ6_KRows), y + r);
+  }
+  const VecDotFn dot = vec_dot_fn(GgmlType::Q6_K);
+  for (; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
+}
+
+}  // namespace
+
+bool gemv_available(GgmlType type) {
+  if (!avx512_vnni_active()) return false;
+  return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+}
+
+int64_t gemv_row_grain(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q8_0: return kQ8_0Rows;
+    case GgmlType::Q4_K: return kQ4_KRows;
+    case GgmlType::Q6_K: return kQ6_KRows;
+    default: return 1;
+  }
+}
+
+void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+               int64_t row_begin, int64_t row_end, float* y) {
+  switch (type) {
+    case GgmlType::Q8_0: return q8_0_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
+    case GgmlType::Q4_K: return q4_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
+    case GgmlType::Q6_K: return q6_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
+    default: {
+      const VecDotFn dot = vec_dot_fn(type);
+      for (int64_t r = row_begin; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
+    }
+  }
+}
+
+#else
+bool gemv_available(GgmlType) { return false; }
+int64_t gemv_row_grain(GgmlType) { return 1; }
+void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+               int64_t row_begin, int64_t row_end, float* y) {
+  const VecDotFn dot = vec_dot_fn(type);
+  for (int64_t r = row_begin; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
+}
+#endif
+
+}  // namespace agentkv

@@ -1,0 +1,26 @@
+// Single-token matrix-vector product (decode): several weight rows at once, with software
+// prefetch ahead of the row stream. Every output is bit-identical to vec_dot_fn(type) on its
+// row (llama.cpp's per-row float order; rows only share loads of the activation and registers,
+// each keeps its own accumulation chain), so matmul may use it or the per-row loop freely.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/ggml_type.h"
+
+namespace agentkv {
+
+// Whether gemv_rows has a multi-row kernel for this weight type at the active CPU level
+// (q8_0, q4_K, q6_K with AVX-512 VNNI); if not, use vec_dot row by row.
+bool gemv_available(GgmlType type);
+
+// Rows a thread's share should be a multiple of (the kernels' row group).
+int64_t gemv_row_grain(GgmlType type);
+
+// y[r] = vec_dot(type, n_in, weights + r * w_stride, act) for r in [row_begin, row_end).
+// act: one activation row in vec_dot_type(type) (quantize_activation_row output). n_in is a
+// multiple of the type's block size. Requires gemv_available(type).
+void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+               int64_t row_begin, int64_t row_end, float* y);
+
+}  // namespace agentkv

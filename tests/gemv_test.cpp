@@ -1,0 +1,265 @@
+// Decode GEMV (kernels/gemv.h, matmul with one token): every output must carry exactly the bits of
+// the per-row dot product vec_dot_fn(type) (llama.cpp's float order, itself checked against
+// llama.cpp data in quant_test / gemm_*_test), for any row count (groups and leftover rows), row
+// range, padded row stride, thread count, and for extreme quants and scales.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/fp16.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemv.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/threadpool.h"
+
+namespace agentkv {
+namespace {
+
+const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+
+struct Matrix {
+  GgmlType type;
+  int64_t n_in = 0, n_out = 0;
+  size_t stride = 0;
+  std::vector<uint8_t> bytes;
+  const uint8_t* row(int64_t r) const { return bytes.data() + static_cast<size_t>(r) * stride; }
+  WeightMatrix view() const { return WeightMatrix{type, n_in, n_out, bytes.data(), stride}; }
+};
+
+// Overwrites the fp16 scale at byte `offset` of every block with a finite value.
+void set_scales(Matrix& m, size_t block_bytes, size_t offset, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-0.02f, 0.02f);
+  for (int64_t r = 0; r < m.n_out; ++r) {
+    uint8_t* row = m.bytes.data() + r * m.stride;
+    for (size_t at = 0; at + block_bytes <= ggml_row_size(m.type, m.n_in); at += block_bytes) {
+      const uint16_t h = fp32_to_fp16(dist(rng));
+      std::memcpy(row + at + offset, &h, 2);
+    }
+  }
+}
+
+// Even rows: quantized from normal floats (what real files hold). Odd rows: random bytes with
+// finite scales, which reach the extreme quants, 6-bit scales and mins the quantizer rarely emits.
+Matrix make_matrix(GgmlType type, int64_t n_in, int64_t n_out, size_t pad, std::mt19937& rng) {
+  Matrix m{type, n_in, n_out, ggml_row_size(type, n_in) + pad, {}};
+  m.bytes.resize(m.stride * n_out);
+  for (auto& b : m.bytes) b = static_cast<uint8_t>(rng());
+  Matrix raw = m;
+  switch (type) {
+    case GgmlType::Q8_0: set_scales(raw, sizeof(BlockQ8_0), offsetof(BlockQ8_0, d), rng); break;
+    case GgmlType::Q4_K:
+      set_scales(raw, sizeof(BlockQ4_K), offsetof(BlockQ4_K, d), rng);
+      set_scales(raw, sizeof(BlockQ4_K), offsetof(BlockQ4_K, dmin), rng);
+      break;
+    case GgmlType::Q6_K: set_scales(raw, sizeof(BlockQ6_K), offsetof(BlockQ6_K, d), rng); break;
+    default: break;
+  }
+  std::normal_distribution<float> dist(0.f, 0.05f);
+  std::vector<float> x(n_in);
+  for (int64_t r = 0; r < n_out; ++r) {
+    if (r % 2 == 1) {
+      std::memcpy(m.bytes.data() + r * m.stride, raw.row(r), m.stride);
+      continue;
+    }
+    for (auto& v : x) v = dist(rng);
+    quantize_row(type, x.data(), m.bytes.data() + r * m.stride, n_in);
+  }
+  return m;
+}
+
+std::vector<float> make_activation(int64_t n_in, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> x(n_in);
+  for (auto& v : x) v = dist(rng);
+  x[rng() % n_in] *= 30.f;  // an outlier, as real activations have
+  return x;
+}
+
+std::vector<uint8_t> convert(GgmlType type, const std::vector<float>& x) {
+  const GgmlType act_type = vec_dot_type(type);
+  std::vector<uint8_t> act(ggml_row_size(act_type, static_cast<int64_t>(x.size())));
+  quantize_activation_row(act_type, x.data(), act.data(), static_cast<int64_t>(x.size()));
+  return act;
+}
+
+std::string describe(GgmlType type, int64_t n_in, int64_t n_out, int threads, int64_t row) {
+  return std::string(ggml_type_name(type)) + " " + std::to_string(n_in) + "x" + std::to_string(n_out) + " threads " +
+         std::to_string(threads) + " row " + std::to_string(row);
+}
+
+TEST(Gemv, AvailableWithAvx512Vnni) {
+  for (GgmlType type : kTypes) EXPECT_EQ(gemv_available(type), avx512_vnni_active()) << ggml_type_name(type);
+  EXPECT_FALSE(gemv_available(GgmlType::Q5_K));
+}
+
+// matmul with one token against vec_dot row by row.
+TEST(Gemv, MatmulOneTokenEqualsPerRowDotBitForBit) {
+  std::mt19937 rng(17);
+  const int64_t row_counts[] = {1, 3, 7, 8, 13, 37, 67};
+  for (GgmlType type : kTypes) {
+    for (int64_t n_in : {1024, 3072, 256}) {
+      for (int64_t n_out : row_counts) {
+        const Matrix m = make_matrix(type, n_in, n_out, n_out % 2 == 1 ? 0 : 12, rng);
+        const std::vector<float> x = make_activation(n_in, rng);
+        const std::vector<uint8_t> act = convert(type, x);
+        const VecDotFn dot = vec_dot_fn(type);
+        for (int threads : {1, 2}) {
+          ThreadPool pool(threads);
+          std::vector<float> y(n_out + 1, -7.f);
+          matmul(m.view(), x.data(), 1, n_in, y.data(), n_out, pool);
+          for (int64_t r = 0; r < n_out; ++r) {
+            const float want = dot(n_in, m.row(r), act.data());
+            ASSERT_EQ(fp32_to_bits(y[r]), fp32_to_bits(want)) << describe(type, n_in, n_out, threads, r);
+          }
+          EXPECT_EQ(y[n_out], -7.f) << "wrote past the output, " << describe(type, n_in, n_out, threads, n_out);
+        }
+      }
+    }
+  }
+}
+
+// gemv_rows on ranges that start and end off the row groups (a thread's share), the prefetch
+// never reading outside the matrix (the last rows of an exactly-sized allocation).
+TEST(Gemv, RowRangesEqualPerRowDot) {
+  if (!avx512_vnni_active()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
+  std::mt19937 rng(23);
+  for (GgmlType type : kTypes) {
+    const int64_t n_in = 1024, n_out = 101;
+    const Matrix m = make_matrix(type, n_in, n_out, 0, rng);
+    const std::vector<uint8_t> act = convert(type, make_activation(n_in, rng));
+    const VecDotFn dot = vec_dot_fn(type);
+    for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 101}, {5, 6}, {3, 90}, {17, 101}, {40, 40}}) {
+      std::vector<float> y(n_out, -7.f);
+      gemv_rows(type, m.bytes.data(), m.stride, n_in, act.data(), begin, end, y.data());
+      for (int64_t r = 0; r < n_out; ++r) {
+        const std::string where = describe(type, n_in, n_out, 1, r) + " range " + std::to_string(begin) + ".." +
+                                  std::to_string(end);
+        if (r < begin || r >= end) {
+          EXPECT_EQ(y[r], -7.f) << "wrote outside the range, " << where;
+        } else {
+          EXPECT_EQ(fp32_to_bits(y[r]), fp32_to_bits(dot(n_in, m.row(r), act.data()))) << where;
+        }
+      }
+    }
+  }
+}
+
+// Every CPU level's matmul gives one token what that level's vec_dot gives it (the GEMV applies
+// only where it is available; elsewhere matmul keeps the per-row loop).
+TEST(Gemv, EveryCpuLevelMatchesItsDot) {
+  std::mt19937 rng(29);
+  const CpuLevel before = active_cpu_level();
+  for (CpuLevel level : {CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512}) {
+    set_cpu_level(level);
+    ThreadPool pool(2);
+    for (GgmlType type : kTypes) {
+      const int64_t n_in = 2048, n_out = 29;
+      const Matrix m = make_matrix(type, n_in, n_out, 0, rng);
+      const std::vector<float> x = make_activation(n_in, rng);
+      const std::vector<uint8_t> act = convert(type, x);
+      std::vector<float> y(n_out);
+      matmul(m.view(), x.data(), 1, n_in, y.data(), n_out, pool);
+      for (int64_t r = 0; r < n_out; ++r)
+        EXPECT_EQ(fp32_to_bits(y[r]), fp32_to_bits(vec_dot_fn(type)(n_in, m.row(r), act.data())))
+            << cpu_level_name(active_cpu_level()) << " " << describe(type, n_in, n_out, 2, r);
+    }
+  }
+  set_cpu_level(before);
+}
+
+
+// Not a check: the decode microbenchmark docs/performance.md quotes. Run it with
+//   tests/gemv_test --gtest_also_run_disabled_tests --gtest_filter='*Throughput*'
+// The matrices of one Qwen3-0.6B token in sequence (28 layers x q, k, v, o, gate, up, down, then
+// the 1024 x 151936 output), far larger than the caches; per-row loop (the old decode path) vs
+// matmul's GEMV, alternated, best of several passes: wall time and the calling thread's CPU time.
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+double wall_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Random bytes with finite scales, fast enough for ~600 MB.
+Matrix fast_matrix(GgmlType type, int64_t n_in, int64_t n_out, std::mt19937_64& rng) {
+  Matrix m{type, n_in, n_out, ggml_row_size(type, n_in), {}};
+  m.bytes.resize(m.stride * n_out);
+  for (size_t i = 0; i + 8 <= m.bytes.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(m.bytes.data() + i, &v, 8);
+  }
+  const auto fix = [&](size_t block_bytes, size_t offset) {
+    const uint16_t h = fp32_to_fp16(0.01f);
+    for (size_t at = offset; at + 2 <= m.bytes.size(); at += block_bytes) std::memcpy(m.bytes.data() + at, &h, 2);
+  };
+  if (type == GgmlType::Q8_0) fix(sizeof(BlockQ8_0), offsetof(BlockQ8_0, d));
+  if (type == GgmlType::Q4_K) fix(sizeof(BlockQ4_K), offsetof(BlockQ4_K, d)), fix(sizeof(BlockQ4_K), offsetof(BlockQ4_K, dmin));
+  if (type == GgmlType::Q6_K) fix(sizeof(BlockQ6_K), offsetof(BlockQ6_K, d));
+  return m;
+}
+
+TEST(Gemv, DISABLED_ThroughputReport) {
+  const char* only = std::getenv("GEMV_BENCH_TYPE");
+  for (GgmlType type : kTypes) {
+    if (only && std::string(only) != ggml_type_name(type)) continue;
+    std::mt19937_64 rng(1);
+    std::vector<Matrix> mats;
+    size_t total = 0;
+    const std::pair<int64_t, int64_t> layer[] = {{1024, 2048}, {1024, 1024}, {1024, 1024}, {2048, 1024},
+                                                 {1024, 3072}, {1024, 3072}, {3072, 1024}};
+    for (int l = 0; l < 28; ++l)
+      for (const auto& [n_in, n_out] : layer) mats.push_back(fast_matrix(type, n_in, n_out, rng));
+    mats.push_back(fast_matrix(type, 1024, 151936, rng));
+    for (const Matrix& m : mats) total += m.bytes.size();
+    std::mt19937 bench_rng(5);
+    std::vector<float> x = make_activation(3072, bench_rng);
+    std::vector<float> y(151936);
+    const VecDotFn dot = vec_dot_fn(type);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      double best_wall[2] = {1e9, 1e9}, best_cpu[2] = {1e9, 1e9};
+      for (int pass = 0; pass < 10; ++pass) {
+        const int which = pass % 2;  // 0: per-row loop, 1: matmul (GEMV)
+        const double w0 = wall_seconds(), c0 = thread_cpu_seconds();
+        for (const Matrix& m : mats) {
+          if (which == 1) {
+            matmul(m.view(), x.data(), 1, m.n_in, y.data(), m.n_out, pool);
+          } else {
+            const std::vector<uint8_t> act = convert(type, std::vector<float>(x.begin(), x.begin() + m.n_in));
+            pool.parallel_for(
+                m.n_out,
+                [&](int64_t b, int64_t e) {
+                  for (int64_t r = b; r < e; ++r) y[r] = dot(m.n_in, m.row(r), act.data());
+                },
+                16);
+          }
+        }
+        best_wall[which] = std::min(best_wall[which], wall_seconds() - w0);
+        best_cpu[which] = std::min(best_cpu[which], thread_cpu_seconds() - c0);
+      }
+      for (int which : {0, 1})
+        std::printf("%-5s %s threads %d: %7.1f ms wall (%5.1f GB/s), %7.1f ms thread CPU, %zu MB\n",
+                    std::string(ggml_type_name(type)).c_str(), which == 0 ? "per-row" : "gemv   ", threads, best_wall[which] * 1e3,
+                    static_cast<double>(total) / best_wall[which] * 1e-9, best_cpu[which] * 1e3, total >> 20);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace agentkv
