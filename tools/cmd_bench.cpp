@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <random>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,13 @@ struct Measurement {
     double s = 0;
     for (double x : seconds) s += n_tokens / x;
     return s / seconds.size();
+  }
+  double median_tps() const {
+    std::vector<double> tps;
+    for (double x : seconds) tps.push_back(n_tokens / x);
+    std::sort(tps.begin(), tps.end());
+    const size_t n = tps.size();
+    return n == 0 ? 0 : n % 2 ? tps[n / 2] : (tps[n / 2 - 1] + tps[n / 2]) / 2;
   }
   double stddev_tps() const {
     const double m = mean_tps();
@@ -254,7 +262,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
     auto arr = nlohmann::json::array();
     for (const auto& m : results) {
       nlohmann::json r{{"test", m.test}, {"depth", m.depth}, {"n_tokens", m.n_tokens},
-                       {"avg_ts", m.mean_tps()}, {"stddev_ts", m.stddev_tps()}, {"samples_s", m.seconds}};
+                       {"avg_ts", m.mean_tps()}, {"stddev_ts", m.stddev_tps()},
+                       {"median_ts", m.median_tps()}, {"samples_s", m.seconds}};
       if (split) {
         for (int k = 0; k < op_profile::kNumKinds; ++k) {
           const auto kind = static_cast<op_profile::Kind>(k);
@@ -275,14 +284,15 @@ int cmd_bench(const std::vector<std::string>& argv) {
     j["kv_cache_bytes"] = kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx);
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("| model | size | params | threads | test | t/s |%s%s\n", bandwidth ? " GB/s read | roofline |" : "",
+    std::printf("| model | size | params | threads | test | t/s | median t/s |%s%s\n", bandwidth ? " GB/s read | roofline |" : "",
                 split ? " matmul | attention | recurrent | other |" : "");
-    std::printf("| --- | ---: | ---: | ---: | --- | ---: |%s%s\n", bandwidth ? " ---: | ---: |" : "",
+    std::printf("| --- | ---: | ---: | ---: | --- | ---: | ---: |%s%s\n", bandwidth ? " ---: | ---: |" : "",
                 split ? " ---: | ---: | ---: | ---: |" : "");
     for (const auto& m : results) {
       const std::string test = m.test + (m.depth ? " @ d" + std::to_string(m.depth) : "");
-      std::printf("| %s| %s | %.2f M | %d | %s | %.2f ± %.2f |", model_desc.c_str(), human_bytes(ms.weight_bytes).c_str(),
-                  ms.n_params / 1e6, cp.n_threads, test.c_str(), m.mean_tps(), m.stddev_tps());
+      std::printf("| %s| %s | %.2f M | %d | %s | %.2f ± %.2f | %.2f |", model_desc.c_str(),
+                  human_bytes(ms.weight_bytes).c_str(), ms.n_params / 1e6, cp.n_threads, test.c_str(), m.mean_tps(),
+                  m.stddev_tps(), m.median_tps());
       if (bandwidth) {
         if (m.test.rfind("tg", 0) == 0) {
           const uint64_t bytes = decode_bytes_per_token(m.depth);

@@ -145,3 +145,27 @@ def test_fakeprefix_trace_errors_name_the_line(tmp_path):
     r = bench("fakeprefix", "-m", MODEL, "--trace", str(trace))
     assert r.returncode == 1
     assert "bad.jsonl:2" in r.stderr and "new_tokens" in r.stderr
+
+
+@pytest.mark.parametrize("model", [MODEL, HYBRID], ids=["dense", "hybrid"])
+def test_speed_bench_reports_median_and_time_split(model):
+    r = bench("-m", model, "-p", "32", "-n", "4", "-d", "0,16", "-r", "3", "-o", "json", "--split")
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    tests = [(x["test"], x["depth"]) for x in report["results"]]
+    assert tests == [("pp32", 0), ("tg4", 0), ("pp32", 16), ("tg4", 16)]
+    for x in report["results"]:
+        rates = sorted(x["n_tokens"] / s for s in x["samples_s"])
+        assert len(rates) == 3 and x["median_ts"] == pytest.approx(rates[1])
+        shares = [x["matmul_fraction"], x["attention_fraction"], x["recurrent_fraction"]]
+        assert all(f >= 0 for f in shares) and sum(shares) <= 1.0 + 1e-9
+        assert x["matmul_fraction"] > 0 and x["attention_fraction"] > 0
+        # only the hybrid model has recurrent layers
+        assert (x["recurrent_fraction"] > 0) == (model == HYBRID)
+
+
+def test_speed_bench_without_split_reports_no_fractions():
+    r = bench("-m", MODEL, "-p", "8", "-n", "0", "-r", "1", "-o", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (x,) = json.loads(r.stdout)["results"]
+    assert "matmul_fraction" not in x
