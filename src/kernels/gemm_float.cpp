@@ -1,6 +1,13 @@
 // F16 / F32 batched matmul in llamafile tinyBLAS<16, __m512>'s float order (see gemm_float.h).
 // Built for baseline x86-64 like the other kernels: the AVX-512 code carries its own target
 // attribute and float_gemm_applies only says yes when the active CPU level is AVX-512.
+//
+// Each thread takes a run of output rows. It widens a panel of those rows to f32 once, packed so
+// the register tile reads one contiguous stream, then passes every token over the panel in tiles
+// of 4 rows x 6 tokens. The f16 -> f32 conversion is thus paid once per weight, not once per
+// token tile, and the inner loop is loads and fused multiply-adds only. The order of the float
+// operations is unchanged: one 16-lane chain per output over increasing k, then the reduction of
+// _mm512_reduce_add_ps, done for four outputs at once (the same additions, in the same pairs).
 #include "kernels/gemm_float.h"
 
 #include <algorithm>
@@ -15,17 +22,21 @@
 #include <immintrin.h>
 #endif
 
-// GCC 12 reports the undefined upper halves inside its own _mm512_reduce_add_ps as uninitialized.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace agentkv {
 namespace {
 
-constexpr int kTileRows = 4;        // weight rows per register tile (tinyBLAS's RM)
-constexpr int kTileTokens = 6;      // tokens per register tile: 24 accumulators + 4 + 1 live zmm
-constexpr int64_t kStep = 16;       // elements per fused multiply-add (one zmm of floats)
-constexpr size_t kChunkBytes = 256 * 1024;  // activation rows kept hot in L2 while rows stream
+constexpr int kTileRows = 4;     // weight rows per register tile (tinyBLAS's RM)
+constexpr int kTileTokens = 6;   // tokens per register tile: 24 accumulators + 4 + 1 live zmm
+constexpr int64_t kStep = 16;    // elements per fused multiply-add (one zmm of floats)
+constexpr size_t kPanelBytes = 384 * 1024;  // widened weight panel, kept in L2 while tokens pass
+
+// A thread's scratch buffer of at least n floats, 64-byte aligned: a zmm load that straddles two
+// cache lines costs two.
+float* aligned_scratch(std::vector<float>& scratch, size_t n) {
+  if (scratch.size() < n + kStep) scratch.resize(n + kStep);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(scratch.data());
+  return scratch.data() + ((64 - at % 64) % 64) / sizeof(float);
+}
 
 #ifdef AGENTKV_GEMM_FLOAT_X86
 #define AGENTKV_GEMM_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
@@ -37,10 +48,28 @@ AGENTKV_GEMM_AVX512_INLINE __m512 load16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Outputs rows [row, row + 4) x tokens [tok, tok + RN): each one 16-lane chain over the row.
-template <int RN, class WeightT>
-AGENTKV_GEMM_AVX512_INLINE void tile(const WeightT* w, int64_t w_stride, const float* b, int64_t b_stride,
-                                     int64_t n_in, float* y, int64_t y_stride) {
+// _mm512_reduce_add_ps of four accumulators at once, result lane i from acc_i. Per accumulator
+// the same additions as the single reduction: upper 256 + lower 256 bits, then upper 128 + lower
+// 128, then (v0 + v2) + (v1 + v3); float addition commutes, so operand order within a pair is free.
+AGENTKV_GEMM_AVX512_INLINE __m128 reduce_add_4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  // 128-bit chunks c0..c3 of each accumulator: two accumulators' (c2 + c0, c3 + c1) per register.
+  const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)),
+                                   _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)));
+  const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)),
+                                   _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)));
+  // chunk i = (c3 + c1) + (c2 + c0) of accumulator i
+  const __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)),
+                                 _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)));
+  const __m512 pairs = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(1, 0, 3, 2)));       // v0+v2, v1+v3
+  const __m512 sums = _mm512_add_ps(pairs, _mm512_permute_ps(pairs, _MM_SHUFFLE(2, 3, 0, 1)));  // lane 0 of chunk
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), sums));
+}
+
+// Outputs rows [r, r + 4) x tokens [t, t + RN). `panel`: the 4 rows widened and interleaved,
+// 4 x 16 floats per step of k.
+template <int RN>
+AGENTKV_GEMM_AVX512_INLINE void tile(const float* panel, const float* b, int64_t b_stride, int64_t n_in, float* y,
+                                     int64_t y_stride) {
   // Fully unrolled (the pragmas: -O2 does not unroll these by itself) so the RN x 4 accumulators
   // stay in registers.
   __m512 acc[RN][kTileRows];
@@ -48,10 +77,10 @@ AGENTKV_GEMM_AVX512_INLINE void tile(const WeightT* w, int64_t w_stride, const f
   for (int j = 0; j < RN; ++j)
 #pragma GCC unroll 4
     for (int i = 0; i < kTileRows; ++i) acc[j][i] = _mm512_setzero_ps();
-  for (int64_t l = 0; l < n_in; l += kStep) {
+  for (int64_t l = 0; l < n_in; l += kStep, panel += kTileRows * kStep) {
     __m512 a[kTileRows];
 #pragma GCC unroll 4
-    for (int i = 0; i < kTileRows; ++i) a[i] = load16(w + i * w_stride + l);
+    for (int i = 0; i < kTileRows; ++i) a[i] = _mm512_loadu_ps(panel + i * kStep);
 #pragma GCC unroll 8
     for (int j = 0; j < RN; ++j) {
       const __m512 bv = _mm512_loadu_ps(b + j * b_stride + l);
@@ -60,34 +89,48 @@ AGENTKV_GEMM_AVX512_INLINE void tile(const WeightT* w, int64_t w_stride, const f
     }
   }
 #pragma GCC unroll 8
-  for (int j = 0; j < RN; ++j)
-#pragma GCC unroll 4
-    for (int i = 0; i < kTileRows; ++i) y[j * y_stride + i] = _mm512_reduce_add_ps(acc[j][i]);
+  for (int j = 0; j < RN; ++j) _mm_storeu_ps(y + j * y_stride, reduce_add_4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
 }
 
-// Weight rows [row_begin, row_end) (multiples of 4) against every token; tokens in chunks that
-// stay in cache while the thread's rows pass over them.
+// Widens rows [0, n_rows) (a multiple of 4) of w into `panel`: per group of 4 rows, per 16-element
+// step of k, the 4 rows' 16 values one after the other.
+template <class WeightT>
+AGENTKV_GEMM_AVX512 void widen_panel(const WeightT* w, int64_t w_stride, int64_t n_rows, int64_t n_in, float* panel) {
+  for (int64_t r = 0; r < n_rows; r += kTileRows)
+    for (int64_t l = 0; l < n_in; l += kStep)
+      for (int i = 0; i < kTileRows; ++i, panel += kStep) _mm512_storeu_ps(panel, load16(w + (r + i) * w_stride + l));
+}
+
+float* panel_scratch(size_t n) {
+  thread_local std::vector<float> scratch;
+  return aligned_scratch(scratch, n);
+}
+
+// Weight rows [row_begin, row_end) (multiples of 4) against every token.
 template <class WeightT>
 AGENTKV_GEMM_AVX512 void rows_avx512(const WeightT* w, int64_t w_stride, const float* b, int64_t b_stride,
                                      int64_t n_tokens, int64_t n_in, float* y, int64_t y_stride,
                                      int64_t row_begin, int64_t row_end) {
-  const int64_t chunk_rows = static_cast<int64_t>(kChunkBytes / (static_cast<size_t>(n_in) * sizeof(float)));
-  const int64_t chunk = std::max<int64_t>(kTileTokens, chunk_rows / kTileTokens * kTileTokens);
-  for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
-    const int64_t t1 = std::min(t0 + chunk, n_tokens);
-    for (int64_t r = row_begin; r < row_end; r += kTileRows) {
-      const WeightT* wr = w + r * w_stride;
-      int64_t t = t0;
-      for (; t + kTileTokens <= t1; t += kTileTokens)
-        tile<kTileTokens>(wr, w_stride, b + t * b_stride, b_stride, n_in, y + t * y_stride + r, y_stride);
+  const int64_t fit = static_cast<int64_t>(kPanelBytes / (static_cast<size_t>(n_in) * sizeof(float)));
+  const int64_t panel_rows = std::max<int64_t>(kTileRows, fit / kTileRows * kTileRows);
+  float* panel = panel_scratch(static_cast<size_t>(panel_rows * n_in));
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += panel_rows) {
+    const int64_t n_rows = std::min(panel_rows, row_end - r0);
+    widen_panel(w + r0 * w_stride, w_stride, n_rows, n_in, panel);
+    int64_t t = 0;
+    for (; t + kTileTokens <= n_tokens; t += kTileTokens)
+      for (int64_t r = 0; r < n_rows; r += kTileRows)
+        tile<kTileTokens>(panel + r * n_in, b + t * b_stride, b_stride, n_in, y + t * y_stride + r0 + r, y_stride);
+    for (int64_t r = 0; r < n_rows; r += kTileRows) {
+      const float* pr = panel + r * n_in;
       const float* bt = b + t * b_stride;
-      float* yt = y + t * y_stride + r;
-      switch (t1 - t) {
-        case 5: tile<5>(wr, w_stride, bt, b_stride, n_in, yt, y_stride); break;
-        case 4: tile<4>(wr, w_stride, bt, b_stride, n_in, yt, y_stride); break;
-        case 3: tile<3>(wr, w_stride, bt, b_stride, n_in, yt, y_stride); break;
-        case 2: tile<2>(wr, w_stride, bt, b_stride, n_in, yt, y_stride); break;
-        case 1: tile<1>(wr, w_stride, bt, b_stride, n_in, yt, y_stride); break;
+      float* yt = y + t * y_stride + r0 + r;
+      switch (n_tokens - t) {
+        case 5: tile<5>(pr, bt, b_stride, n_in, yt, y_stride); break;
+        case 4: tile<4>(pr, bt, b_stride, n_in, yt, y_stride); break;
+        case 3: tile<3>(pr, bt, b_stride, n_in, yt, y_stride); break;
+        case 2: tile<2>(pr, bt, b_stride, n_in, yt, y_stride); break;
+        case 1: tile<1>(pr, bt, b_stride, n_in, yt, y_stride); break;
         default: break;
       }
     }
@@ -104,14 +147,12 @@ AGENTKV_GEMM_AVX512 void round_through_f16(const float* src, float* dst, int64_t
 }
 #endif  // AGENTKV_GEMM_FLOAT_X86
 
-std::vector<float>& activation_copy(size_t n) {
+float* activation_copy(size_t n) {
   thread_local std::vector<float> scratch;
-  if (scratch.size() < n) scratch.resize(n);
-  return scratch;
+  return aligned_scratch(scratch, n);
 }
 
 }  // namespace
-
 bool float_gemm_applies(const WeightMatrix& w, int64_t n_tokens) {
 #ifdef AGENTKV_GEMM_FLOAT_X86
   return (w.type == GgmlType::F16 || w.type == GgmlType::F32) && n_tokens >= 2 && w.n_out % kTileRows == 0 &&
@@ -134,8 +175,7 @@ void float_gemm(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t
   const float* b = x;
   int64_t b_stride = x_stride;
   if (w.type == GgmlType::F16) {
-    std::vector<float>& copy = activation_copy(static_cast<size_t>(n_tokens * n_in));
-    float* dst = copy.data();
+    float* dst = activation_copy(static_cast<size_t>(n_tokens * n_in));
     pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) round_through_f16(x + t * x_stride, dst + t * n_in, n_in);
     });
