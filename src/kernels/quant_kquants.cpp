@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/quant_activation.h"
 #include "kernels/quant_kernels.h"
 
 namespace agentkv::quant_detail {
@@ -421,7 +422,10 @@ void quantize_q6_K(const float* x, BlockQ6_K* y, int64_t n) {
   }
 }
 
+// Also the activation quantizer of the K-quant matmuls: dispatches to the SIMD form
+// (quant_activation_x86.cpp), which reproduces this loop byte for byte.
 void quantize_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
+  if (const QuantizeQ8_KFn simd = simd_activation_quantizers(active_cpu_level()).q8_K) return simd(x, y, n);
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
     float max = 0, amax = 0;
     for (int j = 0; j < kQK_K; ++j) {

@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "kernels/quant_activation.h"
 #include "kernels/quant_kernels.h"
 
 namespace agentkv::quant_detail {
@@ -162,11 +163,15 @@ float quantize_block_q8_x86(const float* x, int8_t* qs) {
 }
 }  // namespace
 
+// The scalar loops below are the portable fallback and the reference the SIMD forms
+// (quant_activation_x86.cpp) reproduce byte for byte.
 void quantize_q8_0_activation(const float* x, BlockQ8_0* y, int64_t n) {
+  if (const QuantizeQ8_0Fn simd = simd_activation_quantizers(active_cpu_level()).q8_0) return simd(x, y, n);
   for (int64_t i = 0; i < n / kQK8_0; ++i, x += kQK8_0) y[i].d = fp32_to_fp16(quantize_block_q8_x86(x, y[i].qs));
 }
 
 void quantize_q8_1_activation(const float* x, BlockQ8_1* y, int64_t n) {
+  if (const QuantizeQ8_1Fn simd = simd_activation_quantizers(active_cpu_level()).q8_1) return simd(x, y, n);
   for (int64_t i = 0; i < n / kQK8_1; ++i, x += kQK8_1) {
     const float d = quantize_block_q8_x86(x, y[i].qs);
     int sum = 0;
