@@ -29,6 +29,7 @@ constexpr int kTileRows = 4;     // weight rows per register tile (tinyBLAS's RM
 constexpr int kTileTokens = 6;   // tokens per register tile: 24 accumulators + 4 + 1 live zmm
 constexpr int64_t kStep = 16;    // elements per fused multiply-add (one zmm of floats)
 constexpr size_t kPanelBytes = 384 * 1024;  // widened weight panel, kept in L2 while tokens pass
+constexpr int64_t kMaxKBlock = 1024;        // k elements per block: a 6-token block is 24 KiB of L1
 
 // A thread's scratch buffer of at least n floats, 64-byte aligned: a zmm load that straddles two
 // cache lines costs two.
@@ -65,22 +66,25 @@ AGENTKV_GEMM_AVX512_INLINE __m128 reduce_add_4(__m512 a0, __m512 a1, __m512 a2, 
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), sums));
 }
 
-// Outputs rows [r, r + 4) x tokens [t, t + RN). `panel`: the 4 rows widened and interleaved,
-// 4 x 16 floats per step of k.
+// Outputs rows [r, r + 4) x tokens [t, t + RN) over k in [k0, k0 + k_len). `panel`: the 4 rows
+// widened and interleaved, 4 x 16 floats per step of k, from k0 on; b: the tokens from k0 on.
+// A k block that is not the first resumes the accumulators parked in `park` by the one before;
+// only the last block reduces them into y. Parking does not round: the chains are unchanged.
 template <int RN>
-AGENTKV_GEMM_AVX512_INLINE void tile(const float* panel, const float* b, int64_t b_stride, int64_t n_in, float* y,
-                                     int64_t y_stride) {
+AGENTKV_GEMM_AVX512_INLINE void tile(const float* panel, const float* b, int64_t b_stride, int64_t k_len,
+                                     float* park, bool first, bool last, float* y, int64_t y_stride) {
   // Fully unrolled (the pragmas: -O2 does not unroll these by itself) so the RN x 4 accumulators
   // stay in registers.
   __m512 acc[RN][kTileRows];
 #pragma GCC unroll 8
   for (int j = 0; j < RN; ++j)
 #pragma GCC unroll 4
-    for (int i = 0; i < kTileRows; ++i) acc[j][i] = _mm512_setzero_ps();
-  for (int64_t l = 0; l < n_in; l += kStep, panel += kTileRows * kStep) {
+    for (int i = 0; i < kTileRows; ++i)
+      acc[j][i] = first ? _mm512_setzero_ps() : _mm512_load_ps(park + (j * kTileRows + i) * kStep);
+  for (int64_t l = 0; l < k_len; l += kStep, panel += kTileRows * kStep) {
     __m512 a[kTileRows];
 #pragma GCC unroll 4
-    for (int i = 0; i < kTileRows; ++i) a[i] = _mm512_loadu_ps(panel + i * kStep);
+    for (int i = 0; i < kTileRows; ++i) a[i] = _mm512_load_ps(panel + i * kStep);
 #pragma GCC unroll 8
     for (int j = 0; j < RN; ++j) {
       const __m512 bv = _mm512_loadu_ps(b + j * b_stride + l);
@@ -88,8 +92,32 @@ AGENTKV_GEMM_AVX512_INLINE void tile(const float* panel, const float* b, int64_t
       for (int i = 0; i < kTileRows; ++i) acc[j][i] = _mm512_fmadd_ps(a[i], bv, acc[j][i]);
     }
   }
+  if (last) {
 #pragma GCC unroll 8
-  for (int j = 0; j < RN; ++j) _mm_storeu_ps(y + j * y_stride, reduce_add_4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+    for (int j = 0; j < RN; ++j)
+      _mm_storeu_ps(y + j * y_stride, reduce_add_4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+  } else {
+#pragma GCC unroll 8
+    for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 4
+      for (int i = 0; i < kTileRows; ++i) _mm512_store_ps(park + (j * kTileRows + i) * kStep, acc[j][i]);
+  }
+}
+
+// Tokens [t, t + RN) against the n_rows widened rows of `panel`: k in blocks of k_block, so the
+// tokens' block stays in L1 while the panel streams past; between blocks every 4-row tile parks
+// its accumulators in `park` (n_rows / 4 x RN x 4 x 16 floats).
+template <int RN>
+AGENTKV_GEMM_AVX512 void token_tile(const float* panel, int64_t n_rows, int64_t n_in, int64_t k_block,
+                                    const float* b, int64_t b_stride, float* park, float* y, int64_t y_stride) {
+  for (int64_t k0 = 0; k0 < n_in; k0 += k_block) {
+    const int64_t k_len = std::min(k_block, n_in - k0);
+    const bool first = k0 == 0, last = k0 + k_len == n_in;
+    for (int64_t r = 0; r < n_rows; r += kTileRows) {
+      tile<RN>(panel + r * n_in + k0 * kTileRows, b + k0, b_stride, k_len, park + r * RN * kStep, first, last,
+               y + r, y_stride);
+    }
+  }
 }
 
 // Widens rows [0, n_rows) (a multiple of 4) of w into `panel`: per group of 4 rows, per 16-element
@@ -106,6 +134,11 @@ float* panel_scratch(size_t n) {
   return aligned_scratch(scratch, n);
 }
 
+float* park_scratch(size_t n) {
+  thread_local std::vector<float> scratch;
+  return aligned_scratch(scratch, n);
+}
+
 // Weight rows [row_begin, row_end) (multiples of 4) against every token.
 template <class WeightT>
 AGENTKV_GEMM_AVX512 void rows_avx512(const WeightT* w, int64_t w_stride, const float* b, int64_t b_stride,
@@ -114,24 +147,23 @@ AGENTKV_GEMM_AVX512 void rows_avx512(const WeightT* w, int64_t w_stride, const f
   const int64_t fit = static_cast<int64_t>(kPanelBytes / (static_cast<size_t>(n_in) * sizeof(float)));
   const int64_t panel_rows = std::max<int64_t>(kTileRows, fit / kTileRows * kTileRows);
   float* panel = panel_scratch(static_cast<size_t>(panel_rows * n_in));
+  // Equal k blocks of at most kMaxKBlock elements (whole 16-element steps).
+  const int64_t n_blocks = (n_in + kMaxKBlock - 1) / kMaxKBlock;
+  const int64_t k_block = (n_in / kStep + n_blocks - 1) / n_blocks * kStep;
+  float* park = park_scratch(static_cast<size_t>(panel_rows * kTileTokens * kStep));
   for (int64_t r0 = row_begin; r0 < row_end; r0 += panel_rows) {
     const int64_t n_rows = std::min(panel_rows, row_end - r0);
     widen_panel(w + r0 * w_stride, w_stride, n_rows, n_in, panel);
-    int64_t t = 0;
-    for (; t + kTileTokens <= n_tokens; t += kTileTokens)
-      for (int64_t r = 0; r < n_rows; r += kTileRows)
-        tile<kTileTokens>(panel + r * n_in, b + t * b_stride, b_stride, n_in, y + t * y_stride + r0 + r, y_stride);
-    for (int64_t r = 0; r < n_rows; r += kTileRows) {
-      const float* pr = panel + r * n_in;
+    for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
       const float* bt = b + t * b_stride;
-      float* yt = y + t * y_stride + r0 + r;
-      switch (n_tokens - t) {
-        case 5: tile<5>(pr, bt, b_stride, n_in, yt, y_stride); break;
-        case 4: tile<4>(pr, bt, b_stride, n_in, yt, y_stride); break;
-        case 3: tile<3>(pr, bt, b_stride, n_in, yt, y_stride); break;
-        case 2: tile<2>(pr, bt, b_stride, n_in, yt, y_stride); break;
-        case 1: tile<1>(pr, bt, b_stride, n_in, yt, y_stride); break;
-        default: break;
+      float* yt = y + t * y_stride + r0;
+      switch (std::min<int64_t>(kTileTokens, n_tokens - t)) {
+        case 6: token_tile<6>(panel, n_rows, n_in, k_block, bt, b_stride, park, yt, y_stride); break;
+        case 5: token_tile<5>(panel, n_rows, n_in, k_block, bt, b_stride, park, yt, y_stride); break;
+        case 4: token_tile<4>(panel, n_rows, n_in, k_block, bt, b_stride, park, yt, y_stride); break;
+        case 3: token_tile<3>(panel, n_rows, n_in, k_block, bt, b_stride, park, yt, y_stride); break;
+        case 2: token_tile<2>(panel, n_rows, n_in, k_block, bt, b_stride, park, yt, y_stride); break;
+        default: token_tile<1>(panel, n_rows, n_in, k_block, bt, b_stride, park, yt, y_stride); break;
       }
     }
   }
