@@ -28,7 +28,8 @@ namespace {
 constexpr int kTileRows = 4;     // weight rows per register tile (tinyBLAS's RM)
 constexpr int kTileTokens = 6;   // tokens per register tile: 24 accumulators + 4 + 1 live zmm
 constexpr int64_t kStep = 16;    // elements per fused multiply-add (one zmm of floats)
-constexpr size_t kPanelBytes = 384 * 1024;  // widened weight panel, kept in L2 while tokens pass
+constexpr size_t kPanelBytes = 768 * 1024;  // widened weight panel, kept in L2 while tokens pass
+constexpr int64_t kPrefetchAhead = 384;
 constexpr int64_t kMaxKBlock = 1024;        // k elements per block: a 6-token block is 24 KiB of L1
 
 // A thread's scratch buffer of at least n floats, 64-byte aligned: a zmm load that straddles two
@@ -85,6 +86,8 @@ AGENTKV_GEMM_AVX512_INLINE void tile(const float* panel, const float* b, int64_t
     __m512 a[kTileRows];
 #pragma GCC unroll 4
     for (int i = 0; i < kTileRows; ++i) a[i] = _mm512_load_ps(panel + i * kStep);
+#pragma GCC unroll 4
+    for (int i = 0; i < kTileRows; ++i) _mm_prefetch(reinterpret_cast<const char*>(panel + kPrefetchAhead + i * kStep), _MM_HINT_T0);
 #pragma GCC unroll 8
     for (int j = 0; j < RN; ++j) {
       const __m512 bv = _mm512_loadu_ps(b + j * b_stride + l);
