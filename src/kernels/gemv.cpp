@@ -14,6 +14,7 @@
 #include "kernels/gemv.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstring>
 #include <vector>
@@ -37,7 +38,8 @@ using namespace quant_detail::x86;
 #define AGENTKV_GEMV_INLINE static inline __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni"), always_inline))
 
 // How far ahead of the rows being read the software prefetch runs (bytes of the row stream).
-constexpr size_t kPrefetchBytes = 6144;
+// 2-8 KB measured alike (~19 GB/s on 2 threads, the read probe's rate); none: ~30 % slower.
+constexpr size_t kPrefetchBytes = 4096;
 
 // Rows to look ahead for prefetching: a whole number of groups covering kPrefetchBytes.
 int64_t rows_ahead(size_t w_stride, int group_rows) {
@@ -263,7 +265,9 @@ void q4_K_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint
   Q4_KAct* a = scratch<Q4_KAct>(static_cast<size_t>(nsb));
   q4_K_prepare(reinterpret_cast<const BlockQ8_K*>(act), nsb, a);
   const int64_t ahead = rows_ahead(w_stride, kQ4_KRows);
-  const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ4_KRows * kQ4_KRows;
+  // The scale gather takes int32 row offsets (rows of 16 M superblocks would not fit; none do).
+  const bool offsets_fit = w_stride <= static_cast<size_t>(INT32_MAX / kQ4_KRows);
+  const int64_t grouped_end = offsets_fit ? row_begin + (row_end - row_begin) / kQ4_KRows * kQ4_KRows : row_begin;
   int64_t r = row_begin;
   for (; r < grouped_end; r += kQ4_KRows) {
     q4_K_group(weights + static_cast<size_t>(r) * w_stride, w_stride, nsb, a,
