@@ -66,6 +66,7 @@ float vec_dot_order(const float* w, const float* x, int64_t n, bool half) {
 struct Case {
   GgmlType type;
   int64_t n_in, n_out, n_tokens;
+  int64_t w_pad = 0;  // extra elements at the end of every weight row (row_bytes > packed size)
 };
 
 class GemmFloatTest : public ::testing::Test {
@@ -77,31 +78,36 @@ class GemmFloatTest : public ::testing::Test {
   void TearDown() override { set_cpu_level(level_before_); }
 
   // Runs matmul and compares every output with the order llama.cpp would use for the call.
-  void check(const Case& c, RowGrouping grouping, bool want_tinyblas) {
+  void check(const Case& c, RowGrouping grouping, bool want_tinyblas) { check(c, grouping, want_tinyblas, pool_); }
+
+  void check(const Case& c, RowGrouping grouping, bool want_tinyblas, ThreadPool& pool) {
     std::mt19937 rng(static_cast<uint32_t>(c.n_in * 131 + c.n_out * 7 + c.n_tokens));
     std::normal_distribution<float> dist(0.0f, 1.0f);
     const bool half = c.type == GgmlType::F16;
     const int64_t x_stride = c.n_in + 3, y_stride = c.n_out + 5;
+    const int64_t w_stride = c.n_in + c.w_pad;
     std::vector<float> w_values(c.n_in * c.n_out), x(c.n_tokens * x_stride);
-    std::vector<uint8_t> w_bytes(c.n_in * c.n_out * (half ? 2 : 4));
-    for (int64_t i = 0; i < c.n_in * c.n_out; ++i) {
-      const float v = dist(rng);
-      if (half) {
-        const uint16_t h = fp32_to_fp16(v);
-        reinterpret_cast<uint16_t*>(w_bytes.data())[i] = h;
-        w_values[i] = fp16_to_fp32(h);
-      } else {
-        reinterpret_cast<float*>(w_bytes.data())[i] = v;
-        w_values[i] = v;
+    std::vector<uint8_t> w_bytes(w_stride * c.n_out * (half ? 2 : 4));
+    for (int64_t r = 0; r < c.n_out; ++r) {
+      for (int64_t i = 0; i < c.n_in; ++i) {
+        const float v = dist(rng);
+        if (half) {
+          const uint16_t h = fp32_to_fp16(v);
+          reinterpret_cast<uint16_t*>(w_bytes.data())[r * w_stride + i] = h;
+          w_values[r * c.n_in + i] = fp16_to_fp32(h);
+        } else {
+          reinterpret_cast<float*>(w_bytes.data())[r * w_stride + i] = v;
+          w_values[r * c.n_in + i] = v;
+        }
       }
     }
     for (float& v : x) v = dist(rng);
-    WeightMatrix w{c.type, c.n_in, c.n_out, w_bytes.data(), 0};
+    WeightMatrix w{c.type, c.n_in, c.n_out, w_bytes.data(), c.w_pad == 0 ? 0 : static_cast<size_t>(w_stride) * (half ? 2 : 4)};
     if (grouping == RowGrouping::kBatch) {
       EXPECT_EQ(float_gemm_applies(w, c.n_tokens), want_tinyblas);
     }
     std::vector<float> y(c.n_tokens * y_stride, -7.0f);
-    matmul(w, x.data(), c.n_tokens, x_stride, y.data(), y_stride, pool_, grouping);
+    matmul(w, x.data(), c.n_tokens, x_stride, y.data(), y_stride, pool, grouping);
 
     std::vector<float> act(c.n_in);
     for (int64_t t = 0; t < c.n_tokens; ++t) {
@@ -131,6 +137,20 @@ TEST_F(GemmFloatTest, PrefillShapesFollowTinyBlasOrder) {
     for (const Case& c : {Case{type, 64, 8, 2}, Case{type, 160, 12, 7}, Case{type, 96, 20, 13},
                           Case{type, 4096, 8, 29}, Case{type, 48, 4, 6}}) {
       check(c, RowGrouping::kBatch, true);
+    }
+  }
+}
+
+// The blocking of the kernel: k split into blocks (n_in > 1024, unequal ones for 1040), widened
+// weight panels of 768 KiB (n_out past 192 rows of 1024, 64 rows of 3072), token counts that
+// leave 1..5 tokens after the 6-token tiles, padded weight rows, and 1 or 2 threads.
+TEST_F(GemmFloatTest, BlockedShapesFollowTinyBlasOrder) {
+  ThreadPool one_thread(1);
+  for (GgmlType type : {GgmlType::F16, GgmlType::F32}) {
+    for (const Case& c : {Case{type, 1024, 200, 13}, Case{type, 2048, 36, 11}, Case{type, 3072, 132, 9, 32},
+                          Case{type, 1040, 12, 8}, Case{type, 1024, 4, 3, 16}, Case{type, 3072, 8, 2}}) {
+      check(c, RowGrouping::kBatch, true, one_thread);
+      check(c, RowGrouping::kBatch, true, pool_);
     }
   }
 }
