@@ -5,6 +5,10 @@
 // The scalar reference itself is held to llama.cpp by quant_test and the fidelity tests.
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include <time.h>
 
 #include <algorithm>
@@ -94,15 +98,20 @@ std::vector<float> tie_row(std::mt19937& rng, int n, int block, float max_value,
 }
 
 // The block maximum magnitude appears twice with opposite signs (q8_K keeps the first one's
-// sign), at random positions, sometimes in the same SIMD vector.
+// sign): apart by a random distance or by one that puts both in the same SIMD lane (multiples of
+// 8, 16, 64), where a kernel could keep the later one.
 std::vector<float> duplicated_max_row(std::mt19937& rng, int n, int block) {
   std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  const unsigned distances[] = {0, 1, 8, 16, 32, 64, 128, 192};  // 0: random
   std::vector<float> x(static_cast<size_t>(n));
   for (int b = 0; b < n; b += block) {
     const float m = 1.f + static_cast<float>(rng() % 1000) / 7.f;
     for (int j = b; j < b + block; ++j) x[static_cast<size_t>(j)] = uniform(rng) * m;
-    const int first = b + static_cast<int>(rng() % static_cast<unsigned>(block));
-    const int second = b + static_cast<int>(rng() % static_cast<unsigned>(block));
+    const unsigned offset = rng() % static_cast<unsigned>(block);
+    const unsigned distance = distances[rng() % std::size(distances)];
+    const unsigned second_offset = distance == 0 ? rng() : offset + distance;
+    const int first = b + static_cast<int>(offset);
+    const int second = b + static_cast<int>(second_offset % static_cast<unsigned>(block));
     const float sign = (rng() & 1) ? 1.f : -1.f;
     x[static_cast<size_t>(first)] = sign * m;
     if (second != first) x[static_cast<size_t>(second)] = -sign * m;
@@ -131,7 +140,7 @@ std::vector<Row> test_rows(int block) {
   rows.push_back({"ties, q8_K scale 1", tie_row(rng, n, block, -127.f, 1.f)});
   rows.push_back({"ties, scale 1/2", tie_row(rng, n, block, 254.f, 2.f)});
   rows.push_back({"ties, scale 1/2, negative max", tie_row(rng, n, block, -254.f, 2.f)});
-  rows.push_back({"duplicated max magnitude", duplicated_max_row(rng, n, block)});
+  for (int r = 0; r < 4; ++r) rows.push_back({"duplicated max magnitude", duplicated_max_row(rng, n, block)});
   {
     // Zero blocks, -0 blocks, one nonzero element, max in the first / last element.
     std::vector<float> x = gaussian_row(rng, n, block, {1.f});
@@ -266,6 +275,33 @@ TEST_P(ActivationQuant, Q8_KFirstMaxDecidesSign) {
   EXPECT_EQ(q.bsums[12], 127 + 32);
   EXPECT_EQ(q.bsums[1], 0);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("f16c"))) uint16_t f16c_fp16(float f) { return _cvtss_sh(f, 0); }
+
+// The SIMD quantizers store their scales through F16C (vcvtps2ph, round to nearest even), the
+// reference through fp32_to_fp16: the two must agree on every non-NaN float. Checked on every
+// float whose exponent is in the rounding-critical ranges (fp16 subnormals and the underflow to
+// zero below them, the overflow to infinity) and on a stride through all other bit patterns.
+TEST(ActivationQuantFp16, F16cRoundsLikeFp32ToFp16) {
+  if (detected_cpu_level() < CpuLevel::Avx2) GTEST_SKIP() << "no F16C";
+  auto check = [](uint32_t bits) {
+    const float f = fp32_from_bits(bits);
+    if (std::isnan(f)) return true;
+    return f16c_fp16(f) == fp32_to_fp16(f);
+  };
+  int64_t mismatches = 0, checked = 0;
+  for (uint32_t exponent : {101u, 102u, 103u, 104u, 105u, 110u, 111u, 112u, 113u, 141u, 142u, 143u}) {
+    for (uint32_t mantissa = 0; mantissa < (1u << 23); ++mantissa, ++checked) {
+      mismatches += !check((exponent << 23) | mantissa);
+    }
+  }
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 2053, ++checked) {
+    mismatches += !check(static_cast<uint32_t>(bits));
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << checked;
+}
+#endif
 
 std::string level_name(const ::testing::TestParamInfo<CpuLevel>& info) {
   return std::string(cpu_level_name(info.param));
