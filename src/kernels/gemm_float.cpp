@@ -22,6 +22,10 @@
 #include <immintrin.h>
 #endif
 
+// GCC 12 reports the undefined upper halves inside its own f16 conversion intrinsics as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace agentkv {
 namespace {
 
@@ -29,7 +33,7 @@ constexpr int kTileRows = 4;     // weight rows per register tile (tinyBLAS's RM
 constexpr int kTileTokens = 6;   // tokens per register tile: 24 accumulators + 4 + 1 live zmm
 constexpr int64_t kStep = 16;    // elements per fused multiply-add (one zmm of floats)
 constexpr size_t kPanelBytes = 768 * 1024;  // widened weight panel, kept in L2 while tokens pass
-constexpr int64_t kPrefetchAhead = 384;
+constexpr int64_t kPrefetchAhead = 384;      // floats (6 steps) of the panel stream asked of L1 ahead
 constexpr int64_t kMaxKBlock = 1024;        // k elements per block: a 6-token block is 24 KiB of L1
 
 // A thread's scratch buffer of at least n floats, 64-byte aligned: a zmm load that straddles two
@@ -188,6 +192,7 @@ float* activation_copy(size_t n) {
 }
 
 }  // namespace
+
 bool float_gemm_applies(const WeightMatrix& w, int64_t n_tokens) {
 #ifdef AGENTKV_GEMM_FLOAT_X86
   return (w.type == GgmlType::F16 || w.type == GgmlType::F32) && n_tokens >= 2 && w.n_out % kTileRows == 0 &&
@@ -207,16 +212,19 @@ void float_gemm(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t
   }
 #ifdef AGENTKV_GEMM_FLOAT_X86
   const int64_t n_in = w.n_in;
-  const float* b = x;
-  int64_t b_stride = x_stride;
-  if (w.type == GgmlType::F16) {
-    float* dst = activation_copy(static_cast<size_t>(n_tokens * n_in));
-    pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) round_through_f16(x + t * x_stride, dst + t * n_in, n_in);
-    });
-    b = dst;
-    b_stride = n_in;
-  }
+  // The kernel reads the activations from an aligned copy: rounded through f16 for F16 weights.
+  float* b = activation_copy(static_cast<size_t>(n_tokens * n_in));
+  const int64_t b_stride = n_in;
+  const bool round = w.type == GgmlType::F16;
+  pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      if (round) {
+        round_through_f16(x + t * x_stride, b + t * b_stride, n_in);
+      } else {
+        std::copy_n(x + t * x_stride, n_in, b + t * b_stride);
+      }
+    }
+  });
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : ggml_row_size(w.type, n_in);
   const int64_t n_quads = w.n_out / kTileRows;
   pool.parallel_for(n_quads, [&](int64_t q0, int64_t q1) {
