@@ -904,6 +904,7 @@ TEST(AttentionExact, DISABLED_Timing) {
     int64_t n_tokens, depth;
   };
   for (const Shape& s : {Shape{"prefill 128 @ d2048", 128, 2048}, Shape{"batch 8 @ d2048", 8, 2048},
+                         Shape{"batch 32 @ d8192", 32, 8192},
                          Shape{"decode 1 @ d4096", 1, 4096}}) {
     Case c;
     c.n_head_kv = 8;
