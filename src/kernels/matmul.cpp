@@ -57,7 +57,7 @@ std::vector<uint8_t>& activation_scratch(size_t bytes) {
 
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
             int64_t y_stride, ThreadPool& pool, RowGrouping grouping) {
-  const op_profile::Scope profile(op_profile::Kind::kMatmul);
+  op_profile::Scope profile(op_profile::Kind::kMatmul);
   const size_t w_stride = checked_row_stride(w, "matmul");
   if (n_tokens < 0 || (n_tokens > 1 && (x_stride < w.n_in || y_stride < w.n_out))) {
     throw Error("matmul: weight " + shape_of(w) + ": bad activation layout (" + std::to_string(n_tokens) +

@@ -30,7 +30,7 @@ void rms_norm_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int
 void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
                       const AttentionShape& shape, const float* q, int64_t q_stride,
                       const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool) {
-  const op_profile::Scope profile(op_profile::Kind::kAttention);
+  op_profile::Scope profile(op_profile::Kind::kAttention);
   const auto& ub = *batch.ub;
   const auto& placement = *batch.placement;
   const int64_t n_tokens = static_cast<int64_t>(ub.size());

@@ -98,7 +98,6 @@ Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : Model
 
 void Qwen35Model::attention_layer(int il, const ForwardBatch& b, ModelMemory& mem, const float* cur,
                                   float* out, Workspace& ws, ThreadPool& pool) const {
-  const op_profile::Scope profile(op_profile::Kind::kRecurrent);  // its matmuls count as matmuls
   const auto& cfg = config_;
   const Layer& l = layers_[il];
   const int64_t T = static_cast<int64_t>(b.tokens.size());
@@ -136,6 +135,7 @@ void Qwen35Model::attention_layer(int il, const ForwardBatch& b, ModelMemory& me
 
 void Qwen35Model::delta_net_layer(int il, const ForwardBatch& b, ModelMemory& mem, const float* cur,
                                   float* out, Workspace& ws, ThreadPool& pool) const {
+  op_profile::Scope profile(op_profile::Kind::kRecurrent);  // its matmuls count as matmuls
   const auto& cfg = config_;
   const Layer& l = layers_[il];
   const int64_t T = static_cast<int64_t>(b.tokens.size());
