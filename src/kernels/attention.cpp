@@ -714,6 +714,23 @@ void AccumulateRows(float* acc, int64_t D, const float* p, int64_t nr, int64_t r
   }
 }
 
+// True when rows [0, n_rows) x columns [0, n_cols) of the mask are all +0.0 (bitwise: a -0.0
+// would round a -0.0 score differently).
+bool MaskBlockIsZero(const float* mask, int64_t stride, int64_t n_rows, int64_t n_cols) {
+  const DU32 du;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const auto* row = reinterpret_cast<const uint32_t*>(mask + r * stride);
+    auto bits = hn::Zero(du);
+    int64_t c = 0;
+    for (; c + N <= n_cols; c += N) bits = hn::Or(bits, hn::LoadU(du, row + c));
+    if (!hn::AllTrue(du, hn::Eq(bits, hn::Zero(du)))) return false;
+    for (; c < n_cols; ++c)
+      if (row[c] != 0) return false;
+  }
+  return true;
+}
+
 // Converts n elements of an F16 or F32 row to f32.
 void RowToF32(const uint8_t* src, bool f16, float* dst, int64_t n) {
   if (!f16) {
@@ -782,20 +799,21 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   for (int64_t c0 = 0; c0 < a.n_kv; c0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, a.n_kv - c0);
     const int64_t next_end = std::min(c0 + 2 * kKeyTile, a.n_kv);
-    // Mask of every (key, token); keys past the end and padding tokens are hidden.
+    // Mask of every (key, token); keys past the end and padding tokens are hidden. A tile every
+    // token sees whole (+0.0 mask values: the history before a batch) is written row-wise.
     bool any = false;
-    for (int64_t t = 0; t < T; ++t) {
-      if (!a.mask) {
-        for (int64_t j = 0; j < kKeyTile; ++j) MT[j * slots + t] = j < nk ? 0.0f : -INFINITY;
-        any = true;
-        continue;
+    if (!a.mask || MaskBlockIsZero(a.mask + t0 * a.mask_stride + c0, a.mask_stride, T, nk)) {
+      for (int64_t j = 0; j < kKeyTile; ++j) std::fill(MT + j * slots, MT + j * slots + T, j < nk ? 0.0f : -INFINITY);
+      any = true;
+    } else {
+      for (int64_t t = 0; t < T; ++t) {
+        const float* mrow = a.mask + (t0 + t) * a.mask_stride + c0;
+        for (int64_t j = 0; j < nk; ++j) {
+          MT[j * slots + t] = mrow[j];
+          any |= mrow[j] != -INFINITY;
+        }
+        for (int64_t j = nk; j < kKeyTile; ++j) MT[j * slots + t] = -INFINITY;
       }
-      const float* mrow = a.mask + (t0 + t) * a.mask_stride + c0;
-      for (int64_t j = 0; j < nk; ++j) {
-        MT[j * slots + t] = mrow[j];
-        any |= mrow[j] != -INFINITY;
-      }
-      for (int64_t j = nk; j < kKeyTile; ++j) MT[j * slots + t] = -INFINITY;
     }
     if (!any) continue;  // no row sees a key of this tile: nothing changes
 
