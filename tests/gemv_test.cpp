@@ -179,7 +179,7 @@ TEST(Gemv, EveryCpuLevelMatchesItsDot) {
 }
 
 
-// Not a check: the decode microbenchmark docs/performance.md quotes. Run it with
+// Not a check: a decode microbenchmark. Run it with
 //   tests/gemv_test --gtest_also_run_disabled_tests --gtest_filter='*Throughput*'
 // The matrices of one Qwen3-0.6B token in sequence (28 layers x q, k, v, o, gate, up, down, then
 // the 1024 x 151936 output), far larger than the caches; per-row loop (the old decode path) vs
@@ -223,10 +223,20 @@ TEST(Gemv, DISABLED_ThroughputReport) {
     size_t total = 0;
     const std::pair<int64_t, int64_t> layer[] = {{1024, 2048}, {1024, 1024}, {1024, 1024}, {2048, 1024},
                                                  {1024, 3072}, {1024, 3072}, {3072, 1024}};
-    for (int l = 0; l < 28; ++l)
-      for (const auto& [n_in, n_out] : layer) mats.push_back(fast_matrix(type, n_in, n_out, rng));
-    mats.push_back(fast_matrix(type, 1024, 151936, rng));
-    for (const Matrix& m : mats) total += m.bytes.size();
+    // q4_K's 28 layers are ~320 MB, which a 480 MB L3 might partly hold: repeat the layers until
+    // the set is at least 600 MB.
+    while (total < (size_t{600} << 20)) {
+      for (int l = 0; l < 28; ++l) {
+        for (const auto& [n_in, n_out] : layer) {
+          mats.push_back(fast_matrix(type, n_in, n_out, rng));
+          total += mats.back().bytes.size();
+        }
+      }
+      if (mats.size() == 28 * 7) {
+        mats.push_back(fast_matrix(type, 1024, 151936, rng));
+        total += mats.back().bytes.size();
+      }
+    }
     std::mt19937 bench_rng(5);
     std::vector<float> x = make_activation(3072, bench_rng);
     std::vector<float> y(151936);
@@ -257,6 +267,26 @@ TEST(Gemv, DISABLED_ThroughputReport) {
         std::printf("%-5s %s threads %d: %7.1f ms wall (%5.1f GB/s), %7.1f ms thread CPU, %zu MB\n",
                     std::string(ggml_type_name(type)).c_str(), which == 0 ? "per-row" : "gemv   ", threads, best_wall[which] * 1e3,
                     static_cast<double>(total) / best_wall[which] * 1e-9, best_cpu[which] * 1e3, total >> 20);
+    }
+    // Cache-resident: one 1024 x 3072 and one 3072 x 1024 matrix over and over, 1 thread.
+    ThreadPool pool(1);
+    for (const Matrix* m : {&mats[4], &mats[6]}) {
+      double best[2] = {1e9, 1e9};
+      for (int rep = 0; rep < 100; ++rep) {
+        const int which = rep % 2;
+        const double c0 = thread_cpu_seconds();
+        if (which == 1) {
+          matmul(m->view(), x.data(), 1, m->n_in, y.data(), m->n_out, pool);
+        } else {
+          const std::vector<uint8_t> a = convert(type, std::vector<float>(x.begin(), x.begin() + m->n_in));
+          for (int64_t r = 0; r < m->n_out; ++r) y[r] = dot(m->n_in, m->row(r), a.data());
+        }
+        best[which] = std::min(best[which], thread_cpu_seconds() - c0);
+      }
+      std::printf("%-5s %5lld x %5lld cache-resident, 1 thread CPU: per-row %.3f ms, gemv %.3f ms (%.1f vs %.1f GB/s)\n",
+                  std::string(ggml_type_name(type)).c_str(), static_cast<long long>(m->n_in),
+                  static_cast<long long>(m->n_out), best[0] * 1e3, best[1] * 1e3,
+                  static_cast<double>(m->bytes.size()) / best[0] * 1e-9, static_cast<double>(m->bytes.size()) / best[1] * 1e-9);
     }
   }
 }
