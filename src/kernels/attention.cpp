@@ -192,49 +192,69 @@ void DotMany(const typename QE::T* q, const uint8_t* const* k_bytes, int64_t n_k
 // reduced by _mm512_reduce_add_ps; the rest is added one product at a time (f16: products in
 // float, the sum in double; f32: a float fused multiply-add chain). An F16 query comes widened
 // to f32 once (the same values), the key row is widened as it is read.
-template <class KE>
-float GgmlDot(const typename KE::T* k, const float* q, int64_t n) {
+template <class KE, int kQ>
+HWY_INLINE void GgmlDotRows(const typename KE::T* k, const float* const* q, int64_t n, float* const* out) {
   constexpr bool kHalf = std::is_same_v<KE, F16Elems>;
   const DF d;
   constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DF()));
   static_assert(kLanes <= 16 && 16 % kLanes == 0, "a 16-lane accumulator spans whole vectors");
   constexpr int64_t kParts = 16 / kLanes;  // vectors per 16-lane accumulator
   const int64_t np = n & ~int64_t{63};
-  double sum_d = 0.0;
-  float sum_f = 0.0f;
+  double sum_d[kQ];
+  float sum_f[kQ];
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) sum_d[r] = 0.0, sum_f[r] = 0.0f;
   if (np > 0) {
-    hn::Vec<DF> acc[4][kParts];
+    hn::Vec<DF> acc[kQ][4][kParts];
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j)
+    for (int r = 0; r < kQ; ++r)
 #pragma GCC unroll 4
-      for (int64_t p = 0; p < kParts; ++p) acc[j][p] = hn::Zero(d);
+      for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 4
+        for (int64_t p = 0; p < kParts; ++p) acc[r][j][p] = hn::Zero(d);
     for (int64_t i = 0; i < np; i += 64)
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j)
 #pragma GCC unroll 4
         for (int64_t p = 0; p < kParts; ++p) {
           const int64_t e = i + 16 * j + p * kLanes;
-          acc[j][p] = hn::MulAdd(KE::Load(k + e), hn::LoadU(d, q + e), acc[j][p]);
+          const auto kv = KE::Load(k + e);  // one key element load for every query row
+#pragma GCC unroll 4
+          for (int r = 0; r < kQ; ++r) acc[r][j][p] = hn::MulAdd(kv, hn::LoadU(d, q[r] + e), acc[r][j][p]);
         }
+#pragma GCC unroll 4
+    for (int r = 0; r < kQ; ++r) {
 #if HWY_TARGET <= HWY_AVX3
-    // 16-lane vectors: ggml's own reduction instruction sequence
-    sum_f = _mm512_reduce_add_ps(hn::Add(hn::Add(acc[0][0], acc[2][0]), hn::Add(acc[1][0], acc[3][0])).raw);
+      // 16-lane vectors: ggml's own reduction instruction sequence
+      sum_f[r] = _mm512_reduce_add_ps(hn::Add(hn::Add(acc[r][0][0], acc[r][2][0]), hn::Add(acc[r][1][0], acc[r][3][0])).raw);
 #else
-    float red[16];
-    for (int64_t p = 0; p < kParts; ++p)
-      hn::StoreU(hn::Add(hn::Add(acc[0][p], acc[2][p]), hn::Add(acc[1][p], acc[3][p])), d, red + p * kLanes);
-    sum_f = attention_detail::ReduceAdd16(red);
+      float red[16];
+      for (int64_t p = 0; p < kParts; ++p)
+        hn::StoreU(hn::Add(hn::Add(acc[r][0][p], acc[r][2][p]), hn::Add(acc[r][1][p], acc[r][3][p])), d, red + p * kLanes);
+      sum_f[r] = attention_detail::ReduceAdd16(red);
 #endif
-    sum_d = sum_f;
-  }
-  for (int64_t i = np; i < n; ++i) {
-    if constexpr (kHalf) {
-      sum_d += static_cast<double>(KE::At(k, i) * q[i]);
-    } else {
-      sum_f = std::fma(KE::At(k, i), q[i], sum_f);
+      sum_d[r] = sum_f[r];
     }
   }
-  return kHalf ? static_cast<float>(sum_d) : sum_f;
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ; ++r) {
+    for (int64_t i = np; i < n; ++i) {
+      if constexpr (kHalf) {
+        sum_d[r] += static_cast<double>(KE::At(k, i) * q[r][i]);
+      } else {
+        sum_f[r] = std::fma(KE::At(k, i), q[r][i], sum_f[r]);
+      }
+    }
+    *out[r] = kHalf ? static_cast<float>(sum_d[r]) : sum_f[r];
+  }
+}
+
+template <class KE>
+float GgmlDot(const typename KE::T* k, const float* q, int64_t n) {
+  float result;
+  float* out = &result;
+  GgmlDotRows<KE, 1>(k, &q, n, &out);
+  return result;
 }
 
 void ScaleF32(float* y, float v, int64_t n) {
@@ -308,6 +328,30 @@ void OnlineSoftmaxF16InRegisters(uint16_t* acc16, int64_t acc_stride, const floa
 #pragma GCC unroll 16
     for (int i = 0; i < kVecs; ++i) acc[r][i] = LoadF16(acc16 + r * acc_stride + i * N);
   }
+  // The running max, the exponentials and S depend on the scores only: they are worked out
+  // first, so the accumulation loop below makes no calls (a call in it would spill every live
+  // vector register around each expf).
+  float ms[kRows][kKeyTile], vs[kRows][kKeyTile];
+  bool rescale[kRows][kKeyTile];
+#pragma GCC unroll 4
+  for (int r = 0; r < kRows; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float s = scores[r * score_stride + j];
+      float msj = 1.0f, vsj = 1.0f;
+      rescale[r][j] = false;
+      if (s > m[r]) {
+        const float m_old = m[r];
+        m[r] = s;
+        msj = std::exp(m_old - s);
+        rescale[r][j] = m_old != -INFINITY;  // before the first key the accumulator is all zeros
+      } else {
+        vsj = std::exp(s - m[r]);
+      }
+      ms[r][j] = msj;
+      vs[r][j] = vsj;
+      s_sum[r] = std::fma(s_sum[r], msj, vsj);
+    }
+  }
   for (int64_t j = 0; j < n; ++j) {
     const auto* v = reinterpret_cast<const uint16_t*>(v_rows[j]);
     hn::Vec<DF> x[kVecs];
@@ -315,24 +359,14 @@ void OnlineSoftmaxF16InRegisters(uint16_t* acc16, int64_t acc_stride, const floa
     for (int i = 0; i < kVecs; ++i) x[i] = LoadF16(v + i * N);
 #pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r) {
-      const float s = scores[r * score_stride + j];
-      float ms = 1.0f, vs = 1.0f;
-      if (s > m[r]) {
-        const float m_old = m[r];
-        m[r] = s;
-        ms = std::exp(m_old - s);
-        if (m_old != -INFINITY) {
-          const auto vms = hn::Set(d, ms);
+      if (rescale[r][j]) {
+        const auto vms = hn::Set(d, ms[r][j]);
 #pragma GCC unroll 16
-          for (int i = 0; i < kVecs; ++i) acc[r][i] = hn::PromoteTo(d, hn::DemoteTo(dh, hn::Mul(acc[r][i], vms)));
-        }
-      } else {
-        vs = std::exp(s - m[r]);
+        for (int i = 0; i < kVecs; ++i) acc[r][i] = hn::PromoteTo(d, hn::DemoteTo(dh, hn::Mul(acc[r][i], vms)));
       }
-      const auto vvs = hn::Set(d, vs);
+      const auto vvs = hn::Set(d, vs[r][j]);
 #pragma GCC unroll 16
       for (int i = 0; i < kVecs; ++i) acc[r][i] = hn::PromoteTo(d, hn::DemoteTo(dh, hn::MulAdd(x[i], vvs, acc[r][i])));
-      s_sum[r] = std::fma(s_sum[r], ms, vs);
     }
   }
 #pragma GCC unroll 4
@@ -526,14 +560,25 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g, int64_t k0,
               scores[j] = GgmlDot<F32Elems>(reinterpret_cast<const float*>(k_rows[j]), reinterpret_cast<const float*>(q), D);
             }
             break;
-          case GgmlType::F16:
+          case GgmlType::F16: {
+            // Query heads in pairs: each key row is widened once for both (row r + 1 was scored
+            // with row r).
+            if (r % 2 == 1) break;
+            const bool pair = r + 1 < G;
+            const float* q2[2] = {q_wide + (row0 + r) * D, q_wide + (row0 + r + 1) * D};
             for (int64_t j = 0; j < n_vis; ++j) {
               if (!prefetched && r == 0) {  // the next tile's rows, one per key (a burst would stall)
                 const int64_t c = c1 + j;
                 PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
                 PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
               }
-              scores[j] = GgmlDot<F16Elems>(reinterpret_cast<const uint16_t*>(k_rows[j]), q_wide + (row0 + r) * D, D);
+              const auto* krow = reinterpret_cast<const uint16_t*>(k_rows[j]);
+              if (pair) {
+                float* out2[2] = {scores + j, scores + kKeyTile + j};
+                GgmlDotRows<F16Elems, 2>(krow, q2, D, out2);
+              } else {
+                scores[j] = GgmlDot<F16Elems>(krow, q2[0], D);
+              }
             }
             if (!prefetched && n_vis < c1 - c0) {  // rows the first token did not reach
               PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c1 + n_vis, next_end);
@@ -541,6 +586,7 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g, int64_t k0,
             }
             prefetched = true;
             break;
+          }
           case GgmlType::BF16:
             DotMany<BF16Elems, BF16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
             break;
