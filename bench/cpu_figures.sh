@@ -32,4 +32,5 @@ Q8=$(model qwen3-0.6b q8_0)
 MOE=$(model qwen35moe-bench q8_0)
 run -m "$Q8" -p 0 -n 64 -np 4 -r "$REPS" -t "$THREADS" --bandwidth
 run -m "$Q8" -p 512 -n 32 -d 4096,16384 -r "$REPS" -t "$THREADS" --split
+run -m "$Q8" -p 32 -n 0 -d 8192 -r "$REPS" -t "$THREADS" --split   # an agent's next turn over a long history
 run -m "$MOE" -p 512 -n 128 -d 0,4096,16384 -r "$REPS" -t "$THREADS" --split
