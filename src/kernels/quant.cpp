@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/f16_row.h"
 #include "kernels/quant_kernels.h"
 
 namespace agentkv {
@@ -89,11 +90,7 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
   check_length(type, n, "quantize_row");
   switch (type) {
     case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
-    case GgmlType::F16: {
-      auto* h = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(src[i]);
-      return;
-    }
+    case GgmlType::F16: return fp32_to_fp16_row(src, static_cast<uint16_t*>(dst), n);
     case GgmlType::BF16: {
       auto* h = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(src[i]);
