@@ -49,7 +49,8 @@ CpuFeatures detect() {
   const bool avx = (l1.c >> 28) & 1;
   const CpuidRegs l7 = cpuid(7, 0);
   const bool avx2 = (l7.b >> 5) & 1;
-  f.avx2 = os_ymm && avx && avx2 && fma && f16c;
+  const bool bmi2 = (l7.b >> 8) & 1;  // the AVX2 kernels are compiled with it (AGENTKV_TARGET_AVX2)
+  f.avx2 = os_ymm && avx && avx2 && fma && f16c && bmi2;
   const bool avx512f = (l7.b >> 16) & 1, avx512dq = (l7.b >> 17) & 1;
   const bool avx512bw = (l7.b >> 30) & 1, avx512vl = (l7.b >> 31) & 1;
   f.avx512 = f.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;

@@ -9,12 +9,12 @@ namespace agentkv {
 
 enum class CpuLevel : int {
   Scalar = 0,  // portable C++
-  Avx2 = 1,    // AVX2 + FMA + F16C
+  Avx2 = 1,    // AVX2 + FMA + F16C + BMI2
   Avx512 = 2,  // AVX-512 F/BW/VL/DQ on top of Avx2
 };
 
 struct CpuFeatures {
-  bool avx2 = false;  // with FMA and F16C
+  bool avx2 = false;  // with FMA, F16C and BMI2
   bool avx512 = false;  // F, BW, VL, DQ with OS support for the ZMM state
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
