@@ -161,10 +161,13 @@ AGENTKV_GEMM_AVX512 void rows_avx512(const WeightT* w, int64_t w_stride, const f
   for (int64_t r0 = row_begin; r0 < row_end; r0 += panel_rows) {
     const int64_t n_rows = std::min(panel_rows, row_end - r0);
     widen_panel(w + r0 * w_stride, w_stride, n_rows, n_in, panel);
-    for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
+    for (int64_t t = 0, n_tile = 0; t < n_tokens; t += n_tile) {
+      // The last 7 or 8 tokens go as two tiles of 4 and 3 or 4 rather than 6 and a thin 1 or 2.
+      const int64_t left = n_tokens - t;
+      n_tile = left == kTileTokens + 1 || left == kTileTokens + 2 ? 4 : std::min<int64_t>(kTileTokens, left);
       const float* bt = b + t * b_stride;
       float* yt = y + t * y_stride + r0;
-      switch (std::min<int64_t>(kTileTokens, n_tokens - t)) {
+      switch (n_tile) {
         case 6: token_tile<6>(panel, n_rows, n_in, k_block, bt, b_stride, park, yt, y_stride); break;
         case 5: token_tile<5>(panel, n_rows, n_in, k_block, bt, b_stride, park, yt, y_stride); break;
         case 4: token_tile<4>(panel, n_rows, n_in, k_block, bt, b_stride, park, yt, y_stride); break;
