@@ -592,30 +592,117 @@ DN_INLINE void conv_block_impl(const ConvArgs& a, int64_t c0, int nc, float* scr
   }
 }
 
+// ---- sums of squares in double, several rows at once -------------------------------------------
+// ggml's RMS_NORM and L2_NORM add the float squares of a row into one double, in index order:
+// a chain of dependent additions. Rows are independent, so R chains advance together (each still
+// in its own index order), which hides the addition latency without changing any sum.
+template <int R>
+DN_INLINE void sum_squares_rows(const float* const* rows, int64_t n, double* sums) {
+  double acc[R] = {};
+  for (int64_t d = 0; d < n; ++d)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[r] += double(rows[r][d] * rows[r][d]);
+  for (int r = 0; r < R; ++r) sums[r] = acc[r];
+}
+
+// sums[r] = sum_d row_r[d]^2 for n_rows rows row_r = first + r * row_stride, 8 chains at a time.
+DN_INLINE void sum_squares(const float* first, int64_t row_stride, int64_t n_rows, int64_t n,
+                           double* sums) {
+  constexpr int kChains = 8;
+  const float* rows[kChains];
+  int64_t r0 = 0;
+  for (; r0 + kChains <= n_rows; r0 += kChains) {
+    for (int r = 0; r < kChains; ++r) rows[r] = first + (r0 + r) * row_stride;
+    sum_squares_rows<kChains>(rows, n, sums + r0);
+  }
+  for (; r0 < n_rows; ++r0) {
+    rows[0] = first + r0 * row_stride;
+    sum_squares_rows<1>(rows, n, sums + r0);
+  }
+}
+
 // ---- gated RMSNorm ---------------------------------------------------------------------------
+constexpr int64_t kMaxNormHeads = 1024;  // per token row (heads of one token)
+
+struct GatedNormArgs {
+  const float* o;
+  int64_t o_stride;
+  const float* z;
+  int64_t z_stride;
+  const float* weight;
+  float* y;
+  int64_t y_stride;
+  int64_t n_heads, head_dim;
+  float eps;
+};
+
 template <int W>
-DN_INLINE void gated_rms_norm_impl(const float* o, const float* z, const float* weight, float* y,
-                                   int64_t n_heads, int64_t head_dim, float eps) {
-  for (int64_t h = 0; h < n_heads; ++h) {
-    const float* oh = o + h * head_dim;
-    const float* zh = z + h * head_dim;
-    float* yh = y + h * head_dim;
+DN_INLINE void gated_rms_norm_impl(const GatedNormArgs& a, int64_t t0, int64_t t1) {
+  const int64_t head_dim = a.head_dim;
+  double sums[kMaxNormHeads];
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* o = a.o + t * a.o_stride;
+    const float* z = a.z + t * a.z_stride;
+    float* y = a.y + t * a.y_stride;
     // As ggml: sum of squares in double, then the rounded scale; RMS_NORM, MUL by the weight
     // and MUL by silu(z) are separate roundings there too.
-    double sum = 0.0;
-    for (int64_t d = 0; d < head_dim; ++d) sum += double(oh[d] * oh[d]);
-    const float mean = float(sum / double(head_dim));
-    const float s = 1.0f / std::sqrt(mean + eps);
-    // silu(z) as ggml_silu computes it on rows of head_dim: ggml_v_silu on whole groups of 16,
-    // the scalar formula after.
-    const int64_t n_vec = head_dim - head_dim % 16;
-    int64_t d = 0;
-    for (; d < n_vec; d += W) {
-      const Vec<W> on = vec::load<W>(oh + d) * s;
-      const Vec<W> ow = on * vec::load<W>(weight + d);
-      vec::store<W>(yh + d, ow * ggml_silu_vec<W>(vec::load<W>(zh + d)));
+    sum_squares(o, head_dim, a.n_heads, head_dim, sums);
+    for (int64_t h = 0; h < a.n_heads; ++h) {
+      const float* oh = o + h * head_dim;
+      const float* zh = z + h * head_dim;
+      float* yh = y + h * head_dim;
+      const float mean = float(sums[h] / double(head_dim));
+      const float s = 1.0f / std::sqrt(mean + a.eps);
+      // silu(z) as ggml_silu computes it on rows of head_dim: ggml_v_silu on whole groups of 16,
+      // the scalar formula after.
+      const int64_t n_vec = head_dim - head_dim % 16;
+      int64_t d = 0;
+      for (; d < n_vec; d += W) {
+        const Vec<W> on = vec::load<W>(oh + d) * s;
+        const Vec<W> ow = on * vec::load<W>(a.weight + d);
+        vec::store<W>(yh + d, ow * ggml_silu_vec<W>(vec::load<W>(zh + d)));
+      }
+      for (; d < head_dim; ++d) yh[d] = ((oh[d] * s) * a.weight[d]) * ggml_silu_scalar(zh[d]);
     }
-    for (; d < head_dim; ++d) yh[d] = ((oh[d] * s) * weight[d]) * ggml_silu_scalar(zh[d]);
+  }
+}
+
+// ---- q/k L2 normalisation --------------------------------------------------------------------
+struct NormalizeQKArgs {
+  float* q;
+  int64_t q_stride;
+  float* k;
+  int64_t k_stride;
+  int n_heads, head_dim;
+  float eps, q_scale;
+};
+
+// y = x * (1 / max(sqrt(float(sum)), eps)) [* extra, a separate rounding], as l2_norm.
+template <int W>
+DN_INLINE void l2_scale_row(float* x, int64_t n, double sum, float eps, bool scaled, float extra) {
+  const float s = 1.0f / std::fmax(std::sqrt(float(sum)), eps);
+  int64_t i = 0;
+  if (scaled) {
+    for (; i + W <= n; i += W) vec::store<W>(x + i, (vec::load<W>(x + i) * s) * extra);
+    for (; i < n; ++i) x[i] = (x[i] * s) * extra;
+  } else {
+    for (; i + W <= n; i += W) vec::store<W>(x + i, vec::load<W>(x + i) * s);
+    for (; i < n; ++i) x[i] = x[i] * s;
+  }
+}
+
+template <int W>
+DN_INLINE void normalize_qk_impl(const NormalizeQKArgs& a, int64_t t0, int64_t t1) {
+  double sums[kMaxNormHeads];
+  for (int64_t t = t0; t < t1; ++t) {
+    float* q = a.q + t * a.q_stride;
+    float* k = a.k + t * a.k_stride;
+    sum_squares(q, a.head_dim, a.n_heads, a.head_dim, sums);
+    for (int h = 0; h < a.n_heads; ++h)
+      l2_scale_row<W>(q + int64_t(h) * a.head_dim, a.head_dim, sums[h], a.eps, true, a.q_scale);
+    sum_squares(k, a.head_dim, a.n_heads, a.head_dim, sums);
+    for (int h = 0; h < a.n_heads; ++h)
+      l2_scale_row<W>(k + int64_t(h) * a.head_dim, a.head_dim, sums[h], a.eps, false, 1.0f);
   }
 }
 
@@ -628,18 +715,46 @@ DN_AVX2 void conv_block_avx2(const ConvArgs& a, int64_t c0, int nc, float* scrat
 DN_AVX512 void conv_block_avx512(const ConvArgs& a, int64_t c0, int nc, float* scratch) {
   conv_block_impl<16>(a, c0, nc, scratch);
 }
-void gated_rms_norm_generic(const float* o, const float* z, const float* w, float* y, int64_t nh,
-                            int64_t hd, float eps) {
-  gated_rms_norm_impl<4>(o, z, w, y, nh, hd, eps);
+void gated_rms_norm_generic(const GatedNormArgs& a, int64_t t0, int64_t t1) {
+  gated_rms_norm_impl<4>(a, t0, t1);
 }
-DN_AVX2 void gated_rms_norm_avx2(const float* o, const float* z, const float* w, float* y,
-                                 int64_t nh, int64_t hd, float eps) {
-  gated_rms_norm_impl<8>(o, z, w, y, nh, hd, eps);
+DN_AVX2 void gated_rms_norm_avx2(const GatedNormArgs& a, int64_t t0, int64_t t1) {
+  gated_rms_norm_impl<8>(a, t0, t1);
 }
-DN_AVX512 void gated_rms_norm_avx512(const float* o, const float* z, const float* w, float* y,
-                                     int64_t nh, int64_t hd, float eps) {
-  gated_rms_norm_impl<16>(o, z, w, y, nh, hd, eps);
+DN_AVX512 void gated_rms_norm_avx512(const GatedNormArgs& a, int64_t t0, int64_t t1) {
+  gated_rms_norm_impl<16>(a, t0, t1);
 }
+void gated_rms_norm_tokens(const GatedNormArgs& a, int64_t t0, int64_t t1) {
+  const CpuLevel level = active_cpu_level();
+  if (level >= CpuLevel::Avx512)
+    gated_rms_norm_avx512(a, t0, t1);
+  else if (level >= CpuLevel::Avx2)
+    gated_rms_norm_avx2(a, t0, t1);
+  else
+    gated_rms_norm_generic(a, t0, t1);
+}
+void normalize_qk_generic(const NormalizeQKArgs& a, int64_t t0, int64_t t1) {
+  normalize_qk_impl<4>(a, t0, t1);
+}
+DN_AVX2 void normalize_qk_avx2(const NormalizeQKArgs& a, int64_t t0, int64_t t1) {
+  normalize_qk_impl<8>(a, t0, t1);
+}
+DN_AVX512 void normalize_qk_avx512(const NormalizeQKArgs& a, int64_t t0, int64_t t1) {
+  normalize_qk_impl<16>(a, t0, t1);
+}
+void normalize_qk_tokens(const NormalizeQKArgs& a, int64_t t0, int64_t t1) {
+  const CpuLevel level = active_cpu_level();
+  if (level >= CpuLevel::Avx512)
+    normalize_qk_avx512(a, t0, t1);
+  else if (level >= CpuLevel::Avx2)
+    normalize_qk_avx2(a, t0, t1);
+  else
+    normalize_qk_generic(a, t0, t1);
+}
+
+// Per-token row work is split across the pool only when there is enough of it to pay for a
+// dispatch (a decode token runs on the caller's thread).
+constexpr int64_t kRowsPerTask = 16;
 
 }  // namespace
 
@@ -681,22 +796,35 @@ void l2_norm(const float* x, float* y, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
 }
 
-void delta_net_normalize_qk(float* q, int64_t q_stride, float* k, int64_t k_stride,
-                            int64_t n_tokens, int n_k_heads, int head_k_dim, float eps) {
-  if (n_k_heads <= 0 || head_k_dim <= 0) throw Error("delta net: bad key head shape");
+NormalizeQKArgs normalize_qk_args(float* q, int64_t q_stride, float* k, int64_t k_stride,
+                                  int64_t n_tokens, int n_k_heads, int head_k_dim, float eps) {
+  if (n_k_heads <= 0 || head_k_dim <= 0 || n_k_heads > kMaxNormHeads)
+    throw Error("delta net: bad key head shape");
   const int64_t width = int64_t(n_k_heads) * head_k_dim;
   if (n_tokens > 0 && (q_stride < width || k_stride < width))
     throw Error("delta net: q/k row stride shorter than H_k*D_k");
   const float q_scale = 1.0f / std::sqrt(float(head_k_dim));
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int h = 0; h < n_k_heads; ++h) {
-      float* qh = q + t * q_stride + int64_t(h) * head_k_dim;
-      float* kh = k + t * k_stride + int64_t(h) * head_k_dim;
-      l2_norm(qh, qh, head_k_dim, eps);
-      for (int i = 0; i < head_k_dim; ++i) qh[i] *= q_scale;
-      l2_norm(kh, kh, head_k_dim, eps);
-    }
+  return NormalizeQKArgs{q, q_stride, k, k_stride, n_k_heads, head_k_dim, eps, q_scale};
+}
+
+void delta_net_normalize_qk(float* q, int64_t q_stride, float* k, int64_t k_stride,
+                            int64_t n_tokens, int n_k_heads, int head_k_dim, float eps) {
+  const NormalizeQKArgs a =
+      normalize_qk_args(q, q_stride, k, k_stride, n_tokens, n_k_heads, head_k_dim, eps);
+  if (n_tokens > 0) normalize_qk_tokens(a, 0, n_tokens);
+}
+
+void delta_net_normalize_qk(float* q, int64_t q_stride, float* k, int64_t k_stride,
+                            int64_t n_tokens, int n_k_heads, int head_k_dim, float eps,
+                            ThreadPool& pool) {
+  const NormalizeQKArgs a =
+      normalize_qk_args(q, q_stride, k, k_stride, n_tokens, n_k_heads, head_k_dim, eps);
+  if (n_tokens <= kRowsPerTask) {
+    if (n_tokens > 0) normalize_qk_tokens(a, 0, n_tokens);
+    return;
   }
+  pool.parallel_for(
+      n_tokens, [&](int64_t t0, int64_t t1) { normalize_qk_tokens(a, t0, t1); }, kRowsPerTask);
 }
 
 void delta_net_gates(const float* beta_logit, const float* alpha, const float* dt_bias,
@@ -763,13 +891,25 @@ void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* s
 
 void gated_rms_norm(const float* o, const float* z, const float* weight, float* y, int64_t n_heads,
                     int64_t head_dim, float eps) {
-  const CpuLevel level = active_cpu_level();
-  if (level >= CpuLevel::Avx512)
-    gated_rms_norm_avx512(o, z, weight, y, n_heads, head_dim, eps);
-  else if (level >= CpuLevel::Avx2)
-    gated_rms_norm_avx2(o, z, weight, y, n_heads, head_dim, eps);
-  else
-    gated_rms_norm_generic(o, z, weight, y, n_heads, head_dim, eps);
+  if (n_heads > kMaxNormHeads) throw Error("gated norm: more heads per token than supported");
+  const GatedNormArgs a{o, 0, z, 0, weight, y, 0, n_heads, head_dim, eps};
+  gated_rms_norm_tokens(a, 0, 1);
+}
+
+void gated_rms_norm_rows(const float* o, int64_t o_stride, const float* z, int64_t z_stride,
+                         const float* weight, float* y, int64_t y_stride, int64_t n_tokens,
+                         int64_t n_heads, int64_t head_dim, float eps, ThreadPool& pool) {
+  if (n_heads > kMaxNormHeads) throw Error("gated norm: more heads per token than supported");
+  const int64_t width = n_heads * head_dim;
+  if (n_tokens > 1 && (o_stride < width || z_stride < width || y_stride < width))
+    throw Error("gated norm: a token row stride is shorter than n_heads*head_dim");
+  const GatedNormArgs a{o, o_stride, z, z_stride, weight, y, y_stride, n_heads, head_dim, eps};
+  if (n_tokens <= kRowsPerTask) {
+    if (n_tokens > 0) gated_rms_norm_tokens(a, 0, n_tokens);
+    return;
+  }
+  pool.parallel_for(
+      n_tokens, [&](int64_t t0, int64_t t1) { gated_rms_norm_tokens(a, t0, t1); }, kRowsPerTask);
 }
 
 }  // namespace agentkv

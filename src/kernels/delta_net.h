@@ -86,6 +86,10 @@ void l2_norm(const float* x, float* y, int64_t n, float eps);
 // eps is the model's rms eps (llama.cpp passes f_norm_rms_eps).
 void delta_net_normalize_qk(float* q, int64_t q_stride, float* k, int64_t k_stride,
                             int64_t n_tokens, int n_k_heads, int head_k_dim, float eps);
+// The same, tokens split across the pool (same results).
+void delta_net_normalize_qk(float* q, int64_t q_stride, float* k, int64_t k_stride,
+                            int64_t n_tokens, int n_k_heads, int head_k_dim, float eps,
+                            ThreadPool& pool);
 
 // Gates of one token: beta[h] = sigmoid(beta_logit[h]); g[h] = softplus(alpha[h] + dt_bias[h]) *
 // ssm_a[h] (ssm_a = -exp(A_log) as stored in GGUF; softplus as ggml: x > 20 ? x : log(1 + e^x)).
@@ -122,5 +126,11 @@ void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* s
 // head_dim, see causal_conv1d_silu). y may alias o.
 void gated_rms_norm(const float* o, const float* z, const float* weight, float* y, int64_t n_heads,
                     int64_t head_dim, float eps);
+
+// gated_rms_norm on n_tokens token rows (row strides in floats), tokens split across the pool
+// (same results). y may alias o row for row.
+void gated_rms_norm_rows(const float* o, int64_t o_stride, const float* z, int64_t z_stride,
+                         const float* weight, float* y, int64_t y_stride, int64_t n_tokens,
+                         int64_t n_heads, int64_t head_dim, float eps, ThreadPool& pool);
 
 }  // namespace agentkv

@@ -180,7 +180,7 @@ void Qwen35Model::delta_net_layer(int il, const ForwardBatch& b, ModelMemory& me
       c_rows = conv;  // compact scratch for this sequence
     }
     causal_conv1d_silu(x_rows, C, n, C, l.conv1d, cfg.ssm_d_conv, conv_state, c_rows, C, pool);
-    delta_net_normalize_qk(c_rows, C, c_rows + Kd, C, n, cfg.ssm_n_k_heads, static_cast<int>(cfg.ssm_d_state), cfg.rms_eps);
+    delta_net_normalize_qk(c_rows, C, c_rows + Kd, C, n, cfg.ssm_n_k_heads, static_cast<int>(cfg.ssm_d_state), cfg.rms_eps, pool);
     // Gates and z rows of this sequence (compact when the rows were gathered).
     std::vector<float> g_rows, b_rows;
     const float* gp = alpha + r0 * Hv;
@@ -205,10 +205,11 @@ void Qwen35Model::delta_net_layer(int il, const ForwardBatch& b, ModelMemory& me
     io.out = contiguous ? o + r0 * Vd : go;
     io.out_stride = Vd;
     gated_delta_rule(dn_shape_, io, ssm_state, pool);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t t = rows[i];
-      float* orow = contiguous ? o + t * Vd : go + i * Vd;
-      gated_rms_norm(orow, z + t * Vd, l.ssm_norm, o + t * Vd, Hv, dn_shape_.head_v_dim, cfg.rms_eps);
+    if (contiguous) {
+      gated_rms_norm_rows(o + r0 * Vd, Vd, z + r0 * Vd, Vd, l.ssm_norm, o + r0 * Vd, Vd, n, Hv, dn_shape_.head_v_dim, cfg.rms_eps, pool);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        gated_rms_norm(go + i * Vd, z + rows[i] * Vd, l.ssm_norm, o + rows[i] * Vd, Hv, dn_shape_.head_v_dim, cfg.rms_eps);
     }
   }
   matmul(l.ssm_out, o, T, Vd, out, E, pool);
