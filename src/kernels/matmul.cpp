@@ -3,6 +3,7 @@
 // tile of weight rows is read from memory once and applied to a tile of tokens while it is still
 // in cache; the per-(row, token) work is the dispatched vec_dot kernel, except that whole groups
 // of 4 tokens of a q4_K weight follow llama.cpp's repacked GEMM numerics (row_group_dot_fn).
+// One token of q8_0 / q4_K / q6_K goes to the multi-row GEMV kernels (gemv.h, same bits as vec_dot).
 #include "kernels/matmul.h"
 
 #include <algorithm>
