@@ -196,9 +196,23 @@ DN_INLINE void transpose(const float* src, int64_t lds, float* dst, int64_t ldd,
 //   a_lower: A is lower triangular (A[m][k] = 0 for k > m), so row block m0 stops at k < m0+MR;
 //   c_lower: only C[m][n] with n <= m is wanted, so row block m0 stops at the column tile that
 //            holds column m0+MR-1 (the caller ignores, or clears, what lands above the diagonal).
-template <int W, int MR, int NV>
+// A rounded product the compiler may not fuse into the addition that consumes it (vector form).
+template <int W>
+DN_INLINE Vec<W> unfused(Vec<W> p) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __asm__("" : "+x"(p));
+#else
+  volatile Vec<W> opaque = p;
+  p = opaque;
+#endif
+  return p;
+}
+
+// ScaleC: C <- (C * c_scale) + A B, the product rounded before the addition (as a separate
+// scaling pass over C followed by the plain tile would round it).
+template <int W, int MR, int NV, bool ScaleC = false>
 DN_INLINE void gemm_tile(int K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-                         int64_t ldc) {
+                         int64_t ldc, float c_scale = 1.0f) {
   Vec<W> acc[MR][NV] = {};
   for (int k = 0; k < K; ++k) {
     Vec<W> b[NV];
@@ -214,8 +228,11 @@ DN_INLINE void gemm_tile(int K, const float* A, int64_t lda, const float* B, int
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v)
-      vec::store<W>(C + r * ldc + W * v, vec::load<W>(C + r * ldc + W * v) + acc[r][v]);
+    for (int v = 0; v < NV; ++v) {
+      Vec<W> c = vec::load<W>(C + r * ldc + W * v);
+      if constexpr (ScaleC) c = unfused<W>(c * c_scale);
+      vec::store<W>(C + r * ldc + W * v, c + acc[r][v]);
+    }
 }
 
 template <int W, int MR>
@@ -252,6 +269,22 @@ DN_INLINE void gemm_acc(int M, int N, int K, const float* A, int64_t lda, const 
         }
     }
   }
+}
+
+// C <- c_scale C + A B with the same roundings as scale<W>(C, c_scale) followed by gemm_acc, in
+// one pass over C where every tile is whole (else exactly those two steps).
+template <int W, int MR>
+DN_INLINE void gemm_scale_acc(int M, int N, int K, const float* A, int64_t lda, const float* B,
+                              int64_t ldb, float* C, int64_t ldc, float c_scale) {
+  if (M % MR != 0 || N % (2 * W) != 0) {
+    for (int m = 0; m < M; ++m) scale<W>(C + int64_t(m) * ldc, c_scale, N);
+    gemm_acc<W, MR>(M, N, K, A, lda, B, ldb, C, ldc);
+    return;
+  }
+  for (int m0 = 0; m0 < M; m0 += MR)
+    for (int n0 = 0; n0 < N; n0 += 2 * W)
+      gemm_tile<W, MR, 2, true>(K, A + int64_t(m0) * lda, lda, B + n0, ldb,
+                                C + int64_t(m0) * ldc + n0, ldc, c_scale);
 }
 
 inline float sigmoid_f(float x) { return 1.0f / (1.0f + std::exp(-x)); }
@@ -376,6 +409,24 @@ struct ChunkScratch {
   }
 };
 
+// The token rows of one head are far apart (a whole projected row, 16 KiB at qwen35moe's width,
+// and the rows left the caches since the conv wrote them), a stride the hardware prefetchers
+// do not follow: without help every row of q, k and v costs a cache miss when the chunk reads
+// it. The next chunk's rows are requested while the current one computes.
+DN_INLINE void prefetch_rows(const float* first, int64_t stride, int64_t n_rows, int row_floats) {
+  constexpr int kLineFloats = 16;
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int i = 0; i < row_floats; i += kLineFloats) __builtin_prefetch(first + r * stride + i);
+}
+DN_INLINE void prefetch_chunk_rows(const DeltaNetIO& io, int hk, int h, int dk, int dv, int64_t t0,
+                                   int chunk) {
+  const int64_t n = std::min<int64_t>(chunk, io.n_tokens - t0);
+  if (n <= 0) return;
+  prefetch_rows(io.q + t0 * io.q_stride + int64_t(hk) * dk, io.q_stride, n, dk);
+  prefetch_rows(io.k + t0 * io.k_stride + int64_t(hk) * dk, io.k_stride, n, dk);
+  prefetch_rows(io.v + t0 * io.v_stride + int64_t(h) * dv, io.v_stride, n, dv);
+}
+
 template <int W, int MR>
 DN_INLINE void chunked_head_impl(const DeltaNetShape& shape, const DeltaNetIO& io, int h,
                                  float* state, int chunk, ChunkScratch& w) {
@@ -399,6 +450,7 @@ DN_INLINE void chunked_head_impl(const DeltaNetShape& shape, const DeltaNetIO& i
     const int L = int(std::min<int64_t>(chunk, io.n_tokens - t0));
     const float* q0 = io.q + t0 * io.q_stride + int64_t(hk) * dk;  // row t at q0 + t*q_stride
     const float* k0 = io.k + t0 * io.k_stride + int64_t(hk) * dk;
+    prefetch_chunk_rows(io, hk, h, dk, dv, t0 + chunk, chunk);
 
     float gsum = 0.0f;
     for (int t = 0; t < L; ++t) {
@@ -472,8 +524,7 @@ DN_INLINE void chunked_head_impl(const DeltaNetShape& shape, const DeltaNetIO& i
       const float d = factored ? std::exp(g_last) : std::exp(g_last - G[s]);
       scale_copy<W>(Dd + int64_t(s) * dv, delta + int64_t(s) * dx, d, dv);
     }
-    scale<W>(S, std::exp(g_last), dk * dv);
-    gemm_acc<W, MR>(dk, dv, L, KT, L, Dd, dv, S, dv);
+    gemm_scale_acc<W, MR>(dk, dv, L, KT, L, Dd, dv, S, dv, std::exp(g_last));
   }
 
   transpose(S, dv, stored, dk, dk, dv);
