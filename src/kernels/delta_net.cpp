@@ -576,49 +576,49 @@ DN_AVX512 void chunked_head_avx512(const DeltaNetShape& s, const DeltaNetIO& io,
 
 // ---- conv1d ----------------------------------------------------------------------------------
 constexpr int kMaxConvKernel = 64;
-constexpr int kConvBlock = 256;  // channels per task
+constexpr int64_t kConvTokensPerTask = 8;
 
+// The conv's inputs laid out for a token-major walk: the weights tap-major (row i = tap i over
+// all channels) and the state as d_conv-1 rows over channels, oldest first, so every window
+// row — from the state or from x — is a contiguous row of channels.
 struct ConvArgs {
   int64_t channels;  // the whole row: ggml's SiLU groups are counted from channel 0
   const float* x;
   int64_t x_stride;
   int64_t n_tokens;
-  const float* weight;
   int d_conv;
-  float* conv_state;
+  const float* taps;     // d_conv x channels
+  const float* history;  // (d_conv-1) x channels
   float* out;
   int64_t out_stride;
+
+  // Row p of [history | tokens]: the window of token t is rows t .. t+d_conv-1.
+  const float* window_row(int64_t p) const {
+    const int64_t ns = d_conv - 1;
+    return p < ns ? history + p * channels : x + (p - ns) * x_stride;
+  }
 };
 
-// Channels [c0, c0+nc) over all tokens. The window of token t is positions t .. t+d_conv-1 of
-// [state (d_conv-1 rows) | tokens]; taps are summed oldest first with fused multiply-adds, as
-// ggml_ssm_conv compiles on FMA machines. SiLU as ggml_vec_silu_f32 on the conv output rows
-// (ggml_silu over C channels per token): ggml_v_silu on whole groups of 16 channels, the scalar
-// formula (libm expf) on the last C % 16. The
-// state and the weight are first laid out as rows over channels so every token takes the same
-// vector path (whether it reads the state or not), which keeps results independent of how a
-// sequence is split into calls.
+// Tokens [t0, t1), each over all channels: contiguous rows in, contiguous rows out (a walk down
+// channel blocks instead would jump a whole row between tokens, which the prefetchers do not
+// follow). Taps are summed oldest first with fused multiply-adds, as ggml_ssm_conv compiles on
+// FMA machines; SiLU as ggml_vec_silu_f32 on the conv output row (ggml_silu over C channels per
+// token): ggml_v_silu on whole groups of 16 channels, the scalar formula (libm expf) on the last
+// C % 16. Every token takes the same vector path whether it reads the state or not, which keeps
+// results independent of how a sequence is split into calls.
 template <int W>
-DN_INLINE void conv_block_impl(const ConvArgs& a, int64_t c0, int nc, float* scratch) {
-  const int d_conv = a.d_conv, ns = d_conv - 1;
-  float* wt = scratch;                          // d_conv x kConvBlock, tap-major
-  float* hist = scratch + d_conv * kConvBlock;  // ns x kConvBlock, oldest first
-  for (int i = 0; i < d_conv; ++i)
-    for (int c = 0; c < nc; ++c) wt[i * kConvBlock + c] = a.weight[(c0 + c) * d_conv + i];
-  for (int p = 0; p < ns; ++p)
-    for (int c = 0; c < nc; ++c) hist[p * kConvBlock + c] = a.conv_state[(c0 + c) * ns + p];
-  auto window_row = [&](int64_t p) -> const float* {
-    return p < ns ? hist + p * kConvBlock : a.x + (p - ns) * a.x_stride + c0;
-  };
+DN_INLINE void conv_tokens_impl(const ConvArgs& a, int64_t t0, int64_t t1) {
+  const int d_conv = a.d_conv;
+  const int64_t nc = a.channels;
   const float* rows[kMaxConvKernel];
-  for (int64_t t = 0; t < a.n_tokens; ++t) {
-    for (int i = 0; i < d_conv; ++i) rows[i] = window_row(t + i);
-    float* o = a.out + t * a.out_stride + c0;
-    int c = 0;
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int i = 0; i < d_conv; ++i) rows[i] = a.window_row(t + i);
+    float* o = a.out + t * a.out_stride;
+    int64_t c = 0;
     for (; c + W <= nc; c += W) {
       Vec<W> acc = {};
       for (int i = 0; i < d_conv; ++i)
-        acc += vec::load<W>(rows[i] + c) * vec::load<W>(wt + i * kConvBlock + c);
+        acc += vec::load<W>(rows[i] + c) * vec::load<W>(a.taps + i * nc + c);
       vec::store<W>(o + c, acc);
     }
     if (c < nc) {  // channel tail through a zero-padded vector
@@ -628,18 +628,13 @@ DN_INLINE void conv_block_impl(const ConvArgs& a, int64_t c0, int nc, float* scr
         std::fill(xb, xb + W, 0.0f);
         std::fill(wb, wb + W, 0.0f);
         std::memcpy(xb, rows[i] + c, sizeof(float) * (nc - c));
-        std::memcpy(wb, wt + i * kConvBlock + c, sizeof(float) * (nc - c));
+        std::memcpy(wb, a.taps + i * nc + c, sizeof(float) * (nc - c));
         acc += vec::load<W>(xb) * vec::load<W>(wb);
       }
       vec::store<W>(xb, acc);
       std::memcpy(o + c, xb, sizeof(float) * (nc - c));
     }
-    ggml_silu_span<W>(o, o, c0, nc, a.channels - a.channels % 16);
-  }
-  // New state: window positions n_tokens .. n_tokens+ns-1 (the last ns raw inputs).
-  for (int p = 0; p < ns; ++p) {
-    const float* src = window_row(a.n_tokens + p);
-    for (int c = 0; c < nc; ++c) a.conv_state[(c0 + c) * ns + p] = src[c];
+    ggml_silu_span<W>(o, o, 0, nc, nc - nc % 16);
   }
 }
 
@@ -757,14 +752,14 @@ DN_INLINE void normalize_qk_impl(const NormalizeQKArgs& a, int64_t t0, int64_t t
   }
 }
 
-void conv_block_generic(const ConvArgs& a, int64_t c0, int nc, float* scratch) {
-  conv_block_impl<4>(a, c0, nc, scratch);
+void conv_tokens_generic(const ConvArgs& a, int64_t t0, int64_t t1) {
+  conv_tokens_impl<4>(a, t0, t1);
 }
-DN_AVX2 void conv_block_avx2(const ConvArgs& a, int64_t c0, int nc, float* scratch) {
-  conv_block_impl<8>(a, c0, nc, scratch);
+DN_AVX2 void conv_tokens_avx2(const ConvArgs& a, int64_t t0, int64_t t1) {
+  conv_tokens_impl<8>(a, t0, t1);
 }
-DN_AVX512 void conv_block_avx512(const ConvArgs& a, int64_t c0, int nc, float* scratch) {
-  conv_block_impl<16>(a, c0, nc, scratch);
+DN_AVX512 void conv_tokens_avx512(const ConvArgs& a, int64_t t0, int64_t t1) {
+  conv_tokens_impl<16>(a, t0, t1);
 }
 void gated_rms_norm_generic(const GatedNormArgs& a, int64_t t0, int64_t t1) {
   gated_rms_norm_impl<4>(a, t0, t1);
@@ -822,22 +817,36 @@ void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int6
     throw Error("ssm conv: missing input, weight, state or output buffer");
   if (x_stride < channels || out_stride < channels)
     throw Error("ssm conv: a token row stride is shorter than the channel count");
-  const ConvArgs args{channels, x, x_stride, n_tokens, weight, d_conv, conv_state, out, out_stride};
+  // Weights and state as rows over channels (grow-only scratch of the calling thread).
+  thread_local std::vector<float> layout;
+  const int ns = d_conv - 1;
+  if (layout.size() < size_t(2 * d_conv - 1) * channels)
+    layout.resize(size_t(2 * d_conv - 1) * channels);
+  float* taps = layout.data();
+  float* history = taps + int64_t(d_conv) * channels;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int i = 0; i < d_conv; ++i) taps[i * channels + c] = weight[c * d_conv + i];
+  for (int64_t c = 0; c < channels; ++c)
+    for (int p = 0; p < ns; ++p) history[p * channels + c] = conv_state[c * ns + p];
+  const ConvArgs args{channels, x, x_stride, n_tokens, d_conv, taps, history, out, out_stride};
   const CpuLevel level = active_cpu_level();
-  const int64_t n_blocks = (channels + kConvBlock - 1) / kConvBlock;
-  pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
-    std::vector<float> scratch(size_t(2 * d_conv) * kConvBlock);
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t c0 = b * kConvBlock;
-      const int nc = int(std::min<int64_t>(kConvBlock, channels - c0));
-      if (level >= CpuLevel::Avx512)
-        conv_block_avx512(args, c0, nc, scratch.data());
-      else if (level >= CpuLevel::Avx2)
-        conv_block_avx2(args, c0, nc, scratch.data());
-      else
-        conv_block_generic(args, c0, nc, scratch.data());
-    }
-  });
+  auto run_tokens = [&](int64_t t0, int64_t t1) {
+    if (level >= CpuLevel::Avx512)
+      conv_tokens_avx512(args, t0, t1);
+    else if (level >= CpuLevel::Avx2)
+      conv_tokens_avx2(args, t0, t1);
+    else
+      conv_tokens_generic(args, t0, t1);
+  };
+  if (n_tokens <= kConvTokensPerTask)
+    run_tokens(0, n_tokens);
+  else
+    pool.parallel_for(n_tokens, run_tokens, kConvTokensPerTask);
+  // New state: window rows n_tokens .. n_tokens+ns-1 (the last ns raw inputs).
+  for (int p = 0; p < ns; ++p) {
+    const float* src = args.window_row(n_tokens + p);
+    for (int64_t c = 0; c < channels; ++c) conv_state[c * ns + p] = src[c];
+  }
 }
 
 void l2_norm(const float* x, float* y, int64_t n, float eps) {
