@@ -18,8 +18,10 @@ namespace agentkv {
 bool float_gemm_applies(const WeightMatrix& w, int64_t n_tokens);
 
 // x: n_tokens rows of n_in floats (stride x_stride); y: n_tokens rows of n_out floats (stride
-// y_stride). Requires float_gemm_applies(w, n_tokens); register-blocked (4 weight rows x up to 6
-// tokens per tile), output rows split across the pool.
+// y_stride). Requires float_gemm_applies(w, n_tokens); output rows split across the pool; each
+// thread widens 768 KiB panels of its rows to f32 once per call and runs register tiles of 4 rows x
+// up to 6 tokens over k blocks of at most 1024 (bit-identical to the unblocked chain). Keeps a
+// per-thread scratch of the widened panel and an aligned copy of the activations.
 void float_gemm(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
                 int64_t y_stride, ThreadPool& pool);
 
