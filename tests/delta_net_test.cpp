@@ -649,7 +649,73 @@ TEST_P(GatedRmsNorm, MatchesFormula) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(inplace[i], y[i]);
 }
 
+TEST_P(GatedRmsNorm, TokenRowsAcrossThreadsMatchOneTokenAtATime) {
+  // 40 tokens (enough to be split across the pool), 11 heads of 24 (a whole group of 8 heads
+  // plus 3, a SiLU tail of 8), rows padded to 300 floats; bit-identical to gated_rms_norm per
+  // token, whatever the thread count, in place too.
+  const int64_t n = 40, heads = 11, hd = 24, stride = 300;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> o(n * stride), z(n * stride), w(hd);
+  for (auto& v : o) v = normal(rng);
+  for (auto& v : z) v = normal(rng);
+  for (auto& v : w) v = 1.0f + 0.1f * normal(rng);
+  z[5] = 150.0f;  // a SiLU exponent outside the plain power-of-two range
+  z[stride + 7] = -150.0f;
+  std::vector<float> expect(n * stride, 7.0f);
+  for (int64_t t = 0; t < n; ++t)
+    gated_rms_norm(o.data() + t * stride, z.data() + t * stride, w.data(),
+                   expect.data() + t * stride, heads, hd, 1e-6f);
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> y(n * stride, 7.0f);
+    gated_rms_norm_rows(o.data(), stride, z.data(), stride, w.data(), y.data(), stride, n, heads,
+                        hd, 1e-6f, pool);
+    EXPECT_EQ(y, expect) << threads << " threads";
+    std::vector<float> inplace = o;
+    gated_rms_norm_rows(inplace.data(), stride, z.data(), stride, w.data(), inplace.data(),
+                        stride, n, heads, hd, 1e-6f, pool);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < heads * hd; ++i)
+        ASSERT_EQ(inplace[t * stride + i], expect[t * stride + i]) << t << "," << i;
+  }
+}
+
 INSTANTIATE_PER_CPU_LEVEL(GatedRmsNorm);
+
+TEST(NormalizeQK, MatchesL2NormPerHeadOnEveryThreadCount) {
+  // 37 tokens, 9 k-heads of 20 (a group of 8 plus 1, vector tails), rows padded: every head is
+  // bit-identical to l2_norm followed by the 1/sqrt(D_k) scaling of q, pool or not.
+  const int64_t n = 37, stride = 200;
+  const int heads = 9, hd = 20;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q0(n * stride), k0(n * stride);
+  for (auto& v : q0) v = normal(rng);
+  for (auto& v : k0) v = normal(rng);
+  std::vector<float> q_expect = q0, k_expect = k0;
+  const float q_scale = 1.0f / std::sqrt(float(hd));
+  for (int64_t t = 0; t < n; ++t)
+    for (int h = 0; h < heads; ++h) {
+      float* qh = q_expect.data() + t * stride + h * hd;
+      float* kh = k_expect.data() + t * stride + h * hd;
+      l2_norm(qh, qh, hd, 1e-6f);
+      for (int i = 0; i < hd; ++i) qh[i] *= q_scale;
+      l2_norm(kh, kh, hd, 1e-6f);
+    }
+  std::vector<float> q = q0, k = k0;
+  delta_net_normalize_qk(q.data(), stride, k.data(), stride, n, heads, hd, 1e-6f);
+  EXPECT_EQ(q, q_expect);
+  EXPECT_EQ(k, k_expect);
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    q = q0;
+    k = k0;
+    delta_net_normalize_qk(q.data(), stride, k.data(), stride, n, heads, hd, 1e-6f, pool);
+    EXPECT_EQ(q, q_expect) << threads << " threads";
+    EXPECT_EQ(k, k_expect) << threads << " threads";
+  }
+}
 
 }  // namespace
 }  // namespace agentkv
