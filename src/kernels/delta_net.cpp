@@ -577,6 +577,7 @@ DN_AVX512 void chunked_head_avx512(const DeltaNetShape& s, const DeltaNetIO& io,
 // ---- conv1d ----------------------------------------------------------------------------------
 constexpr int kMaxConvKernel = 64;
 constexpr int64_t kConvTokensPerTask = 8;
+constexpr int64_t kConvInPlaceMaxTokens = 2;  // decoding: no layout pass (see conv_in_place_impl)
 
 // The conv's inputs laid out for a token-major walk: the weights tap-major (row i = tap i over
 // all channels) and the state as d_conv-1 rows over channels, oldest first, so every window
@@ -635,6 +636,35 @@ DN_INLINE void conv_tokens_impl(const ConvArgs& a, int64_t t0, int64_t t1) {
       std::memcpy(o + c, xb, sizeof(float) * (nc - c));
     }
     ggml_silu_span<W>(o, o, 0, nc, nc - nc % 16);
+  }
+}
+
+// One or two tokens (decoding): laying the weights and state out would cost more than the
+// conv itself, so each channel reads its taps and state in place. Per element the same
+// operations as conv_tokens_impl: a fused multiply-add chain from zero, oldest tap first, where
+// the vector path fuses (W >= 8: the AVX2 / AVX-512 entry points), a rounded product and a sum
+// where it does not (generic SSE2); then the same SiLU on the row.
+template <int W>
+DN_INLINE void conv_in_place_impl(const float* x, int64_t x_stride, int64_t n_tokens,
+                                  int64_t channels, const float* weight, int d_conv,
+                                  const float* conv_state, float* out, int64_t out_stride) {
+  const int ns = d_conv - 1;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* o = out + t * out_stride;
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* w = weight + c * d_conv;
+      float acc = 0.0f;
+      for (int i = 0; i < d_conv; ++i) {
+        const int64_t p = t + i;
+        const float v = p < ns ? conv_state[c * ns + p] : x[(p - ns) * x_stride + c];
+        if constexpr (W >= 8)
+          acc = std::fma(v, w[i], acc);
+        else
+          acc = acc + unfused_product(v, w[i]);
+      }
+      o[c] = acc;
+    }
+    ggml_silu_span<W>(o, o, 0, channels, channels - channels % 16);
   }
 }
 
@@ -761,6 +791,19 @@ DN_AVX2 void conv_tokens_avx2(const ConvArgs& a, int64_t t0, int64_t t1) {
 DN_AVX512 void conv_tokens_avx512(const ConvArgs& a, int64_t t0, int64_t t1) {
   conv_tokens_impl<16>(a, t0, t1);
 }
+void conv_in_place_generic(const float* x, int64_t xs, int64_t n, int64_t ch, const float* w,
+                           int d, const float* st, float* o, int64_t os) {
+  conv_in_place_impl<4>(x, xs, n, ch, w, d, st, o, os);
+}
+DN_AVX2 void conv_in_place_avx2(const float* x, int64_t xs, int64_t n, int64_t ch, const float* w,
+                                int d, const float* st, float* o, int64_t os) {
+  conv_in_place_impl<8>(x, xs, n, ch, w, d, st, o, os);
+}
+DN_AVX512 void conv_in_place_avx512(const float* x, int64_t xs, int64_t n, int64_t ch,
+                                    const float* w, int d, const float* st, float* o,
+                                    int64_t os) {
+  conv_in_place_impl<16>(x, xs, n, ch, w, d, st, o, os);
+}
 void gated_rms_norm_generic(const GatedNormArgs& a, int64_t t0, int64_t t1) {
   gated_rms_norm_impl<4>(a, t0, t1);
 }
@@ -817,9 +860,30 @@ void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int6
     throw Error("ssm conv: missing input, weight, state or output buffer");
   if (x_stride < channels || out_stride < channels)
     throw Error("ssm conv: a token row stride is shorter than the channel count");
+  const int ns = d_conv - 1;
+  const CpuLevel level = active_cpu_level();
+  if (n_tokens <= kConvInPlaceMaxTokens) {
+    if (level >= CpuLevel::Avx512)
+      conv_in_place_avx512(x, x_stride, n_tokens, channels, weight, d_conv, conv_state, out,
+                           out_stride);
+    else if (level >= CpuLevel::Avx2)
+      conv_in_place_avx2(x, x_stride, n_tokens, channels, weight, d_conv, conv_state, out,
+                         out_stride);
+    else
+      conv_in_place_generic(x, x_stride, n_tokens, channels, weight, d_conv, conv_state, out,
+                            out_stride);
+    // New state: the last ns raw inputs, shifted in per channel (oldest first).
+    for (int64_t c = 0; c < channels; ++c) {
+      float* st = conv_state + c * ns;
+      for (int p = 0; p < ns; ++p) {
+        const int64_t src = n_tokens + p;  // window row
+        st[p] = src < ns ? st[src] : x[(src - ns) * x_stride + c];
+      }
+    }
+    return;
+  }
   // Weights and state as rows over channels (grow-only scratch of the calling thread).
   thread_local std::vector<float> layout;
-  const int ns = d_conv - 1;
   if (layout.size() < size_t(2 * d_conv - 1) * channels)
     layout.resize(size_t(2 * d_conv - 1) * channels);
   float* taps = layout.data();
@@ -829,7 +893,6 @@ void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int6
   for (int64_t c = 0; c < channels; ++c)
     for (int p = 0; p < ns; ++p) history[p * channels + c] = conv_state[c * ns + p];
   const ConvArgs args{channels, x, x_stride, n_tokens, d_conv, taps, history, out, out_stride};
-  const CpuLevel level = active_cpu_level();
   auto run_tokens = [&](int64_t t0, int64_t t1) {
     if (level >= CpuLevel::Avx512)
       conv_tokens_avx512(args, t0, t1);
