@@ -412,11 +412,14 @@ struct ChunkScratch {
 // The token rows of one head are far apart (a whole projected row, 16 KiB at qwen35moe's width,
 // and the rows left the caches since the conv wrote them), a stride the hardware prefetchers
 // do not follow: without help every row of q, k and v costs a cache miss when the chunk reads
-// it. The next chunk's rows are requested while the current one computes.
+// it, and every output row one when the chunk writes it. The next chunk's rows are requested
+// (the output rows for writing) while the current one computes.
+template <bool ForWrite = false>
 DN_INLINE void prefetch_rows(const float* first, int64_t stride, int64_t n_rows, int row_floats) {
   constexpr int kLineFloats = 16;
   for (int64_t r = 0; r < n_rows; ++r)
-    for (int i = 0; i < row_floats; i += kLineFloats) __builtin_prefetch(first + r * stride + i);
+    for (int i = 0; i < row_floats; i += kLineFloats)
+      __builtin_prefetch(first + r * stride + i, ForWrite ? 1 : 0);
 }
 DN_INLINE void prefetch_chunk_rows(const DeltaNetIO& io, int hk, int h, int dk, int dv, int64_t t0,
                                    int chunk) {
@@ -425,6 +428,7 @@ DN_INLINE void prefetch_chunk_rows(const DeltaNetIO& io, int hk, int h, int dk, 
   prefetch_rows(io.q + t0 * io.q_stride + int64_t(hk) * dk, io.q_stride, n, dk);
   prefetch_rows(io.k + t0 * io.k_stride + int64_t(hk) * dk, io.k_stride, n, dk);
   prefetch_rows(io.v + t0 * io.v_stride + int64_t(h) * dv, io.v_stride, n, dv);
+  prefetch_rows<true>(io.out + t0 * io.out_stride + int64_t(h) * dv, io.out_stride, n, dv);
 }
 
 template <int W, int MR>
