@@ -559,6 +559,49 @@ TEST_P(Conv1d, SiluIsAccurateOverTheWholeRange) {
   }
 }
 
+TEST_P(Conv1d, FusedNormalizationMatchesSeparateCalls) {
+  // Rows of 2 k-heads of 24 for q, the same for k, and 40 v channels (136 channels, a vector
+  // tail), padded to 140 floats; 20 tokens in one call (split across threads) and as 1 + 2 + 17
+  // tokens (the 1- and 2-token calls take the decoding path): bit-identical to the conv followed
+  // by delta_net_normalize_qk, state included.
+  const int hk = 2, dk = 24, C = 2 * hk * dk + 40, stride = 140, d_conv = 4;
+  const int64_t n = 20;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n * stride), w(size_t(C) * d_conv), state0(size_t(C) * (d_conv - 1));
+  for (auto& v : x) v = normal(rng);
+  for (auto& v : w) v = normal(rng);
+  for (auto& v : state0) v = normal(rng);
+  ThreadPool one(1);
+  std::vector<float> state_expect = state0, expect(n * stride, 5.0f);
+  causal_conv1d_silu(x.data(), stride, n, C, w.data(), d_conv, state_expect.data(), expect.data(),
+                     stride, one);
+  delta_net_normalize_qk(expect.data(), stride, expect.data() + hk * dk, stride, n, hk, dk, 1e-6f);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    std::vector<float> state = state0, out(n * stride, 5.0f);
+    causal_conv1d_silu_normalize_qk(x.data(), stride, n, C, w.data(), d_conv, state.data(),
+                                    out.data(), stride, hk, dk, 1e-6f, pool);
+    EXPECT_EQ(out, expect) << threads << " threads";
+    EXPECT_EQ(state, state_expect);
+    std::vector<float> state_split = state0, out_split(n * stride, 5.0f);
+    int64_t t0 = 0;
+    for (int64_t len : {1, 2, 17}) {
+      causal_conv1d_silu_normalize_qk(x.data() + t0 * stride, stride, len, C, w.data(), d_conv,
+                                      state_split.data(), out_split.data() + t0 * stride, stride,
+                                      hk, dk, 1e-6f, pool);
+      t0 += len;
+    }
+    EXPECT_EQ(out_split, expect) << threads << " threads";
+    EXPECT_EQ(state_split, state_expect);
+  }
+  std::vector<float> state = state0, out(n * stride);
+  EXPECT_THROW(causal_conv1d_silu_normalize_qk(x.data(), stride, n, C, w.data(), d_conv,
+                                               state.data(), out.data(), stride, 3, 24, 1e-6f,
+                                               one),
+               Error);  // 2 * 3 * 24 channels do not fit in 136
+}
+
 INSTANTIATE_PER_CPU_LEVEL(Conv1d);
 
 TEST(Conv1dArgs, RefusesBadArguments) {

@@ -578,100 +578,6 @@ DN_AVX512 void chunked_head_avx512(const DeltaNetShape& s, const DeltaNetIO& io,
   chunked_head_impl<16, 8>(s, io, h, st, L, w);
 }
 
-// ---- conv1d ----------------------------------------------------------------------------------
-constexpr int kMaxConvKernel = 64;
-constexpr int64_t kConvTokensPerTask = 8;
-constexpr int64_t kConvInPlaceMaxTokens = 2;  // decoding: no layout pass (see conv_in_place_impl)
-
-// The conv's inputs laid out for a token-major walk: the weights tap-major (row i = tap i over
-// all channels) and the state as d_conv-1 rows over channels, oldest first, so every window
-// row — from the state or from x — is a contiguous row of channels.
-struct ConvArgs {
-  int64_t channels;  // the whole row: ggml's SiLU groups are counted from channel 0
-  const float* x;
-  int64_t x_stride;
-  int64_t n_tokens;
-  int d_conv;
-  const float* taps;     // d_conv x channels
-  const float* history;  // (d_conv-1) x channels
-  float* out;
-  int64_t out_stride;
-
-  // Row p of [history | tokens]: the window of token t is rows t .. t+d_conv-1.
-  const float* window_row(int64_t p) const {
-    const int64_t ns = d_conv - 1;
-    return p < ns ? history + p * channels : x + (p - ns) * x_stride;
-  }
-};
-
-// Tokens [t0, t1), each over all channels: contiguous rows in, contiguous rows out (a walk down
-// channel blocks instead would jump a whole row between tokens, which the prefetchers do not
-// follow). Taps are summed oldest first with fused multiply-adds, as ggml_ssm_conv compiles on
-// FMA machines; SiLU as ggml_vec_silu_f32 on the conv output row (ggml_silu over C channels per
-// token): ggml_v_silu on whole groups of 16 channels, the scalar formula (libm expf) on the last
-// C % 16. Every token takes the same vector path whether it reads the state or not, which keeps
-// results independent of how a sequence is split into calls.
-template <int W>
-DN_INLINE void conv_tokens_impl(const ConvArgs& a, int64_t t0, int64_t t1) {
-  const int d_conv = a.d_conv;
-  const int64_t nc = a.channels;
-  const float* rows[kMaxConvKernel];
-  for (int64_t t = t0; t < t1; ++t) {
-    for (int i = 0; i < d_conv; ++i) rows[i] = a.window_row(t + i);
-    float* o = a.out + t * a.out_stride;
-    int64_t c = 0;
-    for (; c + W <= nc; c += W) {
-      Vec<W> acc = {};
-      for (int i = 0; i < d_conv; ++i)
-        acc += vec::load<W>(rows[i] + c) * vec::load<W>(a.taps + i * nc + c);
-      vec::store<W>(o + c, acc);
-    }
-    if (c < nc) {  // channel tail through a zero-padded vector
-      float xb[W], wb[W];
-      Vec<W> acc = {};
-      for (int i = 0; i < d_conv; ++i) {
-        std::fill(xb, xb + W, 0.0f);
-        std::fill(wb, wb + W, 0.0f);
-        std::memcpy(xb, rows[i] + c, sizeof(float) * (nc - c));
-        std::memcpy(wb, a.taps + i * nc + c, sizeof(float) * (nc - c));
-        acc += vec::load<W>(xb) * vec::load<W>(wb);
-      }
-      vec::store<W>(xb, acc);
-      std::memcpy(o + c, xb, sizeof(float) * (nc - c));
-    }
-    ggml_silu_span<W>(o, o, 0, nc, nc - nc % 16);
-  }
-}
-
-// One or two tokens (decoding): laying the weights and state out would cost more than the
-// conv itself, so each channel reads its taps and state in place. Per element the same
-// operations as conv_tokens_impl: a fused multiply-add chain from zero, oldest tap first, where
-// the vector path fuses (W >= 8: the AVX2 / AVX-512 entry points), a rounded product and a sum
-// where it does not (generic SSE2); then the same SiLU on the row.
-template <int W>
-DN_INLINE void conv_in_place_impl(const float* x, int64_t x_stride, int64_t n_tokens,
-                                  int64_t channels, const float* weight, int d_conv,
-                                  const float* conv_state, float* out, int64_t out_stride) {
-  const int ns = d_conv - 1;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    float* o = out + t * out_stride;
-    for (int64_t c = 0; c < channels; ++c) {
-      const float* w = weight + c * d_conv;
-      float acc = 0.0f;
-      for (int i = 0; i < d_conv; ++i) {
-        const int64_t p = t + i;
-        const float v = p < ns ? conv_state[c * ns + p] : x[(p - ns) * x_stride + c];
-        if constexpr (W >= 8)
-          acc = std::fma(v, w[i], acc);
-        else
-          acc = acc + unfused_product(v, w[i]);
-      }
-      o[c] = acc;
-    }
-    ggml_silu_span<W>(o, o, 0, channels, channels - channels % 16);
-  }
-}
-
 // ---- sums of squares in double, several rows at once -------------------------------------------
 // ggml's RMS_NORM and L2_NORM add the float squares of a row into one double, in index order:
 // a chain of dependent additions. Rows are independent, so R chains advance together (each still
@@ -786,6 +692,104 @@ DN_INLINE void normalize_qk_impl(const NormalizeQKArgs& a, int64_t t0, int64_t t
   }
 }
 
+// ---- conv1d ----------------------------------------------------------------------------------
+constexpr int kMaxConvKernel = 64;
+constexpr int64_t kConvTokensPerTask = 8;
+constexpr int64_t kConvInPlaceMaxTokens = 2;  // decoding: no layout pass (see conv_in_place_impl)
+
+// The conv's inputs laid out for a token-major walk: the weights tap-major (row i = tap i over
+// all channels) and the state as d_conv-1 rows over channels, oldest first, so every window
+// row — from the state or from x — is a contiguous row of channels.
+struct ConvArgs {
+  int64_t channels;  // the whole row: ggml's SiLU groups are counted from channel 0
+  const float* x;
+  int64_t x_stride;
+  int64_t n_tokens;
+  int d_conv;
+  const float* taps;     // d_conv x channels
+  const float* history;  // (d_conv-1) x channels
+  float* out;
+  int64_t out_stride;
+  // When set, each token's q and k channels (the first 2 H_k D_k of its output row) are then
+  // L2-normalised as delta_net_normalize_qk does, while the row is still in L1.
+  const NormalizeQKArgs* normalize;
+
+  // Row p of [history | tokens]: the window of token t is rows t .. t+d_conv-1.
+  const float* window_row(int64_t p) const {
+    const int64_t ns = d_conv - 1;
+    return p < ns ? history + p * channels : x + (p - ns) * x_stride;
+  }
+};
+
+// Tokens [t0, t1), each over all channels: contiguous rows in, contiguous rows out (a walk down
+// channel blocks instead would jump a whole row between tokens, which the prefetchers do not
+// follow). Taps are summed oldest first with fused multiply-adds, as ggml_ssm_conv compiles on
+// FMA machines; SiLU as ggml_vec_silu_f32 on the conv output row (ggml_silu over C channels per
+// token): ggml_v_silu on whole groups of 16 channels, the scalar formula (libm expf) on the last
+// C % 16. Every token takes the same vector path whether it reads the state or not, which keeps
+// results independent of how a sequence is split into calls.
+template <int W>
+DN_INLINE void conv_tokens_impl(const ConvArgs& a, int64_t t0, int64_t t1) {
+  const int d_conv = a.d_conv;
+  const int64_t nc = a.channels;
+  const float* rows[kMaxConvKernel];
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int i = 0; i < d_conv; ++i) rows[i] = a.window_row(t + i);
+    float* o = a.out + t * a.out_stride;
+    int64_t c = 0;
+    for (; c + W <= nc; c += W) {
+      Vec<W> acc = {};
+      for (int i = 0; i < d_conv; ++i)
+        acc += vec::load<W>(rows[i] + c) * vec::load<W>(a.taps + i * nc + c);
+      vec::store<W>(o + c, acc);
+    }
+    if (c < nc) {  // channel tail through a zero-padded vector
+      float xb[W], wb[W];
+      Vec<W> acc = {};
+      for (int i = 0; i < d_conv; ++i) {
+        std::fill(xb, xb + W, 0.0f);
+        std::fill(wb, wb + W, 0.0f);
+        std::memcpy(xb, rows[i] + c, sizeof(float) * (nc - c));
+        std::memcpy(wb, a.taps + i * nc + c, sizeof(float) * (nc - c));
+        acc += vec::load<W>(xb) * vec::load<W>(wb);
+      }
+      vec::store<W>(xb, acc);
+      std::memcpy(o + c, xb, sizeof(float) * (nc - c));
+    }
+    ggml_silu_span<W>(o, o, 0, nc, nc - nc % 16);
+    if (a.normalize) normalize_qk_impl<W>(*a.normalize, t, t + 1);
+  }
+}
+
+// One or two tokens (decoding): laying the weights and state out would cost more than the
+// conv itself, so each channel reads its taps and state in place. Per element the same
+// operations as conv_tokens_impl: a fused multiply-add chain from zero, oldest tap first, where
+// the vector path fuses (W >= 8: the AVX2 / AVX-512 entry points), a rounded product and a sum
+// where it does not (generic SSE2); then the same SiLU on the row.
+template <int W>
+DN_INLINE void conv_in_place_impl(const float* x, int64_t x_stride, int64_t n_tokens,
+                                  int64_t channels, const float* weight, int d_conv,
+                                  const float* conv_state, float* out, int64_t out_stride) {
+  const int ns = d_conv - 1;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* o = out + t * out_stride;
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* w = weight + c * d_conv;
+      float acc = 0.0f;
+      for (int i = 0; i < d_conv; ++i) {
+        const int64_t p = t + i;
+        const float v = p < ns ? conv_state[c * ns + p] : x[(p - ns) * x_stride + c];
+        if constexpr (W >= 8)
+          acc = std::fma(v, w[i], acc);
+        else
+          acc = acc + unfused_product(v, w[i]);
+      }
+      o[c] = acc;
+    }
+    ggml_silu_span<W>(o, o, 0, channels, channels - channels % 16);
+  }
+}
+
 void conv_tokens_generic(const ConvArgs& a, int64_t t0, int64_t t1) {
   conv_tokens_impl<4>(a, t0, t1);
 }
@@ -851,9 +855,21 @@ constexpr int64_t kRowsPerTask = 16;
 
 }  // namespace
 
-void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int64_t channels,
-                        const float* weight, int d_conv, float* conv_state, float* out,
-                        int64_t out_stride, ThreadPool& pool) {
+namespace {
+NormalizeQKArgs normalize_qk_args(float* q, int64_t q_stride, float* k, int64_t k_stride,
+                                  int64_t n_tokens, int n_k_heads, int head_k_dim, float eps) {
+  if (n_k_heads <= 0 || head_k_dim <= 0 || n_k_heads > kMaxNormHeads)
+    throw Error("delta net: bad key head shape");
+  const int64_t width = int64_t(n_k_heads) * head_k_dim;
+  if (n_tokens > 0 && (q_stride < width || k_stride < width))
+    throw Error("delta net: q/k row stride shorter than H_k*D_k");
+  const float q_scale = 1.0f / std::sqrt(float(head_k_dim));
+  return NormalizeQKArgs{q, q_stride, k, k_stride, n_k_heads, head_k_dim, eps, q_scale};
+}
+
+void conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int64_t channels,
+                 const float* weight, int d_conv, float* conv_state, float* out,
+                 int64_t out_stride, const NormalizeQKArgs* normalize, ThreadPool& pool) {
   if (d_conv < 1 || d_conv > kMaxConvKernel)
     throw Error("ssm conv: kernel size " + std::to_string(d_conv) + " outside [1, " +
                 std::to_string(kMaxConvKernel) + "]");
@@ -876,6 +892,7 @@ void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int6
     else
       conv_in_place_generic(x, x_stride, n_tokens, channels, weight, d_conv, conv_state, out,
                             out_stride);
+    if (normalize) normalize_qk_tokens(*normalize, 0, n_tokens);
     // New state: the last ns raw inputs, shifted in per channel (oldest first).
     for (int64_t c = 0; c < channels; ++c) {
       float* st = conv_state + c * ns;
@@ -896,7 +913,8 @@ void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int6
     for (int i = 0; i < d_conv; ++i) taps[i * channels + c] = weight[c * d_conv + i];
   for (int64_t c = 0; c < channels; ++c)
     for (int p = 0; p < ns; ++p) history[p * channels + c] = conv_state[c * ns + p];
-  const ConvArgs args{channels, x, x_stride, n_tokens, d_conv, taps, history, out, out_stride};
+  const ConvArgs args{channels, x, x_stride, n_tokens, d_conv,   taps,
+                      history,  out, out_stride, normalize};
   auto run_tokens = [&](int64_t t0, int64_t t1) {
     if (level >= CpuLevel::Avx512)
       conv_tokens_avx512(args, t0, t1);
@@ -916,22 +934,33 @@ void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int6
   }
 }
 
+}  // namespace
+
+void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int64_t channels,
+                        const float* weight, int d_conv, float* conv_state, float* out,
+                        int64_t out_stride, ThreadPool& pool) {
+  conv1d_silu(x, x_stride, n_tokens, channels, weight, d_conv, conv_state, out, out_stride,
+              nullptr, pool);
+}
+
+void causal_conv1d_silu_normalize_qk(const float* x, int64_t x_stride, int64_t n_tokens,
+                                     int64_t channels, const float* weight, int d_conv,
+                                     float* conv_state, float* out, int64_t out_stride,
+                                     int n_k_heads, int head_k_dim, float eps, ThreadPool& pool) {
+  const int64_t width = int64_t(n_k_heads) * head_k_dim;
+  if (n_k_heads > 0 && head_k_dim > 0 && 2 * width > channels)
+    throw Error("ssm conv: q and k (2 H_k D_k channels) do not fit in the conv channels");
+  const NormalizeQKArgs normalize = normalize_qk_args(out, out_stride, out + width, out_stride,
+                                                      n_tokens, n_k_heads, head_k_dim, eps);
+  conv1d_silu(x, x_stride, n_tokens, channels, weight, d_conv, conv_state, out, out_stride,
+              &normalize, pool);
+}
+
 void l2_norm(const float* x, float* y, int64_t n, float eps) {
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
   const float s = 1.0f / std::fmax(std::sqrt(float(sum)), eps);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
-}
-
-NormalizeQKArgs normalize_qk_args(float* q, int64_t q_stride, float* k, int64_t k_stride,
-                                  int64_t n_tokens, int n_k_heads, int head_k_dim, float eps) {
-  if (n_k_heads <= 0 || head_k_dim <= 0 || n_k_heads > kMaxNormHeads)
-    throw Error("delta net: bad key head shape");
-  const int64_t width = int64_t(n_k_heads) * head_k_dim;
-  if (n_tokens > 0 && (q_stride < width || k_stride < width))
-    throw Error("delta net: q/k row stride shorter than H_k*D_k");
-  const float q_scale = 1.0f / std::sqrt(float(head_k_dim));
-  return NormalizeQKArgs{q, q_stride, k, k_stride, n_k_heads, head_k_dim, eps, q_scale};
 }
 
 void delta_net_normalize_qk(float* q, int64_t q_stride, float* k, int64_t k_stride,

@@ -78,6 +78,14 @@ void causal_conv1d_silu(const float* x, int64_t x_stride, int64_t n_tokens, int6
                         const float* weight, int d_conv, float* conv_state, float* out,
                         int64_t out_stride, ThreadPool& pool);
 
+// causal_conv1d_silu followed by delta_net_normalize_qk on the q and k channels of out (the
+// first n_k_heads*head_k_dim channels are q, the next as many k), each token normalised right
+// after its conv row while it is in cache. Same results as the two calls.
+void causal_conv1d_silu_normalize_qk(const float* x, int64_t x_stride, int64_t n_tokens,
+                                     int64_t channels, const float* weight, int d_conv,
+                                     float* conv_state, float* out, int64_t out_stride,
+                                     int n_k_heads, int head_k_dim, float eps, ThreadPool& pool);
+
 // ggml_l2_norm: y = x / max(||x||_2, eps), the sum of squares accumulated in double, eps a floor
 // on the norm (not a term under the root). In-place allowed.
 void l2_norm(const float* x, float* y, int64_t n, float eps);

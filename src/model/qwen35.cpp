@@ -179,8 +179,8 @@ void Qwen35Model::delta_net_layer(int il, const ForwardBatch& b, ModelMemory& me
       x_rows = gq;
       c_rows = conv;  // compact scratch for this sequence
     }
-    causal_conv1d_silu(x_rows, C, n, C, l.conv1d, cfg.ssm_d_conv, conv_state, c_rows, C, pool);
-    delta_net_normalize_qk(c_rows, C, c_rows + Kd, C, n, cfg.ssm_n_k_heads, static_cast<int>(cfg.ssm_d_state), cfg.rms_eps, pool);
+    // Conv + SiLU, then q and k L2-normalised in the same pass over each token's row.
+    causal_conv1d_silu_normalize_qk(x_rows, C, n, C, l.conv1d, cfg.ssm_d_conv, conv_state, c_rows, C, cfg.ssm_n_k_heads, static_cast<int>(cfg.ssm_d_state), cfg.rms_eps, pool);
     // Gates and z rows of this sequence (compact when the rows were gathered).
     std::vector<float> g_rows, b_rows;
     const float* gp = alpha + r0 * Hv;
