@@ -378,7 +378,7 @@ DN_INLINE void step_head_impl(const DeltaNetShape& shape, const DeltaNetIO& io, 
 constexpr float kMaxFactoredDecay = 60.0f;
 
 struct ChunkScratch {
-  std::vector<float> S;   // D_k x D_v working state
+  std::vector<float> S;   // D_k x D_v working state of each head the thread runs
   std::vector<float> KT;  // D_k x L: keys of the chunk (times e^{-G_s} when factored), transposed
   std::vector<float> Qg;  // L x D_k: e^{G_t} q_t
   std::vector<float> X;   // L x (D_k + D_v): [-beta e^{G_t} k_t | beta v_t]
@@ -391,12 +391,12 @@ struct ChunkScratch {
 
   // Grows only: the buffers live in thread_local storage and are reused across calls, so a
   // short prefill does not pay for fresh pages every time.
-  void reserve(int dk, int dv, int chunk) {
+  void reserve(int dk, int dv, int chunk, int n_heads) {
     const size_t L = size_t(chunk);
     auto grow = [](std::vector<float>& v, size_t n) {
       if (v.size() < n) v.resize(n);
     };
-    grow(S, size_t(dk) * dv);
+    grow(S, size_t(dk) * dv * size_t(n_heads));
     grow(KT, size_t(dk) * L);
     grow(Qg, L * dk);
     grow(X, L * (dk + dv));
@@ -431,15 +431,12 @@ DN_INLINE void prefetch_chunk_rows(const DeltaNetIO& io, int hk, int h, int dk, 
   prefetch_rows<true>(io.out + t0 * io.out_stride + int64_t(h) * dv, io.out_stride, n, dv);
 }
 
+// One chunk [t0, t0+L) of one head, S its working state ([D_k][D_v]).
 template <int W, int MR>
-DN_INLINE void chunked_head_impl(const DeltaNetShape& shape, const DeltaNetIO& io, int h,
-                                 float* state, int chunk, ChunkScratch& w) {
+DN_INLINE void chunk_impl(const DeltaNetShape& shape, const DeltaNetIO& io, int h, int64_t t0,
+                          int L, int chunk, float* S, ChunkScratch& w) {
   const int dk = shape.head_k_dim, dv = shape.head_v_dim, dx = dk + dv;
   const int hk = shape.k_head_of(h);
-  float* stored = state + int64_t(h) * dk * dv;
-  float* S = w.S.data();
-  transpose(stored, dk, S, dv, dv, dk);  // stored [j][i] -> S [i][j]
-
   float* G = w.G.data();
   float* KT = w.KT.data();
   float* Qg = w.Qg.data();
@@ -450,8 +447,7 @@ DN_INLINE void chunked_head_impl(const DeltaNetShape& shape, const DeltaNetIO& i
   float* T = w.T.data();
   float* Dd = w.Dd.data();
 
-  for (int64_t t0 = 0; t0 < io.n_tokens; t0 += chunk) {
-    const int L = int(std::min<int64_t>(chunk, io.n_tokens - t0));
+  {
     const float* q0 = io.q + t0 * io.q_stride + int64_t(hk) * dk;  // row t at q0 + t*q_stride
     const float* k0 = io.k + t0 * io.k_stride + int64_t(hk) * dk;
     prefetch_chunk_rows(io, hk, h, dk, dv, t0 + chunk, chunk);
@@ -530,8 +526,27 @@ DN_INLINE void chunked_head_impl(const DeltaNetShape& shape, const DeltaNetIO& i
     }
     gemm_scale_acc<W, MR>(dk, dv, L, KT, L, Dd, dv, S, dv, std::exp(g_last));
   }
+}
 
-  transpose(S, dv, stored, dk, dk, dv);
+// The heads heads[0..n_heads) over the whole sequence: chunks outermost, the heads inside, so
+// the token rows a chunk reads and writes are this thread's whole contiguous span of heads (a
+// few KiB of every row, which the hardware prefetchers follow) and a key head's q/k rows serve
+// its value heads from cache. Each head's arithmetic is the same in any order.
+template <int W, int MR>
+DN_INLINE void chunked_heads_impl(const DeltaNetShape& shape, const DeltaNetIO& io,
+                                  const int* heads, int n_heads, float* state, int chunk,
+                                  ChunkScratch& w) {
+  const int dk = shape.head_k_dim, dv = shape.head_v_dim;
+  const int64_t state_floats = int64_t(dk) * dv;
+  for (int i = 0; i < n_heads; ++i)  // stored [j][i] -> S [i][j]
+    transpose(state + heads[i] * state_floats, dk, w.S.data() + i * state_floats, dv, dv, dk);
+  for (int64_t t0 = 0; t0 < io.n_tokens; t0 += chunk) {
+    const int L = int(std::min<int64_t>(chunk, io.n_tokens - t0));
+    for (int i = 0; i < n_heads; ++i)
+      chunk_impl<W, MR>(shape, io, heads[i], t0, L, chunk, w.S.data() + i * state_floats, w);
+  }
+  for (int i = 0; i < n_heads; ++i)
+    transpose(w.S.data() + i * state_floats, dv, state + heads[i] * state_floats, dk, dk, dv);
 }
 
 // Strong decay (a large cumulative |g| within a chunk) drives e^{G} products far below the
@@ -565,17 +580,17 @@ DN_AVX2 void step_head_avx2(const DeltaNetShape& s, const DeltaNetIO& io, int h,
 DN_AVX512 void step_head_avx512(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st) {
   step_head_impl<16>(s, io, h, st);
 }
-void chunked_head_generic(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st, int L,
-                          ChunkScratch& w) {
-  chunked_head_impl<4, 4>(s, io, h, st, L, w);
+void chunked_heads_generic(const DeltaNetShape& s, const DeltaNetIO& io, const int* heads, int n,
+                           float* st, int L, ChunkScratch& w) {
+  chunked_heads_impl<4, 4>(s, io, heads, n, st, L, w);
 }
-DN_AVX2 void chunked_head_avx2(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st,
-                               int L, ChunkScratch& w) {
-  chunked_head_impl<8, 4>(s, io, h, st, L, w);
+DN_AVX2 void chunked_heads_avx2(const DeltaNetShape& s, const DeltaNetIO& io, const int* heads,
+                                int n, float* st, int L, ChunkScratch& w) {
+  chunked_heads_impl<8, 4>(s, io, heads, n, st, L, w);
 }
-DN_AVX512 void chunked_head_avx512(const DeltaNetShape& s, const DeltaNetIO& io, int h, float* st,
-                                   int L, ChunkScratch& w) {
-  chunked_head_impl<16, 8>(s, io, h, st, L, w);
+DN_AVX512 void chunked_heads_avx512(const DeltaNetShape& s, const DeltaNetIO& io, const int* heads,
+                                    int n, float* st, int L, ChunkScratch& w) {
+  chunked_heads_impl<16, 8>(s, io, heads, n, st, L, w);
 }
 
 // ---- sums of squares in double, several rows at once -------------------------------------------
@@ -1017,18 +1032,22 @@ void gated_delta_rule_chunked(const DeltaNetShape& shape, const DeltaNetIO& io, 
   if (io.n_tokens == 0) return;
   const CpuLevel level = active_cpu_level();
   pool.run([&](int ith, int nth) {
-    if (ith >= shape.n_v_heads) return;
+    // A contiguous span of heads per thread (sizes differ by at most one).
+    const int h0 = int(int64_t(shape.n_v_heads) * ith / nth);
+    const int h1 = int(int64_t(shape.n_v_heads) * (ith + 1) / nth);
+    if (h0 >= h1) return;
     const DenormalsAsZero no_denormals;
     thread_local ChunkScratch scratch;
-    scratch.reserve(shape.head_k_dim, shape.head_v_dim, chunk_len);
-    for (int h = ith; h < shape.n_v_heads; h += nth) {
-      if (level >= CpuLevel::Avx512)
-        chunked_head_avx512(shape, io, h, state, chunk_len, scratch);
-      else if (level >= CpuLevel::Avx2)
-        chunked_head_avx2(shape, io, h, state, chunk_len, scratch);
-      else
-        chunked_head_generic(shape, io, h, state, chunk_len, scratch);
-    }
+    scratch.reserve(shape.head_k_dim, shape.head_v_dim, chunk_len, h1 - h0);
+    std::vector<int> heads(size_t(h1 - h0));
+    for (int h = h0; h < h1; ++h) heads[size_t(h - h0)] = h;
+    const int n = h1 - h0;
+    if (level >= CpuLevel::Avx512)
+      chunked_heads_avx512(shape, io, heads.data(), n, state, chunk_len, scratch);
+    else if (level >= CpuLevel::Avx2)
+      chunked_heads_avx2(shape, io, heads.data(), n, state, chunk_len, scratch);
+    else
+      chunked_heads_generic(shape, io, heads.data(), n, state, chunk_len, scratch);
   });
 }
 
