@@ -1,4 +1,5 @@
-// A STREAM-style read-bandwidth probe, so benchmarks can state decode speed as a fraction of the
+// A STREAM-style read-bandwidth probe (software prefetch 4 KiB ahead, like the decode kernels), so
+// benchmarks can state decode speed as a fraction of the
 // memory-bandwidth roofline of the machine they ran on.
 #pragma once
 #include "kernels/threadpool.h"
