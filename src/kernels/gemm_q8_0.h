@@ -18,8 +18,8 @@ bool q8_0_gemm_available();
 // y[t * y_stride + r] = dot(weight row r, activation row t) for r < n_out, t < n_tokens.
 // weights: n_out rows of n_in / 32 q8_0 blocks, w_stride bytes apart; act: n_tokens rows of q8_0
 // blocks (quantize_activation_row output), act_stride bytes apart. n_in is a multiple of 32.
-// Rows are split across the pool. Meant for n_tokens >= 2 (one token: vec_dot is as fast, as
-// decoding is bound by memory bandwidth). Requires q8_0_gemm_available().
+// Rows are split across the pool. Meant for n_tokens >= 2 (one token goes through gemv_rows,
+// gemv.h). Requires q8_0_gemm_available().
 void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool);
 
