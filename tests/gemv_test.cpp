@@ -1,9 +1,12 @@
-// Decode GEMV (kernels/gemv.h, matmul with one token): every output must carry exactly the bits of
+// Decode GEMV (kernels/gemv.h: matmul with one token, and the batch GEMV for a few tokens, as in
+// multi-sequence decode): every output must carry exactly the bits of
 // the per-row dot product vec_dot_fn(type) (llama.cpp's float order, itself checked against
 // llama.cpp data in quant_test / gemm_*_test), for any row count (groups and leftover rows), row
-// range, padded row stride, thread count, and for extreme quants and scales.
+// range, padded row stride, token count (1..9: whole and partial register tiles of token pairs),
+// padded activation / output strides, thread count, and for extreme quants and scales.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +20,7 @@
 
 #include "core/fp16.h"
 #include "kernels/dispatch.h"
+#include "kernels/gemm_q8_0.h"
 #include "kernels/gemv.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -155,8 +159,111 @@ TEST(Gemv, RowRangesEqualPerRowDot) {
   }
 }
 
-// Every CPU level's matmul gives one token what that level's vec_dot gives it (the GEMV applies
-// only where it is available; elsewhere matmul keeps the per-row loop).
+// n_tokens activation rows of n_in floats, x_stride floats apart (the padding holds garbage).
+std::vector<float> make_activations(int64_t n_in, int64_t n_tokens, int64_t x_stride, std::mt19937& rng) {
+  std::vector<float> x(static_cast<size_t>(x_stride * n_tokens), 1e30f);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const std::vector<float> row = make_activation(n_in, rng);
+    std::copy(row.begin(), row.end(), x.begin() + t * x_stride);
+  }
+  return x;
+}
+
+// The rows converted to vec_dot_type(type), packed (ggml_row_size apart).
+std::vector<uint8_t> convert_rows(GgmlType type, const std::vector<float>& x, int64_t n_in, int64_t n_tokens,
+                                  int64_t x_stride) {
+  const GgmlType act_type = vec_dot_type(type);
+  const size_t row = ggml_row_size(act_type, n_in);
+  std::vector<uint8_t> act(row * static_cast<size_t>(n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t) quantize_activation_row(act_type, x.data() + t * x_stride, act.data() + t * row, n_in);
+  return act;
+}
+
+// matmul with 1..9 tokens against vec_dot per (row, token): q8_0 takes the batch GEMV up to
+// gemv_batch_max_tokens and its GEMM beyond, q6_K its GEMM, q4_K (every row alone, so vec_dot
+// numerics) its GEMM; all must equal the per-dot loop.
+TEST(Gemv, MatmulFewTokensEqualsPerRowDotBitForBit) {
+  std::mt19937 rng(31);
+  const int64_t row_counts[] = {1, 7, 8, 13, 37};
+  for (GgmlType type : kTypes) {
+    const RowGrouping grouping = type == GgmlType::Q4_K ? RowGrouping::kEachRowAlone : RowGrouping::kBatch;
+    for (int64_t n_in : {256, 1024}) {
+      for (int64_t n_out : row_counts) {
+        const Matrix m = make_matrix(type, n_in, n_out, n_out % 2 == 1 ? 0 : 12, rng);
+        const VecDotFn dot = vec_dot_fn(type);
+        const size_t act_row = ggml_row_size(vec_dot_type(type), n_in);
+        for (int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
+          const int64_t x_stride = n_in + (n_tokens % 2) * 5, y_stride = n_out + (n_tokens % 3) * 3;
+          const std::vector<float> x = make_activations(n_in, n_tokens, x_stride, rng);
+          const std::vector<uint8_t> act = convert_rows(type, x, n_in, n_tokens, x_stride);
+          for (int threads : {1, 2}) {
+            ThreadPool pool(threads);
+            std::vector<float> y(static_cast<size_t>(y_stride * n_tokens), -7.f);
+            matmul(m.view(), x.data(), n_tokens, x_stride, y.data(), y_stride, pool, grouping);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+              for (int64_t r = 0; r < y_stride; ++r) {
+                const float got = y[t * y_stride + r];
+                const std::string where = describe(type, n_in, n_out, threads, r) + " token " + std::to_string(t) +
+                                          " of " + std::to_string(n_tokens);
+                if (r >= n_out) {
+                  ASSERT_EQ(got, -7.f) << "wrote into the output padding, " << where;
+                } else {
+                  ASSERT_EQ(fp32_to_bits(got), fp32_to_bits(dot(n_in, m.row(r), act.data() + t * act_row))) << where;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// gemv_batch_rows itself on ranges that start and end off the row groups, with padded activation
+// and output strides; nothing outside the range written; the prefetch stays inside the matrix.
+TEST(Gemv, BatchRowRangesEqualPerRowDot) {
+  std::mt19937 rng(37);
+  for (GgmlType type : kTypes) {
+    const int64_t n_in = 512, n_out = 53;
+    const Matrix m = make_matrix(type, n_in, n_out, 0, rng);
+    const VecDotFn dot = vec_dot_fn(type);
+    for (int64_t n_tokens : {2, 3, 8, 9, 11}) {
+      const std::vector<float> x = make_activations(n_in, n_tokens, n_in, rng);
+      const std::vector<uint8_t> packed = convert_rows(type, x, n_in, n_tokens, n_in);
+      // Activation rows 40 bytes apart beyond their size.
+      const size_t act_row = ggml_row_size(vec_dot_type(type), n_in), act_stride = act_row + 40;
+      std::vector<uint8_t> act(act_stride * static_cast<size_t>(n_tokens), 0xAB);
+      for (int64_t t = 0; t < n_tokens; ++t) std::memcpy(act.data() + t * act_stride, packed.data() + t * act_row, act_row);
+      const int64_t y_stride = n_out + 2;
+      for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 53}, {5, 6}, {3, 50}, {17, 53}, {40, 40}}) {
+        std::vector<float> y(static_cast<size_t>(y_stride * n_tokens), -7.f);
+        gemv_batch_rows(type, m.bytes.data(), m.stride, n_in, act.data(), act_stride, n_tokens, begin, end, y.data(),
+                        y_stride);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < y_stride; ++r) {
+            const std::string where = describe(type, n_in, n_out, 1, r) + " token " + std::to_string(t) + " of " +
+                                      std::to_string(n_tokens) + " range " + std::to_string(begin) + ".." +
+                                      std::to_string(end);
+            const float got = y[t * y_stride + r];
+            if (r < begin || r >= end) {
+              ASSERT_EQ(got, -7.f) << "wrote outside the range, " << where;
+            } else {
+              ASSERT_EQ(fp32_to_bits(got), fp32_to_bits(dot(n_in, m.row(r), act.data() + t * act_stride))) << where;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemv, BatchMaxTokens) {
+  EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q8_0) >= 4, avx512_vnni_active());
+  EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q5_K), 0);
+}
+
+// Every CPU level's matmul gives 1..8 tokens what that level's vec_dot gives them (the GEMVs apply
+// only where they are available; elsewhere matmul keeps its GEMMs or the per-row loop).
 TEST(Gemv, EveryCpuLevelMatchesItsDot) {
   std::mt19937 rng(29);
   const CpuLevel before = active_cpu_level();
@@ -166,13 +273,19 @@ TEST(Gemv, EveryCpuLevelMatchesItsDot) {
     for (GgmlType type : kTypes) {
       const int64_t n_in = 2048, n_out = 29;
       const Matrix m = make_matrix(type, n_in, n_out, 0, rng);
-      const std::vector<float> x = make_activation(n_in, rng);
-      const std::vector<uint8_t> act = convert(type, x);
-      std::vector<float> y(n_out);
-      matmul(m.view(), x.data(), 1, n_in, y.data(), n_out, pool);
-      for (int64_t r = 0; r < n_out; ++r)
-        EXPECT_EQ(fp32_to_bits(y[r]), fp32_to_bits(vec_dot_fn(type)(n_in, m.row(r), act.data())))
-            << cpu_level_name(active_cpu_level()) << " " << describe(type, n_in, n_out, 2, r);
+      const RowGrouping grouping = type == GgmlType::Q4_K ? RowGrouping::kEachRowAlone : RowGrouping::kBatch;
+      const size_t act_row = ggml_row_size(vec_dot_type(type), n_in);
+      for (int64_t n_tokens : {1, 2, 5, 8}) {
+        const std::vector<float> x = make_activations(n_in, n_tokens, n_in, rng);
+        const std::vector<uint8_t> act = convert_rows(type, x, n_in, n_tokens, n_in);
+        std::vector<float> y(static_cast<size_t>(n_out * n_tokens));
+        matmul(m.view(), x.data(), n_tokens, n_in, y.data(), n_out, pool, grouping);
+        for (int64_t t = 0; t < n_tokens; ++t)
+          for (int64_t r = 0; r < n_out; ++r)
+            EXPECT_EQ(fp32_to_bits(y[t * n_out + r]), fp32_to_bits(vec_dot_fn(type)(n_in, m.row(r), act.data() + t * act_row)))
+                << cpu_level_name(active_cpu_level()) << " " << describe(type, n_in, n_out, 2, r) << " token " << t
+                << " of " << n_tokens;
+      }
     }
   }
   set_cpu_level(before);
@@ -288,6 +401,72 @@ TEST(Gemv, DISABLED_ThroughputReport) {
                   static_cast<long long>(m->n_out), best[0] * 1e3, best[1] * 1e3,
                   static_cast<double>(m->bytes.size()) / best[0] * 1e-9, static_cast<double>(m->bytes.size()) / best[1] * 1e-9);
     }
+  }
+}
+
+// Not a check: the multi-sequence decode microbenchmark (q8_0). Run it with
+//   tests/gemv_test --gtest_also_run_disabled_tests --gtest_filter='*BatchThroughput*'
+// The same Qwen3-0.6B matrix sequence as above (~630 MB), n tokens per matmul: the batch GEMV
+// (gemv_batch_rows on the pool) vs q8_0_gemm (the prefill path, which matmul took for every
+// n >= 2 before), alternated, best of several passes; GEMV_BATCH_THREADS picks the thread count
+// (default 2), GEMV_BATCH_TOKENS a single token count.
+TEST(Gemv, DISABLED_BatchThroughputReport) {
+  if (!avx512_vnni_active()) GTEST_SKIP() << "no AVX-512 VNNI";
+  const GgmlType type = GgmlType::Q8_0;
+  std::mt19937_64 rng(1);
+  std::vector<Matrix> mats;
+  size_t total = 0;
+  const std::pair<int64_t, int64_t> layer[] = {{1024, 2048}, {1024, 1024}, {1024, 1024}, {2048, 1024},
+                                               {1024, 3072}, {1024, 3072}, {3072, 1024}};
+  for (int l = 0; l < 28; ++l) {
+    for (const auto& [n_in, n_out] : layer) {
+      mats.push_back(fast_matrix(type, n_in, n_out, rng));
+      total += mats.back().bytes.size();
+    }
+  }
+  mats.push_back(fast_matrix(type, 1024, 151936, rng));
+  total += mats.back().bytes.size();
+  const int threads = std::getenv("GEMV_BATCH_THREADS") ? std::atoi(std::getenv("GEMV_BATCH_THREADS")) : 2;
+  std::vector<int64_t> token_counts = {1, 2, 3, 4, 6, 8, 12, 16};
+  if (const char* only = std::getenv("GEMV_BATCH_TOKENS")) token_counts = {std::atoll(only)};
+  ThreadPool pool(threads);
+  std::mt19937 bench_rng(5);
+  const int64_t max_tokens = 16;
+  const std::vector<float> x = make_activations(3072, max_tokens, 3072, bench_rng);
+  std::vector<float> y(static_cast<size_t>(151936 * max_tokens));
+  std::vector<uint8_t> act;
+  for (int64_t n : token_counts) {
+    double best_wall[2] = {1e9, 1e9}, best_cpu[2] = {1e9, 1e9};
+    for (int pass = 0; pass < 6; ++pass) {
+      const int which = pass % 2;  // 0: q8_0_gemm, 1: batch GEMV (the single-token GEMV for n = 1)
+      const double w0 = wall_seconds(), c0 = thread_cpu_seconds();
+      for (const Matrix& m : mats) {
+        // As matmul does: the activations converted first (part of both timings).
+        act = convert_rows(type, x, m.n_in, n, 3072);
+        const size_t act_stride = ggml_row_size(vec_dot_type(type), m.n_in);
+        if (which == 0) {
+          q8_0_gemm(m.bytes.data(), m.stride, m.n_out, m.n_in, act.data(), act_stride, n, y.data(), m.n_out, pool);
+        } else if (n == 1) {
+          pool.parallel_for(
+              m.n_out, [&](int64_t b, int64_t e) { gemv_rows(type, m.bytes.data(), m.stride, m.n_in, act.data(), b, e, y.data()); },
+              gemv_row_grain(type));
+        } else {
+          pool.parallel_for(
+              m.n_out,
+              [&](int64_t b, int64_t e) {
+                gemv_batch_rows(type, m.bytes.data(), m.stride, m.n_in, act.data(), act_stride, n, b, e, y.data(), m.n_out);
+              },
+              gemv_row_grain(type));
+        }
+      }
+      best_wall[which] = std::min(best_wall[which], wall_seconds() - w0);
+      best_cpu[which] = std::min(best_cpu[which], thread_cpu_seconds() - c0);
+    }
+    for (int which : {0, 1})
+      std::printf("q8_0 %2lld tokens %s threads %d: %7.1f ms wall (%5.1f GB/s, %6.1f tok/s), %7.1f ms thread CPU, %zu MB\n",
+                  static_cast<long long>(n), which == 0 ? "gemm" : "gemv", threads, best_wall[which] * 1e3,
+                  static_cast<double>(total) / best_wall[which] * 1e-9, static_cast<double>(n) / best_wall[which],
+                  best_cpu[which] * 1e3, total >> 20);
   }
 }
 

@@ -4,7 +4,8 @@
 // final reductions) and prefetch the rows a few KB ahead. Each output keeps the float operations
 // of its vec_dot kernel, in the same order (see quant_dot_avx2.cpp / quant_dot_avx512.cpp):
 //   q8_0: 8 lanes per row, lane = fma(fp16(w.d) * fp16(a.d), float(int lane sum), lane) per block,
-//         then hsum_ps. Two rows share a 512-bit register, one per 256-bit half.
+//         then hsum_ps. Two rows share a 512-bit register, one per 256-bit half; with a few
+//         tokens (gemv_batch_rows) a register holds one row and two tokens instead.
 //   q6_K: 8 lanes per row, lane = fma(a.d * fp16(w.d), float(int lane sum), lane) per superblock,
 //         then hsum_ps. Two rows per 512-bit register as for q8_0.
 //   q4_K: two scalar chains per row, acc = fma(float(isum), fp16(w.d) * a.d, acc) and
@@ -29,6 +30,19 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace agentkv {
+
+namespace {
+// The per-(row, token) loop: the reference order, and the path for types without a batch kernel.
+void batch_rows_by_dot(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+                       size_t act_stride, int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y,
+                       int64_t y_stride) {
+  const VecDotFn dot = vec_dot_fn(type);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    for (int64_t t = 0; t < n_tokens; ++t)
+      y[t * y_stride + r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act + static_cast<size_t>(t) * act_stride);
+  }
+}
+}  // namespace
 
 #ifdef AGENTKV_HAVE_X86_SIMD
 namespace {
@@ -144,6 +158,129 @@ void q8_0_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint
   }
   const VecDotFn dot = vec_dot_fn(GgmlType::Q8_0);
   for (; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
+}
+
+// ---------------------------------------------------------------------------------------------
+// q8_0, a few tokens (multi-sequence decode): each group of 4 weight rows is read from memory
+// once (with the prefetch) and applied to every token while its blocks are in registers / L1.
+// Tokens go in pairs, one per 256-bit half of a register (the row's block broadcast to both
+// halves), so a (row, token) keeps dot_q8_0's 8 lanes and its fma chain; the scale is
+// fp16(w.d) * fp16(a.d) as there.
+
+// One q8_0 block of tokens 2p and 2p + 1 (the upper half all zero past the last token, which
+// leaves that half's accumulator at zero).
+struct alignas(64) Q8_0TokenPair {
+  int8_t qs[64];
+  int32_t bias[16];  // -128 * (sum of the lane's 4 activations)
+  float d[16];       // the token's block scale over its 8 lanes
+};
+
+constexpr int kQ8_0TilePairs = 4;  // token pairs per register tile: 4 rows x 4 pairs accumulators
+// Up to this many tokens the batch GEMV beats q8_0_gemm (which packs weight chunks first).
+constexpr int64_t kQ8_0BatchMaxTokens = 8;
+
+// out[b * n_pairs + p]: block b of pair p.
+AGENTKV_AVX512_VNNI void q8_0_pack_pairs(const uint8_t* act, size_t act_stride, int64_t n_tokens, int64_t nb,
+                                         Q8_0TokenPair* out) {
+  const int64_t n_pairs = (n_tokens + 1) / 2;
+  for (int64_t t = 0; t < 2 * n_pairs; ++t) {
+    const int64_t p = t / 2;
+    const int half = static_cast<int>(t % 2);
+    const auto* a = t < n_tokens ? reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * act_stride) : nullptr;
+    for (int64_t b = 0; b < nb; ++b) {
+      Q8_0TokenPair& dst = out[b * n_pairs + p];
+      __m256i q = _mm256_setzero_si256();
+      float d = 0.f;
+      if (a) {
+        q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs));
+        d = half_to_float(a[b].d);
+      }
+      const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst.qs + 32 * half), q);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst.bias + 8 * half),
+                          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums, 7)));
+      _mm256_storeu_ps(dst.d + 8 * half, _mm256_set1_ps(d));
+    }
+  }
+}
+
+// Rows row0 .. row0 + 3 times token pairs a[0 .. kPairs) (pairs pair_stride apart per block);
+// writes y[t * y_stride + i] for row i and token t = token0 .. (y at the group's first row).
+template <int kPairs, bool kPrefetch>
+AGENTKV_AVX512_VNNI void q8_0_batch_group(const uint8_t* row0, size_t w_stride, int64_t nb, const Q8_0TokenPair* a,
+                                          int64_t pair_stride, const uint8_t* pf, float* y, int64_t y_stride,
+                                          int64_t token0, int64_t n_tokens) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[kQ8_0Rows][kPairs];
+#pragma GCC unroll 4
+  for (int r = 0; r < kQ8_0Rows; ++r)
+#pragma GCC unroll 4
+    for (int p = 0; p < kPairs; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const size_t at = static_cast<size_t>(b) * sizeof(BlockQ8_0);
+    if constexpr (kPrefetch) {
+      for (int i = 0; i < kQ8_0Rows; ++i) prefetch(pf + i * w_stride + at);
+    }
+    const Q8_0TokenPair* ab = a + b * pair_stride;
+#pragma GCC unroll 4
+    for (int r = 0; r < kQ8_0Rows; ++r) {
+      const uint8_t* block = row0 + r * w_stride + at;
+      uint16_t h;
+      std::memcpy(&h, block + offsetof(BlockQ8_0, d), 2);
+      const __m512 w_scale = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(h)));
+      const __m512i w = _mm512_xor_si512(
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(BlockQ8_0, qs)))),
+          flip);
+#pragma GCC unroll 4
+      for (int p = 0; p < kPairs; ++p) {
+        const __m512i sums = _mm512_dpbusd_epi32(_mm512_load_si512(ab[p].bias), w, _mm512_load_si512(ab[p].qs));
+        const __m512 d = _mm512_mul_ps(w_scale, _mm512_load_ps(ab[p].d));  // fp16(w.d) * fp16(a.d)
+        acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sums), acc[r][p]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int p = 0; p < kPairs; ++p) {
+    const int64_t t = token0 + 2 * p;
+#pragma GCC unroll 4
+    for (int r = 0; r < kQ8_0Rows; ++r) {
+      y[t * y_stride + r] = hsum_ps(_mm512_castps512_ps256(acc[r][p]));
+      if (t + 1 < n_tokens) y[(t + 1) * y_stride + r] = hsum_ps(_mm512_extractf32x8_ps(acc[r][p], 1));
+    }
+  }
+}
+
+using Q8_0BatchKernel = void (*)(const uint8_t*, size_t, int64_t, const Q8_0TokenPair*, int64_t, const uint8_t*, float*,
+                                 int64_t, int64_t, int64_t);
+
+Q8_0BatchKernel q8_0_batch_kernel(int pairs, bool with_prefetch) {
+  switch (pairs) {
+    case 1: return with_prefetch ? q8_0_batch_group<1, true> : q8_0_batch_group<1, false>;
+    case 2: return with_prefetch ? q8_0_batch_group<2, true> : q8_0_batch_group<2, false>;
+    case 3: return with_prefetch ? q8_0_batch_group<3, true> : q8_0_batch_group<3, false>;
+    default: return with_prefetch ? q8_0_batch_group<4, true> : q8_0_batch_group<4, false>;
+  }
+}
+
+void q8_0_batch_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, size_t act_stride,
+                     int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
+  const int64_t nb = n_in / kQK8_0;
+  const int64_t n_pairs = (n_tokens + 1) / 2;
+  Q8_0TokenPair* pairs = scratch<Q8_0TokenPair>(static_cast<size_t>(nb * n_pairs));
+  q8_0_pack_pairs(act, act_stride, n_tokens, nb, pairs);
+  const int64_t ahead = rows_ahead(w_stride, kQ8_0Rows);
+  const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ8_0Rows * kQ8_0Rows;
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += kQ8_0Rows) {
+    const uint8_t* row0 = weights + static_cast<size_t>(r) * w_stride;
+    const uint8_t* pf = prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ8_0Rows);
+    // Past the first tile of tokens the group's rows are in L1 / L2: no prefetch.
+    for (int64_t p0 = 0; p0 < n_pairs; p0 += kQ8_0TilePairs) {
+      const int tile = static_cast<int>(std::min<int64_t>(kQ8_0TilePairs, n_pairs - p0));
+      q8_0_batch_kernel(tile, p0 == 0)(row0, w_stride, nb, pairs + p0, n_pairs, pf, y + r, y_stride, 2 * p0, n_tokens);
+    }
+  }
+  batch_rows_by_dot(GgmlType::Q8_0, weights, w_stride, n_in, act, act_stride, n_tokens, r, row_end, y, y_stride);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -401,9 +538,27 @@ void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n
   }
 }
 
+int64_t gemv_batch_max_tokens(GgmlType type) {
+  if (!avx512_vnni_active()) return 0;
+  return type == GgmlType::Q8_0 ? kQ8_0BatchMaxTokens : 0;
+}
+
+void gemv_batch_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+                     size_t act_stride, int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
+  if (type == GgmlType::Q8_0 && avx512_vnni_active()) {
+    return q8_0_batch_rows(weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
+  }
+  batch_rows_by_dot(type, weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
+}
+
 #else
 bool gemv_available(GgmlType) { return false; }
 int64_t gemv_row_grain(GgmlType) { return 1; }
+int64_t gemv_batch_max_tokens(GgmlType) { return 0; }
+void gemv_batch_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+                     size_t act_stride, int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
+  batch_rows_by_dot(type, weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
+}
 void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
                int64_t row_begin, int64_t row_end, float* y) {
   const VecDotFn dot = vec_dot_fn(type);

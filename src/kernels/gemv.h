@@ -1,4 +1,4 @@
-// Single-token matrix-vector product (decode): several weight rows at once, with software
+// Single-token matrix-vector product (decode, and a few tokens at once): several weight rows at once, with software
 // prefetch ahead of the row stream. Every output is bit-identical to vec_dot_fn(type) on its
 // row (llama.cpp's per-row float order; rows only share loads of the activation and registers,
 // each keeps its own accumulation chain), so matmul may use it or the per-row loop freely.
@@ -22,5 +22,17 @@ int64_t gemv_row_grain(GgmlType type);
 // multiple of the type's block size. Requires gemv_available(type).
 void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
                int64_t row_begin, int64_t row_end, float* y);
+
+// Small batches (multi-sequence decode): each row group is read once for all the tokens.
+// The largest token count worth gemv_batch_rows for this type at the active CPU level (beyond it
+// the prefill GEMMs are faster); 0 where there is no batch kernel (q8_0 with AVX-512 VNNI only).
+int64_t gemv_batch_max_tokens(GgmlType type);
+
+// y[t * y_stride + r] = vec_dot(type, n_in, weights + r * w_stride, act + t * act_stride) for rows
+// r in [row_begin, row_end) and tokens t in [0, n_tokens), bit for bit. act: n_tokens activation
+// rows in vec_dot_type(type). Any type and token count (without a batch kernel: the vec_dot loop).
+void gemv_batch_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+                     size_t act_stride, int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y,
+                     int64_t y_stride);
 
 }  // namespace agentkv

@@ -3,7 +3,8 @@
 // tile of weight rows is read from memory once and applied to a tile of tokens while it is still
 // in cache; the per-(row, token) work is the dispatched vec_dot kernel, except that whole groups
 // of 4 tokens of a q4_K weight follow llama.cpp's repacked GEMM numerics (row_group_dot_fn).
-// One token of q8_0 / q4_K / q6_K goes to the multi-row GEMV kernels (gemv.h, same bits as vec_dot).
+// One token of q8_0 / q4_K / q6_K goes to the multi-row GEMV kernels (gemv.h, same bits as vec_dot),
+// and so do a few tokens of q8_0 (gemv_batch_rows).
 #include "kernels/matmul.h"
 
 #include <algorithm>
@@ -104,6 +105,20 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
     const uint8_t* weights = w.data;
     pool.parallel_for(
         w.n_out, [&](int64_t row_begin, int64_t row_end) { gemv_rows(w.type, weights, w_stride, n_in, act, row_begin, row_end, y); },
+        gemv_row_grain(w.type));
+    return;
+  }
+
+  // A few tokens (several sequences decoding together): the batch GEMV reads each weight row once
+  // for all of them, with the GEMV's prefetch; same bits as the per-dot loop below. Tokens that
+  // take the row-group numerics (q4_K) stay on the paths below.
+  if (n_tokens >= 2 && n_grouped == 0 && n_tokens <= gemv_batch_max_tokens(w.type)) {
+    const uint8_t* weights = w.data;
+    pool.parallel_for(
+        w.n_out,
+        [&](int64_t row_begin, int64_t row_end) {
+          gemv_batch_rows(w.type, weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
+        },
         gemv_row_grain(w.type));
     return;
   }
