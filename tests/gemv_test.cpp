@@ -179,8 +179,8 @@ std::vector<uint8_t> convert_rows(GgmlType type, const std::vector<float>& x, in
   return act;
 }
 
-// matmul with 1..9 tokens against vec_dot per (row, token): q8_0 takes the batch GEMV up to
-// gemv_batch_max_tokens and its GEMM beyond, q6_K its GEMM, q4_K (every row alone, so vec_dot
+// matmul with 1..9, 17, 32, 33 tokens against vec_dot per (row, token): q8_0 takes the batch GEMV
+// up to gemv_batch_max_tokens (32) and its GEMM beyond, q6_K its GEMM, q4_K (every row alone, so vec_dot
 // numerics) its GEMM; all must equal the per-dot loop.
 TEST(Gemv, MatmulFewTokensEqualsPerRowDotBitForBit) {
   std::mt19937 rng(31);
@@ -192,7 +192,7 @@ TEST(Gemv, MatmulFewTokensEqualsPerRowDotBitForBit) {
         const Matrix m = make_matrix(type, n_in, n_out, n_out % 2 == 1 ? 0 : 12, rng);
         const VecDotFn dot = vec_dot_fn(type);
         const size_t act_row = ggml_row_size(vec_dot_type(type), n_in);
-        for (int64_t n_tokens = 1; n_tokens <= 9; ++n_tokens) {
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 32, 33}) {
           const int64_t x_stride = n_in + (n_tokens % 2) * 5, y_stride = n_out + (n_tokens % 3) * 3;
           const std::vector<float> x = make_activations(n_in, n_tokens, x_stride, rng);
           const std::vector<uint8_t> act = convert_rows(type, x, n_in, n_tokens, x_stride);
@@ -431,7 +431,7 @@ TEST(Gemv, DISABLED_BatchThroughputReport) {
   if (const char* only = std::getenv("GEMV_BATCH_TOKENS")) token_counts = {std::atoll(only)};
   ThreadPool pool(threads);
   std::mt19937 bench_rng(5);
-  const int64_t max_tokens = 16;
+  const int64_t max_tokens = 64;
   const std::vector<float> x = make_activations(3072, max_tokens, 3072, bench_rng);
   std::vector<float> y(static_cast<size_t>(151936 * max_tokens));
   std::vector<uint8_t> act;
