@@ -20,6 +20,7 @@
 
 #include "core/fp16.h"
 #include "kernels/dispatch.h"
+#include "kernels/gemm_q6_K.h"
 #include "kernels/gemm_q8_0.h"
 #include "kernels/gemv.h"
 #include "kernels/matmul.h"
@@ -180,8 +181,8 @@ std::vector<uint8_t> convert_rows(GgmlType type, const std::vector<float>& x, in
 }
 
 // matmul with 1..9, 17, 32, 33 tokens against vec_dot per (row, token): q8_0 takes the batch GEMV
-// up to gemv_batch_max_tokens (32) and its GEMM beyond, q6_K its GEMM, q4_K (every row alone, so vec_dot
-// numerics) its GEMM; all must equal the per-dot loop.
+// up to gemv_batch_max_tokens (32) and its GEMM beyond, q6_K likewise (16), q4_K (every row alone,
+// so vec_dot numerics) its GEMM; all must equal the per-dot loop.
 TEST(Gemv, MatmulFewTokensEqualsPerRowDotBitForBit) {
   std::mt19937 rng(31);
   const int64_t row_counts[] = {1, 7, 8, 13, 37};
@@ -259,6 +260,7 @@ TEST(Gemv, BatchRowRangesEqualPerRowDot) {
 
 TEST(Gemv, BatchMaxTokens) {
   EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q8_0) >= 4, avx512_vnni_active());
+  EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q6_K) >= 4, avx512_vnni_active());
   EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q5_K), 0);
 }
 
@@ -404,15 +406,16 @@ TEST(Gemv, DISABLED_ThroughputReport) {
   }
 }
 
-// Not a check: the multi-sequence decode microbenchmark (q8_0). Run it with
+// Not a check: the multi-sequence decode microbenchmark (q8_0, or q6_K with GEMV_BATCH_TYPE=q6_K). Run it with
 //   tests/gemv_test --gtest_also_run_disabled_tests --gtest_filter='*BatchThroughput*'
 // The same Qwen3-0.6B matrix sequence as above (~630 MB), n tokens per matmul: the batch GEMV
-// (gemv_batch_rows on the pool) vs q8_0_gemm (the prefill path, which matmul took for every
+// (gemv_batch_rows on the pool) vs q8_0_gemm / q6_K_gemm (the prefill path, which matmul took for every
 // n >= 2 before), alternated, best of several passes; GEMV_BATCH_THREADS picks the thread count
 // (default 2), GEMV_BATCH_TOKENS a single token count.
 TEST(Gemv, DISABLED_BatchThroughputReport) {
   if (!avx512_vnni_active()) GTEST_SKIP() << "no AVX-512 VNNI";
-  const GgmlType type = GgmlType::Q8_0;
+  const char* type_name = std::getenv("GEMV_BATCH_TYPE");
+  const GgmlType type = type_name && std::string(type_name) == "q6_K" ? GgmlType::Q6_K : GgmlType::Q8_0;
   std::mt19937_64 rng(1);
   std::vector<Matrix> mats;
   size_t total = 0;
@@ -445,7 +448,11 @@ TEST(Gemv, DISABLED_BatchThroughputReport) {
         act = convert_rows(type, x, m.n_in, n, 3072);
         const size_t act_stride = ggml_row_size(vec_dot_type(type), m.n_in);
         if (which == 0) {
-          q8_0_gemm(m.bytes.data(), m.stride, m.n_out, m.n_in, act.data(), act_stride, n, y.data(), m.n_out, pool);
+          if (type == GgmlType::Q8_0) {
+            q8_0_gemm(m.bytes.data(), m.stride, m.n_out, m.n_in, act.data(), act_stride, n, y.data(), m.n_out, pool);
+          } else {
+            q6_K_gemm(m.bytes.data(), m.stride, m.n_out, m.n_in, act.data(), act_stride, n, y.data(), m.n_out, pool);
+          }
         } else if (n == 1) {
           pool.parallel_for(
               m.n_out, [&](int64_t b, int64_t e) { gemv_rows(type, m.bytes.data(), m.stride, m.n_in, act.data(), b, e, y.data()); },
@@ -463,8 +470,8 @@ TEST(Gemv, DISABLED_BatchThroughputReport) {
       best_cpu[which] = std::min(best_cpu[which], thread_cpu_seconds() - c0);
     }
     for (int which : {0, 1})
-      std::printf("q8_0 %2lld tokens %s threads %d: %7.1f ms wall (%5.1f GB/s, %6.1f tok/s), %7.1f ms thread CPU, %zu MB\n",
-                  static_cast<long long>(n), which == 0 ? "gemm" : "gemv", threads, best_wall[which] * 1e3,
+      std::printf("%s %2lld tokens %s threads %d: %7.1f ms wall (%5.1f GB/s, %6.1f tok/s), %7.1f ms thread CPU, %zu MB\n",
+                  std::string(ggml_type_name(type)).c_str(), static_cast<long long>(n), which == 0 ? "gemm" : "gemv", threads, best_wall[which] * 1e3,
                   static_cast<double>(total) / best_wall[which] * 1e-9, static_cast<double>(n) / best_wall[which],
                   best_cpu[which] * 1e3, total >> 20);
   }
