@@ -20,6 +20,7 @@
 
 #include "core/fp16.h"
 #include "kernels/dispatch.h"
+#include "kernels/gemm_q4_K.h"
 #include "kernels/gemm_q6_K.h"
 #include "kernels/gemm_q8_0.h"
 #include "kernels/gemv.h"
@@ -182,7 +183,7 @@ std::vector<uint8_t> convert_rows(GgmlType type, const std::vector<float>& x, in
 
 // matmul with 1..9, 17, 32, 33 tokens against vec_dot per (row, token): q8_0 takes the batch GEMV
 // up to gemv_batch_max_tokens (32) and its GEMM beyond, q6_K likewise (16), q4_K (every row alone,
-// so vec_dot numerics) its GEMM; all must equal the per-dot loop.
+// so vec_dot numerics) likewise (6); all must equal the per-dot loop.
 TEST(Gemv, MatmulFewTokensEqualsPerRowDotBitForBit) {
   std::mt19937 rng(31);
   const int64_t row_counts[] = {1, 7, 8, 13, 37};
@@ -261,6 +262,7 @@ TEST(Gemv, BatchRowRangesEqualPerRowDot) {
 TEST(Gemv, BatchMaxTokens) {
   EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q8_0) >= 4, avx512_vnni_active());
   EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q6_K) >= 4, avx512_vnni_active());
+  EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q4_K) >= 4, avx512_vnni_active());
   EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q5_K), 0);
 }
 
@@ -406,7 +408,7 @@ TEST(Gemv, DISABLED_ThroughputReport) {
   }
 }
 
-// Not a check: the multi-sequence decode microbenchmark (q8_0, or q6_K with GEMV_BATCH_TYPE=q6_K). Run it with
+// Not a check: the multi-sequence decode microbenchmark (q8_0, or GEMV_BATCH_TYPE=q6_K / q4_K). Run it with
 //   tests/gemv_test --gtest_also_run_disabled_tests --gtest_filter='*BatchThroughput*'
 // The same Qwen3-0.6B matrix sequence as above (~630 MB), n tokens per matmul: the batch GEMV
 // (gemv_batch_rows on the pool) vs q8_0_gemm / q6_K_gemm (the prefill path, which matmul took for every
@@ -415,7 +417,8 @@ TEST(Gemv, DISABLED_ThroughputReport) {
 TEST(Gemv, DISABLED_BatchThroughputReport) {
   if (!avx512_vnni_active()) GTEST_SKIP() << "no AVX-512 VNNI";
   const char* type_name = std::getenv("GEMV_BATCH_TYPE");
-  const GgmlType type = type_name && std::string(type_name) == "q6_K" ? GgmlType::Q6_K : GgmlType::Q8_0;
+  const std::string wanted = type_name ? type_name : "q8_0";
+  const GgmlType type = wanted == "q6_K" ? GgmlType::Q6_K : wanted == "q4_K" ? GgmlType::Q4_K : GgmlType::Q8_0;
   std::mt19937_64 rng(1);
   std::vector<Matrix> mats;
   size_t total = 0;
@@ -450,6 +453,8 @@ TEST(Gemv, DISABLED_BatchThroughputReport) {
         if (which == 0) {
           if (type == GgmlType::Q8_0) {
             q8_0_gemm(m.bytes.data(), m.stride, m.n_out, m.n_in, act.data(), act_stride, n, y.data(), m.n_out, pool);
+          } else if (type == GgmlType::Q4_K) {  // vec_dot numerics for every token, as the batch GEMV
+            q4_K_gemm(m.bytes.data(), m.stride, m.n_out, m.n_in, act.data(), act_stride, n, 0, y.data(), m.n_out, pool);
           } else {
             q6_K_gemm(m.bytes.data(), m.stride, m.n_out, m.n_in, act.data(), act_stride, n, y.data(), m.n_out, pool);
           }

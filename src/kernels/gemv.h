@@ -25,7 +25,8 @@ void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n
 
 // Small batches (multi-sequence decode): each row group is read once for all the tokens.
 // The largest token count worth gemv_batch_rows for this type at the active CPU level (beyond it
-// the prefill GEMMs are faster); 0 where there is no batch kernel (q8_0 and q6_K with AVX-512 VNNI).
+// the prefill GEMMs are faster); 0 where there is no batch kernel (q8_0, q6_K, q4_K with AVX-512
+// VNNI). q4_K's kernel has vec_dot numerics: matmul gives it no row-group (kBatch, 4+ tokens) work.
 int64_t gemv_batch_max_tokens(GgmlType type);
 
 // y[t * y_stride + r] = vec_dot(type, n_in, weights + r * w_stride, act + t * act_stride) for rows
