@@ -41,23 +41,48 @@ struct alignas(64) PackedRows {
   float dmin[kLanes];
 };
 
+// 16 x 16 transpose of 32-bit elements: out[c] lane r = rows[r] element c.
+static inline __attribute__((target(AGENTKV_TARGET_AVX512), always_inline)) void transpose_16x16_epi32(
+    const __m512i* rows, __m512i* out) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);
+  }
+  // u[4i + j], 128-bit lane L: column 4L + j of rows 4i .. 4i + 3
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    out[j] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    out[4 + j] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+    out[8 + j] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    out[12 + j] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+  }
+}
+
+constexpr int64_t kPackPrefetchBlocks = 2;  // superblocks ahead in each row while packing
+
 AGENTKV_AVX512_VNNI void pack_rows(const uint8_t* w, size_t w_stride, int rows, int64_t nsb, PackedRows* out) {
   // Per superblock: every row's quants in element order (pair j: the low nibbles of
-  // qs[32j .. 32j + 31], then the high ones), then chunk c of all 16 rows gathered into one line.
-  alignas(64) uint8_t unpacked[kLanes][kQK_K] = {};
-  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                 _mm512_set1_epi32(kQK_K));
+  // qs[32j .. 32j + 31], then the high ones), 64 bytes per pair; the 16 rows' pair j is one
+  // 16 x 16 transpose of 4-byte chunks (chunk c of all 16 rows in one line). A transpose in
+  // registers instead of 64 gathers from a staging buffer: packing is most of a small batch's time.
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t s = 0; s < nsb; ++s) {
     PackedRows& p = out[s];
     std::memset(static_cast<void*>(&p), 0, sizeof(PackedRows));
     for (int r = 0; r < rows; ++r) {
       const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride)[s];
-      for (int j = 0; j < 4; ++j) {
-        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * j));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[r] + 64 * j), _mm256_and_si256(bytes, low4));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(unpacked[r] + 64 * j + 32),
-                           _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4));
+      if (s + kPackPrefetchBlocks < nsb) {  // 16 row streams at once: the hardware prefetchers lose them
+        const char* ahead = reinterpret_cast<const char*>(&b + kPackPrefetchBlocks);
+        for (size_t line = 0; line < sizeof(BlockQ4_K); line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
       }
       uint8_t sc[8], mn[8];
       for (int k = 0; k < 8; ++k) {
@@ -68,9 +93,21 @@ AGENTKV_AVX512_VNNI void pack_rows(const uint8_t* w, size_t w_stride, int rows, 
       p.d[r] = half_to_float(b.d);
       p.dmin[r] = half_to_float(b.dmin);
     }
-    for (int r = rows; r < kLanes; ++r) std::memset(unpacked[r], 0, kQK_K);
-    for (int c = 0; c < kQK_K / 4; ++c)
-      _mm512_store_si512(p.q[c], _mm512_i32gather_epi32(row_offsets, unpacked[0] + 4 * c, 1));
+    for (int j = 0; j < 4; ++j) {
+      __m512i row_pair[kLanes], chunks[kLanes];
+      for (int r = 0; r < kLanes; ++r) {
+        if (r >= rows) {
+          row_pair[r] = _mm512_setzero_si512();
+          continue;
+        }
+        const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride)[s];
+        const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * j));
+        row_pair[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bytes, low4)),
+                                         _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), 1);
+      }
+      transpose_16x16_epi32(row_pair, chunks);
+      for (int c = 0; c < kLanes; ++c) _mm512_store_si512(p.q[16 * j + c], chunks[c]);
+    }
   }
 }
 
