@@ -470,17 +470,19 @@ void FinishRow(const AttentionArgs& a, int64_t t, int64_t h, const float* acc, f
   if (a.lse) a.lse[t * a.shape.n_head + h] = s == 0.0f ? -INFINITY : m + std::log(s);
 }
 
-// The per-key algorithm for tokens [t0, t1), KV head g, keys [k0, k1). Writes final rows, or
-// partial (M, S, VKQ) records when chunk >= 0 (split-keys mode, one token). Every row keeps its
-// own sequential chain over the keys; the tokens only share the loop over key tiles, so a tile's
-// K/V rows come from memory once and stay in L1 for all tokens of the unit (one token per unit
-// re-read a long history once per token).
-void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g, int64_t k0, int64_t k1, int64_t chunk) {
+// The per-key algorithm for tokens [t0, t1), KV heads [g0, g1), keys [k0, k1). Writes final rows,
+// or partial (M, S, VKQ) records when chunk >= 0 (split-keys mode, one token). Every row keeps its
+// own sequential chain over the keys; the tokens and heads only share the loop over key tiles, so
+// a tile's K/V rows come from memory once and stay in cache for all of them (one token per unit
+// re-read a long history once per token; one head per unit read each K/V row in 8 strided pieces
+// at 8 different times).
+void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1, int64_t k0, int64_t k1,
+                int64_t chunk) {
   const AttentionArgs& a = *plan.args;
   const int64_t D = plan.head_dim;
   const int64_t G = plan.group;
   const int64_t T = t1 - t0;
-  const int64_t TG = T * G;  // rows: row = (t - t0) * G + r
+  const int64_t TG = (g1 - g0) * T * G;  // rows: row = ((g - g0) * T + (t - t0)) * G + r
   const bool v_f16 = a.v_type == GgmlType::F16;
   const bool v_f32 = a.v_type == GgmlType::F32;
 
@@ -498,28 +500,34 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g, int64_t k0,
   const uint8_t** k_rows = Reserve(sc.k_rows, static_cast<size_t>(kKeyTile));
   const uint8_t** v_rows = Reserve(sc.v_rows, static_cast<size_t>(kKeyTile));
 
-  for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t r = 0; r < G; ++r) {
-      const int64_t row = (t - t0) * G + r;
-      const float* q = a.q + t * a.q_stride + (g * G + r) * D;
-      uint8_t* dst = q_conv + row * plan.q_head_bytes;
-      switch (plan.q_type) {
-        case GgmlType::F32: std::memcpy(dst, q, static_cast<size_t>(D) * sizeof(float)); break;
-        case GgmlType::F16: {
-          auto* h = reinterpret_cast<uint16_t*>(dst);
-          for (int64_t i = 0; i < D; ++i) h[i] = fp32_to_fp16(q[i]);
-          for (int64_t i = 0; i < D; ++i) q_wide[row * D + i] = fp16_to_fp32(h[i]);
-          break;
+  for (int64_t g = g0; g < g1; ++g) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t r = 0; r < G; ++r) {
+        const int64_t row = ((g - g0) * T + (t - t0)) * G + r;
+        const float* q = a.q + t * a.q_stride + (g * G + r) * D;
+        uint8_t* dst = q_conv + row * plan.q_head_bytes;
+        switch (plan.q_type) {
+          case GgmlType::F32:
+            std::memcpy(dst, q, static_cast<size_t>(D) * sizeof(float));
+            break;
+          case GgmlType::F16: {
+            auto* h = reinterpret_cast<uint16_t*>(dst);
+            for (int64_t i = 0; i < D; ++i) h[i] = fp32_to_fp16(q[i]);
+            for (int64_t i = 0; i < D; ++i) q_wide[row * D + i] = fp16_to_fp32(h[i]);
+            break;
+          }
+          case GgmlType::BF16: {
+            auto* h = reinterpret_cast<uint16_t*>(dst);
+            for (int64_t i = 0; i < D; ++i) h[i] = fp32_to_bf16(q[i]);
+            break;
+          }
+          default:
+            quantize_row(plan.q_type, q, dst, D);
+            break;
         }
-        case GgmlType::BF16: {
-          auto* h = reinterpret_cast<uint16_t*>(dst);
-          for (int64_t i = 0; i < D; ++i) h[i] = fp32_to_bf16(q[i]);
-          break;
-        }
-        default: quantize_row(plan.q_type, q, dst, D); break;
+        M[row] = -INFINITY;
+        S[row] = 0.0f;
       }
-      M[row] = -INFINITY;
-      S[row] = 0.0f;
     }
   }
   if (v_f16) {
@@ -528,133 +536,141 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g, int64_t k0,
     std::fill(acc32, acc32 + TG * D, 0.0f);
   }
 
-  const size_t k_off = static_cast<size_t>(g) * plan.k_head_bytes;
-  const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
-
   for (int64_t c0 = k0; c0 < k1; c0 += kKeyTile) {
     const int64_t c1 = std::min(c0 + kKeyTile, k1);
     const int64_t next_end = std::min(c1 + kKeyTile, k1);
-    // Quantized V: the tile's rows once for all tokens (rows no token sees are converted too;
-    // they are never read).
-    bool v_tile_ready = v_f16 || v_f32;
-    bool prefetched = false;
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
-      const int64_t n_vis = VisibleKeys(mask_row, c0, c1, visible);
-      if (n_vis == 0) continue;
-      if (!v_tile_ready) {
-        for (int64_t c = c0; c < c1; ++c) {
-          dequantize_row(a.v_type, a.v + c * a.v_row_bytes + v_off, v_tile + (c - c0) * D, D);
-        }
-        v_tile_ready = true;
-      }
-      for (int64_t j = 0; j < n_vis; ++j) k_rows[j] = a.k + visible[j] * a.k_row_bytes + k_off;
-      for (int64_t j = 0; j < n_vis; ++j) v_rows[j] = a.v + visible[j] * a.v_row_bytes + v_off;
-      const int64_t row0 = (t - t0) * G;
-      for (int64_t r = 0; r < G; ++r) {
-        const uint8_t* q = q_conv + (row0 + r) * plan.q_head_bytes;
-        float* scores = all_scores + r * kKeyTile;
-        switch (a.k_type) {
-          case GgmlType::F32:
-            for (int64_t j = 0; j < n_vis; ++j) {
-              scores[j] = GgmlDot<F32Elems>(reinterpret_cast<const float*>(k_rows[j]), reinterpret_cast<const float*>(q), D);
-            }
-            break;
-          case GgmlType::F16: {
-            // Query heads in pairs: each key row is widened once for both (row r + 1 was scored
-            // with row r).
-            if (r % 2 == 1) break;
-            const bool pair = r + 1 < G;
-            const float* q2[2] = {q_wide + (row0 + r) * D, q_wide + (row0 + r + 1) * D};
-            for (int64_t j = 0; j < n_vis; ++j) {
-              if (!prefetched && r == 0) {  // the next tile's rows, one per key (a burst would stall)
-                const int64_t c = c1 + j;
-                PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
-                PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
-              }
-              const auto* krow = reinterpret_cast<const uint16_t*>(k_rows[j]);
-              if (pair) {
-                float* out2[2] = {scores + j, scores + kKeyTile + j};
-                GgmlDotRows<F16Elems, 2>(krow, q2, D, out2);
-              } else {
-                scores[j] = GgmlDot<F16Elems>(krow, q2[0], D);
-              }
-            }
-            if (!prefetched && n_vis < c1 - c0) {  // rows the first token did not reach
-              PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c1 + n_vis, next_end);
-              PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c1 + n_vis, next_end);
-            }
-            prefetched = true;
-            break;
+    for (int64_t g = g0; g < g1; ++g) {
+      const size_t k_off = static_cast<size_t>(g) * plan.k_head_bytes;
+      const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
+      // Quantized V: the tile's rows once for all tokens (rows no token sees
+      // are converted too; they are never read).
+      bool v_tile_ready = v_f16 || v_f32;
+      bool prefetched = false;
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
+        const int64_t n_vis = VisibleKeys(mask_row, c0, c1, visible);
+        if (n_vis == 0) continue;
+        if (!v_tile_ready) {
+          for (int64_t c = c0; c < c1; ++c) {
+            dequantize_row(a.v_type, a.v + c * a.v_row_bytes + v_off, v_tile + (c - c0) * D, D);
           }
-          case GgmlType::BF16:
-            DotMany<BF16Elems, BF16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
-            break;
-          default:
-            for (int64_t j = 0; j < n_vis; ++j) scores[j] = vec_dot(a.k_type, D, k_rows[j], q);
-            break;
+          v_tile_ready = true;
         }
-        for (int64_t j = 0; j < n_vis; ++j) {
-          scores[j] = std::fma(scores[j], a.shape.scale, mask_row ? mask_row[visible[j]] : 0.0f);
-        }
-      }
-      if (v_f16 && OnlineSoftmaxF16Fast(acc16 + row0 * D, D, all_scores, kKeyTile, v_rows, n_vis, G, M + row0, S + row0)) {
-        continue;
-      }
-      for (int64_t r = 0; r < G; ++r) {
-        const int64_t row = row0 + r;
-        const float* scores = all_scores + r * kKeyTile;
-        // Sequential online softmax, one key at a time, exactly in ggml's order.
-        float m = M[row], s_sum = S[row];
-        float* row32 = acc32 + row * D;
-        uint16_t* row16 = acc16 + row * D;
-        for (int64_t j = 0; j < n_vis; ++j) {
-          const float s = scores[j];
-          float ms = 1.0f, vs = 1.0f;
-          if (s > m) {
-            const float m_old = m;
-            m = s;
-            ms = std::exp(m_old - m);
-            if (m_old != -INFINITY) {  // before the first key the accumulator is all zeros
-              if (v_f16) {
-                ScaleF16(row16, ms, D);
-              } else {
-                ScaleF32(row32, ms, D);
+        for (int64_t j = 0; j < n_vis; ++j) k_rows[j] = a.k + visible[j] * a.k_row_bytes + k_off;
+        for (int64_t j = 0; j < n_vis; ++j) v_rows[j] = a.v + visible[j] * a.v_row_bytes + v_off;
+        const int64_t row0 = ((g - g0) * T + (t - t0)) * G;
+        for (int64_t r = 0; r < G; ++r) {
+          const uint8_t* q = q_conv + (row0 + r) * plan.q_head_bytes;
+          float* scores = all_scores + r * kKeyTile;
+          switch (a.k_type) {
+            case GgmlType::F32:
+              for (int64_t j = 0; j < n_vis; ++j) {
+                scores[j] =
+                    GgmlDot<F32Elems>(reinterpret_cast<const float*>(k_rows[j]), reinterpret_cast<const float*>(q), D);
               }
+              break;
+            case GgmlType::F16: {
+              // Query heads in pairs: each key row is widened once for both (row
+              // r + 1 was scored with row r).
+              if (r % 2 == 1) break;
+              const bool pair = r + 1 < G;
+              const float* q2[2] = {q_wide + (row0 + r) * D, q_wide + (row0 + r + 1) * D};
+              for (int64_t j = 0; j < n_vis; ++j) {
+                if (!prefetched && r == 0) {  // the next tile's rows, one per key
+                                              // (a burst would stall)
+                  const int64_t c = c1 + j;
+                  PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
+                  PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
+                }
+                const auto* krow = reinterpret_cast<const uint16_t*>(k_rows[j]);
+                if (pair) {
+                  float* out2[2] = {scores + j, scores + kKeyTile + j};
+                  GgmlDotRows<F16Elems, 2>(krow, q2, D, out2);
+                } else {
+                  scores[j] = GgmlDot<F16Elems>(krow, q2[0], D);
+                }
+              }
+              if (!prefetched && n_vis < c1 - c0) {  // rows the first token did not reach
+                PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c1 + n_vis, next_end);
+                PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c1 + n_vis, next_end);
+              }
+              prefetched = true;
+              break;
             }
-          } else {
-            vs = std::exp(s - m);
+            case GgmlType::BF16:
+              DotMany<BF16Elems, BF16Elems>(reinterpret_cast<const uint16_t*>(q), k_rows, n_vis, D, scores);
+              break;
+            default:
+              for (int64_t j = 0; j < n_vis; ++j) scores[j] = vec_dot(a.k_type, D, k_rows[j], q);
+              break;
           }
-          if (v_f16) {
-            AxpyF16(row16, reinterpret_cast<const uint16_t*>(v_rows[j]), vs, D);
-          } else if (v_f32) {
-            AxpyF32(row32, reinterpret_cast<const float*>(v_rows[j]), vs, D);
-          } else {
-            AxpyF32(row32, v_tile + (visible[j] - c0) * D, vs, D);
+          for (int64_t j = 0; j < n_vis; ++j) {
+            scores[j] = std::fma(scores[j], a.shape.scale, mask_row ? mask_row[visible[j]] : 0.0f);
           }
-          s_sum = std::fma(s_sum, ms, vs);
         }
-        M[row] = m;
-        S[row] = s_sum;
+        if (v_f16 &&
+            OnlineSoftmaxF16Fast(acc16 + row0 * D, D, all_scores, kKeyTile, v_rows, n_vis, G, M + row0, S + row0)) {
+          continue;
+        }
+        for (int64_t r = 0; r < G; ++r) {
+          const int64_t row = row0 + r;
+          const float* scores = all_scores + r * kKeyTile;
+          // Sequential online softmax, one key at a time, exactly in ggml's
+          // order.
+          float m = M[row], s_sum = S[row];
+          float* row32 = acc32 + row * D;
+          uint16_t* row16 = acc16 + row * D;
+          for (int64_t j = 0; j < n_vis; ++j) {
+            const float s = scores[j];
+            float ms = 1.0f, vs = 1.0f;
+            if (s > m) {
+              const float m_old = m;
+              m = s;
+              ms = std::exp(m_old - m);
+              if (m_old != -INFINITY) {  // before the first key the accumulator
+                                         // is all zeros
+                if (v_f16) {
+                  ScaleF16(row16, ms, D);
+                } else {
+                  ScaleF32(row32, ms, D);
+                }
+              }
+            } else {
+              vs = std::exp(s - m);
+            }
+            if (v_f16) {
+              AxpyF16(row16, reinterpret_cast<const uint16_t*>(v_rows[j]), vs, D);
+            } else if (v_f32) {
+              AxpyF32(row32, reinterpret_cast<const float*>(v_rows[j]), vs, D);
+            } else {
+              AxpyF32(row32, v_tile + (visible[j] - c0) * D, vs, D);
+            }
+            s_sum = std::fma(s_sum, ms, vs);
+          }
+          M[row] = m;
+          S[row] = s_sum;
+        }
       }
     }
   }
 
-  for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t r = 0; r < G; ++r) {
-      const int64_t row = (t - t0) * G + r;
-      float* row32 = acc32 + row * D;
-      if (v_f16) {
-        for (int64_t i = 0; i < D; ++i) row32[i] = fp16_to_fp32(acc16[row * D + i]);
-      }
-      const int64_t h = g * G + r;
-      if (chunk < 0) {
-        FinishRow(a, t, h, row32, M[row], S[row]);
-      } else {
-        float* rec = plan.partials + (h * plan.n_chunks + chunk) * (2 + D);
-        rec[0] = M[row];
-        rec[1] = S[row];
-        std::memcpy(rec + 2, row32, static_cast<size_t>(D) * sizeof(float));
+  for (int64_t g = g0; g < g1; ++g) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t r = 0; r < G; ++r) {
+        const int64_t row = ((g - g0) * T + (t - t0)) * G + r;
+        float* row32 = acc32 + row * D;
+        if (v_f16) {
+          for (int64_t i = 0; i < D; ++i) row32[i] = fp16_to_fp32(acc16[row * D + i]);
+        }
+        const int64_t h = g * G + r;
+        if (chunk < 0) {
+          FinishRow(a, t, h, row32, M[row], S[row]);
+        } else {
+          float* rec = plan.partials + (h * plan.n_chunks + chunk) * (2 + D);
+          rec[0] = M[row];
+          rec[1] = S[row];
+          std::memcpy(rec + 2, row32, static_cast<size_t>(D) * sizeof(float));
+        }
       }
     }
   }
@@ -972,7 +988,8 @@ void RunUnits(const Plan& plan, std::atomic<int64_t>* next) {
         const int64_t n_blocks = plan.n_units / plan.n_head_kv;
         const int64_t block = n_blocks - 1 - u % n_blocks;
         const int64_t t0 = block * plan.tokens_per_unit;
-        PerKeyUnit(plan, t0, std::min(t0 + plan.tokens_per_unit, a.n_tokens), u / n_blocks, 0, a.n_kv, -1);
+        const int64_t g = u / n_blocks;
+        PerKeyUnit(plan, t0, std::min(t0 + plan.tokens_per_unit, a.n_tokens), g, g + 1, 0, a.n_kv, -1);
         break;
       }
       case Mode::kTiled: {
@@ -986,11 +1003,12 @@ void RunUnits(const Plan& plan, std::atomic<int64_t>* next) {
         break;
       }
       case Mode::kSplitKeys: {
-        const int64_t g = u / plan.n_chunks;
-        const int64_t chunk = u % plan.n_chunks;
+        // A unit is a key chunk of every KV head: the chunk's K/V rows are read front to back
+        // once (per-head units read each row in strided pieces, a pattern DRAM serves slowly).
+        const int64_t chunk = u;
         const int64_t k0 = chunk * plan.chunk_size;
         const int64_t k1 = std::min(k0 + plan.chunk_size, a.n_kv);
-        PerKeyUnit(plan, 0, 1, g, k0, std::max(k0, k1), chunk);
+        PerKeyUnit(plan, 0, 1, 0, plan.n_head_kv, k0, std::max(k0, k1), chunk);
         break;
       }
     }
@@ -1089,7 +1107,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
     plan.mode = Mode::kSplitKeys;
     plan.n_chunks = pool.size();
     plan.chunk_size = (args.n_kv + plan.n_chunks - 1) / plan.n_chunks;
-    plan.n_units = plan.n_chunks * plan.n_head_kv;
+    plan.n_units = plan.n_chunks;
     partials.assign(static_cast<size_t>(args.shape.n_head * plan.n_chunks * (2 + plan.head_dim)), 0.0f);
     for (int64_t i = 0; i < args.shape.n_head * plan.n_chunks; ++i) {
       partials[static_cast<size_t>(i * (2 + plan.head_dim))] = -INFINITY;
