@@ -16,38 +16,19 @@
 #include "kernels/gemm_q4_K.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "quant_gemm_test_util.h"
 #include "kernels/threadpool.h"
 
 namespace agentkv {
 namespace {
 
-struct Rows {
-  size_t stride = 0;
-  std::vector<uint8_t> bytes;
-  const uint8_t* row(int64_t i) const { return bytes.data() + i * stride; }
-};
+using test::QuantRows;
 
-Rows make_weights(int64_t n_in, int64_t count, size_t pad, std::mt19937& rng) {
-  Rows r{ggml_row_size(GgmlType::Q4_K, n_in) + pad, {}};
-  r.bytes.assign(r.stride * count, 0xCD);
-  std::normal_distribution<float> dist(0.f, 0.05f);
-  std::vector<float> x(n_in);
-  for (int64_t i = 0; i < count; ++i) {
-    for (auto& v : x) v = dist(rng);
-    x[rng() % n_in] *= 8.f;  // outliers give large sub-block scales
-    quantize_row(GgmlType::Q4_K, x.data(), r.bytes.data() + i * r.stride, n_in);
-  }
-  return r;
+QuantRows make_weights(int64_t n_in, int64_t count, size_t pad, std::mt19937& rng) {
+  return test::make_k_quant_weights(GgmlType::Q4_K, n_in, count, pad, rng);
 }
-
 std::vector<float> make_activations(int64_t n_in, int64_t count, int64_t stride, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<float> x(count * stride, NAN);  // padding must never be read
-  for (int64_t t = 0; t < count; ++t) {
-    for (int64_t i = 0; i < n_in; ++i) x[t * stride + i] = dist(rng);
-    x[t * stride + rng() % n_in] = -40.f;  // quantizes to -128 in q8_K
-  }
-  return x;
+  return test::make_k_quant_activations(n_in, count, stride, rng);
 }
 
 struct Shape {
@@ -66,7 +47,7 @@ TEST(Q4KGemm, EqualsScalarKernelsBitForBit) {
     for (const Shape& s : shapes) {
       for (bool grouped : {false, true}) {
         const int64_t n_grouped = grouped ? s.n_tokens - s.n_tokens % kRowGroupSize : 0;
-        const Rows w = make_weights(s.n_in, s.n_out, 10, rng);
+        const QuantRows w = make_weights(s.n_in, s.n_out, 10, rng);
         const std::vector<float> x = make_activations(s.n_in, s.n_tokens, s.n_in, rng);
         const size_t act_stride = ggml_row_size(GgmlType::Q8_K, s.n_in);
         std::vector<uint8_t> act(act_stride * s.n_tokens);
@@ -111,7 +92,7 @@ TEST(Q4KGemm, MatmulEqualsPerDotPath) {
   ThreadPool pool(2);
   for (int64_t n_out : {40, 37}) {
     const int64_t n_in = 768, n_tokens = 11, x_stride = n_in + 3, y_stride = n_out + 1;
-    const Rows w = make_weights(n_in, n_out, 0, rng);
+    const QuantRows w = make_weights(n_in, n_out, 0, rng);
     const WeightMatrix wm{GgmlType::Q4_K, n_in, n_out, w.bytes.data(), w.stride};
     const std::vector<float> x = make_activations(n_in, n_tokens, x_stride, rng);
     for (RowGrouping grouping : {RowGrouping::kBatch, RowGrouping::kEachRowAlone}) {

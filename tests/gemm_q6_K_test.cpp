@@ -14,38 +14,19 @@
 #include "kernels/gemm_q6_K.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "quant_gemm_test_util.h"
 #include "kernels/threadpool.h"
 
 namespace agentkv {
 namespace {
 
-struct Rows {
-  size_t stride = 0;
-  std::vector<uint8_t> bytes;
-  const uint8_t* row(int64_t i) const { return bytes.data() + i * stride; }
-};
+using test::QuantRows;
 
-Rows make_weights(int64_t n_in, int64_t count, size_t pad, std::mt19937& rng) {
-  Rows r{ggml_row_size(GgmlType::Q6_K, n_in) + pad, {}};
-  r.bytes.assign(r.stride * count, 0xCD);
-  std::normal_distribution<float> dist(0.f, 0.05f);
-  std::vector<float> x(n_in);
-  for (int64_t i = 0; i < count; ++i) {
-    for (auto& v : x) v = dist(rng);
-    x[rng() % n_in] *= 8.f;  // outliers give large sub-block scales
-    quantize_row(GgmlType::Q6_K, x.data(), r.bytes.data() + i * r.stride, n_in);
-  }
-  return r;
+QuantRows make_weights(int64_t n_in, int64_t count, size_t pad, std::mt19937& rng) {
+  return test::make_k_quant_weights(GgmlType::Q6_K, n_in, count, pad, rng);
 }
-
 std::vector<float> make_activations(int64_t n_in, int64_t count, int64_t stride, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<float> x(count * stride, NAN);  // padding must never be read
-  for (int64_t t = 0; t < count; ++t) {
-    for (int64_t i = 0; i < n_in; ++i) x[t * stride + i] = dist(rng);
-    x[t * stride + rng() % n_in] = -40.f;  // quantizes to -128 in q8_K
-  }
-  return x;
+  return test::make_k_quant_activations(n_in, count, stride, rng);
 }
 
 struct Shape {
@@ -61,7 +42,7 @@ TEST(Q6KGemm, EqualsScalarDotBitForBit) {
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     for (const Shape& s : shapes) {
-      const Rows w = make_weights(s.n_in, s.n_out, 10, rng);
+      const QuantRows w = make_weights(s.n_in, s.n_out, 10, rng);
       const std::vector<float> x = make_activations(s.n_in, s.n_tokens, s.n_in, rng);
       const size_t act_stride = ggml_row_size(GgmlType::Q8_K, s.n_in);
       std::vector<uint8_t> act(act_stride * s.n_tokens);
@@ -92,16 +73,10 @@ TEST(Q6KGemm, MatmulBatchEqualsOneTokenAtATime) {
   std::mt19937 rng(23);
   ThreadPool pool(2);
   const int64_t n_in = 1280, n_out = 37, n_tokens = 7, x_stride = n_in + 3, y_stride = n_out + 1;
-  const Rows w = make_weights(n_in, n_out, 0, rng);
+  const QuantRows w = make_weights(n_in, n_out, 0, rng);
   const WeightMatrix wm{GgmlType::Q6_K, n_in, n_out, w.bytes.data(), w.stride};
   const std::vector<float> x = make_activations(n_in, n_tokens, x_stride, rng);
-  std::vector<float> batch(n_tokens * y_stride, 0.f), alone(n_out);
-  matmul(wm, x.data(), n_tokens, x_stride, batch.data(), y_stride, pool);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    matmul(wm, x.data() + t * x_stride, 1, x_stride, alone.data(), n_out, pool);
-    for (int64_t r = 0; r < n_out; ++r)
-      EXPECT_EQ(fp32_to_bits(batch[t * y_stride + r]), fp32_to_bits(alone[r])) << "row " << r << " token " << t;
-  }
+  test::expect_batch_equals_one_token_at_a_time(wm, x, n_tokens, x_stride, y_stride, pool);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "kernels/gemm_q8_0.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "quant_gemm_test_util.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/threadpool.h"
 
@@ -153,13 +154,7 @@ TEST(Q8_0Gemm, MatmulBatchEqualsOneTokenAtATime) {
   const Rows w = make_weights(n_in, n_out, 0, rng);
   const WeightMatrix wm{GgmlType::Q8_0, n_in, n_out, w.bytes.data(), w.stride};
   const std::vector<float> x = make_activations(n_in, n_tokens, x_stride, rng);
-  std::vector<float> batch(n_tokens * y_stride, 0.f), alone(n_out);
-  matmul(wm, x.data(), n_tokens, x_stride, batch.data(), y_stride, pool);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    matmul(wm, x.data() + t * x_stride, 1, x_stride, alone.data(), n_out, pool);
-    for (int64_t r = 0; r < n_out; ++r)
-      EXPECT_EQ(fp32_to_bits(batch[t * y_stride + r]), fp32_to_bits(alone[r])) << "row " << r << " token " << t;
-  }
+  test::expect_batch_equals_one_token_at_a_time(wm, x, n_tokens, x_stride, y_stride, pool);
 }
 
 // Not a check: the microbenchmark docs/performance.md quotes. Run it with

@@ -1,0 +1,67 @@
+// Test data and checks the quantized GEMM tests (gemm_q4_K / q6_K / q8_0) share: weight rows from
+// quantize_row with padded strides, activations with outliers and NaN padding, and the
+// "a token in a batch gets exactly what it gets alone" check through matmul().
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/ggml_type.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
+
+namespace agentkv::test {
+
+// Rows of a quantized weight matrix, `stride` bytes apart (may exceed the dense row size; the
+// padding is 0xCD).
+struct QuantRows {
+  size_t stride = 0;
+  std::vector<uint8_t> bytes;
+  const uint8_t* row(int64_t i) const { return bytes.data() + i * stride; }
+};
+
+// k-quant weights from small normal values, one outlier per row (large sub-block scales).
+inline QuantRows make_k_quant_weights(GgmlType type, int64_t n_in, int64_t count, size_t pad, std::mt19937& rng) {
+  QuantRows r{ggml_row_size(type, n_in) + pad, {}};
+  r.bytes.assign(r.stride * count, 0xCD);
+  std::normal_distribution<float> dist(0.f, 0.05f);
+  std::vector<float> x(n_in);
+  for (int64_t i = 0; i < count; ++i) {
+    for (auto& v : x) v = dist(rng);
+    x[rng() % n_in] *= 8.f;  // outliers give large sub-block scales
+    quantize_row(type, x.data(), r.bytes.data() + i * r.stride, n_in);
+  }
+  return r;
+}
+
+// Activations for k-quant weights: normal values, one -40 per row (quantizes to -128 in q8_K),
+// NaN in the row padding (which must never be read).
+inline std::vector<float> make_k_quant_activations(int64_t n_in, int64_t count, int64_t stride, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> x(count * stride, NAN);
+  for (int64_t t = 0; t < count; ++t) {
+    for (int64_t i = 0; i < n_in; ++i) x[t * stride + i] = dist(rng);
+    x[t * stride + rng() % n_in] = -40.f;
+  }
+  return x;
+}
+
+// matmul() of n_tokens rows of x (x_stride floats apart) gives every token the bits it gets alone.
+inline void expect_batch_equals_one_token_at_a_time(const WeightMatrix& w, const std::vector<float>& x,
+                                                    int64_t n_tokens, int64_t x_stride, int64_t y_stride,
+                                                    ThreadPool& pool) {
+  std::vector<float> batch(n_tokens * y_stride, 0.f), alone(w.n_out);
+  matmul(w, x.data(), n_tokens, x_stride, batch.data(), y_stride, pool);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    matmul(w, x.data() + t * x_stride, 1, x_stride, alone.data(), w.n_out, pool);
+    for (int64_t r = 0; r < w.n_out; ++r)
+      EXPECT_EQ(fp32_to_bits(batch[t * y_stride + r]), fp32_to_bits(alone[r])) << "row " << r << " token " << t;
+  }
+}
+
+}  // namespace agentkv::test
