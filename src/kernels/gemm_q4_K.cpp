@@ -16,6 +16,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
+#include "kernels/thread_scratch.h"
 
 // GCC 12 reports the undefined upper halves inside its own AVX-512 intrinsics as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -195,11 +196,6 @@ TileKernel kernel_for(int tokens, bool grouped) {
   }
 }
 
-std::vector<PackedRows>& packed_scratch(size_t count) {
-  thread_local std::vector<PackedRows> scratch;
-  if (scratch.size() < count) scratch.resize(count);
-  return scratch;
-}
 
 }  // namespace
 
@@ -214,7 +210,7 @@ void q4_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
   pool.parallel_for(
       n_out,
       [&](int64_t row_begin, int64_t row_end) {
-        PackedRows* packed = packed_scratch(static_cast<size_t>(chunk_groups * nsb)).data();
+        PackedRows* packed = thread_scratch<PackedRows>(static_cast<size_t>(chunk_groups * nsb));
         for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_groups * kLanes) {
           const int64_t c1 = std::min(c0 + chunk_groups * kLanes, row_end);
           const int64_t groups = (c1 - c0 + kLanes - 1) / kLanes;

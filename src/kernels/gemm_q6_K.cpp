@@ -17,6 +17,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
+#include "kernels/thread_scratch.h"
 
 // GCC 12 reports the undefined upper halves inside its own AVX-512 intrinsics as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -173,21 +174,8 @@ constexpr auto kernel_table(std::integer_sequence<int, kRows...>) {
 }
 constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kTileRows>());
 
-std::vector<PackedPairSuper>& packed_scratch(size_t count) {
-  thread_local std::vector<PackedPairSuper> scratch;
-  if (scratch.size() < count) scratch.resize(count);
-  return scratch;
-}
-
-struct alignas(64) Line64 {
-  uint8_t bytes[64];
-};
-uint8_t* weight_scratch(size_t bytes) {
-  thread_local std::vector<Line64> scratch;
-  const size_t lines = (bytes + 63) / 64;
-  if (scratch.size() < lines) scratch.resize(lines);
-  return scratch.data()->bytes;
-}
+// A worker's packed chunk of weight rows (quants, scales, d).
+struct WeightChunkTag;
 
 size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -199,7 +187,7 @@ void q6_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
                size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
   const int64_t nsb = n_in / kQK_K;
   const int64_t n_pairs = (n_tokens + 1) / 2;
-  PackedPairSuper* packed = packed_scratch(static_cast<size_t>(n_pairs * nsb)).data();
+  PackedPairSuper* packed = thread_scratch<PackedPairSuper>(static_cast<size_t>(n_pairs * nsb));
   pool.parallel_for(n_pairs, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       for (int half = 0; half < 2; ++half) {
@@ -227,7 +215,7 @@ void q6_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
         const size_t sc_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kGroups * 8) * sizeof(int32_t));
         const size_t d_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb) * sizeof(float));
         const size_t state_bytes = static_cast<size_t>(chunk_rows / kTileRows * kTileRows * kTilePairs * 16) * sizeof(float);
-        uint8_t* scratch = weight_scratch(q_bytes + sc_bytes + d_bytes + state_bytes);
+        uint8_t* scratch = thread_scratch_lines<WeightChunkTag>(q_bytes + sc_bytes + d_bytes + state_bytes);
         uint8_t* w_q = scratch;
         auto* w_sc = reinterpret_cast<int32_t*>(scratch + q_bytes);
         auto* w_d = reinterpret_cast<float*>(scratch + q_bytes + sc_bytes);

@@ -15,6 +15,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
+#include "kernels/thread_scratch.h"
 
 // GCC 12 reports the undefined upper half in its own _mm512_castsi256_si512 as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -142,23 +143,8 @@ constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kTileRows
 
 TileKernel kernel_for(int rows, int pairs) { return kKernels[rows - 1][pairs - 1]; }
 
-// Packed activations, reused across calls by the calling thread.
-std::vector<PackedPairBlock>& packed_scratch(size_t count) {
-  thread_local std::vector<PackedPairBlock> scratch;
-  if (scratch.size() < count) scratch.resize(count);
-  return scratch;
-}
-
-// A worker's packed chunk of weight rows (quants, then float scales), reused across calls.
-struct alignas(64) Line64 {
-  uint8_t bytes[64];
-};
-uint8_t* weight_scratch(size_t bytes) {
-  thread_local std::vector<Line64> scratch;
-  const size_t lines = (bytes + 63) / 64;
-  if (scratch.size() < lines) scratch.resize(lines);
-  return scratch.data()->bytes;
-}
+// A worker's packed chunk of weight rows (quants, then float scales).
+struct WeightChunkTag;
 
 }  // namespace
 
@@ -168,7 +154,7 @@ void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
                size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
   const int64_t nb = n_in / kQK8_0;
   const int64_t n_pairs = (n_tokens + 1) / 2;
-  PackedPairBlock* packed = packed_scratch(static_cast<size_t>(n_pairs * nb)).data();
+  PackedPairBlock* packed = thread_scratch<PackedPairBlock>(static_cast<size_t>(n_pairs * nb));
   pool.parallel_for(n_pairs, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       for (int half = 0; half < 2; ++half) {
@@ -196,8 +182,8 @@ void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
         const int64_t chunk_tiles = chunk_rows / kTileRows;
         const size_t qs_bytes = static_cast<size_t>(chunk_rows * nb * 32);
         const size_t d_bytes = (static_cast<size_t>(chunk_rows * nb) * sizeof(float) + 63) / 64 * 64;
-        uint8_t* scratch = weight_scratch(qs_bytes + d_bytes + static_cast<size_t>(chunk_tiles) * kTileRows *
-                                                                    kTilePairs * 16 * sizeof(float));
+        const size_t state_bytes = static_cast<size_t>(chunk_tiles) * kTileRows * kTilePairs * 16 * sizeof(float);
+        uint8_t* scratch = thread_scratch_lines<WeightChunkTag>(qs_bytes + d_bytes + state_bytes);
         uint8_t* w_qs = scratch;
         float* w_d = reinterpret_cast<float*>(scratch + qs_bytes);
         auto* state = reinterpret_cast<float*>(scratch + qs_bytes + d_bytes);  // 64-byte aligned

@@ -24,6 +24,7 @@
 #include "kernels/quant.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
+#include "kernels/thread_scratch.h"
 
 // GCC 12 reports the undefined upper halves inside its own AVX-512 intrinsics as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -69,13 +70,9 @@ const uint8_t* prefetch_rows(const uint8_t* weights, size_t w_stride, int64_t r,
 
 AGENTKV_GEMV_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
-// Scratch for per-call activation data, one per thread.
-template <typename T>
-T* scratch(size_t count) {
-  thread_local std::vector<T> buf;
-  if (buf.size() < count) buf.resize(count);
-  return buf.data();
-}
+// Per-call activation data lives in thread_scratch (thread_scratch.h); the activation scales are
+// plain floats, so they carry a tag of their own.
+struct ActivationScaleTag;
 
 // The four rows' fp16 scales (each at byte `offset` of its row) times a float scale, as floats.
 AGENTKV_GEMV_INLINE __m128 four_scales(const uint8_t* row0, size_t w_stride, size_t offset, float a_scale) {
@@ -146,8 +143,8 @@ void q8_0_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint
                int64_t row_end, float* y) {
   const int64_t nb = n_in / kQK8_0;
   const auto* a = reinterpret_cast<const BlockQ8_0*>(act);
-  Q8_0Bias* bias = scratch<Q8_0Bias>(static_cast<size_t>(nb));
-  float* a_scale = scratch<float>(static_cast<size_t>(nb));
+  Q8_0Bias* bias = thread_scratch<Q8_0Bias>(static_cast<size_t>(nb));
+  float* a_scale = thread_scratch<float, ActivationScaleTag>(static_cast<size_t>(nb));
   q8_0_prepare(a, nb, bias, a_scale);
   const int64_t ahead = rows_ahead(w_stride, kQ8_0Rows);
   const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ8_0Rows * kQ8_0Rows;
@@ -268,7 +265,7 @@ void q8_0_batch_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, cons
                      int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
   const int64_t nb = n_in / kQK8_0;
   const int64_t n_pairs = (n_tokens + 1) / 2;
-  Q8_0TokenPair* pairs = scratch<Q8_0TokenPair>(static_cast<size_t>(nb * n_pairs));
+  Q8_0TokenPair* pairs = thread_scratch<Q8_0TokenPair>(static_cast<size_t>(nb * n_pairs));
   q8_0_pack_pairs(act, act_stride, n_tokens, nb, pairs);
   const int64_t ahead = rows_ahead(w_stride, kQ8_0Rows);
   const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ8_0Rows * kQ8_0Rows;
@@ -401,7 +398,7 @@ AGENTKV_AVX512_VNNI void q4_K_group(const uint8_t* row0, size_t w_stride, int64_
 void q4_K_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, int64_t row_begin,
                int64_t row_end, float* y) {
   const int64_t nsb = n_in / kQK_K;
-  Q4_KAct* a = scratch<Q4_KAct>(static_cast<size_t>(nsb));
+  Q4_KAct* a = thread_scratch<Q4_KAct>(static_cast<size_t>(nsb));
   q4_K_prepare(reinterpret_cast<const BlockQ8_K*>(act), nsb, a);
   const int64_t ahead = rows_ahead(w_stride, kQ4_KRows);
   // The scale gather takes int32 row offsets (rows of 16 M superblocks would not fit; none do).
@@ -426,7 +423,7 @@ constexpr int64_t kQ4_KBatchMaxTokens = 6;
 void q4_K_batch_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, size_t act_stride,
                      int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
   const int64_t nsb = n_in / kQK_K;
-  Q4_KAct* a = scratch<Q4_KAct>(static_cast<size_t>(nsb * n_tokens));
+  Q4_KAct* a = thread_scratch<Q4_KAct>(static_cast<size_t>(nsb * n_tokens));
   for (int64_t t = 0; t < n_tokens; ++t)
     q4_K_prepare(reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride), nsb, a + t * nsb);
   const int64_t ahead = rows_ahead(w_stride, kQ4_KRows);
@@ -528,7 +525,7 @@ void q6_K_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint
                int64_t row_end, float* y) {
   const int64_t nsb = n_in / kQK_K;
   const auto* y8 = reinterpret_cast<const BlockQ8_K*>(act);
-  Q6_KAct* a = scratch<Q6_KAct>(static_cast<size_t>(nsb));
+  Q6_KAct* a = thread_scratch<Q6_KAct>(static_cast<size_t>(nsb));
   q6_K_prepare(y8, nsb, a);
   const int64_t ahead = rows_ahead(w_stride, kQ6_KRows);
   const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ6_KRows * kQ6_KRows;
@@ -642,7 +639,7 @@ Q6_KBatchKernel q6_K_batch_kernel(int tokens, bool with_prefetch) {
 void q6_K_batch_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, size_t act_stride,
                      int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
   const int64_t nsb = n_in / kQK_K;
-  Q6_KAct* a = scratch<Q6_KAct>(static_cast<size_t>(nsb * n_tokens));
+  Q6_KAct* a = thread_scratch<Q6_KAct>(static_cast<size_t>(nsb * n_tokens));
   for (int64_t t = 0; t < n_tokens; ++t)
     q6_K_prepare(reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride), nsb, a + t * nsb);
   const int64_t ahead = rows_ahead(w_stride, kQ6_KRows);
