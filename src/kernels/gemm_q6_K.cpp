@@ -18,6 +18,7 @@
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
 #include "kernels/thread_scratch.h"
+#include "kernels/token_pairs.h"
 
 // GCC 12 reports the undefined upper halves inside its own AVX-512 intrinsics as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -188,18 +189,12 @@ void q6_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
   const int64_t nsb = n_in / kQK_K;
   const int64_t n_pairs = (n_tokens + 1) / 2;
   PackedPairSuper* packed = thread_scratch<PackedPairSuper>(static_cast<size_t>(n_pairs * nsb));
-  pool.parallel_for(n_pairs, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      for (int half = 0; half < 2; ++half) {
-        const int64_t t = 2 * p + half;
-        if (t < n_tokens) {
-          pack_token(reinterpret_cast<const BlockQ8_K*>(act + t * act_stride), nsb, half, packed + p * nsb);
-        } else {
-          clear_half(nsb, half, packed + p * nsb);
-        }
-      }
-    }
-  });
+  pack_token_pairs(
+      pool, n_tokens,
+      [&](int64_t t, int half, int64_t p) {
+        pack_token(reinterpret_cast<const BlockQ8_K*>(act + t * act_stride), nsb, half, packed + p * nsb);
+      },
+      [&](int half, int64_t p) { clear_half(nsb, half, packed + p * nsb); });
 
   // As in gemm_q8_0.cpp: a packed chunk of rows (~256 KiB) meets every token tile; per token tile
   // the chunk is walked in steps of a few superblocks so the step's packed activations stay in L1.

@@ -16,6 +16,7 @@
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
 #include "kernels/thread_scratch.h"
+#include "kernels/token_pairs.h"
 
 // GCC 12 reports the undefined upper half in its own _mm512_castsi256_si512 as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -155,18 +156,12 @@ void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
   const int64_t nb = n_in / kQK8_0;
   const int64_t n_pairs = (n_tokens + 1) / 2;
   PackedPairBlock* packed = thread_scratch<PackedPairBlock>(static_cast<size_t>(n_pairs * nb));
-  pool.parallel_for(n_pairs, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      for (int half = 0; half < 2; ++half) {
-        const int64_t t = 2 * p + half;
-        if (t < n_tokens) {
-          pack_token(reinterpret_cast<const BlockQ8_0*>(act + t * act_stride), nb, half, packed + p * nb);
-        } else {
-          clear_half(nb, half, packed + p * nb);
-        }
-      }
-    }
-  });
+  pack_token_pairs(
+      pool, n_tokens,
+      [&](int64_t t, int half, int64_t p) {
+        pack_token(reinterpret_cast<const BlockQ8_0*>(act + t * act_stride), nb, half, packed + p * nb);
+      },
+      [&](int half, int64_t p) { clear_half(nb, half, packed + p * nb); });
 
   // A chunk of weight rows (~256 KiB) is packed once and stays in cache while every token tile
   // passes over it. For one token tile the chunk is walked in steps of kStepBlocks blocks, all
