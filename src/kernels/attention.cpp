@@ -496,7 +496,8 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
   float* S = M + TG;                          // TG
   float* q_wide = S + TG;                     // TG x D: the F16 query widened to f32 (F16 keys)
   uint16_t* acc16 = Reserve(sc.f16, static_cast<size_t>(TG * D));
-  int64_t* visible = Reserve(sc.visible, static_cast<size_t>(kKeyTile));
+  int64_t* visible_all = Reserve(sc.visible, static_cast<size_t>(T * kKeyTile + T));  // T x kKeyTile
+  int64_t* n_visible = visible_all + T * kKeyTile;                                      // T
   const uint8_t** k_rows = Reserve(sc.k_rows, static_cast<size_t>(kKeyTile));
   const uint8_t** v_rows = Reserve(sc.v_rows, static_cast<size_t>(kKeyTile));
 
@@ -539,6 +540,11 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
   for (int64_t c0 = k0; c0 < k1; c0 += kKeyTile) {
     const int64_t c1 = std::min(c0 + kKeyTile, k1);
     const int64_t next_end = std::min(c1 + kKeyTile, k1);
+    // Which keys of the tile each token sees: the same for every head.
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
+      n_visible[t - t0] = VisibleKeys(mask_row, c0, c1, visible_all + (t - t0) * kKeyTile);
+    }
     for (int64_t g = g0; g < g1; ++g) {
       const size_t k_off = static_cast<size_t>(g) * plan.k_head_bytes;
       const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
@@ -548,7 +554,8 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
       bool prefetched = false;
       for (int64_t t = t0; t < t1; ++t) {
         const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
-        const int64_t n_vis = VisibleKeys(mask_row, c0, c1, visible);
+        const int64_t* visible = visible_all + (t - t0) * kKeyTile;
+        const int64_t n_vis = n_visible[t - t0];
         if (n_vis == 0) continue;
         if (!v_tile_ready) {
           for (int64_t c = c0; c < c1; ++c) {
