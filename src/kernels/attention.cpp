@@ -331,7 +331,7 @@ void OnlineSoftmaxF16InRegisters(uint16_t* acc16, int64_t acc_stride, const floa
   // The running max, the exponentials and S depend on the scores only: they are worked out
   // first, so the accumulation loop below makes no calls (a call in it would spill every live
   // vector register around each expf).
-  float ms[kRows][kKeyTile], vs[kRows][kKeyTile];
+  float ms[kRows][kKeyTile], vs[kRows][kKeyTile];  // n <= kKeyTile: the caller passes one tile
   bool rescale[kRows][kKeyTile];
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
