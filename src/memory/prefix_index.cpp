@@ -1,0 +1,437 @@
+#include "memory/prefix_index.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "core/error.h"
+#include "memory/memory_state.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace agentkv::memory {
+namespace {
+
+size_t common_prefix(std::span<const TokenId> a, std::span<const TokenId> b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixIndexConfig cfg) : mem_(mem), cfg_(cfg) {
+  if (!mem_.kv()) throw Error("prefix index: the memory has no KV cache");
+  if (mem_.kv()->n_streams() != 1) throw Error("prefix index: needs a unified KV cache (one stream)");
+  if (cfg_.holder < 0 || cfg_.holder >= static_cast<SeqId>(mem_.kv()->layout().n_seq_max))
+    throw Error("prefix index: holder sequence " + std::to_string(cfg_.holder) + " out of range");
+  if (cfg_.page_tokens < 1) throw Error("prefix index: page_tokens must be positive");
+  pins_.assign(mem_.kv()->layout().n_cells, 0);
+}
+
+uint64_t PrefixIndex::root_seed(uint64_t salt) const {
+  const uint64_t key[3] = {cfg_.fingerprint, cfg_.page_tokens, salt};
+  return XXH3_64bits(key, sizeof key);
+}
+
+uint64_t PrefixIndex::page_hash(uint64_t parent_hash, std::span<const TokenId> tokens) const {
+  return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), parent_hash);
+}
+
+bool PrefixIndex::node_valid(int32_t id) const {
+  const Node& n = nodes_[static_cast<size_t>(id)];
+  const KvCells& c = mem_.kv()->cells(0);
+  for (size_t j = 0; j < n.cells.size(); ++j) {
+    const uint32_t cell = n.cells[j];
+    if (c.is_empty(cell) || c.pos(cell) != static_cast<Pos>(n.first_pos + j) || !c.has_seq(cell, cfg_.holder) ||
+        c.shift(cell) != 0)
+      return false;
+  }
+  return true;
+}
+
+PrefixIndex::Match PrefixIndex::match(std::span<const TokenId> tokens, uint64_t salt) const {
+  Match m;
+  const auto root = roots_.find(root_seed(salt));
+  if (root == roots_.end()) return m;
+  int32_t cur = root->second;
+  const size_t P = cfg_.page_tokens;
+  size_t pos = 0;
+  while (pos < tokens.size()) {
+    const std::span<const TokenId> rest = tokens.subspan(pos);
+    if (rest.size() >= P) {
+      const std::span<const TokenId> page = rest.first(P);
+      const auto f = by_hash_.find(page_hash(nodes_[static_cast<size_t>(cur)].hash, page));
+      if (f != by_hash_.end()) {
+        const Node& n = nodes_[static_cast<size_t>(f->second)];
+        if (n.parent == cur && std::equal(page.begin(), page.end(), n.tokens.begin()) && node_valid(f->second)) {
+          m.path.push_back(f->second);
+          m.last_used_tokens = P;
+          pos += P;
+          cur = f->second;
+          continue;
+        }
+      }
+    }
+    // The child sharing the longest prefix with the rest: a partial page, or a page this prompt
+    // leaves early.
+    int32_t best = -1;
+    size_t best_n = 0;
+    for (int32_t child : nodes_[static_cast<size_t>(cur)].children) {
+      const size_t n = common_prefix(nodes_[static_cast<size_t>(child)].tokens, rest);
+      if (n > best_n && node_valid(child)) best = child, best_n = n;
+    }
+    if (best >= 0) {
+      m.path.push_back(best);
+      m.last_used_tokens = best_n;
+      pos += best_n;
+    }
+    break;
+  }
+  m.n_tokens = pos;
+  return m;
+}
+
+size_t PrefixIndex::usable(const Match& m, size_t max_tokens, int* snapshot) const {
+  *snapshot = -1;
+  const size_t n = std::min(m.n_tokens, max_tokens);
+  if (!mem_.rec()) return n;
+  // A hybrid sequence can only start where a recurrent state is known: the latest snapshot on
+  // the matched path at or before n.
+  size_t best = 0;
+  for (size_t i = 0; i < snapshots_.size(); ++i) {
+    const Snapshot& s = snapshots_[i];
+    const auto at = std::find(m.path.begin(), m.path.end(), s.node);
+    if (at == m.path.end()) continue;
+    const bool last = at + 1 == m.path.end();
+    if (last && s.n_in_node > m.last_used_tokens) continue;
+    const size_t covered = nodes_[static_cast<size_t>(s.node)].first_pos + s.n_in_node;
+    if (covered <= n && covered > best) best = covered, *snapshot = static_cast<int>(i);
+  }
+  return best;
+}
+
+size_t PrefixIndex::lookup(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) const {
+  int snapshot = -1;
+  return usable(match(tokens, salt), max_tokens, &snapshot);
+}
+
+size_t PrefixIndex::attach(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) {
+  query_tokens_ += tokens.size();
+  const Match m = match(tokens, salt);
+  int snapshot = -1;
+  const size_t n = usable(m, max_tokens, &snapshot);
+  if (n == 0) return 0;
+  if (seq == cfg_.holder || mem_.kv()->seq_pos_max(seq) >= 0 || (mem_.rec() && mem_.rec()->seq_pos_max(seq) >= 0))
+    throw std::logic_error("prefix index: attach needs an empty sequence other than the holder");
+  // The recurrent state first: restoring validates before it changes anything.
+  if (snapshot >= 0) {
+    Snapshot& s = snapshots_[static_cast<size_t>(snapshot)];
+    s.state.restore(mem_, seq);
+    s.last_used = ++tick_;
+  }
+  KvCache& kv = *mem_.kv();
+  const KvCells& c = kv.cells(0);
+  for (int32_t id : m.path) {
+    Node& node = nodes_[static_cast<size_t>(id)];
+    node.last_used = ++tick_;
+    for (size_t j = 0; j < node.cells.size() && node.first_pos + j < n; ++j) {
+      const uint32_t cell = node.cells[j];
+      SeqSet seqs = c.seqs(cell);
+      seqs.set(static_cast<size_t>(seq));
+      kv.restore_cell(0, cell, c.pos(cell), seqs, c.shift(cell));
+    }
+  }
+  hit_tokens_ += n;
+  return n;
+}
+
+std::vector<uint32_t> PrefixIndex::cells_of(SeqId seq, Pos p0, Pos p1) const {
+  std::vector<uint32_t> out(static_cast<size_t>(p1 - p0), UINT32_MAX);
+  const KvCells& c = mem_.kv()->cells(0);
+  for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
+    if (!c.has_seq(i, seq) || !c.pos_in(i, p0, p1) || c.shift(i) != 0) continue;
+    uint32_t& slot = out[static_cast<size_t>(c.pos(i) - p0)];
+    if (slot == UINT32_MAX) slot = i;
+  }
+  return out;
+}
+
+int32_t PrefixIndex::new_node(int32_t parent, uint32_t first_pos) {
+  int32_t id;
+  if (!free_nodes_.empty()) {
+    id = free_nodes_.back();
+    free_nodes_.pop_back();
+  } else {
+    id = static_cast<int32_t>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  Node& n = nodes_[static_cast<size_t>(id)];
+  n = Node{};
+  n.alive = true;
+  n.parent = parent;
+  n.first_pos = first_pos;
+  n.last_used = ++tick_;
+  if (parent >= 0) nodes_[static_cast<size_t>(parent)].children.push_back(id);
+  return id;
+}
+
+int32_t PrefixIndex::root_for(uint64_t salt) {
+  const uint64_t seed = root_seed(salt);
+  const auto it = roots_.find(seed);
+  if (it != roots_.end()) return it->second;
+  const int32_t id = new_node(-1, 0);
+  nodes_[static_cast<size_t>(id)].hash = seed;
+  roots_.emplace(seed, id);
+  return id;
+}
+
+void PrefixIndex::pin(uint32_t cell) {
+  if (pins_[cell]++ > 0) return;
+  KvCache& kv = *mem_.kv();
+  const KvCells& c = kv.cells(0);
+  SeqSet seqs = c.seqs(cell);
+  seqs.set(static_cast<size_t>(cfg_.holder));
+  kv.restore_cell(0, cell, c.pos(cell), seqs, c.shift(cell));
+}
+
+void PrefixIndex::unpin(uint32_t cell) {
+  if (--pins_[cell] > 0) return;
+  KvCache& kv = *mem_.kv();
+  const KvCells& c = kv.cells(0);
+  if (c.is_empty(cell) || !c.has_seq(cell, cfg_.holder)) return;  // freed behind the index's back
+  SeqSet seqs = c.seqs(cell);
+  seqs.reset(static_cast<size_t>(cfg_.holder));
+  kv.restore_cell(0, cell, seqs.none() ? -1 : c.pos(cell), seqs, c.shift(cell));
+}
+
+void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, bool with_tail) {
+  if (tokens.empty() || seq == cfg_.holder) return;
+  const std::vector<uint32_t> cells = cells_of(seq, 0, static_cast<Pos>(tokens.size()));
+  // Only the part the sequence really holds, in order, can be indexed.
+  const size_t held = static_cast<size_t>(std::find(cells.begin(), cells.end(), UINT32_MAX) - cells.begin());
+  if (held < tokens.size()) tokens = tokens.first(held), with_tail = true;
+  if (tokens.empty()) return;
+  const size_t P = cfg_.page_tokens;
+  int32_t cur = root_for(salt);
+  for (size_t pos = 0; pos < tokens.size(); pos += P) {
+    const size_t len = std::min(P, tokens.size() - pos);
+    if (len < P && !with_tail) break;
+    const std::span<const TokenId> t = tokens.subspan(pos, len);
+    const std::span<const uint32_t> c = std::span<const uint32_t>(cells).subspan(pos, len);
+    const uint64_t h = len == P ? page_hash(nodes_[static_cast<size_t>(cur)].hash, t) : 0;
+    if (len == P) {
+      const auto f = by_hash_.find(h);
+      if (f != by_hash_.end()) {
+        Node& n = nodes_[static_cast<size_t>(f->second)];
+        if (n.parent == cur && std::equal(t.begin(), t.end(), n.tokens.begin())) {
+          if (node_valid(f->second)) {
+            n.last_used = ++tick_;
+            cur = f->second;
+            continue;
+          }
+          remove_subtree(f->second);  // its cells were freed or moved: index the new ones
+        }
+      }
+    }
+    // A child already holding these tokens (a partial tail only: a full one is found by hash).
+    bool covered = false;
+    int32_t extend = -1;
+    for (int32_t child : nodes_[static_cast<size_t>(cur)].children) {
+      Node& n = nodes_[static_cast<size_t>(child)];
+      const size_t k = common_prefix(n.tokens, t);
+      if (len < P && k == len && node_valid(child)) {
+        n.last_used = ++tick_;
+        covered = true;
+        break;
+      }
+      // A partial page of this very sequence that it has since continued: grow it.
+      if (n.tokens.size() < P && k == n.tokens.size() && std::equal(n.cells.begin(), n.cells.end(), c.begin()))
+        extend = child;
+    }
+    if (covered) break;
+    int32_t id = extend;
+    if (id < 0) id = new_node(cur, static_cast<uint32_t>(pos));
+    Node& n = nodes_[static_cast<size_t>(id)];
+    for (size_t j = n.tokens.size(); j < len; ++j) {
+      n.tokens.push_back(t[j]);
+      n.cells.push_back(c[j]);
+      pin(c[j]);
+    }
+    n.last_used = ++tick_;
+    if (len < P) break;
+    n.hash = h;
+    by_hash_[h] = id;
+    cur = id;
+  }
+}
+
+bool PrefixIndex::snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt) {
+  if (!mem_.rec() || tokens.empty() || mem_.seq_pos_max(seq) != static_cast<Pos>(tokens.size()) - 1) return false;
+  publish(seq, tokens, salt, /*with_tail=*/true);
+  const Match m = match(tokens, salt);
+  if (m.n_tokens != tokens.size() || m.path.empty()) return false;
+  Snapshot s;
+  s.node = m.path.back();
+  s.n_in_node = static_cast<uint32_t>(m.last_used_tokens);
+  s.state = MemorySnapshot::capture(mem_, seq, kStatePartialOnly);
+  s.bytes = s.state.row_bytes() + sizeof(Snapshot);
+  if (s.bytes > cfg_.snapshot_bytes) return false;
+  s.last_used = ++tick_;
+  for (size_t i = 0; i < snapshots_.size(); ++i)
+    if (snapshots_[i].node == s.node && snapshots_[i].n_in_node == s.n_in_node) {
+      snapshot_bytes_ -= snapshots_[i].bytes;
+      snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  snapshot_bytes_ += s.bytes;
+  snapshots_.push_back(std::move(s));
+  evict_snapshots_to_budget();
+  return true;
+}
+
+void PrefixIndex::evict_snapshots_to_budget() {
+  while (snapshot_bytes_ > cfg_.snapshot_bytes && !snapshots_.empty()) {
+    size_t lru = 0;
+    for (size_t i = 1; i < snapshots_.size(); ++i)
+      if (snapshots_[i].last_used < snapshots_[lru].last_used) lru = i;
+    snapshot_bytes_ -= snapshots_[lru].bytes;
+    snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(lru));
+  }
+}
+
+void PrefixIndex::remove_node(int32_t id) {
+  Node& n = nodes_[static_cast<size_t>(id)];
+  for (uint32_t cell : n.cells) unpin(cell);
+  if (n.parent >= 0) std::erase(nodes_[static_cast<size_t>(n.parent)].children, id);
+  if (n.tokens.size() == cfg_.page_tokens) {
+    const auto f = by_hash_.find(n.hash);
+    if (f != by_hash_.end() && f->second == id) by_hash_.erase(f);
+  }
+  if (n.parent < 0) roots_.erase(n.hash);
+  for (size_t i = snapshots_.size(); i-- > 0;)
+    if (snapshots_[i].node == id) {
+      snapshot_bytes_ -= snapshots_[i].bytes;
+      snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  n = Node{};
+  free_nodes_.push_back(id);
+}
+
+void PrefixIndex::remove_subtree(int32_t id) {
+  while (!nodes_[static_cast<size_t>(id)].children.empty()) remove_subtree(nodes_[static_cast<size_t>(id)].children.back());
+  remove_node(id);
+}
+
+size_t PrefixIndex::evict(size_t n_cells) {
+  const KvCache& kv = *mem_.kv();
+  const KvCells& c = kv.cells(0);
+  const size_t used_before = c.used();
+  SeqSet only_holder;
+  only_holder.set(static_cast<size_t>(cfg_.holder));
+  while (used_before - c.used() < n_cells) {
+    // The least recently used leaf page whose cells nobody but the index uses; a root left
+    // without pages goes too.
+    int32_t lru = -1;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const Node& n = nodes_[i];
+      if (!n.alive || !n.children.empty() || n.parent < 0) continue;
+      const bool unused = std::all_of(n.cells.begin(), n.cells.end(), [&](uint32_t cell) {
+        return c.is_empty(cell) || c.seqs(cell) == only_holder;
+      });
+      if (unused && (lru < 0 || n.last_used < nodes_[static_cast<size_t>(lru)].last_used)) lru = static_cast<int32_t>(i);
+    }
+    if (lru < 0) break;
+    const int32_t parent = nodes_[static_cast<size_t>(lru)].parent;
+    remove_node(lru);
+    if (nodes_[static_cast<size_t>(parent)].parent < 0 && nodes_[static_cast<size_t>(parent)].children.empty())
+      remove_node(parent);
+  }
+  return used_before - c.used();
+}
+
+void PrefixIndex::clear() {
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].alive)
+      for (uint32_t cell : nodes_[i].cells) unpin(cell);
+  nodes_.clear();
+  free_nodes_.clear();
+  roots_.clear();
+  by_hash_.clear();
+  snapshots_.clear();
+  snapshot_bytes_ = 0;
+  std::fill(pins_.begin(), pins_.end(), 0);
+}
+
+PrefixIndexStats PrefixIndex::stats() const {
+  PrefixIndexStats s;
+  const KvCells& c = mem_.kv()->cells(0);
+  for (const Node& n : nodes_) {
+    if (!n.alive || n.parent < 0) continue;
+    ++s.pages;
+    if (n.tokens.size() == cfg_.page_tokens) ++s.full_pages;
+    const bool in_use = std::any_of(n.cells.begin(), n.cells.end(), [&](uint32_t cell) {
+      if (c.is_empty(cell)) return false;
+      SeqSet others = c.seqs(cell);
+      others.reset(static_cast<size_t>(cfg_.holder));
+      return others.any();
+    });
+    if (in_use) ++s.pages_in_use;
+  }
+  for (uint16_t p : pins_) s.cached_cells += p > 0 ? 1 : 0;
+  s.snapshots = snapshots_.size();
+  s.snapshot_bytes = snapshot_bytes_;
+  s.query_tokens = query_tokens_;
+  s.hit_tokens = hit_tokens_;
+  return s;
+}
+
+void PrefixIndex::check() const {
+  auto fail = [](const std::string& what) { throw std::logic_error("prefix index: " + what); };
+  const KvCells& c = mem_.kv()->cells(0);
+  std::vector<uint32_t> counted(pins_.size(), 0);
+  size_t full = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.alive) continue;
+    const auto id = static_cast<int32_t>(i);
+    if (n.parent < 0) {
+      const auto r = roots_.find(n.hash);
+      if (r == roots_.end() || r->second != id) fail("root " + std::to_string(i) + " not in the root table");
+      if (!n.tokens.empty()) fail("root with tokens");
+    } else {
+      const Node& p = nodes_[static_cast<size_t>(n.parent)];
+      if (!p.alive || std::count(p.children.begin(), p.children.end(), id) != 1) fail("parent link of " + std::to_string(i));
+      if (p.parent >= 0 && p.tokens.size() != cfg_.page_tokens) fail("a partial page has children");
+      const uint32_t expect_pos = p.parent < 0 ? 0 : p.first_pos + cfg_.page_tokens;
+      if (n.first_pos != expect_pos) fail("page " + std::to_string(i) + " at the wrong position");
+      if (n.tokens.empty() || n.tokens.size() > cfg_.page_tokens || n.cells.size() != n.tokens.size())
+        fail("page " + std::to_string(i) + " size");
+      if (n.tokens.size() == cfg_.page_tokens) {
+        ++full;
+        if (n.hash != page_hash(p.hash, n.tokens)) fail("page " + std::to_string(i) + " hash");
+        const auto f = by_hash_.find(n.hash);
+        if (f == by_hash_.end() || f->second != id) fail("full page " + std::to_string(i) + " not in the hash table");
+      }
+      if (!node_valid(id)) fail("page " + std::to_string(i) + " cells do not hold its positions");
+    }
+    for (uint32_t cell : n.cells) ++counted[cell];
+  }
+  if (full != by_hash_.size()) fail("hash table names pages that are gone");
+  for (size_t cell = 0; cell < pins_.size(); ++cell) {
+    if (counted[cell] != pins_[cell]) fail("cell " + std::to_string(cell) + " reference count");
+    const bool held = !c.is_empty(static_cast<uint32_t>(cell)) && c.has_seq(static_cast<uint32_t>(cell), cfg_.holder);
+    if (held != (pins_[cell] > 0)) fail("cell " + std::to_string(cell) + " holder membership");
+  }
+  size_t bytes = 0;
+  for (const Snapshot& s : snapshots_) {
+    bytes += s.bytes;
+    if (s.node < 0 || !nodes_[static_cast<size_t>(s.node)].alive) fail("snapshot of a removed page");
+    if (s.n_in_node < 1 || s.n_in_node > nodes_[static_cast<size_t>(s.node)].tokens.size()) fail("snapshot offset");
+  }
+  if (bytes != snapshot_bytes_) fail("snapshot bytes");
+}
+
+}  // namespace agentkv::memory

@@ -1,0 +1,145 @@
+// The process-wide prefix index: KV pages named by a chained content hash, shared by every
+// sequence of a memory, so that a prompt starting with tokens some sequence already computed
+// attaches their K/V instead of evaluating them again — whichever slot or session computed them.
+//
+// A page is P consecutive positions of one token chain: the K/V cells holding positions
+// [kP, kP + P) of a sequence whose first kP + P tokens are the page's chain. Full pages are named
+// by H(parent page's hash, the page's token ids), the root's seed being H(model fingerprint, KV
+// types, cache salt); the tail of a sequence may be indexed as a partial page (fewer than P
+// tokens) so that reuse stays token-exact. Pages form a tree (a page's parent is the page before
+// it in its chain); a lookup walks it from the root: whole pages by hash, then the child sharing
+// the longest token prefix with the rest of the prompt, so that a prompt matching only part of a
+// page reuses that part too.
+//
+// Storage is the KV cache's cell pool: a page records which cells hold its rows. The index keeps
+// those cells alive after every sequence let go of them by holding them under a reserved sequence
+// id (`holder`), reference-counted per cell (a cell may belong to a full page and to the partial
+// page that preceded it). Attaching a page to a sequence adds that sequence to the page's cells:
+// no copy, no compute. Pages that only the holder keeps are the cache; evict() frees them, least
+// recently used leaf first. Hybrid models also need the recurrent state at the point where the
+// attached prefix ends: snapshots (recurrent part only) are attached to positions of the chain
+// and an attach stops at the latest snapshot inside the match. See docs/memory-semantics.md.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "memory/sequence_memory.h"
+#include "memory/snapshot.h"
+
+namespace agentkv::memory {
+
+using TokenId = int32_t;
+
+struct PrefixIndexConfig {
+  uint32_t page_tokens = 16;         // P: tokens per page
+  SeqId holder = -1;                 // sequence id the index holds cached cells under (unused otherwise)
+  uint64_t fingerprint = 0;          // model and KV types: part of every page's hash
+  size_t snapshot_bytes = 256u << 20;  // hybrid: budget for recurrent snapshots, least recently used go first
+};
+
+struct PrefixIndexStats {
+  size_t pages = 0;          // pages indexed (full and partial)
+  size_t full_pages = 0;
+  size_t pages_in_use = 0;   // pages whose cells some sequence other than the holder uses now
+  size_t cached_cells = 0;   // cells the index holds
+  size_t snapshots = 0;
+  size_t snapshot_bytes = 0;
+  uint64_t query_tokens = 0;  // tokens of the prompts attach() was asked for
+  uint64_t hit_tokens = 0;    // tokens attach() provided
+};
+
+class PrefixIndex {
+ public:
+  // mem must have a KV cache with one stream (unified) in which `holder` is a valid sequence id.
+  PrefixIndex(SequenceMemory& mem, PrefixIndexConfig cfg);
+  PrefixIndex(const PrefixIndex&) = delete;
+  PrefixIndex& operator=(const PrefixIndex&) = delete;
+
+  const PrefixIndexConfig& config() const { return cfg_; }
+
+  // How many leading tokens of `tokens` attach() would provide, at most max_tokens: the
+  // token-exact match for attention-only memory; for hybrid memory the position of the latest
+  // snapshot inside the match. No change.
+  size_t lookup(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) const;
+  // The same, and makes the empty sequence `seq` hold that prefix: its cells join the matched
+  // pages' cells and (hybrid) its recurrent state is restored from the snapshot. Returns the
+  // number of tokens seq now holds (0: nothing attached, seq unchanged).
+  size_t attach(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens);
+
+  // seq holds `tokens` at positions 0, 1, ...: indexes its full pages, and its last partial page
+  // too when with_tail. Pages already indexed (by this or another sequence) are left as they are.
+  void publish(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, bool with_tail);
+  // Hybrid memory: publishes seq's chain (tail included) and attaches a snapshot of its recurrent
+  // state after its last token. False when there is nothing to snapshot or it exceeds the budget.
+  bool snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt);
+
+  // Frees cells only the index holds, evicting least recently used leaf pages that no other
+  // sequence uses, until at least n_cells cells were freed or none is left. Returns cells freed.
+  size_t evict(size_t n_cells);
+  // Forgets every page and snapshot (their cells are freed unless a sequence uses them).
+  void clear();
+
+  PrefixIndexStats stats() const;
+  // Test support: throws std::logic_error when an invariant is broken (cell reference counts
+  // equal the pages naming each cell, the holder is in exactly the counted cells, every page's
+  // cells hold its positions, the hash table names exactly the full pages).
+  void check() const;
+
+ private:
+  struct Node {
+    bool alive = false;
+    uint64_t hash = 0;     // root: the chain seed; full page: its chain hash; partial: unused
+    int32_t parent = -1;   // -1 for roots
+    uint32_t first_pos = 0;
+    std::vector<TokenId> tokens;
+    std::vector<uint32_t> cells;
+    std::vector<int32_t> children;
+    uint64_t last_used = 0;
+  };
+  struct Snapshot {
+    int32_t node = -1;
+    uint32_t n_in_node = 0;  // the state after the node's first n_in_node tokens
+    MemorySnapshot state;
+    size_t bytes = 0;
+    uint64_t last_used = 0;
+  };
+  struct Match {
+    std::vector<int32_t> path;  // nodes, each fully matched except possibly the last
+    size_t n_tokens = 0;
+    size_t last_used_tokens = 0;  // tokens of the last node of path that match
+  };
+
+  uint64_t root_seed(uint64_t salt) const;
+  uint64_t page_hash(uint64_t parent_hash, std::span<const TokenId> tokens) const;
+  Match match(std::span<const TokenId> tokens, uint64_t salt) const;
+  // The usable length of a match (attention: all of it; hybrid: the latest snapshot in it) and
+  // the snapshot that goes with it (-1 for none).
+  size_t usable(const Match& m, size_t max_tokens, int* snapshot) const;
+  bool node_valid(int32_t id) const;
+  int32_t new_node(int32_t parent, uint32_t first_pos);
+  int32_t root_for(uint64_t salt);
+  void pin(uint32_t cell);
+  void unpin(uint32_t cell);
+  void remove_node(int32_t id);  // a leaf
+  void remove_subtree(int32_t id);
+  std::vector<uint32_t> cells_of(SeqId seq, Pos p0, Pos p1) const;  // by position; UINT32_MAX where none
+  void evict_snapshots_to_budget();
+
+  SequenceMemory& mem_;
+  PrefixIndexConfig cfg_;
+  std::vector<Node> nodes_;
+  std::vector<int32_t> free_nodes_;
+  std::unordered_map<uint64_t, int32_t> roots_;    // salt seed -> root node
+  std::unordered_map<uint64_t, int32_t> by_hash_;  // full pages
+  std::vector<uint16_t> pins_;                     // per cell: pages naming it
+  std::vector<Snapshot> snapshots_;                // few: linear scans
+  size_t snapshot_bytes_ = 0;
+  uint64_t tick_ = 0;
+  uint64_t query_tokens_ = 0;
+  uint64_t hit_tokens_ = 0;
+};
+
+}  // namespace agentkv::memory

@@ -1,0 +1,290 @@
+// The prefix index (memory/prefix_index.h) against a simple reference model: random sequences of
+// sequence operations (append tokens, drop a suffix, clear), publish, attach-prefix, snapshots
+// and eviction, over many seeds. The "model" writes into every K row a digest of the tokens up to
+// its position (and, hybrid, into the recurrent state a digest of everything absorbed), so a
+// cell attached to the wrong chain, a freed cell still named by a page, or a snapshot restored at
+// the wrong place shows up as wrong contents. After every operation: the index's own invariants
+// (per-cell reference counts equal the pages naming the cell, the holder sequence in exactly
+// those cells, the hash table names exactly the full pages), each sequence's positions and
+// contents equal the reference, and at the end everything is freed.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "memory/prefix_index.h"
+#include "memory/sequence_memory.h"
+
+namespace agentkv::memory {
+namespace {
+
+constexpr uint32_t kCells = 192;
+constexpr int kSeqs = 4;  // sequences 0..3; 4 is the index's holder
+constexpr SeqId kHolder = kSeqs;
+constexpr int64_t kEmbd = 32;
+
+uint32_t digest(const std::vector<TokenId>& t, size_t n) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint32_t>(t[i])) * 16777619u;
+  return h;
+}
+
+// Two floats that hold a 32-bit digest exactly.
+void put_digest(float* row, uint32_t d) {
+  row[0] = static_cast<float>(d & 0xffff);
+  row[1] = static_cast<float>(d >> 16);
+}
+uint32_t get_digest(const float* row) { return static_cast<uint32_t>(row[0]) | (static_cast<uint32_t>(row[1]) << 16); }
+
+struct Harness {
+  bool hybrid;
+  std::unique_ptr<SequenceMemory> mem;
+  std::unique_ptr<PrefixIndex> index;
+  std::map<SeqId, std::vector<TokenId>> ref;  // what every sequence holds
+  std::map<SeqId, uint64_t> salt;
+
+  Harness(bool hybrid_, uint32_t page_tokens) : hybrid(hybrid_) {
+    KvLayout kl;
+    kl.layer_has_kv = hybrid ? std::vector<bool>{true, false} : std::vector<bool>{true};
+    kl.n_embd_k = kl.n_embd_v = kEmbd;
+    kl.type_k = kl.type_v = GgmlType::F32;
+    kl.n_cells = kCells;
+    kl.n_seq_max = kSeqs + 1;
+    std::unique_ptr<RecurrentMemory> rec;
+    if (hybrid) {
+      RecurrentLayout rl;
+      rl.layer_recurrent = {false, true};
+      rl.n_conv = 4;
+      rl.n_ssm = 4;
+      rl.n_seq_max = kSeqs + 1;
+      rec = std::make_unique<RecurrentMemory>(rl);
+    }
+    mem = std::make_unique<SequenceMemory>(std::make_unique<KvCache>(kl), std::move(rec));
+    PrefixIndexConfig cfg;
+    cfg.page_tokens = page_tokens;
+    cfg.holder = kHolder;
+    cfg.fingerprint = 42;
+    cfg.snapshot_bytes = 40 * (sizeof(float) * 8 + 256);  // room for a few dozen snapshots
+    index = std::make_unique<PrefixIndex>(*mem, cfg);
+    for (SeqId s = 0; s < kSeqs; ++s) ref[s] = {}, salt[s] = static_cast<uint64_t>(s % 2);
+  }
+
+  // Appends toks to seq as the model would (K rows get the prefix digests). False when it does
+  // not fit even after evicting cached pages.
+  bool append(SeqId seq, const std::vector<TokenId>& toks) {
+    std::vector<TokenId>& r = ref[seq];
+    UBatch ub;
+    for (size_t i = 0; i < toks.size(); ++i) ub.add(static_cast<Pos>(r.size() + i), {seq});
+    auto placement = mem->prepare(ub);
+    if (!placement) {
+      index->evict(toks.size());
+      placement = mem->prepare(ub);
+      if (!placement) return false;
+    }
+    mem->apply(ub, *placement);
+    const size_t base = r.size();
+    r.insert(r.end(), toks.begin(), toks.end());
+    for (size_t i = 0; i < toks.size(); ++i) {
+      auto* row = reinterpret_cast<float*>(mem->kv()->k_data(0, 0) + placement->kv[i].cell * mem->kv()->row_bytes_k());
+      put_digest(row, digest(r, base + i + 1));
+    }
+    if (hybrid) put_digest(mem->rec()->conv_state(1, placement->rec.cell_of(seq)), digest(r, r.size()));
+    return true;
+  }
+
+  void verify() {
+    index->check();
+    const KvCache& kv = *mem->kv();
+    const KvCells& c = kv.cells(0);
+    for (auto& [seq, toks] : ref) {
+      ASSERT_EQ(kv.seq_pos_max(seq), static_cast<Pos>(toks.size()) - 1) << "seq " << seq;
+      std::vector<int> seen(toks.size(), 0);
+      for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
+        if (!c.has_seq(i, seq)) continue;
+        const Pos p = c.pos(i);
+        ASSERT_LT(static_cast<size_t>(p), toks.size()) << "seq " << seq;
+        ++seen[static_cast<size_t>(p)];
+        const auto* row = reinterpret_cast<const float*>(kv.k_data(0, 0) + i * kv.row_bytes_k());
+        ASSERT_EQ(get_digest(row), digest(toks, static_cast<size_t>(p) + 1)) << "seq " << seq << " pos " << p;
+      }
+      for (size_t p = 0; p < toks.size(); ++p) ASSERT_EQ(seen[p], 1) << "seq " << seq << " pos " << p;
+      if (hybrid && !toks.empty()) {
+        const RecurrentMemory& rec = *mem->rec();
+        ASSERT_EQ(rec.seq_pos_max(seq), static_cast<Pos>(toks.size()) - 1);
+        const int32_t cell = rec.seq_cell(seq);
+        ASSERT_GE(cell, 0);
+        ASSERT_EQ(get_digest(rec.conv_state(1, static_cast<uint32_t>(cell))), digest(toks, toks.size())) << "seq " << seq;
+      }
+    }
+    // Cells nobody holds are free; cached cells are held by the holder.
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < c.size(); ++i) used += c.is_empty(i) ? 0 : 1;
+    ASSERT_EQ(used, c.used());
+  }
+};
+
+std::vector<TokenId> random_tokens(std::mt19937& rng, size_t n) {
+  std::uniform_int_distribution<TokenId> d(0, 5);  // a small alphabet: chains meet often
+  std::vector<TokenId> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total) {
+  std::mt19937 rng(seed);
+  const uint32_t page_tokens = std::uniform_int_distribution<uint32_t>(1, 9)(rng);
+  Harness h(hybrid, page_tokens);
+  auto pick_seq = [&] { return std::uniform_int_distribution<SeqId>(0, kSeqs - 1)(rng); };
+  for (int op = 0; op < n_ops; ++op) {
+    int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+    if (hybrid && kind == 2 && rng() % 2 == 0) kind = 3;
+    const SeqId s = pick_seq();
+    std::vector<TokenId>& toks = h.ref[s];
+    switch (kind) {
+      case 0:
+      case 1: {  // append
+        h.append(s, random_tokens(rng, std::uniform_int_distribution<size_t>(1, 12)(rng)));
+        break;
+      }
+      case 2: {  // publish, and what was published is found again
+        const bool tail = rng() % 2 == 0;
+        h.index->publish(s, toks, h.salt[s], tail);
+        if (!toks.empty() && !hybrid) {
+          const size_t want = tail ? toks.size() : toks.size() / page_tokens * page_tokens;
+          ASSERT_GE(h.index->lookup(toks, h.salt[s], toks.size()), want) << "op " << op;
+        }
+        break;
+      }
+      case 3: {  // snapshot (hybrid: what attaching a hybrid prefix needs), found again
+        if (!hybrid || toks.empty()) break;
+        if (h.index->snapshot(s, toks, h.salt[s])) {
+          ASSERT_EQ(h.index->lookup(toks, h.salt[s], toks.size()), toks.size()) << "op " << op;
+        }
+        break;
+      }
+      case 4:
+      case 5: {  // attach into an empty sequence: another sequence's tokens (cut and extended) or noise
+        SeqId d = -1;
+        for (SeqId q = 0; q < kSeqs; ++q)
+          if (h.ref[q].empty()) d = q;
+        if (d < 0) {
+          d = s;
+          ASSERT_TRUE(h.mem->seq_rm(d, -1, -1));
+          h.ref[d].clear();
+        }
+        const SeqId from = pick_seq();
+        std::vector<TokenId> prompt = h.ref[from];
+        prompt.resize(std::uniform_int_distribution<size_t>(0, prompt.size())(rng));
+        const auto extra = random_tokens(rng, std::uniform_int_distribution<size_t>(0, 6)(rng));
+        prompt.insert(prompt.end(), extra.begin(), extra.end());
+        if (prompt.empty()) break;
+        const size_t max_tokens = std::uniform_int_distribution<size_t>(0, prompt.size())(rng);
+        const size_t expect = h.index->lookup(prompt, h.salt[d], max_tokens);
+        const size_t n = h.index->attach(d, prompt, h.salt[d], max_tokens);
+        ASSERT_EQ(n, expect) << "op " << op;
+        ASSERT_LE(n, max_tokens);
+        h.ref[d].assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n));
+        *attached_total += n;
+        break;
+      }
+      case 6: {  // drop a suffix (attention) / the whole sequence (hybrid cannot drop a suffix)
+        if (toks.empty()) break;
+        const size_t keep = hybrid ? 0 : std::uniform_int_distribution<size_t>(0, toks.size() - 1)(rng);
+        ASSERT_TRUE(h.mem->seq_rm(s, static_cast<Pos>(keep), -1));
+        toks.resize(keep);
+        break;
+      }
+      case 7: {  // clear
+        ASSERT_TRUE(h.mem->seq_rm(s, -1, -1));
+        toks.clear();
+        break;
+      }
+      case 8: {  // eviction
+        h.index->evict(std::uniform_int_distribution<size_t>(0, 40)(rng));
+        break;
+      }
+      case 9: {  // a cached prompt attaches in full under its own salt, and never under another
+        if (toks.empty() || hybrid) break;
+        h.index->publish(s, toks, h.salt[s], /*with_tail=*/true);
+        SeqId d = -1;
+        for (SeqId q = 0; q < kSeqs; ++q)
+          if (h.ref[q].empty()) d = q;
+        if (d < 0) break;
+        if (h.salt[d] == h.salt[s]) {
+          ASSERT_EQ(h.index->attach(d, toks, h.salt[d], toks.size()), toks.size()) << "op " << op;
+          h.ref[d] = toks;
+        } else {
+          // Another salt shares nothing with this chain; a match there is another chain of that salt.
+          const size_t n = h.index->attach(d, toks, h.salt[d], toks.size());
+          h.ref[d].assign(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(n));
+        }
+        break;
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(h.verify()) << "seed " << seed << " op " << op << " kind " << kind;
+  }
+  // Every sequence goes, then every cached page: nothing is left.
+  for (SeqId s = 0; s < kSeqs; ++s) {
+    ASSERT_TRUE(h.mem->seq_rm(s, -1, -1));
+    h.ref[s].clear();
+  }
+  h.index->evict(SIZE_MAX);
+  ASSERT_NO_FATAL_FAILURE(h.verify());
+  EXPECT_EQ(h.index->stats().pages, 0u);
+  EXPECT_EQ(h.index->stats().cached_cells, 0u);
+  EXPECT_EQ(h.mem->kv()->cells(0).used(), 0u);
+}
+
+TEST(PrefixIndex, RandomOperationsAttentionMatchReference) {
+  uint64_t attached = 0;
+  for (uint32_t seed = 1; seed <= 60; ++seed) ASSERT_NO_FATAL_FAILURE(run(false, seed, 500, &attached));
+  EXPECT_GT(attached, 1500u);  // sharing really happened
+}
+
+TEST(PrefixIndex, RandomOperationsHybridMatchReference) {
+  uint64_t attached = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) ASSERT_NO_FATAL_FAILURE(run(true, seed, 500, &attached));
+  EXPECT_GT(attached, 150u);
+}
+
+TEST(PrefixIndex, SaltSeparatesTenants) {
+  Harness h(false, 4);
+  std::mt19937 rng(7);
+  const auto toks = random_tokens(rng, 21);
+  ASSERT_TRUE(h.append(0, toks));
+  h.index->publish(0, toks, /*salt=*/11, true);
+  EXPECT_EQ(h.index->lookup(toks, 11, toks.size()), toks.size());
+  EXPECT_EQ(h.index->lookup(toks, 12, toks.size()), 0u);
+  EXPECT_EQ(h.index->attach(1, toks, 12, toks.size()), 0u);
+  EXPECT_EQ(h.index->attach(1, toks, 11, toks.size()), toks.size());
+  h.ref[1] = toks;
+  h.verify();
+}
+
+TEST(PrefixIndex, PartialPageMatchesTokenExact) {
+  Harness h(false, 8);
+  std::vector<TokenId> a(20), b;
+  for (int i = 0; i < 20; ++i) a[static_cast<size_t>(i)] = i;
+  ASSERT_TRUE(h.append(0, a));
+  h.index->publish(0, a, 0, /*with_tail=*/false);  // pages [0, 8) and [8, 16) only
+  b.assign(a.begin(), a.begin() + 13);
+  b.push_back(99);
+  EXPECT_EQ(h.index->lookup(b, 0, b.size()), 13u);  // 8 by hash, 5 of the second page
+  EXPECT_EQ(h.index->attach(1, b, 0, b.size()), 13u);
+  h.ref[1].assign(b.begin(), b.begin() + 13);
+  h.verify();
+  // The cached pages outlive the sequence that computed them, and go when evicted.
+  ASSERT_TRUE(h.mem->seq_rm(0, -1, -1));
+  h.ref[0].clear();
+  ASSERT_TRUE(h.mem->seq_rm(1, -1, -1));
+  h.ref[1].clear();
+  h.verify();
+  EXPECT_EQ(h.mem->kv()->cells(0).used(), 16u);
+  EXPECT_EQ(h.index->evict(SIZE_MAX), 16u);
+  EXPECT_EQ(h.mem->kv()->cells(0).used(), 0u);
+}
+
+}  // namespace
+}  // namespace agentkv::memory
