@@ -52,14 +52,30 @@ std::string ChatFormatter::apply(const Json& body) const {
   auto messages = body.find("messages");
   if (messages == body.end() || !messages->is_array()) throw invalid_request("'messages' must be an array");
   if (messages->empty()) throw invalid_request("'messages' must not be empty");
+  return render(body, messages->size(), read_bool(body, "add_generation_prompt", true));
+}
 
+std::optional<std::string> ChatFormatter::apply_leading_system(const Json& body) const {
+  const Json& messages = body.at("messages");
+  size_t n = 0;
+  while (n < messages.size() && messages[n].is_object() && messages[n].value("role", "") == "system") ++n;
+  if (n == 0 || n == messages.size()) return std::nullopt;
+  try {
+    return render(body, n, false);
+  } catch (const std::exception&) {
+    return std::nullopt;  // e.g. a template that insists on a user message
+  }
+}
+
+std::string ChatFormatter::render(const Json& body, size_t n_messages, bool add_generation_prompt) const {
+  const Json& messages = body.at("messages");
   ChatTemplateInputs in;
-  for (size_t i = 0; i < messages->size(); ++i) in.messages.push_back(normalize_message((*messages)[i], i));
+  for (size_t i = 0; i < n_messages; ++i) in.messages.push_back(normalize_message(messages[i], i));
   if (has_field(body, "tools")) {
     if (!body.at("tools").is_array()) throw invalid_request("field 'tools' must be an array");
     if (!body.at("tools").empty()) in.tools = body.at("tools");
   }
-  in.add_generation_prompt = read_bool(body, "add_generation_prompt", true);
+  in.add_generation_prompt = add_generation_prompt;
   in.extra_context = read_object(body, "chat_template_kwargs");
   in.bos_token = bos_;
   in.eos_token = eos_;

@@ -2,6 +2,7 @@
 // the model's chat template (GGUF tokenizer.chat_template), or ChatML when the model has none.
 #pragma once
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "server/json_fields.h"
@@ -26,8 +27,12 @@ class ChatFormatter {
   // (llama-server does the same for templates that expect string content).
   // Throws HttpError (invalid_request) for a malformed conversation or a template error.
   std::string apply(const Json& body) const;
+  // The leading system messages alone, rendered as history (no generation prompt), when other
+  // messages follow them; nullopt otherwise (or when the template fails on them).
+  std::optional<std::string> apply_leading_system(const Json& body) const;
 
  private:
+  std::string render(const Json& body, size_t n_messages, bool add_generation_prompt) const;
   std::string source_;
   std::string bos_, eos_;
   ChatTemplate template_;

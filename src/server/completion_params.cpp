@@ -149,6 +149,7 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
     throw invalid_request("id_slot " + std::to_string(p.id_slot) + " does not exist: the server has " +
                           std::to_string(n_slots) + " slots (0.." + std::to_string(n_slots - 1) + ")");
   p.session_id = read_string(body, "session_id", "");
+  p.cache_salt = read_string(body, "cache_salt", "");
   p.stream = read_bool(body, "stream", false);
   p.include_usage = read_bool(read_object(body, "stream_options"), "include_usage", false);
   p.return_tokens = read_bool(body, "return_tokens", false);

@@ -41,6 +41,7 @@ struct CompletionParams {
   int32_t n_fake_cached = 0;         // > 0: the first n positions are a metadata-only fake prefix
   int32_t id_slot = -1;              // -1: the server chooses
   std::string session_id;            // binds a conversation to a slot (agentkv extension)
+  std::string cache_salt;            // vLLM's cache_salt: prompts share cached pages only under the same salt
   bool stream = false;
   bool include_usage = false;        // OpenAI stream_options.include_usage
   bool return_tokens = false;        // fill "tokens" in native responses

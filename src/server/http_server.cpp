@@ -91,6 +91,18 @@ struct Engine {
   std::unique_ptr<Scheduler> scheduler;
 };
 
+// Hybrid models keep a recurrent state only where one was snapshotted, so prompts that share a
+// system prompt but not the question after it can share the system prompt only if a state after
+// it exists: its token count, when the leading system messages render to a prefix of the prompt.
+std::vector<size_t> system_prompt_end(const Engine& e, const Json& body, const std::vector<Token>& prompt) {
+  if (!e.ctx->memory().rec()) return {};
+  const std::optional<std::string> text = e.chat->apply_leading_system(body);
+  if (!text) return {};
+  const std::vector<Token> head = tokenize_prompt(e.model->tokenizer(), {{*text, -1}}, /*add_special=*/true);
+  if (head.empty() || head.size() >= prompt.size() || !std::equal(head.begin(), head.end(), prompt.begin())) return {};
+  return {head.size()};
+}
+
 // A streamed completion's state, shared by httplib's content provider calls.
 struct StreamState {
   std::shared_ptr<TaskChannel> channel;
@@ -205,7 +217,7 @@ bool HttpServer::load() {
     ContextParams cp;
     cp.n_ctx = cfg_.n_ctx > 0 ? cfg_.n_ctx : static_cast<uint32_t>(mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);
     cp.n_ubatch = cfg_.n_ubatch;
-    cp.n_seq_max = static_cast<uint32_t>(cfg_.n_slots);
+    cp.n_seq_max = static_cast<uint32_t>(cfg_.n_slots) + 1;  // + the prefix index's holder sequence
     cp.kv_unified = true;  // every slot may use the whole context (llama-server with -np auto)
     cp.n_threads = cfg_.n_threads > 0 ? cfg_.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     cp.type_k = cfg_.type_k;
@@ -230,6 +242,7 @@ bool HttpServer::load() {
     sc.slot_similarity = cfg_.slot_similarity;
     sc.checkpoint_bytes = cfg_.checkpoint_bytes;
     sc.cache_ram_bytes = cfg_.cache_ram_bytes;
+    sc.model_fingerprint = model_fingerprint(*e->model);
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     e->scheduler->start();
 
@@ -377,6 +390,7 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
   task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
   task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
   check_prompt_fits(task->prompt, e.scheduler->config().n_ctx);
+  if (kind == ResponseKind::OaiChat) task->snapshot_points = system_prompt_end(e, body, task->prompt);
   if (task->params.n_fake_cached > 0 && static_cast<size_t>(task->params.n_fake_cached) >= task->prompt.size())
     throw invalid_request("n_fake_cached (" + std::to_string(task->params.n_fake_cached) +
                           ") must be below the prompt length (" + std::to_string(task->prompt.size()) + " tokens)");

@@ -50,6 +50,19 @@ std::string prometheus_text(const MetricsSnapshot& m) {
              static_cast<double>(m.ram_cache_hits_total));
   add_metric(out, "gauge", "ram_cache_entries", "Entries in the RAM cache.", static_cast<double>(m.ram_cache_entries));
   add_metric(out, "gauge", "ram_cache_bytes", "Bytes held by the RAM cache.", static_cast<double>(m.ram_cache_bytes));
+  add_metric(out, "counter", "prefix_cache_queries_total", "Prompt tokens looked up in the prefix index.",
+             static_cast<double>(m.prefix_cache_queries_total));
+  add_metric(out, "counter", "prefix_cache_hits_total", "Prompt tokens attached from cached pages.",
+             static_cast<double>(m.prefix_cache_hits_total));
+  add_metric(out, "counter", "prefix_attaches_total", "Prompts that attached pages another task computed.",
+             static_cast<double>(m.prefix_attaches_total));
+  add_metric(out, "gauge", "pages_cached", "KV pages the prefix index names.", static_cast<double>(m.pages_cached));
+  add_metric(out, "gauge", "pages_in_use", "Cached KV pages some slot uses now.", static_cast<double>(m.pages_in_use));
+  add_metric(out, "gauge", "kv_cells_used", "KV cells in use (slots and cached pages).",
+             static_cast<double>(m.kv_cells_used));
+  add_metric(out, "gauge", "kv_cells_total", "KV cells of the memory.", static_cast<double>(m.kv_cells_total));
+  add_metric(out, "gauge", "snapshots", "Recurrent-state snapshots attached to cached pages (hybrid models).",
+             static_cast<double>(m.snapshot_count));
   add_metric(out, "gauge", "memory_bytes", "Bytes of K/V rows and recurrent states held by all slots.",
              static_cast<double>(m.memory_bytes));
   add_metric(out, "gauge", "cached_tokens", "Tokens held by all slots' caches.", static_cast<double>(m.cached_tokens));

@@ -28,6 +28,14 @@ struct MetricsSnapshot {
   uint64_t ram_cache_hits_total = 0;        // ... and restored from it
   uint64_t ram_cache_entries = 0;           // gauge
   uint64_t ram_cache_bytes = 0;             // gauge
+  uint64_t prefix_cache_queries_total = 0;  // prompt tokens looked up in the prefix index (vLLM's name)
+  uint64_t prefix_cache_hits_total = 0;     // ... of which came from the slot's own cache or cached pages
+  uint64_t prefix_attaches_total = 0;       // prompts that attached cached pages (not their slot's own cache)
+  uint64_t pages_cached = 0;                // gauge: pages the prefix index names
+  uint64_t pages_in_use = 0;                // gauge: ... that some slot uses now
+  uint64_t kv_cells_used = 0;               // gauge: KV cells in use (slots and cached pages)
+  uint64_t kv_cells_total = 0;              // gauge
+  uint64_t snapshot_count = 0;              // gauge: hybrid snapshots attached to pages
   int requests_processing = 0;
   int requests_deferred = 0;
 };

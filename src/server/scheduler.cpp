@@ -4,6 +4,8 @@
 #include <random>
 
 #include "core/error.h"
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 #include "engine/session_state.h"
 #include "server/server_log.h"
 
@@ -36,6 +38,18 @@ Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
     throw Error("scheduler: " + std::to_string(cfg_.n_slots) + " slots need a context with as many sequences (n_seq_max " +
                 std::to_string(ctx.params().n_seq_max) + ")");
   cfg_.n_batch = std::max<uint32_t>(1, std::min(cfg_.n_batch, ctx.params().n_ubatch));
+  // The prefix index needs the unified KV cache and one spare sequence id to hold cached pages.
+  memory::SequenceMemory& mem = ctx_.memory();
+  if (mem.kv() && mem.kv()->n_streams() == 1 && ctx.params().n_seq_max > static_cast<uint32_t>(cfg_.n_slots)) {
+    memory::PrefixIndexConfig ic;
+    ic.page_tokens = cfg_.page_tokens;
+    ic.holder = cfg_.n_slots;
+    const memory::KvLayout& kl = mem.kv()->layout();
+    ic.fingerprint = cfg_.model_fingerprint ^ (static_cast<uint64_t>(kl.type_k) << 48) ^
+                     (static_cast<uint64_t>(kl.type_v) << 56);
+    ic.snapshot_bytes = cfg_.checkpoint_bytes;
+    index_ = std::make_unique<memory::PrefixIndex>(mem, ic);
+  }
   slots_.resize(static_cast<size_t>(cfg_.n_slots));
   for (int i = 0; i < cfg_.n_slots; ++i) slots_[static_cast<size_t>(i)].id = i;
 }
@@ -156,6 +170,8 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     }
     n_tokens = st.tokens.size();
     slot.cache.assume(std::move(st.tokens), std::move(st.logits), std::move(st.checkpoints));
+    slot.cache_salt = 0;  // a state file carries no salt
+    slot.published = 0;
     slot.last_used = ++use_counter_;
     ++metrics_.slot_states_restored_total;
     log_line("slot %d: state restored from %s (%zu tokens%s, %zu checkpoints)", id, what.c_str(), n_tokens,
@@ -181,10 +197,48 @@ void Scheduler::wipe(Slot& slot) {
   slot.cache.clear();
   checkpoints_.drop(slot.id);
   slot.fake_prefix = false;
+  slot.published = 0;
+  slot.cache_salt = 0;
+}
+
+uint64_t salt_of(const std::string& salt) { return salt.empty() ? 0 : XXH3_64bits(salt.data(), salt.size()) | 1; }
+
+void Scheduler::publish(Slot& slot, bool with_tail) {
+  if (!index_ || slot.fake_prefix || slot.cache.size() == 0) return;
+  const size_t P = cfg_.page_tokens;
+  // Between task ends only whole pages are new, and only when one has filled up.
+  if (!with_tail && slot.cache.size() / P <= slot.published / P) return;
+  index_->publish(slot.id, slot.cache.tokens(), slot.cache_salt, with_tail);
+  slot.published = slot.cache.size();
+}
+
+size_t Scheduler::own_reuse_estimate(const Slot& slot, std::span<const Token> prompt) const {
+  const size_t common = common_prefix(slot.cache.tokens(), prompt);
+  if (common == prompt.size() && !slot.cache.saved_logits(prompt.size()).empty()) return common;
+  const size_t keep = std::min(common, prompt.size() - 1);
+  if (!hybrid() || keep == slot.cache.size()) return keep;
+  // A recurrent state cannot drop a suffix: the slot goes back to its latest checkpoint.
+  size_t best = 0;
+  for (const memory::CheckpointInfo& c : checkpoints_.list(slot.id))
+    if (static_cast<size_t>(c.n_tokens) <= keep) best = std::max(best, static_cast<size_t>(c.n_tokens));
+  return best;
+}
+
+size_t Scheduler::attach_shared(Slot& slot, std::span<const Token> prompt, size_t own_keep, uint64_t salt) {
+  if (!index_ || prompt.size() < 2) return 0;
+  // At least the last prompt token is evaluated: its logits are needed.
+  const size_t shared = index_->lookup(prompt, salt, prompt.size() - 1);
+  if (shared <= own_keep) return 0;
+  wipe(slot);
+  const size_t n = index_->attach(slot.id, prompt, salt, prompt.size() - 1);
+  slot.cache.assume(std::vector<Token>(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n)));
+  slot.cache_salt = salt;
+  slot.published = n;
+  return n;
 }
 
 void Scheduler::save_to_ram(Slot& slot, const char* why) {
-  if (!ram_cache_.enabled() || slot.fake_prefix || slot.cache.size() == 0) return;
+  if (!ram_cache_.enabled() || slot.fake_prefix || slot.cache.size() == 0 || slot.cache_salt != 0) return;
   try {
     if (ram_cache_.insert(slot.cache.tokens(), save_state(slot))) {
       ++metrics_.ram_cache_saves_total;
@@ -206,6 +260,7 @@ void Scheduler::restore_from_ram(Slot& slot, std::span<const Token> prompt) {
     LoadedState st = load_seq(ctx_, ram_cache_.blob(match->index), slot.id, "RAM cache entry");
     checkpoints_.drop(slot.id);
     slot.fake_prefix = false;
+    slot.published = 0;
     const size_t n = st.tokens.size();
     slot.cache.assume(std::move(st.tokens), std::move(st.logits), std::move(st.checkpoints));
     ++metrics_.ram_cache_hits_total;
@@ -219,6 +274,11 @@ void Scheduler::restore_from_ram(Slot& slot, std::span<const Token> prompt) {
 void Scheduler::take_checkpoint(Slot& slot) {
   if (!hybrid() || slot.fake_prefix || slot.cache.size() == 0) return;
   if (checkpoints_.take(ctx_.memory(), slot.id, slot.cache.tokens())) ++metrics_.checkpoints_taken_total;
+  // The same state attached to the page chain: any slot whose prompt continues it can start here.
+  if (index_) {
+    index_->snapshot(slot.id, slot.cache.tokens(), slot.cache_salt);
+    slot.published = slot.cache.size();
+  }
 }
 
 // Chat templates often render the end of a turn differently once it is history: Qwen's drop the
@@ -233,6 +293,17 @@ size_t Scheduler::tail_checkpoint_at(const Slot& slot) const {
   const size_t n = slot.task->prompt.size();
   if (!hybrid() || slot.fake_prefix || n <= 2 * kTailTokens) return 0;
   return n - kTailTokens;
+}
+
+size_t Scheduler::next_snapshot_point(const Slot& slot) const {
+  if (!hybrid() || slot.fake_prefix) return 0;
+  size_t next = 0;
+  auto consider = [&](size_t at) {
+    if (at > slot.n_prompt_done && at < slot.task->prompt.size() && (next == 0 || at < next)) next = at;
+  };
+  consider(tail_checkpoint_at(slot));
+  for (size_t at : slot.task->snapshot_points) consider(at);
+  return next;
 }
 
 void Scheduler::submit(std::shared_ptr<Task> task) {
@@ -269,6 +340,16 @@ MetricsSnapshot Scheduler::metrics() const {
   m.ram_cache_entries = ram_cache_.size();
   m.ram_cache_bytes = ram_cache_.bytes();
   m.memory_bytes = memory_bytes_;
+  if (const memory::KvCache* kv = ctx_.memory().kv()) {
+    m.kv_cells_used = kv->cells(0).used();
+    m.kv_cells_total = kv->layout().n_cells;
+  }
+  if (index_) {
+    const memory::PrefixIndexStats st = index_->stats();
+    m.pages_cached = st.pages;
+    m.pages_in_use = st.pages_in_use;
+    m.snapshot_count = st.snapshots;
+  }
   return m;
 }
 
@@ -383,7 +464,13 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     slot.session_id.clear();
   }
 
-  if (p.cache_prompt && p.n_fake_cached == 0 && ram_cache_.enabled()) restore_from_ram(slot, prompt);
+  // A cache filled under another cache_salt is another tenant's: it is not reused.
+  const uint64_t salt = salt_of(p.cache_salt);
+  if (slot.cache_salt != salt) {
+    if (slot.cache.size() > 0) wipe(slot);
+    slot.cache_salt = salt;
+  }
+  if (p.cache_prompt && p.n_fake_cached == 0 && ram_cache_.enabled() && salt == 0) restore_from_ram(slot, prompt);
   const size_t common = common_prefix(slot.cache.tokens(), prompt);
   const Token cached_at_divergence = common < slot.cache.size() ? slot.cache.tokens()[common] : -1;
   ReuseResult r;
@@ -410,7 +497,18 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     r.n_kept = n_fake;
     log_line("slot %d: fake prefix of %zu positions (metadata only)", slot.id, n_fake);
   } else {
-    r = slot.cache.reuse_for(prompt, p.cache_prompt, ctx_.memory(), slot.id, &checkpoints_);
+    // Pages any slot computed (the prefix index) when they give more than the slot's own cache.
+    const size_t n_cached = slot.cache.size();
+    const size_t attached = p.cache_prompt ? attach_shared(slot, prompt, own_reuse_estimate(slot, prompt), salt) : 0;
+    if (attached > 0) {
+      r.n_cached = n_cached;
+      r.n_common = common;
+      r.n_kept = attached;
+      ++metrics_.prefix_attaches_total;
+      log_line("slot %d: attached %zu prompt tokens from cached pages", slot.id, attached);
+    } else {
+      r = slot.cache.reuse_for(prompt, p.cache_prompt, ctx_.memory(), slot.id, &checkpoints_);
+    }
   }
   log_line("slot %d: task %llu (by %s, similarity %.2f): prompt %zu tokens, cache %zu, common prefix %zu, reused %zu, "
            "to evaluate %zu%s",
@@ -445,6 +543,10 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   slot.has_new_line = false;
   slot.t_start = Slot::Clock::now();
   if (!slot.fake_prefix) metrics_.prompt_tokens_cached_total += r.n_kept;
+  if (p.cache_prompt && !slot.fake_prefix) {
+    metrics_.prefix_cache_queries_total += prompt.size();
+    metrics_.prefix_cache_hits_total += r.n_kept;
+  }
   if (r.use_saved_logits) {
     // The whole prompt and the logits after it are cached: sample now, evaluate nothing.
     ++metrics_.saved_logits_used_total;
@@ -476,8 +578,9 @@ bool Scheduler::build_batch(Batch& batch) {
     const std::vector<Token>& prompt = s.task->prompt;
     const size_t remaining = prompt.size() - s.n_prompt_done;
     size_t take = std::min(remaining, budget);
-    const size_t tail = tail_checkpoint_at(s);
-    if (s.n_prompt_done < tail && s.n_prompt_done + take > tail) take = tail - s.n_prompt_done;
+    // A snapshot point ends this chunk, so that the state there can be kept.
+    const size_t point = next_snapshot_point(s);
+    if (point > 0 && s.n_prompt_done + take > point) take = point - s.n_prompt_done;
     const bool last = take == remaining;
     batch.add_sequence(prompt.data() + s.n_prompt_done, take, static_cast<memory::Pos>(s.n_prompt_done), s.id, last);
     s.batch_prompt_tokens = take;
@@ -490,6 +593,8 @@ bool Scheduler::build_batch(Batch& batch) {
 }
 
 bool Scheduler::free_idle_memory() {
+  // Cached pages no slot uses go first, least recently used first.
+  if (index_ && index_->evict(cfg_.n_batch) > 0) return true;
   Slot* lru = nullptr;
   for (Slot& s : slots_)
     if (s.idle() && s.cache.size() > 0 && (!lru || s.last_used < lru->last_used)) lru = &s;
@@ -559,7 +664,10 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
       s.n_prompt_done += s.batch_prompt_tokens;
       if (s.n_prompt_done == prompt.size()) take_checkpoint(s);  // the end of this turn's prompt
       else if (s.n_prompt_done == tail_checkpoint_at(s)) take_checkpoint(s);  // kTailTokens before it
+      else if (std::count(s.task->snapshot_points.begin(), s.task->snapshot_points.end(), s.n_prompt_done))
+        take_checkpoint(s);  // where other prompts are likely to diverge
     }
+    publish(s, /*with_tail=*/false);
     metrics_.n_tokens_max = std::max<uint64_t>(metrics_.n_tokens_max, s.cache.size());
     if (s.batch_output < 0) continue;
     try {
@@ -691,6 +799,7 @@ void Scheduler::fail(Slot& slot, const HttpError& error) {
 void Scheduler::release(Slot& slot) {
   // A fake prefix is no cache: its cells hold zeros, not the prompt's keys.
   if (slot.fake_prefix) wipe(slot);
+  publish(slot, /*with_tail=*/true);
   memory_bytes_ = memory::memory_state_view(ctx_.memory(), -1, memory::kStateAll).row_bytes();
   slot.state = SlotState::Idle;
   slot.last_used = ++use_counter_;

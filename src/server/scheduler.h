@@ -27,6 +27,7 @@
 
 #include "engine/context.h"
 #include "memory/checkpoints.h"
+#include "memory/prefix_index.h"
 #include "server/metrics.h"
 #include "server/ram_cache.h"
 #include "server/slot.h"
@@ -43,6 +44,8 @@ struct SchedulerConfig {
   double slot_similarity = 0.10;
   size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints, all slots
   size_t cache_ram_bytes = 0;            // host-RAM cache of slot states (ram_cache.h); 0: off
+  uint32_t page_tokens = 16;             // tokens per page of the prefix index (docs/memory-semantics.md)
+  uint64_t model_fingerprint = 0;        // names cached pages (with the KV types)
 };
 
 // A slot's saved state (POST /slots/{id}?action=save, /v1/prefill).
@@ -53,7 +56,7 @@ struct SlotStateBlob {
 
 class Scheduler {
  public:
-  // ctx must have n_seq_max >= cfg.n_slots.
+  // ctx must have n_seq_max >= cfg.n_slots + 1: sequence n_slots holds the prefix index's pages.
   Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
@@ -105,6 +108,14 @@ class Scheduler {
   void take_checkpoint(Slot& slot);
   size_t tail_checkpoint_at(const Slot& slot) const;  // 0: none for this slot's prompt
   void save_to_ram(Slot& slot, const char* why);
+  // Offers the slot's cached tokens to the prefix index: full pages, and the tail when with_tail.
+  void publish(Slot& slot, bool with_tail);
+  // Attaches the prompt's longest cached prefix from the index when it beats what the slot keeps
+  // itself (own_keep tokens); returns the tokens attached (0: the slot is left as it was).
+  size_t attach_shared(Slot& slot, std::span<const Token> prompt, size_t own_keep, uint64_t salt);
+  // What the slot's own cache would keep of the prompt (hybrid: down to its latest checkpoint).
+  size_t own_reuse_estimate(const Slot& slot, std::span<const Token> prompt) const;
+  size_t next_snapshot_point(const Slot& slot) const;  // 0: none ahead in this slot's prompt
   void restore_from_ram(Slot& slot, std::span<const Token> prompt);
   bool hybrid() const { return ctx_.memory().rec() != nullptr; }
 
@@ -122,6 +133,7 @@ class Scheduler {
   std::deque<std::shared_ptr<Task>> queue_;
   std::deque<std::shared_ptr<Job>> jobs_;
   memory::CheckpointStore checkpoints_;
+  std::unique_ptr<memory::PrefixIndex> index_;  // null for models without attention
   RamPromptCache ram_cache_;
   size_t memory_bytes_ = 0;  // K/V rows and recurrent states all sequences hold (after the last task)
   std::vector<Slot> slots_;

@@ -89,6 +89,9 @@ struct Task {
   // POST /v1/prefill: when the task ends, the slot's state (session_state.h) comes back in
   // FinalResult::state.
   bool return_state = false;
+  // Hybrid models: prompt lengths (token counts) after which the recurrent state is worth keeping
+  // because other prompts are likely to diverge there (the end of the system messages).
+  std::vector<size_t> snapshot_points;
 };
 
 }  // namespace agentkv::server

@@ -126,8 +126,9 @@ def test_oai_usage_reports_cached_tokens(server):
 
 def test_n_predict_zero_only_fills_the_cache(server, reference):
     prompt = reference[2]["prompt_tokens"]
-    warm = complete(server, prompt, 0, session_id="prefill")
+    # A salt of its own: earlier tests' pages of this prompt are not shared with it.
+    warm = complete(server, prompt, 0, session_id="prefill", cache_salt="prefill")
     assert warm["tokens_predicted"] == 0 and warm["content"] == "" and warm["stop_type"] == "limit"
     assert warm["timings"]["prompt_n"] == len(prompt) and warm["tokens_cached"] == len(prompt)
-    body = complete(server, prompt + reference[3]["prompt_tokens"], 3, session_id="prefill")
+    body = complete(server, prompt + reference[3]["prompt_tokens"], 3, session_id="prefill", cache_salt="prefill")
     assert body["timings"]["cache_n"] == len(prompt)

@@ -23,7 +23,8 @@ def complete(server, prompt, n_predict, **extra):
 
 
 def fresh(server, prompt, n_predict):
-    body = complete(server, prompt, n_predict, cache_prompt=False)
+    # Under a salt of its own: the reference runs' pages are not shared with the runs under test.
+    body = complete(server, prompt, n_predict, cache_prompt=False, cache_salt="reference-run")
     assert body["timings"]["cache_n"] == 0
     return body["tokens"]
 
@@ -42,7 +43,10 @@ def check_three_followups(server, slot, restore, prompt, extra, expected):
 
     restore()
     longer = complete(server, prompt + extra, 8, id_slot=slot)
-    assert longer["timings"]["cache_n"] == len(prompt) and longer["timings"]["prompt_n"] == len(extra)
+    # At least the restored state is reused; pages an earlier run of the same prompt left in the
+    # prefix index (another slot's) may give more.
+    assert longer["timings"]["cache_n"] >= len(prompt)
+    assert longer["timings"]["cache_n"] + longer["timings"]["prompt_n"] == len(prompt) + len(extra)
     assert longer["tokens"] == expected["longer"]
 
     restore()
