@@ -300,6 +300,13 @@ bool KvCache::layer_has_kv(int layer) const {
 }
 uint32_t KvCache::n_kv_layers() const { return static_cast<uint32_t>(impl_->k.size()); }
 
+MemoryUsage KvCache::usage() const {
+  MemoryUsage u;
+  for (const KvCells& c : impl_->cells) u.cells_used += c.used(), u.cells_total += c.size();
+  u.bytes_total = total_bytes();
+  return u;
+}
+
 size_t KvCache::total_bytes() const {
   size_t total = 0;
   for (const auto& b : impl_->k) total += b.bytes();

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "agentkv/memory.h"
 #include "core/ggml_type.h"
 #include "memory/kv_cells.h"
 #include "memory/ubatch.h"
@@ -31,7 +32,7 @@ struct CellRef {
 };
 using Placement = std::vector<CellRef>;
 
-class KvCache {
+class KvCache final : public MemoryInterface {
  public:
   // Attention spans a prefix of cells rounded up to this many (see n_kv). llama.cpp uses 256;
   // a CPU kernel gains nothing from a large multiple and pays for every masked cell it scans.
@@ -99,23 +100,25 @@ class KvCache {
   // Sequence operations with llama.cpp's semantics: half-open [p0, p1), p0 < 0 means 0, p1 < 0
   // means no upper bound. Invalid seq ids throw agentkv::Error. Details and the reasons:
   // docs/memory-semantics.md.
-  void clear(bool zero_data = false);
+  void clear() override { clear(false); }
+  void clear(bool zero_data);
   // Drops seq from the cells in range (seq < 0: empties every cell in range, all streams).
   // Always true: any part of an attention sequence can be removed.
-  bool seq_rm(SeqId seq, Pos p0, Pos p1);
+  bool seq_rm(SeqId seq, Pos p0, Pos p1) override;
   // Same stream: dst joins src's cells in range (no data copied). Different streams: only a
   // whole-sequence copy (range covering all of src) is allowed, else agentkv::Error; it replaces
   // dst by src's cells at the same cell indices and copies their K/V rows now.
-  void seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1);
+  void seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) override;
   // Drops every other sequence, in every stream.
-  void seq_keep(SeqId seq);
+  void seq_keep(SeqId seq) override;
   // Moves seq's cells in range by delta (a cell going negative is removed); records the shift.
   // A cell shared with other sequences moves for them too (it holds one K row).
-  void seq_add(SeqId seq, Pos p0, Pos p1, Pos delta);
+  void seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) override;
   // Integer-divides seq's positions in range by d >= 1; records the shift. Shared cells as above.
-  void seq_div(SeqId seq, Pos p0, Pos p1, int d);
-  Pos seq_pos_min(SeqId seq) const;  // -1 when empty
-  Pos seq_pos_max(SeqId seq) const;
+  void seq_div(SeqId seq, Pos p0, Pos p1, int d) override;
+  Pos seq_pos_min(SeqId seq) const override;  // -1 when empty
+  Pos seq_pos_max(SeqId seq) const override;
+  MemoryUsage usage() const override;
 
   // Fake prefix: makes the empty sequence `seq` hold positions [0, n) without computing them.
   // Takes the n lowest empty cells of seq's stream; their K/V rows are zero (all-zero bytes, which

@@ -71,6 +71,15 @@ RecurrentMemory::~RecurrentMemory() { delete impl_; }
 const RecurrentLayout& RecurrentMemory::layout() const { return impl_->layout; }
 uint32_t RecurrentMemory::n_cells() const { return static_cast<uint32_t>(impl_->cells.size()); }
 
+MemoryUsage RecurrentMemory::usage() const {
+  MemoryUsage u;
+  for (const Cell& c : impl_->cells) u.cells_used += c.pos >= 0 || !c.seqs.empty() ? 1 : 0;
+  u.cells_total = impl_->cells.size();
+  for (const auto& v : impl_->conv) u.bytes_total += v.size() * sizeof(float);
+  for (const auto& v : impl_->ssm) u.bytes_total += v.size() * sizeof(float);
+  return u;
+}
+
 std::optional<RecurrentPlacement> RecurrentMemory::find_slot(const UBatch& ub) const {
   RecurrentPlacement p;
   std::vector<bool> taken(impl_->cells.size(), false);

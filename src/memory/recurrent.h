@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "agentkv/memory.h"
 #include "memory/ubatch.h"
 
 namespace agentkv::memory {
@@ -29,7 +30,7 @@ struct RecurrentPlacement {
   }
 };
 
-class RecurrentMemory {
+class RecurrentMemory final : public MemoryInterface {
  public:
   explicit RecurrentMemory(const RecurrentLayout& layout);
   ~RecurrentMemory();
@@ -50,17 +51,18 @@ class RecurrentMemory {
   const float* ssm_state(int layer, uint32_t cell) const;
 
   // llama.cpp semantics: positions are the last absorbed token's; seq_pos_min == seq_pos_max.
-  void clear();
+  void clear() override;
   // Removing a suffix that includes the last absorbed token cannot be undone: returns false and
   // leaves memory unchanged (a checkpoint restore is the way back). Ranges entirely before or
   // after the last position are accepted without touching the state.
-  bool seq_rm(SeqId seq, Pos p0, Pos p1);
-  void seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1);
-  void seq_keep(SeqId seq);
-  void seq_add(SeqId seq, Pos p0, Pos p1, Pos delta);
-  void seq_div(SeqId seq, Pos p0, Pos p1, int d);
-  Pos seq_pos_min(SeqId seq) const;
-  Pos seq_pos_max(SeqId seq) const;
+  bool seq_rm(SeqId seq, Pos p0, Pos p1) override;
+  void seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) override;
+  void seq_keep(SeqId seq) override;
+  void seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) override;
+  void seq_div(SeqId seq, Pos p0, Pos p1, int d) override;
+  Pos seq_pos_min(SeqId seq) const override;
+  Pos seq_pos_max(SeqId seq) const override;
+  MemoryUsage usage() const override;
 
   // Gives seq a cell of its own, positioned at `pos` (last absorbed position, >= 0), for a
   // caller about to write its whole state (checkpoint or state restore): a cell seq alone uses

@@ -116,4 +116,17 @@ Pos SequenceMemory::seq_pos_max(SeqId seq) const {
   return kv_ ? kv_->seq_pos_max(seq) : rec_->seq_pos_max(seq);
 }
 
+MemoryUsage SequenceMemory::usage() const {
+  MemoryUsage u;
+  for (const MemoryInterface* part : {static_cast<const MemoryInterface*>(kv_.get()),
+                                      static_cast<const MemoryInterface*>(rec_.get())}) {
+    if (!part) continue;
+    const MemoryUsage p = part->usage();
+    u.cells_used += p.cells_used;
+    u.cells_total += p.cells_total;
+    u.bytes_total += p.bytes_total;
+  }
+  return u;
+}
+
 }  // namespace agentkv::memory

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 
+#include "agentkv/memory.h"
 #include "memory/kv_cache.h"
 #include "memory/recurrent.h"
 #include "memory/ubatch.h"
@@ -17,7 +18,7 @@ struct MemoryPlacement {
   RecurrentPlacement rec;     // empty when there is no recurrent memory
 };
 
-class SequenceMemory {
+class SequenceMemory final : public MemoryInterface {
  public:
   // Either part may be null (dense models have no recurrent part).
   SequenceMemory(std::unique_ptr<KvCache> kv, std::unique_ptr<RecurrentMemory> rec);
@@ -31,15 +32,15 @@ class SequenceMemory {
   std::optional<MemoryPlacement> prepare(const UBatch& ub) const;
   void apply(const UBatch& ub, const MemoryPlacement& placement);
 
-  void clear();
+  void clear() override;
   // Hybrid: the recurrent part decides first; if it refuses, nothing changes and false returns.
-  bool seq_rm(SeqId seq, Pos p0, Pos p1);
-  void seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1);
-  void seq_keep(SeqId seq);
+  bool seq_rm(SeqId seq, Pos p0, Pos p1) override;
+  void seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) override;
+  void seq_keep(SeqId seq) override;
   // Context shift. Only a pure attention memory whose keys can be re-rotated shifts (see
   // can_shift()); otherwise these throw agentkv::Error and change nothing.
-  void seq_add(SeqId seq, Pos p0, Pos p1, Pos delta);
-  void seq_div(SeqId seq, Pos p0, Pos p1, int d);
+  void seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) override;
+  void seq_div(SeqId seq, Pos p0, Pos p1, int d) override;
   // True when seq_add / seq_div are allowed: there is a KV cache, no recurrent part (a recurrent
   // state has absorbed its tokens in order; moving positions cannot change what it holds, and the
   // gap a shift would close cannot be cut out of it), and the owner of RoPE declared that it can
@@ -48,8 +49,9 @@ class SequenceMemory {
   void set_shift_supported(bool supported) { shift_supported_ = supported; }
   // Hybrid: pos_min = max of the parts' minima, pos_max = min of their maxima, so [min, max] is
   // the range every part can vouch for (for a hybrid sequence pos_min == pos_max == last token).
-  Pos seq_pos_min(SeqId seq) const;
-  Pos seq_pos_max(SeqId seq) const;
+  Pos seq_pos_min(SeqId seq) const override;
+  Pos seq_pos_max(SeqId seq) const override;
+  MemoryUsage usage() const override;
 
   // Fake prefix: the empty sequence seq reports positions [0, n) without computing them: zero
   // K/V cells (KvCache::seq_fake_prefix) and a zero recurrent state at position n - 1, so both

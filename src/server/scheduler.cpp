@@ -376,6 +376,7 @@ Json Scheduler::slots_json(const CompletionParams& defaults) const {
                             {"n_remain", n_remain},
                             {"n_decoded", s.n_decoded}}},
         {"n_tokens_cached", s.cache.size()},
+        {"n_pages", (s.cache.size() + cfg_.page_tokens - 1) / cfg_.page_tokens},
         {"session_id", s.session_id},
     });
   }

@@ -1,0 +1,2 @@
+// The model layer may include memory headers.
+#include "memory/kv_cache.h"
