@@ -110,7 +110,7 @@ def _cancel(server, rng, reference):
                        "stream": stream}).encode()
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     try:
-        sock.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
         if stream:
             received = b""
