@@ -88,9 +88,10 @@ DEEP_CASES = [
 ]
 
 
+@pytest.mark.parametrize("depth", [DEPTH, 400_000])  # the probe's size, and one far beyond any stack
 @pytest.mark.parametrize("path,template", DEEP_CASES)
-def test_deep_nesting_is_refused_before_any_copy(server, path, template):
-    message = assert_4xx(server.post(path, raw_body(template % nested())), 400)
+def test_deep_nesting_is_refused_before_any_copy(server, path, template, depth):
+    message = assert_4xx(server.post(path, raw_body(template % nested(depth))), 400)
     assert "nested too deeply" in message
     assert server.proc.poll() is None, server.log()[-2000:]
 
@@ -307,8 +308,8 @@ def saver(tmp_path):
     s.stop()
 
 
-def fill(server, slot, n_tokens, n_predict=0):
-    status, body = server.post("/completion", {"prompt": [100 + (i % 50) for i in range(n_tokens)], "id_slot": slot,
+def fill(server, slot, n_tokens, n_predict=0, base=100):
+    status, body = server.post("/completion", {"prompt": [base + (i % 50) for i in range(n_tokens)], "id_slot": slot,
                                                "n_predict": n_predict, "temperature": 0})
     assert status == 200, body
     return body
@@ -386,7 +387,7 @@ def test_restore_drops_idle_caches_like_a_prompt(saver):
     fill(s, 0, 2000)
     assert s.post("/slots/0?action=save", {"filename": "big.bin"})[0] == 200
     assert s.post("/slots/0?action=erase", {})[0] == 200
-    fill(s, 1, 3000)  # slot 1 idle, holding 3000 of 4096 cells
+    fill(s, 1, 3000, base=300)  # slot 1 idle, holding 3000 of 4096 cells
     status, body = s.post("/slots/0?action=restore", {"filename": "big.bin"})
     assert status == 200, body
     assert body["n_restored"] == 2000
@@ -402,7 +403,7 @@ def test_restore_without_room_is_503(saver):
     # Slot 1 generates (busy) while holding most of the memory.
     conn = s.connection()
     conn.request("POST", "/completion", body=json.dumps({
-        "prompt": [100 + (i % 50) for i in range(3000)], "id_slot": 1, "n_predict": 1000, "temperature": 0,
+        "prompt": [300 + (i % 50) for i in range(3000)], "id_slot": 1, "n_predict": 1000, "temperature": 0,
         "stream": True}).encode(), headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     resp.fp.readline()  # the first event: slot 1 is generating
