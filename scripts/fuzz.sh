@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader with libFuzzer (ASan + UBSan) for N seconds; exits non-zero if it finds a crash.
+# Fuzzes with libFuzzer (ASan + UBSan): the GGUF reader, the server's JSON request layer (request
+# parsing + chat formatting) and the state-file reader, for N seconds in all (split between the three
+# targets); exits non-zero if one finds a crash.
 # Builds build-fuzz/ with clang first if needed. Usage: scripts/fuzz.sh [SECONDS]   (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,22 +11,41 @@ build=build-fuzz
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_FUZZ=ON
 fi
-cmake --build "$build" --target gguf_fuzz -j2
+cmake --build "$build" --target gguf_fuzz request_fuzz state_fuzz -j2
 
-# Seeds: small valid files of every value/tensor type, plus the first bytes of real models.
-seeds="$build/fuzz/gguf-seeds"
-corpus="$build/fuzz/gguf-corpus"     # what libFuzzer finds is kept here between runs
-artifacts="$build/fuzz/gguf-crashes"
-mkdir -p "$seeds" "$corpus" "$artifacts"
-python3 fuzz/make_gguf_seeds.py "$seeds"
 fixtures="${AGENTKV_FIXTURES:-../shared/fixtures}/models"
+# Time shares: the GGUF reader half, the two server targets a quarter each (at least 5 s each).
+gguf_s=$(( seconds / 2 > 5 ? seconds / 2 : 5 ))
+rest_s=$(( (seconds - gguf_s) / 2 > 5 ? (seconds - gguf_s) / 2 : 5 ))
+
+run() {  # name seconds max_len dict-or-empty seeds...
+  local name=$1 secs=$2 max_len=$3 dict=$4
+  shift 4
+  local corpus="$build/fuzz/$name-corpus" artifacts="$build/fuzz/$name-crashes"  # corpus kept between runs
+  mkdir -p "$corpus" "$artifacts"
+  echo "fuzzing $name for ${secs}s"
+  if ! "$build/fuzz/$name" -max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+      ${dict:+-dict=$dict} -artifact_prefix="$artifacts/" -print_final_stats=1 "$corpus" "$@"; then
+    echo "fuzz.sh: $name found a problem; the input is in $artifacts/" >&2
+    exit 1
+  fi
+}
+
+# GGUF: small valid files of every value/tensor type, plus the first bytes of real models.
+seeds="$build/fuzz/gguf-seeds"
+mkdir -p "$seeds"
+python3 fuzz/make_gguf_seeds.py "$seeds"
 for model in qwen3-micro.gguf qwen35moe-micro-q8_0.gguf; do
   if [ -f "$fixtures/$model" ]; then head -c 4096 "$fixtures/$model" > "$seeds/head-$model"; fi
 done
+run gguf_fuzz "$gguf_s" 16384 fuzz/gguf.dict "$seeds"
 
-echo "fuzzing the GGUF reader for ${seconds}s"
-if ! "$build/fuzz/gguf_fuzz" -max_total_time="$seconds" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
-    -dict=fuzz/gguf.dict -artifact_prefix="$artifacts/" -print_final_stats=1 "$corpus" "$seeds"; then
-  echo "fuzz.sh: gguf_fuzz found a problem; the input is in $artifacts/" >&2
-  exit 1
-fi
+# Requests: the seeds of fuzz/request-seeds (every endpoint's body shapes), the model's template.
+export AGENTKV_FUZZ_MODEL="$fixtures/qwen3-micro.gguf"
+run request_fuzz "$rest_s" 8192 fuzz/request.dict fuzz/request-seeds
+
+# States: valid dense and hybrid states written by the target itself.
+seeds="$build/fuzz/state-seeds"
+mkdir -p "$seeds"
+AGENTKV_FUZZ_WRITE_SEEDS="$seeds" "$build/fuzz/state_fuzz" -runs=0 "$seeds" >/dev/null 2>&1 || true
+run state_fuzz "$rest_s" 65536 "" "$seeds"

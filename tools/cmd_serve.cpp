@@ -1,7 +1,9 @@
 // agentkv serve [-m MODEL] [-c 4096] [-np 4] [-t N] [-ub 512] [-ctk f16] [-ctv f16] [--host 127.0.0.1]
 //               [--port 8080] [--api-key KEY] [--metrics] [-a ALIAS] [--max-body BYTES]
 //               [-sps 0.10] [--threads-http N] [--slot-save-path DIR] [--ctx-checkpoint-mib 256] [--cache-ram MiB]
+//               [--cors ORIGIN] [--allowed-host HOST] [--slots-show-prompts] [--request-timeout 30]
 // An HTTP server compatible with llama-server and the OpenAI API (docs/server.md).
+#include <cctype>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -33,7 +35,11 @@ const char* const kUsage =
     "  -a, --alias NAME                model name in responses (default: the file name)\n"
     "  --max-body BYTES                largest request body (default 16777216)\n"
     "  -sps, --slot-prompt-similarity F  prefix share needed to prefer a slot's cache (default 0.10)\n"
-    "  --threads-http N                HTTP worker threads (default: max(16, 2*np+8))\n"
+    "  --threads-http N                connections served at once, one thread each (default 256)\n"
+    "  --request-timeout S             seconds for a request's line, headers and body to arrive (default 30)\n"
+    "  --cors ORIGIN                   allow cross-origin requests from ORIGIN (repeatable, comma list; * = any)\n"
+    "  --allowed-host HOST             accept this Host header besides localhost and the bind address (* = any)\n"
+    "  --slots-show-prompts            GET /slots shows prompt text (it does with --api-key too)\n"
     "  --slot-save-path DIR            enables POST /slots/{id}?action=save|restore|erase|adopt (files in DIR)\n"
     "  --ctx-checkpoint-mib N          RAM for hybrid-model context checkpoints, all slots (default 256)\n"
     "  -cram, --cache-ram MiB          host-RAM cache of slot states evicted from memory (default 0: off)\n";
@@ -70,6 +76,24 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const long long max_body = a.num("--max-body", "", 16ll << 20);
   cfg.slot_similarity = a.real("-sps", "--slot-prompt-similarity", 0.10);
   cfg.http_threads = static_cast<int>(a.num("--threads-http", "", 0));
+  cfg.request_timeout_s = a.real("--request-timeout", "", 30.0);
+  cfg.slots_show_prompts = a.flag("--slots-show-prompts");
+  auto list = [&](const char* option, std::vector<std::string>& out) {
+    for (std::string v = a.str(option, "", ""); !v.empty(); v = a.str(option, "", "")) {
+      size_t start = 0;
+      while (start <= v.size()) {
+        const size_t comma = v.find(',', start);
+        std::string item = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        for (char& c : item) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        while (!item.empty() && item.back() == '/') item.pop_back();  // "http://x:1/" names the origin http://x:1
+        if (!item.empty()) out.push_back(item);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+  };
+  list("--cors", cfg.cors_origins);
+  list("--allowed-host", cfg.allowed_hosts);
   cfg.slot_save_path = a.str("--slot-save-path", "", "");
   const long long checkpoint_mib = a.num("--ctx-checkpoint-mib", "", 256);
   const long long cache_ram_mib = a.num("-cram", "--cache-ram", 0);
@@ -86,6 +110,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (port < 0 || port > 65535) throw std::invalid_argument("--port must be in [0, 65535]");
   if (max_body < 1) throw std::invalid_argument("--max-body must be positive");
   if (cfg.n_threads < 0) throw std::invalid_argument("-t must not be negative");
+  if (cfg.http_threads < 0 || cfg.http_threads > 65536) throw std::invalid_argument("--threads-http must be in [0, 65536]");
+  if (!(cfg.request_timeout_s > 0.0 && cfg.request_timeout_s <= 86400.0))
+    throw std::invalid_argument("--request-timeout must be in (0, 86400]");
   if (cfg.slot_similarity < 0.0 || cfg.slot_similarity > 1.0) throw std::invalid_argument("-sps must be in [0, 1]");
   cfg.n_ctx = static_cast<uint32_t>(n_ctx);
   cfg.n_slots = static_cast<int>(n_slots);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <cstring>
 #include <fstream>
 #include <string_view>
@@ -144,13 +146,27 @@ LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::str
 }
 
 void write_state_file(const std::string& path, std::span<const uint8_t> blob) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error("cannot write state file " + tmp + ": " + std::strerror(errno));
-    f.write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
-    f.flush();
-    if (!f) throw Error("cannot write state file " + tmp + ": " + std::strerror(errno));
+  // A temporary file of this call's own (mkstemp: O_CREAT | O_EXCL, mode 0600), so that concurrent
+  // writers never share one and a file or symlink placed beforehand is never written through.
+  std::string tmp = path + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw Error("cannot write state file " + path + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < blob.size()) {
+    const ssize_t n = ::write(fd, blob.data() + done, blob.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = std::strerror(n < 0 ? errno : EIO);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error("cannot write state file " + path + ": " + err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error("cannot write state file " + path + ": " + err);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string err = std::strerror(errno);

@@ -26,10 +26,13 @@ Json normalize_message(const Json& msg, size_t index) {
   } else if (content->is_array()) {
     std::string text;
     for (const Json& part : *content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      const auto type = part.is_object() ? part.find("type") : part.end();
+      const auto text_field = part.is_object() ? part.find("text") : part.end();
+      if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text" ||
+          text_field == part.end() || !text_field->is_string())
         throw invalid_request(where + ".content parts must be {\"type\": \"text\", \"text\": \"...\"}");
       if (!text.empty()) text += '\n';
-      text += part["text"].get<std::string>();
+      text += text_field->get<std::string>();
     }
     out["content"] = text;
   } else if (!content->is_string()) {

@@ -1,17 +1,5 @@
 #include "server/http_server.h"
 
-// Debian's libcpp-httplib is compiled with these; the header must be read the same way, or
-// httplib::Request (which holds an SSL pointer under OpenSSL support) changes layout.
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
-#include <httplib.h>
 #include <pthread.h>
 
 #include <atomic>
@@ -31,12 +19,16 @@
 #include "server/chat_formatter.h"
 #include "server/completion_params.h"
 #include "server/connection_probe.h"
+#include "server/http_transport.h"
+#include "server/httplib_include.h"
 #include "server/json_fields.h"
 #include "server/metrics.h"
+#include "server/request_guard.h"
 #include "server/response_format.h"
 #include "server/scheduler.h"
 #include "server/server_error.h"
 #include "server/server_log.h"
+#include "server/state_folder.h"
 #include "server/utf8.h"
 
 namespace agentkv::server {
@@ -162,6 +154,8 @@ class HttpServer {
  private:
   using Handler = std::function<void(const Request&, Response&)>;
   static Handler guarded(Handler h);
+  // A POST route: the body is read here, within --max-body whatever its transfer encoding.
+  httplib::Server::HandlerWithContentReader with_body(Handler h) const;
   void routes();
   httplib::Server::HandlerResponse pre_routing(const Request& req, Response& res);
   bool authorized(const Request& req) const;
@@ -176,11 +170,13 @@ class HttpServer {
   void models(Response& res);
   void slot_action(const Request& req, Response& res);
   void prefill(const Request& req, Response& res);
-  std::string state_file_path(const std::string& filename) const;
+  const StateFolder& state_folder() const;
 
   const ServerConfig cfg_;
+  OriginPolicy origin_policy_;
   std::string model_name_;
-  httplib::Server svr_;
+  GuardedServer svr_;
+  std::unique_ptr<StateFolder> state_folder_;
   std::unique_ptr<Engine> engine_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> listen_returned_{false};
@@ -189,10 +185,23 @@ class HttpServer {
   bool shut_down_ = false;
 };
 
-HttpServer::HttpServer(const ServerConfig& cfg) : cfg_(cfg) {
+TransportLimits transport_limits(const ServerConfig& cfg) {
+  TransportLimits t;
+  t.request_timeout_s = cfg.request_timeout_s;
+  t.max_connections = cfg.http_threads > 0 ? cfg.http_threads : 256;
+  return t;
+}
+
+HttpServer::HttpServer(const ServerConfig& cfg) : cfg_(cfg), svr_(transport_limits(cfg)) {
   model_name_ = cfg.alias.empty() ? std::filesystem::path(cfg.model_path).filename().string() : cfg.alias;
-  const int http_threads = cfg.http_threads > 0 ? cfg.http_threads : std::max(16, 2 * cfg.n_slots + 8);
-  svr_.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<size_t>(http_threads)); };
+  origin_policy_.bind_host = cfg.host;
+  origin_policy_.allowed_hosts = cfg.allowed_hosts;
+  origin_policy_.cors_origins = cfg.cors_origins;
+  if (!cfg.slot_save_path.empty()) {
+    state_folder_ = std::make_unique<StateFolder>(cfg.slot_save_path);
+    if (state_folder_->stale_removed() > 0)
+      log_line("slot save path: removed %zu temporary files left by interrupted saves", state_folder_->stale_removed());
+  }
   svr_.set_payload_max_length(cfg.max_body_bytes);
   svr_.set_default_headers({{"Server", "agentkv"}});
   routes();
@@ -277,6 +286,10 @@ HttpServer::Handler HttpServer::guarded(Handler h) {
       send_error(res, e);
     } catch (const Error& e) {
       send_error(res, HttpError(ErrorType::InvalidRequest, e.what()));
+    } catch (const Json::exception& e) {
+      // Only request JSON reaches nlohmann's checked accessors: a value of an unexpected type or
+      // range is the client's mistake (the readers in json_fields.h name the field first).
+      send_error(res, HttpError(ErrorType::InvalidRequest, std::string("invalid request: ") + e.what()));
     } catch (const std::exception& e) {
       send_error(res, HttpError(ErrorType::Server, e.what()));
     }
@@ -284,22 +297,111 @@ HttpServer::Handler HttpServer::guarded(Handler h) {
 }
 
 bool HttpServer::authorized(const Request& req) const {
-  if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return true;
-  return req.get_header_value("X-Api-Key") == cfg_.api_key;
+  // Both headers are compared whole and in constant time, so that timing tells nothing of the key.
+  const bool bearer = constant_time_equal(req.get_header_value("Authorization"), "Bearer " + cfg_.api_key);
+  const bool x_api_key = constant_time_equal(req.get_header_value("X-Api-Key"), cfg_.api_key);
+  return bearer || x_api_key;
 }
 
 httplib::Server::HandlerResponse HttpServer::pre_routing(const Request& req, Response& res) {
   t_request = RequestLog{Clock::now()};
-  const bool health = req.path == "/health" || req.path == "/v1/health";
-  if (!health && !cfg_.api_key.empty() && !authorized(req)) {
-    send_error(res, HttpError(ErrorType::Authentication, "Invalid API Key"));
-    return httplib::Server::HandlerResponse::Handled;
+  using HR = httplib::Server::HandlerResponse;
+  const bool is_post = req.method == "POST";
+  const bool chunked = req.has_header("Transfer-Encoding");
+  const bool has_length = req.has_header("Content-Length");
+  std::optional<uint64_t> length = has_length ? parse_content_length(req.get_header_value("Content-Length")) : 0;
+  // Anything refused here leaves the body unread: the connection closes after the answer.
+  auto refuse = [&](ErrorType type, const std::string& message, int status = 0) {
+    HttpError e(type, message);
+    Json body = error_body(e);
+    if (status) body["error"]["code"] = status;
+    send_json(res, body, status ? status : http_status(type));
+    if (is_post || chunked || (length && *length > 0) || !length) GuardedServer::close_after_response(res);
+    return HR::Handled;
+  };
+
+  // Framing first: a length that is not one, two lengths, or a transfer coding httplib would not
+  // decode are answered at once (no waiting for a body that cannot be delimited).
+  if (has_length && (!length || req.get_header_value_count("Content-Length") != 1))
+    return refuse(ErrorType::InvalidRequest, "invalid Content-Length header");
+  if (chunked && (has_length || req.get_header_value_count("Transfer-Encoding") != 1 ||
+                  std::string_view(req.get_header_value("Transfer-Encoding")) != "chunked"))
+    return refuse(ErrorType::InvalidRequest, "unsupported Transfer-Encoding: only 'chunked', without Content-Length");
+  if (length && *length > cfg_.max_body_bytes)
+    return refuse(ErrorType::PayloadTooLarge,
+                  "request body too large: the limit is " + std::to_string(cfg_.max_body_bytes) + " bytes");
+
+  // Browsers: Host must name this server (DNS rebinding), Origin must be this server or --cors.
+  if (!host_allowed(origin_policy_, req.get_header_value("Host"), req.has_header("Host")))
+    return refuse(ErrorType::Permission, "Host header not allowed (start the server with --allowed-host to accept it)");
+  const std::string origin = req.get_header_value("Origin");
+  if (req.has_header("Origin")) {
+    if (!origin_allowed(origin_policy_, origin, req.get_header_value("Host")))
+      return refuse(ErrorType::Permission, "cross-origin request refused (start the server with --cors ORIGIN to allow it)");
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
   }
+  if (req.method == "OPTIONS") {  // CORS preflight (an allowed origin got here); carries no credentials
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+    res.set_header("Access-Control-Max-Age", "600");
+    if (chunked || (length && *length > 0)) GuardedServer::close_after_response(res);
+    return HR::Handled;
+  }
+  if (!is_post && req.method != "GET" && req.method != "HEAD")
+    return refuse(ErrorType::InvalidRequest, "method " + req.method.substr(0, 16) + " not allowed", 405);
+
+  const bool health = req.path == "/health" || req.path == "/v1/health";
+  if (!health && !cfg_.api_key.empty() && !authorized(req))
+    return refuse(ErrorType::Authentication, "Invalid API Key");
+  // JSON endpoints take JSON only: a form or text/plain body is what a foreign page can send
+  // without a CORS preflight.
+  if (is_post && (chunked || *length > 0) && !is_json_content_type(req.get_header_value("Content-Type")))
+    return refuse(ErrorType::InvalidRequest, "Content-Type must be application/json", 415);
+  // GET bodies are not read: the connection is not reused after one.
+  if (!is_post && (chunked || *length > 0)) GuardedServer::close_after_response(res);
   if (!ready_.load(std::memory_order_acquire)) {
     send_error(res, HttpError(ErrorType::Unavailable, "Loading model"));
-    return httplib::Server::HandlerResponse::Handled;
+    if (is_post) GuardedServer::close_after_response(res);
+    return HR::Handled;
   }
-  return httplib::Server::HandlerResponse::Unhandled;
+  return HR::Unhandled;
+}
+
+httplib::Server::HandlerWithContentReader HttpServer::with_body(Handler h) const {
+  return [this, h = std::move(h)](const Request& req, Response& res, const httplib::ContentReader& reader) {
+    std::string body;
+    const bool chunked = req.has_header("Transfer-Encoding");
+    if (chunked || parse_content_length(req.get_header_value("Content-Length")).value_or(0) > 0) {
+      // Counted after decoding (chunked, gzip): no encoding lets a body past the limit.
+      bool too_large = false;
+      const bool ok = reader([&](const char* data, size_t n) {
+        if (n > cfg_.max_body_bytes - body.size()) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (!ok) {
+        GuardedServer::close_after_response(res);
+        if (too_large)
+          send_error(res, HttpError(ErrorType::PayloadTooLarge, "request body too large: the limit is " +
+                                                                    std::to_string(cfg_.max_body_bytes) + " bytes"));
+        else if (GuardedServer::request_timed_out())
+          send_json(res, Json{{"error", {{"code", 408}, {"message", "request body not received in time"},
+                                         {"type", "invalid_request_error"}}}}, 408);
+        else
+          send_error(res, invalid_request("the request body could not be read"));
+        return;
+      }
+    }
+    GuardedServer::request_read();
+    // httplib's Request is the caller's own non-const object; the handlers read the body from it.
+    const_cast<Request&>(req).body = std::move(body);
+    h(req, res);
+  };
 }
 
 void HttpServer::routes() {
@@ -311,7 +413,10 @@ void HttpServer::routes() {
     const int status = res.status;
     std::string message = status >= 500 ? "internal server error" : "bad request";
     ErrorType type = status >= 500 ? ErrorType::Server : ErrorType::InvalidRequest;
-    if (status == 404) {
+    if (GuardedServer::request_timed_out()) {
+      res.status = 408;
+      message = "request not received within " + std::to_string(static_cast<int>(cfg_.request_timeout_s)) + " s";
+    } else if (status == 404) {
       type = ErrorType::NotFound;
       message = "File Not Found";
     } else if (status == 413) {
@@ -319,8 +424,8 @@ void HttpServer::routes() {
       message = "request body too large: the limit is " + std::to_string(cfg_.max_body_bytes) + " bytes";
     }
     Json err = error_object(HttpError(type, message));
-    err["code"] = status;
-    send_json(res, Json{{"error", err}}, status);
+    err["code"] = res.status;
+    send_json(res, Json{{"error", err}}, res.status);
   });
   svr_.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
     std::string message = "unknown error";
@@ -345,6 +450,8 @@ void HttpServer::routes() {
   });
 
   auto health = guarded([](const Request&, Response& res) { send_json(res, Json{{"status", "ok"}}); });
+  // Every POST route reads its body itself (with_body); one that matches no route is not read.
+  auto post = [this](const std::string& pattern, Handler h) { svr_.Post(pattern, with_body(std::move(h))); };
   svr_.Get("/health", health);
   svr_.Get("/v1/health", health);
   svr_.Get("/props", guarded([this](const Request&, Response& res) { props(res); }));
@@ -355,22 +462,26 @@ void HttpServer::routes() {
   svr_.Get("/v1/models", list_models);
 
   auto native = guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Native); });
-  svr_.Post("/completion", native);
-  svr_.Post("/completions", native);
-  svr_.Post("/v1/completions",
-            guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::OaiCompletion); }));
+  post("/completion", native);
+  post("/completions", native);
+  post("/v1/completions",
+       guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::OaiCompletion); }));
   auto chat = guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::OaiChat); });
-  svr_.Post("/chat/completions", chat);
-  svr_.Post("/v1/chat/completions", chat);
-  svr_.Post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
-  svr_.Post("/detokenize", guarded([this](const Request& req, Response& res) { detokenize(req, res); }));
+  post("/chat/completions", chat);
+  post("/v1/chat/completions", chat);
+  post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
+  post("/detokenize", guarded([this](const Request& req, Response& res) { detokenize(req, res); }));
   auto apply = guarded([this](const Request& req, Response& res) { apply_template(req, res); });
-  svr_.Post("/apply-template", apply);
-  svr_.Post("/apply_template", apply);
-  svr_.Post(R"(/slots/([^/]*))", guarded([this](const Request& req, Response& res) { slot_action(req, res); }));
+  post("/apply-template", apply);
+  post("/apply_template", apply);
+  post(R"(/slots/([^/]*))", guarded([this](const Request& req, Response& res) { slot_action(req, res); }));
   auto prefill_route = guarded([this](const Request& req, Response& res) { prefill(req, res); });
-  svr_.Post("/v1/prefill", prefill_route);
-  svr_.Post("/prefill", prefill_route);
+  post("/v1/prefill", prefill_route);
+  post("/prefill", prefill_route);
+  svr_.Post(".*", [](const Request&, Response& res, const httplib::ContentReader&) {
+    GuardedServer::close_after_response(res);
+    send_json(res, error_body(HttpError(ErrorType::NotFound, "File Not Found")), 404);
+  });
 }
 
 void HttpServer::completion(const Request& req, Response& res, ResponseKind kind) {
@@ -538,7 +649,8 @@ void HttpServer::props(Response& res) {
                                                           {"params", defaults.to_json()}}},
                      {"total_slots", cfg_.n_slots},
                      {"model_alias", model_name_},
-                     {"model_path", cfg_.model_path},
+                     // the file name only: absolute paths of the host are not the clients' business
+                     {"model_path", std::filesystem::path(cfg_.model_path).filename().string()},
                      {"modalities", Json{{"vision", false}, {"audio", false}}},
                      {"endpoint_slots", true},
                      {"endpoint_props", false},
@@ -556,7 +668,8 @@ void HttpServer::slots(const Request& req, Response& res) {
   const std::string fail = req.has_param("fail_on_no_slot") ? req.get_param_value("fail_on_no_slot") : "";
   if ((fail == "1" || fail == "true") && !sched.has_idle_slot())
     throw HttpError(ErrorType::Unavailable, "no slot available");
-  send_json(res, sched.slots_json(CompletionParams{}));
+  // Prompts are other clients' text: shown only when asked for, or to holders of the API key.
+  send_json(res, sched.slots_json(CompletionParams{}, cfg_.slots_show_prompts || !cfg_.api_key.empty()));
 }
 
 void HttpServer::metrics(Response& res) {
@@ -569,13 +682,6 @@ namespace {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// A state file name: one path component, nothing that could leave the save folder.
-void check_state_filename(const std::string& name) {
-  const bool bad = name.empty() || name == "." || name == ".." || name.size() > 255 ||
-                   name.find_first_of(std::string("/\\\0", 3)) != std::string::npos;
-  if (bad) throw invalid_request("invalid filename '" + name + "': a plain file name without path components is required");
-}
-
 int parse_slot_id(const std::string& text) {
   if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos)
     throw invalid_request("invalid slot id '" + text + "'");
@@ -584,11 +690,10 @@ int parse_slot_id(const std::string& text) {
 
 }  // namespace
 
-std::string HttpServer::state_file_path(const std::string& filename) const {
-  if (cfg_.slot_save_path.empty())
+const StateFolder& HttpServer::state_folder() const {
+  if (!state_folder_)
     throw HttpError(ErrorType::NotSupported, "This server does not support slots action. Start it with `--slot-save-path`");
-  check_state_filename(filename);
-  return (std::filesystem::path(cfg_.slot_save_path) / filename).string();
+  return *state_folder_;
 }
 
 void HttpServer::slot_action(const Request& req, Response& res) {
@@ -602,9 +707,10 @@ void HttpServer::slot_action(const Request& req, Response& res) {
     send_json(res, Json{{"id_slot", id}, {"n_erased", n}});
   } else if (action == "save") {
     const std::string filename = read_string(body, "filename", "");
-    const std::string path = state_file_path(filename);
+    state_folder();
+    StateFolder::check_name(filename);
     const SlotStateBlob saved = sched.save_slot(id);
-    write_state_file(path, saved.blob);
+    state_folder().write(filename, saved.blob);
     send_json(res, Json{{"id_slot", id},
                         {"filename", filename},
                         {"n_saved", saved.n_tokens},
@@ -621,10 +727,7 @@ void HttpServer::slot_action(const Request& req, Response& res) {
       what = "state in the request";
     } else {
       filename = read_string(body, "filename", "");
-      const std::string path = state_file_path(filename);
-      if (!std::filesystem::is_regular_file(path))
-        throw invalid_request("state file '" + filename + "' not found in the slot save path");
-      blob = read_state_file(path);
+      blob = state_folder().read(filename);
       what = "state file " + filename;
     }
     const size_t n = sched.restore_slot(id, blob, what);
@@ -651,7 +754,10 @@ void HttpServer::prefill(const Request& req, Response& res) {
     parts = parse_prompt(body.at("prompt"));
   }
   const std::string filename = read_string(body, "filename", "");
-  const std::string path = filename.empty() ? "" : state_file_path(filename);
+  if (!filename.empty()) {
+    state_folder();
+    StateFolder::check_name(filename);
+  }
   auto task = std::make_shared<Task>();
   task->id = next_task_id_++;
   task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
@@ -678,10 +784,10 @@ void HttpServer::prefill(const Request& req, Response& res) {
                {"n_tokens", r.n_cached},
                {"n_bytes", r.state.size()},
                {"timings", r.timings.to_json()}};
-      if (path.empty()) {
+      if (filename.empty()) {
         out["state"] = base64_encode(r.state);
       } else {
-        write_state_file(path, r.state);
+        state_folder().write(filename, r.state);
         out["filename"] = filename;
       }
       send_json(res, out);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/ggml_type.h"
 
@@ -25,7 +26,11 @@ struct ServerConfig {
   GgmlType type_v = GgmlType::F16;
   size_t max_body_bytes = 16u << 20;
   double slot_similarity = 0.10;     // llama-server's --slot-prompt-similarity
-  int http_threads = 0;              // 0: enough for every slot plus waiting and polling clients
+  int http_threads = 0;              // connections served at once, one thread each; 0: 256
+  double request_timeout_s = 30.0;   // a request's line, headers and body must arrive within this
+  std::vector<std::string> cors_origins;   // origins allowed cross-origin requests ("*": any)
+  std::vector<std::string> allowed_hosts;  // Host names accepted besides localhost / the bind address ("*": any)
+  bool slots_show_prompts = false;   // GET /slots shows prompt text (also when an API key is set)
   std::string slot_save_path;        // folder of slot state files; "" disables save/restore by file
   size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints
   size_t cache_ram_bytes = 0;        // host-RAM cache of slot states; 0: off

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "server/request_guard.h"
 #include "server/server_error.h"
 
 namespace agentkv::server {
@@ -13,10 +14,13 @@ HttpError wrong_type(const char* key, const char* expected) {
 }  // namespace
 
 Json parse_body_object(const std::string& body) {
+  // Before parsing: every later step (copies, dumps, template values) recurses once per level.
+  if (json_nesting_depth(body, kMaxJsonDepth) > kMaxJsonDepth)
+    throw invalid_request("JSON nested too deeply: more than " + std::to_string(kMaxJsonDepth) + " levels");
   Json parsed;
   try {
     parsed = Json::parse(body);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     throw invalid_request(std::string("invalid JSON in request body: ") + e.what());
   }
   if (!parsed.is_object()) throw invalid_request("request body must be a JSON object");

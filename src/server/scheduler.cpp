@@ -7,6 +7,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 #include "engine/session_state.h"
+#include "memory/kv_cache.h"
+#include "memory/memory_state.h"
 #include "server/server_log.h"
 
 namespace agentkv::server {
@@ -153,8 +155,18 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
   run_job([&] {
     Slot& slot = idle_slot(id);
     // Refuse what cannot become a prompt cache before memory changes.
-    if (!memory::decode_state(blob, what).has_tokens)
+    const memory::StateContents decoded = memory::decode_state(blob, what);
+    if (!decoded.has_tokens)
       throw HttpError(ErrorType::InvalidRequest, what + ": carries no tokens, so it cannot become a slot's cache");
+    // Room: idle slots' caches go first, as for a prompt; cells held by busy slots are a
+    // capacity condition of the server (503), not a fault of the request.
+    const size_t needed = decoded.memory.kv ? decoded.memory.kv->cells.size() : 0;
+    while (needed > cells_free_for(slot.id) && free_idle_memory(slot.id)) {
+    }
+    if (needed > cells_free_for(slot.id))
+      throw HttpError(ErrorType::Unavailable, what + ": needs " + std::to_string(needed) + " memory cells, " +
+                                                  std::to_string(cells_free_for(slot.id)) +
+                                                  " are free while other slots are busy; retry later");
     LoadedState st;
     try {
       st = load_seq(ctx_, blob, slot.id, what);
@@ -353,7 +365,7 @@ MetricsSnapshot Scheduler::metrics() const {
   return m;
 }
 
-Json Scheduler::slots_json(const CompletionParams& defaults) const {
+Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) const {
   std::lock_guard<std::mutex> lock(mutex_);
   Json out = Json::array();
   for (const Slot& s : slots_) {
@@ -370,7 +382,7 @@ Json Scheduler::slots_json(const CompletionParams& defaults) const {
         {"n_prompt_tokens", busy ? s.task->prompt.size() : 0},
         {"n_prompt_tokens_processed", busy ? s.n_prompt_done - s.n_cache_reused : 0},
         {"n_prompt_tokens_cache", busy ? s.n_cache_reused : 0},
-        {"prompt", tok_.decode(s.cache.tokens(), true)},
+        {"prompt", show_prompts ? tok_.decode(s.cache.tokens(), true) : std::string()},
         {"next_token", Json{{"has_next_token", busy},
                             {"has_new_line", s.has_new_line},
                             {"n_remain", n_remain},
@@ -430,7 +442,12 @@ void Scheduler::assign_queued() {
     }
     std::vector<SlotCandidate> candidates;
     candidates.reserve(slots_.size());
-    for (const Slot& s : slots_) candidates.push_back({s.id, s.idle(), s.cache.tokens(), s.last_used, s.session_id});
+    for (const Slot& s : slots_) {
+      // A cache of another cache_salt is no candidate for prefix similarity.
+      const std::span<const Token> cached =
+          s.cache_salt == salt_of(task.params.cache_salt) ? s.cache.tokens() : std::span<const Token>();
+      candidates.push_back({s.id, s.idle(), cached, s.last_used, s.session_id});
+    }
     const SlotChoice choice =
         choose_slot(candidates, {task.prompt, task.params.id_slot, task.params.session_id}, cfg_.slot_similarity);
     if (choice.slot < 0) {
@@ -593,12 +610,22 @@ bool Scheduler::build_batch(Batch& batch) {
   return batch.size() > 0;
 }
 
-bool Scheduler::free_idle_memory() {
+size_t Scheduler::cells_free_for(int slot_id) const {
+  const memory::KvCache* kv = ctx_.memory().kv();
+  if (!kv) return SIZE_MAX;  // recurrent memory only: one cell per sequence, always there
+  const memory::KvCells& cells = kv->cells(kv->stream_of(slot_id));
+  size_t n = 0;
+  for (uint32_t i = 0; i < cells.size(); ++i)
+    if (cells.is_empty(i) || (cells.has_seq(i, slot_id) && cells.seqs(i).count() == 1)) ++n;
+  return n;
+}
+
+bool Scheduler::free_idle_memory(int except_slot) {
   // Cached pages no slot uses go first, least recently used first.
   if (index_ && index_->evict(cfg_.n_batch) > 0) return true;
   Slot* lru = nullptr;
   for (Slot& s : slots_)
-    if (s.idle() && s.cache.size() > 0 && (!lru || s.last_used < lru->last_used)) lru = &s;
+    if (s.id != except_slot && s.idle() && s.cache.size() > 0 && (!lru || s.last_used < lru->last_used)) lru = &s;
   if (!lru) return false;
   log_line("slot %d: memory is full; dropping this idle slot's cache (%zu tokens)", lru->id, lru->cache.size());
   save_to_ram(*lru, "memory is full");

@@ -71,14 +71,16 @@ class Scheduler {
   void wake();
 
   const SchedulerConfig& config() const { return cfg_; }
-  // GET /slots: one object per slot (llama-server's fields plus agentkv's cache facts).
-  Json slots_json(const CompletionParams& defaults) const;
+  // GET /slots: one object per slot (llama-server's fields plus agentkv's cache facts). Without
+  // show_prompts, "prompt" is empty (other clients' text).
+  Json slots_json(const CompletionParams& defaults, bool show_prompts = true) const;
   bool has_idle_slot() const;
   MetricsSnapshot metrics() const;
 
   // Slot actions, run by the scheduler thread between two steps (the caller waits). They throw
-  // HttpError (503 when the slot is busy or the server stops; 400 for a state that does not fit
-  // this model or memory, in which case the slot is unchanged).
+  // HttpError (503 when the slot is busy, the server stops, or busy slots hold the memory a
+  // restored state needs; 400 for a state that does not fit this model, in which case the slot
+  // is unchanged). A restore drops idle slots' caches to make room, as a prompt does.
   SlotStateBlob save_slot(int id);
   // Installs a sequence state (session_state.h, with tokens) into the slot; returns its tokens.
   size_t restore_slot(int id, std::span<const uint8_t> blob, const std::string& what);
@@ -98,7 +100,8 @@ class Scheduler {
   void release(Slot& slot);
   void requeue(Slot& slot);
   void on_memory_full();
-  bool free_idle_memory();
+  bool free_idle_memory(int except_slot = -1);
+  size_t cells_free_for(int slot_id) const;  // KV cells the slot could use once its own cache is dropped
   Timings timings_of(const Slot& slot, Slot::Clock::time_point now) const;
   void run_job(std::function<void()> fn);  // on the scheduler thread; rethrows its exception here
   void run_jobs();

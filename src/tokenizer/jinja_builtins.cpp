@@ -27,7 +27,9 @@ ArgBinder::ArgBinder(std::string what, CallArgs& args, std::initializer_list<con
       throw EvalError(what_ + ": takes at most " + std::to_string(names.size()) + " arguments");
     }
   }
-  for (auto& [name, value] : args.named) {
+  for (auto& entry : args.named) {
+    const auto& name = entry.first;  // a named reference: lambdas cannot capture bindings in clang 14
+    auto& value = entry.second;
     const auto it = std::find_if(names.begin(), names.end(), [&](const char* n) { return name == n; });
     if (it == names.end()) throw EvalError(what_ + ": unexpected keyword argument '" + name + "'");
     const auto i = static_cast<size_t>(it - names.begin());

@@ -79,7 +79,7 @@ def test_chat_stream(server):
 def _raw_request(server, path, body):
     sock = socket.create_connection(("127.0.0.1", server.port))
     data = json.dumps(body).encode()
-    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                  % (path.encode(), len(data)) + data)
     return sock
 

@@ -1,0 +1,160 @@
+// libFuzzer target for the state-file reader (docs/state-format.md): what a restore or adopt reads
+// from a file or a request. Any input is decoded or refused with agentkv::Error; a decoded state is
+// then planned against, and restored into, a small hybrid memory (KV + recurrent) of the layout it
+// claims, or refused there with agentkv::Error; re-encoding a decoded state must decode again.
+// Anything else (a crash, a sanitizer report, another exception) is a finding.
+//
+// AGENTKV_FUZZ_WRITE_SEEDS=DIR: writes valid states (dense and hybrid, with tokens, logits and
+// checkpoints) to DIR at start-up, as seeds.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "memory/memory_state.h"
+#include "memory/sequence_memory.h"
+
+using namespace agentkv;
+using namespace agentkv::memory;
+
+namespace {
+
+#define FUZZ_CHECK(cond) \
+  do {                   \
+    if (!(cond)) std::abort(); \
+  } while (0)
+
+// Layers 0 and 2 attention, 1 and 3 recurrent; 4 sequences over 64 cells.
+std::unique_ptr<SequenceMemory> make_memory(bool hybrid, GgmlType type) {
+  KvLayout kv;
+  kv.layer_has_kv = hybrid ? std::vector<bool>{true, false, true, false} : std::vector<bool>{true, true};
+  kv.n_embd_k = 64;
+  kv.n_embd_v = 64;
+  kv.type_k = type;
+  kv.type_v = type;
+  kv.n_cells = 64;
+  kv.n_seq_max = 4;
+  std::unique_ptr<RecurrentMemory> rec;
+  if (hybrid) {
+    RecurrentLayout rl;
+    rl.layer_recurrent = {false, true, false, true};
+    rl.n_conv = 12;
+    rl.n_ssm = 16;
+    rl.n_seq_max = 4;
+    rec = std::make_unique<RecurrentMemory>(rl);
+  }
+  return std::make_unique<SequenceMemory>(std::make_unique<KvCache>(kv), std::move(rec));
+}
+
+void fill(SequenceMemory& mem, SeqId seq, int n) {
+  UBatch ub;
+  for (int i = 0; i < n; ++i) ub.add(i, {seq});
+  auto placement = mem.prepare(ub);
+  FUZZ_CHECK(placement.has_value());
+  mem.apply(ub, *placement);
+}
+
+void write_seeds(const std::string& dir) {
+  int k = 0;
+  for (bool hybrid : {false, true}) {
+    for (GgmlType type : {GgmlType::F16, GgmlType::Q8_0}) {
+      auto mem = make_memory(hybrid, type);
+      fill(*mem, 1, 5);
+      fill(*mem, 2, 3);
+      StateContents c;
+      c.fingerprint = 42;
+      c.memory = memory_state_view(*mem, 1, kStateAll);
+      c.has_tokens = true;
+      c.tokens = {1, 2, 3, 4, 5};
+      c.logits = {0.5f, -1.0f, 2.0f};
+      if (hybrid) c.checkpoints.push_back({2, memory_state_view(*mem, 1, kStatePartialOnly)});
+      for (SeqId s : {SeqId{1}, SeqId{-1}}) {
+        if (s < 0) c.memory = memory_state_view(*mem, -1, kStateAll);
+        const std::vector<uint8_t> blob = encode_state(c);
+        const std::string path = dir + "/state-" + std::to_string(k++) + ".akvs";
+        if (FILE* f = std::fopen(path.c_str(), "wb")) {
+          std::fwrite(blob.data(), 1, blob.size(), f);
+          std::fclose(f);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  if (const char* dir = std::getenv("AGENTKV_FUZZ_WRITE_SEEDS")) write_seeds(dir);
+  return 0;
+}
+
+namespace {
+void fuzz_one(std::span<const uint8_t> blob);
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz_one({data, size});
+  // The same bytes with a length field and checksum that match, so that mutations reach the
+  // section parser (a random change fails the checksum otherwise).
+  if (size >= 24) {
+    std::vector<uint8_t> fixed(data, data + size);
+    const uint64_t length = size;
+    std::memcpy(fixed.data() + 8, &length, sizeof length);
+    const uint64_t sum = XXH64(fixed.data(), size - 8, 0);
+    std::memcpy(fixed.data() + size - 8, &sum, sizeof sum);
+    fuzz_one(fixed);
+  }
+  return 0;
+}
+
+namespace {
+
+void fuzz_one(std::span<const uint8_t> blob) {
+  StateContents c;
+  try {
+    c = decode_state(blob, "fuzz state");
+  } catch (const Error&) {
+    return;  // refused cleanly
+  }
+  // Re-encoding what was accepted gives a state that decodes again, and is a fixed point.
+  const std::vector<uint8_t> again = encode_state(c);
+  StateContents c2 = decode_state(again, "re-encoded state");
+  FUZZ_CHECK(c2.tokens == c.tokens && c2.logits.size() == c.logits.size() &&
+             c2.checkpoints.size() == c.checkpoints.size() && c2.has_tokens == c.has_tokens);
+  FUZZ_CHECK(encode_state(c2) == again);
+
+  // Restore into memories of both kinds; refusals are agentkv::Error and leave memory as it was.
+  for (bool hybrid : {false, true}) {
+    for (GgmlType type : {GgmlType::F16, GgmlType::Q8_0}) {
+      auto mem = make_memory(hybrid, type);
+      fill(*mem, 0, 7);
+      const std::vector<uint8_t> before = encode_state(StateContents{
+          .fingerprint = 0, .memory = memory_state_view(*mem, -1, kStateAll)});
+      for (SeqId dest : {SeqId{-1}, SeqId{3}}) {
+        try {
+          for (const CheckpointImage& cp : c.checkpoints) check_memory_layout(*mem, cp.image);
+          const MemoryRestorePlan plan = plan_memory_restore(*mem, c.memory, dest);
+          apply_memory_restore(*mem, c.memory, plan);
+          // What was restored can be saved again.
+          (void)encode_state(StateContents{.fingerprint = 1, .memory = memory_state_view(*mem, dest, kStateAll)});
+          break;
+        } catch (const Error&) {
+          const std::vector<uint8_t> now = encode_state(StateContents{
+              .fingerprint = 0, .memory = memory_state_view(*mem, -1, kStateAll)});
+          FUZZ_CHECK(now == before);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
