@@ -27,6 +27,8 @@
 
 #include "engine/context.h"
 #include "memory/checkpoints.h"
+#include "grammar/matcher.h"
+#include "server/grammar_run.h"
 #include "server/metrics.h"
 #include "server/ram_cache.h"
 #include "server/slot.h"
@@ -72,6 +74,8 @@ class Scheduler {
   Json slots_json(const CompletionParams& defaults) const;
   bool has_idle_slot() const;
   MetricsSnapshot metrics() const;
+  // The tokens every slot's cache holds (chat prompts are aligned to them, prompt_align.h).
+  std::vector<std::vector<Token>> cached_sequences() const;
 
   // Slot actions, run by the scheduler thread between two steps (the caller waits). They throw
   // HttpError (503 when the slot is busy or the server stops; 400 for a state that does not fit
@@ -128,6 +132,8 @@ class Scheduler {
   uint64_t use_counter_ = 0;
   size_t prompt_rotation_ = 0;  // which prompt-reading slot gets the batch first
   MetricsSnapshot metrics_;
+  std::unique_ptr<grammar::TokenTrie> token_trie_;  // built when the first grammar comes
+  MatcherCache matchers_;
   bool stopping_ = false;
   std::thread thread_;
 };
