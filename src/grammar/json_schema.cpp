@@ -255,7 +255,9 @@ class Converter {
       }
     }
     const Json addl = s.contains("additionalProperties") ? s["additionalProperties"] : Json();
-    if (props.empty() && (addl.is_null() || (addl.is_boolean() && addl.get<bool>()))) return "object";
+    // No "properties" at all: any object. Given properties (even none, as a tool without
+    // parameters declares them) close the object unless additionalProperties opens it.
+    if (!s.contains("properties") && (addl.is_null() || (addl.is_boolean() && addl.get<bool>()))) return "object";
 
     std::vector<std::string> req_names, opt_names;
     std::map<std::string, std::string> kv;

@@ -25,16 +25,19 @@ int32_t GrammarRun::sample(Sampler& sampler, const float* logits, int64_t n_voca
   const int32_t first = sampler.sample(logits, n_vocab, history);
   if (m_->allows(pos_, trie_, first)) return first;
   const std::vector<uint64_t>& bits = m_->mask(pos_, trie_);
-  scratch.assign(logits, logits + n_vocab);
-  bool any = false;
+  // Sample among the allowed tokens only (the same chain as over a row masked to -inf).
+  std::vector<int32_t>& ids = allowed_;
+  ids.clear();
   const int64_t n = std::min<int64_t>(n_vocab, trie_.n_vocab());
-  for (int64_t i = 0; i < n_vocab; ++i) {
-    const bool ok = i < n && ((bits[static_cast<size_t>(i) >> 6] >> (i & 63)) & 1);
-    if (!ok) scratch[static_cast<size_t>(i)] = -INFINITY;
-    else if (!std::isnan(scratch[static_cast<size_t>(i)])) any = true;
+  for (size_t w = 0; w < bits.size(); ++w) {
+    for (uint64_t x = bits[w]; x; x &= x - 1) {
+      const int64_t id = static_cast<int64_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(x)));
+      if (id < n && !std::isnan(logits[id]) && logits[id] > -INFINITY) ids.push_back(static_cast<int32_t>(id));
+    }
   }
-  if (!any) return -1;
-  const int32_t id = sampler.sample(scratch.data(), n_vocab, history);
+  (void)scratch;
+  if (ids.empty()) return -1;
+  const int32_t id = sampler.sample_among(logits, ids, history);
   return m_->allows(pos_, trie_, id) ? id : -1;
 }
 

@@ -60,6 +60,7 @@ class GrammarRun {
   grammar::Position pos_;
   bool active_ = false;
   std::string text_;  // lazy, before the trigger: the text so far
+  std::vector<int32_t> allowed_;  // the tokens the mask allows (scratch)
 };
 
 }  // namespace agentkv::server

@@ -426,7 +426,10 @@ std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string
   }
   if (alts.empty()) throw Error(only_name.empty() ? "no tools" : "tool_choice names function '" + only_name + "', which is not in tools");
   std::string out;
-  const std::string calls = parallel ? "tool-call (\"\\n\" tool-call)*" : "tool-call";
+  // Parallel calls: at most kMaxParallelCalls in one answer (a model that never stops calling
+  // still ends).
+  const std::string calls =
+      parallel ? "tool-call (\"\\n\" tool-call){0," + std::to_string(kMaxParallelCalls - 1) + "}" : "tool-call";
   out += "root ::= " + std::string(think_prefix ? "[^<]* \"</think>\\n\\n\" " : "") + calls + "\n";
   if (f == ToolFormat::Hermes)
     out += "tool-call ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" (" + alts + ") \"}\\n</tool_call>\"\n";

@@ -54,6 +54,8 @@ ChatMessage parse_chat_output(std::string_view text, const ChatParseOptions& o, 
 std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string& only_name, bool parallel,
                               bool think_prefix);
 
+constexpr int kMaxParallelCalls = 8;
+
 // "call_" + 24 random alphanumerics.
 std::string make_tool_call_id();
 
