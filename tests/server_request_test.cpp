@@ -266,20 +266,23 @@ TEST(ServerResponses, OpenAiShapes) {
 
   TokenEvent t;
   t.text = "a";
-  auto first = oai_chat_token_chunks(t, info, true);
+  ChatStream cs;
+  auto first = oai_chat_token_chunks(t, info, true, cs);
   ASSERT_EQ(first.size(), 2u);
   EXPECT_EQ(first[0]["choices"][0]["delta"]["role"], "assistant");
   EXPECT_TRUE(first[0]["choices"][0]["delta"]["content"].is_null());
   EXPECT_EQ(first[1]["choices"][0]["delta"]["content"], "a");
   EXPECT_EQ(first[1]["object"], "chat.completion.chunk");
-  EXPECT_EQ(oai_chat_token_chunks(t, info, false).size(), 1u);
+  EXPECT_EQ(oai_chat_token_chunks(t, info, false, cs).size(), 1u);
 
-  auto ends = oai_chat_final_chunks(r, info);
+  FinalResult streamed = r;
+  streamed.content = "aa";  // what the two chunks sent
+  auto ends = oai_chat_final_chunks(streamed, info, cs);
   ASSERT_EQ(ends.size(), 1u);
   EXPECT_EQ(ends[0]["choices"][0]["finish_reason"], "stop");
   EXPECT_TRUE(ends[0]["choices"][0]["delta"].empty());
   info.params.include_usage = true;
-  ends = oai_chat_final_chunks(r, info);
+  ends = oai_chat_final_chunks(streamed, info, cs);
   ASSERT_EQ(ends.size(), 2u);
   EXPECT_TRUE(ends[1]["choices"].empty());
   EXPECT_EQ(ends[1]["usage"]["total_tokens"], 13);

@@ -8,5 +8,6 @@ namespace agentkv::tools {
 int bench_fakeprefix(Args& args);  // agentkv bench fakeprefix
 int bench_turns(Args& args);       // agentkv bench turns
 int bench_handoff(Args& args);     // agentkv bench handoff
+int bench_grammar(Args& args);     // agentkv bench grammar (constrained decoding speed)
 
 }  // namespace agentkv::tools

@@ -147,6 +147,10 @@ int bench_fake_prefix_op(Args& a) {
 }
 
 int cmd_bench(const std::vector<std::string>& argv) {
+  if (!argv.empty() && argv[0] == "grammar") {
+    Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));
+    return bench_grammar(sub);
+  }
   if (!argv.empty() && (argv[0] == "fakeprefix" || argv[0] == "turns" || argv[0] == "handoff")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));  // measurement benches: bench_*.cpp
     return argv[0] == "fakeprefix" ? bench_fakeprefix(sub) : argv[0] == "turns" ? bench_turns(sub) : bench_handoff(sub);
@@ -160,7 +164,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
               "  -np N: tgN decodes N sequences together (one token each per step, as the server batches\n"
               "         slots) and reports their aggregate tokens/s\n"
               "       agentkv bench --fake-prefix-op -m MODEL [-L 1024,8192,32768] [-r 50]\n"
-              "       agentkv bench fakeprefix|turns|handoff --help   (docs/measurement.md)");
+              "       agentkv bench fakeprefix|turns|handoff --help   (docs/measurement.md)\n"
+              "       agentkv bench grammar -m MODEL [--json-schema F | --grammar F] [-n 128] [-r 3] [-t 2]");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");

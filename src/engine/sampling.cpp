@@ -29,7 +29,7 @@ Sampler::Sampler(const SamplerParams& p) : params_(p), rng_(p.seed) {
 // llama.cpp's penalties sampler: each distinct token of the window is penalised once by
 // repeat_penalty (dividing positive logits, multiplying the others), then by
 // count * frequency_penalty + presence_penalty.
-void Sampler::apply_penalties(std::vector<Candidate>& cands, std::span<const int32_t> history) const {
+void Sampler::apply_penalties(std::vector<Candidate>& cands, std::span<const int32_t> history, bool dense) const {
   const auto& p = params_;
   if (p.repeat_last_n == 0 || history.empty() ||
       (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f)) {
@@ -39,6 +39,15 @@ void Sampler::apply_penalties(std::vector<Candidate>& cands, std::span<const int
   if (p.repeat_last_n > 0) window = std::min(window, static_cast<size_t>(p.repeat_last_n));
   std::unordered_map<int32_t, int> counts;
   for (int32_t id : history.subspan(history.size() - window)) ++counts[id];
+  if (!dense) {  // a subset of the vocabulary: look each candidate up
+    for (Candidate& c : cands) {
+      auto it = counts.find(c.id);
+      if (it == counts.end()) continue;
+      c.logit = c.logit <= 0.0f ? c.logit * p.repeat_penalty : c.logit / p.repeat_penalty;
+      c.logit -= static_cast<float>(it->second) * p.frequency_penalty + p.presence_penalty;
+    }
+    return;
+  }
   // Candidates are still in id order here: candidate i is token i.
   const auto n_vocab = static_cast<int64_t>(cands.size());
   for (const auto& [id, count] : counts) {
@@ -63,8 +72,23 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab, std::span<const in
     const float l = logits[i];
     cands_[i] = {static_cast<int32_t>(i), std::isnan(l) ? -INFINITY : l};
   }
-  apply_penalties(cands_, history);
+  apply_penalties(cands_, history, /*dense=*/true);
+  return draw();
+}
 
+int32_t Sampler::sample_among(const float* logits, std::span<const int32_t> ids, std::span<const int32_t> history) {
+  if (!logits || ids.empty()) throw Error("sampler: no candidate tokens");
+  cands_.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float l = logits[ids[i]];
+    cands_[i] = {ids[i], std::isnan(l) ? -INFINITY : l};
+  }
+  apply_penalties(cands_, history, /*dense=*/false);
+  return draw();
+}
+
+int32_t Sampler::draw() {
+  const size_t n = cands_.size();
   auto better = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };

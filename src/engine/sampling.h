@@ -36,6 +36,10 @@ class Sampler {
   // Picks the next token from one logits row. `history` is the sequence so far (prompt and
   // generated tokens, oldest first); penalties use its last repeat_last_n entries.
   int32_t sample(const float* logits, int64_t n_vocab, std::span<const int32_t> history = {});
+  // The same chain over the tokens `ids` only (ascending ids), as if every other token's logit
+  // were -inf: constrained decoding samples among what its grammar allows without a masked
+  // copy of the whole row.
+  int32_t sample_among(const float* logits, std::span<const int32_t> ids, std::span<const int32_t> history = {});
 
   void reseed(uint32_t seed) { rng_.seed(seed); }
   const SamplerParams& params() const { return params_; }
@@ -45,7 +49,8 @@ class Sampler {
     int32_t id;
     float logit;
   };
-  void apply_penalties(std::vector<Candidate>& cands, std::span<const int32_t> history) const;
+  void apply_penalties(std::vector<Candidate>& cands, std::span<const int32_t> history, bool dense) const;
+  int32_t draw();  // the chain after the penalties, over cands_
   double next_uniform();  // in [0, 1), 53 random bits
 
   SamplerParams params_;

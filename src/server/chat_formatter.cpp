@@ -14,12 +14,28 @@ const char* const kChatMlTemplate =
 
 std::string token_text(const Tokenizer& tok, Token id) { return id >= 0 ? tok.token_to_piece(id, true) : ""; }
 
-Json normalize_message(const Json& msg, size_t index) {
+Json normalize_message(const Json& msg, size_t index, bool object_arguments) {
   const std::string where = "messages[" + std::to_string(index) + "]";
   if (!msg.is_object()) throw invalid_request(where + " must be an object");
   auto role = msg.find("role");
   if (role == msg.end() || !role->is_string()) throw invalid_request(where + ".role must be a string");
   Json out = msg;
+  // OpenAI clients send tool-call arguments as a JSON string; templates that iterate over them
+  // (Qwen3.5's XML form) need the object. Qwen3's prints the string as is (exactly what the model
+  // generated, which keeps the prompt cache).
+  if (object_arguments && out.contains("tool_calls") && out["tool_calls"].is_array()) {
+    for (Json& call : out["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+      Json& args = call["function"]["arguments"];
+      if (args.is_string()) {
+        try {
+          Json parsed = Json::parse(args.get<std::string>());
+          if (parsed.is_object()) args = std::move(parsed);
+        } catch (const std::exception&) {
+        }
+      }
+    }
+  }
   auto content = msg.find("content");
   if (content == msg.end() || content->is_null()) {
     out["content"] = "";  // e.g. an assistant message that only carries tool_calls
@@ -49,7 +65,10 @@ ChatFormatter::ChatFormatter(const Tokenizer& tok, const std::string& source)
     : source_(source.empty() ? kChatMlTemplate : source),
       bos_(token_text(tok, tok.bos())),
       eos_(token_text(tok, tok.eos())),
-      template_(source_) {}
+      template_(source_) {
+  object_arguments_ = source_.find("arguments is mapping") != std::string::npos ||
+                      source_.find("arguments|items") != std::string::npos;
+}
 
 std::string ChatFormatter::apply(const Json& body) const {
   auto messages = body.find("messages");
@@ -73,7 +92,7 @@ std::optional<std::string> ChatFormatter::apply_leading_system(const Json& body)
 std::string ChatFormatter::render(const Json& body, size_t n_messages, bool add_generation_prompt) const {
   const Json& messages = body.at("messages");
   ChatTemplateInputs in;
-  for (size_t i = 0; i < n_messages; ++i) in.messages.push_back(normalize_message(messages[i], i));
+  for (size_t i = 0; i < n_messages; ++i) in.messages.push_back(normalize_message(messages[i], i, object_arguments_));
   if (has_field(body, "tools")) {
     if (!body.at("tools").is_array()) throw invalid_request("field 'tools' must be an array");
     if (!body.at("tools").empty()) in.tools = body.at("tools");

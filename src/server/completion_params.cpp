@@ -71,6 +71,10 @@ Json CompletionParams::to_json() const {
       {"id_slot", id_slot},
       {"samplers", Json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})},
       {"timings_per_token", timings_per_token},
+      {"n_probs", n_probs},
+      {"grammar", grammar.grammar ? grammar.grammar->source : std::string()},
+      {"grammar_lazy", grammar.lazy},
+      {"grammar_triggers", grammar.triggers},
   };
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampling.h"
+#include "server/grammar_run.h"
 #include "server/json_fields.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,6 +49,12 @@ struct CompletionParams {
   bool timings_per_token = false;    // timings on every streamed chunk
   // Added to a token's logit before sampling (llama-server's logit_bias; -infinity: never).
   std::vector<std::pair<Token, float>> logit_bias;
+  // Constrained decoding (grammar, json_schema, response_format, tools; agent_request.h).
+  GrammarSettings grammar;
+  // Probabilities of the n_probs most likely tokens at each generated token (n_probs,
+  // top_logprobs); with_logprobs: the sampled token's own log-probability even when n_probs = 0.
+  int32_t n_probs = 0;
+  bool with_logprobs = false;
 
   // The "generation_settings" / slot "params" object (llama-server's field names).
   Json to_json() const;

@@ -15,6 +15,7 @@
 #include "engine/context.h"
 #include "engine/session_state.h"
 #include "model/model.h"
+#include "server/agent_request.h"
 #include "server/base64.h"
 #include "server/chat_formatter.h"
 #include "server/completion_params.h"
@@ -24,6 +25,7 @@
 #include "server/json_fields.h"
 #include "server/metrics.h"
 #include "server/request_guard.h"
+#include "server/prompt_align.h"
 #include "server/response_format.h"
 #include "server/scheduler.h"
 #include "server/server_error.h"
@@ -101,6 +103,7 @@ struct StreamState {
   ResponseInfo info;
   ConnectionProbe probe;
   Scheduler* scheduler = nullptr;
+  ChatStream chat;
   bool first_token = true;
   void cancel() {
     channel->cancel();
@@ -112,16 +115,17 @@ std::vector<Json> token_chunks(const TokenEvent& t, StreamState& st) {
   switch (st.info.kind) {
     case ResponseKind::Native: return {native_partial_json(t, st.info)};
     case ResponseKind::OaiCompletion: return {oai_completion_chunk_json(t, st.info)};
-    case ResponseKind::OaiChat: return oai_chat_token_chunks(t, st.info, st.first_token);
+    case ResponseKind::OaiChat: return oai_chat_token_chunks(t, st.info, st.first_token, st.chat);
   }
   return {};
 }
 
-std::vector<Json> final_chunks(const FinalResult& r, const ResponseInfo& info) {
+std::vector<Json> final_chunks(const FinalResult& r, StreamState& st) {
+  const ResponseInfo& info = st.info;
   switch (info.kind) {
     case ResponseKind::Native: return {native_final_json(r, info)};
     case ResponseKind::OaiCompletion: return {oai_completion_final_json(r, info)};
-    case ResponseKind::OaiChat: return oai_chat_final_chunks(r, info);
+    case ResponseKind::OaiChat: return oai_chat_final_chunks(r, info, st.chat);
   }
   return {};
 }
@@ -489,6 +493,10 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
   const Tokenizer& tok = e.model->tokenizer();
   const Json body = parse_body_object(req.body);
 
+  const Endpoint endpoint = kind == ResponseKind::Native        ? Endpoint::Native
+                            : kind == ResponseKind::OaiCompletion ? Endpoint::OaiCompletion
+                                                                  : Endpoint::OaiChat;
+  check_known_fields(body, endpoint);
   std::vector<PromptPart> parts;
   if (kind == ResponseKind::OaiChat) {
     parts.push_back({e.chat->apply(body), -1});
@@ -499,7 +507,14 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
   auto task = std::make_shared<Task>();
   task->id = next_task_id_++;
   task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
+  parse_constraints(body, endpoint, task->params);
+  ChatParseOptions chat_options;
+  if (kind == ResponseKind::OaiChat)
+    chat_options = parse_chat_options(body, detect_tool_format(e.chat->template_source()), parts[0].text, task->params);
   task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
+  // A chat prompt re-renders earlier answers: keep the tokens the model generated for them.
+  if (kind == ResponseKind::OaiChat)
+    task->prompt = align_to_cache(tok, parts[0].text, task->prompt, e.scheduler->cached_sequences()).tokens;
   check_prompt_fits(task->prompt, e.scheduler->config().n_ctx);
   if (kind == ResponseKind::OaiChat) task->snapshot_points = system_prompt_end(e, body, task->prompt);
   if (task->params.n_fake_cached > 0 && static_cast<size_t>(task->params.n_fake_cached) >= task->prompt.size())
@@ -516,6 +531,7 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
   info.fingerprint = kBuildInfo;
   info.created = static_cast<int64_t>(std::time(nullptr));
   info.params = task->params;
+  info.chat = std::move(chat_options);
   if (kind == ResponseKind::Native) info.prompt_text = tok.decode(task->prompt, true);
 
   ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
@@ -567,7 +583,7 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
             st->first_token = false;
           } else if (ev.kind == TaskEvent::Kind::Final) {
             note_timings(ev.final.timings);
-            for (const Json& chunk : final_chunks(ev.final, st->info)) write(sse(chunk));
+            for (const Json& chunk : final_chunks(ev.final, *st)) write(sse(chunk));
             if (st->info.kind != ResponseKind::Native) write("data: [DONE]\n\n");
             sink.done();
             return true;

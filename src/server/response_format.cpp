@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "server/logprobs.h"
+
 namespace agentkv::server {
 
 const char* finish_reason(StopType stop) {
@@ -30,12 +32,13 @@ Json native_partial_json(const TokenEvent& t, const ResponseInfo& info) {
       {"tokens_evaluated", t.n_prompt},
   };
   if (t.timings) j["timings"] = t.timings->to_json();
+  if (info.params.n_probs > 0) j["completion_probabilities"] = token_probs_json(t.probs);
   return j;
 }
 
 Json native_final_json(const FinalResult& r, const ResponseInfo& info) {
   const bool streamed = info.params.stream;
-  return Json{
+  Json j{
       {"index", 0},
       {"content", streamed ? std::string() : r.content},
       {"tokens", streamed ? std::vector<Token>() : r.tokens},
@@ -53,12 +56,20 @@ Json native_final_json(const FinalResult& r, const ResponseInfo& info) {
       {"tokens_cached", r.n_cached},
       {"timings", r.timings.to_json()},
   };
+  if (info.params.n_probs > 0) j["completion_probabilities"] = token_probs_json(r.probs);
+  return j;
 }
 
 namespace {
-Json oai_completion_object(const ResponseInfo& info, const std::string& text, const Json& finish) {
+Json logprobs_json(const ResponseInfo& info, const std::vector<TokenProbs>& probs) {
+  if (!info.params.with_logprobs) return nullptr;
+  return Json{{"content", token_probs_json(probs)}};
+}
+
+Json oai_completion_object(const ResponseInfo& info, const std::string& text, const Json& finish,
+                           const std::vector<TokenProbs>& probs) {
   return Json{
-      {"choices", Json::array({Json{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}}})},
+      {"choices", Json::array({Json{{"text", text}, {"index", 0}, {"logprobs", logprobs_json(info, probs)}, {"finish_reason", finish}}})},
       {"created", info.created},
       {"model", info.model},
       {"system_fingerprint", info.fingerprint},
@@ -80,29 +91,51 @@ Json chat_chunk(const ResponseInfo& info, const Json& delta, const Json& finish)
 }  // namespace
 
 Json oai_completion_chunk_json(const TokenEvent& t, const ResponseInfo& info) {
-  Json j = oai_completion_object(info, t.text, nullptr);
+  Json j = oai_completion_object(info, t.text, nullptr, t.probs);
   if (t.timings) j["timings"] = t.timings->to_json();
   return j;
 }
 
 Json oai_completion_final_json(const FinalResult& r, const ResponseInfo& info) {
-  Json j = oai_completion_object(info, info.params.stream ? std::string() : r.content, finish_reason(r.stop));
+  Json j = oai_completion_object(info, info.params.stream ? std::string() : r.content, finish_reason(r.stop), r.probs);
   j["usage"] = usage_json(r);
   j["timings"] = r.timings.to_json();
   return j;
 }
 
-std::vector<Json> oai_chat_token_chunks(const TokenEvent& t, const ResponseInfo& info, bool first) {
+namespace {
+// A finished answer with tool calls ends with "tool_calls" (unless it was cut off).
+const char* chat_finish_reason(const FinalResult& r, bool has_calls) {
+  if (has_calls && (r.stop == StopType::Eos || r.stop == StopType::Word)) return "tool_calls";
+  return finish_reason(r.stop);
+}
+}  // namespace
+
+std::vector<Json> oai_chat_token_chunks(const TokenEvent& t, const ResponseInfo& info, bool first, ChatStream& cs) {
   std::vector<Json> out;
   if (first) out.push_back(chat_chunk(info, Json{{"role", "assistant"}, {"content", nullptr}}, nullptr));
-  if (!t.text.empty()) out.push_back(chat_chunk(info, Json{{"content", t.text}}, nullptr));
+  cs.text += t.text;
+  cs.pending_probs.insert(cs.pending_probs.end(), t.probs.begin(), t.probs.end());
+  if (!t.text.empty()) {
+    for (Json& delta : cs.diff.update(parse_chat_output(cs.text, info.chat, /*partial=*/true)))
+      out.push_back(chat_chunk(info, delta, nullptr));
+  }
+  if (out.size() > (first ? 1u : 0u) && info.params.with_logprobs) {
+    out.back()["choices"][0]["logprobs"] = logprobs_json(info, cs.pending_probs);
+    cs.pending_probs.clear();
+  }
   if (!out.empty() && t.timings) out.back()["timings"] = t.timings->to_json();
   return out;
 }
 
-std::vector<Json> oai_chat_final_chunks(const FinalResult& r, const ResponseInfo& info) {
+std::vector<Json> oai_chat_final_chunks(const FinalResult& r, const ResponseInfo& info, ChatStream& cs) {
   std::vector<Json> out;
-  out.push_back(chat_chunk(info, Json::object(), finish_reason(r.stop)));
+  cs.pending_probs.insert(cs.pending_probs.end(), r.probs.begin(), r.probs.end());
+  for (Json& delta : cs.diff.update(parse_chat_output(r.content, info.chat, /*partial=*/false)))
+    out.push_back(chat_chunk(info, delta, nullptr));
+  out.push_back(chat_chunk(info, Json::object(), chat_finish_reason(r, !cs.diff.ids().empty())));
+  if (info.params.with_logprobs && !cs.pending_probs.empty())
+    out.back()["choices"][0]["logprobs"] = logprobs_json(info, cs.pending_probs);
   if (info.params.include_usage) {
     Json usage = chat_chunk(info, Json::object(), nullptr);
     usage["choices"] = Json::array();
@@ -114,12 +147,15 @@ std::vector<Json> oai_chat_final_chunks(const FinalResult& r, const ResponseInfo
 }
 
 Json oai_chat_final_json(const FinalResult& r, const ResponseInfo& info) {
+  const ChatMessage m = parse_chat_output(r.content, info.chat, /*partial=*/false);
+  Json message{{"role", "assistant"}};
+  message["content"] = m.content.empty() && !m.tool_calls.empty() ? Json(nullptr) : Json(m.content);
+  if (!m.reasoning.empty()) message["reasoning_content"] = m.reasoning;
+  if (!m.tool_calls.empty()) message["tool_calls"] = tool_calls_json(m.tool_calls);
+  Json choice{{"finish_reason", chat_finish_reason(r, !m.tool_calls.empty())}, {"index", 0}, {"message", message}};
+  if (info.params.with_logprobs) choice["logprobs"] = logprobs_json(info, r.probs);
   return Json{
-      {"choices", Json::array({Json{
-                      {"finish_reason", finish_reason(r.stop)},
-                      {"index", 0},
-                      {"message", Json{{"role", "assistant"}, {"content", r.content}}},
-                  }})},
+      {"choices", Json::array({choice})},
       {"created", info.created},
       {"model", info.model},
       {"system_fingerprint", info.fingerprint},

@@ -7,6 +7,7 @@
 
 #include "server/completion_params.h"
 #include "server/task.h"
+#include "server/tool_calls.h"
 
 namespace agentkv::server {
 
@@ -20,6 +21,15 @@ struct ResponseInfo {
   int64_t created = 0;        // OpenAI "created" (unix seconds)
   CompletionParams params;
   std::string prompt_text;    // native final "prompt" (the prompt detokenized)
+  ChatParseOptions chat;      // chat: how the output splits into reasoning, content and tool calls
+};
+
+// A streamed chat completion's parse state: the text so far, what the client was sent, and
+// probabilities not sent yet.
+struct ChatStream {
+  std::string text;
+  ChatStreamDiff diff;
+  std::vector<TokenProbs> pending_probs;
 };
 
 // OpenAI finish_reason: "stop" for an end-of-generation token or a stop string, else "length".
@@ -39,8 +49,9 @@ Json oai_completion_final_json(const FinalResult& r, const ResponseInfo& info);
 // OpenAI /v1/chat/completions. A streamed token gives one or two chunks (the first carries the
 // assistant role); the end gives the finish chunk (with timings) and, with include_usage, a
 // usage chunk with empty choices.
-std::vector<Json> oai_chat_token_chunks(const TokenEvent& t, const ResponseInfo& info, bool first);
-std::vector<Json> oai_chat_final_chunks(const FinalResult& r, const ResponseInfo& info);
+// With tools or reasoning, deltas carry reasoning_content / content / tool_calls as parsed so far.
+std::vector<Json> oai_chat_token_chunks(const TokenEvent& t, const ResponseInfo& info, bool first, ChatStream& cs);
+std::vector<Json> oai_chat_final_chunks(const FinalResult& r, const ResponseInfo& info, ChatStream& cs);
 Json oai_chat_final_json(const FinalResult& r, const ResponseInfo& info);
 
 // "cmpl-" / "chatcmpl-" followed by 32 random alphanumerics, as llama-server's ids.

@@ -9,6 +9,7 @@
 #include "engine/session_state.h"
 #include "memory/kv_cache.h"
 #include "memory/memory_state.h"
+#include "server/logprobs.h"
 #include "server/server_log.h"
 
 namespace agentkv::server {
@@ -554,6 +555,23 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   if (sp.seed == kRandomSeed) sp.seed = std::random_device{}();
   slot.sampler.emplace(sp);
   slot.stop_checker.emplace(p.stop);
+  slot.grammar.reset();
+  slot.probs.clear();
+  slot.probs_sent = 0;
+  if (p.grammar.grammar) {
+    try {
+      if (!token_trie_) {
+        const auto t0 = Slot::Clock::now();
+        token_trie_ = std::make_unique<grammar::TokenTrie>(tok_);
+        log_line("grammar: token trie of %d tokens built in %.1f ms (%zu nodes)", token_trie_->n_vocab(),
+                 ms_between(t0, Slot::Clock::now()), token_trie_->nodes().size());
+      }
+      slot.grammar.emplace(matchers_.get(p.grammar.grammar), *token_trie_, p.grammar);
+    } catch (const std::exception& e) {
+      fail(slot, invalid_request(std::string("grammar: ") + e.what()));
+      return;
+    }
+  }
   slot.pending = -1;
   slot.n_decoded = 0;
   slot.generated_text.clear();
@@ -743,9 +761,21 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
     for (const auto& [token, bias] : p.logit_bias) slot.biased_logits[static_cast<size_t>(token)] += bias;
     to_sample = slot.biased_logits.data();
   }
-  const Token id = slot.sampler->sample(to_sample, ctx_.model().n_vocab(), slot.cache.tokens());
+  Token id = -1;
+  if (slot.grammar) {
+    id = slot.grammar->sample(*slot.sampler, to_sample, ctx_.model().n_vocab(), slot.cache.tokens(), slot.grammar_logits);
+    if (id < 0) {
+      log_line("slot %d: the grammar allows no token here: generation ends", slot.id);
+      finish(slot, StopType::Eos);
+      return;
+    }
+  } else {
+    id = slot.sampler->sample(to_sample, ctx_.model().n_vocab(), slot.cache.tokens());
+  }
   ++slot.n_decoded;
   slot.pending = id;
+  if ((p.with_logprobs || p.n_probs > 0) && !tok_.is_eog(id))
+    slot.probs.push_back(token_probs(tok_, to_sample, ctx_.model().n_vocab(), id, p.n_probs));
 
   StopType stop = StopType::None;
   bool truncated = false;
@@ -754,6 +784,7 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
     stop = StopType::Eos;
   } else {
     const std::string piece = tok_.token_to_piece(id, /*special=*/false);
+    if (slot.grammar) slot.grammar->accept(id, piece);
     if (piece.find('\n') != std::string::npos) slot.has_new_line = true;
     if (p.return_tokens) slot.generated_tokens.push_back(id);
     StopChecker::Step step = slot.stop_checker->push(piece);
@@ -778,6 +809,8 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
     ev.id_slot = slot.id;
     ev.n_prompt = static_cast<int32_t>(slot.task->prompt.size());
     if (p.timings_per_token) ev.timings = timings_of(slot, now);
+    ev.probs.assign(slot.probs.begin() + static_cast<std::ptrdiff_t>(slot.probs_sent), slot.probs.end());
+    slot.probs_sent = slot.probs.size();
     slot.task->channel->push({TaskEvent::Kind::Token, std::move(ev), {}, std::nullopt});
   }
   if (stop != StopType::None) finish(slot, stop, truncated);
@@ -797,6 +830,8 @@ void Scheduler::finish(Slot& slot, StopType stop, bool truncated) {
   r.n_decoded = slot.n_decoded;
   r.n_cached = static_cast<int32_t>(slot.cache.size());
   r.timings = timings_of(slot, now);
+  r.probs.assign(slot.probs.begin() + static_cast<std::ptrdiff_t>(slot.task->params.stream ? slot.probs_sent : 0),
+                 slot.probs.end());
   if (slot.n_decoded > 0) take_checkpoint(slot);  // the end of this turn's generation
   if (slot.task->return_state) {
     try {
@@ -834,7 +869,17 @@ void Scheduler::release(Slot& slot) {
   slot.task.reset();
   slot.sampler.reset();
   slot.stop_checker.reset();
+  slot.grammar.reset();
+  slot.probs.clear();
   slot.pending = -1;
+}
+
+std::vector<std::vector<Token>> Scheduler::cached_sequences() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::vector<Token>> out;
+  for (const Slot& s : slots_)
+    if (!s.fake_prefix && s.cache.size() > 0) out.push_back(s.cache.tokens());
+  return out;
 }
 
 }  // namespace agentkv::server

@@ -28,6 +28,8 @@
 #include "engine/context.h"
 #include "memory/checkpoints.h"
 #include "memory/prefix_index.h"
+#include "grammar/matcher.h"
+#include "server/grammar_run.h"
 #include "server/metrics.h"
 #include "server/ram_cache.h"
 #include "server/slot.h"
@@ -76,6 +78,8 @@ class Scheduler {
   Json slots_json(const CompletionParams& defaults, bool show_prompts = true) const;
   bool has_idle_slot() const;
   MetricsSnapshot metrics() const;
+  // The tokens every slot's cache holds (chat prompts are aligned to them, prompt_align.h).
+  std::vector<std::vector<Token>> cached_sequences() const;
 
   // Slot actions, run by the scheduler thread between two steps (the caller waits). They throw
   // HttpError (503 when the slot is busy, the server stops, or busy slots hold the memory a
@@ -143,6 +147,8 @@ class Scheduler {
   uint64_t use_counter_ = 0;
   size_t prompt_rotation_ = 0;  // which prompt-reading slot gets the batch first
   MetricsSnapshot metrics_;
+  std::unique_ptr<grammar::TokenTrie> token_trie_;  // built when the first grammar comes
+  MatcherCache matchers_;
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/sampling.h"
+#include "server/grammar_run.h"
 #include "server/prompt_cache.h"
 #include "server/task.h"
 
@@ -36,6 +37,10 @@ struct Slot {
   std::optional<Sampler> sampler;
   std::vector<float> biased_logits;  // the logits row plus the task's logit_bias (sampled instead)
   std::optional<StopChecker> stop_checker;
+  std::optional<GrammarRun> grammar;  // constrained decoding (the task's grammar)
+  std::vector<float> grammar_logits;  // the logits row with the grammar's mask applied
+  std::vector<TokenProbs> probs;      // n_probs / logprobs of the tokens generated so far
+  size_t probs_sent = 0;              // streamed: probs[0, probs_sent) went out with token events
   Token pending = -1;         // sampled, to be evaluated by the next batch
   int32_t n_decoded = 0;
   std::string generated_text;

@@ -32,6 +32,17 @@ struct Timings {
   Json to_json() const;
 };
 
+// A generated token's log-probability and the most likely tokens at its step (n_probs /
+// logprobs): log-softmax of the logits the sampler saw (logit_bias included), before the
+// sampling filters, as llama-server reports them.
+struct TokenProbs {
+  Token id = -1;
+  std::string text;
+  float logprob = 0.0f;
+  std::vector<std::pair<Token, float>> top;
+  std::vector<std::string> top_text;
+};
+
 struct TokenEvent {
   std::string text;  // text released by this token (may be empty while a stop string is pending)
   Token token = -1;
@@ -39,6 +50,7 @@ struct TokenEvent {
   int32_t id_slot = -1;
   int32_t n_prompt = 0;
   std::optional<Timings> timings;  // with timings_per_token
+  std::vector<TokenProbs> probs;   // tokens released with this event (n_probs / logprobs)
 };
 
 struct FinalResult {
@@ -54,6 +66,7 @@ struct FinalResult {
   int32_t n_cached = 0;    // tokens the slot's cache holds afterwards (tokens_cached)
   Timings timings;
   std::vector<uint8_t> state;  // the slot's saved state (tasks with return_state)
+  std::vector<TokenProbs> probs;  // every generated token's (not streamed) or those not yet sent (streamed)
 };
 
 struct TaskEvent {

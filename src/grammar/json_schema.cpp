@@ -1,0 +1,349 @@
+#include "grammar/json_schema.h"
+
+#include <functional>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "grammar/gbnf.h"
+
+namespace agentkv::grammar {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const char* const kPrimitives = R"GBNF(space ::= | " " | "\n"{1,2} [ \t]{0,20}
+boolean ::= ("true" | "false") space
+null ::= "null" space
+decimal-part ::= [0-9]{1,16}
+integral-part ::= [0] | [1-9] [0-9]{0,15}
+number ::= ("-"? integral-part) ("." decimal-part)? ([eE] [-+]? integral-part)? space
+integer ::= ("-"? integral-part) space
+char ::= [^"\\\x7F\x00-\x1F] | [\\] (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+string ::= "\"" char* "\"" space
+value ::= object | array | string | number | boolean | null
+object ::= "{" space ( string ":" space value ("," space string ":" space value)* )? "}" space
+array ::= "[" space ( value ("," space value)* )? "]" space
+uuid ::= "\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12} "\"" space
+date ::= [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( [0] [1-9] | [1-2] [0-9] | [3] [0-1] )
+time ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{3} )? ( "Z" | ( "+" | "-" ) ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )
+date-time ::= date "T" time
+date-string ::= "\"" date "\"" space
+time-string ::= "\"" time "\"" space
+date-time-string ::= "\"" date-time "\"" space
+)GBNF";
+
+const std::set<std::string> kEnforced = {
+    "type", "properties", "required", "additionalProperties", "enum", "const", "minLength", "maxLength",
+    "items", "prefixItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "format"};
+const std::set<std::string> kAnnotations = {"description", "title", "default", "examples", "$schema", "$id",
+                                            "$comment", "deprecated", "readOnly", "writeOnly", "strict"};
+
+std::string sanitize(const std::string& name) {
+  std::string out;
+  for (char c : name) out += ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-') ? c : '-';
+  return out.empty() ? "r" : out;
+}
+
+std::string lit(const std::string& text) { return "\"" + gbnf_literal(text) + "\""; }
+
+int64_t read_count(const Json& s, const char* key, int64_t def) {
+  auto it = s.find(key);
+  if (it == s.end()) return def;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0)
+    throw Error(std::string("json_schema: '") + key + "' must be a non-negative integer");
+  const int64_t v = it->get<int64_t>();
+  if (v > kMaxRepetition) throw Error(std::string("json_schema: '") + key + "' above " + std::to_string(kMaxRepetition));
+  return v;
+}
+
+// "{m,n}" for GBNF ("" when m = n = 1... callers handle the general case).
+std::string repeat_suffix(int64_t min, int64_t max) {
+  if (max < 0) return "{" + std::to_string(min) + ",}";
+  if (min == max) return "{" + std::to_string(min) + "}";
+  return "{" + std::to_string(min) + "," + std::to_string(max) + "}";
+}
+
+class Converter {
+ public:
+  Converter(const Json& root, std::string prefix, bool strip_root_space)
+      : root_(root), prefix_(std::move(prefix)), strip_root_space_(strip_root_space) {}
+
+  std::string run() {
+    std::string body = visit(root_, "root", 0);
+    if (strip_root_space_ && body.size() > 6 && body.compare(body.size() - 6, 6, " space") == 0) body.resize(body.size() - 6);
+    add_rule_named(prefix_ + "root", body);
+    std::string out;
+    for (const auto& [name, rule] : rules_) out += name + " ::= " + rule + "\n";
+    return out;
+  }
+
+ private:
+  // Adds a rule; returns its (unique) name.
+  std::string add_rule(const std::string& base, const std::string& body) {
+    const std::string name = sanitize(prefix_ + base);
+    auto it = rules_.find(name);
+    if (it == rules_.end() || it->second == body) {
+      rules_[name] = body;
+      return name;
+    }
+    for (int i = 1;; ++i) {
+      const std::string n = name + std::to_string(i);
+      auto jt = rules_.find(n);
+      if (jt == rules_.end() || jt->second == body) {
+        rules_[n] = body;
+        return n;
+      }
+    }
+  }
+  void add_rule_named(const std::string& name, const std::string& body) { rules_[name] = body; }
+
+  const Json& resolve(const std::string& ref) const {
+    if (ref.empty() || ref[0] != '#') throw Error("json_schema: only local $ref (#/...) is supported, got '" + ref + "'");
+    const Json* cur = &root_;
+    size_t pos = 1;
+    while (pos < ref.size()) {
+      if (ref[pos] != '/') throw Error("json_schema: bad $ref '" + ref + "'");
+      size_t end = ref.find('/', pos + 1);
+      if (end == std::string::npos) end = ref.size();
+      std::string key = ref.substr(pos + 1, end - pos - 1);
+      for (size_t k; (k = key.find("~1")) != std::string::npos;) key.replace(k, 2, "/");
+      for (size_t k; (k = key.find("~0")) != std::string::npos;) key.replace(k, 2, "~");
+      if (cur->is_object() && cur->contains(key)) {
+        cur = &(*cur)[key];
+      } else if (cur->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
+                 std::stoul(key) < cur->size()) {
+        cur = &(*cur)[std::stoul(key)];
+      } else {
+        throw Error("json_schema: cannot resolve $ref '" + ref + "'");
+      }
+      pos = end;
+    }
+    return *cur;
+  }
+
+  std::string visit(const Json& s, const std::string& name, int depth) {
+    if (depth > 64) throw Error("json_schema: nested too deeply");
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) throw Error("json_schema: the schema 'false' matches nothing");
+      return "value";
+    }
+    if (!s.is_object()) throw Error("json_schema: a schema must be an object or a boolean");
+    if (auto it = s.find("$ref"); it != s.end()) {
+      if (!it->is_string()) throw Error("json_schema: '$ref' must be a string");
+      const std::string ref = it->get<std::string>();
+      auto known = refs_.find(ref);
+      if (known != refs_.end()) return known->second;
+      const std::string base = ref.substr(ref.find_last_of('/') == std::string::npos ? 0 : ref.find_last_of('/') + 1);
+      const std::string rule = sanitize(prefix_ + "ref-" + base) + std::to_string(refs_.size());
+      refs_[ref] = rule;
+      rules_[rule] = "value";  // placeholder while the definition is visited (recursion)
+      rules_[rule] = visit(resolve(ref), "ref-" + base, depth + 1);
+      return rule;
+    }
+    if (auto it = s.find("const"); it != s.end()) return lit(it->dump()) + " space";
+    if (auto it = s.find("enum"); it != s.end()) {
+      if (!it->is_array() || it->empty()) throw Error("json_schema: 'enum' must be a non-empty array");
+      std::string alts;
+      for (const Json& v : *it) alts += (alts.empty() ? "" : " | ") + lit(v.dump());
+      return "(" + alts + ") space";
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (auto it = s.find(key); it != s.end()) {
+        if (!it->is_array() || it->empty()) throw Error(std::string("json_schema: '") + key + "' must be a non-empty array");
+        std::string alts;
+        for (size_t i = 0; i < it->size(); ++i)
+          alts += (i ? " | " : "") + add_rule(name + "-" + std::to_string(i), visit((*it)[i], name + "-" + std::to_string(i), depth + 1));
+        return alts;
+      }
+    }
+    if (auto it = s.find("allOf"); it != s.end()) {
+      if (!it->is_array()) throw Error("json_schema: 'allOf' must be an array");
+      Json merged = Json{{"type", "object"}, {"properties", Json::object()}, {"required", Json::array()}};
+      for (const Json& part0 : *it) {
+        const Json& part = part0.is_object() && part0.contains("$ref") ? resolve(part0["$ref"].get<std::string>()) : part0;
+        if (!part.is_object() || !(part.contains("properties") || part.value("type", "") == "object"))
+          throw Error("json_schema: 'allOf' is supported for object schemas only");
+        if (part.contains("properties"))
+          for (auto p = part["properties"].begin(); p != part["properties"].end(); ++p) merged["properties"][p.key()] = p.value();
+        if (part.contains("required"))
+          for (const Json& r : part["required"]) merged["required"].push_back(r);
+      }
+      return visit(merged, name, depth + 1);
+    }
+
+    Json type = s.contains("type") ? s["type"] : Json();
+    if (type.is_array()) {
+      std::string alts;
+      for (size_t i = 0; i < type.size(); ++i) {
+        Json sub = s;
+        sub["type"] = type[i];
+        alts += (i ? " | " : "") + add_rule(name + "-" + (type[i].is_string() ? type[i].get<std::string>() : "t"),
+                                            visit(sub, name + "-" + std::to_string(i), depth + 1));
+      }
+      if (alts.empty()) throw Error("json_schema: 'type' must not be an empty list");
+      return alts;
+    }
+    std::string t = type.is_string() ? type.get<std::string>() : "";
+    if (!type.is_null() && !type.is_string()) throw Error("json_schema: 'type' must be a string or a list");
+    if (t.empty()) {
+      if (s.contains("properties")) t = "object";
+      else if (s.contains("items") || s.contains("prefixItems")) t = "array";
+      else if (s.contains("minLength") || s.contains("maxLength")) t = "string";
+    }
+    if (t == "object") return object_rule(s, name, depth);
+    if (t == "array") return array_rule(s, name, depth);
+    if (t == "string") return string_rule(s);
+    if (t == "number") return "number";
+    if (t == "integer") return "integer";
+    if (t == "boolean") return "boolean";
+    if (t == "null") return "null";
+    if (t.empty()) return "value";
+    throw Error("json_schema: unknown type '" + t + "'");
+  }
+
+  std::string string_rule(const Json& s) {
+    const std::string format = s.value("format", "");
+    if (format == "uuid") return "uuid";
+    if (format == "date") return "date-string";
+    if (format == "time") return "time-string";
+    if (format == "date-time") return "date-time-string";
+    const int64_t min = read_count(s, "minLength", 0);
+    const int64_t max = read_count(s, "maxLength", -1);
+    if (max >= 0 && max < min) throw Error("json_schema: maxLength below minLength");
+    if (min == 0 && max < 0) return "string";
+    return "\"\\\"\" char" + repeat_suffix(min, max) + " \"\\\"\" space";
+  }
+
+  std::string array_rule(const Json& s, const std::string& name, int depth) {
+    if (auto it = s.find("prefixItems"); it != s.end() && it->is_array()) {
+      std::string body = "\"[\" space";
+      for (size_t i = 0; i < it->size(); ++i) {
+        if (i) body += " \",\" space";
+        body += " " + add_rule(name + "-tuple-" + std::to_string(i), visit((*it)[i], name + "-tuple-" + std::to_string(i), depth + 1));
+      }
+      return body + " \"]\" space";
+    }
+    const Json items = s.contains("items") ? s["items"] : Json::object();
+    const std::string item = add_rule(name + "-item", visit(items, name + "-item", depth + 1));
+    const int64_t min = read_count(s, "minItems", 0);
+    const int64_t max = read_count(s, "maxItems", -1);
+    if (max >= 0 && max < min) throw Error("json_schema: maxItems below minItems");
+    if (max == 0) return "\"[\" space \"]\" space";
+    const std::string more = "(\",\" space " + item + ")";
+    std::string list;
+    if (min <= 1) {
+      const std::string tail = max < 0 ? more + "*" : (max == 1 ? "" : more + repeat_suffix(0, max - 1));
+      list = item + (tail.empty() ? "" : " " + tail);
+      if (min == 0) list = "(" + list + ")?";
+    } else {
+      list = item + " " + more + repeat_suffix(min - 1, max < 0 ? -1 : max - 1);
+    }
+    return "\"[\" space " + list + " \"]\" space";
+  }
+
+  std::string object_rule(const Json& s, const std::string& name, int depth) {
+    const Json props = s.contains("properties") ? s["properties"] : Json::object();
+    if (!props.is_object()) throw Error("json_schema: 'properties' must be an object");
+    std::set<std::string> required;
+    if (auto it = s.find("required"); it != s.end()) {
+      if (!it->is_array()) throw Error("json_schema: 'required' must be an array");
+      for (const Json& r : *it) {
+        if (!r.is_string()) throw Error("json_schema: 'required' must hold strings");
+        required.insert(r.get<std::string>());
+      }
+    }
+    const Json addl = s.contains("additionalProperties") ? s["additionalProperties"] : Json();
+    // No "properties" at all: any object. Given properties (even none, as a tool without
+    // parameters declares them) close the object unless additionalProperties opens it.
+    if (!s.contains("properties") && (addl.is_null() || (addl.is_boolean() && addl.get<bool>()))) return "object";
+
+    std::vector<std::string> req_names, opt_names;
+    std::map<std::string, std::string> kv;
+    for (auto p = props.begin(); p != props.end(); ++p) {
+      const std::string value = add_rule(name + "-" + p.key(), visit(p.value(), name + "-" + p.key(), depth + 1));
+      kv[p.key()] = add_rule(name + "-" + p.key() + "-kv", lit(Json(p.key()).dump()) + " space \":\" space " + value);
+      (required.count(p.key()) ? req_names : opt_names).push_back(p.key());
+    }
+    for (const std::string& r : required)
+      if (!props.contains(r)) throw Error("json_schema: required property '" + r + "' is not in 'properties'");
+    if (addl.is_object() || (addl.is_boolean() && addl.get<bool>())) {
+      const std::string value = addl.is_object() ? add_rule(name + "-additional", visit(addl, name + "-additional", depth + 1)) : "value";
+      kv["*"] = add_rule(name + "-additional-kv", "string \":\" space " + value);
+      opt_names.push_back("*");
+    }
+
+    // Optional properties: any subset, in order (llama.cpp's get_recursive_refs).
+    std::function<std::string(size_t, bool)> recursive_refs = [&](size_t i, bool first_optional) -> std::string {
+      const std::string& k = opt_names[i];
+      const std::string comma = "( \",\" space " + kv[k] + " )";
+      std::string res = first_optional ? comma + (k == "*" ? "*" : "?") : kv[k] + (k == "*" ? " " + comma + "*" : "");
+      if (i + 1 < opt_names.size()) res += " " + add_rule(name + "-" + k + "-rest", recursive_refs(i + 1, true));
+      return res;
+    };
+    std::string body = "\"{\" space";
+    for (size_t i = 0; i < req_names.size(); ++i) body += (i ? " \",\" space " : " ") + kv[req_names[i]];
+    if (!opt_names.empty()) {
+      body += " (";
+      if (!req_names.empty()) body += " \",\" space (";
+      for (size_t i = 0; i < opt_names.size(); ++i) body += (i ? " | " : " ") + recursive_refs(i, false);
+      if (!req_names.empty()) body += " )";
+      body += " )?";
+    }
+    return body + " \"}\" space";
+  }
+
+  const Json& root_;
+  std::string prefix_;
+  bool strip_root_space_ = false;
+  std::map<std::string, std::string> rules_;
+  std::map<std::string, std::string> refs_;
+};
+
+void collect_unenforced(const Json& s, std::set<std::string>& out, int depth) {
+  if (depth > 64) return;
+  if (s.is_array()) {
+    for (const Json& x : s) collect_unenforced(x, out, depth + 1);
+    return;
+  }
+  if (!s.is_object()) return;
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (!kEnforced.count(it.key()) && !kAnnotations.count(it.key())) out.insert(it.key());
+    if (it.key() == "properties" || it.key() == "$defs" || it.key() == "definitions") {
+      if (it->is_object())
+        for (auto p = it->begin(); p != it->end(); ++p) collect_unenforced(p.value(), out, depth + 1);
+    } else if (it.key() == "items" || it.key() == "anyOf" || it.key() == "oneOf" || it.key() == "allOf" ||
+               it.key() == "prefixItems" || it.key() == "additionalProperties") {
+      collect_unenforced(it.value(), out, depth + 1);
+    } else if (it.key() == "format" && it->is_string()) {
+      const std::string f = it->get<std::string>();
+      if (f != "uuid" && f != "date" && f != "time" && f != "date-time") out.insert("format:" + f);
+    }
+  }
+}
+
+}  // namespace
+
+std::string json_primitive_rules(bool compact_space) {
+  std::string rules = kPrimitives;
+  if (compact_space) rules.replace(0, rules.find('\n'), "space ::= | \" \"");
+  return rules;
+}
+
+std::string json_schema_rules(const nlohmann::ordered_json& schema, const SchemaGrammarOptions& opt, bool with_primitives) {
+  std::string rules = Converter(schema, opt.prefix, opt.strip_root_space).run();
+  return with_primitives ? rules + kPrimitives : rules;
+}
+
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
+  return json_schema_rules(schema, SchemaGrammarOptions{}, true);
+}
+
+std::vector<std::string> unenforced_keywords(const nlohmann::ordered_json& schema) {
+  std::set<std::string> out;
+  collect_unenforced(schema, out, 0);
+  return {out.begin(), out.end()};
+}
+
+}  // namespace agentkv::grammar

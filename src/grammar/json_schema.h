@@ -1,0 +1,43 @@
+// JSON schema -> GBNF, after llama.cpp's json-schema-to-grammar (same rule shapes: bounded
+// numbers and whitespace, properties in schema order with required ones first, optional ones in
+// any prefix-closed subset).
+//
+// Enforced: type (one or a list), properties / required / additionalProperties (false by default
+// when properties are given, as llama.cpp), enum, const, minLength / maxLength, items /
+// prefixItems / minItems / maxItems, anyOf / oneOf, allOf of objects, $ref to #/$defs/... or
+// #/definitions/..., string formats date / time / date-time / uuid. Other keywords (description,
+// title, default, examples, pattern, minimum, maximum, format of other kinds, ...) do not constrain
+// the output; they are listed by unenforced_keywords() so that callers can report them.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace agentkv::grammar {
+
+struct SchemaGrammarOptions {
+  // Rule-name prefix (several schemas in one grammar, e.g. one per tool).
+  std::string prefix;  // [a-zA-Z0-9-]*
+  // The root value without llama.cpp's trailing `space` (when the root rule ends with it): for
+  // a value embedded in other text, where the text after it is fixed.
+  bool strip_root_space = false;
+};
+
+// The rules of a grammar matching JSON text valid against `schema`; the rule named
+// `<prefix>root` matches the value. Includes the shared primitive rules (prefix-independent
+// names, emitted once by the caller via json_primitive_rules() when combining several schemas,
+// or included here when `with_primitives`). Throws agentkv::Error for a schema it cannot turn
+// into a grammar (a $ref it cannot resolve, a type it does not know, allOf of non-objects).
+std::string json_schema_rules(const nlohmann::ordered_json& schema, const SchemaGrammarOptions& opt,
+                              bool with_primitives = true);
+// compact_space: `space ::= | " "` instead of llama.cpp's up to two newlines and 20 blanks.
+std::string json_primitive_rules(bool compact_space = false);
+
+// A whole grammar: root ::= the schema's value.
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+
+// Keywords in the schema (anywhere) that the grammar does not enforce.
+std::vector<std::string> unenforced_keywords(const nlohmann::ordered_json& schema);
+
+}  // namespace agentkv::grammar

@@ -1,0 +1,20 @@
+// Token probabilities for n_probs (/completion's completion_probabilities) and OpenAI logprobs.
+#pragma once
+#include <vector>
+
+#include "server/json_fields.h"
+#include "server/task.h"
+#include "tokenizer/tokenizer.h"
+
+namespace agentkv::server {
+
+// The log-softmax of `logits` at the sampled token `id` and the n_top most likely tokens
+// (ties: lower id first).
+TokenProbs token_probs(const Tokenizer& tok, const float* logits, int64_t n_vocab, Token id, int n_top);
+
+// One element, as llama-server writes it: {id, token, bytes, logprob, top_logprobs: [{id, token,
+// bytes, logprob}]} (OpenAI's logprobs.content items, plus the ids).
+Json token_probs_json(const TokenProbs& p);
+Json token_probs_json(const std::vector<TokenProbs>& probs);
+
+}  // namespace agentkv::server

@@ -1,0 +1,37 @@
+"""An agent loop with the OpenAI Node SDK (tests/server/node/agent.test.mjs): 10 tools,
+tool_choice "required", 6 turns, streamed and not, on the dense and the hybrid fixture models.
+Every reply is valid tool calls; from turn 2 on the previous answer is not evaluated again."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import FIXTURES, Server
+
+NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
+MODELS = {"dense": "qwen3-micro.gguf", "hybrid": "qwen35moe-micro.gguf"}
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_agent_loop_node_sdk(tmp_path, kind):
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (scripts/setup.sh installs it)")
+    assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", "openai")), \
+        "run `npm ci` in tests/server/node (scripts/setup.sh does)"
+    server = Server(tmp_path, "-np", "2", "-c", "16384", model=os.path.join(FIXTURES, "models", MODELS[kind]))
+    try:
+        env = dict(os.environ, AGENTKV_URL="http://127.0.0.1:%d" % server.port, AGENTKV_KIND=kind)
+        run = subprocess.run([node, "--test", "agent.test.mjs"], cwd=NODE_DIR, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=400)
+        output = run.stdout.decode("utf-8", errors="replace")
+        assert run.returncode == 0, output + "\n--- server log ---\n" + server.log()[-6000:]
+        passed = re.search(r"^# pass (\d+)$", output, re.M)
+        assert "# fail 0" in output and passed and int(passed.group(1)) == 2, output
+        print(output)
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log()
