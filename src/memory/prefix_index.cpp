@@ -352,6 +352,32 @@ size_t PrefixIndex::evict(size_t n_cells) {
   return used_before - c.used();
 }
 
+size_t PrefixIndex::forget_own(SeqId seq) {
+  const KvCells& c = mem_.kv()->cells(0);
+  SeqSet own;
+  own.set(static_cast<size_t>(cfg_.holder));
+  own.set(static_cast<size_t>(seq));
+  size_t forgotten = 0;
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const Node& n = nodes_[i];
+      if (!n.alive || n.parent < 0 || !n.children.empty()) continue;
+      const bool mine = std::all_of(n.cells.begin(), n.cells.end(), [&](uint32_t cell) {
+        return !c.is_empty(cell) && c.has_seq(cell, seq) && (c.seqs(cell) & ~own).none();
+      });
+      if (!mine) continue;
+      const int32_t parent = n.parent;
+      remove_node(static_cast<int32_t>(i));
+      if (nodes_[static_cast<size_t>(parent)].parent < 0 && nodes_[static_cast<size_t>(parent)].children.empty())
+        remove_node(parent);
+      ++forgotten;
+      again = true;
+    }
+  }
+  return forgotten;
+}
+
 void PrefixIndex::clear() {
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].alive)

@@ -79,6 +79,10 @@ class PrefixIndex {
   // Frees cells only the index holds, evicting least recently used leaf pages that no other
   // sequence uses, until at least n_cells cells were freed or none is left. Returns cells freed.
   size_t evict(size_t n_cells);
+  // Forgets the pages whose cells no sequence but seq (and the index) uses, leaves first, so that
+  // dropping seq next frees them: a sequence recomputed from scratch takes the same cells again.
+  // Returns the pages forgotten.
+  size_t forget_own(SeqId seq);
   // Forgets every page and snapshot (their cells are freed unless a sequence uses them).
   void clear();
 

@@ -516,6 +516,13 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     r.n_kept = n_fake;
     log_line("slot %d: fake prefix of %zu positions (metadata only)", slot.id, n_fake);
   } else {
+    // A prompt evaluated without the cache replaces the slot's cache (as in llama-server): the
+    // pages only this slot used go, so that it recomputes into the same cells (same bits: the
+    // attention kernels' sums follow the cells' layout).
+    if (!p.cache_prompt && index_) {
+      index_->forget_own(slot.id);
+      slot.published = 0;
+    }
     // Pages any slot computed (the prefix index) when they give more than the slot's own cache.
     const size_t n_cached = slot.cache.size();
     const size_t attached = p.cache_prompt ? attach_shared(slot, prompt, own_reuse_estimate(slot, prompt), salt) : 0;

@@ -240,7 +240,9 @@ def test_tool_choice_none_and_auto(srv):
 
 
 def test_streamed_tool_calls_add_up(srv):
-    body = tool_body(tool_choice="required", seed=11)
+    # Both evaluated from scratch, so both run over the same cells: the attention kernels' sums
+    # follow the memory's layout, and a long answer computed elsewhere in it may differ.
+    body = dict(tool_body(tool_choice="required", seed=11), cache_prompt=False)
     whole = srv.post("/v1/chat/completions", body)[1]
     status, _, events = srv.stream("/v1/chat/completions", dict(body, stream=True))
     assert status == 200 and events[-1] == "[DONE]"

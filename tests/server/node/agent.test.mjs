@@ -104,10 +104,6 @@ async function ask(request, stream) {
   return { finish, content, calls, usage, timings };
 }
 
-// The plain loop's replies, turn by turn: the streamed loop (same conversation, greedy) must
-// produce the same calls.
-const plainCalls = [];
-
 async function agentLoop(stream) {
   const messages = [{ role: "system", content: SYSTEM }, { role: "user", content: "Fix the failing test in tests/." }];
   let previous = null;
@@ -115,7 +111,10 @@ async function agentLoop(stream) {
   for (let turn = 1; turn <= TURNS; turn++) {
     // Greedy (the cache_prompt: false comparison needs determinism), parallel calls on odd turns.
     const request = { model: "agentkv", messages, tools: TOOLS, tool_choice: "required", temperature: 0,
-      parallel_tool_calls: turn % 2 === 1, max_tokens: 1200 };
+      parallel_tool_calls: turn % 2 === 1, max_tokens: 1200,
+      // The streamed loop replays the same conversation under a cache_salt of its own, so that it
+      // computes its own pages instead of attaching the plain loop's (see the comparison below).
+      ...(stream ? { cache_salt: "streamed-loop" } : {}) };
     const r = await ask(request, stream);
     const where = `${stream ? "streamed" : "plain"} turn ${turn}`;
     assert.equal(r.finish, "tool_calls", `${where}: finish_reason ${r.finish}, content ${r.content}`);
@@ -124,16 +123,14 @@ async function agentLoop(stream) {
 
     if (turn % 2 === 0) assert.equal(r.calls.length, 1, `${where}: parallel_tool_calls false`);
     const got = r.calls.map((c) => [c.function.name, c.function.arguments]);
-    if (!stream) {
-      // The same request evaluated from scratch gives the same calls.
-      const fresh = await ask({ ...request, cache_prompt: false }, false);
-      assert.equal(fresh.timings.cache_n, 0);
-      assert.deepEqual(fresh.calls.map((c) => [c.function.name, c.function.arguments]), got,
-        `${where}: differs from cache_prompt false`);
-      plainCalls.push(got);
-    } else {
-      assert.deepEqual(got, plainCalls[turn - 1], `${where}: streamed calls differ from the plain loop's`);
-    }
+    // The same request evaluated from scratch (not streamed) gives the same calls. (Compared with
+    // its own fresh run, not with the other loop's: the streamed loop attaches the plain loop's
+    // cached pages and generates into other cells, and the attention kernels' sums follow the
+    // memory's layout, so a long answer may differ between the two loops.)
+    const fresh = await ask({ ...request, cache_prompt: false }, false);
+    assert.equal(fresh.timings.cache_n, 0);
+    assert.deepEqual(fresh.calls.map((c) => [c.function.name, c.function.arguments]), got,
+      `${where}: differs from cache_prompt false`);
 
     if (previous) {
       // New in this prompt: the end of the previous answer's turn, the tool results and the
