@@ -196,9 +196,25 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total) {
         toks.resize(keep);
         break;
       }
-      case 7: {  // clear
+      case 7: {  // clear; half the time after forgetting the pages only s used
+        const bool forget = rng() % 2 == 0;
+        // When every used cell is s's (s holds all the index's cells and no other sequence has
+        // any), forgetting s's pages and dropping s must leave the memory empty.
+        const KvCells& c = h.mem->kv()->cells(0);
+        bool all_of_s = true;
+        for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
+          if (c.is_empty(i)) continue;
+          SeqSet rest = c.seqs(i);
+          rest.reset(static_cast<size_t>(kHolder));
+          if (!c.has_seq(i, s) || rest.count() != 1) all_of_s = false;
+        }
+        if (forget) h.index->forget_own(s);
         ASSERT_TRUE(h.mem->seq_rm(s, -1, -1));
         toks.clear();
+        if (forget && all_of_s) {
+          ASSERT_EQ(c.used(), 0u) << "op " << op;
+          ASSERT_EQ(h.index->stats().pages, 0u) << "op " << op;
+        }
         break;
       }
       case 8: {  // eviction

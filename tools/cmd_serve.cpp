@@ -42,7 +42,9 @@ const char* const kUsage =
     "  --slots-show-prompts            GET /slots shows prompt text (it does with --api-key too)\n"
     "  --slot-save-path DIR            enables POST /slots/{id}?action=save|restore|erase|adopt (files in DIR)\n"
     "  --ctx-checkpoint-mib N          RAM for hybrid-model context checkpoints, all slots (default 256)\n"
-    "  -cram, --cache-ram MiB          host-RAM cache of slot states evicted from memory (default 0: off)\n";
+    "  -cram, --cache-ram MiB          host-RAM cache of slot states evicted from memory (default 0: off)\n"
+    "  --share-prefixes                one prefix index for all slots: prompts attach KV pages any slot computed\n"
+    "                                  (off by default until attention sums are independent of the memory layout)\n";
 
 GgmlType cache_type(const std::string& name, const char* option) {
   static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
@@ -78,6 +80,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.http_threads = static_cast<int>(a.num("--threads-http", "", 0));
   cfg.request_timeout_s = a.real("--request-timeout", "", 30.0);
   cfg.slots_show_prompts = a.flag("--slots-show-prompts");
+  cfg.share_prefixes = a.flag("--share-prefixes");
   auto list = [&](const char* option, std::vector<std::string>& out) {
     for (std::string v = a.str(option, "", ""); !v.empty(); v = a.str(option, "", "")) {
       size_t start = 0;

@@ -256,6 +256,7 @@ bool HttpServer::load() {
     sc.checkpoint_bytes = cfg_.checkpoint_bytes;
     sc.cache_ram_bytes = cfg_.cache_ram_bytes;
     sc.model_fingerprint = model_fingerprint(*e->model);
+    sc.share_prefixes = cfg_.share_prefixes;
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     e->scheduler->start();
 

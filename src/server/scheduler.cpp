@@ -43,7 +43,8 @@ Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
   cfg_.n_batch = std::max<uint32_t>(1, std::min(cfg_.n_batch, ctx.params().n_ubatch));
   // The prefix index needs the unified KV cache and one spare sequence id to hold cached pages.
   memory::SequenceMemory& mem = ctx_.memory();
-  if (mem.kv() && mem.kv()->n_streams() == 1 && ctx.params().n_seq_max > static_cast<uint32_t>(cfg_.n_slots)) {
+  if (cfg_.share_prefixes && mem.kv() && mem.kv()->n_streams() == 1 &&
+      ctx.params().n_seq_max > static_cast<uint32_t>(cfg_.n_slots)) {
     memory::PrefixIndexConfig ic;
     ic.page_tokens = cfg_.page_tokens;
     ic.holder = cfg_.n_slots;

@@ -48,6 +48,11 @@ struct SchedulerConfig {
   size_t cache_ram_bytes = 0;            // host-RAM cache of slot states (ram_cache.h); 0: off
   uint32_t page_tokens = 16;             // tokens per page of the prefix index (docs/memory-semantics.md)
   uint64_t model_fingerprint = 0;        // names cached pages (with the KV types)
+  // One prefix index for all slots (memory/prefix_index.h). Off by default for now: attention's
+  // float sums follow the memory's layout (key chunks by cell index), so a prompt attached to
+  // pages computed elsewhere can differ in the last bits from one evaluated in its own slot, and a
+  // greedy answer can then differ from a quiet or uncached run.
+  bool share_prefixes = false;
 };
 
 // A slot's saved state (POST /slots/{id}?action=save, /v1/prefill).
