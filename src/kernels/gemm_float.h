@@ -23,7 +23,7 @@ bool float_gemm_applies(const WeightMatrix& w, int64_t n_tokens);
 // x: n_tokens rows of n_in floats (stride x_stride); y: n_tokens rows of n_out floats (stride
 // y_stride). Requires float_gemm_applies(w, n_tokens); output rows split across the pool; each
 // thread widens panels of its rows to f32 once per call (AVX-512: 768 KiB, tiles of 4 rows x up to
-// 6 tokens; AVX2: 320 KiB, tiles of 2 rows x up to 6 tokens; scalar: one row at a time) and runs
+// 6 tokens; AVX2: 320 KiB, tiles of 4 rows x up to 3 tokens; scalar: one row at a time) and runs
 // the register tiles over k blocks of at most 1024 (bit-identical to the unblocked chain). Keeps
 // a per-thread scratch of the widened panel and an aligned copy of the activations.
 void float_gemm(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
