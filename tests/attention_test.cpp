@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "kernels/dispatch.h"
 #include "kernels/ggml_expf-inl.h"
 #include "kernels/quant.h"
 
@@ -593,16 +594,34 @@ float reduce_add16(const float* v) {  // _mm512_reduce_add_ps
   return (h4[0] + h4[2]) + (h4[1] + h4[3]);
 }
 
-// ggml_vec_dot_f16 / _f32 on AVX-512 (n a multiple of 64 here: no scalar tail).
+float reduce_hadd8(const float* v) {  // GGML_F32x8_REDUCE's last steps (AVX2 build)
+  float t[4];
+  for (int l = 0; l < 4; ++l) t[l] = v[l] + v[l + 4];
+  return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+float hsum8(const float* v) {  // ggml_vec_soft_max_f32's group sum on the AVX2 build
+  float t[4];
+  for (int l = 0; l < 4; ++l) t[l] = v[l + 4] + v[l];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+// The llama.cpp build whose orders the active CPU level follows: 16 floats per vector (AVX-512
+// build) or 8 (AVX2 build).
+int build_lanes() { return ggml_build_lanes(); }
+
+// ggml_vec_dot_f16 / _f32 (n a multiple of 64 here: no scalar tail): four L-lane fused
+// accumulators over 4L-element steps, (0 + 2) + (1 + 3), that build's reduction.
 template <class LoadK, class LoadQ>
 float ggml_dot(int64_t n, LoadK load_k, LoadQ load_q) {
+  const int L = build_lanes();
   float acc[4][16] = {};
-  for (int64_t i = 0; i < n; i += 64)
+  for (int64_t i = 0; i < n; i += 4 * L)
     for (int j = 0; j < 4; ++j)
-      for (int l = 0; l < 16; ++l) acc[j][l] = std::fma(load_k(i + 16 * j + l), load_q(i + 16 * j + l), acc[j][l]);
+      for (int l = 0; l < L; ++l) acc[j][l] = std::fma(load_k(i + L * j + l), load_q(i + L * j + l), acc[j][l]);
   float red[16];
-  for (int l = 0; l < 16; ++l) red[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-  return reduce_add16(red);
+  for (int l = 0; l < L; ++l) red[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+  return L == 16 ? reduce_add16(red) : reduce_hadd8(red);
 }
 
 struct RowState {
@@ -684,7 +703,8 @@ RowState per_key_row(const AttentionArgs& a, int64_t t, int64_t h, int64_t k0, i
   return st;
 }
 
-// Tiled algorithm for one row: K.Q one fused chain per key, tiles of 64 keys, vector expf.
+// Tiled algorithm for one row: K.Q one fused chain per key, tiles of 64 keys, vector expf (in
+// the form of the build the active level follows), summed per vector group.
 RowState tiled_row(const AttentionArgs& a, int64_t t, int64_t h) {
   const int64_t D = a.shape.head_dim;
   const int64_t g = h / (a.shape.n_head / a.shape.n_head_kv);
@@ -720,9 +740,10 @@ RowState tiled_row(const AttentionArgs& a, int64_t t, int64_t h) {
       st.s = st.s * ms;
     }
     st.m = m_new;
-    for (float& x : kq) x = ggml_math::GgmlExpLane(x - m_new);
+    const int L = build_lanes();
+    for (float& x : kq) x = L == 16 ? ggml_math::GgmlExpLane(x - m_new) : ggml_math::GgmlExpLaneAvx2(x - m_new);
     double tile_sum = 0.0;
-    for (int j = 0; j < 64; j += 16) tile_sum += reduce_add16(kq + j);
+    for (int j = 0; j < 64; j += L) tile_sum += L == 16 ? reduce_add16(kq + j) : hsum8(kq + j);
     st.s = static_cast<float>(static_cast<double>(st.s) + tile_sum);
     for (int64_t c = c0; c < c1; ++c) {
       const float p = kq[c - c0];
@@ -799,7 +820,32 @@ void expect_bit_exact(const Case& c, ThreadPool& pool) {
   }
 }
 
+void EveryPathMatchesLlamaOrder();
+void EveryCompiledTargetWithFma();
+void WithoutMaskAtLevel();
+
+// Runs `body` at both llama.cpp orders the machine can run: the AVX-512 level follows llama.cpp's
+// AVX-512 build, the AVX2 level its AVX2 build (ggml_build_lanes). The scalar level runs the same
+// attention kernels (Highway picks the target) in the AVX2 build's order, so it is not repeated.
+template <class Body>
+void at_every_level(Body body) {
+  const CpuLevel before = active_cpu_level();
+  for (CpuLevel level : {CpuLevel::Avx512, CpuLevel::Avx2, CpuLevel::Scalar}) {
+    if (detected_cpu_level() < level) continue;
+    if (level == CpuLevel::Scalar && detected_cpu_level() > CpuLevel::Scalar) continue;
+    set_cpu_level(level);
+    SCOPED_TRACE(std::string(cpu_level_name(level)));
+    body();
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  set_cpu_level(before);
+}
+
 TEST(AttentionExact, EveryPathMatchesLlamaOrderBitForBit) {
+  at_every_level([] { EveryPathMatchesLlamaOrder(); });
+}
+
+void EveryPathMatchesLlamaOrder() {
   ThreadPool pool1(1), pool3(3);
   std::mt19937 rng(2024);
   const GgmlType types[] = {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0};
@@ -827,7 +873,7 @@ TEST(AttentionExact, EveryPathMatchesLlamaOrderBitForBit) {
           }
           c.seed = 100u + static_cast<uint32_t>(n);
           expect_bit_exact(c, n % 2 ? pool3 : pool1);
-          if (HasFatalFailure()) return;
+          if (::testing::Test::HasFatalFailure()) return;
           ++n;
         }
       }
@@ -836,7 +882,11 @@ TEST(AttentionExact, EveryPathMatchesLlamaOrderBitForBit) {
 }
 
 TEST(AttentionExact, EveryCompiledTargetWithFmaMatchesBitForBit) {
-  // The fast forms are lane-wise or emulate the 16-lane order, so every target with fused
+  at_every_level([] { EveryCompiledTargetWithFma(); });
+}
+
+void EveryCompiledTargetWithFma() {
+  // The fast forms are lane-wise or emulate the 16- or 8-lane order, so every target with fused
   // multiply-adds (AVX2 and up) must give the same bits; targets without FMA are checked for
   // accuracy only (EveryCompiledCpuTargetMatchesReference).
   ThreadPool pool(2);
@@ -871,6 +921,10 @@ TEST(AttentionExact, EveryCompiledTargetWithFmaMatchesBitForBit) {
 }
 
 TEST(AttentionExact, WithoutMask) {
+  at_every_level([] { WithoutMaskAtLevel(); });
+}
+
+void WithoutMaskAtLevel() {
   ThreadPool pool(2);
   for (int64_t n_tokens : {int64_t{1}, int64_t{7}, int64_t{96}}) {
     for (GgmlType type : {GgmlType::F16, GgmlType::F32}) {

@@ -47,6 +47,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "kernels/attention.h"
+#include "kernels/dispatch.h"
 #include "kernels/quant.h"
 
 // Shared by every target's copy of this file: the plan of one call.
@@ -73,8 +74,23 @@ inline float ReduceAdd16(const float* v) {
   return (h4[0] + h4[2]) + (h4[1] + h4[3]);
 }
 
+// GGML_F32x8_REDUCE's last steps on 8 values: 128-bit halves added, then hadd(hadd(t, t), t).
+inline float ReduceHadd8(const float* v) {
+  float t[4];
+  for (int l = 0; l < 4; ++l) t[l] = v[l] + v[l + 4];
+  return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+// tinyBLAS's / ggml_vec_soft_max_f32's hsum of 8 values on the AVX2 build: halves, then pairs.
+inline float Hsum8(const float* v) {
+  float t[4];
+  for (int l = 0; l < 4; ++l) t[l] = v[l + 4] + v[l];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
 struct Plan {
   const AttentionArgs* args = nullptr;
+  int ggml_lanes = 16;  // vector width of the llama.cpp build whose orders to follow (16 or 8)
   Mode mode = Mode::kPerKey;
   int64_t head_dim = 0;
   int64_t group = 0;  // query heads per KV head
@@ -127,16 +143,28 @@ HWY_INLINE hn::Vec<DF> LoadBF16(const uint16_t* p) {
 struct F32Elems {
   using T = float;
   static HWY_INLINE hn::Vec<DF> Load(const float* p) { return hn::LoadU(DF(), p); }
+  template <class D>
+  static HWY_INLINE hn::Vec<D> LoadN(const float* p) { return hn::LoadU(D(), p); }
   static HWY_INLINE float At(const float* p, int64_t i) { return p[i]; }
 };
 struct F16Elems {
   using T = uint16_t;
   static HWY_INLINE hn::Vec<DF> Load(const uint16_t* p) { return LoadF16(p); }
+  template <class D>
+  static HWY_INLINE hn::Vec<D> LoadN(const uint16_t* p) {
+    return hn::PromoteTo(D(), hn::LoadU(hn::Rebind<hwy::float16_t, D>(), reinterpret_cast<const hwy::float16_t*>(p)));
+  }
   static HWY_INLINE float At(const uint16_t* p, int64_t i) { return fp16_to_fp32(p[i]); }
 };
 struct BF16Elems {
   using T = uint16_t;
   static HWY_INLINE hn::Vec<DF> Load(const uint16_t* p) { return LoadBF16(p); }
+  template <class D>
+  static HWY_INLINE hn::Vec<D> LoadN(const uint16_t* p) {
+    const hn::RebindToUnsigned<D> du;
+    const auto wide = hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint16_t, D>(), p));
+    return hn::BitCast(D(), hn::ShiftLeft<16>(wide));
+  }
   static HWY_INLINE float At(const uint16_t* p, int64_t i) { return bf16_to_fp32(p[i]); }
 };
 
@@ -187,52 +215,61 @@ void DotMany(const typename QE::T* q, const uint8_t* const* k_bytes, int64_t n_k
   }
 }
 
-// K.Q as ggml_vec_dot_f16 / ggml_vec_dot_f32 compute it on an AVX-512 build (GGML_F32_STEP 64):
-// whole 64-element steps go to four 16-lane fused accumulators, combined as (0+2)+(1+3) and
-// reduced by _mm512_reduce_add_ps; the rest is added one product at a time (f16: products in
-// float, the sum in double; f32: a float fused multiply-add chain). An F16 query comes widened
-// to f32 once (the same values), the key row is widened as it is read.
-template <class KE, int kQ>
+// K.Q as ggml_vec_dot_f16 / ggml_vec_dot_f32 compute it on llama.cpp's x86 builds, kG floats per
+// vector (16: the AVX-512 build, GGML_F32_STEP 64; 8: the AVX2 build, GGML_F32_STEP 32): whole
+// 4kG-element steps go to four kG-lane fused accumulators, combined as (0+2)+(1+3) and reduced
+// (kG = 16: _mm512_reduce_add_ps; kG = 8: GGML_F32x8_REDUCE, i.e. the 128-bit halves added, then
+// (t0 + t1) + (t2 + t3)); the rest is added one product at a time (f16: products in float, the
+// sum in double; f32: a float fused multiply-add chain on the AVX-512 build, rounded products
+// on the AVX2 one). An F16 query comes widened to f32 once
+// (the same values), the key row is widened as it is read.
+template <class KE, int kQ, int kG = 16>
 HWY_INLINE void GgmlDotRows(const typename KE::T* k, const float* const* q, int64_t n, float* const* out) {
   constexpr bool kHalf = std::is_same_v<KE, F16Elems>;
-  const DF d;
-  constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DF()));
-  static_assert(kLanes <= 16 && 16 % kLanes == 0, "a 16-lane accumulator spans whole vectors");
-  constexpr int64_t kParts = 16 / kLanes;  // vectors per 16-lane accumulator
-  const int64_t np = n & ~int64_t{63};
+  static_assert(kG == 16 || kG == 8, "ggml's x86 vector widths");
+  // Vectors of at most kG lanes (a 16-lane target runs the 8-lane order on half vectors).
+  using DG = hn::CappedTag<float, kG>;
+  const DG d;
+  constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DG()));
+  static_assert(kLanes <= kG && kG % kLanes == 0, "a ggml accumulator spans whole vectors");
+  constexpr int64_t kParts = kG / kLanes;  // vectors per ggml accumulator
+  const int64_t np = n & ~int64_t{4 * kG - 1};
   double sum_d[kQ];
   float sum_f[kQ];
 #pragma GCC unroll 4
   for (int r = 0; r < kQ; ++r) sum_d[r] = 0.0, sum_f[r] = 0.0f;
   if (np > 0) {
-    hn::Vec<DF> acc[kQ][4][kParts];
+    hn::Vec<DG> acc[kQ][4][kParts];
 #pragma GCC unroll 4
     for (int r = 0; r < kQ; ++r)
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j)
 #pragma GCC unroll 4
         for (int64_t p = 0; p < kParts; ++p) acc[r][j][p] = hn::Zero(d);
-    for (int64_t i = 0; i < np; i += 64)
+    for (int64_t i = 0; i < np; i += 4 * kG)
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j)
 #pragma GCC unroll 4
         for (int64_t p = 0; p < kParts; ++p) {
-          const int64_t e = i + 16 * j + p * kLanes;
-          const auto kv = KE::Load(k + e);  // one key element load for every query row
+          const int64_t e = i + kG * j + p * kLanes;
+          const auto kv = KE::template LoadN<DG>(k + e);  // one key element load for every query row
 #pragma GCC unroll 4
           for (int r = 0; r < kQ; ++r) acc[r][j][p] = hn::MulAdd(kv, hn::LoadU(d, q[r] + e), acc[r][j][p]);
         }
 #pragma GCC unroll 4
     for (int r = 0; r < kQ; ++r) {
 #if HWY_TARGET <= HWY_AVX3
-      // 16-lane vectors: ggml's own reduction instruction sequence
-      sum_f[r] = _mm512_reduce_add_ps(hn::Add(hn::Add(acc[r][0][0], acc[r][2][0]), hn::Add(acc[r][1][0], acc[r][3][0])).raw);
-#else
+      if constexpr (kG == 16) {
+        // 16-lane vectors: ggml's own reduction instruction sequence
+        sum_f[r] = _mm512_reduce_add_ps(hn::Add(hn::Add(acc[r][0][0], acc[r][2][0]), hn::Add(acc[r][1][0], acc[r][3][0])).raw);
+        sum_d[r] = sum_f[r];
+        continue;
+      }
+#endif
       float red[16];
       for (int64_t p = 0; p < kParts; ++p)
         hn::StoreU(hn::Add(hn::Add(acc[r][0][p], acc[r][2][p]), hn::Add(acc[r][1][p], acc[r][3][p])), d, red + p * kLanes);
-      sum_f[r] = attention_detail::ReduceAdd16(red);
-#endif
+      sum_f[r] = kG == 16 ? attention_detail::ReduceAdd16(red) : attention_detail::ReduceHadd8(red);
       sum_d[r] = sum_f[r];
     }
   }
@@ -241,19 +278,22 @@ HWY_INLINE void GgmlDotRows(const typename KE::T* k, const float* const* q, int6
     for (int64_t i = np; i < n; ++i) {
       if constexpr (kHalf) {
         sum_d[r] += static_cast<double>(KE::At(k, i) * q[r][i]);
-      } else {
+      } else if constexpr (kG == 16) {
         sum_f[r] = std::fma(KE::At(k, i), q[r][i], sum_f[r]);
+      } else {  // the AVX2 build rounds each product of the tail (Zen tuning: no fused chain;
+                // this file does not contract)
+        sum_f[r] += KE::At(k, i) * q[r][i];
       }
     }
     *out[r] = kHalf ? static_cast<float>(sum_d[r]) : sum_f[r];
   }
 }
 
-template <class KE>
+template <class KE, int kG = 16>
 float GgmlDot(const typename KE::T* k, const float* q, int64_t n) {
   float result;
   float* out = &result;
-  GgmlDotRows<KE, 1>(k, &q, n, &out);
+  GgmlDotRows<KE, 1, kG>(k, &q, n, &out);
   return result;
 }
 
@@ -483,6 +523,7 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
   const int64_t G = plan.group;
   const int64_t T = t1 - t0;
   const int64_t TG = (g1 - g0) * T * G;  // rows: row = ((g - g0) * T + (t - t0)) * G + r
+  const bool avx2_order = plan.ggml_lanes == 8;  // K.Q in the AVX2 build's vec_dot order
   const bool v_f16 = a.v_type == GgmlType::F16;
   const bool v_f32 = a.v_type == GgmlType::F32;
 
@@ -572,8 +613,9 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
           switch (a.k_type) {
             case GgmlType::F32:
               for (int64_t j = 0; j < n_vis; ++j) {
-                scores[j] =
-                    GgmlDot<F32Elems>(reinterpret_cast<const float*>(k_rows[j]), reinterpret_cast<const float*>(q), D);
+                const auto* krow = reinterpret_cast<const float*>(k_rows[j]);
+                const auto* qf = reinterpret_cast<const float*>(q);
+                scores[j] = avx2_order ? GgmlDot<F32Elems, 8>(krow, qf, D) : GgmlDot<F32Elems>(krow, qf, D);
               }
               break;
             case GgmlType::F16: {
@@ -592,9 +634,13 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
                 const auto* krow = reinterpret_cast<const uint16_t*>(k_rows[j]);
                 if (pair) {
                   float* out2[2] = {scores + j, scores + kKeyTile + j};
-                  GgmlDotRows<F16Elems, 2>(krow, q2, D, out2);
+                  if (avx2_order) {
+                    GgmlDotRows<F16Elems, 2, 8>(krow, q2, D, out2);
+                  } else {
+                    GgmlDotRows<F16Elems, 2>(krow, q2, D, out2);
+                  }
                 } else {
-                  scores[j] = GgmlDot<F16Elems>(krow, q2[0], D);
+                  scores[j] = avx2_order ? GgmlDot<F16Elems, 8>(krow, q2[0], D) : GgmlDot<F16Elems>(krow, q2[0], D);
                 }
               }
               if (!prefetched && n_vis < c1 - c0) {  // rows the first token did not reach
@@ -691,10 +737,15 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
 // 16-key partial sums are plain lane-wise operations, and each K and V row of the tile is
 // converted once and read from L1 by all rows of the unit.
 
-// ggml_v_expf where hidden keys (-inf) give 0 without taking the scalar fallback.
+// ggml_v_expf where hidden keys (-inf) give 0 without taking the scalar fallback (AVX-512 form;
+// ExpOrZeroAvx2: the AVX2 build's form).
 HWY_INLINE hn::Vec<DF> ExpOrZero(DF d, hn::Vec<DF> x) {
   const auto hidden = hn::Eq(x, hn::Set(d, -INFINITY));
   return hn::IfThenZeroElse(hidden, GgmlExpVec(d, hn::IfThenZeroElse(hidden, x)));
+}
+HWY_INLINE hn::Vec<DF> ExpOrZeroAvx2(DF d, hn::Vec<DF> x) {
+  const auto hidden = hn::Eq(x, hn::Set(d, -INFINITY));
+  return hn::IfThenZeroElse(hidden, GgmlExpVecAvx2(d, hn::IfThenZeroElse(hidden, x)));
 }
 
 // Scores of 8 keys for kRowVecs row vectors: p[k * nr + r] = (sum_i q_r[i] * key_k[i]) * scale,
@@ -833,7 +884,7 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
 
   Scratch& sc = ThreadScratch();
   float* f = Reserve(sc.f32, static_cast<size_t>(D * nr + nr * D + 4 * nr + kKeyTile * nr + kKeyTile * slots +
-                                                 2 * key_slots * D + 4 * nr));
+                                                 2 * key_slots * D + 8 * nr));
   float* qt = f;                          // D x nr: Q transposed, padded rows zero
   float* acc = qt + D * nr;               // nr x D
   float* M = acc + nr * D;                // nr
@@ -844,7 +895,9 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   float* MT = P + kKeyTile * nr;          // kKeyTile x slots: mask of (key, token), transposed
   float* kf = MT + kKeyTile * slots;      // key_slots x D: the tile's keys in f32 (F16 cache)
   float* vf = kf + key_slots * D;         // key_slots x D: the tile's values in f32
-  float* gsum = vf + key_slots * D;       // 4 x nr: the tile's 16-key partial sums
+  float* gsum = vf + key_slots * D;       // 4 or 8 x nr: the tile's 16- or 8-key partial sums
+  const bool avx2_order = plan.ggml_lanes == 8;
+  const int64_t n_groups = kKeyTile / plan.ggml_lanes;
   const float** keys = Reserve(sc.key_rows, static_cast<size_t>(key_slots));
   const float** values = Reserve(sc.value_rows, static_cast<size_t>(key_slots));
 
@@ -941,27 +994,40 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
       M[row] = m_new;
       sub[row] = m_new;
     }
-    // ggml_vec_soft_max_f32: expf(s - max), summed per 16 keys (_mm512_reduce_add_ps order).
+    // ggml_vec_soft_max_f32: expf(s - max), summed per vector group of keys (AVX-512 build: 16,
+    // _mm512_reduce_add_ps order; AVX2 build: 8, halves then (0 + 2) + (1 + 3)), in that build's
+    // expf form.
     for (int64_t r = 0; r < nr; r += N) {
       const auto vsub = hn::LoadU(d, sub + r);
       for (int64_t j = 0; j < kKeyTile; ++j) {
         float* pj = P + j * nr + r;
-        hn::StoreU(ExpOrZero(d, hn::Sub(hn::LoadU(d, pj), vsub)), d, pj);
+        const auto x = hn::Sub(hn::LoadU(d, pj), vsub);
+        hn::StoreU(avx2_order ? ExpOrZeroAvx2(d, x) : ExpOrZero(d, x), d, pj);
       }
-      for (int64_t grp = 0; grp < kKeyTile / 16; ++grp) {
-        const float* e = P + grp * 16 * nr + r;
-        hn::Vec<DF> h8[8], h4[4];
+      if (!avx2_order) {
+        for (int64_t grp = 0; grp < kKeyTile / 16; ++grp) {
+          const float* e = P + grp * 16 * nr + r;
+          hn::Vec<DF> h8[8], h4[4];
 #pragma GCC unroll 8
-        for (int l = 0; l < 8; ++l) h8[l] = hn::Add(hn::LoadU(d, e + (l + 8) * nr), hn::LoadU(d, e + l * nr));
+          for (int l = 0; l < 8; ++l) h8[l] = hn::Add(hn::LoadU(d, e + (l + 8) * nr), hn::LoadU(d, e + l * nr));
 #pragma GCC unroll 4
-        for (int l = 0; l < 4; ++l) h4[l] = hn::Add(h8[l + 4], h8[l]);
-        hn::StoreU(hn::Add(hn::Add(h4[0], h4[2]), hn::Add(h4[1], h4[3])), d, gsum + grp * nr + r);
+          for (int l = 0; l < 4; ++l) h4[l] = hn::Add(h8[l + 4], h8[l]);
+          hn::StoreU(hn::Add(hn::Add(h4[0], h4[2]), hn::Add(h4[1], h4[3])), d, gsum + grp * nr + r);
+        }
+      } else {
+        for (int64_t grp = 0; grp < kKeyTile / 8; ++grp) {
+          const float* e = P + grp * 8 * nr + r;
+          hn::Vec<DF> h4[4];
+#pragma GCC unroll 4
+          for (int l = 0; l < 4; ++l) h4[l] = hn::Add(hn::LoadU(d, e + (l + 4) * nr), hn::LoadU(d, e + l * nr));
+          hn::StoreU(hn::Add(hn::Add(h4[0], h4[2]), hn::Add(h4[1], h4[3])), d, gsum + grp * nr + r);
+        }
       }
     }
     for (int64_t row = 0; row < nr; ++row) {
       if (tmax[row] == -INFINITY) continue;
       double tile_sum = 0.0;
-      for (int64_t grp = 0; grp < kKeyTile / 16; ++grp) tile_sum += gsum[grp * nr + row];
+      for (int64_t grp = 0; grp < n_groups; ++grp) tile_sum += gsum[grp * nr + row];
       S[row] = static_cast<float>(static_cast<double>(S[row]) + tile_sum);
     }
     // VKQ += exp * V over the tile's keys in order (the real rows of each head).
@@ -1090,6 +1156,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
 
   Plan plan;
   plan.args = &args;
+  plan.ggml_lanes = ggml_build_lanes();
   plan.head_dim = args.shape.head_dim;
   plan.n_head_kv = args.shape.n_head_kv;
   plan.group = args.shape.n_head / args.shape.n_head_kv;

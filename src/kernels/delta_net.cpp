@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
-#if defined(__SSE2__)
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
 #include <xmmintrin.h>
 #endif
 
@@ -29,11 +31,19 @@ namespace {
 #define DN_INLINE AGENTKV_VEC_INLINE
 using vec::Vec;
 
+// y += a x, each element one fused multiply-add as ggml_vec_mad_f32 computes it (its vector part
+// by intrinsics, its leftovers `y[i] += x[i]*v` contracted by GCC: no loop-carried chain). The
+// FMA entries (W >= 8) get that by contraction; the generic one (the scalar level, no FMA unit to
+// contract to) calls std::fma.
 template <int W>
 DN_INLINE void axpy(float* y, const float* x, float a, int n) {  // y += a x
   int i = 0;
-  for (; i + W <= n; i += W) vec::store<W>(y + i, vec::load<W>(y + i) + a * vec::load<W>(x + i));
-  for (; i < n; ++i) y[i] += a * x[i];
+  if constexpr (W >= 8) {
+    for (; i + W <= n; i += W) vec::store<W>(y + i, vec::load<W>(y + i) + a * vec::load<W>(x + i));
+    for (; i < n; ++i) y[i] += a * x[i];
+  } else {
+    for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+  }
 }
 
 template <int W>
@@ -63,23 +73,48 @@ DN_INLINE float unfused_product(float a, float b) {
   return p;
 }
 
+// Floats per vector of the llama.cpp build an entry point of lane width W reproduces: the AVX-512
+// entry (W = 16, only at the AVX-512 level) its AVX-512 build, the AVX2 entry (W = 8) and the
+// generic one (W = 4, the scalar level) its AVX2 build. Group boundaries (SiLU's vector part),
+// ggml_vec_dot_f32's steps and reduction and the form of ggml_v_expf follow from it.
+template <int W>
+inline constexpr int kGgmlLanes = W == 16 ? 16 : 8;
+
 // dot(x, y) in ggml_vec_dot_f32's float order, the dot llama.cpp's GATED_DELTA_NET op takes for
-// S^T k and S^T q: four W-lane fused multiply-add accumulators over steps of 4W elements,
-// combined (a0 + a2) + (a1 + a3) and summed by halving (_mm512_reduce_add_ps at W = 16), then the
+// S^T k and S^T q: four G-lane fused multiply-add accumulators over steps of 4G elements,
+// combined (a0 + a2) + (a1 + a3) and reduced (G = 16: _mm512_reduce_add_ps, i.e. halving;
+// G = 8: GGML_F32x8_REDUCE, the 128-bit halves added, then (t0 + t1) + (t2 + t3)), then the
 // elements after the last whole step one at a time in float, each product rounded before it is
 // added. For head size 16 (qwen35-micro) the whole dot is that sequential part; it is what makes
 // the fixture bit-exact (a 16-lane tree, a fused chain or a double sum each drift from llama.cpp
 // at a few positions, through f16 roundings of the gated-norm output downstream).
 template <int W>
 DN_INLINE float ggml_dot(const float* x, const float* y, int n) {
-  const int np = n & ~(4 * W - 1);
+  constexpr int G = kGgmlLanes<W>;
+  const int np = n & ~(4 * G - 1);
   float sum = 0.0f;
   if (np > 0) {
-    Vec<W> acc[4] = {};
-    for (int i = 0; i < np; i += 4 * W)
+    if constexpr (W == G) {
+      Vec<W> acc[4] = {};
+      for (int i = 0; i < np; i += 4 * W)
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) acc[j] += vec::load<W>(x + i + j * W) * vec::load<W>(y + i + j * W);
-    sum = vec::hsum((acc[0] + acc[2]) + (acc[1] + acc[3]));
+        for (int j = 0; j < 4; ++j) acc[j] += vec::load<W>(x + i + j * W) * vec::load<W>(y + i + j * W);
+      const Vec<W> v = (acc[0] + acc[2]) + (acc[1] + acc[3]);
+      if constexpr (G == 16) {
+        sum = vec::hsum(v);
+      } else {
+        const float t0 = v[0] + v[4], t1 = v[1] + v[5], t2 = v[2] + v[6], t3 = v[3] + v[7];
+        sum = (t0 + t1) + (t2 + t3);
+      }
+    } else {  // the generic entry: G = 8 lanes one at a time, fused as the AVX2 build's steps
+      float acc[4][G] = {};
+      for (int i = 0; i < np; i += 4 * G)
+        for (int j = 0; j < 4; ++j)
+          for (int l = 0; l < G; ++l) acc[j][l] = std::fma(x[i + j * G + l], y[i + j * G + l], acc[j][l]);
+      float v[G];
+      for (int l = 0; l < G; ++l) v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+      sum = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+    }
   }
   for (int i = np; i < n; ++i) sum += unfused_product(x[i], y[i]);
   return sum;
@@ -110,13 +145,60 @@ DN_INLINE bool any_exponent_outside_126(const Vec<W>& n) {
   return or_fold(m | (252 - m)) < 0;
 }
 
-// ggml_v_silu (x / (1 + ggml_v_expf(-x)), ggml's AVX-512 form, see ggml_expf-inl.h) on W lanes:
-// what ggml_vec_silu_f32 applies to whole groups of 16 elements of a row. Its fused steps are
-// written as a * b + c, which this file's FMA targets contract; the final scaling by 2^n is an
-// exact product, so contracting it into 1 + e^-x changes nothing. Lanes outside |n| <= 126 take
-// the scalar form.
+#if defined(__x86_64__) || defined(__i386__)
+// The AVX2 build's ggml_v_silu on 8 lanes: its ggml_v_expf (see ggml_expf-inl.h) with the same
+// intrinsics, lanes outside |n| <= 126 by the scalar form. Out of line (the generic templates that
+// call it carry no target attribute), through memory (no vector type crosses the call).
+__attribute__((target("avx2,fma"), noinline)) void ggml_silu8_avx2_form(const float* xp, float* yp) {
+  const __m256 x = _mm256_loadu_ps(xp);
+  const __m256 nx = _mm256_sub_ps(_mm256_setzero_ps(), x);
+  const __m256 r = _mm256_set1_ps(0x1.8p23f);
+  const __m256 z = _mm256_fmadd_ps(nx, _mm256_set1_ps(0x1.715476p+0f), r);
+  const __m256 n = _mm256_sub_ps(z, r);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), nx));
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+  const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+  const __m256 c = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(126), _CMP_GT_OQ);
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                      _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+  __m256 ex;
+  if (!_mm256_movemask_ps(c)) {
+    ex = _mm256_fmadd_ps(j, k, k);
+  } else {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, nx);
+    for (int l = 0; l < 8; ++l) lanes[l] = ggml_math::GgmlExpLaneAvx2(lanes[l]);
+    ex = _mm256_load_ps(lanes);
+  }
+  _mm256_storeu_ps(yp, _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), ex)));
+}
+#endif
+
+// ggml_v_silu (x / (1 + ggml_v_expf(-x)), see ggml_expf-inl.h) on W lanes: what
+// ggml_vec_silu_f32 applies to whole groups of kGgmlLanes<W> elements of a row. AVX-512 form
+// (W = 16): its fused steps are written as a * b + c, which this file's FMA targets contract; the
+// final scaling by 2^n is an exact product, so contracting it into 1 + e^-x changes nothing; lanes
+// outside |n| <= 126 take the scalar form. AVX2 form: the intrinsics above (W = 8) or lane by lane
+// (the generic entry).
 template <int W>
 DN_INLINE Vec<W> ggml_silu_vec(const Vec<W>& x) {
+  if constexpr (kGgmlLanes<W> == 8) {
+#if defined(__x86_64__) || defined(__i386__)
+    if constexpr (W == 8) {
+      float in[8], out[8];
+      vec::store<8>(in, x);
+      ggml_silu8_avx2_form(in, out);
+      return vec::load<8>(out);
+    }
+#endif
+    Vec<W> y;
+    for (int l = 0; l < W; ++l) y[l] = x[l] / (1.0f + ggml_math::GgmlExpLaneAvx2(0.0f - x[l]));
+    return y;
+  }
   const Vec<W> nx = Vec<W>{} - x;
   const Vec<W> z = nx * 0x1.715476p+0f + 0x1.8p23f;
   const Vec<W> n = z - 0x1.8p23f;
@@ -137,12 +219,12 @@ DN_INLINE Vec<W> ggml_silu_vec(const Vec<W>& x) {
   return x / (1.0f + e);
 }
 
-// The scalar tail of ggml_vec_silu_f32 (elements after the last whole group of 16).
+// The scalar tail of ggml_vec_silu_f32 (elements after the last whole vector group).
 inline float ggml_silu_scalar(float x) { return x / (1.0f + std::exp(-x)); }
 
 // y[i] = silu(x[i]) for i < n as ggml_vec_silu_f32 computes element `first + i` of a row whose
-// leading `n_vec` elements (a multiple of 16) are in whole 16-element groups: ggml_v_silu there,
-// the scalar formula after. W divides 16, so groups never straddle the boundary.
+// leading `n_vec` elements (a multiple of kGgmlLanes<W>) are in whole vector groups: ggml_v_silu
+// there, the scalar formula after. W divides the group width, so groups never straddle it.
 template <int W>
 DN_INLINE void ggml_silu_span(const float* x, float* y, int64_t first, int64_t n, int64_t n_vec) {
   int64_t i = 0;
@@ -654,9 +736,9 @@ DN_INLINE void gated_rms_norm_impl(const GatedNormArgs& a, int64_t t0, int64_t t
       float* yh = y + h * head_dim;
       const float mean = float(sums[h] / double(head_dim));
       const float s = 1.0f / std::sqrt(mean + a.eps);
-      // silu(z) as ggml_silu computes it on rows of head_dim: ggml_v_silu on whole groups of 16,
+      // silu(z) as ggml_silu computes it on rows of head_dim: ggml_v_silu on whole vector groups,
       // the scalar formula after.
-      const int64_t n_vec = head_dim - head_dim % 16;
+      const int64_t n_vec = head_dim - head_dim % kGgmlLanes<W>;
       int64_t d = 0;
       for (; d < n_vec; d += W) {
         const Vec<W> on = vec::load<W>(oh + d) * s;
@@ -738,11 +820,16 @@ struct ConvArgs {
 
 // Tokens [t0, t1), each over all channels: contiguous rows in, contiguous rows out (a walk down
 // channel blocks instead would jump a whole row between tokens, which the prefetchers do not
-// follow). Taps are summed oldest first with fused multiply-adds, as ggml_ssm_conv compiles on
-// FMA machines; SiLU as ggml_vec_silu_f32 on the conv output row (ggml_silu over C channels per
-// token): ggml_v_silu on whole groups of 16 channels, the scalar formula (libm expf) on the last
-// C % 16. Every token takes the same vector path whether it reads the state or not, which keeps
-// results independent of how a sequence is split into calls.
+// follow). Taps are summed oldest first, as ggml_ssm_conv's loop `sumf += s * c` compiles: the
+// AVX-512 reference build fused it into one multiply-add chain; the AVX2 one (GCC tuned for Zen,
+// which keeps loop-carried multiply-add chains unfused) rounds every product before adding it —
+// measured on the fixtures (fused there: qwen35-micro drifts from llama.cpp at a few positions of
+// every prompt; unfused: bit-exact but for the 480-token prompt's last positions). The AVX2 and
+// scalar levels follow the AVX2 build (kGgmlLanes<W> == 8), the AVX-512 level the AVX-512 one.
+// SiLU as ggml_vec_silu_f32 on the conv output row (ggml_silu over C channels per token):
+// ggml_v_silu on whole vector groups of channels (16 or 8, kGgmlLanes), the scalar formula (libm
+// expf) on the rest. Every token takes the same vector path whether it reads the state or not,
+// which keeps results independent of how a sequence is split into calls.
 template <int W>
 DN_INLINE void conv_tokens_impl(const ConvArgs& a, int64_t t0, int64_t t1) {
   const int d_conv = a.d_conv;
@@ -754,8 +841,14 @@ DN_INLINE void conv_tokens_impl(const ConvArgs& a, int64_t t0, int64_t t1) {
     int64_t c = 0;
     for (; c + W <= nc; c += W) {
       Vec<W> acc = {};
-      for (int i = 0; i < d_conv; ++i)
-        acc += vec::load<W>(rows[i] + c) * vec::load<W>(a.taps + i * nc + c);
+      for (int i = 0; i < d_conv; ++i) {
+        const Vec<W> p = vec::load<W>(rows[i] + c) * vec::load<W>(a.taps + i * nc + c);
+        if constexpr (kGgmlLanes<W> == 16) {
+          acc += p;  // contracted: one fused chain, as the AVX-512 build compiles ggml_ssm_conv
+        } else {
+          acc += unfused<W>(p);  // the AVX2 build rounds every product (see above)
+        }
+      }
       vec::store<W>(o + c, acc);
     }
     if (c < nc) {  // channel tail through a zero-padded vector
@@ -766,21 +859,25 @@ DN_INLINE void conv_tokens_impl(const ConvArgs& a, int64_t t0, int64_t t1) {
         std::fill(wb, wb + W, 0.0f);
         std::memcpy(xb, rows[i] + c, sizeof(float) * (nc - c));
         std::memcpy(wb, a.taps + i * nc + c, sizeof(float) * (nc - c));
-        acc += vec::load<W>(xb) * vec::load<W>(wb);
+        const Vec<W> p = vec::load<W>(xb) * vec::load<W>(wb);
+        if constexpr (kGgmlLanes<W> == 16) {
+          acc += p;
+        } else {
+          acc += unfused<W>(p);
+        }
       }
       vec::store<W>(xb, acc);
       std::memcpy(o + c, xb, sizeof(float) * (nc - c));
     }
-    ggml_silu_span<W>(o, o, 0, nc, nc - nc % 16);
+    ggml_silu_span<W>(o, o, 0, nc, nc - nc % kGgmlLanes<W>);
     if (a.normalize) normalize_qk_impl<W>(*a.normalize, t, t + 1);
   }
 }
 
 // One or two tokens (decoding): laying the weights and state out would cost more than the
 // conv itself, so each channel reads its taps and state in place. Per element the same
-// operations as conv_tokens_impl: a fused multiply-add chain from zero, oldest tap first, where
-// the vector path fuses (W >= 8: the AVX2 / AVX-512 entry points), a rounded product and a sum
-// where it does not (generic SSE2); then the same SiLU on the row.
+// operations as conv_tokens_impl: from zero, oldest tap first, a fused multiply-add chain (the
+// AVX-512 entry) or rounded products and sums (the AVX2 and generic entries); then the same SiLU.
 template <int W>
 DN_INLINE void conv_in_place_impl(const float* x, int64_t x_stride, int64_t n_tokens,
                                   int64_t channels, const float* weight, int d_conv,
@@ -794,14 +891,14 @@ DN_INLINE void conv_in_place_impl(const float* x, int64_t x_stride, int64_t n_to
       for (int i = 0; i < d_conv; ++i) {
         const int64_t p = t + i;
         const float v = p < ns ? conv_state[c * ns + p] : x[(p - ns) * x_stride + c];
-        if constexpr (W >= 8)
+        if constexpr (kGgmlLanes<W> == 16)
           acc = std::fma(v, w[i], acc);
         else
           acc = acc + unfused_product(v, w[i]);
       }
       o[c] = acc;
     }
-    ggml_silu_span<W>(o, o, 0, channels, channels - channels % 16);
+    ggml_silu_span<W>(o, o, 0, channels, channels - channels % kGgmlLanes<W>);
   }
 }
 

@@ -111,6 +111,8 @@ CpuLevel set_cpu_level(CpuLevel level) {
   return used;
 }
 
+int ggml_build_lanes() { return active_cpu_level() == CpuLevel::Avx512 ? 16 : 8; }
+
 std::string_view cpu_level_name(CpuLevel level) {
   switch (level) {
     case CpuLevel::Scalar: return "scalar";

@@ -32,6 +32,11 @@ bool avx512_vnni_active();
 // Not thread-safe with kernels running: call it at start-up or between tests.
 CpuLevel set_cpu_level(CpuLevel level);
 
+// Floats per vector of the llama.cpp x86 build whose float orders the active level reproduces
+// (reduction trees, vector/scalar split points, which form of its vector expf): 16, its AVX-512
+// build, at the AVX-512 level; 8, its AVX2 build, at the AVX2 and scalar levels.
+int ggml_build_lanes();
+
 std::string_view cpu_level_name(CpuLevel level);
 // "scalar", "avx2", "avx512" (case-insensitive); false for anything else.
 bool parse_cpu_level(std::string_view name, CpuLevel* out);

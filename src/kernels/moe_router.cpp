@@ -4,6 +4,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/dispatch.h"
+#include "kernels/ggml_expf-inl.h"
 
 namespace agentkv {
 namespace {
@@ -29,8 +31,22 @@ void route_token(const float* logits, const MoeRouteParams& p, int32_t* ids, flo
   const int n = p.n_expert;
   float max = -INFINITY;
   for (int e = 0; e < n; ++e) max = std::fmax(max, logits[e]);
+  // ggml_vec_soft_max_f32 on the AVX2 build (the AVX2 and scalar levels): whole groups of 8 take
+  // its ggml_v_expf and add the group's sum (hsum order: halves, then (0 + 2) + (1 + 3)) to the
+  // double; the rest expf one at a time. (The AVX-512 level keeps expf for every expert: its build
+  // would take 16-lane groups from 16 experts on; the fixtures have 4.)
   double sum = 0.0;
-  for (int e = 0; e < n; ++e) {
+  int e = 0;
+  if (ggml_build_lanes() == 8) {
+    for (; e + 8 <= n; e += 8) {
+      float v[8];
+      for (int l = 0; l < 8; ++l) probs[e + l] = v[l] = ggml_math::GgmlExpLaneAvx2(logits[e + l] - max);
+      float q[4];
+      for (int l = 0; l < 4; ++l) q[l] = v[l + 4] + v[l];
+      sum += double((q[0] + q[2]) + (q[1] + q[3]));
+    }
+  }
+  for (; e < n; ++e) {
     probs[e] = std::exp(logits[e] - max);
     sum += double(probs[e]);
   }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "kernels/ops.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -60,24 +61,37 @@ void ScaleRow(const float* x, float scale, const float* w, float* y, int64_t n) 
   }
 }
 
-// ggml_vec_swiglu_f32 as an AVX-512 build runs it: whole groups of 16 take ggml_v_silu
-// (x / (1 + ggml_v_expf(-x))) times u, the elements after them x / (1 + expf(-x)) * u.
-constexpr int64_t kGgmlVectorWidth = 16;
-
-void SwigluRow(const float* gate, const float* up, float* out, int64_t n) {
-  const hn::ScalableTag<float> d;
+// ggml_vec_swiglu_f32 as llama.cpp's x86 builds run it: whole groups of `width` elements (16 on
+// the AVX-512 build, 8 on the AVX2 one) take ggml_v_silu (x / (1 + ggml_v_expf(-x)), in that
+// build's expf form) times u, the elements after them x / (1 + expf(-x)) * u.
+template <class D, bool kAvx2Form>
+HWY_INLINE void SwigluGroups(D d, const float* gate, const float* up, float* out, int64_t n_vector) {
   const int64_t step = static_cast<int64_t>(hn::Lanes(d));
   const auto one = hn::Set(d, 1.0f);
-  const int64_t n_vector = n - n % kGgmlVectorWidth;
-  int64_t i = 0;
-  if (kGgmlVectorWidth % step == 0) {
-    for (; i < n_vector; i += step) {
-      const auto g = hn::LoadU(d, gate + i);
-      const auto s = hn::Div(g, hn::Add(one, GgmlExpVec(d, hn::Neg(g))));
-      hn::StoreU(hn::Mul(s, hn::LoadU(d, up + i)), d, out + i);
+  for (int64_t i = 0; i < n_vector; i += step) {
+    const auto g = hn::LoadU(d, gate + i);
+    const auto neg = hn::Sub(hn::Zero(d), g);
+    const auto e = kAvx2Form ? GgmlExpVecAvx2(d, neg) : GgmlExpVec(d, neg);
+    hn::StoreU(hn::Mul(hn::Div(g, hn::Add(one, e)), hn::LoadU(d, up + i)), d, out + i);
+  }
+}
+
+void SwigluRow(const float* gate, const float* up, float* out, int64_t n, int64_t width) {
+  const int64_t n_vector = n - n % width;
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 8> d8;
+  if (width == 16 && 16 % hn::Lanes(d) == 0) {
+    SwigluGroups<decltype(d), false>(d, gate, up, out, n_vector);
+  } else if (width == 8 && 8 % hn::Lanes(d8) == 0) {
+    SwigluGroups<decltype(d8), true>(d8, gate, up, out, n_vector);
+  } else {
+    // no vector of a width dividing the group: lane by lane, the same arithmetic
+    for (int64_t i = 0; i < n_vector; ++i) {
+      const float e = width == 16 ? ggml_math::GgmlExpLane(0.0f - gate[i]) : ggml_math::GgmlExpLaneAvx2(0.0f - gate[i]);
+      out[i] = gate[i] / (1.0f + e) * up[i];
     }
   }
-  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (int64_t i = n_vector; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 void SiluRow(const float* x, float* y, int64_t n) {
@@ -210,7 +224,7 @@ void rope_neox(float* head, int64_t head_dim, int64_t n_rot, float pos, float fr
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
-  if (n > 0) HWY_DYNAMIC_DISPATCH(SwigluRow)(gate, up, out, n);
+  if (n > 0) HWY_DYNAMIC_DISPATCH(SwigluRow)(gate, up, out, n, ggml_build_lanes());
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }

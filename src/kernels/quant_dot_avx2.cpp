@@ -1,6 +1,8 @@
 // AVX2 + FMA + F16C dot products. Integer types: per block, exact int32 dot products of the
 // unpacked quants (maddubs/madd), scaled into a float accumulator with FMA, so results equal the
 // scalar kernels up to float summation order. q2_K and q3_K stay scalar for now.
+#include <cmath>
+
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
 
@@ -10,18 +12,34 @@ namespace agentkv::quant_detail {
 namespace {
 using namespace x86;
 
+// ggml_vec_dot_f32 / _f16 on an AVX2 build (GGML_F32_STEP 32, four 8-lane accumulators): whole
+// 32-element steps go to four fused chains, then GGML_F32x8_REDUCE: (acc0 + acc2) + (acc1 + acc3),
+// the two 128-bit halves added, then hadd(hadd(t, t), t): (t0 + t1) + (t2 + t3). The elements after
+// the last whole step are added one product at a time (f32: each product rounded, then added in
+// float — the AVX2 reference build was compiled with GCC's Zen tuning, which does not fuse such
+// loop-carried chains; f16: products in float, the sum in double).
+AGENTKV_AVX2_INLINE float reduce_ggml_f32x8(const __m256 acc[4]) {
+  const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t1 = _mm_hadd_ps(t0, t0);
+  return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
 AGENTKV_AVX2 float dot_f32(int64_t n, const void* w, const void* a) {
   const float* x = static_cast<const float*>(w);
   const float* y = static_cast<const float*>(a);
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
+  const int64_t np = n & ~int64_t{31};
+  for (int64_t i = 0; i < np; i += 32) {
     for (int k = 0; k < 4; ++k)
       acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
   }
-  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
-  float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < n; ++i) sum += x[i] * y[i];
+  float sum = reduce_ggml_f32x8(acc);
+  for (int64_t i = np; i < n; ++i) {
+    float p = x[i] * y[i];
+    __asm__("" : "+x"(p));  // keep the product rounded: no contraction into the addition
+    sum += p;
+  }
   return sum;
 }
 
@@ -33,15 +51,14 @@ AGENTKV_AVX2 float dot_f16(int64_t n, const void* w, const void* a) {
   const uint16_t* x = static_cast<const uint16_t*>(w);
   const uint16_t* y = static_cast<const uint16_t*>(a);
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
+  const int64_t np = n & ~int64_t{31};
+  for (int64_t i = 0; i < np; i += 32) {
     for (int k = 0; k < 4; ++k)
       acc[k] = _mm256_fmadd_ps(load_f16x8(x + i + 8 * k), load_f16x8(y + i + 8 * k), acc[k]);
   }
-  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), acc[0]);
-  float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < n; ++i) sum += half_to_float(x[i]) * half_to_float(y[i]);
-  return sum;
+  double sum = reduce_ggml_f32x8(acc);
+  for (int64_t i = np; i < n; ++i) sum += static_cast<double>(half_to_float(x[i]) * half_to_float(y[i]));
+  return static_cast<float>(sum);
 }
 
 AGENTKV_AVX2_INLINE __m256 load_bf16x8(const uint16_t* p) {
@@ -49,6 +66,9 @@ AGENTKV_AVX2_INLINE __m256 load_bf16x8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
+// ggml_vec_dot_bf16 on AVX2: four 8-lane accumulators over 32-element steps (products of bf16
+// values are exact in float, so mul + add and a fused step agree), (c1 + c3) + (c2 + c4), reduced
+// like hsum_ps, then the sum and the tail in double.
 AGENTKV_AVX2 float dot_bf16(int64_t n, const void* w, const void* a) {
   const uint16_t* x = static_cast<const uint16_t*>(w);
   const uint16_t* y = static_cast<const uint16_t*>(a);
@@ -58,10 +78,9 @@ AGENTKV_AVX2 float dot_bf16(int64_t n, const void* w, const void* a) {
     for (int k = 0; k < 4; ++k)
       acc[k] = _mm256_fmadd_ps(load_bf16x8(x + i + 8 * k), load_bf16x8(y + i + 8 * k), acc[k]);
   }
-  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), acc[0]);
-  float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < n; ++i) sum += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
-  return sum;
+  double sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
+  for (; i < n; ++i) sum += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
+  return static_cast<float>(sum);
 }
 
 AGENTKV_AVX2_INLINE __m256i load_q8(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }

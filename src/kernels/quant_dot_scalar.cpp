@@ -1,36 +1,118 @@
 // Portable dot products, one per weight type, with the activation row in vec_dot_type(type).
 // They follow ggml's generic kernels: exact integer sums per block, then the block's float scales
-// (so the SIMD kernels only differ from these in float summation order). Float rows accumulate in
-// double, as ggml's scalar f32/f16/bf16 kernels do. q4_K and q6_K instead fix the float order of
-// the x86 kernels llama.cpp runs, and every SIMD level reproduces them bit for bit.
+// (so the SIMD kernels only differ from these in float summation order). Float rows (f32, f16,
+// bf16) take the lane order of llama.cpp's AVX2 build, not ggml's double-sum scalar loop; q4_K and
+// q6_K fix the float order of the x86 kernels llama.cpp runs, and every SIMD level reproduces them
+// bit for bit.
 #include <cmath>
+#include <vector>
 
 #include "kernels/quant_kernels.h"
 
 namespace agentkv::quant_detail {
 namespace {
 
+// Float rows follow the order of llama.cpp's AVX2 build (ggml_vec_dot_f32 / _f16 / _bf16 with
+// GGML_F32_STEP 32), lane by lane, so this level gives the AVX2 level's bits and is held to the
+// same llama.cpp reference (docs/performance.md). Element i of a 32-element step goes to lane i % 8
+// of accumulator (i % 32) / 8.
+// A product of two f16 (or two bf16) values is exact in float, so the fused step equals a plain
+// multiply and add there (which the compiler may vectorise); f32 rows need the real fma.
+template <class Load>
+void float_lanes(int64_t np, Load load, float acc[4][8]) {
+  for (int64_t i = 0; i < np; i += 32)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 8; ++l) {
+        const int64_t e = i + 8 * k + l;
+        if constexpr (Load::kExactProducts) {
+          acc[k][l] += load.x(e) * load.y(e);
+        } else {
+          acc[k][l] = std::fma(load.x(e), load.y(e), acc[k][l]);
+        }
+      }
+}
+
+// GGML_F32x8_REDUCE: (acc0 + acc2) + (acc1 + acc3), 128-bit halves added, then two hadds.
+float reduce_ggml_f32x8(const float acc[4][8]) {
+  float v[8], t[4];
+  for (int l = 0; l < 8; ++l) v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+  for (int l = 0; l < 4; ++l) t[l] = v[l] + v[l + 4];
+  return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+// hsum_ps (and ggml_vec_dot_bf16's AVX2 reduction): halves added, then (0 + 2) + (1 + 3).
+float hsum_8(const float v[8]) {
+  float t[4];
+  for (int l = 0; l < 4; ++l) t[l] = v[l] + v[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+struct F32Rows {
+  static constexpr bool kExactProducts = false;
+  const float* a;
+  const float* b;
+  float x(int64_t i) const { return a[i]; }
+  float y(int64_t i) const { return b[i]; }
+};
+// fp16_to_fp32 of every half, for the scalar F16 dot (the bit arithmetic per element was most of
+// the scalar level's decode time).
+const float* f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = fp16_to_fp32(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table.data();
+}
+
+struct F16Rows {
+  static constexpr bool kExactProducts = true;
+  const uint16_t* a;
+  const uint16_t* b;
+  const float* table = f16_table();
+  float x(int64_t i) const { return table[a[i]]; }
+  float y(int64_t i) const { return table[b[i]]; }
+};
+struct BF16Rows {
+  static constexpr bool kExactProducts = true;
+  const uint16_t* a;
+  const uint16_t* b;
+  float x(int64_t i) const { return bf16_to_fp32(a[i]); }
+  float y(int64_t i) const { return bf16_to_fp32(b[i]); }
+};
+
 float dot_f32(int64_t n, const void* w, const void* a) {
-  const float* x = static_cast<const float*>(w);
-  const float* y = static_cast<const float*>(a);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * y[i]);
-  return static_cast<float>(sum);
+  const F32Rows rows{static_cast<const float*>(w), static_cast<const float*>(a)};
+  const int64_t np = n & ~int64_t{31};
+  float acc[4][8] = {};
+  float_lanes(np, rows, acc);
+  float sum = reduce_ggml_f32x8(acc);
+  for (int64_t i = np; i < n; ++i) {
+    volatile float p = rows.x(i) * rows.y(i);  // rounded, as the AVX2 build's tail (no fusion)
+    sum += p;
+  }
+  return sum;
 }
 
 float dot_f16(int64_t n, const void* w, const void* a) {
-  const uint16_t* x = static_cast<const uint16_t*>(w);
-  const uint16_t* y = static_cast<const uint16_t*>(a);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
+  const F16Rows rows{static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a)};
+  const int64_t np = n & ~int64_t{31};
+  float acc[4][8] = {};
+  float_lanes(np, rows, acc);
+  double sum = reduce_ggml_f32x8(acc);
+  for (int64_t i = np; i < n; ++i) sum += static_cast<double>(rows.x(i) * rows.y(i));
   return static_cast<float>(sum);
 }
 
 float dot_bf16(int64_t n, const void* w, const void* a) {
-  const uint16_t* x = static_cast<const uint16_t*>(w);
-  const uint16_t* y = static_cast<const uint16_t*>(a);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]));
+  const BF16Rows rows{static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a)};
+  const int64_t np = n & ~int64_t{31};
+  float acc[4][8] = {};
+  float_lanes(np, rows, acc);
+  float v[8];
+  for (int l = 0; l < 8; ++l) v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+  double sum = hsum_8(v);
+  for (int64_t i = np; i < n; ++i) sum += static_cast<double>(rows.x(i) * rows.y(i));
   return static_cast<float>(sum);
 }
 
