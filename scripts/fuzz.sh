@@ -48,4 +48,5 @@ run request_fuzz "$rest_s" 8192 fuzz/request.dict fuzz/request-seeds
 seeds="$build/fuzz/state-seeds"
 mkdir -p "$seeds"
 AGENTKV_FUZZ_WRITE_SEEDS="$seeds" "$build/fuzz/state_fuzz" -runs=0 "$seeds" >/dev/null 2>&1 || true
-run state_fuzz "$rest_s" 65536 "" "$seeds"
+# fuzz/state-regressions: inputs that once crashed the reader (each is replayed first).
+run state_fuzz "$rest_s" 65536 "" "$seeds" fuzz/state-regressions

@@ -253,7 +253,7 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
     const auto bytes = t->bytes(n, 4, "tokens");
     c.has_tokens = true;
     c.tokens.resize(n);
-    std::memcpy(c.tokens.data(), bytes.data(), bytes.size());
+    if (n > 0) std::memcpy(c.tokens.data(), bytes.data(), bytes.size());  // no memcpy from/to null
     t->expect_end("token section");
   }
   if (StateReader* l = find_section(sections, kSectionLogits)) {
