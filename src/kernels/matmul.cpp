@@ -6,6 +6,7 @@
 // One token of q8_0 / q4_K / q6_K goes to the multi-row GEMV kernels (gemv.h, same bits as vec_dot),
 // and so do a few tokens of q8_0 / q6_K, and of q4_K outside row groups (gemv_batch_rows).
 #include "kernels/matmul.h"
+#include "kernels/numerics.h"
 
 #include <algorithm>
 #include <string>
@@ -76,7 +77,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   const VecDotFn dot = vec_dot_fn(w.type);
   // Activation rows that llama.cpp's repacked GEMM kernel would take (whole groups of 4 from the
   // start of the batch) get its numerics; the rest, and single rows, those of its GEMV kernel.
-  const int64_t n_grouped = grouping == RowGrouping::kBatch && uses_row_group_kernel(w.type, w.n_out)
+  const int64_t n_grouped = grouping == RowGrouping::kBatch && !batch_invariant() && uses_row_group_kernel(w.type, w.n_out)
                                 ? n_tokens - n_tokens % kRowGroupSize
                                 : 0;
   const RowGroupDotFn group_dot = n_grouped > 0 ? row_group_dot_fn(w.type) : nullptr;
