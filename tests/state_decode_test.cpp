@@ -174,7 +174,9 @@ void check_three_ways(const std::string& name, const ContextParams& cp) {
   }
   expect_bit_equal(continue_greedy(ctx, 3, into3.logits), fresh, name + " restored into seq 3");
   EXPECT_EQ(ctx.stats().n_tokens, kContinue);
-  if (hybrid) EXPECT_EQ(ctx.memory().rec()->seq_pos_max(1), 9);  // seq 1 untouched
+  if (hybrid) {
+    EXPECT_EQ(ctx.memory().rec()->seq_pos_max(1), 9);  // seq 1 untouched
+  }
 }
 
 class DenseAllTypes : public ::testing::TestWithParam<GgmlType> {};

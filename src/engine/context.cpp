@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "memory/attention_view.h"
 
 namespace agentkv {
 
@@ -36,32 +37,7 @@ void Context::apply_pending_shift() {
 void Context::count_keys_attended(const memory::UBatch& ub) {
   const memory::KvCache* kv = memory_->kv();
   if (!kv || ub.size() == 0) return;
-  // Tokens are masked as their first sequence: token t sees the cells of that sequence at
-  // positions <= pos[t]. Per sequence of the ubatch, one pass over the cells: a cell at position
-  // q is seen by every token whose position is >= q, i.e. a suffix of the tokens sorted by
-  // position; a difference array over that order gives every token's count.
-  std::vector<int64_t> seen(ub.size(), 0);
-  std::vector<bool> done(ub.size(), false);
-  for (size_t first = 0; first < ub.size(); ++first) {
-    if (done[first]) continue;
-    const memory::SeqId s = ub.seq[first][0];
-    std::vector<std::pair<memory::Pos, size_t>> order;  // (position, token) of this sequence
-    for (size_t t = first; t < ub.size(); ++t)
-      if (!done[t] && ub.seq[t][0] == s) order.emplace_back(ub.pos[t], t), done[t] = true;
-    std::sort(order.begin(), order.end());
-    std::vector<int64_t> diff(order.size() + 1, 0);
-    const memory::KvCells& c = kv->cells(kv->stream_of(s));
-    for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
-      if (!c.has_seq(i, s)) continue;
-      const auto k = std::lower_bound(order.begin(), order.end(), std::make_pair(c.pos(i), size_t{0})) - order.begin();
-      ++diff[static_cast<size_t>(k)];
-    }
-    int64_t running = 0;
-    for (size_t k = 0; k < order.size(); ++k) {
-      running += diff[k];
-      seen[order[k].second] = running;
-    }
-  }
+  const std::vector<int64_t> seen = memory::keys_seen(*kv, ub);
   for (int64_t n : seen) stats_.n_keys_attended += n;
   stats_.last_keys_attended = seen.back();
 }

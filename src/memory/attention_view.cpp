@@ -71,4 +71,33 @@ std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub
   return groups;
 }
 
+std::vector<int64_t> keys_seen(const KvCache& kv, const UBatch& ub) {
+  // A cell at position q is seen by every token of its sequence whose position is >= q, i.e. a
+  // suffix of that sequence's tokens sorted by position; a difference array over that order
+  // gives every token's count.
+  std::vector<int64_t> seen(ub.size(), 0);
+  std::vector<bool> done(ub.size(), false);
+  for (size_t first = 0; first < ub.size(); ++first) {
+    if (done[first]) continue;
+    const SeqId s = ub.seq[first][0];
+    std::vector<std::pair<Pos, size_t>> order;  // (position, token) of this sequence
+    for (size_t t = first; t < ub.size(); ++t)
+      if (!done[t] && ub.seq[t][0] == s) order.emplace_back(ub.pos[t], t), done[t] = true;
+    std::sort(order.begin(), order.end());
+    std::vector<int64_t> diff(order.size() + 1, 0);
+    const KvCells& c = kv.cells(kv.stream_of(s));
+    for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
+      if (!c.has_seq(i, s)) continue;
+      const auto k = std::lower_bound(order.begin(), order.end(), std::make_pair(c.pos(i), size_t{0})) - order.begin();
+      ++diff[static_cast<size_t>(k)];
+    }
+    int64_t running = 0;
+    for (size_t k = 0; k < order.size(); ++k) {
+      running += diff[k];
+      seen[order[k].second] = running;
+    }
+  }
+  return seen;
+}
+
 }  // namespace agentkv::memory

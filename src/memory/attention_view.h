@@ -28,4 +28,8 @@ struct AttentionGroup {
 // without a sequence or with a sequence id outside the cache.
 std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub);
 
+// For every token of ub (applied to kv): how many keys it attends over (its first sequence's
+// cells at positions <= its own), without building the groups. One pass over the cells per sequence.
+std::vector<int64_t> keys_seen(const KvCache& kv, const UBatch& ub);
+
 }  // namespace agentkv::memory

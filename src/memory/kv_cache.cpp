@@ -373,6 +373,25 @@ bool KvCache::has_shift() const {
   return false;
 }
 
+std::vector<std::pair<uint32_t, Pos>> KvCache::pending_shifts(uint32_t stream) const {
+  impl_->check_stream(stream);
+  const KvCells& c = impl_->cells[stream];
+  std::vector<std::pair<uint32_t, Pos>> out;
+  if (!c.has_shift()) return out;
+  for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+    if (!c.is_empty(i) && c.shift(i) != 0 && !c.known_zero(i)) out.emplace_back(i, c.shift(i));
+  return out;
+}
+
+size_t KvCache::cells_free_for(SeqId seq) const {
+  impl_->check_seq(seq, "cells_free_for");
+  const KvCells& c = impl_->cells[impl_->stream_of(seq)];
+  size_t n = 0;
+  for (uint32_t i = 0; i < c.size(); ++i)
+    if (c.is_empty(i) || (c.has_seq(i, seq) && c.seqs(i).count() == 1)) ++n;
+  return n;
+}
+
 void KvCache::reset_shift() {
   for (auto& c : impl_->cells) c.reset_shift();
 }

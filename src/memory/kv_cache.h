@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "agentkv/memory.h"
@@ -96,6 +97,12 @@ class KvCache final : public MemoryInterface {
   // reset_shift(). has_shift() may stay true after the shifted cells were removed (all deltas 0).
   bool has_shift() const;
   void reset_shift();
+  // The cells of a stream whose keys need rotating: (cell, pending delta) for every used cell with
+  // a delta != 0 whose rows are not known to be all zero (rotating zeros changes nothing).
+  std::vector<std::pair<uint32_t, Pos>> pending_shifts(uint32_t stream) const;
+  // Cells of seq's stream that a batch of seq could take without touching another sequence:
+  // empty ones and those only seq uses (they go when seq drops its suffix).
+  size_t cells_free_for(SeqId seq) const;
 
   // Sequence operations with llama.cpp's semantics: half-open [p0, p1), p0 < 0 means 0, p1 < 0
   // means no upper bound. Invalid seq ids throw agentkv::Error. Details and the reasons:

@@ -29,10 +29,7 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
 
   int64_t rotated = 0;
   for (uint32_t s = 0; s < kv.n_streams(); ++s) {
-    const memory::KvCells& cells = kv.cells(s);
-    std::vector<uint32_t> todo;
-    for (uint32_t i = 0; i < cells.used_max_p1(); ++i)
-      if (!cells.is_empty(i) && cells.shift(i) != 0 && !cells.known_zero(i)) todo.push_back(i);
+    const std::vector<std::pair<uint32_t, memory::Pos>> todo = kv.pending_shifts(s);
     rotated += static_cast<int64_t>(todo.size());
     if (todo.empty() || rope.n_rot == 0) continue;
 
@@ -42,9 +39,9 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
       std::vector<float> cos_sin(static_cast<size_t>(rope.n_rot));
       std::vector<float> row(type == GgmlType::F32 ? 0 : static_cast<size_t>(n_embd));
       for (int64_t t = begin; t < end; ++t) {
-        const uint32_t cell = todo[static_cast<size_t>(t)];
+        const auto [cell, delta] = todo[static_cast<size_t>(t)];
         // One cos/sin table per cell serves every head of every layer.
-        rope_neox_cache(static_cast<float>(cells.shift(cell)), rope.n_rot, rope.freq_base, rope.freq_scale,
+        rope_neox_cache(static_cast<float>(delta), rope.n_rot, rope.freq_base, rope.freq_scale,
                         cos_sin.data());
         for (uint8_t* base : k_base) {
           uint8_t* stored = base + static_cast<size_t>(cell) * row_bytes;

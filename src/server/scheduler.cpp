@@ -355,7 +355,7 @@ MetricsSnapshot Scheduler::metrics() const {
   m.ram_cache_bytes = ram_cache_.bytes();
   m.memory_bytes = memory_bytes_;
   if (const memory::KvCache* kv = ctx_.memory().kv()) {
-    m.kv_cells_used = kv->cells(0).used();
+    m.kv_cells_used = kv->usage().cells_used;
     m.kv_cells_total = kv->layout().n_cells;
   }
   if (index_) {
@@ -638,11 +638,7 @@ bool Scheduler::build_batch(Batch& batch) {
 size_t Scheduler::cells_free_for(int slot_id) const {
   const memory::KvCache* kv = ctx_.memory().kv();
   if (!kv) return SIZE_MAX;  // recurrent memory only: one cell per sequence, always there
-  const memory::KvCells& cells = kv->cells(kv->stream_of(slot_id));
-  size_t n = 0;
-  for (uint32_t i = 0; i < cells.size(); ++i)
-    if (cells.is_empty(i) || (cells.has_seq(i, slot_id) && cells.seqs(i).count() == 1)) ++n;
-  return n;
+  return kv->cells_free_for(slot_id);
 }
 
 bool Scheduler::free_idle_memory(int except_slot) {
