@@ -1,5 +1,7 @@
 #include "server/prompt_align.h"
 
+#include <string>
+
 #include "server/prompt_cache.h"
 
 namespace agentkv::server {
@@ -8,29 +10,41 @@ AlignedPrompt align_to_cache(const Tokenizer& tok, std::string_view text, const 
                              const std::vector<std::vector<Token>>& caches) {
   AlignedPrompt best{plain, 0};
   size_t best_reuse = 0;
+  // A leading BOS the tokenizer adds is not in the text.
+  const bool bos_outside_text = !plain.empty() && plain[0] == tok.bos() &&
+                                text.substr(0, tok.token_to_piece(plain[0], true).size()) != tok.token_to_piece(plain[0], true);
+  // Text offsets where the plain tokenization has a token boundary: plain_at[offset] = tokens before it.
+  std::vector<int64_t> plain_at(text.size() + 1, -1);
+  {
+    size_t off = 0, k = bos_outside_text ? 1 : 0;
+    plain_at[0] = static_cast<int64_t>(k);
+    for (; k < plain.size(); ++k) {
+      off += tok.token_to_piece(plain[k], true).size();
+      if (off > text.size()) break;
+      plain_at[off] = static_cast<int64_t>(k + 1);
+    }
+  }
   for (const std::vector<Token>& cache : caches) {
     const size_t plain_common = common_prefix(cache, plain);
     best_reuse = std::max(best_reuse, plain_common);
-    // A leading BOS the tokenizer adds is not in the text.
     size_t i = 0, off = 0;
-    if (!plain.empty() && plain[0] == tok.bos() && !cache.empty() && cache[0] == plain[0]) {
-      const std::string bos = tok.token_to_piece(plain[0], true);
-      if (text.substr(0, bos.size()) != bos) i = 1;
-    }
-    std::string piece;
+    if (bos_outside_text && !cache.empty() && cache[0] == plain[0]) i = 1;
+    // The cached tokens whose text is a prefix of the prompt's, cut back to the last point where
+    // the plain tokenization has a boundary too: the new text after it keeps the tokens a
+    // tokenization of the whole prompt gives it (only the cached part keeps the cache's tokens,
+    // e.g. an answer as it was generated), so the prompt is the same whichever cache it meets.
+    size_t keep = i, keep_plain = plain_at[0] >= 0 ? static_cast<size_t>(plain_at[0]) : 0;
     for (; i < cache.size(); ++i) {
-      piece = tok.token_to_piece(cache[i], true);
+      const std::string piece = tok.token_to_piece(cache[i], true);
       if (piece.empty() || text.compare(off, piece.size(), piece) != 0) break;
       off += piece.size();
+      if (plain_at[off] >= 0) keep = i + 1, keep_plain = static_cast<size_t>(plain_at[off]);
     }
-    if (i <= plain_common || i <= best_reuse) continue;
-    std::vector<Token> tokens(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i));
-    if (off < text.size()) {
-      const std::vector<Token> rest = tok.encode(text.substr(off), /*add_special=*/false, /*parse_special=*/true);
-      tokens.insert(tokens.end(), rest.begin(), rest.end());
-    }
-    best = {std::move(tokens), i};
-    best_reuse = i;
+    if (keep <= plain_common || keep <= best_reuse) continue;
+    std::vector<Token> tokens(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(keep));
+    tokens.insert(tokens.end(), plain.begin() + static_cast<std::ptrdiff_t>(keep_plain), plain.end());
+    best = {std::move(tokens), keep};
+    best_reuse = keep;
   }
   return best;
 }

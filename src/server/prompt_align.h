@@ -2,11 +2,13 @@
 // text, and BPE often tokenizes that text into other tokens than the model generated (a random
 // or a constrained model writes "<tool_call>" as "<", "tool", "_call", ">"; "aaaaaa" as six
 // "a"), so the cache would stop matching inside the answer. align_to_cache() keeps the tokens a
-// slot's cache holds for as long as their text is a prefix of the new prompt's text, and
-// tokenizes only the rest: the previous answer is then reused exactly as it was generated.
-//
-// The prompt's text is unchanged; only where the text after the cached tokens starts may differ
-// from a tokenization of the whole text (the model reads the text in the tokens it wrote).
+// slot's cache holds (with the answer's last, unevaluated token) for as long as their text is a
+// prefix of the new prompt's text, cut back to the last point where the whole prompt's own
+// tokenization has a token boundary too, and takes that tokenization's tokens from there: the
+// previous answer is reused exactly as it was generated, and the new text is tokenized as it
+// would be without any cache. (Without the cut, a cache of another prompt ending inside a word,
+// "chalk" before "chalkboard", split the new word differently and changed the answer: the prompt
+// must not depend on which cache it meets.)
 #pragma once
 #include <span>
 #include <string_view>

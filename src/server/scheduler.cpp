@@ -874,14 +874,21 @@ void Scheduler::release(Slot& slot) {
   slot.stop_checker.reset();
   slot.grammar.reset();
   slot.probs.clear();
+  slot.unevaluated_tail = slot.pending;
+  slot.tail_at = slot.cache.size();
   slot.pending = -1;
 }
 
 std::vector<std::vector<Token>> Scheduler::cached_sequences() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::vector<Token>> out;
-  for (const Slot& s : slots_)
-    if (!s.fake_prefix && s.cache.size() > 0) out.push_back(s.cache.tokens());
+  for (const Slot& s : slots_) {
+    if (s.fake_prefix || s.cache.size() == 0) continue;
+    out.push_back(s.cache.tokens());
+    // A finished answer ends with a token that was sampled, not evaluated: with it the cached text
+    // reaches the answer's end, where the next prompt's own tokenization resumes.
+    if (s.idle() && s.unevaluated_tail >= 0 && s.tail_at == s.cache.size()) out.back().push_back(s.unevaluated_tail);
+  }
   return out;
 }
 

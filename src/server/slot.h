@@ -42,6 +42,10 @@ struct Slot {
   std::vector<TokenProbs> probs;      // n_probs / logprobs of the tokens generated so far
   size_t probs_sent = 0;              // streamed: probs[0, probs_sent) went out with token events
   Token pending = -1;         // sampled, to be evaluated by the next batch
+  // The last token the finished task sampled (never evaluated, so not in the cache) and the cache
+  // size it follows: chat prompts align to the cache plus this token (prompt_align.h).
+  Token unevaluated_tail = -1;
+  size_t tail_at = 0;
   int32_t n_decoded = 0;
   std::string generated_text;
   std::vector<Token> generated_tokens;

@@ -238,3 +238,27 @@ def test_template_that_drops_the_empty_think_block(agent):
         assert "slot %d: rolled back to the checkpoint after token %d" % (slot, n_reused) in log, log
 
     assert_same_text_without_cache(server, messages, turn2, len(t2), **no_thinking)
+
+
+def test_a_cache_ending_inside_a_word_does_not_change_the_prompt(agent):
+    # Another conversation's cache whose text ends inside a word of the new prompt ("... chalk" and
+    # then "<|im_end|>", against "... chalkboard ..."): the new word keeps the prompt's own tokens,
+    # so the prompt, and the greedy answer, are those of a run without that cache.
+    kind, server = agent
+    stem = long_system_prompt(7)[:400]
+    word = None
+    for head, tail in [("chalk", "board"), ("book", "keeping"), ("sun", "flower"), ("water", "fall"), ("fire", "works")]:
+        if tokenize(server, " " + head + tail) != tokenize(server, " " + head) + tokenize(server, tail):
+            word = (head, tail)
+            break
+    assert word, "no word of the list tokenizes as one piece"
+    head, tail = word
+    first = [{"role": "user", "content": stem + " " + head}]
+    second = [{"role": "user", "content": stem + " " + head + tail + " is here"}]
+    chat(server, first, 2, session_id="word-a", **GREEDY)
+    t2 = tokenize(server, render(server, second))
+    turn = chat(server, second, TURN2_TOKENS, session_id="word-a", **GREEDY)
+    assert turn["timings"]["cache_n"] + turn["timings"]["prompt_n"] == len(t2)
+    if kind == "dense":  # hybrid: no snapshot inside the shared text, the prompt is evaluated whole
+        assert turn["timings"]["cache_n"] > 0
+    assert_same_text_without_cache(server, second, turn, len(t2))
