@@ -171,9 +171,9 @@ void q8_0_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
   });
 
   // A worker walks its rows one register tile at a time, the tile's packed blocks (24 KiB for
-  // 3072 inputs) staying in L1 while a chunk of token groups (~128 KiB of activations, in L2)
+  // 3072 inputs) staying in L1 while a chunk of token groups (~320 KiB of activations, in L2)
   // passes over them; each tile is packed again per chunk.
-  const int64_t chunk_groups = std::max<int64_t>(1, 128 * 1024 / (group_vectors * 32));
+  const int64_t chunk_groups = std::max<int64_t>(1, 320 * 1024 / (group_vectors * 32));
   pool.parallel_for(
       n_out,
       [&](int64_t row_begin, int64_t row_end) {
@@ -189,6 +189,11 @@ void q8_0_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
           for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
             const int rows = static_cast<int>(std::min<int64_t>(kTileRows, row_end - r0));
             pack_weight_rows(weights + r0 * w_stride, w_stride, rows, nb, nb_pad, w_tile, w_d);
+            // The next tile's rows are fetched into L2 while this one works.
+            const int64_t next = std::min<int64_t>(kTileRows, row_end - r0 - rows);
+            const uint8_t* next_rows = weights + (r0 + rows) * w_stride;
+            for (size_t at = 0; at < static_cast<size_t>(next) * w_stride; at += 64)
+              _mm_prefetch(reinterpret_cast<const char*>(next_rows + at), _MM_HINT_T1);
             for (int64_t g = c0; g < c1; ++g) {
               const int64_t t0 = g * kTileTokens;
               const int tokens = static_cast<int>(std::min<int64_t>(kTileTokens, n_tokens - t0));
