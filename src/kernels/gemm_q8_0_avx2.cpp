@@ -161,14 +161,21 @@ void q8_0_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
       thread_scratch_lines<ActivationTag>(a_bytes + static_cast<size_t>(n_groups * group_scales) * sizeof(float));
   auto* a_widened = reinterpret_cast<__m256i*>(a_scratch);
   auto* a_d = reinterpret_cast<float*>(a_scratch + a_bytes);
-  pool.parallel_for(n_groups, [&](int64_t g0, int64_t g1) {
+  const auto pack_groups = [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g)
       for (int slot = 0; slot < kTileTokens; ++slot) {
         const int64_t t = g * kTileTokens + slot;
         const auto* blocks = t < n_tokens ? reinterpret_cast<const BlockQ8_0*>(act + t * act_stride) : nullptr;
         pack_token(blocks, nb, nb_pad, slot, a_widened + g * group_vectors, a_d + g * group_scales);
       }
-  });
+  };
+  // A few tokens (an expert's batch) are packed in about the time the pool takes to hand out work.
+  constexpr int64_t kInlinePackBlocks = 1024;
+  if (n_groups * kTileTokens * nb <= kInlinePackBlocks) {
+    pack_groups(0, n_groups);
+  } else {
+    pool.parallel_for(n_groups, pack_groups);
+  }
 
   // A worker walks its rows one register tile at a time, the tile's packed blocks (24 KiB for
   // 3072 inputs) staying in L1 while a chunk of token groups (~320 KiB of activations, in L2)
