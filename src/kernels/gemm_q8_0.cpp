@@ -209,7 +209,7 @@ void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
 }
 
 #else
-bool q8_0_gemm_available() { return false; }  // (the AVX2 kernel is x86 only too)
+bool q8_0_gemm_available() { return false; }
 void q8_0_gemm(const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t, ThreadPool&) {}
 #endif
 
