@@ -3,10 +3,10 @@
 //   lane[l] = fma(fp16(w.d) * fp16(a.d), float(sum_{k<4} w.qs[4l+k] * a.qs[4l+k]), lane[l])
 // block after block, then hsum_ps. Only the exact int32 lane sums are formed differently: dot_s8s8
 // takes maddubs(|w|, sign(a, w)), then madd by ones; here quants are widened to int16 when they are
-// packed, in an order where two madds give the lane sums directly. On Zen 3 the sign, maddubs and
-// the madds share two pipes with the FMA, so this is 3 instead of 4 operations there per (row,
-// token, block). Activations come from quantize_activation_row (|a| <= 127), where dot_s8s8's
-// 16-bit pair sums cannot saturate: both forms are the exact sums.
+// packed, in an order where two madds (operands straight from the packed tiles) and an add give
+// the lane sums directly; the sign step goes away (on the Zen 3 VM both forms measured alike).
+// Activations come from quantize_activation_row (|a| <= 127), where dot_s8s8's 16-bit pair sums
+// cannot saturate: both forms are the exact sums.
 // The reuse: a register tile of 4 weight rows x 3 tokens loads each weight block once for 3 tokens
 // and each activation block once for 4 rows, and the float scale products are formed 8 blocks per
 // multiply ahead of the loop (the same single-rounded products).
