@@ -28,7 +28,6 @@
 #include "kernels/quant.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/threadpool.h"
-#include "quant_gemm_test_util.h"
 
 namespace agentkv {
 namespace {
@@ -106,8 +105,7 @@ std::string describe(GgmlType type, int64_t n_in, int64_t n_out, int threads, in
 }
 
 TEST(Gemv, AvailableWithAvx512Vnni) {
-  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K}) EXPECT_EQ(gemv_available(type), avx512_vnni_active()) << ggml_type_name(type);
-  EXPECT_EQ(gemv_available(GgmlType::Q8_0), active_cpu_level() >= CpuLevel::Avx2);  // gemv_q8_0_avx2.cpp
+  for (GgmlType type : kTypes) EXPECT_EQ(gemv_available(type), avx512_vnni_active()) << ggml_type_name(type);
   EXPECT_FALSE(gemv_available(GgmlType::Q5_K));
 }
 
@@ -140,34 +138,27 @@ TEST(Gemv, MatmulOneTokenEqualsPerRowDotBitForBit) {
 // gemv_rows on ranges that start and end off the row groups (a thread's share), the prefetch
 // never reading outside the matrix (the last rows of an exactly-sized allocation).
 TEST(Gemv, RowRangesEqualPerRowDot) {
+  if (!avx512_vnni_active()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
   std::mt19937 rng(23);
-  bool ran = false;
-  for (CpuLevel level : {CpuLevel::Avx2, CpuLevel::Avx512}) {  // q8_0 has a kernel at each
-    if (level > detected_cpu_level()) continue;
-    test::ScopedCpuLevel at(level);
-    for (GgmlType type : kTypes) {
-      if (!gemv_available(type)) continue;
-      ran = true;
-      const int64_t n_in = 1024, n_out = 101;
-      const Matrix m = make_matrix(type, n_in, n_out, 0, rng);
-      const std::vector<uint8_t> act = convert(type, make_activation(n_in, rng));
-      const VecDotFn dot = vec_dot_fn(type);
-      for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 101}, {5, 6}, {3, 90}, {17, 101}, {40, 40}}) {
-        std::vector<float> y(n_out, -7.f);
-        gemv_rows(type, m.bytes.data(), m.stride, n_in, act.data(), begin, end, y.data());
-        for (int64_t r = 0; r < n_out; ++r) {
-          const std::string where = std::string(cpu_level_name(level)) + " " + describe(type, n_in, n_out, 1, r) +
-                                    " range " + std::to_string(begin) + ".." + std::to_string(end);
-          if (r < begin || r >= end) {
-            EXPECT_EQ(y[r], -7.f) << "wrote outside the range, " << where;
-          } else {
-            EXPECT_EQ(fp32_to_bits(y[r]), fp32_to_bits(dot(n_in, m.row(r), act.data()))) << where;
-          }
+  for (GgmlType type : kTypes) {
+    const int64_t n_in = 1024, n_out = 101;
+    const Matrix m = make_matrix(type, n_in, n_out, 0, rng);
+    const std::vector<uint8_t> act = convert(type, make_activation(n_in, rng));
+    const VecDotFn dot = vec_dot_fn(type);
+    for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 101}, {5, 6}, {3, 90}, {17, 101}, {40, 40}}) {
+      std::vector<float> y(n_out, -7.f);
+      gemv_rows(type, m.bytes.data(), m.stride, n_in, act.data(), begin, end, y.data());
+      for (int64_t r = 0; r < n_out; ++r) {
+        const std::string where = describe(type, n_in, n_out, 1, r) + " range " + std::to_string(begin) + ".." +
+                                  std::to_string(end);
+        if (r < begin || r >= end) {
+          EXPECT_EQ(y[r], -7.f) << "wrote outside the range, " << where;
+        } else {
+          EXPECT_EQ(fp32_to_bits(y[r]), fp32_to_bits(dot(n_in, m.row(r), act.data()))) << where;
         }
       }
     }
   }
-  if (!ran) GTEST_SKIP() << "no multi-row GEMV at any level of this machine";
 }
 
 // n_tokens activation rows of n_in floats, x_stride floats apart (the padding holds garbage).

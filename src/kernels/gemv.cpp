@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
-#include "kernels/gemv_q8_0_avx2.h"
 #include "kernels/quant.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
@@ -661,14 +660,13 @@ void q6_K_batch_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, cons
 }  // namespace
 
 bool gemv_available(GgmlType type) {
-  if (type == GgmlType::Q8_0 && q8_0_gemv_avx2_available()) return true;  // gemv_q8_0_avx2.cpp without VNNI
   if (!avx512_vnni_active()) return false;
   return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
 }
 
 int64_t gemv_row_grain(GgmlType type) {
   switch (type) {
-    case GgmlType::Q8_0: return avx512_vnni_active() ? kQ8_0Rows : kQ8_0GemvAvx2Rows;
+    case GgmlType::Q8_0: return kQ8_0Rows;
     case GgmlType::Q4_K: return kQ4_KRows;
     case GgmlType::Q6_K: return kQ6_KRows;
     default: return 1;
@@ -678,9 +676,7 @@ int64_t gemv_row_grain(GgmlType type) {
 void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
                int64_t row_begin, int64_t row_end, float* y) {
   switch (type) {
-    case GgmlType::Q8_0:
-      if (!avx512_vnni_active()) return q8_0_gemv_rows_avx2(weights, w_stride, n_in, act, row_begin, row_end, y);
-      return q8_0_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
+    case GgmlType::Q8_0: return q8_0_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
     case GgmlType::Q4_K: return q4_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
     case GgmlType::Q6_K: return q6_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
     default: {
