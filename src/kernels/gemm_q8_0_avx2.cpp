@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "kernels/dispatch.h"
+#include "kernels/quant.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
 #include "kernels/thread_scratch.h"
@@ -151,6 +152,16 @@ bool q8_0_gemm_avx2_available() { return active_cpu_level() >= CpuLevel::Avx2; }
 
 void q8_0_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                     size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
+  // Two tokens repay the packing of the weight tiles too little (0.75-1.04x the per-dot loop on
+  // one Zen 3 core; three: 1.02-1.4x): the dot per (row, token), which gives the same bits.
+  if (n_tokens < kTileTokens) {
+    const VecDotFn dot = vec_dot_fn(GgmlType::Q8_0);
+    pool.parallel_for(n_out, [&](int64_t row_begin, int64_t row_end) {
+      for (int64_t r = row_begin; r < row_end; ++r)
+        for (int64_t t = 0; t < n_tokens; ++t) y[t * y_stride + r] = dot(n_in, weights + r * w_stride, act + t * act_stride);
+    });
+    return;
+  }
   const int64_t nb = n_in / kQK8_0;
   const int64_t nb_pad = padded_blocks(nb);
   const int64_t n_groups = (n_tokens + kTileTokens - 1) / kTileTokens;
