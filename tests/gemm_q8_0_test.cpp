@@ -112,41 +112,56 @@ struct Shape {
   int64_t n_in, n_out, n_tokens;
 };
 
+// q8_0_gemm at every level of the machine that has a blocked kernel (AVX2, AVX-512 VNNI) against
+// the formula and that level's vec_dot: token counts 1..13 (whole and partial register tiles),
+// ~512 (several token chunks), row counts off the tiles, one to ~100 blocks, padded strides.
 TEST(Q8_0Gemm, EqualsPerTokenDotBitForBit) {
-  if (!q8_0_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
-  const Shape shapes[] = {{32, 1, 1},    {96, 7, 1},    {2080, 130, 1}, {32, 1, 2},
-                          {32, 5, 3},    {64, 4, 8},    {96, 7, 9},     {288, 13, 17},
-                          {128, 67, 5},  {1024, 9, 33}, {256, 130, 16}, {64, 3, 1 + 2 * 4 * 3},
-                          {2080, 130, 7}};  // several block steps and weight chunks
+  std::vector<Shape> shapes = {{32, 1, 1},    {96, 7, 1},    {2080, 130, 1}, {32, 1, 2},
+                               {32, 5, 3},    {64, 4, 8},    {96, 7, 9},     {288, 13, 17},
+                               {128, 67, 5},  {1024, 9, 33}, {256, 130, 16}, {64, 3, 1 + 2 * 4 * 3},
+                               {2080, 130, 7}, {1024, 11, 512}, {3104, 6, 511}, {256, 5, 190}};
+  for (int64_t n_tokens = 1; n_tokens <= 13; ++n_tokens) shapes.push_back({160, 4 + n_tokens % 4 + 4 * (n_tokens % 2), n_tokens});
   std::mt19937 rng(11);
-  for (int threads : {1, 2}) {
-    ThreadPool pool(threads);
-    for (const Shape& s : shapes) {
-      const Rows w = make_weights(s.n_in, s.n_out, 6, rng);  // padded row stride
-      const std::vector<float> x = make_activations(s.n_in, s.n_tokens, s.n_in, rng);
-      const Rows a = quantize_activations(x, s.n_in, s.n_tokens, s.n_in);
-      const int64_t y_stride = s.n_out + 3;
-      std::vector<float> y(s.n_tokens * y_stride, -7.f);
-      q8_0_gemm(w.bytes.data(), w.stride, s.n_out, s.n_in, a.bytes.data(), a.stride, s.n_tokens, y.data(), y_stride,
-                pool);
-      for (int64_t t = 0; t < s.n_tokens; ++t) {
-        for (int64_t r = 0; r < y_stride; ++r) {
-          const std::string where = "shape " + std::to_string(s.n_in) + "x" + std::to_string(s.n_out) + " tokens " +
-                                    std::to_string(s.n_tokens) + " threads " + std::to_string(threads) +
-                                    " row " + std::to_string(r) + " token " + std::to_string(t);
-          if (r >= s.n_out) {
-            EXPECT_EQ(y[t * y_stride + r], -7.f) << "wrote into the y padding, " << where;
-            continue;
+  bool ran = false;
+  for (CpuLevel level : test::machine_cpu_levels()) {
+    test::ScopedCpuLevel at(level);
+    if (!q8_0_gemm_available()) continue;
+    ran = true;
+    const VecDotFn dot = vec_dot_fn(GgmlType::Q8_0);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      for (const Shape& s : shapes) {
+        const Rows w = make_weights(s.n_in, s.n_out, 6, rng);  // padded row stride
+        const std::vector<float> x = make_activations(s.n_in, s.n_tokens, s.n_in, rng);
+        const Rows a = quantize_activations(x, s.n_in, s.n_tokens, s.n_in);
+        const int64_t y_stride = s.n_out + 3;
+        std::vector<float> y(s.n_tokens * y_stride, -7.f);
+        q8_0_gemm(w.bytes.data(), w.stride, s.n_out, s.n_in, a.bytes.data(), a.stride, s.n_tokens, y.data(), y_stride,
+                  pool);
+        for (int64_t t = 0; t < s.n_tokens; ++t) {
+          for (int64_t r = 0; r < y_stride; ++r) {
+            const auto where = [&] {
+              return std::string(cpu_level_name(level)) + " shape " + std::to_string(s.n_in) + "x" +
+                     std::to_string(s.n_out) + " tokens " + std::to_string(s.n_tokens) + " threads " +
+                     std::to_string(threads) + " row " + std::to_string(r) + " token " + std::to_string(t);
+            };
+            if (r >= s.n_out) {
+              ASSERT_EQ(y[t * y_stride + r], -7.f) << "wrote into the y padding, " << where();
+              continue;
+            }
+            const uint32_t got = fp32_to_bits(y[t * y_stride + r]);
+            ASSERT_EQ(got, fp32_to_bits(llama_q8_0_dot(w.row(r), a.row(t), s.n_in / 32))) << where();
+            ASSERT_EQ(got, fp32_to_bits(dot(s.n_in, w.row(r), a.row(t)))) << "vs vec_dot, " << where();
           }
-          const float want = llama_q8_0_dot(w.row(r), a.row(t), s.n_in / 32);
-          EXPECT_EQ(fp32_to_bits(y[t * y_stride + r]), fp32_to_bits(want)) << where;
         }
       }
     }
   }
+  if (!ran) GTEST_SKIP() << "no blocked q8_0 kernel at any level of this machine";
 }
 
-// Through matmul(): a batch gives each token exactly what it gets alone (the decode path).
+// Through matmul(), at every level: a batch gives each token exactly what it gets alone (the
+// decode path).
 TEST(Q8_0Gemm, MatmulBatchEqualsOneTokenAtATime) {
   std::mt19937 rng(5);
   ThreadPool pool(2);
@@ -154,7 +169,35 @@ TEST(Q8_0Gemm, MatmulBatchEqualsOneTokenAtATime) {
   const Rows w = make_weights(n_in, n_out, 0, rng);
   const WeightMatrix wm{GgmlType::Q8_0, n_in, n_out, w.bytes.data(), w.stride};
   const std::vector<float> x = make_activations(n_in, n_tokens, x_stride, rng);
-  test::expect_batch_equals_one_token_at_a_time(wm, x, n_tokens, x_stride, y_stride, pool);
+  for (CpuLevel level : test::machine_cpu_levels()) {
+    test::ScopedCpuLevel at(level);
+    SCOPED_TRACE(cpu_level_name(level));
+    test::expect_batch_equals_one_token_at_a_time(wm, x, n_tokens, x_stride, y_stride, pool);
+  }
+}
+
+// Expert matrices (RowGrouping::kEachRowAlone, the MoE FFN's per-expert token batches) get
+// vec_dot's bits per (row, token) for any batch size, at every level.
+TEST(Q8_0Gemm, ExpertBatchesEqualPerTokenDot) {
+  std::mt19937 rng(13);
+  ThreadPool pool(2);
+  const int64_t n_in = 256, n_out = 38;
+  const Rows w = make_weights(n_in, n_out, 0, rng);
+  const WeightMatrix wm{GgmlType::Q8_0, n_in, n_out, w.bytes.data(), w.stride};
+  for (CpuLevel level : test::machine_cpu_levels()) {
+    test::ScopedCpuLevel at(level);
+    const VecDotFn dot = vec_dot_fn(GgmlType::Q8_0);
+    for (int64_t n_tokens : {1, 2, 3, 4, 5, 7, 13, 64}) {
+      const std::vector<float> x = make_activations(n_in, n_tokens, n_in, rng);
+      const Rows a = quantize_activations(x, n_in, n_tokens, n_in);
+      std::vector<float> y(n_tokens * n_out);
+      matmul(wm, x.data(), n_tokens, n_in, y.data(), n_out, pool, RowGrouping::kEachRowAlone);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t r = 0; r < n_out; ++r)
+          ASSERT_EQ(fp32_to_bits(y[t * n_out + r]), fp32_to_bits(dot(n_in, w.row(r), a.row(t))))
+              << cpu_level_name(level) << " tokens " << n_tokens << " row " << r << " token " << t;
+    }
+  }
 }
 
 // Not a check: the microbenchmark docs/performance.md quotes. Run it with
@@ -166,28 +209,45 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// matmul's per-(row, token) vec_dot loop (16-row x 8-token tiles), the path without a GEMM.
+void per_dot_matmul(const Rows& w, const Rows& a, int64_t n_out, float* y) {
+  const VecDotFn dot = vec_dot_fn(GgmlType::Q8_0);
+  for (int64_t r0 = 0; r0 < n_out; r0 += 16)
+    for (int64_t t0 = 0; t0 < a.count; t0 += 8)
+      for (int64_t r = r0; r < std::min(r0 + 16, n_out); ++r)
+        for (int64_t t = t0; t < std::min(t0 + 8, a.count); ++t)
+          y[t * n_out + r] = dot(w.n_in, w.row(r), a.row(t));
+}
+
 TEST(Q8_0Gemm, DISABLED_ThroughputReport) {
   std::mt19937 rng(3);
   ThreadPool pool(1);
-  for (int64_t n_tokens : {1, 512}) {
-    for (const auto& [n_in, n_out] : {std::pair<int64_t, int64_t>{1024, 3072}, {3072, 1024}}) {
+  for (int64_t n_tokens : {1, 4, 64, 512}) {
+    for (const auto& [n_in, n_out] : {std::pair<int64_t, int64_t>{1024, 3072}, {3072, 1024}, {1024, 256}, {256, 1024}}) {
       const Rows w = make_weights(n_in, n_out, 0, rng);
       const WeightMatrix wm{GgmlType::Q8_0, n_in, n_out, w.bytes.data(), w.stride};
       const std::vector<float> x = make_activations(n_in, n_tokens, n_in, rng);
+      const Rows a = quantize_activations(x, n_in, n_tokens, n_in);
       std::vector<float> y(n_tokens * n_out);
       const CpuLevel before = active_cpu_level();
       for (CpuLevel level : {CpuLevel::Avx512, CpuLevel::Avx2}) {
         set_cpu_level(level);
-        double best = 1e9;
-        for (int rep = 0; rep < (n_tokens == 1 ? 50 : 3); ++rep) {
+        // Alternated, best of several: matmul, then (for the level's vec_dot) the per-dot loop.
+        double best[2] = {1e9, 1e9};
+        for (int rep = 0; rep < (n_tokens < 64 ? 60 : 6); ++rep) {
           const double t0 = thread_cpu_seconds();
-          matmul(wm, x.data(), n_tokens, n_in, y.data(), n_out, pool);
-          best = std::min(best, thread_cpu_seconds() - t0);
+          if (rep % 2 == 0) {
+            matmul(wm, x.data(), n_tokens, n_in, y.data(), n_out, pool);
+          } else {
+            per_dot_matmul(w, a, n_out, y.data());
+          }
+          best[rep % 2] = std::min(best[rep % 2], thread_cpu_seconds() - t0);
         }
-        std::printf("%-6s %5lld x %5lld, %3lld tokens: %8.3f ms  %6.1f GMAC/s\n",
+        const double macs = static_cast<double>(n_in * n_out * n_tokens);
+        std::printf("%-6s %5lld x %5lld, %3lld tokens: matmul %8.3f ms %6.1f GMAC/s, per-dot %8.3f ms %6.1f GMAC/s: %.2fx\n",
                     std::string(cpu_level_name(active_cpu_level())).c_str(), static_cast<long long>(n_in),
-                    static_cast<long long>(n_out), static_cast<long long>(n_tokens), best * 1e3,
-                    static_cast<double>(n_in * n_out * n_tokens) / best * 1e-9);
+                    static_cast<long long>(n_out), static_cast<long long>(n_tokens), best[0] * 1e3, macs / best[0] * 1e-9,
+                    best[1] * 1e3, macs / best[1] * 1e-9, best[1] / best[0]);
       }
       set_cpu_level(before);
     }

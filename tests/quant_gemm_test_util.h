@@ -11,11 +11,32 @@
 
 #include "core/fp16.h"
 #include "core/ggml_type.h"
+#include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
 
 namespace agentkv::test {
+
+// The CPU levels this machine can run, lowest first (each kernel path a level selects gets tested).
+inline std::vector<CpuLevel> machine_cpu_levels() {
+  std::vector<CpuLevel> levels;
+  for (CpuLevel level : {CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512})
+    if (level <= detected_cpu_level()) levels.push_back(level);
+  return levels;
+}
+
+// Runs the scope at `level`, then restores the level that was active.
+class ScopedCpuLevel {
+ public:
+  explicit ScopedCpuLevel(CpuLevel level) : before_(active_cpu_level()) { set_cpu_level(level); }
+  ~ScopedCpuLevel() { set_cpu_level(before_); }
+  ScopedCpuLevel(const ScopedCpuLevel&) = delete;
+  ScopedCpuLevel& operator=(const ScopedCpuLevel&) = delete;
+
+ private:
+  CpuLevel before_;
+};
 
 // Rows of a quantized weight matrix, `stride` bytes apart (may exceed the dense row size; the
 // padding is 0xCD).

@@ -3,7 +3,8 @@
 // block after block, then hsum_ps. Only the integer sums change how they are computed:
 // vpdpbusd multiplies unsigned by signed bytes, so weights are shifted to w + 128 (a xor 0x80)
 // and the accumulator starts at -128 * sum(a) per lane, precomputed when activations are
-// packed; the lane sums stay exact int32, so the float work sees the same operands.
+// packed; the lane sums stay exact int32, so the float work sees the same operands. Without VNNI
+// q8_0_gemm hands the call to the AVX2 kernel (gemm_q8_0_avx2.cpp).
 #include "kernels/gemm_q8_0.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/gemm_q8_0_avx2.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
 #include "kernels/thread_scratch.h"
@@ -149,10 +151,14 @@ struct WeightChunkTag;
 
 }  // namespace
 
-bool q8_0_gemm_available() { return avx512_vnni_active(); }
+bool q8_0_gemm_available() { return avx512_vnni_active() || q8_0_gemm_avx2_available(); }
 
 void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
+  if (!avx512_vnni_active()) {
+    q8_0_gemm_avx2(weights, w_stride, n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
+    return;
+  }
   const int64_t nb = n_in / kQK8_0;
   const int64_t n_pairs = (n_tokens + 1) / 2;
   PackedPairBlock* packed = thread_scratch<PackedPairBlock>(static_cast<size_t>(n_pairs * nb));

@@ -3,7 +3,8 @@
 // order: per block one FMA into 8 lanes, then hsum_float_8), so callers may pick it or the
 // per-dot path freely. The speed comes from reuse, not from a different arithmetic: a tile of
 // weight rows meets a tile of tokens with every weight block loaded once per tile, two tokens
-// sharing one 512-bit register (each half an independent 8-lane accumulator).
+// sharing one 512-bit register (each half an independent 8-lane accumulator). Without VNNI, an
+// AVX2 kernel (gemm_q8_0_avx2.cpp) with the same bits.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +13,7 @@
 
 namespace agentkv {
 
-// Whether the blocked kernel runs at the active CPU level (AVX-512 VNNI); if not, use vec_dot.
+// Whether a blocked kernel runs at the active CPU level (AVX-512 VNNI, or AVX2); if not, use vec_dot.
 bool q8_0_gemm_available();
 
 // y[t * y_stride + r] = dot(weight row r, activation row t) for r < n_out, t < n_tokens.
