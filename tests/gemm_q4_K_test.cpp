@@ -35,12 +35,29 @@ struct Shape {
   int64_t n_in, n_out, n_tokens;
 };
 
-TEST(Q4KGemm, EqualsScalarKernelsBitForBit) {
-  if (!q4_K_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
+// Each SIMD level the machine has (AVX2 and AVX-512 VNNI have their own kernels).
+class Q4KGemmLevels : public ::testing::TestWithParam<CpuLevel> {
+ protected:
+  void SetUp() override {
+    before_ = active_cpu_level();
+    if (set_cpu_level(GetParam()) != GetParam()) GTEST_SKIP() << "the machine lacks " << cpu_level_name(GetParam());
+    if (!q4_K_gemm_available()) GTEST_SKIP() << "no blocked q4_K kernel at " << cpu_level_name(GetParam());
+  }
+  void TearDown() override { set_cpu_level(before_); }
+  CpuLevel before_ = CpuLevel::Scalar;
+};
+
+INSTANTIATE_TEST_SUITE_P(Levels, Q4KGemmLevels, ::testing::Values(CpuLevel::Avx2, CpuLevel::Avx512),
+                         [](const ::testing::TestParamInfo<CpuLevel>& info) {
+                           return std::string(cpu_level_name(info.param));
+                         });
+
+TEST_P(Q4KGemmLevels, EqualsScalarKernelsBitForBit) {
   const VecDotFn dot = vec_dot_fn(GgmlType::Q4_K, CpuLevel::Scalar);
   const RowGroupDotFn group_dot = row_group_dot_fn(GgmlType::Q4_K, CpuLevel::Scalar);
-  const Shape shapes[] = {{256, 1, 2},   {256, 5, 3},   {512, 16, 9},  {1024, 13, 17},
-                          {768, 40, 5},  {2560, 24, 8}, {3072, 96, 11}, {256, 3, 1}, {256, 700, 6}};
+  const Shape shapes[] = {{256, 1, 2},    {256, 5, 3},   {512, 16, 9},   {1024, 13, 17}, {768, 40, 5},
+                          {2560, 24, 8},  {3072, 96, 11}, {256, 3, 1},   {256, 700, 6},  {512, 9, 13},
+                          {768, 23, 7},   {1024, 31, 12}, {512, 200, 509}};
   std::mt19937 rng(19);
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
@@ -84,10 +101,9 @@ TEST(Q4KGemm, EqualsScalarKernelsBitForBit) {
   }
 }
 
-// Through matmul(): the same outputs as the per-dot path (AVX2 level) for a row count that takes
+// Through matmul(): the same outputs as the per-dot path (scalar level) for a row count that takes
 // the grouped order (multiple of 8) and one that does not, with a token count off the groups.
-TEST(Q4KGemm, MatmulEqualsPerDotPath) {
-  if (!q4_K_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
+TEST_P(Q4KGemmLevels, MatmulEqualsPerDotPath) {
   std::mt19937 rng(31);
   ThreadPool pool(2);
   for (int64_t n_out : {40, 37}) {
@@ -99,7 +115,7 @@ TEST(Q4KGemm, MatmulEqualsPerDotPath) {
       std::vector<float> fast(n_tokens * y_stride, 0.f), per_dot(n_tokens * y_stride, 0.f);
       matmul(wm, x.data(), n_tokens, x_stride, fast.data(), y_stride, pool, grouping);
       const CpuLevel before = active_cpu_level();
-      set_cpu_level(CpuLevel::Avx2);
+      set_cpu_level(CpuLevel::Scalar);
       matmul(wm, x.data(), n_tokens, x_stride, per_dot.data(), y_stride, pool, grouping);
       set_cpu_level(before);
       for (int64_t t = 0; t < n_tokens; ++t)
