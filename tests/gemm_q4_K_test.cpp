@@ -126,5 +126,46 @@ TEST_P(Q4KGemmLevels, MatmulEqualsPerDotPath) {
   }
 }
 
+// Single-thread throughput of the blocked kernel against the per-dot loop it replaces (vec_dot and
+// the row-group dot of the same level), 512 tokens, thread CPU time, in one process so the ratio
+// holds on a shared machine. Run with --gtest_also_run_disabled_tests.
+TEST_P(Q4KGemmLevels, DISABLED_ThroughputReport) {
+  ThreadPool one_thread(1);
+  std::mt19937 rng(5);
+  const VecDotFn dot = vec_dot_fn(GgmlType::Q4_K);
+  const RowGroupDotFn group_dot = row_group_dot_fn(GgmlType::Q4_K);
+  for (const auto& shape : test::kQwen3SmallShapes) {
+    const int64_t n_in = shape[0], n_out = shape[1];
+    for (int64_t n_tokens : {int64_t{512}, int64_t{7}}) {
+      const QuantRows w = make_weights(n_in, n_out, 0, rng);
+      const std::vector<float> x = make_activations(n_in, n_tokens, n_in, rng);
+      const size_t act_stride = ggml_row_size(GgmlType::Q8_K, n_in);
+      std::vector<uint8_t> act(act_stride * n_tokens);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        quantize_activation_row(GgmlType::Q8_K, x.data() + t * n_in, act.data() + t * act_stride, n_in);
+      const int64_t n_grouped = n_tokens - n_tokens % kRowGroupSize;
+      std::vector<float> y(n_tokens * n_out);
+      const double blocked = test::best_thread_seconds(3, [&] {
+        q4_K_gemm(w.bytes.data(), w.stride, n_out, n_in, act.data(), act_stride, n_tokens, n_grouped, y.data(), n_out,
+                  one_thread);
+      });
+      const double per_dot = test::best_thread_seconds(n_tokens > 64 ? 1 : 3, [&] {
+        for (int64_t r = 0; r < n_out; ++r) {
+          int64_t t = 0;
+          for (; t < n_grouped; t += kRowGroupSize) {
+            float out[kRowGroupSize];
+            group_dot(n_in, w.row(r), act.data() + t * act_stride, act_stride, out);
+            for (int g = 0; g < kRowGroupSize; ++g) y[(t + g) * n_out + r] = out[g];
+          }
+          for (; t < n_tokens; ++t) y[t * n_out + r] = dot(n_in, w.row(r), act.data() + t * act_stride);
+        }
+      });
+      std::printf("q4_K [%lld x %lld] x %lld tokens: blocked %.2f ms (%.1f GMAC/s), per-dot %.2f ms: %.2fx\n",
+                  static_cast<long long>(n_in), static_cast<long long>(n_out), static_cast<long long>(n_tokens),
+                  blocked * 1e3, 1e-9 * n_in * n_out * n_tokens / blocked, per_dot * 1e3, per_dot / blocked);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace agentkv
