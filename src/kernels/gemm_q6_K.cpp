@@ -222,7 +222,8 @@ AGENTKV_AVX2 void tile_kernel_avx2(const uint8_t* w_q, const int32_t* w_sc, cons
       __m256i isum[kTokens];
 #pragma GCC unroll 8
       for (int t = 0; t < kTokens; ++t) isum[t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+      // Not unrolled: unrolled, GCC hoists every activation load out of the row loop into stack copies.
+#pragma GCC unroll 1
       for (int g = 0; g < kGroups; ++g) {
         const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + 32 * g));
         const __m256i sv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wsc + 8 * g));
