@@ -68,34 +68,23 @@ void clear_half(int64_t nsb, int half, PackedPairSuper* out) {
   }
 }
 
-// Bits shift and shift + 1 of each qh byte, moved to bits 4 and 5.
-AGENTKV_AVX2_INLINE __m256i q6_high_bits(__m256i qh, int shift, __m256i three) {
-  return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), three), 4);
-}
-
 // Weight rows re-laid for the kernels: per superblock 256 unsigned quants in element order, per
 // group the 8 lane scales of one 256-bit half, and the float d. A lane's scale is in its low 16
 // bits with the high 16 zero (the VNNI kernel's 16-bit multiply-add of int32 lane sums), or in
 // both halves (the AVX2 kernel's of int16 pair sums).
 AGENTKV_AVX2 void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nsb, bool scale_in_both_halves,
                                    uint8_t* q, int32_t* sc, float* d) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
   // Lanes 0-3 take the group's first 16-weight scale, lanes 4-7 the second.
   const __m256i lane_to_scale = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
   for (int64_t i = 0; i < rows; ++i) {
     const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w + i * w_stride);
     for (int64_t s = 0; s < nsb; ++s) {
       const BlockQ6_K& b = blocks[s];
-      uint8_t* out = q + (i * nsb + s) * kQK_K;
+      auto* out = reinterpret_cast<__m256i*>(q + (i * nsb + s) * kQK_K);
       for (int h = 0; h < 2; ++h) {
-        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
-        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
-        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-        auto* o = reinterpret_cast<__m256i*>(out + 128 * h);
-        _mm256_store_si256(o + 0, _mm256_or_si256(_mm256_and_si256(l0, low4), q6_high_bits(hb, 0, three)));
-        _mm256_store_si256(o + 1, _mm256_or_si256(_mm256_and_si256(l1, low4), q6_high_bits(hb, 2, three)));
-        _mm256_store_si256(o + 2, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), q6_high_bits(hb, 4, three)));
-        _mm256_store_si256(o + 3, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), q6_high_bits(hb, 6, three)));
+        __m256i unpacked[4];
+        q6k_unpack_half(b.ql + 64 * h, b.qh + 32 * h, unpacked);
+        for (int k = 0; k < 4; ++k) _mm256_store_si256(out + 4 * h + k, unpacked[k]);
       }
       int32_t* lanes = sc + (i * nsb + s) * kGroups * 8;
       for (int g = 0; g < kGroups; ++g) {
