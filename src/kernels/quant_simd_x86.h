@@ -1,7 +1,7 @@
 // Internal to the SIMD kernel files: target attributes and the small AVX2 helpers both the AVX2
 // and the AVX-512 kernels use. Every function here carries an explicit target attribute (the
 // library is built for baseline x86-64), and only the dispatch tables call into these files, after
-// checking the CPU. Include it only from quant_dot_avx2.cpp / quant_dot_avx512.cpp.
+// checking the CPU. Include it only from the SIMD kernel files (quant_dot_*, gemm_*, gemv.cpp).
 #pragma once
 #if defined(__x86_64__) || defined(__i386__)
 #define AGENTKV_HAVE_X86_SIMD 1
