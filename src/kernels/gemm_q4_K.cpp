@@ -275,6 +275,8 @@ AGENTKV_AVX2_INLINE void sub_block_dots(const PackedRows& pw, int half, int j, i
       int32_t av;
       std::memcpy(&av, a[t]->qs + 64 * j + 32 * h + 4 * c, 4);
       part[t] = _mm256_add_epi16(part[t], _mm256_maddubs_epi16(wq, _mm256_set1_epi32(av)));
+      // Keeps the running sums: GCC otherwise re-associates them into trees of all 8 products, spilled.
+      __asm__("" : "+x"(part[t]));
     }
   }
   const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw.scale[2 * j + h] + 8 * half));

@@ -769,6 +769,30 @@ void q4_K_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const
   for (; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
 }
 
+// q4_K, a few tokens (vec_dot numerics, as q4_K_batch_rows): the group kernel once per token, the
+// rows read from memory (with the prefetch) for the first token and from L1 for the others.
+constexpr int64_t kQ4_KBatchMaxTokensAvx2 = 4;  // placeholder, see the batch throughput report
+void q4_K_batch_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, size_t act_stride,
+                          int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
+  const int64_t nsb = n_in / kQK_K;
+  Q4_KActAvx2* a = thread_scratch<Q4_KActAvx2>(static_cast<size_t>(nsb * n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t)
+    q4_K_prepare_avx2(reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride), nsb, a + t * nsb);
+  const int64_t ahead = rows_ahead(w_stride, kQ4_KRows);
+  const bool offsets_fit = w_stride <= static_cast<size_t>(INT32_MAX / kQ4_KRows);
+  const int64_t grouped_end = offsets_fit ? row_begin + (row_end - row_begin) / kQ4_KRows * kQ4_KRows : row_begin;
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += kQ4_KRows) {
+    const uint8_t* row0 = weights + static_cast<size_t>(r) * w_stride;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const uint8_t* pf = t == 0 ? prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ4_KRows) : row0;
+      q4_K_group_avx2(row0, w_stride, nsb, reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride),
+                      a + t * nsb, pf, y + t * y_stride + r);
+    }
+  }
+  batch_rows_by_dot(GgmlType::Q4_K, weights, w_stride, n_in, act, act_stride, n_tokens, r, row_end, y, y_stride);
+}
+
 // q6_K: four rows per group, each with dot_q6_K's 8 float lanes; per group of 32 weights
 // vpmaddubsw(quants, a) minus the token's precomputed vpmaddubsw(32, a) (the -32 offset), times the
 // sub-block scales by vpmaddwd, exactly dot_q6_K's int32 lanes.
@@ -894,7 +918,9 @@ void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n
 }
 
 int64_t gemv_batch_max_tokens(GgmlType type) {
-  if (!avx512_vnni_active()) return 0;
+  if (!avx512_vnni_active()) {
+    return type == GgmlType::Q4_K && active_cpu_level() >= CpuLevel::Avx2 ? kQ4_KBatchMaxTokensAvx2 : 0;
+  }
   switch (type) {
     case GgmlType::Q8_0: return kQ8_0BatchMaxTokens;
     case GgmlType::Q6_K: return kQ6_KBatchMaxTokens;
@@ -913,6 +939,9 @@ void gemv_batch_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int
   }
   if (type == GgmlType::Q6_K && avx512_vnni_active()) {
     return q6_K_batch_rows(weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
+  }
+  if (type == GgmlType::Q4_K && active_cpu_level() >= CpuLevel::Avx2) {
+    return q4_K_batch_rows_avx2(weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
   }
   batch_rows_by_dot(type, weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
 }
