@@ -260,92 +260,110 @@ AGENTKV_AVX2 void pack_rows_avx2(const uint8_t* w, size_t w_stride, int rows, in
   }
 }
 
-// The int32 scaled sum of sub-block 2j + h of 8 rows (lanes) for each token.
+// The int32 scaled sums of sub-block 2j + h of the 16 rows (two halves of 8 lanes) for each token.
 template <int kTokens>
-AGENTKV_AVX2_INLINE void sub_block_dots(const PackedRows& pw, int half, int j, int h, const BlockQ8_K* const* a,
-                                        __m256i* dot) {
-  __m256i part[kTokens];
+AGENTKV_AVX2_INLINE void sub_block_dots(const PackedRows& pw, int j, int h, const BlockQ8_K* const* a,
+                                        __m256i (*dot)[kTokens]) {
+  __m256i part[2][kTokens];
 #pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) part[t] = _mm256_setzero_si256();
+  for (int t = 0; t < kTokens; ++t) part[0][t] = part[1][t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int c = 0; c < 8; ++c) {
-    const __m256i wq = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw.q[16 * j + 8 * h + c] + 32 * half));
+    const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw.q[16 * j + 8 * h + c]));
+    const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw.q[16 * j + 8 * h + c] + 32));
 #pragma GCC unroll 8
     for (int t = 0; t < kTokens; ++t) {
       int32_t av;
       std::memcpy(&av, a[t]->qs + 64 * j + 32 * h + 4 * c, 4);
-      part[t] = _mm256_add_epi16(part[t], _mm256_maddubs_epi16(wq, _mm256_set1_epi32(av)));
+      const __m256i a4 = _mm256_set1_epi32(av);
+      part[0][t] = _mm256_add_epi16(part[0][t], _mm256_maddubs_epi16(w0, a4));
+      part[1][t] = _mm256_add_epi16(part[1][t], _mm256_maddubs_epi16(w1, a4));
       // Keeps the running sums: GCC otherwise re-associates them into trees of all 8 products, spilled.
-      __asm__("" : "+x"(part[t]));
+      __asm__("" : "+x"(part[0][t]), "+x"(part[1][t]));
     }
   }
-  const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw.scale[2 * j + h] + 8 * half));
-  const __m256i sc_both = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));  // the scale in both int16 halves
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {
+    const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw.scale[2 * j + h] + 8 * half));
+    const __m256i sc_both = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));  // the scale in both int16 halves
 #pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) dot[t] = _mm256_madd_epi16(part[t], sc_both);
+    for (int t = 0; t < kTokens; ++t) dot[half][t] = _mm256_madd_epi16(part[half][t], sc_both);
+  }
 }
 
+// 16 rows (two 8-lane halves) x kTokens tokens.
 template <int kTokens, bool kGrouped>
-AGENTKV_AVX2 void tile_kernel_avx2(const PackedRows* w, int half, int64_t nsb, const uint8_t* act, size_t act_stride,
-                                   float* y, int64_t y_stride, int valid_rows) {
-  __m256 acc[kTokens], acc_min[kTokens];
+AGENTKV_AVX2 void tile_kernel_avx2(const PackedRows* w, int64_t nsb, const uint8_t* act, size_t act_stride, float* y,
+                                   int64_t y_stride, int valid_rows) {
+  __m256 acc[2][kTokens], acc_min[2][kTokens];
 #pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) acc[t] = acc_min[t] = _mm256_setzero_ps();
+  for (int t = 0; t < kTokens; ++t) acc[0][t] = acc[1][t] = acc_min[0][t] = acc_min[1][t] = _mm256_setzero_ps();
   for (int64_t s = 0; s < nsb; ++s) {
     const PackedRows& pw = w[s];
     const BlockQ8_K* a[kTokens];
 #pragma GCC unroll 8
     for (int t = 0; t < kTokens; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride) + s;
-    __m256i dot_sum[kTokens], min_sum[kTokens];
+    __m256i dot_sum[2][kTokens], min_sum[2][kTokens];
 #pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) dot_sum[t] = min_sum[t] = _mm256_setzero_si256();
+    for (int t = 0; t < kTokens; ++t)
+      dot_sum[0][t] = dot_sum[1][t] = min_sum[0][t] = min_sum[1][t] = _mm256_setzero_si256();
 #pragma GCC unroll 1
     for (int j = 0; j < 4; ++j) {
-      __m256i lo[kTokens], hi[kTokens];
-      sub_block_dots<kTokens>(pw, half, j, 0, a, lo);
-      sub_block_dots<kTokens>(pw, half, j, 1, a, hi);
-      const __m256i mn = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw.mins[j] + 8 * half));
+      __m256i lo[2][kTokens], hi[2][kTokens];
+      sub_block_dots<kTokens>(pw, j, 0, a, lo);
+      sub_block_dots<kTokens>(pw, j, 1, a, hi);
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        const __m256i mn = _mm256_load_si256(reinterpret_cast<const __m256i*>(pw.mins[j] + 8 * half));
 #pragma GCC unroll 8
-      for (int t = 0; t < kTokens; ++t) {
-        const __m256i dot = _mm256_add_epi32(lo[t], hi[t]);
-        const __m256i min = _mm256_madd_epi16(mn, _mm256_set1_epi32(bsum_pair(*a[t], j)));
-        if constexpr (kGrouped) {
-          const __m256 ya = _mm256_set1_ps(a[t]->d);
-          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(_mm256_load_ps(pw.d + 8 * half), ya), acc[t]);
-          acc_min[t] =
-              _mm256_fmadd_ps(_mm256_cvtepi32_ps(min), _mm256_mul_ps(_mm256_load_ps(pw.dmin + 8 * half), ya), acc_min[t]);
-        } else {
-          dot_sum[t] = _mm256_add_epi32(dot_sum[t], dot);
-          min_sum[t] = _mm256_add_epi32(min_sum[t], min);
+        for (int t = 0; t < kTokens; ++t) {
+          const __m256i dot = _mm256_add_epi32(lo[half][t], hi[half][t]);
+          const __m256i min = _mm256_madd_epi16(mn, _mm256_set1_epi32(bsum_pair(*a[t], j)));
+          if constexpr (kGrouped) {
+            const __m256 ya = _mm256_set1_ps(a[t]->d);
+            acc[half][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(_mm256_load_ps(pw.d + 8 * half), ya),
+                                           acc[half][t]);
+            acc_min[half][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min),
+                                               _mm256_mul_ps(_mm256_load_ps(pw.dmin + 8 * half), ya), acc_min[half][t]);
+          } else {
+            dot_sum[half][t] = _mm256_add_epi32(dot_sum[half][t], dot);
+            min_sum[half][t] = _mm256_add_epi32(min_sum[half][t], min);
+          }
         }
       }
     }
     if constexpr (!kGrouped) {
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
 #pragma GCC unroll 8
-      for (int t = 0; t < kTokens; ++t) {
-        const __m256 ya = _mm256_set1_ps(a[t]->d);
-        acc[t] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_sum[t]), _mm256_mul_ps(_mm256_load_ps(pw.d + 8 * half), ya), acc[t]);
-        acc_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_sum[t]),
-                                     _mm256_mul_ps(_mm256_load_ps(pw.dmin + 8 * half), ya), acc_min[t]);
+        for (int t = 0; t < kTokens; ++t) {
+          const __m256 ya = _mm256_set1_ps(a[t]->d);
+          acc[half][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_sum[half][t]),
+                                         _mm256_mul_ps(_mm256_load_ps(pw.d + 8 * half), ya), acc[half][t]);
+          acc_min[half][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_sum[half][t]),
+                                             _mm256_mul_ps(_mm256_load_ps(pw.dmin + 8 * half), ya), acc_min[half][t]);
+        }
       }
     }
   }
-  const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid_rows - 8 * half), lane);
 #pragma GCC unroll 8
-  for (int t = 0; t < kTokens; ++t) _mm256_maskstore_ps(y + t * y_stride, keep, _mm256_sub_ps(acc[t], acc_min[t]));
+    for (int t = 0; t < kTokens; ++t)
+      _mm256_maskstore_ps(y + t * y_stride + 8 * half, keep, _mm256_sub_ps(acc[half][t], acc_min[half][t]));
+  }
 }
 
-using TileKernelAvx2 = void (*)(const PackedRows*, int, int64_t, const uint8_t*, size_t, float*, int64_t, int);
+// Two tokens per tile: 16 rows x 2 tokens keep the int16 sums and the weight loads in registers;
+// a grouped tile is half a row group (the grouped order is per token).
+constexpr int kTileTokensAvx2 = 2;
+static_assert(kTileTokens % kTileTokensAvx2 == 0);
 
-TileKernelAvx2 avx2_kernel_for(int tokens, bool grouped) {
-  if (grouped) return tile_kernel_avx2<4, true>;
-  switch (tokens) {
-    case 1: return tile_kernel_avx2<1, false>;
-    case 2: return tile_kernel_avx2<2, false>;
-    case 3: return tile_kernel_avx2<3, false>;
-    default: return tile_kernel_avx2<4, false>;
-  }
+TileKernel avx2_kernel_for(int tokens, bool grouped) {
+  if (grouped) return tile_kernel_avx2<2, true>;
+  return tokens == 1 ? tile_kernel_avx2<1, false> : tile_kernel_avx2<2, false>;
 }
 
 }  // namespace
@@ -371,20 +389,14 @@ void q4_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
             (vnni ? pack_rows : pack_rows_avx2)(weights + (c0 + g * kLanes) * w_stride, w_stride, rows, nsb,
                                                 packed + g * nsb);
           }
-          for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-            const int tokens = static_cast<int>(std::min<int64_t>(kTileTokens, n_tokens - t0));
-            const TileKernel kernel = vnni ? kernel_for(tokens, t0 < n_grouped) : nullptr;
-            const TileKernelAvx2 kernel_avx2 = vnni ? nullptr : avx2_kernel_for(tokens, t0 < n_grouped);
+          const int tile_tokens = vnni ? kTileTokens : kTileTokensAvx2;
+          for (int64_t t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
+            const int tokens = static_cast<int>(std::min<int64_t>(tile_tokens, n_tokens - t0));
+            const TileKernel kernel = vnni ? kernel_for(tokens, t0 < n_grouped) : avx2_kernel_for(tokens, t0 < n_grouped);
             for (int64_t g = 0; g < groups; ++g) {
               const int rows = static_cast<int>(std::min<int64_t>(kLanes, c1 - c0 - g * kLanes));
-              const uint8_t* a = act + t0 * act_stride;
-              float* out = y + t0 * y_stride + c0 + g * kLanes;
-              if (vnni) {
-                kernel(packed + g * nsb, nsb, a, act_stride, out, y_stride, rows);
-                continue;
-              }
-              for (int half = 0; 8 * half < rows; ++half)
-                kernel_avx2(packed + g * nsb, half, nsb, a, act_stride, out + 8 * half, y_stride, rows - 8 * half);
+              kernel(packed + g * nsb, nsb, act + t0 * act_stride, act_stride, y + t0 * y_stride + c0 + g * kLanes,
+                     y_stride, rows);
             }
           }
         }
