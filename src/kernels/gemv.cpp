@@ -880,6 +880,33 @@ void q6_K_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const
   for (; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
 }
 
+// q6_K, a few tokens: the group kernel once per token, as q4_K_batch_rows_avx2. Each token unpacks
+// the rows again, so it beats the AVX2 q6_K_gemm only for 2-3 tokens (streaming the model's
+// matrices, 1 thread: 2 tokens 140 vs 160 ms, 3: 175 vs 180, 4: 145 vs 163 wall but 140 vs 130 ms
+// thread CPU, 8: 235 vs 177).
+constexpr int64_t kQ6_KBatchMaxTokensAvx2 = 3;
+void q6_K_batch_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, size_t act_stride,
+                          int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
+  const int64_t nsb = n_in / kQK_K;
+  Q6_KActAvx2* a = thread_scratch<Q6_KActAvx2>(static_cast<size_t>(nsb * n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t)
+    q6_K_prepare_avx2(reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride), nsb, a + t * nsb);
+  const int64_t ahead = rows_ahead(w_stride, kQ6_KRows);
+  const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ6_KRows * kQ6_KRows;
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += kQ6_KRows) {
+    const uint8_t* row0 = weights + static_cast<size_t>(r) * w_stride;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const uint8_t* pf = t == 0 ? prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ6_KRows) : row0;
+      float out[kQ6_KRows];
+      q6_K_group_avx2(row0, w_stride, nsb, reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride),
+                      a + t * nsb, pf, out);
+      for (int i = 0; i < kQ6_KRows; ++i) y[t * y_stride + r + i] = out[i];
+    }
+  }
+  batch_rows_by_dot(GgmlType::Q6_K, weights, w_stride, n_in, act, act_stride, n_tokens, r, row_end, y, y_stride);
+}
+
 }  // namespace
 
 bool gemv_available(GgmlType type) {
@@ -921,7 +948,8 @@ void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n
 
 int64_t gemv_batch_max_tokens(GgmlType type) {
   if (!avx512_vnni_active()) {
-    return type == GgmlType::Q4_K && active_cpu_level() >= CpuLevel::Avx2 ? kQ4_KBatchMaxTokensAvx2 : 0;
+    if (active_cpu_level() < CpuLevel::Avx2) return 0;
+    return type == GgmlType::Q4_K ? kQ4_KBatchMaxTokensAvx2 : type == GgmlType::Q6_K ? kQ6_KBatchMaxTokensAvx2 : 0;
   }
   switch (type) {
     case GgmlType::Q8_0: return kQ8_0BatchMaxTokens;
@@ -944,6 +972,9 @@ void gemv_batch_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int
   }
   if (type == GgmlType::Q4_K && active_cpu_level() >= CpuLevel::Avx2) {
     return q4_K_batch_rows_avx2(weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
+  }
+  if (type == GgmlType::Q6_K && active_cpu_level() >= CpuLevel::Avx2) {
+    return q6_K_batch_rows_avx2(weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
   }
   batch_rows_by_dot(type, weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
 }
