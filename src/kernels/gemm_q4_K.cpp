@@ -359,6 +359,11 @@ AGENTKV_AVX2 void tile_kernel_avx2(const PackedRows* w, int64_t nsb, const uint8
 // Two tokens per tile: 16 rows x 2 tokens keep the int16 sums and the weight loads in registers;
 // a grouped tile is half a row group (the grouped order is per token).
 constexpr int kTileTokensAvx2 = 2;
+// AVX2: tokens per block that meets one row group after another while the group's packed weights
+// stay in L1 (rows of up to kL1Supers superblocks, 20 KB a group; with longer rows, read from L2
+// anyway, the plain order, every token tile over the chunk, measured ~6 % faster).
+constexpr int64_t kBlockTokensAvx2 = 32;
+constexpr int64_t kL1Supers = 4;
 static_assert(kTileTokens % kTileTokensAvx2 == 0);
 
 TileKernel avx2_kernel_for(int tokens, bool grouped) {
@@ -390,14 +395,24 @@ void q4_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
                                                 packed + g * nsb);
           }
           const int tile_tokens = vnni ? kTileTokens : kTileTokensAvx2;
-          for (int64_t t0 = 0; t0 < n_tokens; t0 += tile_tokens) {
-            const int tokens = static_cast<int>(std::min<int64_t>(tile_tokens, n_tokens - t0));
+          const auto run_tile = [&](int64_t g, int64_t t0, int64_t t_end) {
+            const int rows = static_cast<int>(std::min<int64_t>(kLanes, c1 - c0 - g * kLanes));
+            const int tokens = static_cast<int>(std::min<int64_t>(tile_tokens, t_end - t0));
             const TileKernel kernel = vnni ? kernel_for(tokens, t0 < n_grouped) : avx2_kernel_for(tokens, t0 < n_grouped);
-            for (int64_t g = 0; g < groups; ++g) {
-              const int rows = static_cast<int>(std::min<int64_t>(kLanes, c1 - c0 - g * kLanes));
-              kernel(packed + g * nsb, nsb, act + t0 * act_stride, act_stride, y + t0 * y_stride + c0 + g * kLanes,
-                     y_stride, rows);
+            kernel(packed + g * nsb, nsb, act + t0 * act_stride, act_stride, y + t0 * y_stride + c0 + g * kLanes,
+                   y_stride, rows);
+          };
+          if (!vnni && nsb <= kL1Supers) {
+            // AVX2, short rows: a block of tokens meets each row group in turn, the group's packed
+            // weights read from L1 by all the block's tiles (1024-wide rows: ~59 -> ~64 GMAC/s).
+            for (int64_t b0 = 0; b0 < n_tokens; b0 += kBlockTokensAvx2) {
+              const int64_t b1 = std::min(b0 + kBlockTokensAvx2, n_tokens);
+              for (int64_t g = 0; g < groups; ++g)
+                for (int64_t t0 = b0; t0 < b1; t0 += tile_tokens) run_tile(g, t0, b1);
             }
+          } else {
+            for (int64_t t0 = 0; t0 < n_tokens; t0 += tile_tokens)
+              for (int64_t g = 0; g < groups; ++g) run_tile(g, t0, n_tokens);
           }
         }
       },
