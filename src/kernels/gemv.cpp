@@ -772,8 +772,9 @@ void q4_K_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const
 // q4_K, a few tokens (vec_dot numerics, as q4_K_batch_rows): the group kernel once per token, the
 // rows read from memory (with the prefetch) for the first token and from L1 for the others.
 // Up to this many tokens it beats the AVX2 q4_K_gemm (thread CPU time streaming the model's
-// matrices, 1 thread: 2 tokens 53 vs 146 ms, 4: 93 vs 196, 8: 182 vs 217, 16: 336 vs 377).
-constexpr int64_t kQ4_KBatchMaxTokensAvx2 = 16;
+// matrices, 1 thread: 2 tokens 56 vs 175 ms, 4: 106 vs 186, 8: 186 vs 217, 12: 251 vs 247,
+// 16: 364 vs 300).
+constexpr int64_t kQ4_KBatchMaxTokensAvx2 = 8;
 void q4_K_batch_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, size_t act_stride,
                           int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
   const int64_t nsb = n_in / kQK_K;
