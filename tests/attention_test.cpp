@@ -6,6 +6,7 @@
 
 #include "hwy/targets.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -769,8 +770,11 @@ void attention(const AttentionArgs& a, int n_threads, std::vector<float>& out, s
   const int64_t D = a.shape.head_dim;
   const bool tiled = a.n_tokens >= 64 && a.k_type == a.v_type &&
                      (a.k_type == GgmlType::F16 || a.k_type == GgmlType::F32);
-  if (!tiled && a.n_tokens == 1 && a.n_kv >= 512 && n_threads > 1) {
-    const int64_t chunk = (a.n_kv + n_threads - 1) / n_threads;
+  // Split keys: chunks cut from the key count rounded up to 32 (the span of the cell-indexed
+  // kernel, whose callers padded n_kv to 32).
+  const int64_t span = (a.n_kv + 31) / 32 * 32;
+  if (!tiled && a.n_tokens == 1 && span >= 512 && n_threads > 1) {
+    const int64_t chunk = (span + n_threads - 1) / n_threads;
     for (int64_t h = 0; h < a.shape.n_head; ++h) {
       RowState m;
       m.acc32.assign(static_cast<size_t>(D), 0.0f);
@@ -945,6 +949,60 @@ void WithoutMaskAtLevel() {
       for (size_t i = 0; i < lse.size(); ++i) ASSERT_TRUE(same_bits(lse[i], ref_lse[i])) << i;
     }
   }
+}
+
+// Keys given by row number (key_rows) in a scattered buffer give the bits of the same keys stored
+// in order: every mode (key by key, tiled, split keys) follows the key order, not the rows.
+TEST(AttentionExact, KeyRowsGiveTheBitsOfKeysStoredInOrder) {
+  ThreadPool pool(2);
+  struct Mode {
+    int64_t n_tokens, n_kv;
+    GgmlType type;
+    int hole_every;
+  };
+  for (const Mode& m : {Mode{1, 40, GgmlType::F16, 0}, Mode{5, 150, GgmlType::F16, 7}, Mode{70, 200, GgmlType::F16, 0},
+                        Mode{70, 200, GgmlType::F32, 5}, Mode{1, 700, GgmlType::F16, 0}, Mode{1, 700, GgmlType::Q8_0, 0},
+                        Mode{9, 130, GgmlType::Q4_0, 4}}) {
+    Case c;
+    c.n_head = 4;
+    c.n_head_kv = 2;
+    c.head_dim = 64;
+    c.n_tokens = m.n_tokens;
+    c.n_kv = m.n_kv;
+    c.k_type = c.v_type = m.type;
+    c.hole_every = m.hole_every;
+    const Problem p = make_problem(c);
+    std::vector<float> want, want_lse;
+    attention(args_for(p, want, want_lse), pool);
+
+    // The same rows at random places of a buffer three times as large (garbage elsewhere).
+    const int64_t n_rows = 3 * c.n_kv;
+    std::vector<int32_t> rows(static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) rows[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+    std::shuffle(rows.begin(), rows.end(), std::mt19937(42));
+    rows.resize(static_cast<size_t>(c.n_kv));
+    std::vector<uint8_t> k(p.k_row_bytes * static_cast<size_t>(n_rows), 0x7B), v(p.v_row_bytes * static_cast<size_t>(n_rows), 0x7B);
+    for (int64_t j = 0; j < c.n_kv; ++j) {
+      std::memcpy(k.data() + rows[static_cast<size_t>(j)] * p.k_row_bytes, p.k.data() + j * p.k_row_bytes, p.k_row_bytes);
+      std::memcpy(v.data() + rows[static_cast<size_t>(j)] * p.v_row_bytes, p.v.data() + j * p.v_row_bytes, p.v_row_bytes);
+    }
+    std::vector<float> got, got_lse;
+    AttentionArgs a = args_for(p, got, got_lse);
+    a.k = k.data();
+    a.v = v.data();
+    a.key_rows = rows.data();
+    attention(a, pool);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << m.n_tokens << " tokens over " << m.n_kv << " " << ggml_type_name(m.type) << " keys";
+    ASSERT_EQ(std::memcmp(got_lse.data(), want_lse.data(), got_lse.size() * sizeof(float)), 0);
+  }
+  std::vector<float> out, lse;
+  Case c;
+  const Problem p = make_problem(c);
+  AttentionArgs a = args_for(p, out, lse);
+  const int32_t bad = -1;
+  a.key_rows = &bad;
+  EXPECT_THROW(attention(a, pool), Error);
 }
 
 // Timing of attention() alone on the Qwen3-0.6B shape (16 query heads, 8 KV heads, head dim 128,

@@ -11,11 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/numerics.h"
 #include "core/error.h"
 #include "core/op_profile.h"
 #include "engine/context.h"
 #include "engine/model_stats.h"
 #include "kernels/bandwidth.h"
+#include "kernels/numerics.h"
 #include "memory/snapshot.h"
 #include "tools/args.h"
 #include "tools/bench_modes.h"
@@ -160,6 +162,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (a.flag("--help", "-h")) {
     std::puts("usage: agentkv bench -m MODEL [-p 512] [-n 128] [-d 0] [-t 2] [-r 3] [-ub 512]\n"
               "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth] [--split] [-np 1]\n"
+              "                     [--batch-invariant]\n"
               "  --split: share of each test's time in matmuls, attention and recurrent state updates\n"
               "  -np N: tgN decodes N sequences together (one token each per step, as the server batches\n"
               "         slots) and reports their aggregate tokens/s\n"
@@ -176,6 +179,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const std::string out_fmt = a.str("-o", "--output", "md");
   const bool bandwidth = a.flag("--bandwidth");
   const bool split = a.flag("--split");
+  set_batch_invariant(a.flag("--batch-invariant"));  // kernels/numerics.h
   const int n_parallel = static_cast<int>(a.num("-np", "--parallel", 1));
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));

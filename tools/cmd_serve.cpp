@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/ggml_type.h"
+#include "kernels/numerics.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "tools/default_model.h"
@@ -43,8 +44,10 @@ const char* const kUsage =
     "  --slot-save-path DIR            enables POST /slots/{id}?action=save|restore|erase|adopt (files in DIR)\n"
     "  --ctx-checkpoint-mib N          RAM for hybrid-model context checkpoints, all slots (default 256)\n"
     "  -cram, --cache-ram MiB          host-RAM cache of slot states evicted from memory (default 0: off)\n"
-    "  --share-prefixes                one prefix index for all slots: prompts attach KV pages any slot computed\n"
-    "                                  (off by default until attention sums are independent of the memory layout)\n";
+    "  --batch-invariant               every token's result independent of its batch: a cached prompt gives the\n"
+    "                                  bits of an uncached one (kernels/numerics.h; default: llama.cpp's numerics)\n"
+    "  --no-share-prefixes             each slot reuses only its own cache (default: one prefix index for all\n"
+    "                                  slots: prompts attach the KV pages any slot computed)\n";
 
 GgmlType cache_type(const std::string& name, const char* option) {
   static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
@@ -80,7 +83,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.http_threads = static_cast<int>(a.num("--threads-http", "", 0));
   cfg.request_timeout_s = a.real("--request-timeout", "", 30.0);
   cfg.slots_show_prompts = a.flag("--slots-show-prompts");
-  cfg.share_prefixes = a.flag("--share-prefixes");
+  cfg.share_prefixes = !a.flag("--no-share-prefixes");
+  a.flag("--share-prefixes");  // the old opt-in spelling, now the default
+  set_batch_invariant(a.flag("--batch-invariant"));
   auto list = [&](const char* option, std::vector<std::string>& out) {
     for (std::string v = a.str(option, "", ""); !v.empty(); v = a.str(option, "", "")) {
       size_t start = 0;

@@ -48,6 +48,7 @@
 #include "core/fp16.h"
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"
+#include "kernels/numerics.h"
 #include "kernels/quant.h"
 
 // Shared by every target's copy of this file: the plan of one call.
@@ -63,6 +64,12 @@ constexpr int64_t kTiledMinTokensPerUnit = 16;  // and at least this many tokens
 constexpr int64_t kPerKeyMaxTokensPerUnit = 16;  // per-key units: tokens sharing each K/V tile
 
 enum class Mode { kPerKey, kTiled, kSplitKeys };
+
+// Split-keys chunks are cut from the key count rounded up to 32, the span the cell-indexed kernel
+// used to cover (KvCache's n_kv padding): the same chunks as before keys came in position order,
+// and still a function of the key count alone.
+constexpr int64_t kKeySpanPad = 32;
+inline int64_t KeySpan(int64_t n_kv) { return (n_kv + kKeySpanPad - 1) / kKeySpanPad * kKeySpanPad; }
 
 using ggml_math::GgmlExpLane;  // ggml_v_expf (the AVX-512 form) for one lane
 
@@ -477,12 +484,18 @@ T* Reserve(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-// Asks for the head slices of rows [c0, c1) ahead of use: a unit reads one head's slice of every
+// Start of key j's row in base (K or V storage): the row the caller's key order names.
+inline const uint8_t* KeyRow(const uint8_t* base, size_t row_bytes, const int32_t* key_rows, int64_t j) {
+  return base + (key_rows ? static_cast<int64_t>(key_rows[j]) : j) * static_cast<int64_t>(row_bytes);
+}
+
+// Asks for the head slices of keys [c0, c1) ahead of use: a unit reads one head's slice of every
 // row, a stride the hardware prefetchers do not follow across pages.
-void PrefetchRows(const uint8_t* base, size_t row_bytes, size_t offset, size_t bytes, int64_t c0, int64_t c1) {
+void PrefetchRows(const uint8_t* base, size_t row_bytes, const int32_t* key_rows, size_t offset, size_t bytes,
+                  int64_t c0, int64_t c1) {
 #if defined(__GNUC__)
   for (int64_t c = c0; c < c1; ++c) {
-    const uint8_t* row = base + c * row_bytes + offset;
+    const uint8_t* row = KeyRow(base, row_bytes, key_rows, c) + offset;
     for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
   }
 #endif
@@ -600,12 +613,12 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
         if (n_vis == 0) continue;
         if (!v_tile_ready) {
           for (int64_t c = c0; c < c1; ++c) {
-            dequantize_row(a.v_type, a.v + c * a.v_row_bytes + v_off, v_tile + (c - c0) * D, D);
+            dequantize_row(a.v_type, KeyRow(a.v, a.v_row_bytes, a.key_rows, c) + v_off, v_tile + (c - c0) * D, D);
           }
           v_tile_ready = true;
         }
-        for (int64_t j = 0; j < n_vis; ++j) k_rows[j] = a.k + visible[j] * a.k_row_bytes + k_off;
-        for (int64_t j = 0; j < n_vis; ++j) v_rows[j] = a.v + visible[j] * a.v_row_bytes + v_off;
+        for (int64_t j = 0; j < n_vis; ++j) k_rows[j] = KeyRow(a.k, a.k_row_bytes, a.key_rows, visible[j]) + k_off;
+        for (int64_t j = 0; j < n_vis; ++j) v_rows[j] = KeyRow(a.v, a.v_row_bytes, a.key_rows, visible[j]) + v_off;
         const int64_t row0 = ((g - g0) * T + (t - t0)) * G;
         for (int64_t r = 0; r < G; ++r) {
           const uint8_t* q = q_conv + (row0 + r) * plan.q_head_bytes;
@@ -628,8 +641,8 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
                 if (!prefetched && r == 0) {  // the next tile's rows, one per key
                                               // (a burst would stall)
                   const int64_t c = c1 + j;
-                  PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
-                  PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
+                  PrefetchRows(a.k, a.k_row_bytes, a.key_rows, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
+                  PrefetchRows(a.v, a.v_row_bytes, a.key_rows, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
                 }
                 const auto* krow = reinterpret_cast<const uint16_t*>(k_rows[j]);
                 if (pair) {
@@ -644,8 +657,8 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
                 }
               }
               if (!prefetched && n_vis < c1 - c0) {  // rows the first token did not reach
-                PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, c1 + n_vis, next_end);
-                PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, c1 + n_vis, next_end);
+                PrefetchRows(a.k, a.k_row_bytes, a.key_rows, k_off, plan.k_head_bytes, c1 + n_vis, next_end);
+                PrefetchRows(a.v, a.v_row_bytes, a.key_rows, v_off, plan.v_head_bytes, c1 + n_vis, next_end);
               }
               prefetched = true;
               break;
@@ -940,8 +953,8 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     if (!any) continue;  // no row sees a key of this tile: nothing changes
 
     for (int64_t j = 0; j < nk; ++j) {
-      const uint8_t* kb = a.k + (c0 + j) * a.k_row_bytes + k_off;
-      const uint8_t* vb = a.v + (c0 + j) * a.v_row_bytes + v_off;
+      const uint8_t* kb = KeyRow(a.k, a.k_row_bytes, a.key_rows, c0 + j) + k_off;
+      const uint8_t* vb = KeyRow(a.v, a.v_row_bytes, a.key_rows, c0 + j) + v_off;
       if (f16) {
         RowToF32(kb, true, kf + j * D, D);
         RowToF32(vb, true, vf + j * D, D);
@@ -958,8 +971,8 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     for (int64_t j = 0; j < nk; j += 8) {
       // the next tile's rows, a few at a time (a burst would stall on the line fill buffers)
       const int64_t p0 = std::min(c0 + nk + j, next_end), p1 = std::min(p0 + 8, next_end);
-      PrefetchRows(a.k, a.k_row_bytes, k_off, plan.k_head_bytes, p0, p1);
-      PrefetchRows(a.v, a.v_row_bytes, v_off, plan.v_head_bytes, p0, p1);
+      PrefetchRows(a.k, a.k_row_bytes, a.key_rows, k_off, plan.k_head_bytes, p0, p1);
+      PrefetchRows(a.v, a.v_row_bytes, a.key_rows, v_off, plan.v_head_bytes, p0, p1);
       int64_t r = 0;
       for (; r + row_step <= nr; r += row_step) {
         ScoreEightKeys<kScoreRowVecs>(qt + r, nr, keys + j, D, a.shape.scale, P + j * nr + r);
@@ -1143,6 +1156,8 @@ void validate(const AttentionArgs& a) {
     if (a.q_stride < q_width || a.out_stride < q_width) refuse("q/out row stride is smaller than n_head * head_dim");
     if (a.n_kv > 0 && (!a.k || !a.v)) refuse("k and v must be set when n_kv > 0");
     if (a.mask && a.mask_stride < a.n_kv) refuse("mask row stride is smaller than n_kv");
+    if (a.key_rows && std::any_of(a.key_rows, a.key_rows + a.n_kv, [](int32_t r) { return r < 0; }))
+      refuse("key_rows holds a negative row number");
   }
 }
 
@@ -1168,19 +1183,20 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   const bool same_plain_kv = args.k_type == args.v_type &&
                              (args.k_type == GgmlType::F16 || args.k_type == GgmlType::F32);
   std::vector<float> partials;
-  if (args.n_tokens >= kTiledMinTokens && same_plain_kv) {
+  const bool invariant = batch_invariant();  // one algorithm per row, whatever the batch
+  if ((args.n_tokens >= kTiledMinTokens || invariant) && same_plain_kv) {
     plan.mode = Mode::kTiled;
     // Units of (token block, KV head); smaller blocks when that leaves threads idle.
     int64_t tpu = std::max(kTiledMinTokensPerUnit, kTiledRowsPerUnit / plan.group);
     while (tpu > 1 && (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv < 4 * pool.size()) tpu = (tpu + 1) / 2;
     plan.tokens_per_unit = tpu;
     plan.n_units = (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv;
-  } else if (args.n_tokens == 1 && args.n_kv >= kSplitMinKeys && pool.size() > 1) {
+  } else if (args.n_tokens == 1 && KeySpan(args.n_kv) >= kSplitMinKeys && pool.size() > 1 && !invariant) {
     // llama.cpp splits only F16/F32 caches; quantized caches are split too here (the merge is
     // exact up to float rounding) so single-token decoding uses every thread.
     plan.mode = Mode::kSplitKeys;
     plan.n_chunks = pool.size();
-    plan.chunk_size = (args.n_kv + plan.n_chunks - 1) / plan.n_chunks;
+    plan.chunk_size = (KeySpan(args.n_kv) + plan.n_chunks - 1) / plan.n_chunks;
     plan.n_units = plan.n_chunks;
     partials.assign(static_cast<size_t>(args.shape.n_head * plan.n_chunks * (2 + plan.head_dim)), 0.0f);
     for (int64_t i = 0; i < args.shape.n_head * plan.n_chunks; ++i) {

@@ -18,9 +18,12 @@ struct AttentionShape {
   float scale = 0.f;   // usually 1/sqrt(head_dim)
 };
 
-// Keys/values: n_kv rows (cells), row r holds n_head_kv*head_dim elements of k_type / v_type at
-// k + r*k_row_bytes (same for v). mask: n_tokens x n_kv floats (0 = visible, -INFINITY = hidden),
-// row stride mask_stride. q: n_tokens rows of n_head*head_dim floats; out likewise.
+// Keys/values: n_kv keys; key j is stored in row key_rows[j] (row j when key_rows is null), and
+// row r holds n_head_kv*head_dim elements of k_type / v_type at k + r*k_row_bytes (same for v).
+// Keys are taken in key order (j = 0, 1, ...): tiles, chunks and the online softmax follow j, never
+// the row numbers, so a caller that lists a sequence's keys by position gets results that do not
+// depend on where the rows are stored. mask: n_tokens x n_kv floats over keys (0 = visible,
+// -INFINITY = hidden), row stride mask_stride. q: n_tokens rows of n_head*head_dim floats; out likewise.
 // lse (optional): n_tokens x n_head floats, log-sum-exp of the scaled, masked scores
 // (-INFINITY where a row sees no key; its output row is then zero).
 struct AttentionArgs {
@@ -35,6 +38,7 @@ struct AttentionArgs {
   size_t k_row_bytes = 0;
   size_t v_row_bytes = 0;
   int64_t n_kv = 0;
+  const int32_t* key_rows = nullptr;  // n_kv row numbers, or null
   const float* mask = nullptr;
   int64_t mask_stride = 0;
   float* out = nullptr;

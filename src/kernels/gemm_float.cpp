@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "kernels/dispatch.h"
+#include "kernels/numerics.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define AGENTKV_GEMM_FLOAT_X86 1
@@ -366,11 +367,11 @@ int64_t tinyblas_step(CpuLevel level) { return level == CpuLevel::Avx512 ? kStep
 
 bool float_gemm_applies(const WeightMatrix& w, int64_t n_tokens) {
 #ifdef AGENTKV_GEMM_FLOAT_X86
-  return (w.type == GgmlType::F16 || w.type == GgmlType::F32) && n_tokens >= 2 && w.n_out % kTileRows == 0 &&
+  return (w.type == GgmlType::F16 || w.type == GgmlType::F32) && (n_tokens >= 2 || (n_tokens == 1 && batch_invariant())) && w.n_out % kTileRows == 0 &&
          w.n_in % tinyblas_step(active_cpu_level()) == 0;
 #else
   // Without the x86 kernels only the portable loop (the AVX2 order) exists.
-  return (w.type == GgmlType::F16 || w.type == GgmlType::F32) && n_tokens >= 2 && w.n_out % kTileRows == 0 &&
+  return (w.type == GgmlType::F16 || w.type == GgmlType::F32) && (n_tokens >= 2 || (n_tokens == 1 && batch_invariant())) && w.n_out % kTileRows == 0 &&
          w.n_in % 8 == 0;
 #endif
 }

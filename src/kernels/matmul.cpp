@@ -8,6 +8,7 @@
 // tokens to the register-blocked GEMMs (gemm_*.h). q4_K / q6_K have both at the AVX2 level too,
 // q8_0 only with AVX-512 VNNI (the *_available() functions say what the active level has).
 #include "kernels/matmul.h"
+#include "kernels/numerics.h"
 
 #include <algorithm>
 #include <string>
@@ -78,7 +79,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   const VecDotFn dot = vec_dot_fn(w.type);
   // Activation rows that llama.cpp's repacked GEMM kernel would take (whole groups of 4 from the
   // start of the batch) get its numerics; the rest, and single rows, those of its GEMV kernel.
-  const int64_t n_grouped = grouping == RowGrouping::kBatch && uses_row_group_kernel(w.type, w.n_out)
+  const int64_t n_grouped = grouping == RowGrouping::kBatch && !batch_invariant() && uses_row_group_kernel(w.type, w.n_out)
                                 ? n_tokens - n_tokens % kRowGroupSize
                                 : 0;
   const RowGroupDotFn group_dot = n_grouped > 0 ? row_group_dot_fn(w.type) : nullptr;

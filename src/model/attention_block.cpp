@@ -45,26 +45,20 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     quantize_row(layout.type_v, v + t * n_embd_k, kv.v_data(layer, ref.stream) + ref.cell * kv.row_bytes_v(), n_embd_k);
   }
 
-  // 2. Attention per stream: tokens of one stream see only that stream's cells.
-  for (uint32_t s = 0; s < kv.n_streams(); ++s) {
-    std::vector<int> tokens;
-    for (int64_t t = 0; t < n_tokens; ++t)
-      if (placement[t].stream == s) tokens.push_back(static_cast<int>(t));
-    if (tokens.empty()) continue;
+  // 2. Attention per group of tokens that see one sequence's keys, listed by position: the sums
+  //    do not depend on which cells hold the keys (memory/attention_view.h).
+  if (batch.id == 0 || ws.groups_batch_id != batch.id) {
+    ws.attention_groups = memory::attention_groups(kv, ub);
+    ws.groups_batch_id = batch.id;
+  }
+  for (const memory::AttentionGroup& g : ws.attention_groups) {
+    const std::vector<int>& tokens = g.tokens;
     const int64_t nt = static_cast<int64_t>(tokens.size());
-    const int64_t n_kv = kv.n_kv(s);
-    float* mask = ws.get(kAttentionWorkspaceSlot, static_cast<size_t>(nt * n_kv));
-    if (batch.id == 0 || ws.mask_batch_id != batch.id || ws.mask_stream != s) {
-      kv.fill_mask(ub, tokens, s, mask, n_kv);
-      ws.mask_batch_id = batch.id;
-      ws.mask_stream = s;
-    }
-
     const bool contiguous = tokens.front() == 0 && nt == n_tokens;
     const float* q_rows = q;
     int64_t q_rows_stride = q_stride;
     float* out_rows = out;
-    if (!contiguous) {  // gather this stream's query rows
+    if (!contiguous) {  // gather this group's query rows
       float* qg = ws.get(kAttentionWorkspaceSlot + 1, static_cast<size_t>(nt * n_q));
       for (int64_t i = 0; i < nt; ++i)
         std::copy(q + tokens[i] * q_stride, q + tokens[i] * q_stride + n_q, qg + i * n_q);
@@ -77,15 +71,16 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     a.n_tokens = nt;
     a.q = q_rows;
     a.q_stride = q_rows_stride;
-    a.k = kv.k_data(layer, s);
-    a.v = kv.v_data(layer, s);
+    a.k = kv.k_data(layer, g.stream);
+    a.v = kv.v_data(layer, g.stream);
     a.k_type = layout.type_k;
     a.v_type = layout.type_v;
     a.k_row_bytes = kv.row_bytes_k();
     a.v_row_bytes = kv.row_bytes_v();
-    a.n_kv = n_kv;
-    a.mask = mask;
-    a.mask_stride = n_kv;
+    a.n_kv = static_cast<int64_t>(g.rows.size());
+    a.key_rows = g.rows.data();
+    a.mask = g.mask.data();
+    a.mask_stride = a.n_kv;
     a.out = out_rows;
     a.out_stride = n_q;
     attention(a, pool);

@@ -8,6 +8,7 @@
 
 #include "core/ggml_type.h"
 #include "kernels/threadpool.h"
+#include "memory/attention_view.h"
 #include "memory/kv_cache.h"
 #include "memory/recurrent.h"
 #include "memory/ubatch.h"
@@ -26,10 +27,10 @@ class Workspace {
     if (bufs_[slot].size() < n_floats) bufs_[slot].resize(n_floats);
     return bufs_[slot].data();
   }
-  // Which attention mask the mask slot holds: every attention layer of a micro-batch sees the same
-  // cells, so the mask is built once per micro-batch and stream, not once per layer.
-  uint64_t mask_batch_id = 0;
-  uint32_t mask_stream = 0;
+  // Every attention layer of a micro-batch reads the same keys, so its attention groups (keys by
+  // position, masks) are built once per micro-batch, not once per layer.
+  std::vector<memory::AttentionGroup> attention_groups;
+  uint64_t groups_batch_id = 0;
  private:
   std::vector<std::vector<float>> bufs_;
 };

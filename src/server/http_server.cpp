@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "engine/context.h"
 #include "engine/session_state.h"
+#include "kernels/numerics.h"
 #include "model/model.h"
 #include "server/agent_request.h"
 #include "server/base64.h"
@@ -677,6 +678,9 @@ void HttpServer::props(Response& res) {
                      {"eos_token", e.chat->eos_token()},
                      {"build_info", kBuildInfo},
                      {"is_sleeping", false},
+                     // agentkv: one prefix index for all slots; numerics independent of batching
+                     {"share_prefixes", cfg_.share_prefixes},
+                     {"batch_invariant", batch_invariant()},
                  });
 }
 

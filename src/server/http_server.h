@@ -34,7 +34,7 @@ struct ServerConfig {
   std::string slot_save_path;        // folder of slot state files; "" disables save/restore by file
   size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints
   size_t cache_ram_bytes = 0;        // host-RAM cache of slot states; 0: off
-  bool share_prefixes = false;       // the prefix index across slots (scheduler.h)
+  bool share_prefixes = true;        // the prefix index across slots (scheduler.h)
 };
 
 // Listens, loads the model (answering 503 meanwhile), serves until SIGINT or SIGTERM.

@@ -518,8 +518,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     log_line("slot %d: fake prefix of %zu positions (metadata only)", slot.id, n_fake);
   } else {
     // A prompt evaluated without the cache replaces the slot's cache (as in llama-server): the
-    // pages only this slot used go, so that it recomputes into the same cells (same bits: the
-    // attention kernels' sums follow the cells' layout).
+    // pages only this slot used go.
     if (!p.cache_prompt && index_) {
       index_->forget_own(slot.id);
       slot.published = 0;

@@ -52,7 +52,7 @@ struct SchedulerConfig {
   // float sums follow the memory's layout (key chunks by cell index), so a prompt attached to
   // pages computed elsewhere can differ in the last bits from one evaluated in its own slot, and a
   // greedy answer can then differ from a quiet or uncached run.
-  bool share_prefixes = false;
+  bool share_prefixes = true;
 };
 
 // A slot's saved state (POST /slots/{id}?action=save, /v1/prefill).

@@ -498,12 +498,13 @@ def test_host_header_is_checked(tmp_path, server):
 
 def test_cache_salt_keeps_tenants_apart(server):
     prompt = "tenant A's secret system prompt: the PIN is 4711. " * 4
-    first = server.post("/completion", {"prompt": prompt, "n_predict": 1, "cache_salt": "tenant-a", "id_slot": 2})[1]
-    again = server.post("/completion", {"prompt": prompt, "n_predict": 1, "cache_salt": "tenant-a", "id_slot": 2})[1]
+    greedy = {"prompt": prompt, "n_predict": 1, "temperature": 0}  # the answers are compared below
+    first = server.post("/completion", {**greedy, "cache_salt": "tenant-a", "id_slot": 2})[1]
+    again = server.post("/completion", {**greedy, "cache_salt": "tenant-a", "id_slot": 2})[1]
     assert again["timings"]["cache_n"] > 0
-    other = server.post("/completion", {"prompt": prompt, "n_predict": 1, "cache_salt": "tenant-b", "id_slot": 2})[1]
+    other = server.post("/completion", {**greedy, "cache_salt": "tenant-b", "id_slot": 2})[1]
     assert other["timings"]["cache_n"] == 0
-    unsalted = server.post("/completion", {"prompt": prompt, "n_predict": 1})[1]
+    unsalted = server.post("/completion", greedy)[1]
     assert unsalted["timings"]["cache_n"] == 0 or unsalted["id_slot"] != 2
     assert first["content"] == other["content"]
 

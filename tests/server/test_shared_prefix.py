@@ -1,5 +1,4 @@
-"""Sharing through the prefix index (issue #12), dense and hybrid (`--share-prefixes`, otherwise
-default cache flags).
+"""Sharing through the prefix index (issue #12), dense and hybrid, with default flags.
 
 Four sessions on four slots send the same 4,096-token system prompt and their own ~100-token
 question: the first evaluates everything, each other one only its question (dense: + 1 token at
@@ -72,7 +71,7 @@ def system_prompt(server, seed, n_tokens):
 
 @pytest.mark.parametrize("kind", sorted(MODELS))
 def test_sessions_share_one_system_prompt(kind, tmp_path):
-    server = Server(tmp_path, "-np", "4", "-c", "16384", "--metrics", "--share-prefixes",
+    server = Server(tmp_path, "-np", "4", "-c", "16384", "--metrics",
                     model=os.path.join(FIXTURES, "models", MODELS[kind]))
     try:
         system = {"role": "system", "content": system_prompt(server, 1, 4096)}
@@ -110,7 +109,7 @@ def test_sessions_share_one_system_prompt(kind, tmp_path):
 
 @pytest.mark.parametrize("kind", sorted(MODELS))
 def test_alternating_sessions_on_one_slot_evaluate_only_new_tokens(kind, tmp_path):
-    server = Server(tmp_path, "-np", "1", "-c", "8192", "--share-prefixes", model=os.path.join(FIXTURES, "models", MODELS[kind]))
+    server = Server(tmp_path, "-np", "1", "-c", "8192", model=os.path.join(FIXTURES, "models", MODELS[kind]))
     try:
         # Answers made canonical (" agent" repeated tokenizes into itself), so that the template's
         # re-rendering of an answer gives back the generated tokens.
