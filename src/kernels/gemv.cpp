@@ -1,4 +1,4 @@
-// Decode GEMV kernels (AVX-512 VNNI; q4_K and q6_K also AVX2, at the end). The per-row dot loop is bound by the latency of its one
+// Decode GEMV kernels (AVX-512 VNNI; q4_K, and q6_K for a few tokens, also AVX2, at the end). The per-row dot loop is bound by the latency of its one
 // load stream and its long per-block instruction chain, not by memory bandwidth; these kernels
 // take a group of rows at once (sharing the activation loads, the scale conversions and the
 // final reductions) and prefetch the rows a few KB ahead. Each output keeps the float operations
@@ -798,7 +798,10 @@ void q4_K_batch_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in,
 
 // q6_K: four rows per group, each with dot_q6_K's 8 float lanes; per group of 32 weights
 // vpmaddubsw(quants, a) minus the token's precomputed vpmaddubsw(32, a) (the -32 offset), times the
-// sub-block scales by vpmaddwd, exactly dot_q6_K's int32 lanes.
+// sub-block scales by vpmaddwd, exactly dot_q6_K's int32 lanes. Only for a few tokens: for one,
+// the per-row dot streams the rows faster on Zen 3 (the decode matrices come from memory: per-row
+// 6-7 GB/s against 5-6 for four rows at once, whatever the prefetch distance, 2-32 KB; from
+// cache the group is 1.7x faster, 20.8 vs 12 GB/s), so gemv_available(Q6_K) is false at AVX2.
 struct alignas(32) Q6_KActAvx2 {
   int16_t offset[8][16];  // vpmaddubsw(32, activations 32g .. 32g + 31)
   float d;
@@ -864,23 +867,6 @@ AGENTKV_AVX2 void q6_K_group_avx2(const uint8_t* row0, size_t w_stride, int64_t 
   for (int i = 0; i < kQ6_KRows; ++i) out[i] = hsum_ps(acc[i]);
 }
 
-void q6_K_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, int64_t row_begin,
-                    int64_t row_end, float* y) {
-  const int64_t nsb = n_in / kQK_K;
-  const auto* y8 = reinterpret_cast<const BlockQ8_K*>(act);
-  Q6_KActAvx2* a = thread_scratch<Q6_KActAvx2>(static_cast<size_t>(nsb));
-  q6_K_prepare_avx2(y8, nsb, a);
-  const int64_t ahead = rows_ahead(w_stride, kQ6_KRows);
-  const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ6_KRows * kQ6_KRows;
-  int64_t r = row_begin;
-  for (; r < grouped_end; r += kQ6_KRows) {
-    q6_K_group_avx2(weights + static_cast<size_t>(r) * w_stride, w_stride, nsb, y8, a,
-                    prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ6_KRows), y + r);
-  }
-  const VecDotFn dot = vec_dot_fn(GgmlType::Q6_K);
-  for (; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
-}
-
 // q6_K, a few tokens: the group kernel once per token, as q4_K_batch_rows_avx2. Each token unpacks
 // the rows again, so it beats the AVX2 q6_K_gemm only for 2-3 tokens (streaming the model's
 // matrices, 1 thread: 2 tokens 140 vs 160 ms, 3: 175 vs 180, 4: 145 vs 163 wall but 140 vs 130 ms
@@ -912,7 +898,7 @@ void q6_K_batch_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in,
 
 bool gemv_available(GgmlType type) {
   if (avx512_vnni_active()) return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
-  if (active_cpu_level() >= CpuLevel::Avx2) return type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+  if (active_cpu_level() >= CpuLevel::Avx2) return type == GgmlType::Q4_K;  // q6_K: see q6_K_group_avx2
   return false;
 }
 
@@ -938,7 +924,6 @@ void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n
       break;
     case GgmlType::Q6_K:
       if (vnni) return q6_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
-      if (active_cpu_level() >= CpuLevel::Avx2) return q6_K_rows_avx2(weights, w_stride, n_in, act, row_begin, row_end, y);
       break;
     default:
       break;
