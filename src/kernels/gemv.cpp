@@ -1,5 +1,6 @@
-// Decode GEMV kernels (AVX-512 VNNI; q4_K, and q6_K for a few tokens, also AVX2, at the end). The per-row dot loop is bound by the latency of its one
-// load stream and its long per-block instruction chain, not by memory bandwidth; these kernels
+// Decode GEMV kernels (AVX-512 VNNI; q4_K, and q6_K for a few tokens, also AVX2, at the end).
+// The per-row dot loop is bound by the latency of its one load stream and its long per-block
+// instruction chain, not by memory bandwidth; these kernels
 // take a group of rows at once (sharing the activation loads, the scale conversions and the
 // final reductions) and prefetch the rows a few KB ahead. Each output keeps the float operations
 // of its vec_dot kernel, in the same order (see quant_dot_avx2.cpp / quant_dot_avx512.cpp):
