@@ -35,12 +35,31 @@ struct Shape {
   int64_t n_in, n_out, n_tokens;
 };
 
-TEST(Q4KGemm, EqualsScalarKernelsBitForBit) {
-  if (!q4_K_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
-  const VecDotFn dot = vec_dot_fn(GgmlType::Q4_K, CpuLevel::Scalar);
-  const RowGroupDotFn group_dot = row_group_dot_fn(GgmlType::Q4_K, CpuLevel::Scalar);
-  const Shape shapes[] = {{256, 1, 2},   {256, 5, 3},   {512, 16, 9},  {1024, 13, 17},
-                          {768, 40, 5},  {2560, 24, 8}, {3072, 96, 11}, {256, 3, 1}, {256, 700, 6}};
+// Each SIMD level the machine has (AVX2 and AVX-512 VNNI have their own kernels).
+class Q4KGemmLevels : public ::testing::TestWithParam<CpuLevel> {
+ protected:
+  void SetUp() override {
+    before_ = active_cpu_level();
+    if (set_cpu_level(GetParam()) != GetParam()) GTEST_SKIP() << "the machine lacks " << cpu_level_name(GetParam());
+    if (!q4_K_gemm_available()) GTEST_SKIP() << "no blocked q4_K kernel at " << cpu_level_name(GetParam());
+  }
+  void TearDown() override { set_cpu_level(before_); }
+  CpuLevel before_ = CpuLevel::Scalar;
+};
+
+INSTANTIATE_TEST_SUITE_P(Levels, Q4KGemmLevels, ::testing::Values(CpuLevel::Avx2, CpuLevel::Avx512),
+                         [](const ::testing::TestParamInfo<CpuLevel>& info) {
+                           return std::string(cpu_level_name(info.param));
+                         });
+
+// Against the per-dot kernels of the level under test (the path matmul took before the blocked
+// kernels; quant_test holds every level to the scalar bits).
+TEST_P(Q4KGemmLevels, EqualsPerDotKernelsBitForBit) {
+  const VecDotFn dot = vec_dot_fn(GgmlType::Q4_K, GetParam());
+  const RowGroupDotFn group_dot = row_group_dot_fn(GgmlType::Q4_K, GetParam());
+  const Shape shapes[] = {{256, 1, 2},    {256, 5, 3},   {512, 16, 9},   {1024, 13, 17}, {768, 40, 5},
+                          {2560, 24, 8},  {3072, 96, 11}, {256, 3, 1},   {256, 700, 6},  {512, 9, 13},
+                          {768, 23, 7},   {1024, 31, 12}, {512, 200, 509}, {768, 45, 515}};
   std::mt19937 rng(19);
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
@@ -84,10 +103,9 @@ TEST(Q4KGemm, EqualsScalarKernelsBitForBit) {
   }
 }
 
-// Through matmul(): the same outputs as the per-dot path (AVX2 level) for a row count that takes
+// Through matmul(): the same outputs as the per-dot path (scalar level) for a row count that takes
 // the grouped order (multiple of 8) and one that does not, with a token count off the groups.
-TEST(Q4KGemm, MatmulEqualsPerDotPath) {
-  if (!q4_K_gemm_available()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
+TEST_P(Q4KGemmLevels, MatmulEqualsPerDotPath) {
   std::mt19937 rng(31);
   ThreadPool pool(2);
   for (int64_t n_out : {40, 37}) {
@@ -99,13 +117,54 @@ TEST(Q4KGemm, MatmulEqualsPerDotPath) {
       std::vector<float> fast(n_tokens * y_stride, 0.f), per_dot(n_tokens * y_stride, 0.f);
       matmul(wm, x.data(), n_tokens, x_stride, fast.data(), y_stride, pool, grouping);
       const CpuLevel before = active_cpu_level();
-      set_cpu_level(CpuLevel::Avx2);
+      set_cpu_level(CpuLevel::Scalar);
       matmul(wm, x.data(), n_tokens, x_stride, per_dot.data(), y_stride, pool, grouping);
       set_cpu_level(before);
       for (int64_t t = 0; t < n_tokens; ++t)
         for (int64_t r = 0; r < n_out; ++r)
           EXPECT_EQ(fp32_to_bits(fast[t * y_stride + r]), fp32_to_bits(per_dot[t * y_stride + r]))
               << "n_out " << n_out << " row " << r << " token " << t;
+    }
+  }
+}
+
+// Single-thread throughput of the blocked kernel against the per-dot loop it replaces (vec_dot and
+// the row-group dot of the same level), 512 tokens, thread CPU time, in one process so the ratio
+// holds on a shared machine. Run with --gtest_also_run_disabled_tests.
+TEST_P(Q4KGemmLevels, DISABLED_ThroughputReport) {
+  ThreadPool one_thread(1);
+  std::mt19937 rng(5);
+  const VecDotFn dot = vec_dot_fn(GgmlType::Q4_K);
+  const RowGroupDotFn group_dot = row_group_dot_fn(GgmlType::Q4_K);
+  for (const auto& shape : test::kQwen3SmallShapes) {
+    const int64_t n_in = shape[0], n_out = shape[1];
+    for (int64_t n_tokens : {int64_t{512}, int64_t{7}}) {
+      const QuantRows w = make_weights(n_in, n_out, 0, rng);
+      const std::vector<float> x = make_activations(n_in, n_tokens, n_in, rng);
+      const size_t act_stride = ggml_row_size(GgmlType::Q8_K, n_in);
+      std::vector<uint8_t> act(act_stride * n_tokens);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        quantize_activation_row(GgmlType::Q8_K, x.data() + t * n_in, act.data() + t * act_stride, n_in);
+      const int64_t n_grouped = n_tokens - n_tokens % kRowGroupSize;
+      std::vector<float> y(n_tokens * n_out);
+      const double blocked = test::best_thread_seconds(3, [&] {
+        q4_K_gemm(w.bytes.data(), w.stride, n_out, n_in, act.data(), act_stride, n_tokens, n_grouped, y.data(), n_out,
+                  one_thread);
+      });
+      const double per_dot = test::best_thread_seconds(n_tokens > 64 ? 1 : 3, [&] {
+        for (int64_t r = 0; r < n_out; ++r) {
+          int64_t t = 0;
+          for (; t < n_grouped; t += kRowGroupSize) {
+            float out[kRowGroupSize];
+            group_dot(n_in, w.row(r), act.data() + t * act_stride, act_stride, out);
+            for (int g = 0; g < kRowGroupSize; ++g) y[(t + g) * n_out + r] = out[g];
+          }
+          for (; t < n_tokens; ++t) y[t * n_out + r] = dot(n_in, w.row(r), act.data() + t * act_stride);
+        }
+      });
+      std::printf("q4_K [%lld x %lld] x %lld tokens: blocked %.2f ms (%.1f GMAC/s), per-dot %.2f ms: %.2fx\n",
+                  static_cast<long long>(n_in), static_cast<long long>(n_out), static_cast<long long>(n_tokens),
+                  blocked * 1e3, 1e-9 * n_in * n_out * n_tokens / blocked, per_dot * 1e3, per_dot / blocked);
     }
   }
 }

@@ -104,13 +104,35 @@ std::string describe(GgmlType type, int64_t n_in, int64_t n_out, int threads, in
          std::to_string(threads) + " row " + std::to_string(row);
 }
 
-TEST(Gemv, AvailableWithAvx512Vnni) {
-  for (GgmlType type : kTypes) EXPECT_EQ(gemv_available(type), avx512_vnni_active()) << ggml_type_name(type);
-  EXPECT_FALSE(gemv_available(GgmlType::Q5_K));
+// Runs fn() at each SIMD level the machine has (AVX2 and AVX-512 have kernels of their own), then
+// restores the level.
+template <class Fn>
+void at_each_simd_level(const Fn& fn) {
+  const CpuLevel before = active_cpu_level();
+  for (CpuLevel level : {CpuLevel::Avx2, CpuLevel::Avx512}) {
+    if (set_cpu_level(level) != level) continue;
+    SCOPED_TRACE(std::string("level ") + std::string(cpu_level_name(level)));
+    fn();
+  }
+  set_cpu_level(before);
+}
+
+TEST(Gemv, AvailableAtAvx2AndAbove) {
+  const CpuLevel before = active_cpu_level();
+  for (CpuLevel level : {CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512}) {
+    set_cpu_level(level);
+    const bool simd = active_cpu_level() >= CpuLevel::Avx2;
+    EXPECT_EQ(gemv_available(GgmlType::Q8_0), avx512_vnni_active());
+    EXPECT_EQ(gemv_available(GgmlType::Q4_K), simd);
+    EXPECT_EQ(gemv_available(GgmlType::Q6_K), avx512_vnni_active());  // AVX2: the per-row dot streams faster
+    EXPECT_FALSE(gemv_available(GgmlType::Q5_K));
+  }
+  set_cpu_level(before);
 }
 
 // matmul with one token against vec_dot row by row.
 TEST(Gemv, MatmulOneTokenEqualsPerRowDotBitForBit) {
+  at_each_simd_level([] {
   std::mt19937 rng(17);
   const int64_t row_counts[] = {1, 3, 7, 8, 13, 37, 67};
   for (GgmlType type : kTypes) {
@@ -133,14 +155,16 @@ TEST(Gemv, MatmulOneTokenEqualsPerRowDotBitForBit) {
       }
     }
   }
+  });
 }
 
 // gemv_rows on ranges that start and end off the row groups (a thread's share), the prefetch
 // never reading outside the matrix (the last rows of an exactly-sized allocation).
 TEST(Gemv, RowRangesEqualPerRowDot) {
-  if (!avx512_vnni_active()) GTEST_SKIP() << "no AVX-512 VNNI at the active CPU level";
+  at_each_simd_level([] {
   std::mt19937 rng(23);
   for (GgmlType type : kTypes) {
+    if (!gemv_available(type)) continue;
     const int64_t n_in = 1024, n_out = 101;
     const Matrix m = make_matrix(type, n_in, n_out, 0, rng);
     const std::vector<uint8_t> act = convert(type, make_activation(n_in, rng));
@@ -159,6 +183,7 @@ TEST(Gemv, RowRangesEqualPerRowDot) {
       }
     }
   }
+  });
 }
 
 // n_tokens activation rows of n_in floats, x_stride floats apart (the padding holds garbage).
@@ -185,6 +210,7 @@ std::vector<uint8_t> convert_rows(GgmlType type, const std::vector<float>& x, in
 // up to gemv_batch_max_tokens (32) and its GEMM beyond, q6_K likewise (16), q4_K (every row alone,
 // so vec_dot numerics) likewise (6); all must equal the per-dot loop.
 TEST(Gemv, MatmulFewTokensEqualsPerRowDotBitForBit) {
+  at_each_simd_level([] {
   std::mt19937 rng(31);
   const int64_t row_counts[] = {1, 7, 8, 13, 37};
   for (GgmlType type : kTypes) {
@@ -219,11 +245,13 @@ TEST(Gemv, MatmulFewTokensEqualsPerRowDotBitForBit) {
       }
     }
   }
+  });
 }
 
 // gemv_batch_rows itself on ranges that start and end off the row groups, with padded activation
 // and output strides; nothing outside the range written; the prefetch stays inside the matrix.
 TEST(Gemv, BatchRowRangesEqualPerRowDot) {
+  at_each_simd_level([] {
   std::mt19937 rng(37);
   for (GgmlType type : kTypes) {
     const int64_t n_in = 512, n_out = 53;
@@ -257,12 +285,13 @@ TEST(Gemv, BatchRowRangesEqualPerRowDot) {
       }
     }
   }
+  });
 }
 
 TEST(Gemv, BatchMaxTokens) {
   EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q8_0) >= 4, avx512_vnni_active());
-  EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q6_K) >= 4, avx512_vnni_active());
-  EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q4_K) >= 4, avx512_vnni_active());
+  EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q6_K) >= 2, active_cpu_level() >= CpuLevel::Avx2);
+  EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q4_K) >= 2, active_cpu_level() >= CpuLevel::Avx2);
   EXPECT_EQ(gemv_batch_max_tokens(GgmlType::Q5_K), 0);
 }
 
@@ -415,10 +444,13 @@ TEST(Gemv, DISABLED_ThroughputReport) {
 // n >= 2 before), alternated, best of several passes; GEMV_BATCH_THREADS picks the thread count
 // (default 2), GEMV_BATCH_TOKENS a single token count.
 TEST(Gemv, DISABLED_BatchThroughputReport) {
-  if (!avx512_vnni_active()) GTEST_SKIP() << "no AVX-512 VNNI";
   const char* type_name = std::getenv("GEMV_BATCH_TYPE");
   const std::string wanted = type_name ? type_name : "q8_0";
   const GgmlType type = wanted == "q6_K" ? GgmlType::Q6_K : wanted == "q4_K" ? GgmlType::Q4_K : GgmlType::Q8_0;
+  const bool have_gemm = type == GgmlType::Q8_0 ? q8_0_gemm_available()
+                         : type == GgmlType::Q4_K ? q4_K_gemm_available()
+                                                  : q6_K_gemm_available();
+  if (!have_gemm) GTEST_SKIP() << "no " << wanted << " GEMM at the active CPU level";
   std::mt19937_64 rng(1);
   std::vector<Matrix> mats;
   size_t total = 0;

@@ -4,8 +4,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <ctime>
 #include <random>
 #include <vector>
 
@@ -84,5 +86,23 @@ inline void expect_batch_equals_one_token_at_a_time(const WeightMatrix& w, const
       EXPECT_EQ(fp32_to_bits(batch[t * y_stride + r]), fp32_to_bits(alone[r])) << "row " << r << " token " << t;
   }
 }
+
+// Best of `reps` runs of fn() in this thread's CPU time, seconds (the machine is shared: wall time
+// is noisy). For the DISABLED_*Throughput reports.
+template <class Fn>
+double best_thread_seconds(int reps, const Fn& fn) {
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    timespec t0{}, t1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    fn();
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    best = std::min(best, (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+  }
+  return best;
+}
+
+// Qwen3-0.6B's matmul shapes (n_in, n_out): q/o, k/v, gate/up, down.
+inline constexpr int64_t kQwen3SmallShapes[][2] = {{1024, 2048}, {2048, 1024}, {1024, 1024}, {1024, 3072}, {3072, 1024}};
 
 }  // namespace agentkv::test

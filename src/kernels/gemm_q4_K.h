@@ -1,8 +1,9 @@
 // Register-blocked q4_K x q8_K matrix multiply for prefill, keeping both of llama.cpp's q4_K
 // float orders bit for bit (quant.h): tokens [0, n_grouped) get the repacked GEMM kernel's order
 // (row_group_dot_fn: one FMA per 64 weights), the others the GEMV kernel's (vec_dot_fn: one FMA
-// per superblock). Sixteen weight rows share a 512-bit register, one row per lane, so each lane is
-// one output's scalar accumulator, exactly as in the dot products.
+// per superblock). Sixteen weight rows share a 512-bit register (eight a 256-bit one at the AVX2
+// level), one row per lane, so each lane is one output's scalar accumulator, exactly as in the dot
+// products.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 namespace agentkv {
 
-// Whether the blocked kernel runs at the active CPU level (AVX-512 VNNI); if not, use vec_dot.
+// Whether the blocked kernel runs at the active CPU level (AVX2 or above); if not, use vec_dot.
 bool q4_K_gemm_available();
 
 // y[t * y_stride + r] for r < n_out, t < n_tokens: row_group_dot_fn(Q4_K) numerics for

@@ -1,4 +1,4 @@
-// q6_K GEMM with AVX-512 VNNI. Numerics per (row, token), identical to dot_q6_K:
+// q6_K GEMM with AVX-512 VNNI, and with AVX2 without it (one (row, token) per register, below). Numerics per (row, token), identical to dot_q6_K:
 //   lane[m] = sum over the superblock's 32-weight groups g of
 //             scale[2g + m / 4] * sum_{k<4} q[32g + 4m + k] * a[32g + 4m + k]      (exact int32)
 //   acc[m] = fma(a.d * fp16(w.d), float(lane[m]), acc[m]) superblock after superblock, then hsum.
@@ -68,36 +68,29 @@ void clear_half(int64_t nsb, int half, PackedPairSuper* out) {
   }
 }
 
-// Bits shift and shift + 1 of each qh byte, moved to bits 4 and 5.
-AGENTKV_AVX2_INLINE __m256i q6_high_bits(__m256i qh, int shift, __m256i three) {
-  return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), three), 4);
-}
-
-// Weight rows re-laid for the kernel: per superblock 256 unsigned quants in element order, per
-// group the 8 lane scales of one 256-bit half (low 16 bits, high 16 bits zero), and the float d.
-AGENTKV_AVX512_VNNI void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nsb, uint8_t* q,
-                                        int32_t* sc, float* d) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+// Weight rows re-laid for the kernels: per superblock 256 unsigned quants in element order, per
+// group the 8 lane scales of one 256-bit half, and the float d. A lane's scale is in its low 16
+// bits with the high 16 zero (the VNNI kernel's 16-bit multiply-add of int32 lane sums), or in
+// both halves (the AVX2 kernel's of int16 pair sums).
+AGENTKV_AVX2 void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t rows, int64_t nsb, bool scale_in_both_halves,
+                                   uint8_t* q, int32_t* sc, float* d) {
   // Lanes 0-3 take the group's first 16-weight scale, lanes 4-7 the second.
   const __m256i lane_to_scale = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
   for (int64_t i = 0; i < rows; ++i) {
     const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w + i * w_stride);
     for (int64_t s = 0; s < nsb; ++s) {
       const BlockQ6_K& b = blocks[s];
-      uint8_t* out = q + (i * nsb + s) * kQK_K;
+      auto* out = reinterpret_cast<__m256i*>(q + (i * nsb + s) * kQK_K);
       for (int h = 0; h < 2; ++h) {
-        const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h));
-        const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32));
-        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-        auto* o = reinterpret_cast<__m256i*>(out + 128 * h);
-        _mm256_store_si256(o + 0, _mm256_or_si256(_mm256_and_si256(l0, low4), q6_high_bits(hb, 0, three)));
-        _mm256_store_si256(o + 1, _mm256_or_si256(_mm256_and_si256(l1, low4), q6_high_bits(hb, 2, three)));
-        _mm256_store_si256(o + 2, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), q6_high_bits(hb, 4, three)));
-        _mm256_store_si256(o + 3, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), q6_high_bits(hb, 6, three)));
+        __m256i unpacked[4];
+        q6k_unpack_half(b.ql + 64 * h, b.qh + 32 * h, unpacked);
+        for (int k = 0; k < 4; ++k) _mm256_store_si256(out + 4 * h + k, unpacked[k]);
       }
       int32_t* lanes = sc + (i * nsb + s) * kGroups * 8;
       for (int g = 0; g < kGroups; ++g) {
-        const __m256i pair = _mm256_set_epi32(0, 0, 0, 0, 0, 0, b.scales[2 * g + 1] & 0xFFFF, b.scales[2 * g] & 0xFFFF);
+        const uint32_t lo = static_cast<uint16_t>(b.scales[2 * g]), hi = static_cast<uint16_t>(b.scales[2 * g + 1]);
+        const uint32_t both = scale_in_both_halves ? 0x10001u : 1u;
+        const __m256i pair = _mm256_set_epi32(0, 0, 0, 0, 0, 0, static_cast<int>(hi * both), static_cast<int>(lo * both));
         _mm256_store_si256(reinterpret_cast<__m256i*>(lanes + 8 * g), _mm256_permutevar8x32_epi32(pair, lane_to_scale));
       }
       d[i * nsb + s] = half_to_float(b.d);
@@ -175,6 +168,81 @@ constexpr auto kernel_table(std::integer_sequence<int, kRows...>) {
 }
 constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kTileRows>());
 
+// ---- AVX2 (no VNNI): dot_q6_K's lanes with one (row, token) per 256-bit register. Per group,
+// vpmaddubsw of the unsigned quants and the activations gives int16 pair sums (|sum| <= 2 * 63 *
+// 128), minus the token's precomputed vpmaddubsw(32, a) (the -32 offset, as dot_q6_K subtracts
+// it), then vpmaddwd by the sub-block scale: the exact int32 lanes of dot_q6_K.
+struct alignas(32) TokenOffsets {
+  int16_t offset[kGroups][16];  // vpmaddubsw(32, group's activations)
+  float d;
+};
+
+AGENTKV_AVX2 void prepare_token(const BlockQ8_K* blocks, int64_t nsb, TokenOffsets* out) {
+  const __m256i offset = _mm256_set1_epi8(32);
+  for (int64_t s = 0; s < nsb; ++s) {
+    for (int g = 0; g < kGroups; ++g) {
+      const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[s].qs + 32 * g));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out[s].offset[g]), _mm256_maddubs_epi16(offset, q8));
+    }
+    out[s].d = blocks[s].d;
+  }
+}
+
+// rows x kTokens outputs (rows <= kTileRows) over all superblocks; the rows take turns per
+// superblock, so a tile's activations are read from L1 once per row.
+template <int kTokens>
+AGENTKV_AVX2 void tile_kernel_avx2(const uint8_t* w_q, const int32_t* w_sc, const float* w_d, int rows,
+                                   const uint8_t* act, size_t act_stride, const TokenOffsets* offsets, int64_t nsb,
+                                   float* y, int64_t y_stride) {
+  __m256 acc[kTileRows][kTokens];
+  for (int r = 0; r < kTileRows; ++r)
+    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const BlockQ8_K* a[kTokens];
+    const TokenOffsets* o[kTokens];
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride) + s;
+      o[t] = offsets + t * nsb + s;
+    }
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* wq = w_q + (r * nsb + s) * kQK_K;
+      const int32_t* wsc = w_sc + (r * nsb + s) * kGroups * 8;
+      __m256i isum[kTokens];
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) isum[t] = _mm256_setzero_si256();
+      // Not unrolled: unrolled, GCC hoists every activation load out of the row loop into stack copies.
+#pragma GCC unroll 1
+      for (int g = 0; g < kGroups; ++g) {
+        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + 32 * g));
+        const __m256i sv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wsc + 8 * g));
+#pragma GCC unroll 8
+        for (int t = 0; t < kTokens; ++t) {
+          const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t]->qs + 32 * g));
+          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(wv, q8),
+                                             _mm256_load_si256(reinterpret_cast<const __m256i*>(o[t]->offset[g])));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sv));
+        }
+      }
+      const __m256 w_scale = _mm256_set1_ps(w_d[r * nsb + s]);
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) {
+        const __m256 d = _mm256_mul_ps(_mm256_set1_ps(o[t]->d), w_scale);  // = a.d * fp16(w.d)
+        acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[t]), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) y[t * y_stride + r] = hsum_ps(acc[r][t]);
+}
+
+using TileKernelAvx2 = void (*)(const uint8_t*, const int32_t*, const float*, int, const uint8_t*, size_t,
+                                const TokenOffsets*, int64_t, float*, int64_t);
+constexpr int kTileTokensAvx2 = 4;
+constexpr TileKernelAvx2 kKernelsAvx2[kTileTokensAvx2] = {tile_kernel_avx2<1>, tile_kernel_avx2<2>, tile_kernel_avx2<3>,
+                                                           tile_kernel_avx2<4>};
+
 // A worker's packed chunk of weight rows (quants, scales, d).
 struct WeightChunkTag;
 
@@ -182,10 +250,55 @@ size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
 
 }  // namespace
 
-bool q6_K_gemm_available() { return avx512_vnni_active(); }
+bool q6_K_gemm_available() { return avx512_vnni_active() || active_cpu_level() >= CpuLevel::Avx2; }
+
+namespace {
+
+void q6_K_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
+                    size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
+  const int64_t nsb = n_in / kQK_K;
+  TokenOffsets* offsets = thread_scratch<TokenOffsets>(static_cast<size_t>(n_tokens * nsb));
+  pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      prepare_token(reinterpret_cast<const BlockQ8_K*>(act + t * act_stride), nsb, offsets + t * nsb);
+  });
+  // A packed chunk of rows (~256 KiB) meets every token tile, as in the VNNI kernel below.
+  const int64_t packed_row_bytes = nsb * (kQK_K + kGroups * 8 * 4 + 4);
+  const int64_t chunk_rows =
+      std::max<int64_t>(kTileRows, (256 * 1024 / packed_row_bytes) / kTileRows * kTileRows);
+  pool.parallel_for(
+      n_out,
+      [&](int64_t row_begin, int64_t row_end) {
+        const size_t q_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kQK_K));
+        const size_t sc_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kGroups * 8) * sizeof(int32_t));
+        const size_t d_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb) * sizeof(float));
+        uint8_t* scratch = thread_scratch_lines<WeightChunkTag>(q_bytes + sc_bytes + d_bytes);
+        uint8_t* w_q = scratch;
+        auto* w_sc = reinterpret_cast<int32_t*>(scratch + q_bytes);
+        auto* w_d = reinterpret_cast<float*>(scratch + q_bytes + sc_bytes);
+        for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
+          const int64_t c1 = std::min(c0 + chunk_rows, row_end);
+          pack_weight_rows(weights + c0 * w_stride, w_stride, c1 - c0, nsb, true, w_q, w_sc, w_d);
+          for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokensAvx2) {
+            const int tokens = static_cast<int>(std::min<int64_t>(kTileTokensAvx2, n_tokens - t0));
+            for (int64_t r0 = c0; r0 < c1; r0 += kTileRows) {
+              const int rows = static_cast<int>(std::min<int64_t>(kTileRows, c1 - r0));
+              const int64_t i = r0 - c0;
+              kKernelsAvx2[tokens - 1](w_q + i * nsb * kQK_K, w_sc + i * nsb * kGroups * 8, w_d + i * nsb, rows,
+                                       act + t0 * act_stride, act_stride, offsets + t0 * nsb, nsb,
+                                       y + t0 * y_stride + r0, y_stride);
+            }
+          }
+        }
+      },
+      kTileRows);
+}
+
+}  // namespace
 
 void q6_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
+  if (!avx512_vnni_active()) return q6_K_gemm_avx2(weights, w_stride, n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
   const int64_t nsb = n_in / kQK_K;
   const int64_t n_pairs = (n_tokens + 1) / 2;
   PackedPairSuper* packed = thread_scratch<PackedPairSuper>(static_cast<size_t>(n_pairs * nsb));
@@ -217,7 +330,7 @@ void q6_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
         auto* state = reinterpret_cast<float*>(scratch + q_bytes + sc_bytes + d_bytes);
         for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
           const int64_t c1 = std::min(c0 + chunk_rows, row_end);
-          pack_weight_rows(weights + c0 * w_stride, w_stride, c1 - c0, nsb, w_q, w_sc, w_d);
+          pack_weight_rows(weights + c0 * w_stride, w_stride, c1 - c0, nsb, false, w_q, w_sc, w_d);
           for (int64_t p0 = 0; p0 < n_pairs; p0 += kTilePairs) {
             const int pairs = static_cast<int>(std::min<int64_t>(kTilePairs, n_pairs - p0));
             for (int64_t s0 = 0; s0 < nsb; s0 += step) {

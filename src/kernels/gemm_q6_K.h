@@ -1,7 +1,8 @@
 // Register-blocked q6_K x q8_K matrix multiply for prefill. Every output is bit-identical to
 // vec_dot_fn(GgmlType::Q6_K) on the same rows (llama.cpp's x86 float order: per superblock eight
 // exact int32 lanes, one FMA each, then hsum_float_8); the tiling only adds reuse, as in
-// gemm_q8_0.h (two tokens per 512-bit register, a tile of weight rows x token pairs).
+// gemm_q8_0.h (two tokens per 512-bit register, a tile of weight rows x token pairs; at the AVX2
+// level one row and token per 256-bit register).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 namespace agentkv {
 
-// Whether the blocked kernel runs at the active CPU level (AVX-512 VNNI); if not, use vec_dot.
+// Whether the blocked kernel runs at the active CPU level (AVX2 or above); if not, use vec_dot.
 bool q6_K_gemm_available();
 
 // y[t * y_stride + r] = dot(weight row r, activation row t) for r < n_out, t < n_tokens.

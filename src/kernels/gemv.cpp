@@ -1,5 +1,6 @@
-// Decode GEMV kernels (AVX-512 VNNI). The per-row dot loop is bound by the latency of its one
-// load stream and its long per-block instruction chain, not by memory bandwidth; these kernels
+// Decode GEMV kernels (AVX-512 VNNI; q4_K, and q6_K for a few tokens, also AVX2, at the end).
+// The per-row dot loop is bound by the latency of its one load stream and its long per-block
+// instruction chain, not by memory bandwidth; these kernels
 // take a group of rows at once (sharing the activation loads, the scale conversions and the
 // final reductions) and prefetch the rows a few KB ahead. Each output keeps the float operations
 // of its vec_dot kernel, in the same order (see quant_dot_avx2.cpp / quant_dot_avx512.cpp):
@@ -68,7 +69,7 @@ const uint8_t* prefetch_rows(const uint8_t* weights, size_t w_stride, int64_t r,
   return weights + static_cast<size_t>(std::min(r + ahead, last_group)) * w_stride;
 }
 
-AGENTKV_GEMV_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+AGENTKV_AVX2_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
 // Per-call activation data lives in thread_scratch (thread_scratch.h); the activation scales are
 // plain floats, so they carry a tag of their own.
@@ -313,8 +314,8 @@ void q4_K_prepare(const BlockQ8_K* a, int64_t nsb, Q4_KAct* out) {
   }
 }
 
-// The row's 8 scales and 8 mins (6 bits each, packed in 12 bytes) as int32 lanes 0-7 and 8-15.
-AGENTKV_GEMV_INLINE __m512i q4_K_scales_mins(const uint8_t* packed) {
+// The row's 8 scales and 8 mins (6 bits each, packed in 12 bytes) as bytes 0-7 and 8-15.
+AGENTKV_AVX2_INLINE __m128i q4_K_scale_min_bytes(const uint8_t* packed) {
   // Bytes 0-3 / 4-7 / 8-11 as dwords u0, u1, u2 (the 4 bytes after them are the quants, unused):
   // scales 0-3 = u0 & 63, mins 0-3 = u1 & 63, scales 4-7 = (u2 & 15) | (u0 >> 6) << 4,
   // mins 4-7 = (u2 >> 4) | (u1 >> 6) << 4, byte by byte.
@@ -324,7 +325,12 @@ AGENTKV_GEMV_INLINE __m512i q4_K_scales_mins(const uint8_t* packed) {
   const __m128i low = _mm_and_si128(_mm_srlv_epi32(low_src, _mm_setr_epi32(0, 0, 0, 4)),
                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
   const __m128i high = _mm_and_si128(_mm_srli_epi32(high_src, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-  return _mm512_cvtepu8_epi32(_mm_or_si128(low, high));
+  return _mm_or_si128(low, high);
+}
+
+// The same as int32 lanes 0-7 and 8-15.
+AGENTKV_GEMV_INLINE __m512i q4_K_scales_mins(const uint8_t* packed) {
+  return _mm512_cvtepu8_epi32(q4_K_scale_min_bytes(packed));
 }
 
 // Lanes 0-7: lo, lanes 8-15: hi.
@@ -657,11 +663,244 @@ void q6_K_batch_rows(const uint8_t* weights, size_t w_stride, int64_t n_in, cons
   batch_rows_by_dot(GgmlType::Q6_K, weights, w_stride, n_in, act, act_stride, n_tokens, r, row_end, y, y_stride);
 }
 
+// ---------------------------------------------------------------------------------------------
+// AVX2 (no VNNI): the same row groups, prefetch and float chains with 256-bit registers, the
+// integer sums through vpmaddubsw / vpmaddwd as in quant_dot_avx2.cpp.
+
+// q4_K: eight rows per group, one row per lane of the two float chains (acc and acc_min).
+// Per row and superblock: int32 lanes summing to sum_j sc_j * dot(q_j, a_j) (pair sums of
+// 2 products of 0..15 by -128..127 from vpmaddubsw, times the sub-block scale by vpmaddwd), and
+// four lanes summing to the min dot; the eight rows' lanes are reduced together.
+struct alignas(32) Q4_KActAvx2 {
+  int16_t bsum_pairs[8];  // bsums[2j] + bsums[2j + 1], |pair| <= 32 * 128
+  float d;
+};
+
+AGENTKV_AVX2 void q4_K_prepare_avx2(const BlockQ8_K* a, int64_t nsb, Q4_KActAvx2* out) {
+  for (int64_t s = 0; s < nsb; ++s) {
+    for (int j = 0; j < 8; ++j) out[s].bsum_pairs[j] = static_cast<int16_t>(a[s].bsums[2 * j] + a[s].bsums[2 * j + 1]);
+    out[s].d = a[s].d;
+  }
+}
+
+// Row x's scaled quant dot as 8 int32 lanes, and its min dot as 4 int32 lanes.
+AGENTKV_AVX2_INLINE void q4_K_row_sums_avx2(const BlockQ4_K& x, const BlockQ8_K& y, const Q4_KActAvx2& a,
+                                            __m256i* isum, __m128i* min_sum) {
+  const __m128i sm = q4_K_scale_min_bytes(x.scales);
+  *min_sum = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), _mm_load_si128(reinterpret_cast<const __m128i*>(a.bsum_pairs)));
+  const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));  // 8 int16, both halves
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    // Every int16 lane = scale 2j (or 2j + 1): bytes 4j, 4j + 1 (4j + 2, 4j + 3) of `scales` repeated.
+    const __m256i sc_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j + 1) << 8 | 4 * j)));
+    const __m256i sc_hi =
+        _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>((4 * j + 3) << 8 | (4 * j + 2))));
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j));
+    const __m256i p_lo = _mm256_maddubs_epi16(_mm256_and_si256(bytes, low4),
+                                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j)));
+    const __m256i p_hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4),
+                                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * j + 32)));
+    sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_madd_epi16(p_lo, sc_lo), _mm256_madd_epi16(p_hi, sc_hi)));
+  }
+  *isum = sum;
+}
+
+// Lane i = sum of v[i]'s eight lanes (integer: the order is free).
+AGENTKV_AVX2_INLINE __m256i reduce8_avx2(const __m256i v[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// Lane i = sum of m[i]'s four lanes.
+AGENTKV_AVX2_INLINE __m256i reduce8x4_avx2(const __m128i m[8]) {
+  const __m256i w0 = _mm256_setr_m128i(m[0], m[4]), w1 = _mm256_setr_m128i(m[1], m[5]);
+  const __m256i w2 = _mm256_setr_m128i(m[2], m[6]), w3 = _mm256_setr_m128i(m[3], m[7]);
+  return _mm256_hadd_epi32(_mm256_hadd_epi32(w0, w1), _mm256_hadd_epi32(w2, w3));
+}
+
+AGENTKV_AVX2 void q4_K_group_avx2(const uint8_t* row0, size_t w_stride, int64_t nsb, const BlockQ8_K* y,
+                                  const Q4_KActAvx2* a, const uint8_t* pf, float* out) {
+  // d and dmin of a row's superblock are one dword: gather the eight rows', then split the halves.
+  const __m256i row_offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                 _mm256_set1_epi32(static_cast<int>(w_stride)));
+  const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const size_t at = static_cast<size_t>(s) * sizeof(BlockQ4_K);
+    __m256i sums[kQ4_KRows];
+    __m128i mins[kQ4_KRows];
+    for (int i = 0; i < kQ4_KRows; ++i) {
+      const uint8_t* p = pf + i * w_stride + at;
+      prefetch(p);
+      prefetch(p + 64);
+      prefetch(p + 128);
+      q4_K_row_sums_avx2(*reinterpret_cast<const BlockQ4_K*>(row0 + i * w_stride + at), y[s], a[s], &sums[i], &mins[i]);
+    }
+    const __m256i d_dmin = _mm256_i32gather_epi32(reinterpret_cast<const int*>(row0 + at), row_offsets, 1);
+    // [d r0-3, dmin r0-3 | d r4-7, dmin r4-7] -> [d r0-7 | dmin r0-7]
+    const __m256i halves = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(d_dmin, split), _MM_SHUFFLE(3, 1, 2, 0));
+    const __m256 ya = _mm256_set1_ps(a[s].d);
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(halves)), ya);       // fp16(w.d) * a.d
+    const __m256 dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1)), ya);  // fp16(w.dmin) * a.d
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_avx2(sums)), d, acc);
+    acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8x4_avx2(mins)), dmin, acc_min);
+  }
+  _mm256_storeu_ps(out, _mm256_sub_ps(acc, acc_min));
+}
+
+void q4_K_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, int64_t row_begin,
+                    int64_t row_end, float* y) {
+  const int64_t nsb = n_in / kQK_K;
+  const auto* y8 = reinterpret_cast<const BlockQ8_K*>(act);
+  Q4_KActAvx2* a = thread_scratch<Q4_KActAvx2>(static_cast<size_t>(nsb));
+  q4_K_prepare_avx2(y8, nsb, a);
+  const int64_t ahead = rows_ahead(w_stride, kQ4_KRows);
+  const bool offsets_fit = w_stride <= static_cast<size_t>(INT32_MAX / kQ4_KRows);  // the gather's int32 offsets
+  const int64_t grouped_end = offsets_fit ? row_begin + (row_end - row_begin) / kQ4_KRows * kQ4_KRows : row_begin;
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += kQ4_KRows) {
+    q4_K_group_avx2(weights + static_cast<size_t>(r) * w_stride, w_stride, nsb, y8, a,
+                    prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ4_KRows), y + r);
+  }
+  const VecDotFn dot = vec_dot_fn(GgmlType::Q4_K);
+  for (; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
+}
+
+// q4_K, a few tokens (vec_dot numerics, as q4_K_batch_rows): the group kernel once per token, the
+// rows read from memory (with the prefetch) for the first token and from L1 for the others.
+// Up to this many tokens it beats the AVX2 q4_K_gemm (thread CPU time streaming the model's
+// matrices, 1 thread: 2 tokens 56 vs 175 ms, 4: 106 vs 186, 8: 186 vs 217, 12: 251 vs 247,
+// 16: 364 vs 300).
+constexpr int64_t kQ4_KBatchMaxTokensAvx2 = 8;
+void q4_K_batch_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, size_t act_stride,
+                          int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
+  const int64_t nsb = n_in / kQK_K;
+  Q4_KActAvx2* a = thread_scratch<Q4_KActAvx2>(static_cast<size_t>(nsb * n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t)
+    q4_K_prepare_avx2(reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride), nsb, a + t * nsb);
+  const int64_t ahead = rows_ahead(w_stride, kQ4_KRows);
+  const bool offsets_fit = w_stride <= static_cast<size_t>(INT32_MAX / kQ4_KRows);
+  const int64_t grouped_end = offsets_fit ? row_begin + (row_end - row_begin) / kQ4_KRows * kQ4_KRows : row_begin;
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += kQ4_KRows) {
+    const uint8_t* row0 = weights + static_cast<size_t>(r) * w_stride;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const uint8_t* pf = t == 0 ? prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ4_KRows) : row0;
+      q4_K_group_avx2(row0, w_stride, nsb, reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride),
+                      a + t * nsb, pf, y + t * y_stride + r);
+    }
+  }
+  batch_rows_by_dot(GgmlType::Q4_K, weights, w_stride, n_in, act, act_stride, n_tokens, r, row_end, y, y_stride);
+}
+
+// q6_K: four rows per group, each with dot_q6_K's 8 float lanes; per group of 32 weights
+// vpmaddubsw(quants, a) minus the token's precomputed vpmaddubsw(32, a) (the -32 offset), times the
+// sub-block scales by vpmaddwd, exactly dot_q6_K's int32 lanes. Only for a few tokens: for one,
+// the per-row dot streams the rows faster on Zen 3 (the decode matrices come from memory: per-row
+// 6-7 GB/s against 5-6 for four rows at once, whatever the prefetch distance, 2-32 KB; from
+// cache the group is 1.7x faster, 20.8 vs 12 GB/s), so gemv_available(Q6_K) is false at AVX2.
+struct alignas(32) Q6_KActAvx2 {
+  int16_t offset[8][16];  // vpmaddubsw(32, activations 32g .. 32g + 31)
+  float d;
+};
+
+AGENTKV_AVX2 void q6_K_prepare_avx2(const BlockQ8_K* a, int64_t nsb, Q6_KActAvx2* out) {
+  const __m256i offset = _mm256_set1_epi8(32);
+  for (int64_t s = 0; s < nsb; ++s) {
+    for (int g = 0; g < 8; ++g) {
+      const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[s].qs + 32 * g));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out[s].offset[g]), _mm256_maddubs_epi16(offset, q8));
+    }
+    out[s].d = a[s].d;
+  }
+}
+
+AGENTKV_AVX2_INLINE __m256i q6_K_row_sums_avx2(const BlockQ6_K& x, const BlockQ8_K& y, const Q6_KActAvx2& a) {
+  // Scales as int16: [0-7 | 8-15]; half h of the superblock takes [8h .. 8h + 7] in both halves.
+  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+  __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256i sc = h == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00) : _mm256_permute2x128_si256(sc16, sc16, 0x11);
+    __m256i q[4];
+    q6k_unpack_half(x.ql + 64 * h, x.qh + 32 * h, q);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      // Low 128 bits: scale 8h + 2k (element 2k of sc), high: 8h + 2k + 1.
+      const __m256i pick = _mm256_setr_epi8(4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1,
+                                            4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1,
+                                            4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2,
+                                            4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3,
+                                            4 * k + 2, 4 * k + 3);
+      const int g = 4 * h + k;
+      const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * g));
+      const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], q8),
+                                         _mm256_load_si256(reinterpret_cast<const __m256i*>(a.offset[g])));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, pick)));
+    }
+  }
+  return isum;
+}
+
+AGENTKV_AVX2 void q6_K_group_avx2(const uint8_t* row0, size_t w_stride, int64_t nsb, const BlockQ8_K* y,
+                                  const Q6_KActAvx2* a, const uint8_t* pf, float* out) {
+  __m256 acc[kQ6_KRows];
+  for (int i = 0; i < kQ6_KRows; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const size_t at = static_cast<size_t>(s) * sizeof(BlockQ6_K);
+#pragma GCC unroll 4
+    for (int i = 0; i < kQ6_KRows; ++i) {
+      const uint8_t* p = pf + i * w_stride + at;
+      prefetch(p);
+      prefetch(p + 64);
+      prefetch(p + 128);
+      prefetch(p + 192);
+      const auto& x = *reinterpret_cast<const BlockQ6_K*>(row0 + i * w_stride + at);
+      const __m256i isum = q6_K_row_sums_avx2(x, y[s], a[s]);
+      const __m256 d = _mm256_set1_ps(a[s].d * half_to_float(x.d));  // as dot_q6_K: y.d * fp16(x.d)
+      acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[i]);
+    }
+  }
+  for (int i = 0; i < kQ6_KRows; ++i) out[i] = hsum_ps(acc[i]);
+}
+
+// q6_K, a few tokens: the group kernel once per token, as q4_K_batch_rows_avx2. Each token unpacks
+// the rows again, so it beats the AVX2 q6_K_gemm only for 2-3 tokens (streaming the model's
+// matrices, 1 thread: 2 tokens 140 vs 160 ms, 3: 175 vs 180, 4: 145 vs 163 wall but 140 vs 130 ms
+// thread CPU, 8: 235 vs 177).
+constexpr int64_t kQ6_KBatchMaxTokensAvx2 = 3;
+void q6_K_batch_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act, size_t act_stride,
+                          int64_t n_tokens, int64_t row_begin, int64_t row_end, float* y, int64_t y_stride) {
+  const int64_t nsb = n_in / kQK_K;
+  Q6_KActAvx2* a = thread_scratch<Q6_KActAvx2>(static_cast<size_t>(nsb * n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t)
+    q6_K_prepare_avx2(reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride), nsb, a + t * nsb);
+  const int64_t ahead = rows_ahead(w_stride, kQ6_KRows);
+  const int64_t grouped_end = row_begin + (row_end - row_begin) / kQ6_KRows * kQ6_KRows;
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += kQ6_KRows) {
+    const uint8_t* row0 = weights + static_cast<size_t>(r) * w_stride;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const uint8_t* pf = t == 0 ? prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ6_KRows) : row0;
+      float out[kQ6_KRows];
+      q6_K_group_avx2(row0, w_stride, nsb, reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride),
+                      a + t * nsb, pf, out);
+      for (int i = 0; i < kQ6_KRows; ++i) y[t * y_stride + r + i] = out[i];
+    }
+  }
+  batch_rows_by_dot(GgmlType::Q6_K, weights, w_stride, n_in, act, act_stride, n_tokens, r, row_end, y, y_stride);
+}
+
 }  // namespace
 
 bool gemv_available(GgmlType type) {
-  if (!avx512_vnni_active()) return false;
-  return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+  if (avx512_vnni_active()) return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+  if (active_cpu_level() >= CpuLevel::Avx2) return type == GgmlType::Q4_K;  // q6_K: see q6_K_group_avx2
+  return false;
 }
 
 int64_t gemv_row_grain(GgmlType type) {
@@ -675,19 +914,30 @@ int64_t gemv_row_grain(GgmlType type) {
 
 void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
                int64_t row_begin, int64_t row_end, float* y) {
+  const bool vnni = avx512_vnni_active();
   switch (type) {
-    case GgmlType::Q8_0: return q8_0_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
-    case GgmlType::Q4_K: return q4_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
-    case GgmlType::Q6_K: return q6_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
-    default: {
-      const VecDotFn dot = vec_dot_fn(type);
-      for (int64_t r = row_begin; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
-    }
+    case GgmlType::Q8_0:
+      if (vnni) return q8_0_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
+      break;
+    case GgmlType::Q4_K:
+      if (vnni) return q4_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
+      if (active_cpu_level() >= CpuLevel::Avx2) return q4_K_rows_avx2(weights, w_stride, n_in, act, row_begin, row_end, y);
+      break;
+    case GgmlType::Q6_K:
+      if (vnni) return q6_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
+      break;
+    default:
+      break;
   }
+  const VecDotFn dot = vec_dot_fn(type);
+  for (int64_t r = row_begin; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
 }
 
 int64_t gemv_batch_max_tokens(GgmlType type) {
-  if (!avx512_vnni_active()) return 0;
+  if (!avx512_vnni_active()) {
+    if (active_cpu_level() < CpuLevel::Avx2) return 0;
+    return type == GgmlType::Q4_K ? kQ4_KBatchMaxTokensAvx2 : type == GgmlType::Q6_K ? kQ6_KBatchMaxTokensAvx2 : 0;
+  }
   switch (type) {
     case GgmlType::Q8_0: return kQ8_0BatchMaxTokens;
     case GgmlType::Q6_K: return kQ6_KBatchMaxTokens;
@@ -706,6 +956,12 @@ void gemv_batch_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int
   }
   if (type == GgmlType::Q6_K && avx512_vnni_active()) {
     return q6_K_batch_rows(weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
+  }
+  if (type == GgmlType::Q4_K && active_cpu_level() >= CpuLevel::Avx2) {
+    return q4_K_batch_rows_avx2(weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
+  }
+  if (type == GgmlType::Q6_K && active_cpu_level() >= CpuLevel::Avx2) {
+    return q6_K_batch_rows_avx2(weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
   }
   batch_rows_by_dot(type, weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
 }

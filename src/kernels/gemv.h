@@ -11,7 +11,7 @@
 namespace agentkv {
 
 // Whether gemv_rows has a multi-row kernel for this weight type at the active CPU level
-// (q8_0, q4_K, q6_K with AVX-512 VNNI); if not, use vec_dot row by row.
+// (q8_0, q4_K, q6_K with AVX-512 VNNI; q4_K with AVX2); if not, use vec_dot row by row.
 bool gemv_available(GgmlType type);
 
 // Rows a thread's share should be a multiple of (the kernels' row group).

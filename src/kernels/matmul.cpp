@@ -4,7 +4,9 @@
 // in cache; the per-(row, token) work is the dispatched vec_dot kernel, except that whole groups
 // of 4 tokens of a q4_K weight follow llama.cpp's repacked GEMM numerics (row_group_dot_fn).
 // One token of q8_0 / q4_K / q6_K goes to the multi-row GEMV kernels (gemv.h, same bits as vec_dot),
-// and so do a few tokens of q8_0 / q6_K, and of q4_K outside row groups (gemv_batch_rows).
+// and so do a few tokens of q8_0 / q6_K, and of q4_K outside row groups (gemv_batch_rows); more
+// tokens to the register-blocked GEMMs (gemm_*.h). q4_K / q6_K have both at the AVX2 level too,
+// q8_0 only with AVX-512 VNNI (the *_available() functions say what the active level has).
 #include "kernels/matmul.h"
 #include "kernels/numerics.h"
 

@@ -276,23 +276,6 @@ AGENTKV_AVX2 float dot_q5_K(int64_t n, const void* w, const void* a) {
   return hsum_ps(acc) - mins_total;
 }
 
-// q6_K weights unpacked to 0..63 (the -32 offset is applied through the q8_K group sums):
-// 4 vectors of 32 per 128-element half.
-AGENTKV_AVX2_INLINE void q6k_unpack_half(const uint8_t* ql, const uint8_t* qh, __m256i out[4]) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
-  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
-  const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, three), 4);
-  const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4);
-  const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4);
-  const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4);
-  out[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), h0);
-  out[1] = _mm256_or_si256(_mm256_and_si256(l1, low4), h1);
-  out[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), h2);
-  out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), h3);
-}
-
 // ggml's lanes (see quant_dot_scalar.cpp): int32 lane m of a 32-weight group holds its weights
 // 4m..4m+3, the -32 offset subtracted per pair of products before the scale.
 AGENTKV_AVX2 float dot_q6_K(int64_t n, const void* w, const void* a) {

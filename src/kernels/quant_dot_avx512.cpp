@@ -213,18 +213,6 @@ AGENTKV_AVX512_VNNI float dot_q5_K(int64_t n, const void* w, const void* a) {
   return _mm512_reduce_add_ps(acc) - mins_total;
 }
 
-AGENTKV_AVX2_INLINE void q6k_unpack_half(const uint8_t* ql, const uint8_t* qh, __m256i out[4]) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
-  const __m256i l0 = load_32(ql), l1 = load_32(ql + 32), h = load_32(qh);
-  out[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
-  out[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
-  out[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
-  out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
-}
-
 // ggml's eight lanes (see quant_dot_scalar.cpp): vpdpbusd lane k sums weights 4k..4k+3 of 64, so
 // lanes k and k+8 together are ggml's lane k of a 32-weight group.
 AGENTKV_AVX512_VNNI float dot_q6_K(int64_t n, const void* w, const void* a) {

@@ -1,7 +1,7 @@
 // Internal to the SIMD kernel files: target attributes and the small AVX2 helpers both the AVX2
 // and the AVX-512 kernels use. Every function here carries an explicit target attribute (the
 // library is built for baseline x86-64), and only the dispatch tables call into these files, after
-// checking the CPU. Include it only from quant_dot_avx2.cpp / quant_dot_avx512.cpp.
+// checking the CPU. Include it only from the SIMD kernel files (quant_dot_*, gemm_*, gemv.cpp).
 #pragma once
 #if defined(__x86_64__) || defined(__i386__)
 #define AGENTKV_HAVE_X86_SIMD 1
@@ -61,6 +61,23 @@ AGENTKV_AVX2_INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
 // Signed x signed bytes: move the sign of a onto b so the unsigned-by-signed instruction applies.
 AGENTKV_AVX2_INLINE __m256i dot_s8s8(__m256i a, __m256i b) {
   return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+// q6_K weights unpacked to 0..63 (the -32 offset is applied through the q8_K group sums):
+// 4 vectors of 32 per 128-element half.
+AGENTKV_AVX2_INLINE void q6k_unpack_half(const uint8_t* ql, const uint8_t* qh, __m256i out[4]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+  const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, three), 4);
+  const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4);
+  const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4);
+  const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4);
+  out[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), h0);
+  out[1] = _mm256_or_si256(_mm256_and_si256(l1, low4), h1);
+  out[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), h2);
+  out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), h3);
 }
 
 }  // namespace agentkv::quant_detail::x86
