@@ -1,6 +1,8 @@
 // The prefix index (memory/prefix_index.h) against a simple reference model: random sequences of
-// sequence operations (append tokens, drop a suffix, clear), publish, attach-prefix, snapshots
-// and eviction, over many seeds. The "model" writes into every K row a digest of the tokens up to
+// sequence operations (append tokens, drop a suffix, clear, a context-shift round trip that
+// must copy the cache's cells before moving them, every sequence dropped at once), publish,
+// attach-prefix, snapshots and eviction, over many seeds (42,000 attention and 28,000 hybrid
+// operations). The "model" writes into every K row a digest of the tokens up to
 // its position (and, hybrid, into the recurrent state a digest of everything absorbed), so a
 // cell attached to the wrong chain, a freed cell still named by a page, or a snapshot restored at
 // the wrong place shows up as wrong contents. After every operation: the index's own invariants
@@ -9,6 +11,7 @@
 // contents equal the reference, and at the end everything is freed.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -41,7 +44,7 @@ uint32_t get_digest(const float* row) { return static_cast<uint32_t>(row[0]) | (
 struct Harness {
   bool hybrid;
   std::unique_ptr<SequenceMemory> mem;
-  std::unique_ptr<PrefixIndex> index;
+  PrefixIndex* index = nullptr;  // the memory's own
   std::map<SeqId, std::vector<TokenId>> ref;  // what every sequence holds
   std::map<SeqId, uint64_t> salt;
 
@@ -67,7 +70,7 @@ struct Harness {
     cfg.holder = kHolder;
     cfg.fingerprint = 42;
     cfg.snapshot_bytes = 40 * (sizeof(float) * 8 + 256);  // room for a few dozen snapshots
-    index = std::make_unique<PrefixIndex>(*mem, cfg);
+    index = &mem->enable_prefix_index(cfg);
     for (SeqId s = 0; s < kSeqs; ++s) ref[s] = {}, salt[s] = static_cast<uint64_t>(s % 2);
   }
 
@@ -132,14 +135,15 @@ std::vector<TokenId> random_tokens(std::mt19937& rng, size_t n) {
   return t;
 }
 
-void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total) {
+void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64_t* cow_total) {
   std::mt19937 rng(seed);
   const uint32_t page_tokens = std::uniform_int_distribution<uint32_t>(1, 9)(rng);
   Harness h(hybrid, page_tokens);
   auto pick_seq = [&] { return std::uniform_int_distribution<SeqId>(0, kSeqs - 1)(rng); };
   for (int op = 0; op < n_ops; ++op) {
-    int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+    int kind = std::uniform_int_distribution<int>(0, 11)(rng);
     if (hybrid && kind == 2 && rng() % 2 == 0) kind = 3;
+    if (hybrid && kind == 10) kind = 4;  // a hybrid memory cannot shift
     const SeqId s = pick_seq();
     std::vector<TokenId>& toks = h.ref[s];
     switch (kind) {
@@ -238,6 +242,43 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total) {
         }
         break;
       }
+      case 10: {  // a context-shift round trip on s: the cache's pages keep their cells (copy-on-write)
+        if (hybrid || toks.empty()) break;
+        const Pos p0 = std::uniform_int_distribution<Pos>(0, static_cast<Pos>(toks.size()) - 1)(rng);
+        const Pos d = std::uniform_int_distribution<Pos>(1, 5)(rng);
+        const KvCells& c = h.mem->kv()->cells(0);
+        size_t named = 0;  // cells of s that cached pages name, in the moved range
+        for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+          if (!c.is_empty(i) && c.has_seq(i, s) && c.has_seq(i, kHolder) && c.pos(i) >= p0) ++named;
+        const bool room = kCells - c.used() >= named;
+        std::map<SeqId, size_t> before;
+        for (SeqId q = 0; q < kSeqs; ++q) before[q] = h.index->lookup(h.ref[q], h.salt[q], h.ref[q].size());
+        h.mem->seq_add(s, p0, -1, d);
+        ASSERT_NO_THROW(h.index->check()) << "op " << op;
+        if (room) {
+          *cow_total += named;
+          for (SeqId q = 0; q < kSeqs; ++q)  // nothing cached was lost or moved
+            if (q != s) ASSERT_EQ(h.index->lookup(h.ref[q], h.salt[q], h.ref[q].size()), before[q]) << "op " << op;
+        }
+        for (uint32_t i = 0; i < c.used_max_p1(); ++i)  // cached cells never move
+          if (!c.is_empty(i) && c.has_seq(i, kHolder)) ASSERT_EQ(c.shift(i), 0) << "op " << op;
+        h.mem->seq_add(s, p0 + d, -1, -d);
+        break;
+      }
+      case 11: {  // every sequence goes; the cache stays (rarely: it empties the memory)
+        if (rng() % 4 != 0) break;
+        std::map<SeqId, size_t> before;
+        for (SeqId q = 0; q < kSeqs; ++q) {
+          if (!hybrid) h.index->publish(q, h.ref[q], h.salt[q], /*with_tail=*/true);
+          before[q] = h.index->lookup(h.ref[q], h.salt[q], h.ref[q].size());
+        }
+        ASSERT_TRUE(h.mem->seq_rm(-1, -1, -1));
+        for (SeqId q = 0; q < kSeqs; ++q) {
+          ASSERT_EQ(h.index->lookup(h.ref[q], h.salt[q], h.ref[q].size()), before[q]) << "op " << op;
+          h.ref[q].clear();
+        }
+        break;
+      }
     }
     ASSERT_NO_FATAL_FAILURE(h.verify()) << "seed " << seed << " op " << op << " kind " << kind;
   }
@@ -254,14 +295,16 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total) {
 }
 
 TEST(PrefixIndex, RandomOperationsAttentionMatchReference) {
-  uint64_t attached = 0;
-  for (uint32_t seed = 1; seed <= 60; ++seed) ASSERT_NO_FATAL_FAILURE(run(false, seed, 500, &attached));
+  uint64_t attached = 0, copied = 0;
+  for (uint32_t seed = 1; seed <= 60; ++seed) ASSERT_NO_FATAL_FAILURE(run(false, seed, 700, &attached, &copied));
   EXPECT_GT(attached, 1500u);  // sharing really happened
+  EXPECT_GT(copied, 200u);     // and so did copy-on-write
+  std::printf("attached %llu tokens, copied %llu cells\n", static_cast<unsigned long long>(attached), static_cast<unsigned long long>(copied));
 }
 
 TEST(PrefixIndex, RandomOperationsHybridMatchReference) {
-  uint64_t attached = 0;
-  for (uint32_t seed = 1; seed <= 40; ++seed) ASSERT_NO_FATAL_FAILURE(run(true, seed, 500, &attached));
+  uint64_t attached = 0, copied = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) ASSERT_NO_FATAL_FAILURE(run(true, seed, 700, &attached, &copied));
   EXPECT_GT(attached, 150u);
 }
 

@@ -536,6 +536,17 @@ void KvCache::restore_cell(uint32_t stream, uint32_t cell, Pos pos, const SeqSet
   m.cells[stream].assign(cell, pos, seqs, pos >= 0 ? shift : 0);
 }
 
+void KvCache::copy_cell_rows(uint32_t stream, uint32_t src, uint32_t dst) {
+  Impl& m = *impl_;
+  if (stream >= m.n_streams || src >= m.layout.n_cells || dst >= m.layout.n_cells)
+    throw std::logic_error("kv cache: copy_cell_rows: cell out of range");
+  for (size_t l = 0; l < m.k.size(); ++l) {
+    const int kl = static_cast<int>(l);
+    std::memcpy(m.row(m.k, m.row_k, kl, stream, dst), m.row(m.k, m.row_k, kl, stream, src), m.row_k);
+    std::memcpy(m.row(m.v, m.row_v, kl, stream, dst), m.row(m.v, m.row_v, kl, stream, src), m.row_v);
+  }
+}
+
 void KvCache::seq_fake_prefix(SeqId seq, Pos n) {
   Impl& m = *impl_;
   m.check_seq(seq, "seq_fake_prefix");

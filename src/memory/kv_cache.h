@@ -140,6 +140,9 @@ class KvCache final : public MemoryInterface {
   // std::logic_error for a stream or cell out of range, a seq id outside [0, n_seq_max), or (one
   // stream per sequence) a sequence that does not live in `stream`; nothing changes then.
   void restore_cell(uint32_t stream, uint32_t cell, Pos pos, const SeqSet& seqs, Pos shift);
+  // Copy-on-write primitive (PrefixIndex::unshare): copies cell src's K/V rows of every layer
+  // into cell dst of the same stream; the cell table is the caller's to update.
+  void copy_cell_rows(uint32_t stream, uint32_t src, uint32_t dst);
 
  private:
   struct Impl;

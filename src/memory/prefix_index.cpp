@@ -1,6 +1,7 @@
 #include "memory/prefix_index.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -376,6 +377,43 @@ size_t PrefixIndex::forget_own(SeqId seq) {
     }
   }
   return forgotten;
+}
+
+size_t PrefixIndex::unshare(SeqId seq, Pos p0, Pos p1) {
+  if (seq == cfg_.holder) throw std::logic_error("prefix index: the holder's cells cannot be moved");
+  KvCache& kv = *mem_.kv();
+  const KvCells& c = kv.cells(0);
+  if (p0 < 0) p0 = 0;
+  if (p1 < 0) p1 = std::numeric_limits<Pos>::max();
+  std::vector<uint32_t> shared;
+  for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+    if (pins_[i] > 0 && !c.is_empty(i) && c.has_seq(i, seq) && c.pos_in(i, p0, p1)) shared.push_back(i);
+  if (shared.empty()) return 0;
+  const size_t n_cells = kv.layout().n_cells;
+  if (n_cells - c.used() < shared.size()) evict(shared.size() - (n_cells - c.used()));
+  SeqSet held;
+  held.set(static_cast<size_t>(cfg_.holder));
+  size_t copied = 0;
+  uint32_t empty = 0;
+  for (uint32_t cell : shared) {
+    while (empty < n_cells && !c.is_empty(empty)) ++empty;
+    if (empty == n_cells) {
+      // No room for a copy: the cache gives up the pages naming this cell (and their
+      // continuations), which lets the sequences move the cell itself.
+      for (size_t id = 0; id < nodes_.size() && pins_[cell] > 0; ++id)
+        if (nodes_[id].alive && std::count(nodes_[id].cells.begin(), nodes_[id].cells.end(), cell) > 0)
+          remove_subtree(static_cast<int32_t>(id));
+      continue;
+    }
+    SeqSet moving = c.seqs(cell);
+    moving.reset(static_cast<size_t>(cfg_.holder));
+    const Pos pos = c.pos(cell), shift = c.shift(cell);
+    kv.copy_cell_rows(0, cell, empty);
+    kv.restore_cell(0, empty, pos, moving, shift);
+    kv.restore_cell(0, cell, pos, held, shift);
+    ++copied;
+  }
+  return copied;
 }
 
 void PrefixIndex::clear() {

@@ -54,6 +54,7 @@ struct PrefixIndexStats {
 class PrefixIndex {
  public:
   // mem must have a KV cache with one stream (unified) in which `holder` is a valid sequence id.
+  // SequenceMemory::enable_prefix_index makes the memory own its index.
   PrefixIndex(SequenceMemory& mem, PrefixIndexConfig cfg);
   PrefixIndex(const PrefixIndex&) = delete;
   PrefixIndex& operator=(const PrefixIndex&) = delete;
@@ -75,6 +76,14 @@ class PrefixIndex {
   // Hybrid memory: publishes seq's chain (tail included) and attaches a snapshot of its recurrent
   // state after its last token. False when there is nothing to snapshot or it exceeds the budget.
   bool snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt);
+
+  // Copy-on-write, before seq changes its positions [p0, p1) (seq_add / seq_div; SequenceMemory
+  // calls it): a cached page must keep its cells as they are, so every cell of that range that a
+  // page names is copied into an empty cell, which takes over all the cell's sequences but the
+  // holder (sequences sharing a cell still move together, as in llama.cpp); the original stays
+  // the page's. Unused cached pages are evicted to make room; when no empty cell is left even
+  // then, the pages naming the remaining cells are forgotten instead. Returns the cells copied.
+  size_t unshare(SeqId seq, Pos p0, Pos p1);
 
   // Frees cells only the index holds, evicting least recently used leaf pages that no other
   // sequence uses, until at least n_cells cells were freed or none is left. Returns cells freed.

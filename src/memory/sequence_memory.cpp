@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "memory/prefix_index.h"
 
 namespace agentkv::memory {
 
@@ -32,14 +33,25 @@ void SequenceMemory::apply(const UBatch& ub, const MemoryPlacement& placement) {
   if (kv_) kv_->apply(ub, placement.kv);
 }
 
+PrefixIndex& SequenceMemory::enable_prefix_index(const PrefixIndexConfig& cfg) {
+  if (index_) throw Error("sequence memory: the prefix index is already enabled");
+  index_ = std::make_unique<PrefixIndex>(*this, cfg);
+  return *index_;
+}
+
 void SequenceMemory::clear() {
+  if (index_) index_->clear();
   if (kv_) kv_->clear();
   if (rec_) rec_->clear();
 }
 
 bool SequenceMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
   if (rec_ && !rec_->seq_rm(seq, p0, p1)) return false;
-  if (kv_) return kv_->seq_rm(seq, p0, p1);
+  if (!kv_) return true;
+  if (seq >= 0 || !index_) return kv_->seq_rm(seq, p0, p1);
+  // Every sequence, but not the cached pages.
+  for (SeqId s = 0; s < static_cast<SeqId>(kv_->layout().n_seq_max); ++s)
+    if (s != index_->config().holder) kv_->seq_rm(s, p0, p1);
   return true;
 }
 
@@ -49,7 +61,14 @@ void SequenceMemory::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
 }
 
 void SequenceMemory::seq_keep(SeqId seq) {
-  if (kv_) kv_->seq_keep(seq);
+  if (kv_ && index_) {
+    if (seq < 0 || seq >= static_cast<SeqId>(kv_->layout().n_seq_max))
+      throw Error("sequence memory: seq_keep: sequence id " + std::to_string(seq) + " out of range");
+    for (SeqId s = 0; s < static_cast<SeqId>(kv_->layout().n_seq_max); ++s)
+      if (s != seq && s != index_->config().holder) kv_->seq_rm(s, -1, -1);
+  } else if (kv_) {
+    kv_->seq_keep(seq);
+  }
   if (rec_) rec_->seq_keep(seq);
 }
 
@@ -68,11 +87,13 @@ void refuse_shift(const char* op, bool has_kv, bool has_rec) {
 
 void SequenceMemory::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
   if (!can_shift()) refuse_shift("seq_add", kv_ != nullptr, rec_ != nullptr);
+  if (index_) index_->unshare(seq, p0, p1);
   kv_->seq_add(seq, p0, p1, delta);
 }
 
 void SequenceMemory::seq_div(SeqId seq, Pos p0, Pos p1, int d) {
   if (!can_shift()) refuse_shift("seq_div", kv_ != nullptr, rec_ != nullptr);
+  if (index_) index_->unshare(seq, p0, p1);
   kv_->seq_div(seq, p0, p1, d);
 }
 

@@ -13,6 +13,9 @@
 
 namespace agentkv::memory {
 
+class PrefixIndex;
+struct PrefixIndexConfig;
+
 struct MemoryPlacement {
   Placement kv;               // empty when there is no KV cache
   RecurrentPlacement rec;     // empty when there is no recurrent memory
@@ -28,6 +31,16 @@ class SequenceMemory final : public MemoryInterface {
   RecurrentMemory* rec() { return rec_.get(); }
   const KvCache* kv() const { return kv_.get(); }
   const RecurrentMemory* rec() const { return rec_.get(); }
+
+  // The prefix index of this memory (prefix_index.h): KV pages named by content, shared by every
+  // sequence. Null until enabled (it needs a unified KV cache and a spare sequence id, its
+  // holder). Once enabled the sequence operations keep it consistent: clear() forgets every
+  // page, seq_rm(-1, ...) and seq_keep leave the holder's cached pages alone (they belong to the
+  // memory, not to a sequence), and seq_add / seq_div first give the moving sequence its own copy
+  // of every cell a cached page names (copy-on-write, PrefixIndex::unshare).
+  PrefixIndex& enable_prefix_index(const PrefixIndexConfig& cfg);
+  PrefixIndex* prefix_index() { return index_.get(); }
+  const PrefixIndex* prefix_index() const { return index_.get(); }
 
   std::optional<MemoryPlacement> prepare(const UBatch& ub) const;
   void apply(const UBatch& ub, const MemoryPlacement& placement);
@@ -63,6 +76,7 @@ class SequenceMemory final : public MemoryInterface {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<RecurrentMemory> rec_;
   bool shift_supported_ = true;
+  std::unique_ptr<PrefixIndex> index_;  // after kv_ and rec_: destroyed first, it refers to them
 };
 
 }  // namespace agentkv::memory

@@ -52,7 +52,7 @@ Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
     ic.fingerprint = cfg_.model_fingerprint ^ (static_cast<uint64_t>(kl.type_k) << 48) ^
                      (static_cast<uint64_t>(kl.type_v) << 56);
     ic.snapshot_bytes = cfg_.checkpoint_bytes;
-    index_ = std::make_unique<memory::PrefixIndex>(mem, ic);
+    index_ = mem.prefix_index() ? mem.prefix_index() : &mem.enable_prefix_index(ic);
   }
   slots_.resize(static_cast<size_t>(cfg_.n_slots));
   for (int i = 0; i < cfg_.n_slots; ++i) slots_[static_cast<size_t>(i)].id = i;

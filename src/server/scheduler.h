@@ -145,7 +145,7 @@ class Scheduler {
   std::deque<std::shared_ptr<Task>> queue_;
   std::deque<std::shared_ptr<Job>> jobs_;
   memory::CheckpointStore checkpoints_;
-  std::unique_ptr<memory::PrefixIndex> index_;  // null for models without attention
+  memory::PrefixIndex* index_ = nullptr;  // the memory's (SequenceMemory::prefix_index); null for models without attention
   RamPromptCache ram_cache_;
   size_t memory_bytes_ = 0;  // K/V rows and recurrent states all sequences hold (after the last task)
   std::vector<Slot> slots_;
