@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "engine/context.h"
 #include "model/model.h"
-#include "memory/checkpoints.h"
+#include "memory/prefix_index.h"
 #include "server/base64.h"
 #include "server/prompt_cache.h"
 #include "server/slot_selection.h"
@@ -95,16 +95,19 @@ std::vector<float> fresh_logits(const Model& model, const Tokens& tokens, const 
   return std::vector<float>(ctx.last_logits(), ctx.last_logits() + model.n_vocab());
 }
 
-TEST(PromptReuse, HybridMemoryRollsBackToTheCheckpointBeforeTheDivergence) {
+TEST(PromptReuse, HybridMemoryRollsBackToTheSnapshotBeforeTheDivergence) {
   auto model = Model::load(kFixtures + "/models/qwen35moe-micro.gguf");
   Context ctx(*model, small_context());
-  memory::CheckpointStore store(64u << 20);
+  memory::PrefixIndexConfig ic;
+  ic.page_tokens = 2;
+  ic.holder = 1;  // sequence 1 holds the cached pages
+  memory::PrefixIndex& index = ctx.memory().enable_prefix_index(ic);
   PromptCache cache;
   evaluate(ctx, cache, 0, {10, 11, 12, 13});
-  ASSERT_TRUE(store.take(ctx.memory(), 0, cache.tokens()));  // end of the first prompt
+  ASSERT_TRUE(index.snapshot(0, cache.tokens(), 0));  // end of the first prompt
   evaluate(ctx, cache, 0, {14, 15});
 
-  ReuseResult r = cache.reuse_for(Tokens{10, 11, 12, 13, 20}, true, ctx.memory(), 0, &store);
+  ReuseResult r = cache.reuse_for(Tokens{10, 11, 12, 13, 20}, true, ctx.memory(), 0);
   EXPECT_EQ(r.n_common, 4u);
   EXPECT_EQ(r.n_kept, 4u);
   EXPECT_TRUE(r.checkpoint_restored);
@@ -119,8 +122,8 @@ TEST(PromptReuse, HybridMemoryRollsBackToTheCheckpointBeforeTheDivergence) {
   const std::vector<float> expected = fresh_logits(*model, {10, 11, 12, 13}, {20});
   for (int64_t i = 0; i < model->n_vocab(); ++i) ASSERT_EQ(ctx.last_logits()[i], expected[i]) << i;
 
-  // No checkpoint before position 2: start over.
-  r = cache.reuse_for(Tokens{10, 99}, true, ctx.memory(), 0, &store);
+  // No snapshot before position 2: start over.
+  r = cache.reuse_for(Tokens{10, 99}, true, ctx.memory(), 0);
   EXPECT_EQ(r.n_kept, 0u);
   EXPECT_TRUE(r.state_refused);
 }

@@ -42,12 +42,14 @@ const char* const kUsage =
     "  --allowed-host HOST             accept this Host header besides localhost and the bind address (* = any)\n"
     "  --slots-show-prompts            GET /slots shows prompt text (it does with --api-key too)\n"
     "  --slot-save-path DIR            enables POST /slots/{id}?action=save|restore|erase|adopt (files in DIR)\n"
-    "  --ctx-checkpoint-mib N          RAM for hybrid-model context checkpoints, all slots (default 256)\n"
-    "  -cram, --cache-ram MiB          host-RAM cache of slot states evicted from memory (default 0: off)\n"
+    "  --ctx-checkpoint-mib N          RAM for hybrid models' recurrent snapshots on cached page chains, all slots\n"
+    "                                  (llama-server's context checkpoints; default 256)\n"
+    "  -cram, --cache-ram MiB          KV room for cached pages beyond -c: pages no slot uses stay until all of it\n"
+    "                                  is taken (default 0: cached pages share the -c cells with the slots)\n"
     "  --batch-invariant               every token's result independent of its batch: a cached prompt gives the\n"
     "                                  bits of an uncached one (kernels/numerics.h; default: llama.cpp's numerics)\n"
-    "  --no-share-prefixes             each slot reuses only its own cache (default: one prefix index for all\n"
-    "                                  slots: prompts attach the KV pages any slot computed)\n";
+    "  --no-share-prefixes             each slot reuses only pages it computed itself (default: one prefix index\n"
+    "                                  for all slots: prompts attach the KV pages any slot computed)\n";
 
 GgmlType cache_type(const std::string& name, const char* option) {
   static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};

@@ -272,12 +272,17 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
 bool PrefixIndex::snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt) {
   if (!mem_.rec() || tokens.empty() || mem_.seq_pos_max(seq) != static_cast<Pos>(tokens.size()) - 1) return false;
   publish(seq, tokens, salt, /*with_tail=*/true);
+  return adopt_snapshot(tokens, salt, MemorySnapshot::capture(mem_, seq, kStatePartialOnly));
+}
+
+bool PrefixIndex::adopt_snapshot(std::span<const TokenId> tokens, uint64_t salt, MemorySnapshot state) {
+  if (!mem_.rec() || tokens.empty() || state.empty()) return false;
   const Match m = match(tokens, salt);
   if (m.n_tokens != tokens.size() || m.path.empty()) return false;
   Snapshot s;
   s.node = m.path.back();
   s.n_in_node = static_cast<uint32_t>(m.last_used_tokens);
-  s.state = MemorySnapshot::capture(mem_, seq, kStatePartialOnly);
+  s.state = std::move(state);
   s.bytes = s.state.row_bytes() + sizeof(Snapshot);
   if (s.bytes > cfg_.snapshot_bytes) return false;
   s.last_used = ++tick_;
@@ -291,6 +296,19 @@ bool PrefixIndex::snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t 
   snapshots_.push_back(std::move(s));
   evict_snapshots_to_budget();
   return true;
+}
+
+std::vector<std::pair<size_t, const MemorySnapshot*>> PrefixIndex::snapshots_along(std::span<const TokenId> tokens,
+                                                                                    uint64_t salt) const {
+  std::vector<std::pair<size_t, const MemorySnapshot*>> out;
+  const Match m = match(tokens, salt);
+  for (const Snapshot& s : snapshots_) {
+    const auto at = std::find(m.path.begin(), m.path.end(), s.node);
+    if (at == m.path.end() || (at + 1 == m.path.end() && s.n_in_node > m.last_used_tokens)) continue;
+    out.emplace_back(nodes_[static_cast<size_t>(s.node)].first_pos + s.n_in_node, &s.state);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
 }
 
 void PrefixIndex::evict_snapshots_to_budget() {

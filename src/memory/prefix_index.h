@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "memory/sequence_memory.h"
@@ -76,6 +77,14 @@ class PrefixIndex {
   // Hybrid memory: publishes seq's chain (tail included) and attaches a snapshot of its recurrent
   // state after its last token. False when there is nothing to snapshot or it exceeds the budget.
   bool snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt);
+  // Hybrid memory: attaches `state` (a recurrent snapshot, e.g. a checkpoint a state file
+  // carried) to the chain position after the last of `tokens`, which must be indexed up to there
+  // (publish first). False when it is not or the snapshot exceeds the budget.
+  bool adopt_snapshot(std::span<const TokenId> tokens, uint64_t salt, MemorySnapshot state);
+  // The snapshots on the chain of `tokens` (what a saved state carries as its checkpoints): for
+  // each, how many leading tokens it follows, shortest first. Pointers valid until the next change.
+  std::vector<std::pair<size_t, const MemorySnapshot*>> snapshots_along(std::span<const TokenId> tokens,
+                                                                         uint64_t salt) const;
 
   // Copy-on-write, before seq changes its positions [p0, p1) (seq_add / seq_div; SequenceMemory
   // calls it): a cached page must keep its cells as they are, so every cell of that range that a

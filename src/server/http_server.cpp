@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -43,6 +44,15 @@ using httplib::Request;
 using httplib::Response;
 
 constexpr const char* kBuildInfo = "agentkv";
+
+// KV cells that `bytes` of K/V rows hold for this model (every attention layer's K and V row).
+uint32_t cache_ram_cells(const Model& model, const ContextParams& cp, size_t bytes) {
+  const memory::KvLayout l = model.kv_layout(1, 1, true, cp.type_k, cp.type_v);
+  const auto n_layers = static_cast<size_t>(std::count(l.layer_has_kv.begin(), l.layer_has_kv.end(), true));
+  const size_t per_cell = n_layers * (ggml_row_size(l.type_k, l.n_embd_k) + ggml_row_size(l.type_v, l.n_embd_v));
+  if (per_cell == 0 || bytes == 0) return 0;
+  return static_cast<uint32_t>(std::min<size_t>(bytes / per_cell, (1u << 24)));
+}
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 
 // Facts for the one-line request log. httplib runs routing, content providers and the logger of
@@ -236,9 +246,15 @@ bool HttpServer::load() {
     cp.n_threads = cfg_.n_threads > 0 ? cfg_.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     cp.type_k = cfg_.type_k;
     cp.type_v = cfg_.type_v;
-    log_line("creating context: n_ctx %u shared by %d slots, n_ubatch %u, K %s, V %s, %d threads", cp.n_ctx,
-             cfg_.n_slots, cp.n_ubatch, std::string(ggml_type_name(cp.type_k)).c_str(),
-             std::string(ggml_type_name(cp.type_v)).c_str(), cp.n_threads);
+    const uint32_t n_positions = cp.n_ctx;
+    // --cache-ram: room for cached pages beyond the context, as KV cells (untouched cells cost
+    // no memory); pages no slot uses are evicted only when all of it is taken.
+    const uint32_t cache_cells = cache_ram_cells(*e->model, cp, cfg_.cache_ram_bytes);
+    cp.n_ctx = n_positions + cache_cells;
+    log_line("creating context: n_ctx %u shared by %d slots (+ %u cells for cached pages), n_ubatch %u, K %s, V %s, "
+             "%d threads", n_positions, cfg_.n_slots, cache_cells, cp.n_ubatch,
+             std::string(ggml_type_name(cp.type_k)).c_str(), std::string(ggml_type_name(cp.type_v)).c_str(),
+             cp.n_threads);
     e->ctx = std::make_unique<Context>(*e->model, cp);
 
     const Tokenizer& tok = e->model->tokenizer();
@@ -251,11 +267,10 @@ bool HttpServer::load() {
 
     SchedulerConfig sc;
     sc.n_slots = cfg_.n_slots;
-    sc.n_ctx = cp.n_ctx;
+    sc.n_ctx = n_positions;
     sc.n_batch = cp.n_ubatch;
     sc.slot_similarity = cfg_.slot_similarity;
     sc.checkpoint_bytes = cfg_.checkpoint_bytes;
-    sc.cache_ram_bytes = cfg_.cache_ram_bytes;
     sc.model_fingerprint = model_fingerprint(*e->model);
     sc.share_prefixes = cfg_.share_prefixes;
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);

@@ -28,9 +28,9 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "counter", "n_tokens_max", "Largest observed n_tokens.", static_cast<double>(m.n_tokens_max));
   add_metric(out, "counter", "prompt_tokens_cached_total", "Number of prompt tokens reused from slot caches.",
              static_cast<double>(m.prompt_tokens_cached_total));
-  add_metric(out, "counter", "checkpoints_taken_total", "Context checkpoints taken (hybrid models).",
+  add_metric(out, "counter", "checkpoints_taken_total", "Recurrent snapshots taken on page chains (hybrid models; llama-server's context checkpoints).",
              static_cast<double>(m.checkpoints_taken_total));
-  add_metric(out, "counter", "checkpoints_restored_total", "Rollbacks to a context checkpoint.",
+  add_metric(out, "counter", "checkpoints_restored_total", "Rollbacks of a slot to a recurrent snapshot on its page chain.",
              static_cast<double>(m.checkpoints_restored_total));
   add_metric(out, "counter", "saved_logits_used_total", "Prompts answered from saved logits (no token evaluated).",
              static_cast<double>(m.saved_logits_used_total));
@@ -41,15 +41,9 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   const double prompt_all = static_cast<double>(m.prompt_tokens_total + m.prompt_tokens_cached_total);
   add_metric(out, "gauge", "prompt_cache_hit_rate", "Prompt tokens reused / prompt tokens, since start.",
              prompt_all > 0 ? static_cast<double>(m.prompt_tokens_cached_total) / prompt_all : 0.0);
-  add_metric(out, "gauge", "checkpoint_bytes", "Bytes held by context checkpoints.",
+  add_metric(out, "gauge", "checkpoint_bytes", "Bytes held by recurrent snapshots.",
              static_cast<double>(m.checkpoint_bytes));
-  add_metric(out, "gauge", "checkpoints", "Context checkpoints held.", static_cast<double>(m.checkpoint_count));
-  add_metric(out, "counter", "ram_cache_saves_total", "Slot states saved to the RAM cache.",
-             static_cast<double>(m.ram_cache_saves_total));
-  add_metric(out, "counter", "ram_cache_hits_total", "Slot states restored from the RAM cache.",
-             static_cast<double>(m.ram_cache_hits_total));
-  add_metric(out, "gauge", "ram_cache_entries", "Entries in the RAM cache.", static_cast<double>(m.ram_cache_entries));
-  add_metric(out, "gauge", "ram_cache_bytes", "Bytes held by the RAM cache.", static_cast<double>(m.ram_cache_bytes));
+  add_metric(out, "gauge", "checkpoints", "Recurrent snapshots held.", static_cast<double>(m.checkpoint_count));
   add_metric(out, "counter", "prefix_cache_queries_total", "Prompt tokens looked up in the prefix index.",
              static_cast<double>(m.prefix_cache_queries_total));
   add_metric(out, "counter", "prefix_cache_hits_total", "Prompt tokens attached from cached pages.",

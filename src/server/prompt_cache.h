@@ -8,17 +8,15 @@
 // - the logits computed after a known token count (the end of the last prompt, the end of the last
 //   generation, or those carried by a restored state): a prompt equal to those tokens is not
 //   evaluated at all, its first token is sampled from them;
-// - for hybrid models (recurrent state, which cannot drop a suffix), context checkpoints: the
-//   shared CheckpointStore (taken by the scheduler) and the checkpoints a restored state carried.
-//   A prompt diverging inside the cache rolls back to the newest checkpoint before the divergence
-//   instead of starting over.
+// - for hybrid models (a recurrent state cannot drop a suffix), a prompt diverging inside the
+//   cache goes back to the newest recurrent snapshot before the divergence instead of starting
+//   over: the memory's prefix index holds the snapshots on the slot's page chain
+//   (memory/prefix_index.h), so the rollback is an attach of the slot's own cached pages.
 #pragma once
 #include <cstddef>
 #include <span>
 #include <vector>
 
-#include "engine/session_state.h"
-#include "memory/checkpoints.h"
 #include "memory/sequence_memory.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,8 +34,8 @@ struct ReuseResult {
   size_t n_cached = 0;    // tokens the cache held before
   size_t n_common = 0;    // common prefix of cache and prompt
   size_t n_kept = 0;      // tokens kept in memory (= timings.cache_n); the rest is evaluated
-  bool state_refused = false;       // the memory could not drop the suffix and no checkpoint applied
-  bool checkpoint_restored = false; // rolled back to a checkpoint (n_kept = its token count)
+  bool state_refused = false;       // the memory could not drop the suffix and no snapshot applied
+  bool checkpoint_restored = false; // rolled back to a recurrent snapshot (n_kept = its token count)
   bool use_saved_logits = false;    // n_kept == prompt size: sample from saved_logits(), evaluate nothing
 };
 
@@ -50,10 +48,11 @@ class PromptCache {
   void clear();
 
   // Makes sequence `seq` hold the longest reusable prefix of `prompt` (nothing when
-  // !cache_prompt) and forgets the rest, in memory and here. `checkpoints` (may be null) are
-  // tried when the memory refuses to drop a suffix.
+  // !cache_prompt) and forgets the rest, in memory and here. When the memory refuses to drop a
+  // suffix, the sequence is dropped and re-attached from the memory's prefix index (if it has
+  // one) under `page_salt`, up to the latest snapshot before the divergence.
   ReuseResult reuse_for(std::span<const Token> prompt, bool cache_prompt, memory::SequenceMemory& mem,
-                        memory::SeqId seq, memory::CheckpointStore* checkpoints = nullptr);
+                        memory::SeqId seq, uint64_t page_salt = 0);
 
   // Logits computed after the first size() tokens (size() <= this->size()). At most two sets
   // are kept (the end of a prompt and the end of a generation); a set whose tokens were
@@ -62,24 +61,19 @@ class PromptCache {
   // The logits after exactly n tokens, or an empty span.
   std::span<const float> saved_logits(size_t n) const;
 
-  // The sequence now holds `tokens` (a restored state, or a fake prefix), with optional logits
-  // after the last one and checkpoints of the recurrent state.
-  void assume(std::vector<Token> tokens, std::vector<float> logits = {},
-              std::vector<LoadedCheckpoint> checkpoints = {});
-  // Checkpoints a restored state carried (for saving them again).
-  const std::vector<LoadedCheckpoint>& imported_checkpoints() const { return imported_; }
+  // The sequence now holds `tokens` (a restored state, attached pages, or a fake prefix), with
+  // optional logits after the last one.
+  void assume(std::vector<Token> tokens, std::vector<float> logits = {});
 
  private:
   struct Logits {
     size_t n_tokens = 0;
     std::vector<float> values;
   };
-  void forget_beyond(size_t n);  // drops logits and imported checkpoints that need > n tokens
-  bool restore_imported_before(size_t n, memory::SequenceMemory& mem, memory::SeqId seq, size_t& n_restored);
+  void forget_beyond(size_t n);  // drops logits that need > n tokens
 
   std::vector<Token> tokens_;
   std::vector<Logits> logits_;
-  std::vector<LoadedCheckpoint> imported_;  // by ascending position
 };
 
 }  // namespace agentkv::server

@@ -36,14 +36,15 @@ std::string printable(const std::string& s) {
 }  // namespace
 
 Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
-    : ctx_(ctx), tok_(tok), cfg_(cfg), checkpoints_(cfg.checkpoint_bytes), ram_cache_(cfg.cache_ram_bytes) {
+    : ctx_(ctx), tok_(tok), cfg_(cfg) {
   if (cfg_.n_slots < 1 || cfg_.n_slots > static_cast<int>(ctx.params().n_seq_max))
     throw Error("scheduler: " + std::to_string(cfg_.n_slots) + " slots need a context with as many sequences (n_seq_max " +
                 std::to_string(ctx.params().n_seq_max) + ")");
   cfg_.n_batch = std::max<uint32_t>(1, std::min(cfg_.n_batch, ctx.params().n_ubatch));
-  // The prefix index needs the unified KV cache and one spare sequence id to hold cached pages.
+  // The memory's prefix index holds every slot's pages and (hybrid) recurrent snapshots; it needs
+  // the unified KV cache and one spare sequence id to hold cached pages.
   memory::SequenceMemory& mem = ctx_.memory();
-  if (cfg_.share_prefixes && mem.kv() && mem.kv()->n_streams() == 1 &&
+  if (mem.kv() && mem.kv()->n_streams() == 1 &&
       ctx.params().n_seq_max > static_cast<uint32_t>(cfg_.n_slots)) {
     memory::PrefixIndexConfig ic;
     ic.page_tokens = cfg_.page_tokens;
@@ -120,23 +121,10 @@ std::vector<uint8_t> Scheduler::save_state(const Slot& slot) const {
   o.with_tokens = true;
   o.tokens = slot.cache.tokens();
   o.logits = slot.cache.saved_logits(slot.cache.size());
-  for (const LoadedCheckpoint& c : slot.cache.imported_checkpoints()) o.checkpoints.push_back({c.pos, c.snapshot.image()});
-  // The store's checkpoints of this slot that describe its present history (a stale one is
-  // normally dropped at the next rollback; a saved state must not carry it).
-  const std::span<const Token> history = slot.cache.tokens();
-  for (const memory::Checkpoint& c : checkpoints_.checkpoints())
-    if (c.info.seq == slot.id && c.has_tokens && c.info.n_tokens == c.info.pos + 1 &&
-        c.info.n_tokens <= static_cast<int64_t>(history.size()) &&
-        memory::CheckpointStore::hash_tokens(history.first(static_cast<size_t>(c.info.n_tokens))) == c.token_hash)
-      o.checkpoints.push_back({c.info.pos, c.state.image()});
-  std::sort(o.checkpoints.begin(), o.checkpoints.end(),
-            [](const memory::CheckpointImage& a, const memory::CheckpointImage& b) { return a.pos < b.pos; });
-  // A checkpoint present twice (taken again after a restore) is carried once.
-  o.checkpoints.erase(std::unique(o.checkpoints.begin(), o.checkpoints.end(),
-                                  [](const memory::CheckpointImage& a, const memory::CheckpointImage& b) {
-                                    return a.pos == b.pos;
-                                  }),
-                      o.checkpoints.end());
+  // The recurrent snapshots on the slot's page chain travel as the state's checkpoints.
+  if (index_ && hybrid())
+    for (const auto& [n_tokens, snap] : index_->snapshots_along(slot.cache.tokens(), page_salt(slot)))
+      o.checkpoints.push_back({static_cast<memory::Pos>(n_tokens) - 1, snap->image()});
   return save_seq(ctx_, slot.id, o);
 }
 
@@ -175,7 +163,6 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     } catch (const Error& e) {
       throw HttpError(ErrorType::InvalidRequest, e.what());
     }
-    checkpoints_.drop(slot.id);
     const memory::Pos last = ctx_.memory().seq_pos_max(slot.id);
     if (static_cast<size_t>(last + 1) != st.tokens.size()) {
       wipe(slot);
@@ -183,14 +170,15 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
                                                      std::to_string(st.tokens.size()) + " tokens");
     }
     n_tokens = st.tokens.size();
-    slot.cache.assume(std::move(st.tokens), std::move(st.logits), std::move(st.checkpoints));
+    const size_t n_checkpoints = st.checkpoints.size();
+    slot.cache.assume(std::move(st.tokens), std::move(st.logits));
     slot.cache_salt = 0;  // a state file carries no salt
     slot.published = 0;
     slot.last_used = ++use_counter_;
+    adopt_restored(slot, std::move(st.checkpoints));
     ++metrics_.slot_states_restored_total;
     log_line("slot %d: state restored from %s (%zu tokens%s, %zu checkpoints)", id, what.c_str(), n_tokens,
-             slot.cache.saved_logits(n_tokens).empty() ? "" : ", with logits",
-             slot.cache.imported_checkpoints().size());
+             slot.cache.saved_logits(n_tokens).empty() ? "" : ", with logits", n_checkpoints);
   });
   return n_tokens;
 }
@@ -209,7 +197,6 @@ size_t Scheduler::erase_slot(int id) {
 void Scheduler::wipe(Slot& slot) {
   ctx_.memory().seq_rm(slot.id, -1, -1);
   slot.cache.clear();
-  checkpoints_.drop(slot.id);
   slot.fake_prefix = false;
   slot.published = 0;
   slot.cache_salt = 0;
@@ -222,77 +209,59 @@ void Scheduler::publish(Slot& slot, bool with_tail) {
   const size_t P = cfg_.page_tokens;
   // Between task ends only whole pages are new, and only when one has filled up.
   if (!with_tail && slot.cache.size() / P <= slot.published / P) return;
-  index_->publish(slot.id, slot.cache.tokens(), slot.cache_salt, with_tail);
+  index_->publish(slot.id, slot.cache.tokens(), page_salt(slot), with_tail);
   slot.published = slot.cache.size();
+}
+
+uint64_t Scheduler::page_salt(const Slot& slot) const {
+  if (cfg_.share_prefixes) return slot.cache_salt;
+  return slot.cache_salt ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(slot.id + 1));
+}
+
+void Scheduler::adopt_restored(Slot& slot, std::vector<LoadedCheckpoint> checkpoints) {
+  if (!index_ || slot.cache.size() == 0) return;
+  // The restored sequence's pages join the index; its checkpoints become snapshots on them, and
+  // its present recurrent state one more at the end.
+  publish(slot, /*with_tail=*/true);
+  if (!hybrid()) return;
+  const std::span<const Token> tokens = slot.cache.tokens();
+  for (LoadedCheckpoint& c : checkpoints)
+    if (c.pos >= 0 && static_cast<size_t>(c.pos) < tokens.size())
+      index_->adopt_snapshot(tokens.first(static_cast<size_t>(c.pos) + 1), page_salt(slot), std::move(c.snapshot));
+  take_checkpoint(slot);
 }
 
 size_t Scheduler::own_reuse_estimate(const Slot& slot, std::span<const Token> prompt) const {
   const size_t common = common_prefix(slot.cache.tokens(), prompt);
-  if (common == prompt.size() && !slot.cache.saved_logits(prompt.size()).empty()) return common;
-  const size_t keep = std::min(common, prompt.size() - 1);
+  const bool whole_with_logits = common == prompt.size() && !slot.cache.saved_logits(prompt.size()).empty();
+  const size_t keep = whole_with_logits ? common : std::min(common, prompt.size() - 1);
   if (!hybrid() || keep == slot.cache.size()) return keep;
-  // A recurrent state cannot drop a suffix: the slot goes back to its latest checkpoint.
-  size_t best = 0;
-  for (const memory::CheckpointInfo& c : checkpoints_.list(slot.id))
-    if (static_cast<size_t>(c.n_tokens) <= keep) best = std::max(best, static_cast<size_t>(c.n_tokens));
-  return best;
+  // A recurrent state cannot drop a suffix: the slot goes back to its latest snapshot (its own
+  // pages, attached again).
+  return index_ ? index_->lookup(prompt.first(keep), page_salt(slot), keep) : 0;
 }
 
-size_t Scheduler::attach_shared(Slot& slot, std::span<const Token> prompt, size_t own_keep, uint64_t salt) {
+size_t Scheduler::attach_shared(Slot& slot, std::span<const Token> prompt, size_t own_keep) {
   if (!index_ || prompt.size() < 2) return 0;
+  const uint64_t salt = page_salt(slot);
   // At least the last prompt token is evaluated: its logits are needed.
   const size_t shared = index_->lookup(prompt, salt, prompt.size() - 1);
   if (shared <= own_keep) return 0;
+  const uint64_t cache_salt = slot.cache_salt;
   wipe(slot);
+  slot.cache_salt = cache_salt;
   const size_t n = index_->attach(slot.id, prompt, salt, prompt.size() - 1);
   slot.cache.assume(std::vector<Token>(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n)));
-  slot.cache_salt = salt;
   slot.published = n;
   return n;
 }
 
-void Scheduler::save_to_ram(Slot& slot, const char* why) {
-  if (!ram_cache_.enabled() || slot.fake_prefix || slot.cache.size() == 0 || slot.cache_salt != 0) return;
-  try {
-    if (ram_cache_.insert(slot.cache.tokens(), save_state(slot))) {
-      ++metrics_.ram_cache_saves_total;
-      log_line("slot %d: state of %zu tokens saved to the RAM cache (%s); it holds %zu entries, %zu bytes", slot.id,
-               slot.cache.size(), why, ram_cache_.size(), ram_cache_.bytes());
-    }
-  } catch (const std::exception& e) {
-    log_line("slot %d: could not save the state to the RAM cache: %s", slot.id, e.what());
-  }
-}
-
-void Scheduler::restore_from_ram(Slot& slot, std::span<const Token> prompt) {
-  const size_t own = common_prefix(slot.cache.tokens(), prompt);
-  // A prompt that keeps less than half of the slot's cache would lose the rest: keep it in RAM.
-  if (own * 2 < slot.cache.size()) save_to_ram(slot, "the slot takes another prompt");
-  const auto match = ram_cache_.best_for(prompt, own);
-  if (!match) return;
-  try {
-    LoadedState st = load_seq(ctx_, ram_cache_.blob(match->index), slot.id, "RAM cache entry");
-    checkpoints_.drop(slot.id);
-    slot.fake_prefix = false;
-    slot.published = 0;
-    const size_t n = st.tokens.size();
-    slot.cache.assume(std::move(st.tokens), std::move(st.logits), std::move(st.checkpoints));
-    ++metrics_.ram_cache_hits_total;
-    log_line("slot %d: restored a state of %zu tokens from the RAM cache (%zu shared with the prompt)", slot.id, n,
-             match->n_common);
-  } catch (const std::exception& e) {
-    log_line("slot %d: could not restore from the RAM cache: %s", slot.id, e.what());
-  }
-}
-
 void Scheduler::take_checkpoint(Slot& slot) {
-  if (!hybrid() || slot.fake_prefix || slot.cache.size() == 0) return;
-  if (checkpoints_.take(ctx_.memory(), slot.id, slot.cache.tokens())) ++metrics_.checkpoints_taken_total;
-  // The same state attached to the page chain: any slot whose prompt continues it can start here.
-  if (index_) {
-    index_->snapshot(slot.id, slot.cache.tokens(), slot.cache_salt);
-    slot.published = slot.cache.size();
-  }
+  if (!hybrid() || !index_ || slot.fake_prefix || slot.cache.size() == 0) return;
+  // The recurrent state attached to the slot's page chain: this slot (after a divergence) and any
+  // slot whose prompt continues the chain can start here.
+  if (index_->snapshot(slot.id, slot.cache.tokens(), page_salt(slot))) ++metrics_.checkpoints_taken_total;
+  slot.published = slot.cache.size();
 }
 
 // Chat templates often render the end of a turn differently once it is history: Qwen's drop the
@@ -348,11 +317,7 @@ MetricsSnapshot Scheduler::metrics() const {
   MetricsSnapshot m = metrics_;
   m.requests_processing = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.idle(); }));
   m.requests_deferred = static_cast<int>(queue_.size());
-  m.checkpoint_bytes = checkpoints_.bytes();
-  m.checkpoint_count = checkpoints_.size();
   for (const Slot& s : slots_) m.cached_tokens += s.cache.size();
-  m.ram_cache_entries = ram_cache_.size();
-  m.ram_cache_bytes = ram_cache_.bytes();
   m.memory_bytes = memory_bytes_;
   if (const memory::KvCache* kv = ctx_.memory().kv()) {
     m.kv_cells_used = kv->usage().cells_used;
@@ -363,6 +328,8 @@ MetricsSnapshot Scheduler::metrics() const {
     m.pages_cached = st.pages;
     m.pages_in_use = st.pages_in_use;
     m.snapshot_count = st.snapshots;
+    m.checkpoint_bytes = st.snapshot_bytes;
+    m.checkpoint_count = st.snapshots;
   }
   return m;
 }
@@ -490,7 +457,6 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     if (slot.cache.size() > 0) wipe(slot);
     slot.cache_salt = salt;
   }
-  if (p.cache_prompt && p.n_fake_cached == 0 && ram_cache_.enabled() && salt == 0) restore_from_ram(slot, prompt);
   const size_t common = common_prefix(slot.cache.tokens(), prompt);
   const Token cached_at_divergence = common < slot.cache.size() ? slot.cache.tokens()[common] : -1;
   ReuseResult r;
@@ -525,7 +491,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     }
     // Pages any slot computed (the prefix index) when they give more than the slot's own cache.
     const size_t n_cached = slot.cache.size();
-    const size_t attached = p.cache_prompt ? attach_shared(slot, prompt, own_reuse_estimate(slot, prompt), salt) : 0;
+    const size_t attached = p.cache_prompt ? attach_shared(slot, prompt, own_reuse_estimate(slot, prompt)) : 0;
     if (attached > 0) {
       r.n_cached = n_cached;
       r.n_common = common;
@@ -533,7 +499,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
       ++metrics_.prefix_attaches_total;
       log_line("slot %d: attached %zu prompt tokens from cached pages", slot.id, attached);
     } else {
-      r = slot.cache.reuse_for(prompt, p.cache_prompt, ctx_.memory(), slot.id, &checkpoints_);
+      r = slot.cache.reuse_for(prompt, p.cache_prompt, ctx_.memory(), slot.id, page_salt(slot));
     }
   }
   log_line("slot %d: task %llu (by %s, similarity %.2f): prompt %zu tokens, cache %zu, common prefix %zu, reused %zu, "
@@ -551,7 +517,8 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     log_line("slot %d: the recurrent state cannot drop a suffix: the prompt is evaluated from the start", slot.id);
   if (r.checkpoint_restored) {
     ++metrics_.checkpoints_restored_total;
-    log_line("slot %d: rolled back to the checkpoint after token %zu", slot.id, r.n_kept);
+    log_line("slot %d: rolled back to the checkpoint after token %zu (the recurrent snapshot on its page chain)",
+             slot.id, r.n_kept);
   }
 
   slot.task = std::move(task);
@@ -649,7 +616,6 @@ bool Scheduler::free_idle_memory(int except_slot) {
     if (s.id != except_slot && s.idle() && s.cache.size() > 0 && (!lru || s.last_used < lru->last_used)) lru = &s;
   if (!lru) return false;
   log_line("slot %d: memory is full; dropping this idle slot's cache (%zu tokens)", lru->id, lru->cache.size());
-  save_to_ram(*lru, "memory is full");
   wipe(*lru);
   return true;
 }

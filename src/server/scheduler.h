@@ -26,12 +26,11 @@
 #include <vector>
 
 #include "engine/context.h"
-#include "memory/checkpoints.h"
+#include "engine/session_state.h"
 #include "memory/prefix_index.h"
 #include "grammar/matcher.h"
 #include "server/grammar_run.h"
 #include "server/metrics.h"
-#include "server/ram_cache.h"
 #include "server/slot.h"
 #include "server/slot_selection.h"
 #include "server/task.h"
@@ -44,14 +43,11 @@ struct SchedulerConfig {
   uint32_t n_batch = 512;   // tokens per decode; kept <= n_ubatch so that a decode that finds no
                             // room changes nothing (Context::decode keeps earlier micro-batches)
   double slot_similarity = 0.10;
-  size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints, all slots
-  size_t cache_ram_bytes = 0;            // host-RAM cache of slot states (ram_cache.h); 0: off
+  size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for recurrent snapshots on page chains, all slots
   uint32_t page_tokens = 16;             // tokens per page of the prefix index (docs/memory-semantics.md)
   uint64_t model_fingerprint = 0;        // names cached pages (with the KV types)
-  // One prefix index for all slots (memory/prefix_index.h). Off by default for now: attention's
-  // float sums follow the memory's layout (key chunks by cell index), so a prompt attached to
-  // pages computed elsewhere can differ in the last bits from one evaluated in its own slot, and a
-  // greedy answer can then differ from a quiet or uncached run.
+  // Every slot may attach pages any slot computed (memory/prefix_index.h). Off: the index still
+  // holds every slot's pages and snapshots, but each slot finds only its own.
   bool share_prefixes = true;
 };
 
@@ -119,16 +115,20 @@ class Scheduler {
   void wipe(Slot& slot);                   // the slot's sequence leaves memory
   void take_checkpoint(Slot& slot);
   size_t tail_checkpoint_at(const Slot& slot) const;  // 0: none for this slot's prompt
-  void save_to_ram(Slot& slot, const char* why);
   // Offers the slot's cached tokens to the prefix index: full pages, and the tail when with_tail.
   void publish(Slot& slot, bool with_tail);
   // Attaches the prompt's longest cached prefix from the index when it beats what the slot keeps
   // itself (own_keep tokens); returns the tokens attached (0: the slot is left as it was).
-  size_t attach_shared(Slot& slot, std::span<const Token> prompt, size_t own_keep, uint64_t salt);
-  // What the slot's own cache would keep of the prompt (hybrid: down to its latest checkpoint).
+  size_t attach_shared(Slot& slot, std::span<const Token> prompt, size_t own_keep);
+  // The salt the slot's pages are indexed under: the request's cache_salt, and with sharing off
+  // the slot's own namespace too (the index then serves each slot only what it computed).
+  uint64_t page_salt(const Slot& slot) const;
+  // A state was loaded into the slot: its pages go into the index and (hybrid) its checkpoints
+  // become snapshots on them.
+  void adopt_restored(Slot& slot, std::vector<LoadedCheckpoint> checkpoints);
+  // What the slot's own cache would keep of the prompt (hybrid: down to its latest snapshot).
   size_t own_reuse_estimate(const Slot& slot, std::span<const Token> prompt) const;
   size_t next_snapshot_point(const Slot& slot) const;  // 0: none ahead in this slot's prompt
-  void restore_from_ram(Slot& slot, std::span<const Token> prompt);
   bool hybrid() const { return ctx_.memory().rec() != nullptr; }
 
   struct Job {
@@ -144,9 +144,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
   std::deque<std::shared_ptr<Job>> jobs_;
-  memory::CheckpointStore checkpoints_;
   memory::PrefixIndex* index_ = nullptr;  // the memory's (SequenceMemory::prefix_index); null for models without attention
-  RamPromptCache ram_cache_;
   size_t memory_bytes_ = 0;  // K/V rows and recurrent states all sequences hold (after the last task)
   std::vector<Slot> slots_;
   uint64_t use_counter_ = 0;

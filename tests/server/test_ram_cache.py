@@ -1,5 +1,8 @@
-"""--cache-ram: a slot's state is kept in host RAM when the slot moves on to another prompt (or
-memory pressure drops it) and is restored when its prefix comes back."""
+"""--cache-ram: room for cached pages beyond the context. The memory's prefix index keeps every
+finished conversation's pages until their cells are needed; --cache-ram MiB adds that many bytes of
+KV cells that only cached pages compete for, so a conversation pushed out of a full context by
+another one comes back without being evaluated again. Without it, the same sequence of requests
+re-evaluates the first conversation."""
 
 import re
 
@@ -12,7 +15,14 @@ GREEDY = {"temperature": 0, "repeat_penalty": 2.0, "repeat_last_n": 64, "return_
 
 @pytest.fixture(scope="module")
 def ram(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("ram"), "-np", "1", "-c", "2048", "--cache-ram", "64", "--metrics")
+    s = Server(tmp_path_factory.mktemp("ram"), "-np", "1", "-c", "640", "--cache-ram", "16", "--metrics")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def no_ram(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("noram"), "-np", "1", "-c", "640", "--metrics")
     yield s
     s.stop()
 
@@ -28,19 +38,27 @@ def metric(server, name):
     return float(re.search(r"^llamacpp:%s (\S+)$" % name, text, re.M).group(1))
 
 
-def test_a_conversation_comes_back_from_ram(ram, reference):
-    a, b, extra = reference[5]["prompt_tokens"], reference[4]["prompt_tokens"], reference[3]["prompt_tokens"]
-    first = complete(ram, a, 4)
-    other = complete(ram, b, 4)  # one slot: a's state goes to RAM
-    assert other["timings"]["cache_n"] == 0
-    assert metric(ram, "ram_cache_entries") == 1 and metric(ram, "ram_cache_bytes") > 0
-    back = complete(ram, a + first["tokens"] + extra, 4)
+def conversation_comes_back(server, reference):
+    a, extra = reference[5]["prompt_tokens"], reference[3]["prompt_tokens"]
+    other = list(range(1000, 1300))  # 300 tokens: a and other do not fit in 640 cells together
+    first = complete(server, a, 4)
+    assert complete(server, other, 4)["timings"]["cache_n"] == 0
+    back = complete(server, a + first["tokens"] + extra, 4)
+    assert back["tokens"] == complete(server, a + first["tokens"] + extra, 4, cache_prompt=False)["tokens"]
+    return a, extra, back
+
+
+def test_a_conversation_comes_back_from_the_cache_room(ram, reference):
+    a, extra, back = conversation_comes_back(ram, reference)
     assert back["timings"]["cache_n"] == len(a) + 3  # prompt + answer (its last token never evaluated)
     assert back["timings"]["prompt_n"] == 1 + len(extra)
-    assert metric(ram, "ram_cache_hits_total") == 1
-    assert "restored a state of" in ram.log()
-    assert back["tokens"] == complete(ram, a + first["tokens"] + extra, 4, cache_prompt=False)["tokens"]
-    # b went to RAM in turn; the entry for a was replaced by its longer state.
-    assert metric(ram, "ram_cache_entries") >= 1
+    m = re.search(r"n_ctx 640 shared by 1 slots \(\+ (\d+) cells for cached pages\)", ram.log())
+    assert m and int(m.group(1)) >= len(a) + 4, ram.log()
     assert metric(ram, "memory_bytes") > 0
     assert 0 < metric(ram, "prompt_cache_hit_rate") < 1
+
+
+def test_without_cache_room_the_conversation_is_evaluated_again(no_ram, reference):
+    a, extra, back = conversation_comes_back(no_ram, reference)
+    assert back["timings"]["cache_n"] < len(a)  # its pages made room for the other prompt
+    assert "(+ 0 cells for cached pages)" in no_ram.log()
