@@ -461,6 +461,13 @@ PrefixIndexStats PrefixIndex::stats() const {
       return others.any();
     });
     if (in_use) ++s.pages_in_use;
+    const bool shared = std::any_of(n.cells.begin(), n.cells.end(), [&](uint32_t cell) {
+      if (c.is_empty(cell)) return false;
+      SeqSet others = c.seqs(cell);
+      others.reset(static_cast<size_t>(cfg_.holder));
+      return others.count() >= 2;
+    });
+    if (shared) ++s.pages_shared;
   }
   for (uint16_t p : pins_) s.cached_cells += p > 0 ? 1 : 0;
   s.snapshots = snapshots_.size();
@@ -468,6 +475,26 @@ PrefixIndexStats PrefixIndex::stats() const {
   s.query_tokens = query_tokens_;
   s.hit_tokens = hit_tokens_;
   return s;
+}
+
+PrefixIndex::SeqPages PrefixIndex::pages_of(SeqId seq) const {
+  SeqPages out;
+  const KvCells& c = mem_.kv()->cells(0);
+  for (const Node& n : nodes_) {
+    if (!n.alive || n.parent < 0) continue;
+    bool used = false, shared = false;
+    for (uint32_t cell : n.cells) {
+      if (c.is_empty(cell) || !c.has_seq(cell, seq)) continue;
+      used = true;
+      SeqSet others = c.seqs(cell);
+      others.reset(static_cast<size_t>(cfg_.holder));
+      others.reset(static_cast<size_t>(seq));
+      shared = shared || others.any();
+    }
+    out.pages += used ? 1 : 0;
+    out.shared += shared ? 1 : 0;
+  }
+  return out;
 }
 
 void PrefixIndex::check() const {

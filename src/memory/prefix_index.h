@@ -45,6 +45,7 @@ struct PrefixIndexStats {
   size_t pages = 0;          // pages indexed (full and partial)
   size_t full_pages = 0;
   size_t pages_in_use = 0;   // pages whose cells some sequence other than the holder uses now
+  size_t pages_shared = 0;   // ... that two or more such sequences use (stored once)
   size_t cached_cells = 0;   // cells the index holds
   size_t snapshots = 0;
   size_t snapshot_bytes = 0;
@@ -105,6 +106,12 @@ class PrefixIndex {
   void clear();
 
   PrefixIndexStats stats() const;
+  // The cached pages whose cells seq uses, and how many of them another sequence uses too.
+  struct SeqPages {
+    size_t pages = 0;
+    size_t shared = 0;
+  };
+  SeqPages pages_of(SeqId seq) const;
   // Test support: throws std::logic_error when an invariant is broken (cell reference counts
   // equal the pages naming each cell, the holder is in exactly the counted cells, every page's
   // cells hold its positions, the hash table names exactly the full pages).

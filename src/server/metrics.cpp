@@ -52,6 +52,9 @@ std::string prometheus_text(const MetricsSnapshot& m) {
              static_cast<double>(m.prefix_attaches_total));
   add_metric(out, "gauge", "pages_cached", "KV pages the prefix index names.", static_cast<double>(m.pages_cached));
   add_metric(out, "gauge", "pages_in_use", "Cached KV pages some slot uses now.", static_cast<double>(m.pages_in_use));
+  add_metric(out, "gauge", "pages_shared", "Cached KV pages two or more slots use (stored once).",
+             static_cast<double>(m.pages_shared));
+  add_metric(out, "gauge", "pages_free", "Empty KV cells, in pages.", static_cast<double>(m.pages_free));
   add_metric(out, "gauge", "kv_cells_used", "KV cells in use (slots and cached pages).",
              static_cast<double>(m.kv_cells_used));
   add_metric(out, "gauge", "kv_cells_total", "KV cells of the memory.", static_cast<double>(m.kv_cells_total));

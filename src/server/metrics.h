@@ -29,6 +29,8 @@ struct MetricsSnapshot {
   uint64_t prefix_attaches_total = 0;       // prompts that attached cached pages (not their slot's own cache)
   uint64_t pages_cached = 0;                // gauge: pages the prefix index names
   uint64_t pages_in_use = 0;                // gauge: ... that some slot uses now
+  uint64_t pages_shared = 0;                // gauge: ... that two or more slots use (stored once)
+  uint64_t pages_free = 0;                  // gauge: empty KV cells, in pages
   uint64_t kv_cells_used = 0;               // gauge: KV cells in use (slots and cached pages)
   uint64_t kv_cells_total = 0;              // gauge
   uint64_t snapshot_count = 0;              // gauge: hybrid snapshots attached to pages

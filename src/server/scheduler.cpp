@@ -327,6 +327,9 @@ MetricsSnapshot Scheduler::metrics() const {
     const memory::PrefixIndexStats st = index_->stats();
     m.pages_cached = st.pages;
     m.pages_in_use = st.pages_in_use;
+    m.pages_shared = st.pages_shared;
+    if (const memory::KvCache* kv = ctx_.memory().kv())
+      m.pages_free = (kv->layout().n_cells - kv->usage().cells_used) / cfg_.page_tokens;
     m.snapshot_count = st.snapshots;
     m.checkpoint_bytes = st.snapshot_bytes;
     m.checkpoint_count = st.snapshots;
@@ -358,6 +361,8 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
                             {"n_decoded", s.n_decoded}}},
         {"n_tokens_cached", s.cache.size()},
         {"n_pages", (s.cache.size() + cfg_.page_tokens - 1) / cfg_.page_tokens},
+        {"n_pages_cached", index_ ? index_->pages_of(s.id).pages : 0},
+        {"n_pages_shared", index_ ? index_->pages_of(s.id).shared : 0},
         {"session_id", s.session_id},
     });
   }

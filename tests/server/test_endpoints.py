@@ -48,7 +48,7 @@ def test_slots(server):
     assert [s["id"] for s in slots] == [0, 1, 2, 3]
     for s in slots:
         for key in ["id", "id_task", "n_ctx", "speculative", "is_processing", "params", "prompt", "next_token",
-                    "n_tokens_cached", "n_pages", "session_id"]:
+                    "n_tokens_cached", "n_pages", "n_pages_cached", "n_pages_shared", "session_id"]:
             assert key in s, key
         assert s["n_ctx"] == 4096
         assert set(s["next_token"]) == {"has_next_token", "has_new_line", "n_remain", "n_decoded"}

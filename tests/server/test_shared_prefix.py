@@ -93,6 +93,11 @@ def test_sessions_share_one_system_prompt(kind, tmp_path):
         # Four sessions, the system prompt held once.
         assert metric(server, "memory_bytes") <= 1.3 * one_session
         assert metric(server, "prefix_attaches_total") >= 3
+        # The system prompt's pages are shared by the four slots, and /slots says so per slot.
+        assert metric(server, "pages_shared") >= 4000 // 16
+        _, slots = server.get("/slots")
+        assert all(s["n_pages_shared"] >= 4000 // 16 for s in slots), [s["n_pages_shared"] for s in slots]
+        assert all(s["n_pages_cached"] >= s["n_pages_shared"] for s in slots)
         # The same text as runs that used no cache (under a salt of their own: nothing shared).
         for i, messages in enumerate(conversations):
             fresh = chat(server, messages, 4, cache_prompt=False, cache_salt="fresh")
