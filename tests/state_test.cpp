@@ -432,12 +432,61 @@ TEST(State, InfoDescribesWhatTheBlobHolds) {
   c.checkpoints.push_back({9, cp.image()});
   const std::vector<uint8_t> blob = encode_state(c);
   const std::string text = describe_state(decode_state(blob, "state"), blob.size());
-  for (const char* line : {"version 1", "feedbeef01020304", "contents: sequence 1, flags all",
+  c.page_tokens = 1;
+  c.page_hashes = {0x1111222233334444, 0x5555666677778888};  // hashes are the index's business
+  const std::vector<uint8_t> blob2 = encode_state(c);
+  const std::string text2 = describe_state(decode_state(blob2, "state"), blob2.size());
+  EXPECT_NE(text2.find("page chain: 2 pages of 1 tokens: 1111222233334444 5555666677778888"), std::string::npos) << text2;
+  EXPECT_NE(text.find("page chain: not saved"), std::string::npos) << text;
+  for (const char* line : {"version 2", "feedbeef01020304", "contents: sequence 1, flags all",
                            "K q5_1 x 64 (48 B/row), V iq4_nl x 96 (54 B/row), 3 layers [0, 2, 3]",
                            "cells: 10 in 2 range(s) s0[5, 9) s0[18, 24)", "positions: 0 .. 9",
                            "cell 1 at position 9 for {1}", "tokens: 3: 11 22 33", "argmax 1 = 2.5000",
                            "checkpoint 0 at position 9", "flags partial"})
     EXPECT_NE(text.find(line), std::string::npos) << "missing '" << line << "' in:\n" << text;
+}
+
+TEST(State, VersionOneBlobsStillLoadAndCannotHoldPages) {
+  std::mt19937 rng(13);
+  auto src = make_memory({});
+  fill_source(*src, rng);
+  StateContents c;
+  c.memory = memory_state_view(*src, 1, kStateAll);
+  c.has_tokens = true;
+  c.tokens.assign(10, 7);
+  c.version = 1;
+  const std::vector<uint8_t> v1 = encode_state(c);
+  StateContents back = decode_state(v1, "state");
+  EXPECT_EQ(back.version, 1u);
+  EXPECT_TRUE(back.page_hashes.empty());
+  auto dst = make_memory({});
+  load(*dst, v1, 2);
+  EXPECT_EQ(seq_rows(*dst, 2), seq_rows(*src, 1));
+
+  // Pages exist only from version 2 on: writing them as version 1 is a bug, reading them in a
+  // version 1 blob a foreign or corrupt file.
+  c.page_tokens = 4;
+  c.page_hashes = {1, 2};
+  EXPECT_THROW(encode_state(c), std::logic_error);
+  c.version = kStateVersion;
+  std::vector<uint8_t> v2 = encode_state(c);
+  EXPECT_EQ(decode_state(v2, "state").page_hashes, (std::vector<uint64_t>{1, 2}));
+  v2[4] = 1;
+  reseal(v2);
+  try {
+    decode_state(v2, "state");
+    FAIL() << "a version 1 blob with a page chain was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unexpected section 'PAGE'"), std::string::npos) << e.what();
+  }
+  // More pages than tokens.
+  c.page_hashes = {1, 2, 3};
+  try {
+    decode_state(encode_state(c), "state");
+    FAIL() << "3 pages of 4 tokens over 10 tokens were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("need the sequence's tokens"), std::string::npos) << e.what();
+  }
 }
 
 // Every refusal leaves the memory byte for byte as it was.
@@ -493,9 +542,9 @@ TEST_F(Refusals, CorruptBytes) {
   b[0] = 'X';
   expect_refused(b, 2, "not an agentkv state");
   b = blob_;
-  b[4] = 2;
+  b[4] = 3;
   reseal(b);
-  expect_refused(b, 2, "format version 2");
+  expect_refused(b, 2, "format version 3");
 }
 
 TEST_F(Refusals, StructuralCorruptionBehindAValidChecksum) {

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "memory/prefix_index.h"
 
 namespace agentkv {
 namespace {
@@ -61,6 +62,12 @@ std::vector<uint8_t> save(const Context& ctx, memory::SeqId seq, const SaveOptio
   c.tokens.assign(o.tokens.begin(), o.tokens.end());
   c.logits.assign(o.logits.begin(), o.logits.end());
   c.checkpoints = o.checkpoints;
+  // The sequence as a page chain, named as this memory's prefix index names pages (no salt: a
+  // state file carries none), so a reader can tell which pages it already holds.
+  if (const memory::PrefixIndex* index = ctx.memory().prefix_index(); index && o.with_tokens && seq >= 0) {
+    c.page_tokens = index->config().page_tokens;
+    c.page_hashes = index->chain_hashes(o.tokens, 0);
+  }
   return memory::encode_state(c);
 }
 
@@ -70,7 +77,8 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
-LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest, const std::string& what) {
+LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest, const std::string& what,
+                 std::optional<uint64_t> share_salt) {
   memory::StateContents c = memory::decode_state(blob, what);
   const uint64_t mine = model_fingerprint(ctx.model());
   if (c.fingerprint != mine)
@@ -85,9 +93,23 @@ LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest
                 std::to_string(ctx.model().n_vocab()));
   check_tokens(ctx, c.tokens, what);
   for (const memory::CheckpointImage& cp : c.checkpoints) memory::check_memory_layout(ctx.memory(), cp.image);
+  memory::PrefixIndex* index = ctx.memory().prefix_index();
+  if (index && !c.page_hashes.empty() && c.page_tokens == index->config().page_tokens &&
+      index->chain_hashes(std::span<const Token>(c.tokens).first(c.page_hashes.size() * c.page_tokens), 0) !=
+          c.page_hashes)
+    throw Error(what + ": its page chain does not match its tokens");
+
+  // Pages this memory already holds replace the blob's first rows (attached after the restore).
+  size_t n_shared = 0;
+  memory::MemoryImage suffix;
+  if (share_salt && index && dest >= 0 && c.has_tokens && c.memory.kv && c.memory.flags == memory::kStateAll) {
+    n_shared = index->cached_kv(c.tokens, *share_salt, c.tokens.size());
+    if (n_shared > 0) suffix = memory::without_kv_below(c.memory, static_cast<memory::Pos>(n_shared));
+  }
+  const memory::MemoryImage& restored = n_shared > 0 ? suffix : c.memory;
 
   // Everything that can be refused has been checked once the plan exists; only then change memory.
-  const memory::MemoryRestorePlan plan = memory::plan_memory_restore(ctx.memory(), c.memory, dest);
+  const memory::MemoryRestorePlan plan = memory::plan_memory_restore(ctx.memory(), restored, dest);
   LoadedState out;
   out.saved_seq = c.memory.seq;
   out.flags = c.memory.flags;
@@ -96,7 +118,10 @@ LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest
   out.logits = std::move(c.logits);
   for (const memory::CheckpointImage& cp : c.checkpoints)
     out.checkpoints.push_back(LoadedCheckpoint{cp.pos, memory::MemorySnapshot::copy_of(cp.image)});
-  memory::apply_memory_restore(ctx.memory(), c.memory, plan);
+  if (dest < 0 && index) index->clear();  // the whole memory is replaced: no cached page survives
+  memory::apply_memory_restore(ctx.memory(), restored, plan);
+  if (n_shared > 0) index->attach_kv(dest, out.tokens, *share_salt, n_shared);
+  out.n_shared = n_shared;
   return out;
 }
 
@@ -134,15 +159,16 @@ std::vector<uint8_t> save_seq(const Context& ctx, memory::SeqId seq, const SaveO
 
 std::vector<uint8_t> save_all(const Context& ctx, const SaveOptions& options) { return save(ctx, -1, options); }
 
-LoadedState load_seq(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest, const std::string& what) {
+LoadedState load_seq(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest, const std::string& what,
+                     std::optional<uint64_t> share_salt) {
   if (dest < 0 || static_cast<uint32_t>(dest) >= ctx.params().n_seq_max)
     throw Error(what + ": destination sequence " + std::to_string(dest) + " outside [0, " +
                 std::to_string(ctx.params().n_seq_max) + ")");
-  return load(ctx, blob, dest, what);
+  return load(ctx, blob, dest, what, share_salt);
 }
 
 LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::string& what) {
-  return load(ctx, blob, -1, what);
+  return load(ctx, blob, -1, what, std::nullopt);
 }
 
 void write_state_file(const std::string& path, std::span<const uint8_t> blob) {

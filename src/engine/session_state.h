@@ -7,6 +7,7 @@
 // exactly as it was.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -44,6 +45,7 @@ struct LoadedState {
   std::vector<Token> tokens;
   std::vector<float> logits;     // empty when the blob carried none
   std::vector<LoadedCheckpoint> checkpoints;
+  size_t n_shared = 0;           // leading tokens whose K/V came from cached pages, not the blob
 };
 
 // One sequence (seq >= 0) or the whole memory. Throws agentkv::Error for a bad seq id, logits of
@@ -52,9 +54,12 @@ std::vector<uint8_t> save_seq(const Context& ctx, memory::SeqId seq, const SaveO
 std::vector<uint8_t> save_all(const Context& ctx, const SaveOptions& options = {});
 
 // Restores a sequence blob into dest (any sequence id, the cache may be fragmented) or a whole
-// blob into the whole memory. `what` names the blob in error messages.
+// blob into the whole memory. `what` names the blob in error messages. With `share_salt` and a
+// memory that has a prefix index, the leading tokens whose pages are cached (under that salt)
+// attach those pages instead of taking the blob's rows (LoadedState::n_shared): the blob's K/V
+// are restored only from there on, and its recurrent state as saved.
 LoadedState load_seq(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest,
-                     const std::string& what = "state");
+                     const std::string& what = "state", std::optional<uint64_t> share_salt = std::nullopt);
 LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::string& what = "state");
 
 // Files: the blob as is. Writing goes through a temporary file and a rename, so a crash never

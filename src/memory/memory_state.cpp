@@ -44,7 +44,7 @@ struct Section {
 };
 
 // Reads a section list; every tag must be one of `allowed` and appear at most once.
-std::vector<Section> read_section_list(StateReader& r, std::initializer_list<uint32_t> allowed,
+std::vector<Section> read_section_list(StateReader& r, const std::vector<uint32_t>& allowed,
                                        const std::string& where) {
   const uint32_t n = r.u32(where + ": section count");
   if (n > allowed.size()) r.fail(where + ": " + std::to_string(n) + " sections (at most " +
@@ -173,12 +173,45 @@ void apply_memory_restore(SequenceMemory& mem, const MemoryImage& img, const Mem
   if (plan.rec) apply_rec_restore(*mem.rec(), *img.rec, *plan.rec);
 }
 
+MemoryImage without_kv_below(const MemoryImage& image, Pos first) {
+  MemoryImage out;
+  out.seq = image.seq;
+  out.flags = image.flags;
+  out.rec = image.rec;
+  if (!image.kv) return out;
+  const KvImage& in = *image.kv;
+  KvImage kv;
+  kv.layout = in.layout;
+  std::vector<bool> keep(in.cells.size());
+  for (size_t i = 0; i < in.cells.size(); ++i) {
+    keep[i] = in.cells[i].pos >= first;
+    if (keep[i]) kv.cells.push_back(in.cells[i]);
+  }
+  auto filter = [&](const RowChunks& rows, size_t row_bytes) {
+    RowChunks kept;
+    RowCursor cursor(rows, row_bytes);
+    for (size_t i = 0; i < in.cells.size(); ++i) {
+      const uint8_t* row = cursor.next();
+      if (keep[i]) kept.chunks.emplace_back(row, row_bytes);
+    }
+    return kept;
+  };
+  for (size_t l = 0; l < in.k.size(); ++l) {
+    kv.k.push_back(filter(in.k[l], in.layout.row_bytes_k()));
+    kv.v.push_back(filter(in.v[l], in.layout.row_bytes_v()));
+  }
+  out.kv = std::move(kv);
+  return out;
+}
+
 std::vector<uint8_t> encode_state(const StateContents& c) {
   std::vector<uint8_t> out;
   out.reserve(kHeaderBytes + c.memory.row_bytes() + c.logits.size() * 4 + c.tokens.size() * 4 + 4096);
   StateWriter w(out);
   w.u32(kStateMagic);
-  w.u32(kStateVersion);
+  if (c.version != kStateVersion && !(c.version == 1 && c.page_hashes.empty()))
+    throw std::logic_error("state: can write version " + std::to_string(kStateVersion) + ", or 1 without pages");
+  w.u32(c.version);
   const size_t length_at = w.placeholder_u64();
   w.u64(c.fingerprint);
   w.u32(c.memory.flags);
@@ -208,6 +241,12 @@ std::vector<uint8_t> encode_state(const StateContents& c) {
         inner.finish();
       }
     });
+  if (!c.page_hashes.empty())
+    list.add(kSectionPages, [&](StateWriter& s) {
+      s.u32(c.page_tokens);
+      s.u32(static_cast<uint32_t>(c.page_hashes.size()));
+      for (uint64_t h : c.page_hashes) s.u64(h);
+    });
   list.finish();
   w.patch_u64(length_at, out.size() + kChecksumBytes);
   w.u64(XXH64(out.data(), out.size(), 0));
@@ -222,9 +261,9 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
   if (magic != kStateMagic) r.fail("not an agentkv state (magic '" + state_tag_name(magic) + "', expected 'AKVS')");
   StateContents c;
   c.version = r.u32("version");
-  if (c.version != kStateVersion)
-    r.fail("format version " + std::to_string(c.version) + "; this build reads version " +
-           std::to_string(kStateVersion));
+  if (c.version < kStateOldestVersion || c.version > kStateVersion)
+    r.fail("format version " + std::to_string(c.version) + "; this build reads versions " +
+           std::to_string(kStateOldestVersion) + " to " + std::to_string(kStateVersion));
   const uint64_t length = r.u64("length");
   if (length != blob.size())
     r.fail(length > blob.size() ? "truncated: the header says " + std::to_string(length) + " bytes, got " +
@@ -243,8 +282,9 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
   const SeqId seq = r.i32("sequence id");
   check_header_fields(r, seq, flags, "header");
   StateReader content = r.sub(body - r.offset(), "sections");
-  std::vector<Section> sections = read_section_list(
-      content, {kSectionKv, kSectionRecurrent, kSectionTokens, kSectionLogits, kSectionCheckpoints}, "state");
+  std::vector<uint32_t> known = {kSectionKv, kSectionRecurrent, kSectionTokens, kSectionLogits, kSectionCheckpoints};
+  if (c.version >= 2) known.push_back(kSectionPages);
+  std::vector<Section> sections = read_section_list(content, known, "state");
   content.expect_end("sections");
   c.memory = image_from_sections(sections, seq, flags, content, "state");
 
@@ -280,6 +320,17 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
       c.checkpoints.push_back(std::move(cp));
     }
     k->expect_end("checkpoint section");
+  }
+  if (StateReader* pg = find_section(sections, kSectionPages)) {
+    c.page_tokens = pg->u32("page tokens");
+    if (c.page_tokens == 0) pg->fail("page section with 0 tokens per page");
+    const uint32_t n = pg->u32("page count");
+    if (n == 0) pg->fail("page section with no pages");
+    if (n > pg->remaining() / 8) pg->fail("page count " + std::to_string(n) + " cannot fit the section");
+    if (!c.has_tokens || static_cast<uint64_t>(n) * c.page_tokens > c.tokens.size())
+      pg->fail(std::to_string(n) + " pages of " + std::to_string(c.page_tokens) + " tokens need the sequence's tokens");
+    for (uint32_t i = 0; i < n; ++i) c.page_hashes.push_back(pg->u64("page hash"));
+    pg->expect_end("page section");
   }
   return c;
 }

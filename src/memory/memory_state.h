@@ -17,7 +17,10 @@
 namespace agentkv::memory {
 
 inline constexpr uint32_t kStateMagic = 0x53564b41;  // "AKVS" as bytes
-inline constexpr uint32_t kStateVersion = 1;
+// Version 2 adds the page chain section (PAGE); version 1 blobs are still read (and written on
+// request, for peers that only read version 1).
+inline constexpr uint32_t kStateVersion = 2;
+inline constexpr uint32_t kStateOldestVersion = 1;
 
 // Save flags (llama.cpp's llama_state_seq_flags, same bit for PARTIAL_ONLY).
 enum StateFlags : uint32_t {
@@ -39,6 +42,7 @@ inline constexpr uint32_t kSectionRecurrent = state_tag("RECR");
 inline constexpr uint32_t kSectionTokens = state_tag("TOKN");
 inline constexpr uint32_t kSectionLogits = state_tag("LOGT");
 inline constexpr uint32_t kSectionCheckpoints = state_tag("CKPT");
+inline constexpr uint32_t kSectionPages = state_tag("PAGE");
 std::string state_tag_name(uint32_t tag);
 
 // One sequence's memory (seq >= 0) or the whole memory (seq = -1), as views.
@@ -74,6 +78,10 @@ inline void restore_memory(SequenceMemory& mem, const MemoryImage& image, SeqId 
   apply_memory_restore(mem, image, plan_memory_restore(mem, image, dest));
 }
 
+// The same image without its attention cells at positions below `first` (rows still views into
+// the original's bytes): restoring a state whose first K/V are already cached pages.
+MemoryImage without_kv_below(const MemoryImage& image, Pos first);
+
 // A checkpoint record: the memory image of a sequence at position pos (usually a partial image).
 struct CheckpointImage {
   Pos pos = -1;
@@ -82,13 +90,18 @@ struct CheckpointImage {
 
 // Everything one blob can carry.
 struct StateContents {
-  uint32_t version = kStateVersion;   // as read; writing always uses kStateVersion
+  uint32_t version = kStateVersion;   // as read; written as kStateVersion, or 1 when asked (no pages then)
   uint64_t fingerprint = 0;           // of the model (engine/session_state.h)
   MemoryImage memory;                 // header flags and seq come from here
   bool has_tokens = false;
   std::vector<int32_t> tokens;        // the sequence's tokens (or a session's), if saved
   std::vector<float> logits;          // last token's logits, empty if not saved
   std::vector<CheckpointImage> checkpoints;
+  // The sequence as a page chain (version 2): tokens per page and the chained content hash of
+  // every full page, as the prefix index names them (memory/prefix_index.h), so a reader finds
+  // which pages it already holds. Empty when not saved.
+  uint32_t page_tokens = 0;
+  std::vector<uint64_t> page_hashes;
 };
 
 std::vector<uint8_t> encode_state(const StateContents& contents);

@@ -133,6 +133,12 @@ size_t PrefixIndex::attach(SeqId seq, std::span<const TokenId> tokens, uint64_t 
     s.state.restore(mem_, seq);
     s.last_used = ++tick_;
   }
+  join(m, seq, n);
+  hit_tokens_ += n;
+  return n;
+}
+
+void PrefixIndex::join(const Match& m, SeqId seq, size_t n) {
   KvCache& kv = *mem_.kv();
   const KvCells& c = kv.cells(0);
   for (int32_t id : m.path) {
@@ -145,8 +151,32 @@ size_t PrefixIndex::attach(SeqId seq, std::span<const TokenId> tokens, uint64_t 
       kv.restore_cell(0, cell, c.pos(cell), seqs, c.shift(cell));
     }
   }
+}
+
+size_t PrefixIndex::cached_kv(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) const {
+  return std::min(match(tokens, salt).n_tokens, max_tokens);
+}
+
+void PrefixIndex::attach_kv(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t n) {
+  if (n == 0) return;
+  const Match m = match(tokens, salt);
+  if (n > m.n_tokens) throw std::logic_error("prefix index: attach_kv beyond the cached pages");
+  const Pos lowest = mem_.kv()->seq_pos_min(seq);
+  if (seq == cfg_.holder || (lowest >= 0 && static_cast<size_t>(lowest) < n))
+    throw std::logic_error("prefix index: attach_kv needs a sequence without positions below n");
+  query_tokens_ += tokens.size();
   hit_tokens_ += n;
-  return n;
+  join(m, seq, n);
+}
+
+std::vector<uint64_t> PrefixIndex::chain_hashes(std::span<const TokenId> tokens, uint64_t salt) const {
+  std::vector<uint64_t> out;
+  uint64_t h = root_seed(salt);
+  for (size_t pos = 0; pos + cfg_.page_tokens <= tokens.size(); pos += cfg_.page_tokens) {
+    h = page_hash(h, tokens.subspan(pos, cfg_.page_tokens));
+    out.push_back(h);
+  }
+  return out;
 }
 
 std::vector<uint32_t> PrefixIndex::cells_of(SeqId seq, Pos p0, Pos p1) const {

@@ -72,6 +72,16 @@ class PrefixIndex {
   // number of tokens seq now holds (0: nothing attached, seq unchanged).
   size_t attach(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens);
 
+  // Attention part only: how many leading tokens of `tokens` cached pages hold (token-exact,
+  // snapshots ignored), at most max_tokens. For restoring a state whose recurrent state and later
+  // K/V come from the state itself.
+  size_t cached_kv(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) const;
+  // Adds seq to the cells of the first n tokens' pages (n <= cached_kv(...)): no copy. seq must
+  // hold no attention position below n; its recurrent state is left as it is.
+  void attach_kv(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t n);
+  // The chained hashes of the full pages of `tokens`, first page first (a state file's page chain).
+  std::vector<uint64_t> chain_hashes(std::span<const TokenId> tokens, uint64_t salt) const;
+
   // seq holds `tokens` at positions 0, 1, ...: indexes its full pages, and its last partial page
   // too when with_tail. Pages already indexed (by this or another sequence) are left as they are.
   void publish(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, bool with_tail);
@@ -148,6 +158,7 @@ class PrefixIndex {
   // the snapshot that goes with it (-1 for none).
   size_t usable(const Match& m, size_t max_tokens, int* snapshot) const;
   bool node_valid(int32_t id) const;
+  void join(const Match& m, SeqId seq, size_t n);  // seq joins the cells of m's first n positions
   int32_t new_node(int32_t parent, uint32_t first_pos);
   int32_t root_for(uint64_t salt);
   void pin(uint32_t cell);

@@ -109,6 +109,14 @@ std::string describe_state(const StateContents& c, size_t blob_bytes) {
   } else {
     out += "logits: not saved\n";
   }
+  if (!c.page_hashes.empty()) {
+    out += "page chain: " + std::to_string(c.page_hashes.size()) + " pages of " + std::to_string(c.page_tokens) +
+           " tokens";
+    for (size_t i = 0; i < c.page_hashes.size() && i < 4; ++i) out += fmt(i ? " %016" PRIx64 : ": %016" PRIx64, c.page_hashes[i]);
+    out += c.page_hashes.size() > 4 ? " ...\n" : "\n";
+  } else {
+    out += "page chain: not saved\n";
+  }
   out += "checkpoints: " + std::to_string(c.checkpoints.size()) + "\n";
   for (size_t i = 0; i < c.checkpoints.size(); ++i) {
     out += "  checkpoint " + std::to_string(i) + " at position " + std::to_string(c.checkpoints[i].pos) + "\n";

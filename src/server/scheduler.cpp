@@ -159,7 +159,9 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
                                                   " are free while other slots are busy; retry later");
     LoadedState st;
     try {
-      st = load_seq(ctx_, blob, slot.id, what);
+      // Pages already cached are attached rather than copied from the state (a state file carries
+      // no salt: its pages are the unsalted ones).
+      st = load_seq(ctx_, blob, slot.id, what, page_salt_for(slot.id, 0));
     } catch (const Error& e) {
       throw HttpError(ErrorType::InvalidRequest, e.what());
     }
@@ -171,14 +173,16 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     }
     n_tokens = st.tokens.size();
     const size_t n_checkpoints = st.checkpoints.size();
+    const size_t n_shared = st.n_shared;
     slot.cache.assume(std::move(st.tokens), std::move(st.logits));
     slot.cache_salt = 0;  // a state file carries no salt
     slot.published = 0;
     slot.last_used = ++use_counter_;
     adopt_restored(slot, std::move(st.checkpoints));
     ++metrics_.slot_states_restored_total;
-    log_line("slot %d: state restored from %s (%zu tokens%s, %zu checkpoints)", id, what.c_str(), n_tokens,
-             slot.cache.saved_logits(n_tokens).empty() ? "" : ", with logits", n_checkpoints);
+    log_line("slot %d: state restored from %s (%zu tokens%s, %zu checkpoints, %zu tokens from cached pages)", id,
+             what.c_str(), n_tokens, slot.cache.saved_logits(n_tokens).empty() ? "" : ", with logits", n_checkpoints,
+             n_shared);
   });
   return n_tokens;
 }
@@ -213,10 +217,12 @@ void Scheduler::publish(Slot& slot, bool with_tail) {
   slot.published = slot.cache.size();
 }
 
-uint64_t Scheduler::page_salt(const Slot& slot) const {
-  if (cfg_.share_prefixes) return slot.cache_salt;
-  return slot.cache_salt ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(slot.id + 1));
+uint64_t Scheduler::page_salt_for(int slot_id, uint64_t cache_salt) const {
+  if (cfg_.share_prefixes) return cache_salt;
+  return cache_salt ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(slot_id + 1));
 }
+
+uint64_t Scheduler::page_salt(const Slot& slot) const { return page_salt_for(slot.id, slot.cache_salt); }
 
 void Scheduler::adopt_restored(Slot& slot, std::vector<LoadedCheckpoint> checkpoints) {
   if (!index_ || slot.cache.size() == 0) return;

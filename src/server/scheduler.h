@@ -123,6 +123,7 @@ class Scheduler {
   // The salt the slot's pages are indexed under: the request's cache_salt, and with sharing off
   // the slot's own namespace too (the index then serves each slot only what it computed).
   uint64_t page_salt(const Slot& slot) const;
+  uint64_t page_salt_for(int slot_id, uint64_t cache_salt) const;
   // A state was loaded into the slot: its pages go into the index and (hybrid) its checkpoints
   // become snapshots on them.
   void adopt_restored(Slot& slot, std::vector<LoadedCheckpoint> checkpoints);

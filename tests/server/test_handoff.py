@@ -171,7 +171,7 @@ def test_hybrid_handoff_through_prefill(tmp_path):
         diverged = check_three_followups(decoder, 0, adopt, prompt, extra, expected)
         # The recurrent state cannot drop a suffix and the state's only checkpoint is at its end.
         assert diverged["timings"]["cache_n"] == 0
-        assert re.search(r"state restored from state in the request \(%d tokens, with logits, 1 checkpoints\)"
+        assert re.search(r"state restored from state in the request \(%d tokens, with logits, 1 checkpoints, 0 tokens from cached pages\)"
                          % len(prompt), decoder.log())
     finally:
         decoder.stop()
@@ -265,3 +265,47 @@ def test_prefill_messages_then_chat_evaluates_nothing(tmp_path):
         assert chat["timings"]["prompt_n"] == 0
     finally:
         s.stop()
+
+
+def metric(server, name):
+    _, text = server.get("/metrics")
+    return float(re.search(r"^llamacpp:%s (\S+)$" % name, text, re.M).group(1))
+
+
+def test_restoring_a_state_whose_pages_are_cached_shares_them(tmp_path, save_dir, reference):
+    """State files hold a sequence as its page chain (format version 2): restored next to its own
+    cached pages, a state attaches them instead of copying its rows, so the memory holds the
+    prefix once; restored where nothing is cached, it brings all its rows."""
+    prompt, extra = reference[5]["prompt_tokens"], reference[3]["prompt_tokens"]
+    server = Server(tmp_path / "share", "-np", "2", "--metrics", "--slot-save-path", save_dir)
+    try:
+        first = complete(server, prompt, 4, id_slot=0)
+        status, saved = server.post("/slots/0?action=save", {"filename": "shared.state"})
+        assert status == 200 and saved["n_saved"] == len(prompt) + 3, saved
+        one = metric(server, "memory_bytes")
+        status, body = server.post("/slots/1?action=restore", {"filename": "shared.state"})
+        assert status == 200 and body["n_restored"] == len(prompt) + 3, body
+        assert "(%d tokens, with logits, 1 checkpoints" % (len(prompt) + 3) not in server.log()  # dense: none
+        assert re.search(r"slot 1: state restored from .*, %d tokens from cached pages\)" % (len(prompt) + 3),
+                         server.log()), server.log()
+        follow = prompt + first["tokens"] + extra
+        cont = complete(server, follow, 4, id_slot=1)
+        assert cont["timings"]["cache_n"] == len(prompt) + 3
+        assert metric(server, "memory_bytes") <= 1.3 * one  # the restored prefix is not stored twice
+        assert cont["tokens"] == fresh(server, follow, 4)
+    finally:
+        server.stop()
+    info = subprocess.run([_find_binary(), "state", "info", os.path.join(save_dir, "shared.state")],
+                          capture_output=True, text=True, timeout=60)
+    assert info.returncode == 0, info.stderr
+    assert "version 2" in info.stdout and "page chain: %d pages of 16 tokens" % ((len(prompt) + 3) // 16) in info.stdout, \
+        info.stdout
+    other = Server(tmp_path / "alone", "-np", "1", "--slot-save-path", save_dir)
+    try:
+        status, body = other.post("/slots/0?action=restore", {"filename": "shared.state"})
+        assert status == 200 and body["n_restored"] == len(prompt) + 3, body
+        assert "0 tokens from cached pages" in other.log()
+        cont = complete(other, prompt + first["tokens"] + extra, 4)
+        assert cont["timings"]["cache_n"] == len(prompt) + 3
+    finally:
+        other.stop()
