@@ -11,6 +11,7 @@ PACKAGES=(
   python3 python3-pytest
   nodejs                     # tests/server/test_node_sdk.py: the OpenAI Node SDK as a client
   clang libclang-rt-14-dev   # libFuzzer targets
+  nginx-light                # tests/server/test_cluster.py, deploy/: the router in front of instances
 )
 
 missing=()
@@ -22,7 +23,15 @@ command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
+  # Services (nginx) are started by the tests that need them, on loopback: keep the packages from
+  # starting them at install time (Debian's policy-rc.d convention).
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null && $SUDO chmod +x "$policy"
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [ -n "$policy" ]; then $SUDO rm -f "$policy"; fi
 fi
 
 # The Node client test's packages (versions pinned by package-lock.json).

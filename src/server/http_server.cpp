@@ -45,6 +45,14 @@ using httplib::Response;
 
 constexpr const char* kBuildInfo = "agentkv";
 
+// A router pins sessions by a header (nginx: hash $http_x_session_id consistent), so the header
+// names the session too when the body does not.
+void session_from_header(const Request& req, CompletionParams& p) {
+  if (!p.session_id.empty() || !req.has_header("X-Session-Id")) return;
+  p.session_id = req.get_header_value("X-Session-Id");
+  if (p.session_id.size() > 256) throw invalid_request("X-Session-Id: longer than 256 bytes");
+}
+
 // KV cells that `bytes` of K/V rows hold for this model (every attention layer's K and V row).
 uint32_t cache_ram_cells(const Model& model, const ContextParams& cp, size_t bytes) {
   const memory::KvLayout l = model.kv_layout(1, 1, true, cp.type_k, cp.type_v);
@@ -177,6 +185,7 @@ class HttpServer {
 
   void completion(const Request& req, Response& res, ResponseKind kind);
   void tokenize(const Request& req, Response& res);
+  void cache_lookup(const Request& req, Response& res);
   void detokenize(const Request& req, Response& res);
   void apply_template(const Request& req, Response& res);
   void props(Response& res);
@@ -491,6 +500,9 @@ void HttpServer::routes() {
   post("/chat/completions", chat);
   post("/v1/chat/completions", chat);
   post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
+  auto lookup_route = guarded([this](const Request& req, Response& res) { cache_lookup(req, res); });
+  post("/v1/cache/lookup", lookup_route);
+  post("/cache/lookup", lookup_route);
   post("/detokenize", guarded([this](const Request& req, Response& res) { detokenize(req, res); }));
   auto apply = guarded([this](const Request& req, Response& res) { apply_template(req, res); });
   post("/apply-template", apply);
@@ -524,6 +536,7 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
   auto task = std::make_shared<Task>();
   task->id = next_task_id_++;
   task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
+  session_from_header(req, task->params);
   parse_constraints(body, endpoint, task->params);
   ChatParseOptions chat_options;
   if (kind == ResponseKind::OaiChat)
@@ -619,6 +632,27 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
       [st](bool success) {
         if (!success) st->cancel();
       });
+}
+
+void HttpServer::cache_lookup(const Request& req, Response& res) {
+  // What a prefix-aware router asks each instance: how much of this prompt it holds (llm-d's
+  // scorer, docs/deploy.md). The prompt is rendered and tokenized as a completion would be.
+  Engine& e = *engine_;
+  const Json body = parse_body_object(req.body);
+  std::vector<PromptPart> parts;
+  if (has_field(body, "messages")) {
+    parts.push_back({e.chat->apply(body), -1});
+  } else {
+    if (!has_field(body, "prompt")) throw invalid_request("'prompt' or 'messages' is required");
+    parts = parse_prompt(body.at("prompt"));
+  }
+  const std::vector<Token> prompt = tokenize_prompt(e.model->tokenizer(), parts, /*add_special=*/true);
+  const size_t cached = e.scheduler->cached_prefix(prompt, read_string(body, "cache_salt", ""));
+  const size_t page = e.scheduler->config().page_tokens;
+  send_json(res, Json{{"n_prompt_tokens", prompt.size()},
+                      {"n_cached_tokens", cached},
+                      {"page_tokens", page},
+                      {"n_cached_pages", cached / page}});
 }
 
 void HttpServer::tokenize(const Request& req, Response& res) {
@@ -797,6 +831,7 @@ void HttpServer::prefill(const Request& req, Response& res) {
   auto task = std::make_shared<Task>();
   task->id = next_task_id_++;
   task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
+  session_from_header(req, task->params);
   if (task->params.n_fake_cached > 0) throw invalid_request("n_fake_cached cannot be prefilled: its prefix is not real");
   task->params.n_predict = 0;
   task->params.stream = false;

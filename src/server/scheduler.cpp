@@ -16,6 +16,9 @@ namespace agentkv::server {
 
 namespace {
 
+// The page namespace of a request's cache_salt (0: none).
+uint64_t salt_of(const std::string& salt) { return salt.empty() ? 0 : XXH3_64bits(salt.data(), salt.size()) | 1; }
+
 double ms_between(Slot::Clock::time_point a, Slot::Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -140,6 +143,17 @@ SlotStateBlob Scheduler::save_slot(int id) {
   return out;
 }
 
+size_t Scheduler::cached_prefix(std::span<const Token> prompt, const std::string& cache_salt) {
+  size_t best = 0;
+  run_job([&] {
+    if (!index_) return;
+    const uint64_t salt = salt_of(cache_salt);
+    for (int id = 0; id < (cfg_.share_prefixes ? 1 : cfg_.n_slots); ++id)
+      best = std::max(best, index_->lookup(prompt, page_salt_for(id, salt), prompt.size()));
+  });
+  return best;
+}
+
 size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std::string& what) {
   size_t n_tokens = 0;
   run_job([&] {
@@ -205,8 +219,6 @@ void Scheduler::wipe(Slot& slot) {
   slot.published = 0;
   slot.cache_salt = 0;
 }
-
-uint64_t salt_of(const std::string& salt) { return salt.empty() ? 0 : XXH3_64bits(salt.data(), salt.size()) | 1; }
 
 void Scheduler::publish(Slot& slot, bool with_tail) {
   if (!index_ || slot.fake_prefix || slot.cache.size() == 0) return;

@@ -87,6 +87,9 @@ class Scheduler {
   // restored state needs; 400 for a state that does not fit this model, in which case the slot
   // is unchanged). A restore drops idle slots' caches to make room, as a prompt does.
   SlotStateBlob save_slot(int id);
+  // How many leading prompt tokens the memory's cached pages hold under cache_salt (hybrid: up to
+  // the latest snapshot); with sharing off, the best slot's. For routers (POST /v1/cache/lookup).
+  size_t cached_prefix(std::span<const Token> prompt, const std::string& cache_salt);
   // Installs a sequence state (session_state.h, with tokens) into the slot; returns its tokens.
   size_t restore_slot(int id, std::span<const uint8_t> blob, const std::string& what);
   size_t erase_slot(int id);  // returns the tokens dropped
