@@ -1,8 +1,8 @@
 // The prefix index (memory/prefix_index.h) against a simple reference model: random sequences of
 // sequence operations (append tokens, drop a suffix, clear, a context-shift round trip that
 // must copy the cache's cells before moving them, every sequence dropped at once), publish,
-// attach-prefix, snapshots and eviction, over many seeds (42,000 attention and 28,000 hybrid
-// operations). The "model" writes into every K row a digest of the tokens up to
+// attach-prefix, snapshots, eviction, and pages leaving for a tier as records and coming back
+// (memory/page_record.h), over many seeds (42,000 attention and 28,000 hybrid operations). The "model" writes into every K row a digest of the tokens up to
 // its position (and, hybrid, into the recurrent state a digest of everything absorbed), so a
 // cell attached to the wrong chain, a freed cell still named by a page, or a snapshot restored at
 // the wrong place shows up as wrong contents. After every operation: the index's own invariants
@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "memory/page_record.h"
 #include "memory/prefix_index.h"
 #include "memory/sequence_memory.h"
 
@@ -128,6 +129,8 @@ struct Harness {
   }
 };
 
+size_t g_adopted_pages = 0;  // pages that came back from records (the tier path really ran)
+
 std::vector<TokenId> random_tokens(std::mt19937& rng, size_t n) {
   std::uniform_int_distribution<TokenId> d(0, 5);  // a small alphabet: chains meet often
   std::vector<TokenId> t(n);
@@ -141,9 +144,9 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
   Harness h(hybrid, page_tokens);
   auto pick_seq = [&] { return std::uniform_int_distribution<SeqId>(0, kSeqs - 1)(rng); };
   for (int op = 0; op < n_ops; ++op) {
-    int kind = std::uniform_int_distribution<int>(0, 11)(rng);
+    int kind = std::uniform_int_distribution<int>(0, 12)(rng);
     if (hybrid && kind == 2 && rng() % 2 == 0) kind = 3;
-    if (hybrid && kind == 10) kind = 4;  // a hybrid memory cannot shift
+    if (hybrid && (kind == 10 || kind == 12)) kind = 4;  // a hybrid memory cannot shift; tiers are attention-only
     const SeqId s = pick_seq();
     std::vector<TokenId>& toks = h.ref[s];
     switch (kind) {
@@ -279,6 +282,44 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
         }
         break;
       }
+      case 12: {  // s's pages leave for a tier (records), are evicted, and come back into an empty sequence
+        if (toks.size() < page_tokens) break;
+        h.index->publish(s, toks, h.salt[s], /*with_tail=*/false);
+        std::vector<std::vector<uint8_t>> records;
+        for (const auto& page : h.index->full_pages_along(toks, h.salt[s]))
+          records.push_back(encode_page(*h.mem->kv(), page.hash, page.first_pos,
+                                        std::span<const TokenId>(toks).subspan(page.first_pos, page_tokens), page.cells));
+        if (records.empty()) break;
+        const std::vector<TokenId> chain = toks;
+        const uint64_t salt = h.salt[s];
+        ASSERT_TRUE(h.mem->seq_rm(s, -1, -1));
+        toks.clear();
+        h.index->evict(SIZE_MAX);
+        const size_t before = h.index->lookup(chain, salt, chain.size());
+        size_t adopted = 0;
+        for (const auto& bytes : records) {
+          const auto rec = decode_page(*h.mem->kv(), bytes);
+          ASSERT_TRUE(rec.has_value()) << "op " << op;
+          const size_t end = rec->first_pos + page_tokens;
+          ASSERT_TRUE(std::equal(rec->tokens.begin(), rec->tokens.end(), chain.begin() + rec->first_pos));
+          const bool ok = h.index->adopt_page(std::span<const TokenId>(chain).first(end), salt,
+                                              [&](std::span<const uint32_t> cells) { write_page_rows(*h.mem->kv(), *rec, cells); });
+          if (!ok && h.index->lookup(chain, salt, end) < end) break;  // no room, or the chain was cut: stop there
+          g_adopted_pages += ok ? 1 : 0;
+          adopted = end;
+        }
+        ASSERT_GE(h.index->lookup(chain, salt, chain.size()), std::max(before, adopted)) << "op " << op;
+        // A corrupt record is refused.
+        std::vector<uint8_t> bad = records[0];
+        bad[bad.size() / 2] ^= 1;
+        ASSERT_FALSE(decode_page(*h.mem->kv(), bad).has_value());
+        if (adopted > 0) {  // the adopted rows carry the right digests: attach and let verify() read them
+          ASSERT_EQ(h.index->attach(s, chain, salt, adopted), adopted) << "op " << op;
+          toks.assign(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(adopted));
+          *attached_total += adopted;
+        }
+        break;
+      }
     }
     ASSERT_NO_FATAL_FAILURE(h.verify()) << "seed " << seed << " op " << op << " kind " << kind;
   }
@@ -299,7 +340,8 @@ TEST(PrefixIndex, RandomOperationsAttentionMatchReference) {
   for (uint32_t seed = 1; seed <= 60; ++seed) ASSERT_NO_FATAL_FAILURE(run(false, seed, 700, &attached, &copied));
   EXPECT_GT(attached, 1500u);  // sharing really happened
   EXPECT_GT(copied, 200u);     // and so did copy-on-write
-  std::printf("attached %llu tokens, copied %llu cells\n", static_cast<unsigned long long>(attached), static_cast<unsigned long long>(copied));
+  EXPECT_GT(g_adopted_pages, 200u);  // and pages coming back from a tier
+  std::printf("attached %llu tokens, copied %llu cells, adopted %zu pages\n", static_cast<unsigned long long>(attached), static_cast<unsigned long long>(copied), g_adopted_pages);
 }
 
 TEST(PrefixIndex, RandomOperationsHybridMatchReference) {

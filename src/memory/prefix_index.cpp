@@ -169,6 +169,68 @@ void PrefixIndex::attach_kv(SeqId seq, std::span<const TokenId> tokens, uint64_t
   join(m, seq, n);
 }
 
+std::vector<PrefixIndex::FullPage> PrefixIndex::full_pages_along(std::span<const TokenId> tokens,
+                                                                  uint64_t salt) const {
+  std::vector<FullPage> out;
+  const Match m = match(tokens, salt);
+  for (int32_t id : m.path) {
+    const Node& n = nodes_[static_cast<size_t>(id)];
+    if (n.tokens.size() != cfg_.page_tokens || n.first_pos + cfg_.page_tokens > m.n_tokens) break;
+    out.push_back({n.hash, n.first_pos, n.cells});
+  }
+  return out;
+}
+
+bool PrefixIndex::reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells) {
+  const size_t P = cfg_.page_tokens;
+  if (chain.size() < P || chain.size() % P != 0) return false;
+  const Match m = match(chain, salt);
+  if (m.n_tokens >= chain.size()) return false;  // already indexed
+  if (m.n_tokens < chain.size() - P) return false;  // the parent chain is not all here
+  const KvCache& kv = *mem_.kv();
+  const KvCells& c = kv.cells(0);
+  const size_t n_cells = kv.layout().n_cells;
+  if (n_cells - c.used() < P) evict(P - (n_cells - c.used()));
+  if (n_cells - c.used() < P) return false;
+  // Eviction may have taken the parent chain (it is unused): look again.
+  if (match(chain, salt).n_tokens < chain.size() - P) return false;
+  cells.clear();
+  for (uint32_t i = 0; i < n_cells && cells.size() < P; ++i)
+    if (c.is_empty(i)) cells.push_back(i);
+  return cells.size() == P;
+}
+
+bool PrefixIndex::commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells) {
+  const size_t P = cfg_.page_tokens;
+  const size_t first = chain.size() - P;
+  // The parent: the root, or the last full page of the chain before this one (valid: checked by
+  // reserve_page's match).
+  int32_t parent = root_for(salt);
+  uint64_t h = nodes_[static_cast<size_t>(parent)].hash;
+  for (size_t pos = 0; pos < first; pos += P) {
+    h = page_hash(h, chain.subspan(pos, P));
+    const auto f = by_hash_.find(h);
+    if (f == by_hash_.end() || !node_valid(f->second)) return false;
+    parent = f->second;
+  }
+  const uint64_t page = page_hash(h, chain.subspan(first, P));
+  if (const auto old = by_hash_.find(page); old != by_hash_.end()) remove_subtree(old->second);  // stale
+  SeqSet held;
+  held.set(static_cast<size_t>(cfg_.holder));
+  KvCache& kv = *mem_.kv();
+  const int32_t id = new_node(parent, static_cast<uint32_t>(first));
+  Node& n = nodes_[static_cast<size_t>(id)];
+  for (size_t j = 0; j < P; ++j) {
+    kv.restore_cell(0, cells[j], static_cast<Pos>(first + j), held, 0);
+    pins_[cells[j]] = 1;
+    n.tokens.push_back(chain[first + j]);
+    n.cells.push_back(cells[j]);
+  }
+  n.hash = page;
+  by_hash_[page] = id;
+  return true;
+}
+
 std::vector<uint64_t> PrefixIndex::chain_hashes(std::span<const TokenId> tokens, uint64_t salt) const {
   std::vector<uint64_t> out;
   uint64_t h = root_seed(salt);

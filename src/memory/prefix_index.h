@@ -82,6 +82,28 @@ class PrefixIndex {
   // The chained hashes of the full pages of `tokens`, first page first (a state file's page chain).
   std::vector<uint64_t> chain_hashes(std::span<const TokenId> tokens, uint64_t salt) const;
 
+  // Pages leaving or entering the process (a shared tier, memory/page_record.h).
+  struct FullPage {
+    uint64_t hash = 0;
+    uint32_t first_pos = 0;
+    std::vector<uint32_t> cells;  // one per token, in position order
+  };
+  // The indexed, valid full pages on the chain of `tokens`, first page first, stopping at the
+  // first one missing.
+  std::vector<FullPage> full_pages_along(std::span<const TokenId> tokens, uint64_t salt) const;
+  // A page fetched from a tier: `chain` is the tokens through the page (its last P tokens are the
+  // page), whose earlier full pages must be indexed; `write_rows` fills the page's cells (one per
+  // token, position order). Takes P empty cells (evicting unused pages for room) held by the index
+  // only. Returns false, changing nothing, when the parent chain is missing, the page is already
+  // indexed, or there is no room.
+  template <typename WriteRows>
+  bool adopt_page(std::span<const TokenId> chain, uint64_t salt, WriteRows&& write_rows) {
+    std::vector<uint32_t> cells;
+    if (!reserve_page(chain, salt, cells)) return false;
+    write_rows(std::span<const uint32_t>(cells));
+    return commit_page(chain, salt, cells);
+  }
+
   // seq holds `tokens` at positions 0, 1, ...: indexes its full pages, and its last partial page
   // too when with_tail. Pages already indexed (by this or another sequence) are left as they are.
   void publish(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, bool with_tail);
@@ -158,7 +180,9 @@ class PrefixIndex {
   // the snapshot that goes with it (-1 for none).
   size_t usable(const Match& m, size_t max_tokens, int* snapshot) const;
   bool node_valid(int32_t id) const;
-  void join(const Match& m, SeqId seq, size_t n);  // seq joins the cells of m's first n positions
+  void join(const Match& m, SeqId seq, size_t n);
+  bool reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells);
+  bool commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells);  // seq joins the cells of m's first n positions
   int32_t new_node(int32_t parent, uint32_t first_pos);
   int32_t root_for(uint64_t salt);
   void pin(uint32_t cell);

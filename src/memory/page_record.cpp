@@ -1,0 +1,94 @@
+#include "memory/page_record.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace agentkv::memory {
+namespace {
+
+constexpr uint32_t kPageMagic = 0x50564b41;  // "AKVP" as bytes
+constexpr uint32_t kPageVersion = 1;
+constexpr size_t kHeaderBytes = 4 + 4 + 8 + 4 + 4 + 8;  // magic, version, hash, first_pos, n_tokens, cell bytes
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), p, p + sizeof v);
+}
+template <typename T>
+T get(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+size_t page_cell_bytes(const KvCache& kv) { return kv.n_kv_layers() * (kv.row_bytes_k() + kv.row_bytes_v()); }
+
+std::vector<uint8_t> encode_page(const KvCache& kv, uint64_t hash, uint32_t first_pos, std::span<const int32_t> tokens,
+                                 std::span<const uint32_t> cells) {
+  if (tokens.size() != cells.size()) throw std::logic_error("page record: one cell per token");
+  const size_t cell_bytes = page_cell_bytes(kv);
+  std::vector<uint8_t> out;
+  out.reserve(kHeaderBytes + tokens.size() * (4 + cell_bytes) + 8);
+  put(out, kPageMagic);
+  put(out, kPageVersion);
+  put(out, hash);
+  put(out, first_pos);
+  put(out, static_cast<uint32_t>(tokens.size()));
+  put(out, static_cast<uint64_t>(cell_bytes));
+  for (int32_t t : tokens) put(out, t);
+  const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
+  const int n_layers = static_cast<int>(kv.layout().layer_has_kv.size());
+  for (uint32_t cell : cells)
+    for (int layer = 0; layer < n_layers; ++layer) {
+      if (!kv.layer_has_kv(layer)) continue;
+      const uint8_t* k = kv.k_data(layer, 0) + static_cast<size_t>(cell) * rk;
+      const uint8_t* v = kv.v_data(layer, 0) + static_cast<size_t>(cell) * rv;
+      out.insert(out.end(), k, k + rk);
+      out.insert(out.end(), v, v + rv);
+    }
+  put(out, static_cast<uint64_t>(XXH64(out.data(), out.size(), 0)));
+  return out;
+}
+
+std::optional<PageRecord> decode_page(const KvCache& kv, std::span<const uint8_t> bytes) {
+  if (bytes.size() < kHeaderBytes + 8) return std::nullopt;
+  const uint8_t* p = bytes.data();
+  if (get<uint32_t>(p) != kPageMagic || get<uint32_t>(p + 4) != kPageVersion) return std::nullopt;
+  PageRecord r;
+  r.hash = get<uint64_t>(p + 8);
+  r.first_pos = get<uint32_t>(p + 16);
+  const uint32_t n = get<uint32_t>(p + 20);
+  const uint64_t cell_bytes = get<uint64_t>(p + 24);
+  if (cell_bytes != page_cell_bytes(kv) || n == 0 || n > (1u << 20)) return std::nullopt;
+  const size_t want = kHeaderBytes + static_cast<size_t>(n) * (4 + cell_bytes) + 8;
+  if (bytes.size() != want) return std::nullopt;
+  if (get<uint64_t>(p + want - 8) != XXH64(p, want - 8, 0)) return std::nullopt;
+  r.tokens.resize(n);
+  std::memcpy(r.tokens.data(), p + kHeaderBytes, static_cast<size_t>(n) * 4);
+  const uint8_t* rows = p + kHeaderBytes + static_cast<size_t>(n) * 4;
+  r.rows.assign(rows, rows + static_cast<size_t>(n) * cell_bytes);
+  return r;
+}
+
+void write_page_rows(KvCache& kv, const PageRecord& page, std::span<const uint32_t> cells) {
+  const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
+  if (cells.size() != page.tokens.size() || page.rows.size() != cells.size() * page_cell_bytes(kv))
+    throw std::logic_error("page record: rows do not match the cells");
+  const uint8_t* src = page.rows.data();
+  const int n_layers = static_cast<int>(kv.layout().layer_has_kv.size());
+  for (uint32_t cell : cells)
+    for (int layer = 0; layer < n_layers; ++layer) {
+      if (!kv.layer_has_kv(layer)) continue;
+      std::memcpy(kv.k_data(layer, 0) + static_cast<size_t>(cell) * rk, src, rk);
+      std::memcpy(kv.v_data(layer, 0) + static_cast<size_t>(cell) * rv, src + rk, rv);
+      src += rk + rv;
+    }
+}
+
+}  // namespace agentkv::memory

@@ -1,0 +1,33 @@
+// A KV page as bytes, for tiers outside the process (Redis; later disk): its chain hash
+// (prefix_index.h), its position and tokens, and the K and V rows of every attention layer for
+// its cells, checksummed. A reader accepts a record only for a cache of the same row layout, and
+// the caller checks hash and tokens against the chain it expects, so a foreign, stale or corrupt
+// record is refused, never attached.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "memory/kv_cache.h"
+
+namespace agentkv::memory {
+
+struct PageRecord {
+  uint64_t hash = 0;
+  uint32_t first_pos = 0;
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> rows;  // per cell, in position order: for each KV layer its K row, then its V row
+};
+
+// Bytes of one cell's rows (all KV layers, K and V).
+size_t page_cell_bytes(const KvCache& kv);
+// The record of the page whose positions first_pos.. hold `tokens` in `cells` (one per token).
+std::vector<uint8_t> encode_page(const KvCache& kv, uint64_t hash, uint32_t first_pos, std::span<const int32_t> tokens,
+                                 std::span<const uint32_t> cells);
+// nullopt unless `bytes` is a whole, intact record whose rows fit this cache's layout.
+std::optional<PageRecord> decode_page(const KvCache& kv, std::span<const uint8_t> bytes);
+// Writes a record's rows into cells (one per token, stream 0); the cell table is the caller's.
+void write_page_rows(KvCache& kv, const PageRecord& page, std::span<const uint32_t> cells);
+
+}  // namespace agentkv::memory
