@@ -12,6 +12,7 @@ PACKAGES=(
   nodejs                     # tests/server/test_node_sdk.py: the OpenAI Node SDK as a client
   clang libclang-rt-14-dev   # libFuzzer targets
   nginx-light                # tests/server/test_cluster.py, deploy/: the router in front of instances
+  libhiredis-dev redis-server  # the Redis page tier (--cache-redis) and its tests
 )
 
 missing=()

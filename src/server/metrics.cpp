@@ -55,6 +55,12 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "gauge", "pages_shared", "Cached KV pages two or more slots use (stored once).",
              static_cast<double>(m.pages_shared));
   add_metric(out, "gauge", "pages_free", "Empty KV cells, in pages.", static_cast<double>(m.pages_free));
+  add_metric(out, "counter", "tier_pages_sent_total", "Pages offered to the shared page tier.",
+             static_cast<double>(m.tier_pages_sent_total));
+  add_metric(out, "counter", "tier_pages_fetched_total", "Pages brought in from the shared page tier.",
+             static_cast<double>(m.tier_pages_fetched_total));
+  add_metric(out, "counter", "tier_pages_refused_total", "Shared-tier records that were not the page expected.",
+             static_cast<double>(m.tier_pages_refused_total));
   add_metric(out, "gauge", "kv_cells_used", "KV cells in use (slots and cached pages).",
              static_cast<double>(m.kv_cells_used));
   add_metric(out, "gauge", "kv_cells_total", "KV cells of the memory.", static_cast<double>(m.kv_cells_total));

@@ -9,6 +9,7 @@
 #include "engine/session_state.h"
 #include "memory/kv_cache.h"
 #include "memory/memory_state.h"
+#include "memory/page_record.h"
 #include "server/logprobs.h"
 #include "server/server_log.h"
 
@@ -217,6 +218,7 @@ void Scheduler::wipe(Slot& slot) {
   slot.cache.clear();
   slot.fake_prefix = false;
   slot.published = 0;
+  slot.tier_sent = 0;
   slot.cache_salt = 0;
 }
 
@@ -227,6 +229,53 @@ void Scheduler::publish(Slot& slot, bool with_tail) {
   if (!with_tail && slot.cache.size() / P <= slot.published / P) return;
   index_->publish(slot.id, slot.cache.tokens(), page_salt(slot), with_tail);
   slot.published = slot.cache.size();
+  send_to_tier(slot);
+}
+
+void Scheduler::send_to_tier(Slot& slot) {
+  if (!tier_ || !index_ || hybrid() || slot.fake_prefix || slot.cache.size() / cfg_.page_tokens <= slot.tier_sent) return;
+  const auto pages = index_->full_pages_along(slot.cache.tokens(), page_salt(slot));
+  const std::span<const Token> tokens = slot.cache.tokens();
+  for (size_t i = slot.tier_sent; i < pages.size(); ++i) {
+    const auto& page = pages[i];
+    if (tier_->holds(page.hash)) continue;
+    tier_->put(page.hash, memory::encode_page(*ctx_.memory().kv(), page.hash, page.first_pos,
+                                              tokens.subspan(page.first_pos, cfg_.page_tokens), page.cells));
+    ++metrics_.tier_pages_sent_total;
+  }
+  slot.tier_sent = std::max(slot.tier_sent, pages.size());
+}
+
+size_t Scheduler::fetch_from_tier(const Slot& slot, std::span<const Token> prompt) {
+  if (!tier_ || !index_ || hybrid() || prompt.size() < 2) return 0;
+  const uint64_t salt = page_salt(slot);
+  const size_t P = cfg_.page_tokens;
+  const std::span<const Token> usable = prompt.first(prompt.size() - 1);  // the last token is evaluated
+  const size_t local = index_->cached_kv(usable, salt, usable.size()) / P;
+  const std::vector<uint64_t> chain = index_->chain_hashes(usable, salt);
+  if (local >= chain.size()) return 0;
+  const std::vector<uint64_t> wanted(chain.begin() + static_cast<std::ptrdiff_t>(local), chain.end());
+  const auto records = tier_->get(wanted);
+  memory::KvCache& kv = *ctx_.memory().kv();
+  size_t fetched = 0;
+  for (size_t i = 0; i < records.size() && records[i]; ++i) {
+    const size_t first = (local + i) * P;
+    const auto page = memory::decode_page(kv, *records[i]);
+    // A record is used only if it is exactly the page this chain expects.
+    if (!page || page->hash != wanted[i] || page->first_pos != first || page->tokens.size() != P ||
+        !std::equal(page->tokens.begin(), page->tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first))) {
+      ++metrics_.tier_pages_refused_total;
+      break;
+    }
+    if (!index_->adopt_page(usable.first(first + P), salt,
+                            [&](std::span<const uint32_t> cells) { memory::write_page_rows(kv, *page, cells); }))
+      break;
+    ++fetched;
+  }
+  metrics_.tier_pages_fetched_total += fetched;
+  if (fetched > 0)
+    log_line("slot %d: fetched %zu pages (%zu tokens) from the shared page tier", slot.id, fetched, fetched * P);
+  return fetched;
 }
 
 uint64_t Scheduler::page_salt_for(int slot_id, uint64_t cache_salt) const {
@@ -514,6 +563,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     }
     // Pages any slot computed (the prefix index) when they give more than the slot's own cache.
     const size_t n_cached = slot.cache.size();
+    if (p.cache_prompt) fetch_from_tier(slot, prompt);
     const size_t attached = p.cache_prompt ? attach_shared(slot, prompt, own_reuse_estimate(slot, prompt)) : 0;
     if (attached > 0) {
       r.n_cached = n_cached;

@@ -27,6 +27,7 @@
 
 #include "engine/context.h"
 #include "engine/session_state.h"
+#include "memory/page_tier.h"
 #include "memory/prefix_index.h"
 #include "grammar/matcher.h"
 #include "server/grammar_run.h"
@@ -90,6 +91,8 @@ class Scheduler {
   // How many leading prompt tokens the memory's cached pages hold under cache_salt (hybrid: up to
   // the latest snapshot); with sharing off, the best slot's. For routers (POST /v1/cache/lookup).
   size_t cached_prefix(std::span<const Token> prompt, const std::string& cache_salt);
+  // Pages shared with other instances (docs/deploy.md); null: none. Set before start().
+  void set_page_tier(memory::PageTier* tier) { tier_ = tier; }
   // Installs a sequence state (session_state.h, with tokens) into the slot; returns its tokens.
   size_t restore_slot(int id, std::span<const uint8_t> blob, const std::string& what);
   size_t erase_slot(int id);  // returns the tokens dropped
@@ -126,6 +129,11 @@ class Scheduler {
   // The salt the slot's pages are indexed under: the request's cache_salt, and with sharing off
   // the slot's own namespace too (the index then serves each slot only what it computed).
   uint64_t page_salt(const Slot& slot) const;
+  // The shared page tier (--cache-redis): new full pages of the slot's chain go out; a prompt
+  // whose chain continues past the local pages brings the rest in (one round trip) before the
+  // attach. Returns the pages fetched.
+  void send_to_tier(Slot& slot);
+  size_t fetch_from_tier(const Slot& slot, std::span<const Token> prompt);
   uint64_t page_salt_for(int slot_id, uint64_t cache_salt) const;
   // A state was loaded into the slot: its pages go into the index and (hybrid) its checkpoints
   // become snapshots on them.
@@ -148,6 +156,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
   std::deque<std::shared_ptr<Job>> jobs_;
+  memory::PageTier* tier_ = nullptr;
   memory::PrefixIndex* index_ = nullptr;  // the memory's (SequenceMemory::prefix_index); null for models without attention
   size_t memory_bytes_ = 0;  // K/V rows and recurrent states all sequences hold (after the last task)
   std::vector<Slot> slots_;

@@ -1,0 +1,25 @@
+// A store of page records outside the memory (memory/page_record.h), keyed by chain hash: the
+// interface a shared tier (Redis, issue 19) and later tiers (compressed RAM, disk: issue 17)
+// implement. A tier may lose anything at any time (its own eviction, a restart, a network
+// failure); callers treat every read as a hint, verify each record, and compute what is missing.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace agentkv::memory {
+
+class PageTier {
+ public:
+  virtual ~PageTier() = default;
+  // Stores a record (may be asynchronous, may be dropped under pressure or failure).
+  virtual void put(uint64_t hash, std::vector<uint8_t> record) = 0;
+  // The records of these hashes, one entry each (nullopt: not there), in one round trip where
+  // the tier is remote. Never throws for a tier that is down: everything is nullopt then.
+  virtual std::vector<std::optional<std::vector<uint8_t>>> get(std::span<const uint64_t> hashes) = 0;
+  // True when this process already stored (or fetched) the record: no need to send it again.
+  virtual bool holds(uint64_t hash) const = 0;
+};
+
+}  // namespace agentkv::memory
