@@ -1,4 +1,5 @@
-"""A real client: the OpenAI Node SDK (tests/server/node/sdk.test.mjs) against a live server.
+"""Real clients: the OpenAI Node SDK (tests/server/node/sdk.test.mjs) and the Anthropic TypeScript
+SDK (anthropic.test.mjs) against a live server.
 
 The Node side checks chat completions (plain, streamed, aborted), text completions, typed errors
 and llama-server-style /completion calls field by field. scripts/setup.sh installs Node and runs
@@ -37,6 +38,31 @@ def test_openai_node_sdk(tmp_path):
         assert run.returncode == 0, output + "\n--- server log ---\n" + server.log()[-4000:]
         passed = re.search(r"^# pass (\d+)$", output, re.M)
         assert "# fail 0" in output and passed and int(passed.group(1)) >= 8, output
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log()
+
+
+def test_anthropic_typescript_sdk(tmp_path):
+    """@anthropic-ai/sdk (tests/server/node/anthropic.test.mjs): a streamed tool-use conversation."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (scripts/setup.sh installs it)")
+    assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", "@anthropic-ai", "sdk")), \
+        "run `npm ci` in tests/server/node (scripts/setup.sh does)"
+    server = Server(tmp_path, "-np", "2", "-c", "4096", "--api-key", API_KEY)
+    try:
+        env = dict(os.environ,
+                   AGENTKV_URL="http://127.0.0.1:%d" % server.port,
+                   AGENTKV_API_KEY=API_KEY,
+                   AGENTKV_MODEL=os.path.basename(MODEL))
+        run = subprocess.run([node, "--test", "anthropic.test.mjs"], cwd=NODE_DIR, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
+        output = run.stdout.decode("utf-8", errors="replace")
+        assert run.returncode == 0, output + "\n--- server log ---\n" + server.log()[-4000:]
+        passed = re.search(r"^# pass (\d+)$", output, re.M)
+        assert "# fail 0" in output and passed and int(passed.group(1)) >= 2, output
         assert server.proc.poll() is None
     finally:
         server.stop()
