@@ -203,10 +203,12 @@ Json message_item(const std::string& id, const std::string& status, Json content
   return Json{{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"}, {"content", std::move(content)}};
 }
 
+// One reasoning_text part, empty while streaming starts (clients append the deltas to it).
 Json reasoning_item(const std::string& id, const std::string& text) {
-  Json content = Json::array();
-  if (!text.empty()) content.push_back(Json{{"type", "reasoning_text"}, {"text", text}});
-  return Json{{"type", "reasoning"}, {"id", id}, {"summary", Json::array()}, {"content", content}};
+  return Json{{"type", "reasoning"},
+              {"id", id},
+              {"summary", Json::array()},
+              {"content", Json::array({Json{{"type", "reasoning_text"}, {"text", text}}})}};
 }
 
 Json function_call_item(const std::string& id, const std::string& status, const std::string& call_id,
