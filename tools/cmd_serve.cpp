@@ -53,7 +53,7 @@ const char* const kUsage =
     "llama-server options (docs/server.md has the table):\n"
     "  -n, --n-predict N               default and largest number of tokens a request generates (default -1: no limit)\n"
     "  --temp T                        default temperature of requests (default 0.8)\n"
-    "  --seed N                        default seed of requests (default -1: random per request)\n"
+    "  -s, --seed N                    default seed of requests (default -1: random per request)\n"
     "  -b, --batch-size N              logical batch: -ub is lowered to N when larger (agentkv decodes one ubatch a step)\n"
     "  --cors-origins ORIGIN           same as --cors\n"
     "  --chat-template NAME            chatml: use ChatML instead of the model's template (no other names)\n"
@@ -63,7 +63,8 @@ const char* const kUsage =
     "  --kv-unified                    accepted: the memory is always unified (one pool for all slots)\n"
     "  --no-cache-idle-slots           accepted: idle slots' caches go to --cache-ram only under memory pressure\n"
     "                                  or when their slot takes another prompt\n"
-    "  --offline, --no-ui, --verbose   accepted: agentkv never downloads, has no web UI yet, logs one line a request\n";
+    "  --offline, --no-ui, --no-webui, -v, --verbose\n"
+    "                                  accepted: agentkv never downloads, has no web UI yet, logs one line a request\n";
 
 GgmlType cache_type(const std::string& name, const char* option) {
   static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
@@ -131,7 +132,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   // accepted for llama-server command lines (given any number of times); nothing to switch
   while (a.optional_value("-fa", "--flash-attn", {"on", "off", "auto"})) {
   }
-  for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline", "--no-ui", "--verbose"})
+  for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline", "--no-ui", "--no-webui", "--verbose",
+                               "-v", "--log-verbose"})
     while (a.flag(accepted)) {
     }
   list("--allowed-host", cfg.allowed_hosts);

@@ -94,7 +94,8 @@ def test_unknown_and_bad_flags_are_clear_errors():
 def test_llama_server_flags(tmp_path):
     s = Server(tmp_path, "-np", "1", "-c", "1024", "--n-predict", "5", "--temp", "1.0", "--seed", "42",
                "-b", "64", "--jinja", "-fa", "on", "--flash-attn", "auto", "--no-jinja", "--kv-unified",
-               "--no-cache-idle-slots", "--offline", "--no-ui", "--verbose", "--no-slots", "--chat-template", "chatml")
+               "--no-cache-idle-slots", "--offline", "--no-ui", "--no-webui", "--verbose", "-v", "--no-slots",
+               "--chat-template", "chatml")
     try:
         # --no-slots: llama-server's 501; /props says so.
         status, out = s.get("/slots")
