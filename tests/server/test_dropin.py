@@ -123,3 +123,65 @@ def test_llama_server_flags(tmp_path):
     finally:
         s.stop()
     assert s.proc.returncode == 0, s.log()
+
+
+# Every field of a valid Anthropic / Responses request replaced in turn by values of the wrong
+# type or shape: each answer is a 200 or a 400, never a 500 or a dead server.
+ODD_VALUES = [None, 0, -1, "", [], {}, [{}], [{"type": "text", "text": 1}], [{"type": "tool_use"}], 10 ** 30]
+ANTHROPIC_BODY = {
+    "model": "m", "max_tokens": 2, "system": [{"type": "text", "text": "s"}], "stop_sequences": ["q"],
+    "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "auto"},
+    "thinking": {"type": "disabled"},
+    "messages": [{"role": "user", "content": "hi"},
+                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]}]}
+RESPONSES_BODY = {
+    "model": "m", "max_output_tokens": 2, "instructions": "i", "tools": [{"type": "function", "name": "f"}],
+    "tool_choice": "auto", "text": {"format": {"type": "text"}},
+    "input": [{"role": "user", "content": "hi"}, {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+              {"type": "function_call_output", "call_id": "c", "output": "o"}]}
+
+
+def field_paths(value, path=()):
+    if path:
+        yield path
+    if isinstance(value, dict):
+        for k in value:
+            yield from field_paths(value[k], path + (k,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from field_paths(item, path + (i,))
+
+
+def replaced(value, path, new):
+    value = json.loads(json.dumps(value))
+    node = value
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = new
+    return value
+
+
+@pytest.fixture(scope="module")
+def mutation_server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("mutations"), "-np", "2", "-c", "2048")
+    yield s
+    s.stop()
+    assert s.proc.returncode == 0, s.log()
+
+
+@pytest.mark.parametrize("path,body", [("/v1/messages", ANTHROPIC_BODY), ("/v1/messages/count_tokens", ANTHROPIC_BODY),
+                                       ("/v1/responses", RESPONSES_BODY)])
+def test_mutated_requests_are_200_or_400(mutation_server, path, body):
+    server = mutation_server
+    assert server.post(path, body)[0] == 200
+    seen = set()
+    for field in field_paths(body):
+        for odd in ODD_VALUES:
+            if field == ("max_output_tokens",) and odd is None:
+                continue  # no limit: a long generation, not a bad request
+            status, out = server.post(path, replaced(body, field, odd))
+            assert status in (200, 400), (field, odd, out)
+            seen.add(status)
+    assert seen == {200, 400}
+    assert server.proc.poll() is None
