@@ -1,6 +1,8 @@
 // Minimal command-line option parsing for the agentkv subcommands.
 #pragma once
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,6 +29,22 @@ class Args {
         return args_[i + 1];
       }
     return def;
+  }
+  // An option whose value may be left out ("-fa" or "-fa on"): the next argument is its value only
+  // when it is one of `values`. nullopt when the option is absent, "" when it has no value.
+  std::optional<std::string> optional_value(const std::string& name, const std::string& alias,
+                                            const std::vector<std::string>& values) {
+    for (size_t i = 0; i < args_.size(); ++i)
+      if (!used_[i] && (args_[i] == name || (!alias.empty() && args_[i] == alias))) {
+        used_[i] = true;
+        if (i + 1 < args_.size() && !used_[i + 1] &&
+            std::find(values.begin(), values.end(), args_[i + 1]) != values.end()) {
+          used_[i + 1] = true;
+          return args_[i + 1];
+        }
+        return std::string();
+      }
+    return std::nullopt;
   }
   long long num(const std::string& name, const std::string& alias, long long def) {
     const std::string s = str(name, alias, "");

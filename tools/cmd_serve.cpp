@@ -4,7 +4,9 @@
 //               [--cors ORIGIN] [--allowed-host HOST] [--slots-show-prompts] [--request-timeout 30]
 // An HTTP server compatible with llama-server and the OpenAI API (docs/server.md).
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -15,6 +17,7 @@
 #include "tools/default_model.h"
 #ifdef AGENTKV_HAVE_HTTPLIB
 #include "server/http_server.h"
+#include "server/redis_page_tier.h"
 #endif
 
 namespace agentkv::tools {
@@ -46,10 +49,26 @@ const char* const kUsage =
     "                                  (llama-server's context checkpoints; default 256)\n"
     "  -cram, --cache-ram MiB          KV room for cached pages beyond -c: pages no slot uses stay until all of it\n"
     "                                  is taken (default 0: cached pages share the -c cells with the slots)\n"
+    "  --cache-redis redis://HOST[:PORT][/DB]  share full KV pages with other instances through Redis (dense models;\n"
+    "                                  docs/deploy.md): written as they fill, fetched when a prompt continues them\n"
     "  --batch-invariant               every token's result independent of its batch: a cached prompt gives the\n"
     "                                  bits of an uncached one (kernels/numerics.h; default: llama.cpp's numerics)\n"
     "  --no-share-prefixes             each slot reuses only pages it computed itself (default: one prefix index\n"
-    "                                  for all slots: prompts attach the KV pages any slot computed)\n";
+    "                                  for all slots: prompts attach the KV pages any slot computed)\n"
+    "llama-server options (docs/server.md has the table):\n"
+    "  -n, --n-predict N               default and largest number of tokens a request generates (default -1: no limit)\n"
+    "  --temp T                        default temperature of requests (default 0.8)\n"
+    "  -s, --seed N                    default seed of requests (default -1: random per request)\n"
+    "  -b, --batch-size N              logical batch: -ub is lowered to N when larger (agentkv decodes one ubatch a step)\n"
+    "  --cors-origins ORIGIN           same as --cors\n"
+    "  --chat-template NAME            chatml: use ChatML instead of the model's template (no other names)\n"
+    "  --jinja, --no-jinja             accepted: agentkv always renders the model's template with its own Jinja\n"
+    "  --slots, --no-slots             enable (default) / disable GET /slots (501 when disabled)\n"
+    "  -fa, --flash-attn [on|off|auto] accepted: agentkv's CPU attention has one implementation\n"
+    "  --kv-unified                    accepted: the memory is always unified (one pool for all slots)\n"
+    "  --no-cache-idle-slots           accepted: idle slots' pages stay cached until their cells are needed\n"
+    "  --offline, --no-ui, --no-webui, -v, --verbose\n"
+    "                                  accepted: agentkv never downloads, has no web UI yet, logs one line a request\n";
 
 GgmlType cache_type(const std::string& name, const char* option) {
   static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
@@ -103,11 +122,31 @@ int cmd_serve(const std::vector<std::string>& argv) {
     }
   };
   list("--cors", cfg.cors_origins);
+  list("--cors-origins", cfg.cors_origins);
+  // llama-server's options (docs/server.md, "llama-server flags").
+  const long long n_predict = a.num("-n", "--n-predict", -1);
+  cfg.temperature = static_cast<float>(a.real("--temp", "", 0.8));
+  cfg.seed = a.num("--seed", "-s", -1);
+  const long long n_batch = a.num("-b", "--batch-size", 0);
+  cfg.chat_template = a.str("--chat-template", "", "");
+  if (a.flag("--no-slots")) cfg.endpoint_slots = false;
+  if (a.flag("--slots")) cfg.endpoint_slots = true;
+  while (a.flag("--jinja") || a.flag("--no-jinja")) {
+  }
+  // accepted for llama-server command lines (given any number of times); nothing to switch
+  while (a.optional_value("-fa", "--flash-attn", {"on", "off", "auto"})) {
+  }
+  for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline", "--no-ui", "--no-webui", "--verbose",
+                               "-v", "--log-verbose"})
+    while (a.flag(accepted)) {
+    }
   list("--allowed-host", cfg.allowed_hosts);
   cfg.slot_save_path = a.str("--slot-save-path", "", "");
   const long long checkpoint_mib = a.num("--ctx-checkpoint-mib", "", 256);
   const long long cache_ram_mib = a.num("-cram", "--cache-ram", 0);
+  cfg.cache_redis = a.str("--cache-redis", "", "");
   a.finish();
+  if (!cfg.cache_redis.empty()) agentkv::server::parse_redis_url(cfg.cache_redis);  // a bad URL fails here, not later
 
   if (checkpoint_mib < 0 || checkpoint_mib > (1ll << 20)) throw std::invalid_argument("--ctx-checkpoint-mib must be in [0, 1048576]");
   cfg.checkpoint_bytes = static_cast<size_t>(checkpoint_mib) << 20;
@@ -117,6 +156,15 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (n_ctx < 0 || n_ctx > (1ll << 24)) throw std::invalid_argument("-c must be in [0, 16777216]");
   if (n_slots < 1 || n_slots > 256) throw std::invalid_argument("-np must be in [1, 256]");
   if (n_ubatch < 1 || n_ubatch > 65536) throw std::invalid_argument("-ub must be in [1, 65536]");
+  if (n_batch < 0 || n_batch > 65536) throw std::invalid_argument("-b must be in [1, 65536]");
+  if (n_predict < -1 || n_predict > INT32_MAX) throw std::invalid_argument("-n must be -1 (no limit) or a token count");
+  if (!(cfg.temperature >= 0.0f && cfg.temperature <= 100.0f)) throw std::invalid_argument("--temp must be in [0, 100]");
+  if (cfg.seed < -1 || cfg.seed > 0xFFFFFFFFll) throw std::invalid_argument("--seed must be -1 (random) or in [0, 4294967295]");
+  if (!cfg.chat_template.empty() && cfg.chat_template != "chatml")
+    throw std::invalid_argument("--chat-template '" + cfg.chat_template +
+                                "' is not supported: agentkv renders the model's own template, or ChatML with "
+                                "--chat-template chatml");
+  cfg.n_predict = static_cast<int32_t>(n_predict);
   if (port < 0 || port > 65535) throw std::invalid_argument("--port must be in [0, 65535]");
   if (max_body < 1) throw std::invalid_argument("--max-body must be positive");
   if (cfg.n_threads < 0) throw std::invalid_argument("-t must not be negative");
@@ -126,7 +174,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (cfg.slot_similarity < 0.0 || cfg.slot_similarity > 1.0) throw std::invalid_argument("-sps must be in [0, 1]");
   cfg.n_ctx = static_cast<uint32_t>(n_ctx);
   cfg.n_slots = static_cast<int>(n_slots);
-  cfg.n_ubatch = static_cast<uint32_t>(n_ubatch);
+  cfg.n_ubatch = static_cast<uint32_t>(n_batch > 0 && n_batch < n_ubatch ? n_batch : n_ubatch);
   cfg.port = static_cast<int>(port);
   cfg.max_body_bytes = static_cast<size_t>(max_body);
   return server::run_server(cfg);

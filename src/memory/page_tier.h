@@ -18,7 +18,7 @@ class PageTier {
   // The records of these hashes, one entry each (nullopt: not there), in one round trip where
   // the tier is remote. Never throws for a tier that is down: everything is nullopt then.
   virtual std::vector<std::optional<std::vector<uint8_t>>> get(std::span<const uint64_t> hashes) = 0;
-  // True when this process already stored (or fetched) the record: no need to send it again.
+  // True when this process already stored, queued or fetched the record: no need to send it again.
   virtual bool holds(uint64_t hash) const = 0;
 };
 

@@ -117,8 +117,9 @@ std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t
   return out;
 }
 
-CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab) {
+CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab, const CompletionParams& defaults) {
   CompletionParams p;
+  p.sampling = defaults.sampling;
   SamplerParams& s = p.sampling;
   s.temperature = static_cast<float>(read_number(body, "temperature", s.temperature));
   s.top_k = static_cast<int32_t>(read_int(body, "top_k", s.top_k));
@@ -129,11 +130,12 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
   s.presence_penalty = static_cast<float>(read_number(body, "presence_penalty", s.presence_penalty));
   s.frequency_penalty = static_cast<float>(read_number(body, "frequency_penalty", s.frequency_penalty));
   // -1 and 0xFFFFFFFF both mean "random", as in llama.cpp.
-  const int64_t seed = read_int(body, "seed", -1, -1, UINT32_MAX);
+  const int64_t default_seed = defaults.sampling.seed == kRandomSeed ? -1 : static_cast<int64_t>(defaults.sampling.seed);
+  const int64_t seed = read_int(body, "seed", default_seed, -1, UINT32_MAX);
   s.seed = seed < 0 ? kRandomSeed : static_cast<uint32_t>(seed);
 
   // n_predict wins over the OpenAI names, as in llama-server.
-  const int64_t max_tokens = read_int(body, "max_tokens", -1, -1);
+  const int64_t max_tokens = read_int(body, "max_tokens", defaults.n_predict, -1);
   const int64_t max_completion_tokens = read_int(body, "max_completion_tokens", max_tokens, -1);
   p.n_predict = static_cast<int32_t>(read_int(body, "n_predict", max_completion_tokens, -1));
 

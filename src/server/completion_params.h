@@ -62,8 +62,10 @@ struct CompletionParams {
 
 // Reads the fields above from a request body. n_slots bounds id_slot, n_vocab the token ids of
 // logit_bias. Sampling values the sampler would refuse (repeat_penalty <= 0, repeat_last_n < -1)
-// are invalid_request errors.
-CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab = INT32_MAX);
+// are invalid_request errors. Absent fields take the server's defaults: `defaults.sampling`
+// (--temp, --seed) and `defaults.n_predict` (--n-predict).
+CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab = INT32_MAX,
+                                         const CompletionParams& defaults = CompletionParams{});
 
 // logit_bias as llama-server and OpenAI send it: {"token id": bias} or [[token id, bias], ...]; a
 // bias of false bans the token. Token texts are not supported (400).

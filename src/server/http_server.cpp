@@ -18,6 +18,7 @@
 #include "kernels/numerics.h"
 #include "model/model.h"
 #include "server/agent_request.h"
+#include "server/anthropic_messages.h"
 #include "server/base64.h"
 #include "server/chat_formatter.h"
 #include "server/completion_params.h"
@@ -26,8 +27,10 @@
 #include "server/httplib_include.h"
 #include "server/json_fields.h"
 #include "server/metrics.h"
+#include "server/openai_responses.h"
 #include "server/request_guard.h"
 #include "server/prompt_align.h"
+#include "server/redis_page_tier.h"
 #include "server/response_format.h"
 #include "server/scheduler.h"
 #include "server/server_error.h"
@@ -90,6 +93,8 @@ void send_json(Response& res, const Json& body, int status = 200) {
 void send_error(Response& res, const HttpError& e) { send_json(res, error_body(e), http_status(e.type())); }
 
 std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
+// Anthropic's and the Responses API's events name themselves: "event: TYPE" before the data.
+std::string named_sse(const Json& j) { return "event: " + j.value("type", "message") + "\n" + sse(j); }
 
 void note_timings(const Timings& t) {
   t_request.prompt_n = t.prompt_n;
@@ -98,6 +103,7 @@ void note_timings(const Timings& t) {
 
 // Everything that exists once the model is loaded.
 struct Engine {
+  std::unique_ptr<RedisPageTier> tier;  // outlives the scheduler, which sends pages to it
   std::unique_ptr<Model> model;
   std::unique_ptr<Context> ctx;
   std::unique_ptr<ChatFormatter> chat;
@@ -123,6 +129,8 @@ struct StreamState {
   ConnectionProbe probe;
   Scheduler* scheduler = nullptr;
   ChatStream chat;
+  AnthropicStream anthropic;
+  ResponsesStream responses;
   bool first_token = true;
   void cancel() {
     channel->cancel();
@@ -135,6 +143,8 @@ std::vector<Json> token_chunks(const TokenEvent& t, StreamState& st) {
     case ResponseKind::Native: return {native_partial_json(t, st.info)};
     case ResponseKind::OaiCompletion: return {oai_completion_chunk_json(t, st.info)};
     case ResponseKind::OaiChat: return oai_chat_token_chunks(t, st.info, st.first_token, st.chat);
+    case ResponseKind::Anthropic: return st.anthropic.on_token(t, st.info);
+    case ResponseKind::Responses: return st.responses.on_token(t, st.info);
   }
   return {};
 }
@@ -145,6 +155,8 @@ std::vector<Json> final_chunks(const FinalResult& r, StreamState& st) {
     case ResponseKind::Native: return {native_final_json(r, info)};
     case ResponseKind::OaiCompletion: return {oai_completion_final_json(r, info)};
     case ResponseKind::OaiChat: return oai_chat_final_chunks(r, info, st.chat);
+    case ResponseKind::Anthropic: return st.anthropic.on_final(r, info);
+    case ResponseKind::Responses: return st.responses.on_final(r, info);
   }
   return {};
 }
@@ -154,8 +166,33 @@ Json final_json(const FinalResult& r, const ResponseInfo& info) {
     case ResponseKind::Native: return native_final_json(r, info);
     case ResponseKind::OaiCompletion: return oai_completion_final_json(r, info);
     case ResponseKind::OaiChat: return oai_chat_final_json(r, info);
+    case ResponseKind::Anthropic: return anthropic_message_json(r, info);
+    case ResponseKind::Responses: return responses_json(r, info);
   }
   return Json::object();
+}
+
+// One streamed event: Anthropic and Responses events are named ("event: TYPE"); the others are
+// data lines only.
+std::string sse_event(const Json& chunk, ResponseKind kind) {
+  return kind == ResponseKind::Anthropic || kind == ResponseKind::Responses ? named_sse(chunk) : sse(chunk);
+}
+
+std::string sse_error(const HttpError& e, ResponseKind kind) {
+  if (kind == ResponseKind::Anthropic) return named_sse(anthropic_error_body(e));
+  if (kind == ResponseKind::Responses) return named_sse(Json{{"type", "error"}, {"code", error_type_name(e.type())},
+                                                             {"message", e.what()}, {"param", nullptr}});
+  return sse(error_body(e));
+}
+
+// Anthropic clients read errors in Anthropic's shape: a llama-server-shaped error answer on an
+// Anthropic route is rewritten (same status).
+void reshape_anthropic_error(Response& res) {
+  if (res.status < 400 || res.body.empty()) return;
+  try {
+    res.set_content(dump(anthropic_error_body(Json::parse(res.body))), "application/json; charset=utf-8");
+  } catch (const Json::exception&) {
+  }
 }
 
 class HttpServer {
@@ -184,6 +221,9 @@ class HttpServer {
   bool authorized(const Request& req) const;
 
   void completion(const Request& req, Response& res, ResponseKind kind);
+  void count_anthropic_tokens(const Request& req, Response& res);
+  // A request's generation fields over the server's defaults (--n-predict, --temp, --seed).
+  CompletionParams request_params(const Json& body) const;
   void tokenize(const Request& req, Response& res);
   void cache_lookup(const Request& req, Response& res);
   void detokenize(const Request& req, Response& res);
@@ -198,6 +238,7 @@ class HttpServer {
 
   const ServerConfig cfg_;
   OriginPolicy origin_policy_;
+  CompletionParams request_defaults_;
   std::string model_name_;
   GuardedServer svr_;
   std::unique_ptr<StateFolder> state_folder_;
@@ -221,6 +262,9 @@ HttpServer::HttpServer(const ServerConfig& cfg) : cfg_(cfg), svr_(transport_limi
   origin_policy_.bind_host = cfg.host;
   origin_policy_.allowed_hosts = cfg.allowed_hosts;
   origin_policy_.cors_origins = cfg.cors_origins;
+  request_defaults_.n_predict = cfg.n_predict;
+  request_defaults_.sampling.temperature = cfg.temperature;
+  request_defaults_.sampling.seed = cfg.seed < 0 ? kRandomSeed : static_cast<uint32_t>(cfg.seed);
   if (!cfg.slot_save_path.empty()) {
     state_folder_ = std::make_unique<StateFolder>(cfg.slot_save_path);
     if (state_folder_->stale_removed() > 0)
@@ -268,7 +312,8 @@ bool HttpServer::load() {
 
     const Tokenizer& tok = e->model->tokenizer();
     try {
-      e->chat = std::make_unique<ChatFormatter>(tok);
+      // --chat-template chatml (the only name agentkv knows) replaces the model's template.
+      e->chat = cfg_.chat_template == "chatml" ? std::make_unique<ChatFormatter>(tok, "") : std::make_unique<ChatFormatter>(tok);
     } catch (const Error& err) {
       log_line("warning: the model's chat template is not supported (%s); using ChatML", err.what());
       e->chat = std::make_unique<ChatFormatter>(tok, "");
@@ -283,6 +328,15 @@ bool HttpServer::load() {
     sc.model_fingerprint = model_fingerprint(*e->model);
     sc.share_prefixes = cfg_.share_prefixes;
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
+    if (!cfg_.cache_redis.empty()) {
+      if (e->ctx->memory().rec()) {
+        log_line("warning: --cache-redis shares pages of attention-only models; this hybrid model's pages stay local");
+      } else {
+        e->tier = std::make_unique<RedisPageTier>(parse_redis_url(cfg_.cache_redis));
+        e->scheduler->set_page_tier(e->tier.get());
+        log_line("shared page tier: %s", cfg_.cache_redis.c_str());
+      }
+    }
     e->scheduler->start();
 
     std::lock_guard<std::mutex> lock(shutdown_mutex_);
@@ -346,6 +400,7 @@ httplib::Server::HandlerResponse HttpServer::pre_routing(const Request& req, Res
     Json body = error_body(e);
     if (status) body["error"]["code"] = status;
     send_json(res, body, status ? status : http_status(type));
+    if (is_anthropic_path(req.path)) reshape_anthropic_error(res);
     if (is_post || chunked || (length && *length > 0) || !length) GuardedServer::close_after_response(res);
     return HR::Handled;
   };
@@ -371,10 +426,17 @@ httplib::Server::HandlerResponse HttpServer::pre_routing(const Request& req, Res
     res.set_header("Access-Control-Allow-Origin", origin);
     res.set_header("Vary", "Origin");
   }
-  if (req.method == "OPTIONS") {  // CORS preflight (an allowed origin got here); carries no credentials
-    res.status = 204;
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+  if (req.method == "OPTIONS") {  // CORS preflight (an allowed origin got here); carries no API key
+    res.status = 200;                // llama-server's answer: 200, empty body
+    res.set_header("Access-Control-Allow-Methods", "GET, POST");
+    // The headers asked for are allowed (llama-server answers "*", which does not cover
+    // Authorization in browsers); names only, anything else gets the list agentkv reads.
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    const bool names_only = !asked.empty() && asked.size() <= 1024 &&
+                            asked.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_, ") ==
+                                std::string::npos;
+    res.set_header("Access-Control-Allow-Headers", names_only ? asked : "Authorization, Content-Type, X-Api-Key");
+    if (req.has_header("Origin")) res.set_header("Access-Control-Allow-Credentials", "true");
     res.set_header("Access-Control-Max-Age", "600");
     if (chunked || (length && *length > 0)) GuardedServer::close_after_response(res);
     return HR::Handled;
@@ -393,6 +455,7 @@ httplib::Server::HandlerResponse HttpServer::pre_routing(const Request& req, Res
   if (!is_post && (chunked || *length > 0)) GuardedServer::close_after_response(res);
   if (!ready_.load(std::memory_order_acquire)) {
     send_error(res, HttpError(ErrorType::Unavailable, "Loading model"));
+    if (is_anthropic_path(req.path)) reshape_anthropic_error(res);
     if (is_post) GuardedServer::close_after_response(res);
     return HR::Handled;
   }
@@ -499,6 +562,19 @@ void HttpServer::routes() {
   auto chat = guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::OaiChat); });
   post("/chat/completions", chat);
   post("/v1/chat/completions", chat);
+  // Anthropic's API answers errors in its own shape.
+  auto anthropic = [](Handler h) {
+    return guarded([h = std::move(h)](const Request& req, Response& res) {
+      h(req, res);
+      reshape_anthropic_error(res);
+    });
+  };
+  auto messages = guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Anthropic); });
+  post("/v1/messages", anthropic(messages));
+  post("/v1/messages/count_tokens",
+       anthropic(guarded([this](const Request& req, Response& res) { count_anthropic_tokens(req, res); })));
+  post("/v1/responses", guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Responses); }));
+  post("/responses", guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Responses); }));
   post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
   auto lookup_route = guarded([this](const Request& req, Response& res) { cache_lookup(req, res); });
   post("/v1/cache/lookup", lookup_route);
@@ -520,14 +596,21 @@ void HttpServer::routes() {
 void HttpServer::completion(const Request& req, Response& res, ResponseKind kind) {
   Engine& e = *engine_;
   const Tokenizer& tok = e.model->tokenizer();
-  const Json body = parse_body_object(req.body);
+  Json body = parse_body_object(req.body);
+  Json request_echo;
+  if (kind == ResponseKind::Anthropic) body = anthropic_to_chat_request(body, AnthropicEndpoint::Messages);
+  if (kind == ResponseKind::Responses) {
+    request_echo = responses_echo(body);
+    body = responses_to_chat_request(body);
+  }
+  const bool chat = kind == ResponseKind::OaiChat || kind == ResponseKind::Anthropic || kind == ResponseKind::Responses;
 
   const Endpoint endpoint = kind == ResponseKind::Native        ? Endpoint::Native
                             : kind == ResponseKind::OaiCompletion ? Endpoint::OaiCompletion
                                                                   : Endpoint::OaiChat;
   check_known_fields(body, endpoint);
   std::vector<PromptPart> parts;
-  if (kind == ResponseKind::OaiChat) {
+  if (chat) {
     parts.push_back({e.chat->apply(body), -1});
   } else {
     if (!has_field(body, "prompt")) throw invalid_request("'prompt' is required");
@@ -535,18 +618,20 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
   }
   auto task = std::make_shared<Task>();
   task->id = next_task_id_++;
-  task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
+  task->params = request_params(body);
   session_from_header(req, task->params);
   parse_constraints(body, endpoint, task->params);
+  // Anthropic's message_start reports the cache split, known from the first token's timings.
+  if (kind == ResponseKind::Anthropic && task->params.stream) task->params.timings_per_token = true;
   ChatParseOptions chat_options;
-  if (kind == ResponseKind::OaiChat)
+  if (chat)
     chat_options = parse_chat_options(body, detect_tool_format(e.chat->template_source()), parts[0].text, task->params);
   task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
   // A chat prompt re-renders earlier answers: keep the tokens the model generated for them.
-  if (kind == ResponseKind::OaiChat)
+  if (chat)
     task->prompt = align_to_cache(tok, parts[0].text, task->prompt, e.scheduler->cached_sequences()).tokens;
   check_prompt_fits(task->prompt, e.scheduler->config().n_ctx);
-  if (kind == ResponseKind::OaiChat) task->snapshot_points = system_prompt_end(e, body, task->prompt);
+  if (chat) task->snapshot_points = system_prompt_end(e, body, task->prompt);
   if (task->params.n_fake_cached > 0 && static_cast<size_t>(task->params.n_fake_cached) >= task->prompt.size())
     throw invalid_request("n_fake_cached (" + std::to_string(task->params.n_fake_cached) +
                           ") must be below the prompt length (" + std::to_string(task->prompt.size()) + " tokens)");
@@ -557,11 +642,15 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
   info.model = kind != ResponseKind::Native && body.contains("model") && body["model"].is_string()
                    ? body["model"].get<std::string>()
                    : model_name_;
-  info.completion_id = make_completion_id(kind == ResponseKind::OaiChat ? "chatcmpl-" : "cmpl-");
+  info.completion_id = make_completion_id(kind == ResponseKind::Anthropic   ? "msg_"
+                                          : kind == ResponseKind::Responses ? "resp_"
+                                          : kind == ResponseKind::OaiChat   ? "chatcmpl-"
+                                                                            : "cmpl-");
   info.fingerprint = kBuildInfo;
   info.created = static_cast<int64_t>(std::time(nullptr));
   info.params = task->params;
   info.chat = std::move(chat_options);
+  info.request_echo = std::move(request_echo);
   if (kind == ResponseKind::Native) info.prompt_text = tok.decode(task->prompt, true);
 
   ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
@@ -605,7 +694,7 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
         for (TaskEvent& ev : events) {
           if (ev.kind == TaskEvent::Kind::Token) {
             for (const Json& chunk : token_chunks(ev.token, *st)) {
-              if (!write(sse(chunk))) {
+              if (!write(sse_event(chunk, st->info.kind))) {
                 st->cancel();
                 return false;
               }
@@ -613,12 +702,13 @@ void HttpServer::completion(const Request& req, Response& res, ResponseKind kind
             st->first_token = false;
           } else if (ev.kind == TaskEvent::Kind::Final) {
             note_timings(ev.final.timings);
-            for (const Json& chunk : final_chunks(ev.final, *st)) write(sse(chunk));
-            if (st->info.kind != ResponseKind::Native) write("data: [DONE]\n\n");
+            for (const Json& chunk : final_chunks(ev.final, *st)) write(sse_event(chunk, st->info.kind));
+            if (st->info.kind == ResponseKind::OaiCompletion || st->info.kind == ResponseKind::OaiChat)
+              write("data: [DONE]\n\n");
             sink.done();
             return true;
           } else {
-            write(sse(error_body(*ev.error)));
+            write(sse_error(*ev.error, st->info.kind));
             sink.done();
             return true;
           }
@@ -653,6 +743,20 @@ void HttpServer::cache_lookup(const Request& req, Response& res) {
                       {"n_cached_tokens", cached},
                       {"page_tokens", page},
                       {"n_cached_pages", cached / page}});
+}
+
+CompletionParams HttpServer::request_params(const Json& body) const {
+  CompletionParams p = parse_completion_params(body, cfg_.n_slots, engine_->model->tokenizer().n_vocab(), request_defaults_);
+  if (cfg_.n_predict > 0 && (p.n_predict < 0 || p.n_predict > cfg_.n_predict)) p.n_predict = cfg_.n_predict;
+  return p;
+}
+
+void HttpServer::count_anthropic_tokens(const Request& req, Response& res) {
+  const Engine& e = *engine_;
+  const Json chat = anthropic_to_chat_request(parse_body_object(req.body), AnthropicEndpoint::CountTokens);
+  const std::string prompt = e.chat->apply(chat);
+  const size_t n = tokenize_prompt(e.model->tokenizer(), {{prompt, -1}}, /*add_special=*/true).size();
+  send_json(res, Json{{"input_tokens", n}});
 }
 
 void HttpServer::tokenize(const Request& req, Response& res) {
@@ -706,7 +810,7 @@ void HttpServer::apply_template(const Request& req, Response& res) {
 
 void HttpServer::props(Response& res) {
   const Engine& e = *engine_;
-  const CompletionParams defaults;
+  const CompletionParams& defaults = request_defaults_;
   send_json(res, Json{
                      {"default_generation_settings", Json{{"id", 0},
                                                           {"id_task", -1},
@@ -719,7 +823,7 @@ void HttpServer::props(Response& res) {
                      // the file name only: absolute paths of the host are not the clients' business
                      {"model_path", std::filesystem::path(cfg_.model_path).filename().string()},
                      {"modalities", Json{{"vision", false}, {"audio", false}}},
-                     {"endpoint_slots", true},
+                     {"endpoint_slots", cfg_.endpoint_slots},
                      {"endpoint_props", false},
                      {"endpoint_metrics", cfg_.metrics},
                      {"chat_template", e.chat->template_source()},
@@ -734,12 +838,14 @@ void HttpServer::props(Response& res) {
 }
 
 void HttpServer::slots(const Request& req, Response& res) {
+  if (!cfg_.endpoint_slots)
+    throw HttpError(ErrorType::NotSupported, "This server does not support slots endpoint. Start it with `--slots`");
   const Scheduler& sched = *engine_->scheduler;
   const std::string fail = req.has_param("fail_on_no_slot") ? req.get_param_value("fail_on_no_slot") : "";
   if ((fail == "1" || fail == "true") && !sched.has_idle_slot())
     throw HttpError(ErrorType::Unavailable, "no slot available");
   // Prompts are other clients' text: shown only when asked for, or to holders of the API key.
-  send_json(res, sched.slots_json(CompletionParams{}, cfg_.slots_show_prompts || !cfg_.api_key.empty()));
+  send_json(res, sched.slots_json(request_defaults_, cfg_.slots_show_prompts || !cfg_.api_key.empty()));
 }
 
 void HttpServer::metrics(Response& res) {
@@ -830,7 +936,7 @@ void HttpServer::prefill(const Request& req, Response& res) {
   }
   auto task = std::make_shared<Task>();
   task->id = next_task_id_++;
-  task->params = parse_completion_params(body, cfg_.n_slots, tok.n_vocab());
+  task->params = request_params(body);
   session_from_header(req, task->params);
   if (task->params.n_fake_cached > 0) throw invalid_request("n_fake_cached cannot be prefilled: its prefix is not real");
   task->params.n_predict = 0;

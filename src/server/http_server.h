@@ -33,8 +33,16 @@ struct ServerConfig {
   bool slots_show_prompts = false;   // GET /slots shows prompt text (also when an API key is set)
   std::string slot_save_path;        // folder of slot state files; "" disables save/restore by file
   size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints
-  size_t cache_ram_bytes = 0;        // host-RAM cache of slot states; 0: off
+  size_t cache_ram_bytes = 0;        // KV room for cached pages beyond n_ctx; 0: none
+  std::string cache_redis;           // redis://HOST[:PORT][/DB]: the shared page tier; empty: none
   bool share_prefixes = true;        // the prefix index across slots (scheduler.h)
+  // Request defaults (llama-server's --n-predict, --temp, --seed). n_predict > 0 also caps what
+  // a request may ask for, as in llama-server.
+  int32_t n_predict = -1;
+  float temperature = 0.8f;
+  int64_t seed = -1;                 // -1: a random seed per request
+  bool endpoint_slots = true;        // GET /slots (--no-slots: 501)
+  std::string chat_template;         // --chat-template NAME; "": the model's own
 };
 
 // Listens, loads the model (answering 503 meanwhile), serves until SIGINT or SIGTERM.

@@ -72,6 +72,8 @@ bool RedisPageTier::ensure(Connection& c, const char* who) {
   c.retry_at = now + kRetryPause;
   redisContext* ctx = redisConnectWithTimeout(cfg_.host.c_str(), cfg_.port, to_timeval(cfg_.timeout_ms));
   if (!ctx || ctx->err) {
+    log_line("redis page tier (%s): cannot connect to %s:%d (%s); computing instead, retrying in 1 s", who,
+             cfg_.host.c_str(), cfg_.port, ctx ? ctx->errstr : "out of memory");
     if (ctx) redisFree(ctx);
     return false;
   }
@@ -105,6 +107,8 @@ void RedisPageTier::put(uint64_t hash, std::vector<uint8_t> record) {
       ++stats_.writes_dropped;
       return;
     }
+    if (held_.size() >= kHeldMax) held_.clear();
+    held_.insert(hash);  // queued: not offered again (forgotten if the write fails)
     queued_bytes_ += record.size();
     queue_.emplace_back(hash, std::move(record));
   }
@@ -148,10 +152,9 @@ void RedisPageTier::writer() {
     writing_ = false;
     if (ok) {
       stats_.pages_written += batch.size();
-      if (held_.size() + batch.size() > kHeldMax) held_.clear();
-      for (const auto& b : batch) held_.insert(b.first);
     } else {
       stats_.write_errors += batch.size();
+      for (const auto& b : batch) held_.erase(b.first);
     }
     cv_.notify_all();
   }

@@ -11,7 +11,9 @@
 
 namespace agentkv::server {
 
-enum class ResponseKind { Native, OaiCompletion, OaiChat };
+// Anthropic: /v1/messages (anthropic_messages.h); Responses: /v1/responses (openai_responses.h).
+// Both are chat completions in other shapes.
+enum class ResponseKind { Native, OaiCompletion, OaiChat, Anthropic, Responses };
 
 struct ResponseInfo {
   ResponseKind kind = ResponseKind::Native;
@@ -22,6 +24,7 @@ struct ResponseInfo {
   CompletionParams params;
   std::string prompt_text;    // native final "prompt" (the prompt detokenized)
   ChatParseOptions chat;      // chat: how the output splits into reasoning, content and tool calls
+  Json request_echo;          // Responses: the request fields its response object repeats
 };
 
 // A streamed chat completion's parse state: the text so far, what the client was sent, and

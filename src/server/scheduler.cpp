@@ -218,7 +218,6 @@ void Scheduler::wipe(Slot& slot) {
   slot.cache.clear();
   slot.fake_prefix = false;
   slot.published = 0;
-  slot.tier_sent = 0;
   slot.cache_salt = 0;
 }
 
@@ -233,17 +232,15 @@ void Scheduler::publish(Slot& slot, bool with_tail) {
 }
 
 void Scheduler::send_to_tier(Slot& slot) {
-  if (!tier_ || !index_ || hybrid() || slot.fake_prefix || slot.cache.size() / cfg_.page_tokens <= slot.tier_sent) return;
+  if (!tier_ || !index_ || hybrid() || slot.fake_prefix) return;
   const auto pages = index_->full_pages_along(slot.cache.tokens(), page_salt(slot));
   const std::span<const Token> tokens = slot.cache.tokens();
-  for (size_t i = slot.tier_sent; i < pages.size(); ++i) {
-    const auto& page = pages[i];
+  for (const auto& page : pages) {
     if (tier_->holds(page.hash)) continue;
     tier_->put(page.hash, memory::encode_page(*ctx_.memory().kv(), page.hash, page.first_pos,
                                               tokens.subspan(page.first_pos, cfg_.page_tokens), page.cells));
     ++metrics_.tier_pages_sent_total;
   }
-  slot.tier_sent = std::max(slot.tier_sent, pages.size());
 }
 
 size_t Scheduler::fetch_from_tier(const Slot& slot, std::span<const Token> prompt) {
@@ -594,6 +591,8 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
              slot.id, r.n_kept);
   }
 
+  // What was published beyond the kept prefix is gone from the slot: publish again from there.
+  slot.published = std::min(slot.published, slot.cache.size());
   slot.task = std::move(task);
   slot.state = SlotState::Prompt;
   slot.n_prompt_done = r.n_kept;

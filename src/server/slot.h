@@ -29,7 +29,6 @@ struct Slot {
   bool fake_prefix = false; // the sequence starts with a metadata-only prefix: wiped when released
   uint64_t cache_salt = 0;  // salt of the task that filled the cache (prefix index and reuse)
   size_t published = 0;     // tokens of the cache already offered to the prefix index
-  size_t tier_sent = 0;     // full pages of the cache already offered to the shared page tier
 
   // The task being served (state != Idle).
   std::shared_ptr<Task> task;

@@ -1,4 +1,5 @@
-"""A real client: the OpenAI Node SDK (tests/server/node/sdk.test.mjs) against a live server.
+"""Real clients: the OpenAI Node SDK (tests/server/node/sdk.test.mjs, and its Responses client in
+responses.test.mjs) and the Anthropic TypeScript SDK (anthropic.test.mjs) against a live server.
 
 The Node side checks chat completions (plain, streamed, aborted), text completions, typed errors
 and llama-server-style /completion calls field by field. scripts/setup.sh installs Node and runs
@@ -41,3 +42,38 @@ def test_openai_node_sdk(tmp_path):
     finally:
         server.stop()
     assert server.proc.returncode == 0, server.log()
+
+
+def run_node_test(tmp_path, script, package, min_pass):
+    """Runs one node test script against a fresh server (2 slots, an API key)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (scripts/setup.sh installs it)")
+    assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", *package.split("/"))), \
+        "run `npm ci` in tests/server/node (scripts/setup.sh does)"
+    server = Server(tmp_path, "-np", "2", "-c", "4096", "--api-key", API_KEY)
+    try:
+        env = dict(os.environ,
+                   AGENTKV_URL="http://127.0.0.1:%d" % server.port,
+                   AGENTKV_API_KEY=API_KEY,
+                   AGENTKV_MODEL=os.path.basename(MODEL))
+        run = subprocess.run([node, "--test", script], cwd=NODE_DIR, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
+        output = run.stdout.decode("utf-8", errors="replace")
+        assert run.returncode == 0, output + "\n--- server log ---\n" + server.log()[-4000:]
+        passed = re.search(r"^# pass (\d+)$", output, re.M)
+        assert "# fail 0" in output and passed and int(passed.group(1)) >= min_pass, output
+        assert server.proc.poll() is None
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log()
+
+
+def test_anthropic_typescript_sdk(tmp_path):
+    """@anthropic-ai/sdk (node/anthropic.test.mjs): a streamed tool-use conversation."""
+    run_node_test(tmp_path, "anthropic.test.mjs", "@anthropic-ai/sdk", 2)
+
+
+def test_openai_sdk_responses(tmp_path):
+    """The OpenAI SDK's Responses client (node/responses.test.mjs): a streamed function-call conversation."""
+    run_node_test(tmp_path, "responses.test.mjs", "openai", 1)
