@@ -36,7 +36,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The Node client test's packages (versions pinned by package-lock.json).
-if [ ! -d tests/server/node/node_modules ]; then
+# Again when the lock changed since the last install (npm writes node_modules/.package-lock.json).
+if [ ! -d tests/server/node/node_modules ] ||
+   [ tests/server/node/package-lock.json -nt tests/server/node/node_modules/.package-lock.json ]; then
   (cd tests/server/node && npm ci --no-audit --no-fund)
 fi
 
