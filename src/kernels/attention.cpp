@@ -485,13 +485,13 @@ T* Reserve(std::vector<T>& v, size_t n) {
 }
 
 // Start of key j's row in base (K or V storage): the row the caller's key order names.
-inline const uint8_t* KeyRow(const uint8_t* base, size_t row_bytes, const int32_t* key_rows, int64_t j) {
+HWY_INLINE const uint8_t* KeyRow(const uint8_t* base, size_t row_bytes, const int32_t* key_rows, int64_t j) {
   return base + (key_rows ? static_cast<int64_t>(key_rows[j]) : j) * static_cast<int64_t>(row_bytes);
 }
 
 // Asks for the head slices of keys [c0, c1) ahead of use: a unit reads one head's slice of every
 // row, a stride the hardware prefetchers do not follow across pages.
-void PrefetchRows(const uint8_t* base, size_t row_bytes, const int32_t* key_rows, size_t offset, size_t bytes,
+HWY_INLINE void PrefetchRows(const uint8_t* base, size_t row_bytes, const int32_t* key_rows, size_t offset, size_t bytes,
                   int64_t c0, int64_t c1) {
 #if defined(__GNUC__)
   for (int64_t c = c0; c < c1; ++c) {

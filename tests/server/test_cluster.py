@@ -53,14 +53,14 @@ def request(port, method, path, body=None, headers=None, timeout=60):
         conn.close()
 
 
-@pytest.fixture()
-def cluster(tmp_path):
+def start_cluster(tmp_path, *serve_flags):
     base = free_base_port()
     env = dict(os.environ)
     bin_dir = os.path.dirname(os.path.abspath(_find_binary()))
     log = open(tmp_path / "cluster.log", "wb")
     proc = subprocess.Popen([os.path.join(REPO, "deploy", "local-cluster.sh"), "-n", "2", "-m", MODEL, "--port",
-                             str(base), "--bin", os.path.join(bin_dir, "agentkv"), "--", "-np", "1", "-t", "1"],
+                             str(base), "--bin", os.path.join(bin_dir, "agentkv"), "--", "-np", "1", "-t", "1",
+                             *serve_flags],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.time() + 60
@@ -71,15 +71,29 @@ def cluster(tmp_path):
             time.sleep(0.1)
         else:
             raise RuntimeError("cluster not ready: " + open(tmp_path / "cluster.log").read())
+    except BaseException:
+        stop_cluster(proc, log)
+        raise
+    return base, proc, log
+
+
+def stop_cluster(proc, log):
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.close()
+
+
+@pytest.fixture()
+def cluster(tmp_path):
+    base, proc, log = start_cluster(tmp_path)
+    try:
         yield base
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+        stop_cluster(proc, log)
 
 
 def complete(port, prompt, session):
@@ -143,3 +157,50 @@ def test_session_header_and_cache_lookup_on_one_instance(tmp_path, reference):
         assert status == 400 and "X-Session-Id" in body["error"]["message"], body
     finally:
         server.stop()
+
+
+def test_a_session_survives_its_instance_through_nginx_and_redis(tmp_path, reference):
+    """Issue 19's scenario, dense: a 4-turn conversation with a session header; turns 1-2 on one
+    instance, which is then killed; turns 3-4 reach the other through nginx and evaluate only what
+    the dead instance never computed (its pages come from Redis), with the single-instance texts."""
+    from test_redis_tier import REDIS, Redis, free_port
+    if not os.path.exists(REDIS):
+        pytest.skip("redis-server is not installed")
+    redis = Redis(tmp_path, free_port())
+    base, proc, log = start_cluster(tmp_path, "--cache-redis", "redis://127.0.0.1:%d" % redis.port)
+    try:
+        nginx, instances = base, (base + 1, base + 2)
+        turn = reference[5]["prompt_tokens"]
+        answers, prompts = [], []
+        for i in range(4):
+            if i == 2:  # the instance holding the session dies
+                held = [request(p, "POST", "/v1/cache/lookup", {"prompt": turn})[1]["n_cached_tokens"] for p in instances]
+                home = instances[held.index(max(held))]
+                deadline = time.time() + 10
+                while redis.dbsize() < len(prompts[-1]) // 16 and time.time() < deadline:
+                    time.sleep(0.05)
+                subprocess.run(["pkill", "-f", "serve .*--port %d" % home], check=False)
+                while request(home, "GET", "/health", timeout=1)[0] == 200 and time.time() < deadline:
+                    time.sleep(0.1)
+            body = complete(nginx, turn, "agent-session")
+            t = body["timings"]
+            if i > 0:
+                # Turn 2 reuses its instance's cache; turns 3-4 everything but the dead instance's
+                # last partial page (the tier holds full pages) and, on turn 4, nothing is lost.
+                lost = (len(prompts[-1]) + 3) % 16 if i == 2 else 0
+                assert t["prompt_n"] <= len(turn) - len(prompts[-1]) - 3 + lost + 1, (i, t)
+            prompts.append(turn)
+            answers.append(body["tokens"])
+            turn = turn + body["tokens"] + [30 + i, 40 + i, 50 + i]
+    finally:
+        stop_cluster(proc, log)
+        redis.stop()
+    # The same conversation on one instance without any cache gives the same texts.
+    from conftest import Server
+    alone = Server(tmp_path / "alone", "-np", "1")
+    try:
+        for i, p in enumerate(prompts):
+            status, body = alone.post("/completion", {"prompt": p, "n_predict": 4, "cache_prompt": False, **GREEDY})
+            assert status == 200 and body["tokens"] == answers[i], i
+    finally:
+        alone.stop()
