@@ -110,6 +110,14 @@ struct Engine {
   std::unique_ptr<Scheduler> scheduler;
 };
 
+// The prompt of a request that gives either `messages` (rendered with the chat template) or
+// `prompt` (/v1/prefill, /v1/cache/lookup).
+std::vector<PromptPart> prompt_or_messages(const Engine& e, const Json& body) {
+  if (has_field(body, "messages")) return {{e.chat->apply(body), -1}};
+  if (!has_field(body, "prompt")) throw invalid_request("'prompt' or 'messages' is required");
+  return parse_prompt(body.at("prompt"));
+}
+
 // Hybrid models keep a recurrent state only where one was snapshotted, so prompts that share a
 // system prompt but not the question after it can share the system prompt only if a state after
 // it exists: its token count, when the leading system messages render to a prefix of the prompt.
@@ -729,13 +737,7 @@ void HttpServer::cache_lookup(const Request& req, Response& res) {
   // scorer, docs/deploy.md). The prompt is rendered and tokenized as a completion would be.
   Engine& e = *engine_;
   const Json body = parse_body_object(req.body);
-  std::vector<PromptPart> parts;
-  if (has_field(body, "messages")) {
-    parts.push_back({e.chat->apply(body), -1});
-  } else {
-    if (!has_field(body, "prompt")) throw invalid_request("'prompt' or 'messages' is required");
-    parts = parse_prompt(body.at("prompt"));
-  }
+  const std::vector<PromptPart> parts = prompt_or_messages(e, body);
   const std::vector<Token> prompt = tokenize_prompt(e.model->tokenizer(), parts, /*add_special=*/true);
   const size_t cached = e.scheduler->cached_prefix(prompt, read_string(body, "cache_salt", ""));
   const size_t page = e.scheduler->config().page_tokens;
@@ -922,13 +924,7 @@ void HttpServer::prefill(const Request& req, Response& res) {
   Engine& e = *engine_;
   const Tokenizer& tok = e.model->tokenizer();
   const Json body = parse_body_object(req.body);
-  std::vector<PromptPart> parts;
-  if (has_field(body, "messages")) {
-    parts.push_back({e.chat->apply(body), -1});
-  } else {
-    if (!has_field(body, "prompt")) throw invalid_request("'prompt' or 'messages' is required");
-    parts = parse_prompt(body.at("prompt"));
-  }
+  const std::vector<PromptPart> parts = prompt_or_messages(e, body);
   const std::string filename = read_string(body, "filename", "");
   if (!filename.empty()) {
     state_folder();
