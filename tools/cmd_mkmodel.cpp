@@ -22,11 +22,14 @@ void usage() {
                "usage: agentkv mkmodel --preset NAME [--type T] [--seed N] -o FILE\n"
                "                       [--tokenizer tokenizer.json] [--tokenizer-config tokenizer_config.json]\n"
                "                       [--threads N] | --list\n"
+               "       agentkv mkmodel --shape shape.json --weights DIR --tokenizer tokenizer.json -o FILE\n"
                "  --type       f16 (default) | q8_0 | q4_k_m | q5_k_m | f32\n"
                "  --seed       weights are a function of the seed only (default 42)\n"
                "  --tokenizer  Hugging Face tokenizer.json (or its folder); default $AGENTKV_TOKENIZER,\n"
                "               then the fixture tokenizer of the source tree\n"
-               "  --list       print the presets\n");
+               "  --list       print the presets\n"
+               "  --shape      a qwen3 shape (JSON: a preset as \"base\" plus the fields that differ)\n"
+               "  --weights    trained weights: DIR/<tensor name>.f32 per tensor (tools/train/export.py)\n");
 }
 
 void list_presets() {
@@ -56,14 +59,17 @@ int cmd_mkmodel(const std::vector<std::string>& argv) {
   const std::string tokenizer_arg = a.str("--tokenizer", "", "");
   std::string tokenizer_config = a.str("--tokenizer-config", "", "");
   const long long n_threads = a.num("--threads", "", 0);
+  const std::string shape_path = a.str("--shape", "", "");
+  const std::string weights_dir = a.str("--weights", "", "");
   a.finish();
-  if (preset_name.empty() || out_path.empty()) {
+  if ((preset_name.empty() == shape_path.empty()) || out_path.empty()) {
     usage();
     return 1;
   }
   if (seed < 0) throw std::invalid_argument("--seed must be non-negative");
 
-  const mkmodel::ModelShape& shape = mkmodel::find_preset(preset_name);
+  const mkmodel::ModelShape shape =
+      shape_path.empty() ? mkmodel::find_preset(preset_name) : mkmodel::shape_from_json(shape_path);
   const auto type = mkmodel::file_type_from_name(type_name);
   if (!type) throw Error("unknown --type '" + type_name + "' (f16, q8_0, q4_k_m, q5_k_m, f32)");
 
@@ -76,6 +82,7 @@ int cmd_mkmodel(const std::vector<std::string>& argv) {
   options.type = *type;
   options.seed = static_cast<uint64_t>(seed);
   options.n_threads = static_cast<int>(n_threads);
+  options.weights_dir = weights_dir;
   // One line when generation starts; a live tensor counter only on a terminal.
   int64_t planned_params = 0;
   const auto plan = mkmodel::plan_tensors(shape, *type);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "core/error.h"
@@ -13,6 +14,8 @@
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
 #include "model/random_weights.h"
+
+#include <nlohmann/json.hpp>
 
 namespace agentkv::mkmodel {
 namespace fs = std::filesystem;
@@ -245,7 +248,22 @@ void encode_row(const PlannedTensor& t, float* values, int64_t n, uint8_t* dst) 
   }
 }
 
-std::vector<uint8_t> make_tensor_data(const PlannedTensor& t, uint64_t seed, ThreadPool& pool) {
+// A trained tensor's values, whole (tools/train/export.py writes one raw f32 file per tensor).
+std::vector<float> read_trained_values(const PlannedTensor& t, const std::string& weights_dir) {
+  const fs::path path = fs::path(weights_dir) / (t.name + ".f32");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot open (every tensor of the shape needs its weights file)");
+  std::vector<float> values(static_cast<size_t>(t.n_elements()));
+  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
+  if (!in || in.peek() != std::char_traits<char>::eof())
+    throw Error(path.string() + ": expected exactly " + std::to_string(values.size()) + " f32 values");
+  return values;
+}
+
+std::vector<uint8_t> make_tensor_data(const PlannedTensor& t, uint64_t seed, const std::string& weights_dir,
+                                      ThreadPool& pool) {
+  std::vector<float> trained;
+  if (!weights_dir.empty()) trained = read_trained_values(t, weights_dir);
   const int64_t row_len = t.ne.at(0);
   const int64_t n_rows = t.n_elements() / row_len;
   const size_t row_bytes = ggml_row_size(t.type, row_len);
@@ -256,7 +274,10 @@ std::vector<uint8_t> make_tensor_data(const PlannedTensor& t, uint64_t seed, Thr
       [&](int64_t begin, int64_t end) {
         std::vector<float> row(static_cast<size_t>(row_len));
         for (int64_t r = begin; r < end; ++r) {
-          generate_values(t, seed, r * row_len, row_len, row.data());
+          if (trained.empty())
+            generate_values(t, seed, r * row_len, row_len, row.data());
+          else
+            std::copy_n(trained.data() + r * row_len, row_len, row.data());
           encode_row(t, row.data(), row_len, data.data() + static_cast<size_t>(r) * row_bytes);
         }
       },
@@ -303,6 +324,40 @@ const ModelShape& find_preset(std::string_view name) {
   throw Error("unknown model preset '" + std::string(name) + "' (known: " + known + ")");
 }
 
+ModelShape shape_from_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("base")) throw Error(path + ": needs \"base\" (a preset name)");
+  ModelShape s = find_preset(j.at("base").get<std::string>());
+  if (s.arch != "qwen3") throw Error(path + ": only qwen3 shapes can be described by a file");
+  for (const auto& [key, v] : j.items()) {
+    if (key == "base") continue;
+    else if (key == "name") s.name = v.get<std::string>();
+    else if (key == "general_name") s.general_name = v.get<std::string>();
+    else if (key == "description") s.description = v.get<std::string>();
+    else if (key == "n_embd") s.n_embd = v.get<int64_t>();
+    else if (key == "n_layer") s.n_layer = v.get<int64_t>();
+    else if (key == "n_head") s.n_head = v.get<int64_t>();
+    else if (key == "n_head_kv") s.n_head_kv = v.get<int64_t>();
+    else if (key == "head_dim") s.head_dim = v.get<int64_t>();
+    else if (key == "n_ff") s.n_ff = v.get<int64_t>();
+    else if (key == "n_vocab") s.n_vocab = v.get<int64_t>();
+    else if (key == "rope_freq_base") s.rope_freq_base = v.get<float>();
+    else if (key == "rms_eps") s.rms_eps = v.get<float>();
+    else if (key == "context_length") s.context_length = v.get<uint32_t>();
+    else if (key == "bos_token_id") s.config_bos_token_id = v.get<int32_t>();
+    else if (key == "eos_token_id") s.config_eos_token_id = v.get<int32_t>();
+    else throw Error(path + ": unknown field \"" + key + "\"");
+  }
+  return s;
+}
+
 std::vector<PlannedTensor> plan_tensors(const ModelShape& shape, FileType type) {
   validate(shape);
   std::vector<PlannedTensor> tensors = converter_tensors(shape);
@@ -331,7 +386,7 @@ void write_metadata(gguf::Writer& w, const ModelShape& s, const VocabData& vocab
   const std::string a = s.arch + ".";
   auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
   w.set_string("general.architecture", s.arch);
-  w.set_string("general.name", "random-" + s.name);
+  w.set_string("general.name", s.general_name.empty() ? "random-" + s.name : s.general_name);
   w.set_alignment(32);
   w.set_u32(a + "block_count", u32(s.n_layer));
   w.set_u32(a + "context_length", s.context_length);
@@ -439,7 +494,7 @@ BuildStats build_model(gguf::Writer& w, const ModelShape& shape, const VocabData
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedTensor& t = plan[i];
     if (options.progress) options.progress(i, plan.size(), t);
-    std::vector<uint8_t> data = make_tensor_data(t, options.seed, pool);
+    std::vector<uint8_t> data = make_tensor_data(t, options.seed, options.weights_dir, pool);
     stats.n_params += static_cast<uint64_t>(t.n_elements());
     stats.tensor_bytes += data.size();
     w.add_tensor(t.name, t.type, t.ne, std::move(data));

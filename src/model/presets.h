@@ -19,7 +19,8 @@ namespace agentkv::gguf { class Writer; }
 namespace agentkv::mkmodel {
 
 struct ModelShape {
-  std::string name;          // preset name; general.name is "random-<name>"
+  std::string name;          // preset name; general.name is "random-<name>" (or general_name)
+  std::string general_name;  // general.name when set: a trained model is not "random-"
   std::string description;   // one line for --list
   std::string arch;          // general.architecture: "qwen3", "qwen35" or "qwen35moe"
   int64_t n_embd = 0;
@@ -64,6 +65,9 @@ struct ModelShape {
 const std::vector<ModelShape>& presets();
 // Throws agentkv::Error listing the known names.
 const ModelShape& find_preset(std::string_view name);
+// A qwen3 shape from a JSON file (tools/train writes one beside the weights): the preset named by
+// "base" with the fields given overriding it. Throws agentkv::Error on an unknown field.
+ModelShape shape_from_json(const std::string& path);
 
 // How a tensor's values are drawn (the fixture recipe: matrices N(0, 0.1^2), embeddings and head
 // N(0, 0.4^2), norms 1, ssm_a uniform in [-16, -1), dt bias N(0, 0.1^2), routers N(0, 0.02^2)).
@@ -90,6 +94,9 @@ struct BuildOptions {
   FileType type = FileType::MostlyF16;
   uint64_t seed = 42;
   int n_threads = 0;  // 0: all hardware threads; the output does not depend on it
+  // Trained weights instead of random ones: tensor NAME's values are read from
+  // weights_dir/NAME.f32 (little-endian f32, ggml element order, as tools/train/export.py writes).
+  std::string weights_dir;
   // Called before each tensor is generated (index, count, tensor).
   std::function<void(size_t, size_t, const PlannedTensor&)> progress;
 };

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Rebuilds the committed trained model (docs/trained-model.md) from Debian's files:
+#   tools/train/make_model.sh [OUT_DIR]   (default: trained/agentkv-tiny)
+# Installs what training needs (Debian packages only; CI's setup does not), trains on 1 thread
+# (~90 min on a 2-core VM; the other core stays usable), writes the F16 GGUF with agentkv's own
+# writer and checks that agentkv computes what PyTorch computes.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="${1:-$root/trained/agentkv-tiny}"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+
+need=()
+for pkg in python3-torch python3-numpy python3-regex libopenblas0-pthread; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if ((${#need[@]})); then
+  # Without OpenBLAS, Debian's torch runs on the reference BLAS, 20 x slower.
+  if [[ $(id -u) -eq 0 ]]; then apt-get install -y -q "${need[@]}"; else sudo apt-get install -y -q "${need[@]}"; fi
+fi
+[[ -x "$root/build/agentkv" ]] || { cmake -S "$root" -B "$root/build" -G Ninja && ninja -C "$root/build" agentkv; }
+
+/usr/bin/python3 "$here/train.py" --out "$scratch" --seed 1 --threads 1
+"$root/build/agentkv" mkmodel --shape "$scratch/shape.json" --weights "$scratch/weights" \
+  --tokenizer "$scratch/tokenizer.json" -o "$scratch/model.gguf"
+/usr/bin/python3 "$here/check_export.py" --out "$scratch" --gguf "$scratch/model.gguf" --agentkv "$root/build/agentkv"
+
+mkdir -p "$out"
+cp "$scratch"/{model.gguf,tokenizer.json,tokenizer_config.json,shape.json,heldout.txt,train_log.tsv,summary.json} "$out/"
+echo "wrote $out"

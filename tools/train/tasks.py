@@ -1,0 +1,64 @@
+"""Training sequences: corpus text, with synthetic long-range retrieval mixed in so that retrieval
+(induction) heads form — the pass-key case of docs/quality-bench.md and key-value recall.
+Every sequence is exactly `length` tokens; the caller's random.Random makes it deterministic.
+"""
+
+NEEDLE = "The pass key is {k}. Remember it. {k} is the pass key.\n"
+QUESTION = "\nWhat is the pass key? The pass key is"
+KV_FACT = "The value of {name} is {v}.\n"
+KV_NAMES = ("apple river stone cloud tiger maple amber cedar delta ember flint grove harbor ivory jasper "
+            "kettle lemon meadow nickel orchid pepper quartz raven saddle timber umber velvet willow yarrow "
+            "zephyr anchor beacon copper dune falcon garnet hazel indigo juniper kernel lantern marble "
+            "nectar onyx pebble quill ribbon sable thistle").split()
+
+
+class TaskMaker:
+    def __init__(self, enc, stream):
+        self.enc = enc
+        self.stream = stream  # the training split as one token list, documents separated by EOT
+        self.eot = enc.special("<|endoftext|>")
+
+    def text(self, rng, n):
+        start = rng.randrange(0, len(self.stream) - n - 1)
+        return self.stream[start:start + n]
+
+    def plain(self, rng, length):
+        return self.text(rng, length)
+
+    def passkey(self, rng, length):
+        key = str(rng.randrange(10000, 100000))
+        needle = self.enc.encode(NEEDLE.format(k=key))
+        tail = self.enc.encode(QUESTION) + self.enc.encode(" " + key + ".\n")
+        # The case fills a random share of the sequence; text from elsewhere (after an EOT) before it.
+        case_len = rng.randrange(min(length, 96), length + 1)
+        filler = self.text(rng, case_len - len(needle) - len(tail))
+        at = int(len(filler) * rng.uniform(0.05, 0.95))
+        case = filler[:at] + needle + filler[at:] + tail
+        head = self.text(rng, length - len(case) - 1) + [self.eot] if len(case) < length else []
+        return (head + case)[:length]
+
+    def key_values(self, rng, length):
+        names = rng.sample(KV_NAMES, rng.randrange(2, 9))
+        facts = {n: str(rng.randrange(10000, 100000)) for n in names}
+        queries = rng.sample(names, len(names))
+        query_tokens = []
+        for n in queries:
+            query_tokens += self.enc.encode(KV_FACT.format(name=n, v=facts[n]))
+        fact_tokens = [self.enc.encode(KV_FACT.format(name=n, v=facts[n])) for n in names]
+        budget = length - len(query_tokens) - sum(map(len, fact_tokens))
+        filler = self.text(rng, max(budget, 0))
+        cuts = sorted(rng.randrange(0, len(filler) + 1) for _ in names)
+        seq, prev = [], 0
+        for cut, fact in zip(cuts, fact_tokens):
+            seq += filler[prev:cut] + fact
+            prev = cut
+        seq += filler[prev:] + query_tokens
+        return (seq + self.text(rng, length))[:length]
+
+    def sample(self, rng, length, mix):
+        r = rng.random()
+        if r < mix[0]:
+            return self.plain(rng, length)
+        if r < mix[0] + mix[1]:
+            return self.passkey(rng, length)
+        return self.key_values(rng, length)

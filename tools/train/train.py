@@ -1,0 +1,147 @@
+"""Trains agentkv's quality-bench model (docs/trained-model.md) and writes its weights for
+`agentkv mkmodel --shape --weights`.
+
+    /usr/bin/python3 tools/train/train.py --out OUT [--seed 1] [--threads 2]
+
+OUT receives tokenizer.json, tokenizer_config.json, heldout.txt, shape.json, weights/*.f32,
+train_log.tsv and summary.json. Deterministic by seed (same threads, same torch build).
+"""
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bpe  # noqa: E402
+import corpus  # noqa: E402
+from model import Qwen3  # noqa: E402
+from tasks import NEEDLE, QUESTION, TaskMaker  # noqa: E402
+
+SHAPE = {"base": "qwen3-tiny", "name": "agentkv-tiny-trained", "general_name": "agentkv-tiny-trained",
+         "description": "trained on Debian text + retrieval tasks: E=256, 4 layers, 4/2 heads, FFN 768",
+         "n_embd": 256, "n_layer": 4, "n_head": 4, "n_head_kv": 2, "head_dim": 64, "n_ff": 768,
+         "n_vocab": 4096, "rope_freq_base": 10000.0, "rms_eps": 1e-6, "context_length": 4096}
+# (sequence length, batch, steps); the long phases teach retrieval at depth.
+PHASES = [(512, 8, 600), (1024, 4, 80), (2048, 2, 30)]
+MIX = (0.3, 0.35, 0.35)  # plain text, pass-key, key-value recall
+LR, WARMUP, WEIGHT_DECAY = 3e-3, 50, 0.1
+
+
+def lr_at(step, total):
+    if step < WARMUP:
+        return LR * (step + 1) / WARMUP
+    return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - WARMUP) / max(1, total - WARMUP))))
+
+
+def build_tokenizer(out, vocab_size):
+    docs = corpus.documents(held_out=False)
+    merges = bpe.train([d[:20000] for d in docs], vocab_size)  # the head of every file: a balanced sample
+    enc = bpe.Encoder(merges)
+    bpe.write_hf_files(enc, os.path.join(out, "tokenizer.json"), os.path.join(out, "tokenizer_config.json"))
+    eot = enc.special("<|endoftext|>")
+    stream = []
+    for d in docs:
+        stream += enc.encode(d) + [eot]
+    with open(os.path.join(out, "heldout.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(corpus.documents(held_out=True)))
+    return enc, stream
+
+
+@torch.no_grad()
+def passkey_accuracy(model, enc, stream, rng, depth, n_cases):
+    """Greedy recall of the pass key at one depth (as the bench asks, in token space)."""
+    hits = 0
+    for _ in range(n_cases):
+        key = str(rng.randrange(10000, 100000))
+        needle, question = enc.encode(NEEDLE.format(k=key)), enc.encode(QUESTION)
+        start = rng.randrange(0, len(stream) - depth)
+        filler = stream[start:start + depth - len(needle) - len(question)]
+        at = int(len(filler) * rng.uniform(0.05, 0.95))
+        toks = filler[:at] + needle + filler[at:] + question
+        for _ in range(6):
+            logits = model(torch.tensor([toks]))[0, -1]
+            toks.append(int(logits.argmax()))
+        hits += enc.decode(toks[-6:]).strip().startswith(key)
+    return hits / n_cases
+
+
+def export(model, out):
+    wdir = os.path.join(out, "weights")
+    os.makedirs(wdir, exist_ok=True)
+    for name, p in model.gguf_tensors().items():
+        p.detach().to(torch.float32).contiguous().numpy().astype("<f4").tofile(os.path.join(wdir, name + ".f32"))
+    with open(os.path.join(out, "shape.json"), "w") as f:
+        json.dump(SHAPE, f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every phase's steps (a quick check: 0.02)")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    t_start = time.time()
+
+    enc, stream = build_tokenizer(args.out, SHAPE["n_vocab"])
+    print(f"corpus: {len(stream)} training tokens, tokenizer {len(enc.vocab)} tokens, {time.time() - t_start:.0f} s",
+          flush=True)
+    cfg = dict(SHAPE)
+    model = Qwen3(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=(0.9, 0.95))
+    tasks = TaskMaker(enc, stream)
+    phases = [(t, b, max(1, round(s * args.scale))) for t, b, s in PHASES]
+    total = sum(s for _, _, s in phases)
+    log = open(os.path.join(args.out, "train_log.tsv"), "w")
+    log.write("step\tseq_len\tloss\tlr\ttokens\telapsed_s\n")
+    step, tokens, evals = 0, 0, []
+    for seq_len, batch, n_steps in phases:
+        for _ in range(n_steps):
+            t0 = time.time()
+            seqs = torch.tensor([tasks.sample(rng, seq_len + 1, MIX) for _ in range(batch)])
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, total)
+            logits = model(seqs[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seqs[:, 1:].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            tokens += batch * seq_len
+            if step % 10 == 0 or step == total:
+                el = time.time() - t_start
+                log.write(f"{step}\t{seq_len}\t{loss.item():.4f}\t{lr_at(step - 1, total):.2e}\t{tokens}\t{el:.0f}\n")
+                log.flush()
+                print(f"step {step}/{total} T={seq_len} loss {loss.item():.3f} {batch * seq_len / (time.time() - t0):.0f} tok/s "
+                      f"{el / 60:.1f} min", flush=True)
+        acc = passkey_accuracy(model, enc, stream, random.Random(7), seq_len, 10)
+        evals.append({"after_phase_seq_len": seq_len, "step": step, "passkey_train_text_acc": acc})
+        print(f"phase T={seq_len} done: pass-key (training text) {acc:.2f}", flush=True)
+        export(model, args.out)  # a usable model after every phase
+    summary = {"seed": args.seed, "threads": args.threads, "torch": torch.__version__, "n_params": n_params,
+               "training_tokens_seen": tokens, "corpus_training_tokens": len(stream), "phases": phases,
+               "mix_plain_passkey_kv": MIX, "lr": LR, "warmup": WARMUP, "weight_decay": WEIGHT_DECAY,
+               "wall_time_s": round(time.time() - t_start), "evals": evals, "final_loss": loss.item()}
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()
