@@ -20,6 +20,7 @@
 #include "engine/context.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
+#include "tools/kv_flags.h"
 #include "tools/svg_plot.h"
 
 namespace agentkv::tools {
@@ -458,7 +459,7 @@ int bench_fakeprefix(Args& a) {
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
-  const std::string ctk = a.str("-ctk", "--cache-type-k", "f16"), ctv = a.str("-ctv", "--cache-type-v", "f16");
+  read_kv_flags(a).apply_to(cp);
   a.finish();
 
   if (model_path.empty() == server.empty()) throw std::invalid_argument("give exactly one of -m MODEL or --server URL");
@@ -468,11 +469,6 @@ int bench_fakeprefix(Args& a) {
   if (baseline_every < 1) throw std::invalid_argument("--baseline-every must be at least 1");
   if (baseline_reps < 1) throw std::invalid_argument("--baseline-reps must be at least 1");
   if (bucket < 1) throw std::invalid_argument("--bucket must be at least 1");
-  for (const auto& [name, t] : {std::pair{"-ctk", &ctk}, std::pair{"-ctv", &ctv}}) {
-    auto type = ggml_type_from_name(*t);
-    if (!type) throw std::invalid_argument(std::string(name) + ": unknown KV type '" + *t + "'");
-    (name[3] == 'k' ? cp.type_k : cp.type_v) = *type;
-  }
 
   std::vector<Step> steps;
   if (!trace_path.empty()) {

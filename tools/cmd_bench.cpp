@@ -20,6 +20,7 @@
 #include "kernels/numerics.h"
 #include "memory/snapshot.h"
 #include "tools/args.h"
+#include "tools/kv_flags.h"
 #include "tools/bench_modes.h"
 #include "tools/commands.h"
 
@@ -95,12 +96,6 @@ double time_decode(Context& ctx, int64_t depth, int64_t n, int n_seq, std::mt199
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-GgmlType parse_kv_type(const std::string& s) {
-  auto t = ggml_type_from_name(s);
-  if (!t) throw std::invalid_argument("unknown KV type '" + s + "'");
-  return *t;
-}
-
 std::string human_bytes(uint64_t b) {
   char buf[64];
   if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
@@ -116,8 +111,7 @@ int bench_fake_prefix_op(Args& a) {
   const auto lengths = a.nums("-L", "--lengths", {1024, 8192, 32768});
   const int reps = static_cast<int>(a.num("-r", "--repetitions", 50));
   ContextParams cp;
-  cp.type_k = parse_kv_type(a.str("-ctk", "--cache-type-k", "f16"));
-  cp.type_v = parse_kv_type(a.str("-ctv", "--cache-type-v", "f16"));
+  read_kv_flags(a).apply_to(cp);
   a.finish();
   if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
   if (reps < 1) throw std::invalid_argument("-r must be at least 1");
@@ -161,7 +155,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (a.flag("--fake-prefix-op")) return bench_fake_prefix_op(a);
   if (a.flag("--help", "-h")) {
     std::puts("usage: agentkv bench -m MODEL [-p 512] [-n 128] [-d 0] [-t 2] [-r 3] [-ub 512]\n"
-              "                     [-ctk f16] [-ctv f16] [-o md|json] [--bandwidth] [--split] [-np 1]\n"
+              "                     [-ctk f16] [-ctv f16] [--kv-rotation auto|on|off] [--kv-rotation-seed N]\n"
+              "                     [-o md|json] [--bandwidth] [--split] [-np 1]\n"
               "                     [--batch-invariant]\n"
               "  --split: share of each test's time in matmuls, attention and recurrent state updates\n"
               "  -np N: tgN decodes N sequences together (one token each per step, as the server batches\n"
@@ -184,8 +179,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
-  cp.type_k = parse_kv_type(a.str("-ctk", "--cache-type-k", "f16"));
-  cp.type_v = parse_kv_type(a.str("-ctv", "--cache-type-v", "f16"));
+  read_kv_flags(a).apply_to(cp);
   a.finish();
   if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
   if (n_parallel < 1 || n_parallel > 64) throw std::invalid_argument("-np must be in [1, 64]");

@@ -1,4 +1,4 @@
-// agentkv logits -m M.gguf --prompts prompts.txt [--top 10] [--n-gen 32] [-t 2] [-ub 512] [-c N]
+// agentkv logits -m M.gguf --prompts prompts.txt [--top 10] [--n-gen 32] [-t 2] [-ub 512] [-c N] [-ctk T -ctv T]
 // Prints a JSON report in the fixtures' format so any GGUF can be compared with llama.cpp.
 #include <cstdio>
 #include <iostream>
@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "engine/logits_report.h"
 #include "tools/args.h"
+#include "tools/kv_flags.h"
 #include "tools/commands.h"
 
 namespace agentkv::tools {
@@ -14,7 +15,8 @@ namespace {
 int cmd_logits(const std::vector<std::string>& argv) {
   Args a(argv);
   if (a.flag("--help", "-h")) {
-    std::puts("usage: agentkv logits -m MODEL --prompts FILE [--top 10] [--n-gen 32] [-t 2] [-ub 512] [-c 4096]");
+    std::puts("usage: agentkv logits -m MODEL --prompts FILE [--top 10] [--n-gen 32] [-t 2] [-ub 512] [-c 4096]\n"
+              "                     [-ctk f16] [-ctv f16] [--kv-rotation auto|on|off] [--kv-rotation-seed N]");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");
@@ -25,6 +27,7 @@ int cmd_logits(const std::vector<std::string>& argv) {
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
   cp.n_ctx = static_cast<uint32_t>(a.num("-c", "--ctx-size", 4096));
+  read_kv_flags(a).apply_to(cp);
   a.finish();
   if (model_path.empty() || prompts_path.empty()) throw std::invalid_argument("-m and --prompts are required");
 

@@ -15,6 +15,7 @@
 #include "memory/snapshot.h"
 #include "model/model.h"
 #include "tools/args.h"
+#include "tools/kv_flags.h"
 #include "tools/commands.h"
 #include "tools/default_model.h"
 
@@ -30,13 +31,8 @@ const char* const kUsage =
     "  -c, --ctx-size N      KV cells (default: the prompt length + 1)\n"
     "  -t, --threads N       compute threads (default 2)\n"
     "  -ub, --ubatch-size N  tokens per forward pass (default 512)\n"
-    "  -ctk, -ctv T          cache types (default f16; must match the server's)\n";
-
-GgmlType cache_type(const std::string& name) {
-  const auto type = ggml_type_from_name(name);
-  if (!type) throw std::invalid_argument("unknown cache type '" + name + "'");
-  return *type;
-}
+    "  -ctk, -ctv T          cache types (default f16; must match the server's)\n"
+    "  --kv-rotation M, --kv-rotation-seed N   KV rotation (must match the server's)\n";
 
 int cmd_prefill(const std::vector<std::string>& argv) {
   Args a(argv);
@@ -50,8 +46,7 @@ int cmd_prefill(const std::vector<std::string>& argv) {
   const long long n_ctx = a.num("-c", "--ctx-size", 0);
   const long long n_threads = a.num("-t", "--threads", 2);
   const long long n_ubatch = a.num("-ub", "--ubatch-size", 512);
-  const GgmlType type_k = cache_type(a.str("-ctk", "--cache-type-k", "f16"));
-  const GgmlType type_v = cache_type(a.str("-ctv", "--cache-type-v", "f16"));
+  const KvFlags kv = read_kv_flags(a);
   a.finish();
   if (prompt.empty()) throw std::invalid_argument("-p TEXT is required");
   if (output.empty()) throw std::invalid_argument("-o STATE is required");
@@ -64,8 +59,7 @@ int cmd_prefill(const std::vector<std::string>& argv) {
   cp.n_ctx = static_cast<uint32_t>(std::max<long long>(n_ctx, static_cast<long long>(tokens.size()) + 1));
   cp.n_ubatch = static_cast<uint32_t>(n_ubatch);
   cp.n_threads = static_cast<int>(n_threads);
-  cp.type_k = type_k;
-  cp.type_v = type_v;
+  kv.apply_to(cp);
   Context ctx(*model, cp);
   for (size_t done = 0; done < tokens.size();) {
     const size_t take = std::min<size_t>(tokens.size() - done, cp.n_ubatch);

@@ -11,6 +11,7 @@
 #include "engine/sampling.h"
 #include "tokenizer/chat_template.h"
 #include "tools/args.h"
+#include "tools/kv_flags.h"
 #include "tools/commands.h"
 #include "tools/default_model.h"
 
@@ -23,18 +24,13 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-GgmlType parse_kv_type(const std::string& s) {
-  auto t = ggml_type_from_name(s);
-  if (!t) throw std::invalid_argument("unknown KV type '" + s + "'");
-  return *t;
-}
-
 int cmd_run(const std::vector<std::string>& argv) {
   Args a(argv);
   if (a.flag("--help", "-h")) {
     std::puts("usage: agentkv run [-m MODEL] -p TEXT [-n 64] [--chat] [--system TEXT] [-c 4096] [-t 2]\n"
               "                   [--temp 0.8] [--top-k 40] [--top-p 0.95] [--min-p 0.05]\n"
               "                   [--repeat-penalty 1.0] [--seed N] [--stop STR] [-ctk f16] [-ctv f16] [-ub 512]\n"
+              "                   [--kv-rotation auto|on|off] [--kv-rotation-seed N]\n"
               "Without -m, models/default.gguf (generated if absent).");
     return 0;
   }
@@ -48,8 +44,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   cp.n_ctx = static_cast<uint32_t>(a.num("-c", "--ctx-size", 4096));
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
-  cp.type_k = parse_kv_type(a.str("-ctk", "--cache-type-k", "f16"));
-  cp.type_v = parse_kv_type(a.str("-ctv", "--cache-type-v", "f16"));
+  read_kv_flags(a).apply_to(cp);
   SamplerParams sp;
   sp.temperature = static_cast<float>(a.real("--temp", "", 0.8));
   sp.top_k = static_cast<int32_t>(a.num("--top-k", "", 40));

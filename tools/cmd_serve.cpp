@@ -13,6 +13,7 @@
 #include "core/ggml_type.h"
 #include "kernels/numerics.h"
 #include "tools/args.h"
+#include "tools/kv_flags.h"
 #include "tools/commands.h"
 #include "tools/default_model.h"
 #ifdef AGENTKV_HAVE_HTTPLIB
@@ -30,8 +31,6 @@ const char* const kUsage =
     "  -np, --parallel N               slots: requests served at once (default 4)\n"
     "  -t, --threads N                 compute threads (default: all cores)\n"
     "  -ub, --ubatch-size N            tokens per forward pass and per scheduler step (default 512)\n"
-    "  -ctk, --cache-type-k T          K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)\n"
-    "  -ctv, --cache-type-v T          V cache type (same choices, default f16)\n"
     "  --host HOST                     address to listen on (default 127.0.0.1)\n"
     "  --port N                        port (default 8080; 0 = any free port)\n"
     "  --api-key KEY                   require this key (Authorization: Bearer KEY) on all but /health\n"
@@ -70,19 +69,11 @@ const char* const kUsage =
     "  --offline, --no-ui, --no-webui, -v, --verbose\n"
     "                                  accepted: agentkv never downloads, has no web UI yet, logs one line a request\n";
 
-GgmlType cache_type(const std::string& name, const char* option) {
-  static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
-  const auto type = ggml_type_from_name(name);
-  if (!type || !kAllowed.count(name))
-    throw std::invalid_argument(std::string(option) + ": unsupported cache type '" + name +
-                                "' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)");
-  return *type;
-}
-
 int cmd_serve(const std::vector<std::string>& argv) {
   Args a(argv);
   if (a.flag("--help", "-h")) {
     std::fputs(kUsage, stdout);
+    std::fputs(kKvFlagsUsage, stdout);
     return 0;
   }
 #ifdef AGENTKV_HAVE_HTTPLIB
@@ -92,8 +83,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const long long n_slots = a.num("-np", "--parallel", 4);
   cfg.n_threads = static_cast<int>(a.num("-t", "--threads", 0));
   const long long n_ubatch = a.num("-ub", "--ubatch-size", 512);
-  cfg.type_k = cache_type(a.str("-ctk", "--cache-type-k", "f16"), "-ctk");
-  cfg.type_v = cache_type(a.str("-ctv", "--cache-type-v", "f16"), "-ctv");
+  const KvFlags kv = read_kv_flags(a);
+  cfg.type_k = kv.type_k;
+  cfg.type_v = kv.type_v;
+  cfg.kv_rotation = kv.rotation;
+  cfg.kv_rotation_seed = kv.rotation_seed;
   cfg.host = a.str("--host", "", "127.0.0.1");
   const long long port = a.num("--port", "", 8080);
   cfg.api_key = a.str("--api-key", "", "");

@@ -18,8 +18,9 @@ Context::Context(const Model& model, const ContextParams& params)
   std::unique_ptr<memory::KvCache> kv;
   std::unique_ptr<memory::RecurrentMemory> rec;
   if (cfg.n_attention_layers() > 0)
-    kv = std::make_unique<memory::KvCache>(model_.kv_layout(params_.n_ctx, params_.n_seq_max, params_.kv_unified,
-                                                            params_.type_k, params_.type_v));
+    kv = std::make_unique<memory::KvCache>(model_.kv_layout(
+        params_.n_ctx, params_.n_seq_max, params_.kv_unified, params_.type_k, params_.type_v,
+        choose_kv_rotation(cfg, params_.type_k, params_.type_v, params_.kv_rotation, params_.kv_rotation_seed)));
   if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(model_.recurrent_layout(params_.n_seq_max));
   memory_ = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
   memory_->set_shift_supported(model_.can_shift());

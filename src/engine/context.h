@@ -10,6 +10,7 @@
 #include "engine/batch.h"
 #include "kernels/threadpool.h"
 #include "memory/sequence_memory.h"
+#include "model/kv_rotation.h"
 #include "model/model.h"
 
 namespace agentkv {
@@ -22,6 +23,8 @@ struct ContextParams {
   int n_threads = 2;
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
+  KvRotationMode kv_rotation = KvRotationMode::Auto;  // model/kv_rotation.h
+  uint64_t kv_rotation_seed = 0;                      // 0: llama.cpp's plain Hadamard
 };
 
 struct DecodeStats {

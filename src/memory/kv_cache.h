@@ -11,6 +11,7 @@
 #include "agentkv/memory.h"
 #include "core/ggml_type.h"
 #include "memory/kv_cells.h"
+#include "memory/kv_row_rotation.h"
 #include "memory/ubatch.h"
 
 namespace agentkv::memory {
@@ -21,6 +22,7 @@ struct KvLayout {
   int64_t n_embd_v = 0;
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
+  KvRotation rotation;
   uint32_t n_cells = 0;   // cells per stream
   uint32_t n_seq_max = 1;
   bool unified = true;    // one stream shared by all sequences, else one stream per sequence

@@ -46,6 +46,7 @@ KvImage kv_state_view(const KvCache& kv, SeqId seq) {
   KvImage img;
   img.layout.type_k = L.type_k;
   img.layout.type_v = L.type_v;
+  img.layout.rotation = L.rotation;
   img.layout.n_embd_k = L.n_embd_k;
   img.layout.n_embd_v = L.n_embd_v;
   for (size_t il = 0; il < L.layer_has_kv.size(); ++il)
@@ -233,8 +234,35 @@ KvImage read_kv_section(StateReader& r, bool per_sequence) {
   return img;
 }
 
+void write_kv_rotation_section(StateWriter& w, const KvRotation& rot) {
+  w.u32(rot.k_block);
+  w.u32(rot.v_block);
+  w.u64(rot.seed);
+}
+
+KvRotation read_kv_rotation_section(StateReader& r) {
+  KvRotation rot;
+  rot.k_block = r.u32("KV rotation: K block");
+  rot.v_block = r.u32("KV rotation: V block");
+  rot.seed = r.u64("KV rotation: seed");
+  r.expect_end("KV rotation section");
+  if (!rot.active()) r.fail("KV rotation section that rotates nothing");
+  for (uint32_t b : {rot.k_block, rot.v_block})
+    if (b != 0 && (b & (b - 1)) != 0) r.fail("KV rotation: block " + std::to_string(b) + " is not a power of two");
+  return rot;
+}
+
+std::string rotation_label(const KvRotation& rot) {
+  if (!rot.active()) return "no KV rotation";
+  return "KV rotation K block " + std::to_string(rot.k_block) + ", V block " + std::to_string(rot.v_block) +
+         ", seed " + std::to_string(rot.seed);
+}
+
 void check_kv_layout(const KvCache& kv, const KvImageLayout& L) {
   const KvLayout& mine = kv.layout();
+  if (!(L.rotation == mine.rotation))
+    throw Error("state: made with " + rotation_label(L.rotation) + ", but this cache stores rows with " +
+                rotation_label(mine.rotation) + " (the same --kv-rotation and seed are needed to restore it)");
   if (L.type_k != mine.type_k || L.type_v != mine.type_v)
     throw Error("state: KV types K=" + type_label(L.type_k) + " V=" + type_label(L.type_v) +
                 " in the state, but this cache stores K=" + type_label(mine.type_k) + " V=" +

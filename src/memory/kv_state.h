@@ -18,6 +18,9 @@ void write_kv_section(StateWriter& w, const KvImage& image);
 // Parses and checks the structure (known types, block-exact row sizes, ranges inside the saving
 // layout, cells in order); rows are views into the reader's bytes. Throws agentkv::Error.
 KvImage read_kv_section(StateReader& r, bool per_sequence);
+// The KV rotation a KV section's rows were stored under (written beside it only when active).
+void write_kv_rotation_section(StateWriter& w, const KvRotation& rot);
+KvRotation read_kv_rotation_section(StateReader& r);
 
 // Throws agentkv::Error unless the image's rows fit this cache: same K/V types and widths, same
 // KV layers.

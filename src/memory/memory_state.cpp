@@ -70,6 +70,8 @@ StateReader* find_section(std::vector<Section>& sections, uint32_t tag) {
 
 void write_image_sections(SectionListWriter& list, const MemoryImage& img) {
   if (img.kv) list.add(kSectionKv, [&](StateWriter& w) { write_kv_section(w, *img.kv); });
+  if (img.kv && img.kv->layout.rotation.active())
+    list.add(kSectionKvRotation, [&](StateWriter& w) { write_kv_rotation_section(w, img.kv->layout.rotation); });
   if (img.rec) list.add(kSectionRecurrent, [&](StateWriter& w) { write_rec_section(w, *img.rec); });
 }
 
@@ -90,6 +92,9 @@ MemoryImage image_from_sections(std::vector<Section>& sections, SeqId seq, uint3
   if (StateReader* kv = find_section(sections, kSectionKv)) {
     if (flags & kStatePartialOnly) r.fail(where + ": a partial state carries a KV section");
     img.kv = read_kv_section(*kv, seq >= 0);
+    if (StateReader* rot = find_section(sections, kSectionKvRotation)) img.kv->layout.rotation = read_kv_rotation_section(*rot);
+  } else if (find_section(sections, kSectionKvRotation)) {
+    r.fail(where + ": a KV rotation section without a KV section");
   }
   if (StateReader* rec = find_section(sections, kSectionRecurrent)) img.rec = read_rec_section(*rec, seq >= 0);
   return img;
@@ -284,6 +289,7 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
   StateReader content = r.sub(body - r.offset(), "sections");
   std::vector<uint32_t> known = {kSectionKv, kSectionRecurrent, kSectionTokens, kSectionLogits, kSectionCheckpoints};
   if (c.version >= 2) known.push_back(kSectionPages);
+  if (c.version >= 3) known.push_back(kSectionKvRotation);
   std::vector<Section> sections = read_section_list(content, known, "state");
   content.expect_end("sections");
   c.memory = image_from_sections(sections, seq, flags, content, "state");
@@ -315,7 +321,9 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
       const uint32_t cflags = k->u32(where + ": flags");
       check_header_fields(*k, cseq, cflags, where);
       if (cp.pos < 0) k->fail(where + ": invalid position " + std::to_string(cp.pos));
-      std::vector<Section> inner = read_section_list(*k, {kSectionKv, kSectionRecurrent}, where);
+      std::vector<Section> inner =
+          c.version >= 3 ? read_section_list(*k, {kSectionKv, kSectionRecurrent, kSectionKvRotation}, where)
+                         : read_section_list(*k, {kSectionKv, kSectionRecurrent}, where);
       cp.image = image_from_sections(inner, cseq, cflags, *k, where);
       c.checkpoints.push_back(std::move(cp));
     }

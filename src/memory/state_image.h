@@ -11,6 +11,7 @@
 
 #include "core/ggml_type.h"
 #include "memory/kv_cells.h"
+#include "memory/kv_row_rotation.h"
 #include "memory/ubatch.h"
 
 namespace agentkv::memory {
@@ -52,6 +53,7 @@ class RowCursor {
 struct KvImageLayout {
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
+  KvRotation rotation;  // its own section (kSectionKvRotation), present only when active
   int64_t n_embd_k = 0;
   int64_t n_embd_v = 0;
   std::vector<int32_t> kv_layers;  // model layer index of every KV layer, ascending

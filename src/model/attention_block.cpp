@@ -6,6 +6,7 @@
 
 #include "core/op_profile.h"
 #include "kernels/ops.h"
+#include "kernels/hadamard.h"
 #include "kernels/quant.h"
 
 namespace agentkv {
@@ -38,11 +39,32 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
   const int64_t n_q = static_cast<int64_t>(shape.n_head) * shape.head_dim;
   const auto& layout = kv.layout();
 
-  // 1. Store K and V rows in their cells (converted to the cache's element type).
+  // 1. Store K and V rows in their cells (converted to the cache's element type), rotated first
+  //    when the cache stores them rotated (model/kv_rotation.h): then Q is rotated as K, and the
+  //    output (a mix of rotated V rows) is turned back once per token.
+  const KvRotators* rot = layout.rotation.active() ? &ws.rotators(layout.rotation) : nullptr;
+  float* rotated_row = rot ? ws.get(kAttentionWorkspaceSlot + 3, static_cast<size_t>(n_embd_k)) : nullptr;
+  auto store = [&](const HadamardRotation* r, GgmlType type, const float* row, uint8_t* cell_row) {
+    if (r && r->active()) {
+      std::copy(row, row + n_embd_k, rotated_row);
+      r->apply(rotated_row, n_embd_k);
+      row = rotated_row;
+    }
+    quantize_row(type, row, cell_row, n_embd_k);
+  };
   for (int64_t t = 0; t < n_tokens; ++t) {
     const auto& ref = placement[t];
-    quantize_row(layout.type_k, k + t * n_embd_k, kv.k_data(layer, ref.stream) + ref.cell * kv.row_bytes_k(), n_embd_k);
-    quantize_row(layout.type_v, v + t * n_embd_k, kv.v_data(layer, ref.stream) + ref.cell * kv.row_bytes_v(), n_embd_k);
+    store(rot ? &rot->k : nullptr, layout.type_k, k + t * n_embd_k, kv.k_data(layer, ref.stream) + ref.cell * kv.row_bytes_k());
+    store(rot ? &rot->v : nullptr, layout.type_v, v + t * n_embd_k, kv.v_data(layer, ref.stream) + ref.cell * kv.row_bytes_v());
+  }
+  if (rot && rot->k.active()) {  // rotated queries, so that scores equal the unrotated ones
+    float* q_rot = ws.get(kAttentionWorkspaceSlot + 4, static_cast<size_t>(n_tokens * n_q));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      std::copy(q + t * q_stride, q + t * q_stride + n_q, q_rot + t * n_q);
+      rot->k.apply(q_rot + t * n_q, n_q);
+    }
+    q = q_rot;
+    q_stride = n_q;
   }
 
   // 2. Attention per group of tokens that see one sequence's keys, listed by position: the sums
@@ -88,6 +110,8 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
       for (int64_t i = 0; i < nt; ++i)
         std::copy(out_rows + i * n_q, out_rows + (i + 1) * n_q, out + tokens[i] * n_q);
   }
+  if (rot && rot->v.active())
+    for (int64_t t = 0; t < n_tokens; ++t) rot->v.apply_inverse(out + t * n_q, n_q);
 }
 
 }  // namespace agentkv

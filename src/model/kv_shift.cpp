@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "model/kv_rotation.h"
 #include "model/model.h"
 
 namespace agentkv {
@@ -23,6 +24,10 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
   const int64_t n_heads = n_embd / rope.head_dim;
   const size_t row_bytes = kv.row_bytes_k();
   const GgmlType type = layout.type_k;
+  // Rotated keys (model/kv_rotation.h) are turned back before RoPE and rotated again after, as
+  // llama.cpp's shift does: the Hadamard rotation does not commute with RoPE.
+  const KvRotators rotators(layout.rotation);
+  const HadamardRotation& k_rot = rotators.k;
   std::vector<int> kv_layers;
   for (size_t il = 0; il < layout.layer_has_kv.size(); ++il)
     if (layout.layer_has_kv[il]) kv_layers.push_back(static_cast<int>(il));
@@ -47,7 +52,9 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
           uint8_t* stored = base + static_cast<size_t>(cell) * row_bytes;
           float* x = type == GgmlType::F32 ? reinterpret_cast<float*>(stored) : row.data();
           if (type != GgmlType::F32) dequantize_row(type, stored, x, n_embd);
+          k_rot.apply_inverse(x, n_embd);
           for (int64_t h = 0; h < n_heads; ++h) rope_neox_apply(x + h * rope.head_dim, rope.n_rot, cos_sin.data());
+          k_rot.apply(x, n_embd);
           if (type != GgmlType::F32) quantize_row(type, x, stored, n_embd);
         }
       }

@@ -42,7 +42,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
 }
 
 memory::KvLayout Model::kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified,
-                                  GgmlType type_k, GgmlType type_v) const {
+                                  GgmlType type_k, GgmlType type_v, const memory::KvRotation& rotation) const {
   memory::KvLayout l;
   l.layer_has_kv.resize(config_.n_layer);
   for (int il = 0; il < config_.n_layer; ++il) l.layer_has_kv[il] = !config_.is_recurrent(il);
@@ -50,6 +50,7 @@ memory::KvLayout Model::kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool uni
   l.n_embd_v = config_.n_head_kv * config_.head_dim_v;
   l.type_k = type_k;
   l.type_v = type_v;
+  l.rotation = rotation;
   l.n_cells = n_cells;
   l.n_seq_max = n_seq_max;
   l.unified = unified;

@@ -2,6 +2,7 @@
 // architecture (src/model/<arch>.cpp); Model::load picks it from general.architecture.
 #pragma once
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "memory/recurrent.h"
 #include "memory/ubatch.h"
 #include "model/config.h"
+#include "model/kv_rotation.h"
 #include "tokenizer/tokenizer.h"
 
 namespace agentkv {
@@ -31,8 +33,19 @@ class Workspace {
   // position, masks) are built once per micro-batch, not once per layer.
   std::vector<memory::AttentionGroup> attention_groups;
   uint64_t groups_batch_id = 0;
+
+  // The KV rotation's transforms (signs drawn once, not per layer).
+  const KvRotators& rotators(const memory::KvRotation& r) {
+    if (!rotators_ || !(rotators_key_ == r)) {
+      rotators_.emplace(r);
+      rotators_key_ = r;
+    }
+    return *rotators_;
+  }
  private:
   std::vector<std::vector<float>> bufs_;
+  std::optional<KvRotators> rotators_;
+  memory::KvRotation rotators_key_;
 };
 
 // The memories a forward pass reads and writes: the attention KV cache (attention layers) and the
@@ -66,7 +79,7 @@ class Model {
 
   // Layout of the attention KV cache this model needs.
   memory::KvLayout kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified, GgmlType type_k,
-                             GgmlType type_v) const;
+                             GgmlType type_v, const memory::KvRotation& rotation = {}) const;
 
   // Layout of the recurrent memory (hybrid models only; n_conv = n_ssm = 0 otherwise).
   memory::RecurrentLayout recurrent_layout(uint32_t n_seq_max) const;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -237,6 +238,7 @@ class HttpServer {
   void detokenize(const Request& req, Response& res);
   void apply_template(const Request& req, Response& res);
   void props(Response& res);
+  Json kv_cache_props() const;
   void slots(const Request& req, Response& res);
   void metrics(Response& res);
   void models(Response& res);
@@ -307,6 +309,8 @@ bool HttpServer::load() {
     cp.n_threads = cfg_.n_threads > 0 ? cfg_.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     cp.type_k = cfg_.type_k;
     cp.type_v = cfg_.type_v;
+    cp.kv_rotation = cfg_.kv_rotation;
+    cp.kv_rotation_seed = cfg_.kv_rotation_seed;
     const uint32_t n_positions = cp.n_ctx;
     // --cache-ram: room for cached pages beyond the context, as KV cells (untouched cells cost
     // no memory); pages no slot uses are evicted only when all of it is taken.
@@ -317,6 +321,10 @@ bool HttpServer::load() {
              std::string(ggml_type_name(cp.type_k)).c_str(), std::string(ggml_type_name(cp.type_v)).c_str(),
              cp.n_threads);
     e->ctx = std::make_unique<Context>(*e->model, cp);
+    if (const memory::KvCache* kv = e->ctx->memory().kv(); kv && kv->layout().rotation.active())
+      log_line("KV rows Hadamard-rotated: K block %u, V block %u, sign seed %llu (--kv-rotation %s)",
+               kv->layout().rotation.k_block, kv->layout().rotation.v_block,
+               static_cast<unsigned long long>(kv->layout().rotation.seed), kv_rotation_mode_name(cp.kv_rotation));
 
     const Tokenizer& tok = e->model->tokenizer();
     try {
@@ -737,6 +745,13 @@ void HttpServer::cache_lookup(const Request& req, Response& res) {
   // scorer, docs/deploy.md). The prompt is rendered and tokenized as a completion would be.
   Engine& e = *engine_;
   const Json body = parse_body_object(req.body);
+  // What renders the prompt, and the salt; a field meant for a completion is a client's mistake.
+  static const std::set<std::string> kLookupFields = {"prompt", "messages", "tools", "tool_choice",
+                                                      "chat_template_kwargs", "add_generation_prompt",
+                                                      "cache_salt", "model", "session_id"};
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (!kLookupFields.count(it.key()))
+      throw invalid_request("field '" + it.key() + "' is not supported by /v1/cache/lookup (it evaluates nothing)");
   const std::vector<PromptPart> parts = prompt_or_messages(e, body);
   const std::vector<Token> prompt = tokenize_prompt(e.model->tokenizer(), parts, /*add_special=*/true);
   const size_t cached = e.scheduler->cached_prefix(prompt, read_string(body, "cache_salt", ""));
@@ -810,6 +825,19 @@ void HttpServer::apply_template(const Request& req, Response& res) {
   send_json(res, Json{{"prompt", engine_->chat->apply(body)}});
 }
 
+// What the KV cache stores: element types and the rotation of its rows (docs/quant-types.md).
+Json HttpServer::kv_cache_props() const {
+  const memory::KvCache* kv = engine_->ctx->memory().kv();
+  if (!kv) return nullptr;
+  const memory::KvLayout& l = kv->layout();
+  return Json{{"type_k", std::string(ggml_type_name(l.type_k))},
+              {"type_v", std::string(ggml_type_name(l.type_v))},
+              {"rotation", kv_rotation_mode_name(cfg_.kv_rotation)},
+              {"rotation_k_block", l.rotation.k_block},
+              {"rotation_v_block", l.rotation.v_block},
+              {"rotation_seed", l.rotation.seed}};
+}
+
 void HttpServer::props(Response& res) {
   const Engine& e = *engine_;
   const CompletionParams& defaults = request_defaults_;
@@ -836,6 +864,7 @@ void HttpServer::props(Response& res) {
                      // agentkv: one prefix index for all slots; numerics independent of batching
                      {"share_prefixes", cfg_.share_prefixes},
                      {"batch_invariant", batch_invariant()},
+                     {"kv_cache", kv_cache_props()},
                  });
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/ggml_type.h"
+#include "model/kv_rotation.h"
 
 namespace agentkv::server {
 
@@ -24,6 +25,8 @@ struct ServerConfig {
   int n_threads = 0;                 // 0: hardware concurrency
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
+  KvRotationMode kv_rotation = KvRotationMode::Auto;  // --kv-rotation
+  uint64_t kv_rotation_seed = 0;                      // --kv-rotation-seed
   size_t max_body_bytes = 16u << 20;
   double slot_similarity = 0.10;     // llama-server's --slot-prompt-similarity
   int http_threads = 0;              // connections served at once, one thread each; 0: 256

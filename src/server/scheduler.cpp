@@ -54,8 +54,13 @@ Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
     ic.page_tokens = cfg_.page_tokens;
     ic.holder = cfg_.n_slots;
     const memory::KvLayout& kl = mem.kv()->layout();
+    // Pages name what their rows hold: the model, the KV types and the rotation they are stored under.
     ic.fingerprint = cfg_.model_fingerprint ^ (static_cast<uint64_t>(kl.type_k) << 48) ^
-                     (static_cast<uint64_t>(kl.type_v) << 56);
+                     (static_cast<uint64_t>(kl.type_v) << 56) ^
+                     (kl.rotation.active() ? (kl.rotation.seed * 0x9e3779b97f4a7c15ull) ^
+                                                 (static_cast<uint64_t>(kl.rotation.k_block) << 20) ^
+                                                 (static_cast<uint64_t>(kl.rotation.v_block) << 34) ^ 1
+                                           : 0);
     ic.snapshot_bytes = cfg_.checkpoint_bytes;
     index_ = mem.prefix_index() ? mem.prefix_index() : &mem.enable_prefix_index(ic);
   }

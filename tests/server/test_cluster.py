@@ -152,6 +152,8 @@ def test_session_header_and_cache_lookup_on_one_instance(tmp_path, reference):
         assert status == 200 and body["n_cached_tokens"] == 0, body  # salts keep tenants apart here too
         status, body = server.post("/v1/cache/lookup", {"nothing": 1})
         assert status == 400, body
+        status, body = server.post("/v1/cache/lookup", {"prompt": prompt, "n_predict": 3})
+        assert status == 400 and "n_predict" in body["error"]["message"], body  # evaluates nothing
         status, body = server.request("POST", "/completion", {"prompt": prompt, "n_predict": 1},
                                       headers={"X-Session-Id": "x" * 300})
         assert status == 400 and "X-Session-Id" in body["error"]["message"], body

@@ -1,0 +1,35 @@
+#include "tools/kv_flags.h"
+
+#include <set>
+#include <stdexcept>
+#include <string>
+
+namespace agentkv::tools {
+
+GgmlType parse_kv_cache_type(const std::string& name, const char* option) {
+  static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
+  const auto type = ggml_type_from_name(name);
+  if (!type || !kAllowed.count(name))
+    throw std::invalid_argument(std::string(option) + ": unsupported cache type '" + name +
+                                "' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)");
+  return *type;
+}
+
+KvFlags read_kv_flags(Args& a) {
+  KvFlags f;
+  f.type_k = parse_kv_cache_type(a.str("-ctk", "--cache-type-k", "f16"), "-ctk");
+  f.type_v = parse_kv_cache_type(a.str("-ctv", "--cache-type-v", "f16"), "-ctv");
+  f.rotation = parse_kv_rotation_mode(a.str("--kv-rotation", "", "auto"));
+  const long long seed = a.num("--kv-rotation-seed", "", 0);
+  if (seed < 0) throw std::invalid_argument("--kv-rotation-seed must be non-negative");
+  f.rotation_seed = static_cast<uint64_t>(seed);
+  return f;
+}
+
+const char* const kKvFlagsUsage =
+    "  -ctk, --cache-type-k T          K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)\n"
+    "  -ctv, --cache-type-v T          V cache type (same choices, default f16)\n"
+    "  --kv-rotation auto|on|off       Hadamard-rotate K/V rows: auto = the quantized ones, as llama.cpp (default)\n"
+    "  --kv-rotation-seed N            random signs of the rotation (default 0: none, llama.cpp's matrix)\n";
+
+}  // namespace agentkv::tools

@@ -1,0 +1,34 @@
+// The KV-cache options every command shares: -ctk / -ctv (element types), --kv-rotation and
+// --kv-rotation-seed (model/kv_rotation.h). One parser, so the commands agree on names and errors.
+#pragma once
+#include <cstdint>
+
+#include "core/ggml_type.h"
+#include "engine/context.h"
+#include "model/kv_rotation.h"
+#include "tools/args.h"
+
+namespace agentkv::tools {
+
+struct KvFlags {
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
+  KvRotationMode rotation = KvRotationMode::Auto;
+  uint64_t rotation_seed = 0;
+
+  void apply_to(ContextParams& cp) const {
+    cp.type_k = type_k;
+    cp.type_v = type_v;
+    cp.kv_rotation = rotation;
+    cp.kv_rotation_seed = rotation_seed;
+  }
+};
+
+// Throws std::invalid_argument naming the option for a type the KV cache cannot store.
+KvFlags read_kv_flags(Args& a);
+GgmlType parse_kv_cache_type(const std::string& name, const char* option);
+
+// Usage lines for the options above (two-space indent, 34-column option field).
+extern const char* const kKvFlagsUsage;
+
+}  // namespace agentkv::tools
