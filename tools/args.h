@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/ggml_type.h"
+
 namespace agentkv::tools {
 
 class Args {
@@ -89,5 +91,12 @@ class Args {
   std::vector<std::string> args_;
   std::vector<bool> used_;
 };
+
+// A -ctk / -ctv value ("f16", "q8_0", ...); std::invalid_argument for a name ggml does not know.
+inline GgmlType parse_kv_type(const std::string& s) {
+  auto t = ggml_type_from_name(s);
+  if (!t) throw std::invalid_argument("unknown KV type '" + s + "'");
+  return *t;
+}
 
 }  // namespace agentkv::tools

@@ -95,12 +95,6 @@ double time_decode(Context& ctx, int64_t depth, int64_t n, int n_seq, std::mt199
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-GgmlType parse_kv_type(const std::string& s) {
-  auto t = ggml_type_from_name(s);
-  if (!t) throw std::invalid_argument("unknown KV type '" + s + "'");
-  return *t;
-}
-
 std::string human_bytes(uint64_t b) {
   char buf[64];
   if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
@@ -149,9 +143,9 @@ int bench_fake_prefix_op(Args& a) {
 }
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  if (!argv.empty() && argv[0] == "grammar") {
+  if (!argv.empty() && (argv[0] == "grammar" || argv[0] == "quality")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));
-    return bench_grammar(sub);
+    return argv[0] == "grammar" ? bench_grammar(sub) : bench_quality(sub);
   }
   if (!argv.empty() && (argv[0] == "fakeprefix" || argv[0] == "turns" || argv[0] == "handoff")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));  // measurement benches: bench_*.cpp
@@ -168,7 +162,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
               "         slots) and reports their aggregate tokens/s\n"
               "       agentkv bench --fake-prefix-op -m MODEL [-L 1024,8192,32768] [-r 50]\n"
               "       agentkv bench fakeprefix|turns|handoff --help   (docs/measurement.md)\n"
-              "       agentkv bench grammar -m MODEL [--json-schema F | --grammar F] [-n 128] [-r 3] [-t 2]");
+              "       agentkv bench grammar -m MODEL [--json-schema F | --grammar F] [-n 128] [-r 3] [-t 2]\n"
+              "       agentkv bench quality -m MODEL -f TEXT [--kv-types all] ...   (--help; docs/quality-bench.md)");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");

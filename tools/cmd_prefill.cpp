@@ -32,12 +32,6 @@ const char* const kUsage =
     "  -ub, --ubatch-size N  tokens per forward pass (default 512)\n"
     "  -ctk, -ctv T          cache types (default f16; must match the server's)\n";
 
-GgmlType cache_type(const std::string& name) {
-  const auto type = ggml_type_from_name(name);
-  if (!type) throw std::invalid_argument("unknown cache type '" + name + "'");
-  return *type;
-}
-
 int cmd_prefill(const std::vector<std::string>& argv) {
   Args a(argv);
   if (a.flag("--help", "-h")) {
@@ -50,8 +44,8 @@ int cmd_prefill(const std::vector<std::string>& argv) {
   const long long n_ctx = a.num("-c", "--ctx-size", 0);
   const long long n_threads = a.num("-t", "--threads", 2);
   const long long n_ubatch = a.num("-ub", "--ubatch-size", 512);
-  const GgmlType type_k = cache_type(a.str("-ctk", "--cache-type-k", "f16"));
-  const GgmlType type_v = cache_type(a.str("-ctv", "--cache-type-v", "f16"));
+  const GgmlType type_k = parse_kv_type(a.str("-ctk", "--cache-type-k", "f16"));
+  const GgmlType type_v = parse_kv_type(a.str("-ctv", "--cache-type-v", "f16"));
   a.finish();
   if (prompt.empty()) throw std::invalid_argument("-p TEXT is required");
   if (output.empty()) throw std::invalid_argument("-o STATE is required");

@@ -23,12 +23,6 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-GgmlType parse_kv_type(const std::string& s) {
-  auto t = ggml_type_from_name(s);
-  if (!t) throw std::invalid_argument("unknown KV type '" + s + "'");
-  return *t;
-}
-
 int cmd_run(const std::vector<std::string>& argv) {
   Args a(argv);
   if (a.flag("--help", "-h")) {
