@@ -127,12 +127,11 @@ PerplexityResult measure_perplexity(Context& ctx, const std::vector<Token>& text
   return r;
 }
 
-// Greedy continuation of each case; recall per depth, in the order of `depths`.
-std::vector<double> measure_passkey_recall(Context& ctx, const std::vector<PasskeyCase>& cases,
-                                           const std::vector<long long>& depths) {
+// The greedy answer to each case, in the order of `cases`.
+std::vector<std::string> answer_passkey_cases(Context& ctx, const std::vector<PasskeyCase>& cases) {
   const Tokenizer& tok = ctx.model().tokenizer();
   const int64_t n_vocab = ctx.model().n_vocab();
-  std::vector<double> recalled(depths.size(), 0), total(depths.size(), 0);
+  std::vector<std::string> answers;
   Batch b;
   for (const PasskeyCase& c : cases) {
     ctx.memory().clear();
@@ -149,8 +148,18 @@ std::vector<double> measure_passkey_recall(Context& ctx, const std::vector<Passk
       b.add(next, static_cast<memory::Pos>(c.prompt.size() + i), {0}, true);
       if (ctx.decode(b) != 0) throw Error("a pass-key answer does not fit in the context");
     }
-    const size_t d = std::find(depths.begin(), depths.end(), c.depth) - depths.begin();
-    recalled[d] += passkey_recalled(answer, c.key);
+    answers.push_back(answer);
+  }
+  return answers;
+}
+
+// Recall per depth (in the order of `depths`) of the answers to `cases`.
+std::vector<double> recall_by_depth(const std::vector<PasskeyCase>& cases, const std::vector<std::string>& answers,
+                                    const std::vector<long long>& depths) {
+  std::vector<double> recalled(depths.size(), 0), total(depths.size(), 0);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const size_t d = std::find(depths.begin(), depths.end(), cases[i].depth) - depths.begin();
+    recalled[d] += passkey_recalled(answers[i], cases[i].key);
     total[d] += 1;
   }
   for (size_t d = 0; d < depths.size(); ++d) recalled[d] = total[d] > 0 ? recalled[d] / total[d] : 0;
@@ -161,7 +170,8 @@ struct SettingResult {
   KvSetting kv;
   bool is_reference = false;  // this row's run is the reference the others are compared with
   std::optional<PerplexityResult> perplexity;
-  std::vector<double> recall;  // per depth
+  std::vector<std::string> passkey_answers;  // per case
+  std::vector<double> recall;                 // per depth
   double seconds = 0;
 };
 
@@ -193,6 +203,7 @@ struct Report {
   std::vector<long long> depths;
   int64_t passkey_cases = 0;
   uint64_t seed = 0;
+  std::vector<PasskeyCase> cases;
   std::vector<SettingResult> rows;
 
   double ppl_delta_pct(const SettingResult& r) const {
@@ -242,6 +253,13 @@ nlohmann::json to_json(const Report& rep) {
     nlohmann::json recall = nlohmann::json::object();
     for (size_t d = 0; d < r.recall.size(); ++d) recall[std::to_string(rep.depths[d])] = r.recall[d];
     row["recall"] = recall;
+    auto answers = nlohmann::json::array();  // what the model said: the first thing to read when recall is low
+    for (size_t i = 0; i < r.passkey_answers.size(); ++i) {
+      const PasskeyCase& c = rep.cases[i];
+      answers.push_back({{"depth", c.depth}, {"case", c.case_index}, {"key", c.key}, {"needle_at", c.needle_at},
+                         {"answer", r.passkey_answers[i]}, {"recalled", passkey_recalled(r.passkey_answers[i], c.key)}});
+    }
+    row["passkey_answers"] = answers;
     rows.push_back(row);
   }
   j["results"] = rows;
@@ -384,8 +402,10 @@ int bench_quality(Args& a) {
   if (out_fmt != "md" && out_fmt != "json") throw std::invalid_argument("-o must be md or json");
   if (rep.passkey_cases < 0) throw std::invalid_argument("--passkey-cases must be >= 0");
   if (rep.passkey_cases == 0) rep.depths.clear();
-  for (long long d : rep.depths)
-    if (d < 1 || d > (1 << 24)) throw std::invalid_argument("--passkey-depths must be in [1, 2^24]");
+  for (size_t i = 0; i < rep.depths.size(); ++i)
+    if (rep.depths[i] < 1 || rep.depths[i] > (1 << 24) ||
+        std::find(rep.depths.begin(), rep.depths.begin() + i, rep.depths[i]) != rep.depths.begin() + i)
+      throw std::invalid_argument("--passkey-depths must be distinct depths in [1, 2^24]");
 
   auto model = Model::load(rep.model_path);
   rep.arch = model->config().arch_key;
@@ -398,9 +418,8 @@ int bench_quality(Args& a) {
     throw std::invalid_argument("--chunks 0 scores nothing: no reference to save or compare");
 
   const PasskeyCaseBuilder builder(model->tokenizer(), text);
-  std::vector<PasskeyCase> cases;
   for (long long d : rep.depths)
-    for (int64_t i = 0; i < rep.passkey_cases; ++i) cases.push_back(builder.build(d, i, rep.seed));
+    for (int64_t i = 0; i < rep.passkey_cases; ++i) rep.cases.push_back(builder.build(d, i, rep.seed));
 
   ReferenceHeader ref_header;
   std::optional<TempReferencePath> temp_reference;
@@ -442,17 +461,19 @@ int bench_quality(Args& a) {
       std::fprintf(stderr, "bench quality: %s: PPL %.4f over %lld tokens (%.1f s)\n", row.kv.label().c_str(),
                    row.perplexity->ppl, static_cast<long long>(rep.plan->n_scored()), seconds_since(t0));
     }
-    if (!cases.empty()) {
+    if (!rep.cases.empty()) {
       const auto t1 = Clock::now();
-      row.recall = measure_passkey_recall(ctx, cases, rep.depths);
-      std::fprintf(stderr, "bench quality: %s: pass-key, %zu cases (%.1f s)\n", row.kv.label().c_str(), cases.size(),
-                   seconds_since(t1));
+      row.passkey_answers = answer_passkey_cases(ctx, rep.cases);
+      row.recall = recall_by_depth(rep.cases, row.passkey_answers, rep.depths);
+      std::fprintf(stderr, "bench quality: %s: pass-key, %zu cases (%.1f s)\n", row.kv.label().c_str(),
+                   rep.cases.size(), seconds_since(t1));
     }
     row.seconds = seconds_since(t0);
     rep.rows.push_back(std::move(row));
   }
 
-  if (out_fmt == "json") std::cout << to_json(rep).dump(2) << "\n";
+  // Answers are raw token pieces, possibly cut inside a UTF-8 character: replace, do not throw.
+  if (out_fmt == "json") std::cout << to_json(rep).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   else print_markdown(rep);
   if (!plot_path.empty()) write_recall_plot(plot_path, rep);
   return 0;

@@ -61,7 +61,7 @@ def test_reference_reproduced_exactly_and_q8_0_close(reference, tmp_path):
     assert report["passkey"] == {"depths": DEPTHS, "cases": 2, "seed": 1}
     f16, q8 = report["results"]
     expected = {"type_k", "type_v", "is_reference", "seconds", "ppl", "ppl_delta_pct", "n_scored", "kl_mean",
-                "kl_p99", "kl_max", "top1_agreement", "mean_abs_dlogprob_top1", "recall"}
+                "kl_p99", "kl_max", "top1_agreement", "mean_abs_dlogprob_top1", "recall", "passkey_answers"}
     assert set(f16) == expected and set(q8) == expected
     assert not f16["is_reference"] and not q8["is_reference"]
     # The same settings as the reference: the same distributions, bit for bit.
@@ -75,6 +75,14 @@ def test_reference_reproduced_exactly_and_q8_0_close(reference, tmp_path):
     for row in (f16, q8):
         assert sorted(row["recall"]) == sorted(str(d) for d in DEPTHS)
         assert all(0 <= x <= 1 for x in row["recall"].values())
+        answers = row["passkey_answers"]
+        assert [(a["depth"], a["case"]) for a in answers] == [(d, i) for d in DEPTHS for i in range(2)]
+        assert all(10000 <= a["key"] <= 99999 and isinstance(a["answer"], str) for a in answers)
+        for d in DEPTHS:
+            at_d = [a["recalled"] for a in answers if a["depth"] == d]
+            assert row["recall"][str(d)] == sum(at_d) / len(at_d)
+    # The cases are the same for every setting.
+    assert [a["key"] for a in f16["passkey_answers"]] == [a["key"] for a in q8["passkey_answers"]]
     xml.dom.minidom.parse(str(plot))
 
 
