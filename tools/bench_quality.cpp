@@ -43,22 +43,33 @@ struct KvSetting {
   std::string label() const { return std::string(ggml_type_name(k)) + "/" + std::string(ggml_type_name(v)); }
 };
 
+// The KV cache types agentkv has (memory/kv_cache.cpp), f16 first: the reference of `all`.
+const std::vector<std::string> kKvCacheTypes = {"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+
+// One KV cache type, checked before any work (the cache would refuse it only when its row runs).
+GgmlType kv_cache_type(const std::string& name) {
+  const GgmlType t = parse_kv_type(name);
+  if (std::find(kKvCacheTypes.begin(), kKvCacheTypes.end(), std::string(ggml_type_name(t))) == kKvCacheTypes.end())
+    throw std::invalid_argument("'" + name + "' is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
+  return t;
+}
+
 // --kv-types: "all" (every KV cache type for both K and V, f16 first: the in-process reference),
 // or a list of "T" (K and V of type T) and "TK/TV" entries. Empty: the -ctk / -ctv pair.
-std::vector<KvSetting> parse_kv_settings(const std::string& list, KvSetting single) {
-  if (list.empty()) return {single};
+std::vector<KvSetting> parse_kv_settings(const std::string& list, const std::string& ctk, const std::string& ctv) {
   std::vector<std::string> names;
-  if (list == "all") names = {"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+  if (list == "all") names = kKvCacheTypes;
   else
-    for (std::stringstream ss(list); ss.good();) {
+    for (std::stringstream ss(list); !list.empty() && ss.good();) {
       std::string item;
       std::getline(ss, item, ',');
       names.push_back(item);
     }
+  if (names.empty()) return {{kv_cache_type(ctk), kv_cache_type(ctv)}};
   std::vector<KvSetting> out;
   for (const auto& n : names) {
     const auto slash = n.find('/');
-    out.push_back({parse_kv_type(n.substr(0, slash)), parse_kv_type(slash == std::string::npos ? n : n.substr(slash + 1))});
+    out.push_back({kv_cache_type(n.substr(0, slash)), kv_cache_type(slash == std::string::npos ? n : n.substr(slash + 1))});
   }
   return out;
 }
@@ -387,9 +398,9 @@ int bench_quality(Args& a) {
   rep.depths = a.nums("--passkey-depths", "", {512, 1024, 2048, 4096});
   rep.passkey_cases = a.num("--passkey-cases", "", 10);
   rep.seed = static_cast<uint64_t>(a.num("--seed", "", 1));
-  const KvSetting single{parse_kv_type(a.str("-ctk", "--cache-type-k", "f16")),
-                         parse_kv_type(a.str("-ctv", "--cache-type-v", "f16"))};
-  const std::vector<KvSetting> settings = parse_kv_settings(a.str("--kv-types", "", ""), single);
+  const std::string ctk = a.str("-ctk", "--cache-type-k", "f16");
+  const std::string ctv = a.str("-ctv", "--cache-type-v", "f16");
+  const std::vector<KvSetting> settings = parse_kv_settings(a.str("--kv-types", "", ""), ctk, ctv);
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));

@@ -125,3 +125,9 @@ def test_bad_reference_files_are_refused(tmp_path):
     assert r.returncode != 0 and "bad magic" in r.stderr, r.stderr
     r = quality("--reference", str(junk), "--save-reference", str(tmp_path / "x.ref"))
     assert r.returncode != 0 and "exclude each other" in r.stderr
+
+
+def test_a_type_that_is_no_kv_cache_type_is_refused_before_any_work():
+    r = quality("--kv-types", "f16,q4_K")
+    assert r.returncode != 0 and "'q4_K' is not a KV cache type" in r.stderr, r.stderr
+    assert "PPL" not in r.stderr  # no setting ran
