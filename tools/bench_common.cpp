@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include <httplib.h>
 
@@ -61,6 +62,15 @@ void write_text_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
   if (!f) throw Error("cannot write '" + path + "'");
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot read '" + path + "'");
+  std::ostringstream s;
+  s << f.rdbuf();
+  if (!f) throw Error("cannot read '" + path + "'");
+  return s.str();
 }
 
 int32_t synthetic_token(int64_t stream, int64_t i, int32_t n_vocab) {

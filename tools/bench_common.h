@@ -32,6 +32,8 @@ int64_t bucket_depth(int64_t depth, int64_t bucket);
 // Creates the folder (and parents) when missing; agentkv::Error when it cannot.
 void make_output_dir(const std::string& dir);
 void write_text_file(const std::string& path, const std::string& text);
+// The whole file; agentkv::Error naming it when it cannot be read.
+std::string read_text_file(const std::string& path);
 
 // Deterministic token ids in [first, first + span) (the special tokens of a vocabulary sit at its
 // end, so benches stay in the lower range): token i of stream `stream`.

@@ -11,8 +11,6 @@
 #include <chrono>
 #include <optional>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +21,7 @@
 #include "memory/snapshot.h"
 #include "server/grammar_run.h"
 #include "tools/args.h"
+#include "tools/bench_common.h"
 #include "tools/bench_modes.h"
 
 namespace agentkv::tools {
@@ -30,14 +29,6 @@ namespace agentkv::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument("cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 const char* const kDefaultSchema = R"({"type": "object", "properties": {
   "name": {"type": "string", "minLength": 1, "maxLength": 24},
@@ -71,9 +62,9 @@ int bench_grammar(Args& a) {
   if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
   if (!schema_path.empty() && !grammar_path.empty()) throw std::invalid_argument("--json-schema or --grammar, not both");
 
-  std::string gbnf = !grammar_path.empty() ? read_text(grammar_path)
+  std::string gbnf = !grammar_path.empty() ? read_text_file(grammar_path)
                      : grammar::json_schema_to_gbnf(nlohmann::ordered_json::parse(
-                           schema_path.empty() ? std::string(kDefaultSchema) : read_text(schema_path)));
+                           schema_path.empty() ? std::string(kDefaultSchema) : read_text_file(schema_path)));
   auto g = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(gbnf));
 
   auto model = Model::load(model_path);

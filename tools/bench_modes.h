@@ -1,5 +1,5 @@
 // The measurement benches dispatched from `agentkv bench <mode>` (tools/cmd_bench.cpp).
-// docs/measurement.md describes what each one measures.
+// docs/measurement.md describes what each one measures (quality: docs/quality-bench.md).
 #pragma once
 #include "tools/args.h"
 
@@ -9,5 +9,6 @@ int bench_fakeprefix(Args& args);  // agentkv bench fakeprefix
 int bench_turns(Args& args);       // agentkv bench turns
 int bench_handoff(Args& args);     // agentkv bench handoff
 int bench_grammar(Args& args);     // agentkv bench grammar (constrained decoding speed)
+int bench_quality(Args& args);     // agentkv bench quality (PPL, KL, pass-key recall per KV type)
 
 }  // namespace agentkv::tools

@@ -143,9 +143,9 @@ int bench_fake_prefix_op(Args& a) {
 }
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  if (!argv.empty() && argv[0] == "grammar") {
+  if (!argv.empty() && (argv[0] == "grammar" || argv[0] == "quality")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));
-    return bench_grammar(sub);
+    return argv[0] == "grammar" ? bench_grammar(sub) : bench_quality(sub);
   }
   if (!argv.empty() && (argv[0] == "fakeprefix" || argv[0] == "turns" || argv[0] == "handoff")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));  // measurement benches: bench_*.cpp
@@ -163,7 +163,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
               "         slots) and reports their aggregate tokens/s\n"
               "       agentkv bench --fake-prefix-op -m MODEL [-L 1024,8192,32768] [-r 50]\n"
               "       agentkv bench fakeprefix|turns|handoff --help   (docs/measurement.md)\n"
-              "       agentkv bench grammar -m MODEL [--json-schema F | --grammar F] [-n 128] [-r 3] [-t 2]");
+              "       agentkv bench grammar -m MODEL [--json-schema F | --grammar F] [-n 128] [-r 3] [-t 2]\n"
+              "       agentkv bench quality -m MODEL -f TEXT [--kv-types all] ...   (--help; docs/quality-bench.md)");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");
