@@ -114,6 +114,12 @@ class Encoder:
             out.extend(self._word(w))
         return out
 
+    @staticmethod
+    def from_tokenizer_json(path):
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        return Encoder([tuple(m) for m in doc["model"]["merges"]])
+
     def decode(self, ids):
         data = bytearray()
         for i in ids:

@@ -28,12 +28,6 @@ PROMPTS = [
 ]
 
 
-def load_encoder(out):
-    with open(os.path.join(out, "tokenizer.json"), encoding="utf-8") as f:
-        doc = json.load(f)
-    return bpe.Encoder([tuple(m) for m in doc["model"]["merges"]])
-
-
 def load_model(out):
     with open(os.path.join(out, "shape.json")) as f:
         cfg = json.load(f)
@@ -54,7 +48,7 @@ def main():
     ap.add_argument("--agentkv", default="build/agentkv")
     ap.add_argument("--tolerance", type=float, default=2e-2)
     args = ap.parse_args()
-    enc, model = load_encoder(args.out), load_model(args.out)
+    enc, model = bpe.Encoder.from_tokenizer_json(os.path.join(args.out, "tokenizer.json")), load_model(args.out)
     with tempfile.TemporaryDirectory() as tmp:
         prompts = os.path.join(tmp, "prompts.txt")
         with open(prompts, "w", encoding="utf-8") as f:

@@ -25,6 +25,15 @@ fi
 "$root/build/agentkv" mkmodel --shape "$scratch/shape.json" --weights "$scratch/weights" \
   --tokenizer "$scratch/tokenizer.json" -o "$scratch/model.gguf"
 /usr/bin/python3 "$here/check_export.py" --out "$scratch" --gguf "$scratch/model.gguf" --agentkv "$root/build/agentkv"
+# The baseline the model must beat goes into its summary (tests/quality/test_trained_model.py reads it).
+/usr/bin/python3 "$here/unigram.py" --out "$scratch" > "$scratch/unigram.json"
+/usr/bin/python3 - "$scratch" <<'PY'
+import json, sys
+d = sys.argv[1]
+s = json.load(open(d + "/summary.json"))
+s.update(json.load(open(d + "/unigram.json")))
+json.dump(s, open(d + "/summary.json", "w"), indent=1)
+PY
 
 mkdir -p "$out"
 cp "$scratch"/{model.gguf,tokenizer.json,tokenizer_config.json,shape.json,heldout.txt,train_log.tsv,summary.json} "$out/"

@@ -55,10 +55,21 @@ class TaskMaker:
         seq += filler[prev:] + query_tokens
         return (seq + self.text(rng, length))[:length]
 
+    def copy(self, rng, length):
+        """A span of text, some other text, then the span again: every token of the repeat is a
+        retrieval of the token after its earlier occurrence (what induction heads do)."""
+        span = rng.randrange(16, max(17, length // 3))
+        gap = rng.randrange(0, max(1, length - 2 * span))
+        first = self.text(rng, span)
+        seq = self.text(rng, length - 2 * span - gap) + first + self.text(rng, gap) + first
+        return seq[:length]
+
     def sample(self, rng, length, mix):
+        """mix: shares of (plain, pass-key, key-value[, copy]); the rest of 1 goes to the last."""
         r = rng.random()
-        if r < mix[0]:
-            return self.plain(rng, length)
-        if r < mix[0] + mix[1]:
-            return self.passkey(rng, length)
-        return self.key_values(rng, length)
+        makers = [self.plain, self.passkey, self.key_values, self.copy][:len(mix)]
+        for share, make in zip(mix, makers):
+            if r < share:
+                return make(rng, length)
+            r -= share
+        return makers[-1](rng, length)

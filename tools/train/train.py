@@ -28,16 +28,23 @@ SHAPE = {"base": "qwen3-tiny", "name": "agentkv-tiny-trained", "general_name": "
          "description": "trained on Debian text + retrieval tasks: E=256, 4 layers, 4/2 heads, FFN 768",
          "n_embd": 256, "n_layer": 4, "n_head": 4, "n_head_kv": 2, "head_dim": 64, "n_ff": 768,
          "n_vocab": 4096, "rope_freq_base": 10000.0, "rms_eps": 1e-6, "context_length": 4096}
-# (sequence length, batch, steps); the long phases teach retrieval at depth.
-PHASES = [(512, 8, 600), (1024, 4, 80), (2048, 2, 30)]
-MIX = (0.3, 0.35, 0.35)  # plain text, pass-key, key-value recall
-LR, WARMUP, WEIGHT_DECAY = 3e-3, 50, 0.1
+# Two stages, each (sequence length, batch, steps) phases with a task mix (plain text, pass-key,
+# key-value recall[, copy]). Stage 1 learns the language and the answer format; stage 2 starts
+# from stage 1's weights (a fresh optimizer) and is where retrieval forms: short sequences full
+# of retrievals (copies of earlier spans, key-value recall, pass keys), then longer ones.
+STAGES = {
+    # Stage 1 was planned with two longer phases after this one (cut when it showed no retrieval),
+    # so its cosine schedule spans 710 steps: kept, so the committed model is reproduced exactly.
+    1: {"phases": [(512, 8, 600)], "mix": (0.3, 0.35, 0.35), "lr": 3e-3, "warmup": 50, "schedule_steps": 710},
+    2: {"phases": [(256, 16, 450), (1024, 4, 60)], "mix": (0.2, 0.25, 0.25, 0.3), "lr": 2e-3, "warmup": 20},
+}
+WEIGHT_DECAY = 0.1
 
 
-def lr_at(step, total):
-    if step < WARMUP:
-        return LR * (step + 1) / WARMUP
-    return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - WARMUP) / max(1, total - WARMUP))))
+def lr_at(step, total, lr, warmup):
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup))))
 
 
 def build_tokenizer(out, vocab_size):
@@ -72,6 +79,14 @@ def passkey_accuracy(model, enc, stream, rng, depth, n_cases):
     return hits / n_cases
 
 
+def load_weights(model, folder):
+    """Stage 2 starts from the weights stage 1 exported."""
+    with torch.no_grad():
+        for name, p in model.gguf_tensors().items():
+            v = np.fromfile(os.path.join(folder, "weights", name + ".f32"), dtype="<f4").reshape(p.shape)
+            p.copy_(torch.from_numpy(v))
+
+
 def export(model, out):
     wdir = os.path.join(out, "weights")
     os.makedirs(wdir, exist_ok=True)
@@ -87,6 +102,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every phase's steps (a quick check: 0.02)")
+    ap.add_argument("--stage", type=int, default=1, choices=sorted(STAGES))
+    ap.add_argument("--init", help="stage 2: the folder stage 1 wrote (its weights and tokenizer)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(args.threads)
@@ -94,28 +111,44 @@ def main():
     rng = random.Random(args.seed)
     t_start = time.time()
 
-    enc, stream = build_tokenizer(args.out, SHAPE["n_vocab"])
+    stage = STAGES[args.stage]
+    if args.stage > 1 and not args.init:
+        ap.error("--stage 2 needs --init STAGE1_DIR")
+    if args.init:  # the same tokenizer and corpus stream as stage 1
+        enc = bpe.Encoder.from_tokenizer_json(os.path.join(args.init, "tokenizer.json"))
+        for name in ("tokenizer.json", "tokenizer_config.json", "heldout.txt"):
+            with open(os.path.join(args.init, name), "rb") as src, open(os.path.join(args.out, name), "wb") as dst:
+                dst.write(src.read())
+        eot = enc.special("<|endoftext|>")
+        stream = []
+        for d in corpus.documents(held_out=False):
+            stream += enc.encode(d) + [eot]
+    else:
+        enc, stream = build_tokenizer(args.out, SHAPE["n_vocab"])
     print(f"corpus: {len(stream)} training tokens, tokenizer {len(enc.vocab)} tokens, {time.time() - t_start:.0f} s",
           flush=True)
     cfg = dict(SHAPE)
     model = Qwen3(cfg)
+    if args.init:
+        load_weights(model, args.init)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=(0.9, 0.95))
+                            lr=stage["lr"], betas=(0.9, 0.95))
     tasks = TaskMaker(enc, stream)
-    phases = [(t, b, max(1, round(s * args.scale))) for t, b, s in PHASES]
-    total = sum(s for _, _, s in phases)
+    phases = [(t, b, max(1, round(s * args.scale))) for t, b, s in stage["phases"]]
+    mix, lr, warmup = stage["mix"], stage["lr"], stage["warmup"]
+    total = stage.get("schedule_steps", sum(s for _, _, s in phases))
     log = open(os.path.join(args.out, "train_log.tsv"), "w")
     log.write("step\tseq_len\tloss\tlr\ttokens\telapsed_s\n")
     step, tokens, evals = 0, 0, []
     for seq_len, batch, n_steps in phases:
         for _ in range(n_steps):
             t0 = time.time()
-            seqs = torch.tensor([tasks.sample(rng, seq_len + 1, MIX) for _ in range(batch)])
+            seqs = torch.tensor([tasks.sample(rng, seq_len + 1, mix) for _ in range(batch)])
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, total)
+                g["lr"] = lr_at(step, total, lr, warmup)
             logits = model(seqs[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seqs[:, 1:].reshape(-1))
             opt.zero_grad(set_to_none=True)
@@ -126,17 +159,22 @@ def main():
             tokens += batch * seq_len
             if step % 10 == 0 or step == total:
                 el = time.time() - t_start
-                log.write(f"{step}\t{seq_len}\t{loss.item():.4f}\t{lr_at(step - 1, total):.2e}\t{tokens}\t{el:.0f}\n")
+                log.write(f"{step}\t{seq_len}\t{loss.item():.4f}\t{lr_at(step - 1, total, lr, warmup):.2e}\t{tokens}\t{el:.0f}\n")
                 log.flush()
                 print(f"step {step}/{total} T={seq_len} loss {loss.item():.3f} {batch * seq_len / (time.time() - t0):.0f} tok/s "
                       f"{el / 60:.1f} min", flush=True)
+            if step % 50 == 0:  # is retrieval forming? (cheap: 8 cases at 256 tokens)
+                acc = passkey_accuracy(model, enc, stream, random.Random(step), 256, 8)
+                log.write(f"# step {step}: pass-key at 256 tokens {acc:.2f}\n")
+                print(f"step {step}: pass-key at 256 tokens {acc:.2f}", flush=True)
         acc = passkey_accuracy(model, enc, stream, random.Random(7), seq_len, 10)
         evals.append({"after_phase_seq_len": seq_len, "step": step, "passkey_train_text_acc": acc})
         print(f"phase T={seq_len} done: pass-key (training text) {acc:.2f}", flush=True)
         export(model, args.out)  # a usable model after every phase
-    summary = {"seed": args.seed, "threads": args.threads, "torch": torch.__version__, "n_params": n_params,
+    summary = {"stage": args.stage, "init": os.path.basename(args.init.rstrip("/")) if args.init else None,
+               "seed": args.seed, "threads": args.threads, "torch": torch.__version__, "n_params": n_params,
                "training_tokens_seen": tokens, "corpus_training_tokens": len(stream), "phases": phases,
-               "mix_plain_passkey_kv": MIX, "lr": LR, "warmup": WARMUP, "weight_decay": WEIGHT_DECAY,
+               "mix_plain_passkey_kv_copy": mix, "lr": lr, "warmup": warmup, "weight_decay": WEIGHT_DECAY,
                "wall_time_s": round(time.time() - t_start), "evals": evals, "final_loss": loss.item()}
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
