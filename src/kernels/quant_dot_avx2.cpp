@@ -165,6 +165,52 @@ AGENTKV_AVX2 float dot_iq4_nl(int64_t n, const void* w, const void* a) {
   return hsum_ps(acc);
 }
 
+// tq4 / tq3 (quant_tq.cpp): levels by table lookup (pshufb), an exact int32 dot per 32 elements
+// against one q8_0 block, scaled by d_tq * d_q8 into the float accumulator.
+AGENTKV_AVX2_INLINE __m256i tq_levels(const int8_t* levels, int n) {
+  int8_t table[16] = {};
+  std::memcpy(table, levels, static_cast<size_t>(n));
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table)));
+}
+
+AGENTKV_AVX2_INLINE __m256 tq_half(__m256 acc, float d, const BlockQ8_0& y, __m256i levels, __m256i idx) {
+  const __m256i q = _mm256_shuffle_epi8(levels, idx);
+  return _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(y.d)), _mm256_cvtepi32_ps(dot_s8s8(q, load_q8(y.qs))), acc);
+}
+
+AGENTKV_AVX2 float dot_tq4(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockTQ4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const __m256i levels = tq_levels(kTQ4Levels, 16), low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < n / kQKTQ; ++ib) {
+    const float d = half_to_float(x[ib].d);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[ib].qs));
+    acc = tq_half(acc, d, y[2 * ib], levels, _mm256_and_si256(v, low4));
+    acc = tq_half(acc, d, y[2 * ib + 1], levels, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+  }
+  return hsum_ps(acc);
+}
+
+AGENTKV_AVX2 float dot_tq3(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockTQ3*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const __m256i levels = tq_levels(kTQ3Levels, 8), three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < n / kQKTQ; ++ib) {
+    const float d = half_to_float(x[ib].d);
+    // Both 128-bit lanes hold qs; elements 32h + 16k + i are at bits 4h + 2k of qs[i].
+    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[ib].qs)));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i shift = _mm256_setr_epi64x(4 * h, 4 * h, 4 * h + 2, 4 * h + 2);
+      const __m256i low = _mm256_and_si256(_mm256_srlv_epi64(qs, shift), three);
+      const __m256i high = _mm256_and_si256(expand_bits(x[ib].qh + 4 * h), four);
+      acc = tq_half(acc, d, y[2 * ib + h], levels, _mm256_or_si256(low, high));
+    }
+  }
+  return hsum_ps(acc);
+}
+
 // Sum over the 8 sub-blocks of min_j * (sum of the 32 activation quants of sub-block j).
 AGENTKV_AVX2_INLINE int k4_min_sum(const uint8_t* mins, const int16_t* bsums) {
   int s = 0;
@@ -317,6 +363,8 @@ VecDotFn avx2_vec_dot(GgmlType type) {
     case GgmlType::Q5_0: return dot_q5_0;
     case GgmlType::Q5_1: return dot_q5_1;
     case GgmlType::IQ4_NL: return dot_iq4_nl;
+    case GgmlType::TQ4: return dot_tq4;
+    case GgmlType::TQ3: return dot_tq3;
     case GgmlType::Q4_K: return dot_q4_K;
     case GgmlType::Q5_K: return dot_q5_K;
     case GgmlType::Q6_K: return dot_q6_K;

@@ -55,6 +55,23 @@ void quantize_q5_K(const float* x, BlockQ5_K* y, int64_t n);
 void quantize_q6_K(const float* x, BlockQ6_K* y, int64_t n);
 void quantize_q8_K(const float* x, BlockQ8_K* y, int64_t n);
 
+// agentkv's TurboQuant-family KV types (quant_tq.cpp). The block scale d: Rms = the block's RMS
+// mapped onto the codebook; Search = least-squares refits of the levels picked at 17 trial scales
+// around it and at amax / 127, the best kept (the default); NormCorrected = levels picked at the
+// RMS scale, d then set so the dequantized block keeps the block's L2 norm. The levels are always
+// re-picked against the stored f16 d. Rms / NormCorrected exist for the measurements in
+// docs/quant-types.md.
+enum class TqScale { Rms, Search, NormCorrected };
+extern const double kTQ4Codebook[8];  // positive half of the 16-level Lloyd-Max codebook of N(0,1)
+extern const double kTQ3Codebook[4];  // positive half of the 8-level one
+void quantize_tq4(const float* x, BlockTQ4* y, int64_t n, TqScale how = TqScale::Search);
+void quantize_tq3(const float* x, BlockTQ3* y, int64_t n, TqScale how = TqScale::Search);
+void dequantize_tq4(const BlockTQ4* x, float* y, int64_t n);
+void dequantize_tq3(const BlockTQ3* x, float* y, int64_t n);
+int tq3_index(const BlockTQ3& b, int j);  // the 3-bit index of element j (0..63)
+float tq4_dot_ref(int64_t n, const void* w, const void* a);  // scalar K dot products, q8_0 activations
+float tq3_dot_ref(int64_t n, const void* w, const void* a);
+
 // ggml-cpu's x86 activation quantizers for q8_0 / q8_1 (scale 127/amax, round half to even):
 // they differ from the _ref ones in the last bit, and llama.cpp uses them on x86.
 void quantize_q8_0_activation(const float* x, BlockQ8_0* y, int64_t n);
