@@ -148,13 +148,19 @@ TEST(TqQuant, RoundTripMatchesTheReference) {
   }
 }
 
-// Dot of the dequantized K row with the dequantized q8_0 activations, in double.
-double dequantized_dot(const TqType& t, const std::vector<uint8_t>& k, const std::vector<uint8_t>& q8, int64_t n) {
+// Dot of the dequantized K row with the dequantized q8_0 activations, in double; *abs_sum gets
+// the sum of |products|, the size float rounding is relative to.
+double dequantized_dot(const TqType& t, const std::vector<uint8_t>& k, const std::vector<uint8_t>& q8, int64_t n,
+                       double* abs_sum = nullptr) {
   std::vector<float> kf(n), qf(n);
   dequantize_row(t.type, k.data(), kf.data(), n);
   dequantize_row(GgmlType::Q8_0, q8.data(), qf.data(), n);
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(kf[i]) * qf[i];
+  double s = 0, a = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    s += static_cast<double>(kf[i]) * qf[i];
+    a += std::abs(static_cast<double>(kf[i]) * qf[i]);
+  }
+  if (abs_sum) *abs_sum = a;
   return s;
 }
 
@@ -170,14 +176,8 @@ TEST(TqQuant, VecDotEqualsTheDotOfTheDequantizedRowsAtEveryLevel) {
         std::vector<uint8_t> k(ggml_row_size(t.type, n)), q8(ggml_row_size(GgmlType::Q8_0, n));
         quantize_row(t.type, kx.data(), k.data(), n);
         quantize_activation_row(GgmlType::Q8_0, qx.data(), q8.data(), n);
-        const double want = dequantized_dot(t, k, q8, n);
-        double scale = 0;  // sum of |products|, the size float rounding is relative to
-        {
-          std::vector<float> kf(n), qf(n);
-          dequantize_row(t.type, k.data(), kf.data(), n);
-          dequantize_row(GgmlType::Q8_0, q8.data(), qf.data(), n);
-          for (int64_t i = 0; i < n; ++i) scale += std::abs(static_cast<double>(kf[i]) * qf[i]);
-        }
+        double scale = 0;
+        const double want = dequantized_dot(t, k, q8, n, &scale);
         const float scalar = vec_dot_fn(t.type, CpuLevel::Scalar)(n, k.data(), q8.data());
         EXPECT_NEAR(scalar, want, 1e-6 * scale + 1e-6);
         for (CpuLevel level : {CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512}) {
@@ -219,7 +219,17 @@ TEST(TqQuant, Avx2KernelMatchesScalarOnExtremeBlocks) {
   }
 }
 
-// Relative squared error sum (x - x')^2 / sum x^2 of quantizing rows (width n) with one scale rule.
+// Relative squared error sum (x - y)^2 / sum x^2.
+double relative_error(const std::vector<float>& x, const std::vector<float>& y) {
+  double err = 0, sum2 = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    sum2 += static_cast<double>(x[i]) * x[i];
+  }
+  return err / sum2;
+}
+
+// The relative squared error of quantizing rows with one scale rule.
 double relative_mse(const TqType& t, const std::vector<float>& x, TqScale how) {
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<uint8_t> q(ggml_row_size(t.type, n));
@@ -230,12 +240,7 @@ double relative_mse(const TqType& t, const std::vector<float>& x, TqScale how) {
     quant_detail::quantize_tq3(x.data(), reinterpret_cast<BlockTQ3*>(q.data()), n, how);
   }
   dequantize_row(t.type, q.data(), y.data(), n);
-  double err = 0, sum2 = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    err += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-    sum2 += static_cast<double>(x[i]) * x[i];
-  }
-  return err / sum2;
+  return relative_error(x, y);
 }
 
 // K-like rows: per-channel scales spread log-normally, a few outlier channels 10x, channel means,
@@ -289,12 +294,8 @@ TEST(TqQuant, BlockScaleChoiceMeasurements) {
       std::vector<float> y(n);
       quantize_row(other, d.x.data(), q.data(), n);
       dequantize_row(other, q.data(), y.data(), n);
-      double err = 0, sum2 = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        err += (static_cast<double>(d.x[i]) - y[i]) * (static_cast<double>(d.x[i]) - y[i]);
-        sum2 += static_cast<double>(d.x[i]) * d.x[i];
-      }
-      std::printf("%s %-28s relative MSE: %.5f\n", std::string(ggml_type_name(other)).c_str(), d.name, err / sum2);
+      std::printf("%s %-28s relative MSE: %.5f\n", std::string(ggml_type_name(other)).c_str(), d.name,
+                  relative_error(d.x, y));
     }
   }
 }

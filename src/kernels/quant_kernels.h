@@ -20,6 +20,18 @@ inline int nearest_int(float v) {
 
 inline float f16(f16_bits h) { return fp16_to_fp32(h); }
 
+// Index of the level nearest to v among n sorted int8 levels (n a power of two: iq4_nl, tq4, tq3);
+// a tie goes to the upper level. Compares 2v with the sum of two neighbouring levels (exact).
+inline int nearest_level_index(const int8_t* levels, int n, float v) {
+  const float v2 = v + v;
+  int idx = 0;
+  for (int step = n / 2; step > 0; step >>= 1) {
+    const int j = idx + step;
+    if (v2 >= static_cast<float>(levels[j - 1] + levels[j])) idx = j;
+  }
+  return idx;
+}
+
 // Unpacks the 6-bit scale and min of sub-block j (0..7) from q4_K / q5_K's 12 scale bytes.
 inline void k4_scale_min(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
   if (j < 4) {

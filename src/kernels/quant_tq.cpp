@@ -19,22 +19,10 @@ const double kTQ3Codebook[4] = {0.245094, 0.756005, 1.343909, 2.151946};
 
 namespace {
 
-// Index of the level nearest to v among n sorted levels (n a power of two); a tie goes up.
-// Compares 2v with the sum of neighbouring levels (exact in float).
-int nearest_level(const int8_t* levels, int n, float v) {
-  const float v2 = v + v;
-  int idx = 0;
-  for (int step = n / 2; step > 0; step >>= 1) {
-    const int j = idx + step;
-    if (v2 >= static_cast<float>(levels[j - 1] + levels[j])) idx = j;
-  }
-  return idx;
-}
-
 // Picks levels for 64 elements against scale d (d = 0: every index n/2, dequantized as 0).
 void pick(const float* x, float d, const int8_t* levels, int n, uint8_t* q) {
   const float id = d != 0.f ? 1.f / d : 0.f;
-  for (int j = 0; j < kQKTQ; ++j) q[j] = static_cast<uint8_t>(nearest_level(levels, n, id * x[j]));
+  for (int j = 0; j < kQKTQ; ++j) q[j] = static_cast<uint8_t>(nearest_level_index(levels, n, id * x[j]));
 }
 
 // Sum of x * L and L * L for the picked levels.
