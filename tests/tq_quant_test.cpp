@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -217,6 +218,37 @@ TEST(TqQuant, Avx2KernelMatchesScalarOnExtremeBlocks) {
     EXPECT_NEAR(scalar, want, 1e-5 * std::abs(want) + 1e-3);
     EXPECT_NEAR(avx2, scalar, 1e-5 * std::abs(want) + 1e-3);
   }
+}
+
+TEST(TqQuant, DequantizeGivesTheScalarBitsAtEveryLevel) {
+  const CpuLevel before = active_cpu_level();
+  for (const TqType& t : kTqTypes) {
+    constexpr int64_t n = 64 * 9;
+    std::vector<uint8_t> q(ggml_row_size(t.type, n));
+    std::mt19937 rng(21);
+    for (auto& b : q) b = static_cast<uint8_t>(rng());  // every index pattern
+    for (int64_t b = 0; b < n / 64; ++b) {
+      const uint16_t d = fp32_to_fp16(0.37f * static_cast<float>(b) - 1.f);
+      std::memcpy(q.data() + b * t.block_bytes, &d, 2);
+    }
+    set_cpu_level(CpuLevel::Scalar);
+    std::vector<float> want(n);
+    dequantize_row(t.type, q.data(), want.data(), n);
+    for (int64_t b = 0; b < n / 64; ++b) {  // the scalar path against the documented layout
+      uint16_t dbits;
+      std::memcpy(&dbits, q.data() + b * t.block_bytes, 2);
+      for (int j = 0; j < 64; ++j)
+        ASSERT_EQ(want[b * 64 + j], fp16_to_fp32(dbits) * static_cast<float>(t.lut[ref_index(t, q.data() + b * t.block_bytes, j)]));
+    }
+    for (CpuLevel level : {CpuLevel::Avx2, CpuLevel::Avx512}) {
+      if (static_cast<int>(level) > static_cast<int>(detected_cpu_level())) continue;
+      set_cpu_level(level);
+      std::vector<float> got(n);
+      dequantize_row(t.type, q.data(), got.data(), n);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(float))) << cpu_level_name(level);
+    }
+  }
+  set_cpu_level(before);
 }
 
 // Relative squared error sum (x - y)^2 / sum x^2.

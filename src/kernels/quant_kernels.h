@@ -112,5 +112,9 @@ VecDotFn avx512_vec_dot(GgmlType type);
 RowGroupDotFn scalar_row_group_dot(GgmlType type);
 RowGroupDotFn avx2_row_group_dot(GgmlType type);
 RowGroupDotFn avx512_row_group_dot(GgmlType type);
+// SIMD dequantizers with the scalar ones' bits (tq4 / tq3: the V rows attention reads); nullptr
+// for the other types.
+using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
+DequantizeFn avx2_dequantize(GgmlType type);
 
 }  // namespace agentkv::quant_detail

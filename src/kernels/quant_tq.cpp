@@ -121,7 +121,14 @@ int tq3_index(const BlockTQ3& b, int j) {
 void dequantize_tq3(const BlockTQ3* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQKTQ; ++i, y += kQKTQ) {
     const float d = f16(x[i].d);
-    for (int j = 0; j < kQKTQ; ++j) y[j] = d * static_cast<float>(kTQ3Levels[tq3_index(x[i], j)]);
+    uint64_t qh;
+    std::memcpy(&qh, x[i].qh, 8);
+    for (int k = 0; k < 4; ++k) {  // elements 16k .. 16k + 15 (tq3_index, unrolled per group)
+      for (int j = 0; j < 16; ++j) {
+        const int idx = ((x[i].qs[j] >> (2 * k)) & 3) | static_cast<int>(((qh >> (16 * k + j)) & 1) << 2);
+        y[16 * k + j] = d * static_cast<float>(kTQ3Levels[idx]);
+      }
+    }
   }
 }
 
