@@ -297,6 +297,8 @@ TEST(Attention, OtherCacheTypes) {
       {GgmlType::Q4_1, GgmlType::Q4_1}, {GgmlType::Q5_0, GgmlType::Q5_0}, {GgmlType::Q5_1, GgmlType::Q5_1},
       {GgmlType::IQ4_NL, GgmlType::IQ4_NL}, {GgmlType::F16, GgmlType::Q8_0}, {GgmlType::Q8_0, GgmlType::F16},
       {GgmlType::F32, GgmlType::Q4_0},  {GgmlType::F16, GgmlType::F32},
+      {GgmlType::TQ4, GgmlType::TQ4},   {GgmlType::TQ3, GgmlType::TQ3},   {GgmlType::Q8_0, GgmlType::TQ3},
+      {GgmlType::TQ4, GgmlType::F16},
   };
   for (const auto& tc : types) {
     for (int64_t n_tokens : {int64_t{1}, int64_t{4}, int64_t{66}}) {

@@ -626,6 +626,15 @@ TEST(GgufBadFile, UnknownTensorType) {
   expect_error(img, {"tensor 'tensor.second' has unknown type id 4"});
 }
 
+TEST(GgufBadFile, AgentkvKvCacheTypeIsNoTensorType) {
+  // tq4 / tq3 exist only in agentkv KV caches and state files (docs/quant-types.md).
+  Bytes img = base_writer().to_bytes();
+  poke<uint32_t>(img, info_at(img, "tensor.second").type, static_cast<uint32_t>(GgmlType::TQ4));
+  expect_error(img, {"tensor 'tensor.second' has type tq4, an agentkv KV cache type"});
+  Writer w;
+  EXPECT_THROW(w.add_tensor("t", GgmlType::TQ3, {64}, pattern(26, 0)), Error);
+}
+
 TEST(GgufBadFile, TooManyDimensions) {
   Bytes img = base_writer().to_bytes();
   poke<uint32_t>(img, info_at(img, "tensor.first").n_dims, 5);

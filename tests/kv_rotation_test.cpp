@@ -124,6 +124,13 @@ TEST(KvRotationChoice, AsLlamaCppQuantizedTypesOnlyAndWidthsOf64) {
   r = choose_kv_rotation(config_with_heads(64), f16, f16, KvRotationMode::On, 0);
   EXPECT_EQ(r.k_block, 64u);
   EXPECT_EQ(r.v_block, 64u);
+  // agentkv's tq4 / tq3 are quantized types: rotated by default, K and V independently.
+  r = choose_kv_rotation(config_with_heads(128), GgmlType::TQ4, GgmlType::TQ3, KvRotationMode::Auto, 0);
+  EXPECT_EQ(r.k_block, 128u);
+  EXPECT_EQ(r.v_block, 64u);
+  r = choose_kv_rotation(config_with_heads(128), GgmlType::Q8_0, GgmlType::TQ3, KvRotationMode::Auto, 0);
+  EXPECT_EQ(r.k_block, 128u);
+  EXPECT_EQ(r.v_block, 64u);
   EXPECT_THROW(parse_kv_rotation_mode("sometimes"), std::invalid_argument);
 }
 

@@ -25,7 +25,7 @@
 namespace agentkv::memory {
 namespace {
 
-// ggml's block sizes and bytes per block for the KV cache types (ggml.c type_traits).
+// ggml's block sizes and bytes per block for the KV cache types (ggml.c type_traits), and agentkv's.
 struct TypeBytes {
   GgmlType type;
   int64_t block;
@@ -35,11 +35,13 @@ const TypeBytes kKvTypes[] = {
     {GgmlType::F32, 1, 4},     {GgmlType::F16, 1, 2},     {GgmlType::BF16, 1, 2},
     {GgmlType::Q8_0, 32, 34},  {GgmlType::Q4_0, 32, 18},  {GgmlType::Q4_1, 32, 20},
     {GgmlType::Q5_0, 32, 22},  {GgmlType::Q5_1, 32, 24},  {GgmlType::IQ4_NL, 32, 18},
+    {GgmlType::TQ4, 64, 34},   {GgmlType::TQ3, 64, 26},  // agentkv's own (docs/quant-types.md)
 };
 void PrintTo(const TypeBytes& t, std::ostream* os) { *os << ggml_type_name(t.type); }
 size_t expected_row_bytes(const TypeBytes& t, int64_t n) { return static_cast<size_t>(n / t.block) * t.block_bytes; }
 
-constexpr int64_t kEmbdK = 64, kEmbdV = 96;  // different widths catch K/V mix-ups
+// Different widths catch K/V mix-ups; both multiples of tq4 / tq3's 64-element blocks.
+constexpr int64_t kEmbdK = 64, kEmbdV = 128;
 constexpr int64_t kConv = 12, kSsm = 40;
 
 struct MemSpec {
@@ -439,7 +441,7 @@ TEST(State, InfoDescribesWhatTheBlobHolds) {
   EXPECT_NE(text2.find("page chain: 2 pages of 1 tokens: 1111222233334444 5555666677778888"), std::string::npos) << text2;
   EXPECT_NE(text.find("page chain: not saved"), std::string::npos) << text;
   for (const char* line : {"version 3", "feedbeef01020304", "contents: sequence 1, flags all",
-                           "K q5_1 x 64 (48 B/row), V iq4_nl x 96 (54 B/row), 3 layers [0, 2, 3]",
+                           "K q5_1 x 64 (48 B/row), V iq4_nl x 128 (72 B/row), 3 layers [0, 2, 3]",
                            "cells: 10 in 2 range(s) s0[5, 9) s0[18, 24)", "positions: 0 .. 9",
                            "cell 1 at position 9 for {1}", "tokens: 3: 11 22 33", "argmax 1 = 2.5000",
                            "checkpoint 0 at position 9", "flags partial"})

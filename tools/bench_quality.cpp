@@ -50,7 +50,7 @@ struct KvSetting {
 };
 
 // The KV cache types agentkv has (memory/kv_cache.cpp), f16 first: the reference of `all`.
-const std::vector<std::string> kKvCacheTypes = {"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+const std::vector<std::string> kKvCacheTypes = {"f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "tq4", "tq3"};
 
 // One KV cache type, checked before any work (the cache would refuse it only when its row runs).
 GgmlType kv_cache_type(const std::string& name) { return parse_kv_cache_type(name, "--kv-types"); }

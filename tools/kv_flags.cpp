@@ -7,11 +7,11 @@
 namespace agentkv::tools {
 
 GgmlType parse_kv_cache_type(const std::string& name, const char* option) {
-  static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"};
+  static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1", "tq4", "tq3"};
   const auto type = ggml_type_from_name(name);
   if (!type || !kAllowed.count(name))
     throw std::invalid_argument(std::string(option) + ": unsupported cache type '" + name +
-                                "' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)");
+                                "' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, tq4, tq3)");
   return *type;
 }
 
@@ -27,7 +27,7 @@ KvFlags read_kv_flags(Args& a) {
 }
 
 const char* const kKvFlagsUsage =
-    "  -ctk, --cache-type-k T          K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 (default f16)\n"
+    "  -ctk, --cache-type-k T          K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 tq4 tq3 (default f16)\n"
     "  -ctv, --cache-type-v T          V cache type (same choices, default f16)\n"
     "  --kv-rotation auto|on|off       Hadamard-rotate K/V rows: auto = the quantized ones, as llama.cpp (default)\n"
     "  --kv-rotation-seed N            random signs of the rotation (default 0: none, llama.cpp's matrix)\n";

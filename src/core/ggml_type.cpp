@@ -7,7 +7,7 @@
 
 namespace agentkv {
 namespace {
-constexpr std::array<GgmlTypeInfo, 21> kTypes = {{
+constexpr std::array<GgmlTypeInfo, 23> kTypes = {{
     {GgmlType::F32, "f32", 1, 4, false},
     {GgmlType::F16, "f16", 1, 2, false},
     {GgmlType::Q4_0, "q4_0", 32, 18, true},
@@ -29,6 +29,8 @@ constexpr std::array<GgmlTypeInfo, 21> kTypes = {{
     {GgmlType::I64, "i64", 1, 8, false},
     {GgmlType::F64, "f64", 1, 8, false},
     {GgmlType::BF16, "bf16", 1, 2, false},
+    {GgmlType::TQ4, "tq4", 64, 34, true, true},
+    {GgmlType::TQ3, "tq3", 64, 26, true, true},
 }};
 }  // namespace
 

@@ -12,7 +12,11 @@ enum class GgmlType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
   IQ4_NL = 20, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
+  // agentkv-private KV cache types (TurboQuant family, docs/quant-types.md): ids far above ggml's
+  // (kAgentkvTypeBase + n), valid only in agentkv KV caches and state files, never in GGUF tensors.
+  TQ4 = 0x4001, TQ3 = 0x4002,
 };
+inline constexpr uint32_t kAgentkvTypeBase = 0x4000;
 
 struct GgmlTypeInfo {
   GgmlType type;
@@ -20,6 +24,7 @@ struct GgmlTypeInfo {
   int64_t block_size;      // elements per block
   size_t type_size;        // bytes per block
   bool quantized;
+  bool agentkv_only = false;  // an agentkv-private type: refused in GGUF files
 };
 
 // nullptr for ids agentkv does not know (the GGUF reader turns that into an error).

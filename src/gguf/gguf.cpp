@@ -360,6 +360,8 @@ void Reader::parse() {
     const auto type_id = c.read<uint32_t>(what + " info");
     const GgmlTypeInfo* info = ggml_type_info(type_id);
     if (!info) c.fail(what + " has unknown type id " + std::to_string(type_id));
+    if (info->agentkv_only)
+      c.fail(what + " has type " + std::string(info->name) + ", an agentkv KV cache type that GGUF tensors cannot have");
     t.type = info->type;
     if (t.ne[0] % info->block_size != 0)
       c.fail(what + " has ne[0] = " + std::to_string(t.ne[0]) + ", not a multiple of the " + std::string(info->name) +

@@ -207,6 +207,7 @@ void Writer::add_tensor(const std::string& name, GgmlType type, std::vector<int6
     if (t.name == name) fail("duplicate " + what);
   if (ne.empty() || ne.size() > static_cast<size_t>(kMaxDims)) fail(what + ": needs 1 to 4 dimensions");
   const auto& info = ggml_type_info(type);
+  if (info.agentkv_only) fail(what + ": " + std::string(info.name) + " is an agentkv KV cache type, not a GGUF tensor type");
   int64_t n_elements = 1;
   for (int64_t n : ne)
     if (n <= 0 || __builtin_mul_overflow(n_elements, n, &n_elements)) fail(what + ": bad shape");

@@ -1120,7 +1120,9 @@ bool supported_kv_type(GgmlType t) {
     case GgmlType::Q4_1:
     case GgmlType::Q5_0:
     case GgmlType::Q5_1:
-    case GgmlType::IQ4_NL: return true;
+    case GgmlType::IQ4_NL:
+    case GgmlType::TQ4:
+    case GgmlType::TQ3: return true;
     default: return false;
   }
 }

@@ -43,7 +43,9 @@ GgmlType vec_dot_type(GgmlType weight_type) {
     case GgmlType::Q4_0:
     case GgmlType::Q5_0:
     case GgmlType::Q8_0:
-    case GgmlType::IQ4_NL: return GgmlType::Q8_0;
+    case GgmlType::IQ4_NL:
+    case GgmlType::TQ4:
+    case GgmlType::TQ3: return GgmlType::Q8_0;
     case GgmlType::Q4_1:
     case GgmlType::Q5_1: return GgmlType::Q8_1;
     case GgmlType::Q2_K:
@@ -76,6 +78,11 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q8_0: return dequantize_q8_0(as<BlockQ8_0>(src), dst, n);
     case GgmlType::Q8_1: return dequantize_q8_1(as<BlockQ8_1>(src), dst, n);
     case GgmlType::IQ4_NL: return dequantize_iq4_nl(as<BlockIQ4_NL>(src), dst, n);
+    case GgmlType::TQ4:
+    case GgmlType::TQ3:
+      if (active_cpu_level() >= CpuLevel::Avx2)
+        if (const DequantizeFn fn = avx2_dequantize(type)) return fn(src, dst, n);
+      return type == GgmlType::TQ4 ? dequantize_tq4(as<BlockTQ4>(src), dst, n) : dequantize_tq3(as<BlockTQ3>(src), dst, n);
     case GgmlType::Q2_K: return dequantize_q2_K(as<BlockQ2_K>(src), dst, n);
     case GgmlType::Q3_K: return dequantize_q3_K(as<BlockQ3_K>(src), dst, n);
     case GgmlType::Q4_K: return dequantize_q4_K(as<BlockQ4_K>(src), dst, n);
@@ -103,6 +110,8 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::Q8_0: return quantize_q8_0(src, as<BlockQ8_0>(dst), n);
     case GgmlType::Q8_1: return quantize_q8_1(src, as<BlockQ8_1>(dst), n);
     case GgmlType::IQ4_NL: return quantize_iq4_nl(src, as<BlockIQ4_NL>(dst), n);
+    case GgmlType::TQ4: return quantize_tq4(src, as<BlockTQ4>(dst), n);
+    case GgmlType::TQ3: return quantize_tq3(src, as<BlockTQ3>(dst), n);
     case GgmlType::Q2_K: return quantize_q2_K(src, as<BlockQ2_K>(dst), n);
     case GgmlType::Q3_K: return quantize_q3_K(src, as<BlockQ3_K>(dst), n);
     case GgmlType::Q4_K: return quantize_q4_K(src, as<BlockQ4_K>(dst), n);

@@ -1,7 +1,8 @@
 // Weight and KV element formats: ggml's block layouts, reference (de)quantizers and dot products.
 // Numerics follow ggml: a dot product takes the weight row in its own type and the activation
-// row already converted to vec_dot_type(weight type) (Q8_0 for the _0 types and iq4_nl, Q8_1 for
-// the _1 types, Q8_K for K-quants, F16 for F16, BF16 for BF16, F32 for F32).
+// row already converted to vec_dot_type(weight type) (Q8_0 for the _0 types, iq4_nl and agentkv's
+// tq4 / tq3 KV types, Q8_1 for the _1 types, Q8_K for K-quants, F16 for F16, BF16 for BF16, F32
+// for F32).
 // Block structs: kernels/quant_blocks.h. Layouts and dispatch: docs/quant-types.md.
 #pragma once
 #include <cstddef>

@@ -13,6 +13,7 @@ constexpr int kQK5_1 = 32;
 constexpr int kQK8_0 = 32;
 constexpr int kQK8_1 = 32;
 constexpr int kQK4_NL = 32;
+constexpr int kQKTQ = 64;         // block of the TurboQuant-family KV types tq4 / tq3
 constexpr int kQK_K = 256;       // super-block size of the K-quants
 constexpr int kKScaleBytes = 12;  // packed 6-bit scales and mins of q4_K / q5_K
 
@@ -55,6 +56,20 @@ struct BlockQ8_1 {
 struct BlockIQ4_NL {
   f16_bits d;
   uint8_t qs[kQK4_NL / 2];
+};
+
+// agentkv's TurboQuant-family KV types (quant_tq.cpp): d * kTQ4Levels[q], q a 4-bit codebook index;
+// element j in the low nibble of qs[j], element j+32 in the high nibble (64 elements, 34 bytes).
+struct BlockTQ4 {
+  f16_bits d;
+  uint8_t qs[kQKTQ / 2];
+};
+// d * kTQ3Levels[q], q 3 bits: low 2 bits of element j at bits 2*(j/16) of qs[j % 16], bit 2 of
+// element j at bit j of the little-endian 64-bit qh (64 elements, 26 bytes).
+struct BlockTQ3 {
+  f16_bits d;
+  uint8_t qs[kQKTQ / 4];
+  uint8_t qh[kQKTQ / 8];
 };
 
 // 16 sub-blocks of 16: scale (low nibble) and min (high nibble) per sub-block, 2-bit quants.
@@ -106,6 +121,8 @@ static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockTQ4) == 34);
+static_assert(sizeof(BlockTQ3) == 26);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);
@@ -116,5 +133,13 @@ static_assert(sizeof(BlockQ8_K) == 292);
 // The 16 levels of iq4_nl (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// The Lloyd-Max codebooks of N(0,1) (quant_tq.cpp: kTQ4Codebook / kTQ3Codebook) as int8 levels,
+// round(c * 127 / c_max), so that the dot products with q8_0 activations are integer (as iq4_nl's).
+// Dequantization is d * level; the quantizer picks among these levels, i.e. the codebook actually
+// used is the int8-rounded one scaled by d.
+inline constexpr int8_t kTQ4Levels[16] = {-127, -96, -75, -58, -44, -31, -18, -6,
+                                          6,    18,  31,  44,  58,  75,  96,  127};
+inline constexpr int8_t kTQ3Levels[8] = {-127, -79, -45, -14, 14, 45, 79, 127};
 
 }  // namespace agentkv

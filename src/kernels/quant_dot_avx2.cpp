@@ -165,6 +165,86 @@ AGENTKV_AVX2 float dot_iq4_nl(int64_t n, const void* w, const void* a) {
   return hsum_ps(acc);
 }
 
+// tq4 / tq3 (quant_tq.cpp): the 64 indices of a block unpacked into two vectors of 32 bytes,
+// levels by table lookup (pshufb); the dot is an exact int32 sum per 32 elements against one q8_0
+// block, scaled by d_tq * d_q8 into the float accumulator.
+// The pshufb tables: 16 bytes each (tq3's 8 levels padded), constant so that loading them costs
+// no store-forwarding stall (a row of one or two blocks is a call).
+alignas(16) constexpr int8_t kTQ3Levels16[16] = {kTQ3Levels[0], kTQ3Levels[1], kTQ3Levels[2], kTQ3Levels[3],
+                                                 kTQ3Levels[4], kTQ3Levels[5], kTQ3Levels[6], kTQ3Levels[7]};
+AGENTKV_AVX2_INLINE __m256i tq_levels(const int8_t* table16) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table16)));
+}
+
+// Levels of elements 0..31 (lv[0]) and 32..63 (lv[1]) of a block.
+AGENTKV_AVX2_INLINE void tq4_block_levels(const BlockTQ4& b, __m256i table, __m256i lv[2]) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  lv[0] = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+  lv[1] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+}
+
+AGENTKV_AVX2_INLINE void tq3_block_levels(const BlockTQ3& b, __m256i table, __m256i lv[2]) {
+  const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+  // Both 128-bit lanes hold qs; elements 32h + 16k + i are at bits 4h + 2k of qs[i].
+  const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+  const __m256i low0 = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 2, 2)), three);
+  const __m256i low1 = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(4, 4, 6, 6)), three);
+  lv[0] = _mm256_shuffle_epi8(table, _mm256_or_si256(low0, _mm256_and_si256(expand_bits(b.qh), four)));
+  lv[1] = _mm256_shuffle_epi8(table, _mm256_or_si256(low1, _mm256_and_si256(expand_bits(b.qh + 4), four)));
+}
+
+template <class Block, void (*Levels)(const Block&, __m256i, __m256i*)>
+AGENTKV_AVX2_INLINE float tq_dot(int64_t n, const void* w, const void* a, const int8_t* table16) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const __m256i table = tq_levels(table16);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t ib = 0; ib < n / kQKTQ; ++ib) {
+    const float d = half_to_float(x[ib].d);
+    __m256i lv[2];
+    Levels(x[ib], table, lv);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i p = dot_s8s8(lv[h], load_q8(y[2 * ib + h].qs));
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * half_to_float(y[2 * ib + h].d)), _mm256_cvtepi32_ps(p), acc);
+    }
+  }
+  return hsum_ps(acc);
+}
+
+// d * level, one rounding per element as the scalar dequantizer: the same bits.
+template <class Block, void (*Levels)(const Block&, __m256i, __m256i*)>
+AGENTKV_AVX2_INLINE void tq_dequantize(const void* src, float* y, int64_t n, const int8_t* table16) {
+  const auto* x = static_cast<const Block*>(src);
+  const __m256i table = tq_levels(table16);
+  for (int64_t ib = 0; ib < n / kQKTQ; ++ib, y += kQKTQ) {
+    const __m256 d = _mm256_set1_ps(half_to_float(x[ib].d));
+    __m256i lv[2];
+    Levels(x[ib], table, lv);
+    for (int h = 0; h < 2; ++h) {
+      const __m128i halves[2] = {_mm256_castsi256_si128(lv[h]), _mm256_extracti128_si256(lv[h], 1)};
+      for (int k = 0; k < 4; ++k) {
+        const __m128i bytes = k % 2 ? _mm_srli_si128(halves[k / 2], 8) : halves[k / 2];
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+        _mm256_storeu_ps(y + 32 * h + 8 * k, _mm256_mul_ps(d, f));
+      }
+    }
+  }
+}
+
+AGENTKV_AVX2 float dot_tq4(int64_t n, const void* w, const void* a) {
+  return tq_dot<BlockTQ4, tq4_block_levels>(n, w, a, kTQ4Levels);
+}
+AGENTKV_AVX2 float dot_tq3(int64_t n, const void* w, const void* a) {
+  return tq_dot<BlockTQ3, tq3_block_levels>(n, w, a, kTQ3Levels16);
+}
+AGENTKV_AVX2 void dequantize_tq4_avx2(const void* x, float* y, int64_t n) {
+  tq_dequantize<BlockTQ4, tq4_block_levels>(x, y, n, kTQ4Levels);
+}
+AGENTKV_AVX2 void dequantize_tq3_avx2(const void* x, float* y, int64_t n) {
+  tq_dequantize<BlockTQ3, tq3_block_levels>(x, y, n, kTQ3Levels16);
+}
+
 // Sum over the 8 sub-blocks of min_j * (sum of the 32 activation quants of sub-block j).
 AGENTKV_AVX2_INLINE int k4_min_sum(const uint8_t* mins, const int16_t* bsums) {
   int s = 0;
@@ -317,6 +397,8 @@ VecDotFn avx2_vec_dot(GgmlType type) {
     case GgmlType::Q5_0: return dot_q5_0;
     case GgmlType::Q5_1: return dot_q5_1;
     case GgmlType::IQ4_NL: return dot_iq4_nl;
+    case GgmlType::TQ4: return dot_tq4;
+    case GgmlType::TQ3: return dot_tq3;
     case GgmlType::Q4_K: return dot_q4_K;
     case GgmlType::Q5_K: return dot_q5_K;
     case GgmlType::Q6_K: return dot_q6_K;
@@ -325,8 +407,17 @@ VecDotFn avx2_vec_dot(GgmlType type) {
 }
 
 RowGroupDotFn avx2_row_group_dot(GgmlType type) { return type == GgmlType::Q4_K ? dot4_q4_K_grouped : nullptr; }
+
+DequantizeFn avx2_dequantize(GgmlType type) {
+  switch (type) {
+    case GgmlType::TQ4: return dequantize_tq4_avx2;
+    case GgmlType::TQ3: return dequantize_tq3_avx2;
+    default: return nullptr;
+  }
+}
 #else
 VecDotFn avx2_vec_dot(GgmlType) { return nullptr; }
+DequantizeFn avx2_dequantize(GgmlType) { return nullptr; }
 RowGroupDotFn avx2_row_group_dot(GgmlType) { return nullptr; }
 #endif
 

@@ -394,6 +394,8 @@ VecDotFn scalar_vec_dot(GgmlType type) {
     case GgmlType::Q5_0: return dot_q5_0;
     case GgmlType::Q5_1: return dot_q5_1;
     case GgmlType::IQ4_NL: return dot_iq4_nl;
+    case GgmlType::TQ4: return tq4_dot_ref;
+    case GgmlType::TQ3: return tq3_dot_ref;
     case GgmlType::Q2_K: return dot_q2_K;
     case GgmlType::Q3_K: return dot_q3_K;
     case GgmlType::Q4_K: return dot_q4_K;

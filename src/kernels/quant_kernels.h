@@ -20,6 +20,18 @@ inline int nearest_int(float v) {
 
 inline float f16(f16_bits h) { return fp16_to_fp32(h); }
 
+// Index of the level nearest to v among n sorted int8 levels (n a power of two: iq4_nl, tq4, tq3);
+// a tie goes to the upper level. Compares 2v with the sum of two neighbouring levels (exact).
+inline int nearest_level_index(const int8_t* levels, int n, float v) {
+  const float v2 = v + v;
+  int idx = 0;
+  for (int step = n / 2; step > 0; step >>= 1) {
+    const int j = idx + step;
+    if (v2 >= static_cast<float>(levels[j - 1] + levels[j])) idx = j;
+  }
+  return idx;
+}
+
 // Unpacks the 6-bit scale and min of sub-block j (0..7) from q4_K / q5_K's 12 scale bytes.
 inline void k4_scale_min(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
   if (j < 4) {
@@ -55,6 +67,23 @@ void quantize_q5_K(const float* x, BlockQ5_K* y, int64_t n);
 void quantize_q6_K(const float* x, BlockQ6_K* y, int64_t n);
 void quantize_q8_K(const float* x, BlockQ8_K* y, int64_t n);
 
+// agentkv's TurboQuant-family KV types (quant_tq.cpp). The block scale d: Rms = the block's RMS
+// mapped onto the codebook; Search = least-squares refits of the levels picked at 17 trial scales
+// around it and at amax / 127, the best kept (the default); NormCorrected = levels picked at the
+// RMS scale, d then set so the dequantized block keeps the block's L2 norm. The levels are always
+// re-picked against the stored f16 d. Rms / NormCorrected exist for the measurements in
+// docs/quant-types.md.
+enum class TqScale { Rms, Search, NormCorrected };
+extern const double kTQ4Codebook[8];  // positive half of the 16-level Lloyd-Max codebook of N(0,1)
+extern const double kTQ3Codebook[4];  // positive half of the 8-level one
+void quantize_tq4(const float* x, BlockTQ4* y, int64_t n, TqScale how = TqScale::Search);
+void quantize_tq3(const float* x, BlockTQ3* y, int64_t n, TqScale how = TqScale::Search);
+void dequantize_tq4(const BlockTQ4* x, float* y, int64_t n);
+void dequantize_tq3(const BlockTQ3* x, float* y, int64_t n);
+int tq3_index(const BlockTQ3& b, int j);  // the 3-bit index of element j (0..63)
+float tq4_dot_ref(int64_t n, const void* w, const void* a);  // scalar K dot products, q8_0 activations
+float tq3_dot_ref(int64_t n, const void* w, const void* a);
+
 // ggml-cpu's x86 activation quantizers for q8_0 / q8_1 (scale 127/amax, round half to even):
 // they differ from the _ref ones in the last bit, and llama.cpp uses them on x86.
 void quantize_q8_0_activation(const float* x, BlockQ8_0* y, int64_t n);
@@ -83,5 +112,9 @@ VecDotFn avx512_vec_dot(GgmlType type);
 RowGroupDotFn scalar_row_group_dot(GgmlType type);
 RowGroupDotFn avx2_row_group_dot(GgmlType type);
 RowGroupDotFn avx512_row_group_dot(GgmlType type);
+// SIMD dequantizers with the scalar ones' bits (tq4 / tq3: the V rows attention reads); nullptr
+// for the other types.
+using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);
+DequantizeFn avx2_dequantize(GgmlType type);
 
 }  // namespace agentkv::quant_detail

@@ -48,17 +48,7 @@ void pack_5bit(const uint8_t* q, uint8_t* qs, uint8_t* qh_bytes) {
 inline int high_bit_lo(uint32_t qh, int j) { return ((qh >> j) << 4) & 0x10; }
 inline int high_bit_hi(uint32_t qh, int j) { return (qh >> (j + 12)) & 0x10; }
 
-// Index of the iq4_nl level nearest to x; a tie goes to the upper level. Compares 2x with the sum
-// of two neighbouring levels, which is exact in float.
-int nearest_iq4nl_index(float x) {
-  const float x2 = x + x;
-  int idx = 0;
-  for (int step = 8; step > 0; step >>= 1) {
-    const int j = idx + step;
-    if (x2 >= static_cast<float>(kIQ4NLValues[j - 1] + kIQ4NLValues[j])) idx = j;
-  }
-  return idx;
-}
+int nearest_iq4nl_index(float x) { return nearest_level_index(kIQ4NLValues, 16, x); }
 
 }  // namespace
 

@@ -18,12 +18,12 @@ constexpr Pos kPosEnd = std::numeric_limits<Pos>::max();  // "no upper bound" of
 constexpr Pos kPosMax = kPosEnd - 1;                        // largest storable position
 constexpr size_t kStorageAlign = 64;                        // cache line / AVX-512 vector
 
-// The KV cache types llama.cpp accepts for -ctk / -ctv.
+// The KV cache types llama.cpp accepts for -ctk / -ctv, and agentkv's tq4 / tq3.
 bool kv_type_supported(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
-    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_NL: case GgmlType::TQ4: case GgmlType::TQ3:
       return true;
     default:
       return false;
@@ -38,7 +38,7 @@ std::string type_name(GgmlType t) {
 size_t checked_row_bytes(GgmlType t, int64_t n_embd, const char* which) {
   if (!kv_type_supported(t))
     throw Error(std::string("kv cache: ") + which + " type " + type_name(t) +
-                " is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl)");
+                " is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, tq4, tq3)");
   if (n_embd <= 0)
     throw Error(std::string("kv cache: ") + which + " width " + std::to_string(n_embd) +
                 " must be positive");

@@ -42,7 +42,7 @@ class KvCache final : public MemoryInterface {
   static constexpr uint32_t kNKvPad = 32;
 
   // Throws agentkv::Error for an unusable layout (KV type not one of f32, f16, bf16, q8_0, q4_0,
-  // q4_1, q5_0, q5_1, iq4_nl; n_embd not a multiple of the type's block size; no cells; n_seq_max
+  // q4_1, q5_0, q5_1, iq4_nl, tq4, tq3; n_embd not a multiple of the type's block size; no cells; n_seq_max
   // outside [1, 256]). Storage starts zeroed.
   explicit KvCache(const KvLayout& layout);
   ~KvCache();
