@@ -17,6 +17,7 @@ class TaskMaker:
         self.enc = enc
         self.stream = stream  # the training split as one token list, documents separated by EOT
         self.eot = enc.special("<|endoftext|>")
+        self.random_copy_share = 0.0  # share of copy spans made of random tokens
 
     def text(self, rng, n):
         start = rng.randrange(0, len(self.stream) - n - 1)
@@ -60,7 +61,12 @@ class TaskMaker:
         retrieval of the token after its earlier occurrence (what induction heads do)."""
         span = rng.randrange(16, max(17, length // 3))
         gap = rng.randrange(0, max(1, length - 2 * span))
-        first = self.text(rng, span)
+        # Some spans may be random tokens (stage 3): no n-gram statistics help there, only the copy.
+        # Stages without them draw nothing extra, so their sequences stay as they were trained.
+        if self.random_copy_share > 0 and rng.random() < self.random_copy_share:
+            first = [rng.randrange(self.eot) for _ in range(span)]
+        else:
+            first = self.text(rng, span)
         seq = self.text(rng, length - 2 * span - gap) + first + self.text(rng, gap) + first
         return seq[:length]
 
