@@ -1,6 +1,7 @@
 // The rotation a KV cache's rows are stored under (what, not how: the model rotates).
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace agentkv::memory {
 
@@ -14,5 +15,13 @@ struct KvRotation {
   bool active() const { return k_block > 0 || v_block > 0; }
   bool operator==(const KvRotation&) const = default;
 };
+
+// "no KV rotation" or "KV rotation K block 128, V block 64, seed 0": for errors, logs and
+// `agentkv state info`.
+inline std::string describe(const KvRotation& r) {
+  if (!r.active()) return "no KV rotation";
+  return "KV rotation K block " + std::to_string(r.k_block) + ", V block " + std::to_string(r.v_block) + ", seed " +
+         std::to_string(r.seed);
+}
 
 }  // namespace agentkv::memory

@@ -252,17 +252,11 @@ KvRotation read_kv_rotation_section(StateReader& r) {
   return rot;
 }
 
-std::string rotation_label(const KvRotation& rot) {
-  if (!rot.active()) return "no KV rotation";
-  return "KV rotation K block " + std::to_string(rot.k_block) + ", V block " + std::to_string(rot.v_block) +
-         ", seed " + std::to_string(rot.seed);
-}
-
 void check_kv_layout(const KvCache& kv, const KvImageLayout& L) {
   const KvLayout& mine = kv.layout();
   if (!(L.rotation == mine.rotation))
-    throw Error("state: made with " + rotation_label(L.rotation) + ", but this cache stores rows with " +
-                rotation_label(mine.rotation) + " (the same --kv-rotation and seed are needed to restore it)");
+    throw Error("state: made with " + describe(L.rotation) + ", but this cache stores rows with " +
+                describe(mine.rotation) + " (the same --kv-rotation and seed are needed to restore it)");
   if (L.type_k != mine.type_k || L.type_v != mine.type_v)
     throw Error("state: KV types K=" + type_label(L.type_k) + " V=" + type_label(L.type_v) +
                 " in the state, but this cache stores K=" + type_label(mine.type_k) + " V=" +

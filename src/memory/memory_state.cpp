@@ -311,6 +311,9 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
     l->expect_end("logit section");
   }
   if (StateReader* k = find_section(sections, kSectionCheckpoints)) {
+    // A checkpoint's KV image carries its rotation beside it from version 3 on.
+    std::vector<uint32_t> checkpoint_sections = {kSectionKv, kSectionRecurrent};
+    if (c.version >= 3) checkpoint_sections.push_back(kSectionKvRotation);
     const uint32_t n = k->u32("checkpoint count");
     if (n > k->remaining() / 16) k->fail("checkpoint count " + std::to_string(n) + " cannot fit the section");
     for (uint32_t i = 0; i < n; ++i) {
@@ -321,9 +324,7 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
       const uint32_t cflags = k->u32(where + ": flags");
       check_header_fields(*k, cseq, cflags, where);
       if (cp.pos < 0) k->fail(where + ": invalid position " + std::to_string(cp.pos));
-      std::vector<Section> inner =
-          c.version >= 3 ? read_section_list(*k, {kSectionKv, kSectionRecurrent, kSectionKvRotation}, where)
-                         : read_section_list(*k, {kSectionKv, kSectionRecurrent}, where);
+      std::vector<Section> inner = read_section_list(*k, checkpoint_sections, where);
       cp.image = image_from_sections(inner, cseq, cflags, *k, where);
       c.checkpoints.push_back(std::move(cp));
     }

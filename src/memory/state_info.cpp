@@ -41,8 +41,7 @@ void describe_kv(std::string& out, const KvImage& kv, const std::string& indent)
          std::to_string(L.n_streams) + " stream(s) x " + std::to_string(L.n_cells) + " cells, n_seq_max " +
          std::to_string(L.n_seq_max) + "\n";
   if (L.rotation.active())
-    out += indent + "  rows rotated: K Hadamard block " + std::to_string(L.rotation.k_block) + ", V block " +
-           std::to_string(L.rotation.v_block) + ", sign seed " + std::to_string(L.rotation.seed) + "\n";
+    out += indent + "  rows stored under " + describe(L.rotation) + "\n";
   std::string ranges;
   size_t n_ranges = 0;
   Pos lo = -1, hi = -1;

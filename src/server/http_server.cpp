@@ -322,9 +322,8 @@ bool HttpServer::load() {
              cp.n_threads);
     e->ctx = std::make_unique<Context>(*e->model, cp);
     if (const memory::KvCache* kv = e->ctx->memory().kv(); kv && kv->layout().rotation.active())
-      log_line("KV rows Hadamard-rotated: K block %u, V block %u, sign seed %llu (--kv-rotation %s)",
-               kv->layout().rotation.k_block, kv->layout().rotation.v_block,
-               static_cast<unsigned long long>(kv->layout().rotation.seed), kv_rotation_mode_name(cp.kv_rotation));
+      log_line("KV rows Hadamard-rotated: %s (--kv-rotation %s)", memory::describe(kv->layout().rotation).c_str(),
+               kv_rotation_mode_name(cp.kv_rotation));
 
     const Tokenizer& tok = e->model->tokenizer();
     try {
