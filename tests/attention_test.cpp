@@ -46,7 +46,17 @@ struct Problem {
   std::vector<float> k_deq, v_deq;  // n_kv x (n_head_kv * head_dim)
   size_t k_row_bytes = 0, v_row_bytes = 0;
   int64_t row_width = 0;
+  // Key j's rows in k / v (what the kernel reads); they point into k and v, so a Problem is
+  // moved, never copied.
+  std::vector<const uint8_t*> k_rows, v_rows;
 };
+
+// Row pointers of n keys stored in row order at base with row_bytes between rows.
+std::vector<const uint8_t*> rows_in_order(const uint8_t* base, size_t row_bytes, int64_t n) {
+  std::vector<const uint8_t*> rows(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) rows[static_cast<size_t>(j)] = base + static_cast<size_t>(j) * row_bytes;
+  return rows;
+}
 
 Problem make_problem(const Case& c) {
   Problem p;
@@ -72,6 +82,8 @@ Problem make_problem(const Case& c) {
     quantize_row(c.v_type, row.data(), p.v.data() + j * p.v_row_bytes, p.row_width);
     dequantize_row(c.v_type, p.v.data() + j * p.v_row_bytes, p.v_deq.data() + j * p.row_width, p.row_width);
   }
+  p.k_rows = rows_in_order(p.k.data(), p.k_row_bytes, c.n_kv);
+  p.v_rows = rows_in_order(p.v.data(), p.v_row_bytes, c.n_kv);
   // Tokens sit at the last n_tokens positions; key j is at position j.
   p.mask.assign(static_cast<size_t>(c.n_tokens * c.n_kv), 0.0f);
   for (int64_t t = 0; t < c.n_tokens; ++t) {
@@ -96,12 +108,10 @@ AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<fl
   a.n_tokens = c.n_tokens;
   a.q = p.q.data();
   a.q_stride = static_cast<int64_t>(c.n_head) * c.head_dim;
-  a.k = p.k.data();
-  a.v = p.v.data();
+  a.k_rows = p.k_rows.data();
+  a.v_rows = p.v_rows.data();
   a.k_type = c.k_type;
   a.v_type = c.v_type;
-  a.k_row_bytes = p.k_row_bytes;
-  a.v_row_bytes = p.v_row_bytes;
   a.n_kv = c.n_kv;
   a.mask = p.mask.data();
   a.mask_stride = c.n_kv;
@@ -477,9 +487,10 @@ TEST(Attention, F16ValueAccumulationMirrorsGgml) {
     a.n_tokens = n_tokens;
     a.q = q.data();
     a.q_stride = D;
-    a.k = reinterpret_cast<const uint8_t*>(k.data());
-    a.v = reinterpret_cast<const uint8_t*>(v.data());
-    a.k_row_bytes = a.v_row_bytes = D * sizeof(uint16_t);
+    const auto k_rows = rows_in_order(reinterpret_cast<const uint8_t*>(k.data()), D * sizeof(uint16_t), n_kv);
+    const auto v_rows = rows_in_order(reinterpret_cast<const uint8_t*>(v.data()), D * sizeof(uint16_t), n_kv);
+    a.k_rows = k_rows.data();
+    a.v_rows = v_rows.data();
     a.n_kv = n_kv;
     a.out = out.data();
     a.out_stride = D;
@@ -513,8 +524,8 @@ TEST(Attention, SplitKeyRangesMergeToWhole) {
       a1.n_kv = split;  // keys [0, split): same mask rows, shorter
       attention(a1, pool);
       AttentionArgs a2 = args_for(p, second, second_lse);
-      a2.k = p.k.data() + split * p.k_row_bytes;  // keys [split, n_kv)
-      a2.v = p.v.data() + split * p.v_row_bytes;
+      a2.k_rows = p.k_rows.data() + split;  // keys [split, n_kv)
+      a2.v_rows = p.v_rows.data() + split;
       a2.mask = p.mask.data() + split;
       a2.n_kv = c.n_kv - split;
       attention(a2, pool);
@@ -574,9 +585,6 @@ TEST(Attention, RefusesBadShapesAndTypes) {
   bad = a;
   bad.shape.head_dim = 48;  // not a multiple of the Q8_0 block
   bad.k_type = GgmlType::Q8_0;
-  EXPECT_THROW(attention(bad, pool), Error);
-  bad = a;
-  bad.k_row_bytes = 8;
   EXPECT_THROW(attention(bad, pool), Error);
   bad = a;
   bad.shape.head_dim = 0;
@@ -657,7 +665,7 @@ RowState per_key_row(const AttentionArgs& a, int64_t t, int64_t h, int64_t k0, i
   const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
   for (int64_t c = k0; c < k1; ++c) {
     if (mask_row && mask_row[c] == -INFINITY) continue;
-    const uint8_t* kb = a.k + c * a.k_row_bytes + k_off;
+    const uint8_t* kb = a.k_rows[c] + k_off;
     float dot;
     if (a.k_type == GgmlType::F32) {
       const auto* kf = reinterpret_cast<const float*>(kb);
@@ -689,7 +697,7 @@ RowState per_key_row(const AttentionArgs& a, int64_t t, int64_t h, int64_t k0, i
     } else {
       vs = std::exp(s - st.m);
     }
-    const uint8_t* vb = a.v + c * a.v_row_bytes + v_off;
+    const uint8_t* vb = a.v_rows[c] + v_off;
     if (v_f16) {
       const auto* vh = reinterpret_cast<const uint16_t*>(vb);
       for (int64_t i = 0; i < D; ++i) {
@@ -715,8 +723,8 @@ RowState tiled_row(const AttentionArgs& a, int64_t t, int64_t h) {
   const float* q = a.q + t * a.q_stride + h * D;
   const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
   const size_t esz = f16 ? 2 : 4;
-  auto elem = [&](const uint8_t* base, int64_t c, size_t row_bytes, int64_t i) {
-    const uint8_t* p = base + c * row_bytes + (static_cast<size_t>(g * D) + static_cast<size_t>(i)) * esz;
+  auto elem = [&](const uint8_t* const* rows, int64_t c, int64_t i) {
+    const uint8_t* p = rows[c] + (static_cast<size_t>(g * D) + static_cast<size_t>(i)) * esz;
     if (f16) return fp16_to_fp32(*reinterpret_cast<const uint16_t*>(p));
     return *reinterpret_cast<const float*>(p);
   };
@@ -729,7 +737,7 @@ RowState tiled_row(const AttentionArgs& a, int64_t t, int64_t h) {
     for (int64_t j = 0; j < 64; ++j) {
       const int64_t c = c0 + j;
       float s = 0.0f;
-      for (int64_t i = 0; i < D; ++i) s = std::fma(c < c1 ? elem(a.k, c, a.k_row_bytes, i) : 0.0f, q[i], s);
+      for (int64_t i = 0; i < D; ++i) s = std::fma(c < c1 ? elem(a.k_rows, c, i) : 0.0f, q[i], s);
       s = s * a.shape.scale;
       const bool seen = c < c1 && !(mask_row && mask_row[c] == -INFINITY);
       kq[j] = seen ? s + (mask_row ? mask_row[c] : 0.0f) : -INFINITY;
@@ -751,7 +759,7 @@ RowState tiled_row(const AttentionArgs& a, int64_t t, int64_t h) {
     for (int64_t c = c0; c < c1; ++c) {
       const float p = kq[c - c0];
       if ((mask_row && mask_row[c] == -INFINITY) || p == 0.0f) continue;
-      for (int64_t i = 0; i < D; ++i) st.acc32[i] = std::fma(elem(a.v, c, a.v_row_bytes, i), p, st.acc32[i]);
+      for (int64_t i = 0; i < D; ++i) st.acc32[i] = std::fma(elem(a.v_rows, c, i), p, st.acc32[i]);
     }
   }
   return st;
@@ -953,9 +961,9 @@ void WithoutMaskAtLevel() {
   }
 }
 
-// Keys given by row number (key_rows) in a scattered buffer give the bits of the same keys stored
-// in order: every mode (key by key, tiled, split keys) follows the key order, not the rows.
-TEST(AttentionExact, KeyRowsGiveTheBitsOfKeysStoredInOrder) {
+// Keys whose rows lie scattered in a buffer give the bits of the same keys stored in order: every
+// mode (key by key, tiled, split keys) follows the key order, not the addresses.
+TEST(AttentionExact, ScatteredRowsGiveTheBitsOfKeysStoredInOrder) {
   ThreadPool pool(2);
   struct Mode {
     int64_t n_tokens, n_kv;
@@ -988,11 +996,15 @@ TEST(AttentionExact, KeyRowsGiveTheBitsOfKeysStoredInOrder) {
       std::memcpy(k.data() + rows[static_cast<size_t>(j)] * p.k_row_bytes, p.k.data() + j * p.k_row_bytes, p.k_row_bytes);
       std::memcpy(v.data() + rows[static_cast<size_t>(j)] * p.v_row_bytes, p.v.data() + j * p.v_row_bytes, p.v_row_bytes);
     }
+    std::vector<const uint8_t*> k_rows(static_cast<size_t>(c.n_kv)), v_rows(k_rows.size());
+    for (int64_t j = 0; j < c.n_kv; ++j) {
+      k_rows[static_cast<size_t>(j)] = k.data() + rows[static_cast<size_t>(j)] * p.k_row_bytes;
+      v_rows[static_cast<size_t>(j)] = v.data() + rows[static_cast<size_t>(j)] * p.v_row_bytes;
+    }
     std::vector<float> got, got_lse;
     AttentionArgs a = args_for(p, got, got_lse);
-    a.k = k.data();
-    a.v = v.data();
-    a.key_rows = rows.data();
+    a.k_rows = k_rows.data();
+    a.v_rows = v_rows.data();
     attention(a, pool);
     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
         << m.n_tokens << " tokens over " << m.n_kv << " " << ggml_type_name(m.type) << " keys";
@@ -1002,8 +1014,9 @@ TEST(AttentionExact, KeyRowsGiveTheBitsOfKeysStoredInOrder) {
   Case c;
   const Problem p = make_problem(c);
   AttentionArgs a = args_for(p, out, lse);
-  const int32_t bad = -1;
-  a.key_rows = &bad;
+  std::vector<const uint8_t*> with_null = p.k_rows;
+  with_null[0] = nullptr;
+  a.k_rows = with_null.data();
   EXPECT_THROW(attention(a, pool), Error);
 }
 

@@ -484,18 +484,12 @@ T* Reserve(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-// Start of key j's row in base (K or V storage): the row the caller's key order names.
-HWY_INLINE const uint8_t* KeyRow(const uint8_t* base, size_t row_bytes, const int32_t* key_rows, int64_t j) {
-  return base + (key_rows ? static_cast<int64_t>(key_rows[j]) : j) * static_cast<int64_t>(row_bytes);
-}
-
 // Asks for the head slices of keys [c0, c1) ahead of use: a unit reads one head's slice of every
 // row, a stride the hardware prefetchers do not follow across pages.
-HWY_INLINE void PrefetchRows(const uint8_t* base, size_t row_bytes, const int32_t* key_rows, size_t offset, size_t bytes,
-                  int64_t c0, int64_t c1) {
+HWY_INLINE void PrefetchRows(const uint8_t* const* rows, size_t offset, size_t bytes, int64_t c0, int64_t c1) {
 #if defined(__GNUC__)
   for (int64_t c = c0; c < c1; ++c) {
-    const uint8_t* row = KeyRow(base, row_bytes, key_rows, c) + offset;
+    const uint8_t* row = rows[c] + offset;
     for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
   }
 #endif
@@ -613,12 +607,12 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
         if (n_vis == 0) continue;
         if (!v_tile_ready) {
           for (int64_t c = c0; c < c1; ++c) {
-            dequantize_row(a.v_type, KeyRow(a.v, a.v_row_bytes, a.key_rows, c) + v_off, v_tile + (c - c0) * D, D);
+            dequantize_row(a.v_type, a.v_rows[c] + v_off, v_tile + (c - c0) * D, D);
           }
           v_tile_ready = true;
         }
-        for (int64_t j = 0; j < n_vis; ++j) k_rows[j] = KeyRow(a.k, a.k_row_bytes, a.key_rows, visible[j]) + k_off;
-        for (int64_t j = 0; j < n_vis; ++j) v_rows[j] = KeyRow(a.v, a.v_row_bytes, a.key_rows, visible[j]) + v_off;
+        for (int64_t j = 0; j < n_vis; ++j) k_rows[j] = a.k_rows[visible[j]] + k_off;
+        for (int64_t j = 0; j < n_vis; ++j) v_rows[j] = a.v_rows[visible[j]] + v_off;
         const int64_t row0 = ((g - g0) * T + (t - t0)) * G;
         for (int64_t r = 0; r < G; ++r) {
           const uint8_t* q = q_conv + (row0 + r) * plan.q_head_bytes;
@@ -641,8 +635,8 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
                 if (!prefetched && r == 0) {  // the next tile's rows, one per key
                                               // (a burst would stall)
                   const int64_t c = c1 + j;
-                  PrefetchRows(a.k, a.k_row_bytes, a.key_rows, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
-                  PrefetchRows(a.v, a.v_row_bytes, a.key_rows, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
+                  PrefetchRows(a.k_rows, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
+                  PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
                 }
                 const auto* krow = reinterpret_cast<const uint16_t*>(k_rows[j]);
                 if (pair) {
@@ -657,8 +651,8 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
                 }
               }
               if (!prefetched && n_vis < c1 - c0) {  // rows the first token did not reach
-                PrefetchRows(a.k, a.k_row_bytes, a.key_rows, k_off, plan.k_head_bytes, c1 + n_vis, next_end);
-                PrefetchRows(a.v, a.v_row_bytes, a.key_rows, v_off, plan.v_head_bytes, c1 + n_vis, next_end);
+                PrefetchRows(a.k_rows, k_off, plan.k_head_bytes, c1 + n_vis, next_end);
+                PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c1 + n_vis, next_end);
               }
               prefetched = true;
               break;
@@ -953,8 +947,8 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     if (!any) continue;  // no row sees a key of this tile: nothing changes
 
     for (int64_t j = 0; j < nk; ++j) {
-      const uint8_t* kb = KeyRow(a.k, a.k_row_bytes, a.key_rows, c0 + j) + k_off;
-      const uint8_t* vb = KeyRow(a.v, a.v_row_bytes, a.key_rows, c0 + j) + v_off;
+      const uint8_t* kb = a.k_rows[c0 + j] + k_off;
+      const uint8_t* vb = a.v_rows[c0 + j] + v_off;
       if (f16) {
         RowToF32(kb, true, kf + j * D, D);
         RowToF32(vb, true, vf + j * D, D);
@@ -971,8 +965,8 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     for (int64_t j = 0; j < nk; j += 8) {
       // the next tile's rows, a few at a time (a burst would stall on the line fill buffers)
       const int64_t p0 = std::min(c0 + nk + j, next_end), p1 = std::min(p0 + 8, next_end);
-      PrefetchRows(a.k, a.k_row_bytes, a.key_rows, k_off, plan.k_head_bytes, p0, p1);
-      PrefetchRows(a.v, a.v_row_bytes, a.key_rows, v_off, plan.v_head_bytes, p0, p1);
+      PrefetchRows(a.k_rows, k_off, plan.k_head_bytes, p0, p1);
+      PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, p0, p1);
       int64_t r = 0;
       for (; r + row_step <= nr; r += row_step) {
         ScoreEightKeys<kScoreRowVecs>(qt + r, nr, keys + j, D, a.shape.scale, P + j * nr + r);
@@ -1148,18 +1142,15 @@ void validate(const AttentionArgs& a) {
              std::string(ggml_type_name(t)) + " block size " + std::to_string(block));
     }
   }
-  const int64_t kv_width = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
-  if (a.k_row_bytes < ggml_row_size(a.k_type, kv_width) || a.v_row_bytes < ggml_row_size(a.v_type, kv_width)) {
-    refuse("K/V row stride is smaller than n_head_kv * head_dim elements");
-  }
   const int64_t q_width = static_cast<int64_t>(s.n_head) * s.head_dim;
   if (a.n_tokens > 0) {
     if (!a.q || !a.out) refuse("q and out must be set");
     if (a.q_stride < q_width || a.out_stride < q_width) refuse("q/out row stride is smaller than n_head * head_dim");
-    if (a.n_kv > 0 && (!a.k || !a.v)) refuse("k and v must be set when n_kv > 0");
+    if (a.n_kv > 0 && (!a.k_rows || !a.v_rows)) refuse("k_rows and v_rows must be set when n_kv > 0");
     if (a.mask && a.mask_stride < a.n_kv) refuse("mask row stride is smaller than n_kv");
-    if (a.key_rows && std::any_of(a.key_rows, a.key_rows + a.n_kv, [](int32_t r) { return r < 0; }))
-      refuse("key_rows holds a negative row number");
+    if (a.n_kv > 0 && (std::find(a.k_rows, a.k_rows + a.n_kv, nullptr) != a.k_rows + a.n_kv ||
+                       std::find(a.v_rows, a.v_rows + a.n_kv, nullptr) != a.v_rows + a.n_kv))
+      refuse("a K or V row pointer is null");
   }
 }
 

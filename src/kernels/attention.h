@@ -18,11 +18,11 @@ struct AttentionShape {
   float scale = 0.f;   // usually 1/sqrt(head_dim)
 };
 
-// Keys/values: n_kv keys; key j is stored in row key_rows[j] (row j when key_rows is null), and
-// row r holds n_head_kv*head_dim elements of k_type / v_type at k + r*k_row_bytes (same for v).
-// Keys are taken in key order (j = 0, 1, ...): tiles, chunks and the online softmax follow j, never
-// the row numbers, so a caller that lists a sequence's keys by position gets results that do not
-// depend on where the rows are stored. mask: n_tokens x n_kv floats over keys (0 = visible,
+// Keys/values: n_kv keys; key j's K row is at k_rows[j] and its V row at v_rows[j], each
+// n_head_kv*head_dim elements of k_type / v_type. Rows may lie anywhere (in pages of any buffer):
+// the kernel only follows the pointers. Keys are taken in key order (j = 0, 1, ...): tiles, chunks
+// and the online softmax follow j, never the addresses, so a caller that lists a sequence's keys by
+// position gets results that do not depend on where the rows are stored. mask: n_tokens x n_kv floats over keys (0 = visible,
 // -INFINITY = hidden), row stride mask_stride. q: n_tokens rows of n_head*head_dim floats; out likewise.
 // lse (optional): n_tokens x n_head floats, log-sum-exp of the scaled, masked scores
 // (-INFINITY where a row sees no key; its output row is then zero).
@@ -31,14 +31,11 @@ struct AttentionArgs {
   int64_t n_tokens = 0;
   const float* q = nullptr;
   int64_t q_stride = 0;  // floats between token rows
-  const uint8_t* k = nullptr;
-  const uint8_t* v = nullptr;
+  const uint8_t* const* k_rows = nullptr;  // n_kv row pointers
+  const uint8_t* const* v_rows = nullptr;
   GgmlType k_type = GgmlType::F16;
   GgmlType v_type = GgmlType::F16;
-  size_t k_row_bytes = 0;
-  size_t v_row_bytes = 0;
   int64_t n_kv = 0;
-  const int32_t* key_rows = nullptr;  // n_kv row numbers, or null
   const float* mask = nullptr;
   int64_t mask_stride = 0;
   float* out = nullptr;

@@ -100,4 +100,20 @@ std::vector<int64_t> keys_seen(const KvCache& kv, const UBatch& ub) {
   return seen;
 }
 
+void layer_key_rows(const KvCache& kv, const AttentionGroup& g, int layer, std::vector<const uint8_t*>& k,
+                    std::vector<const uint8_t*>& v) {
+  const size_t n = g.rows.size();
+  k.resize(n);
+  v.resize(n);
+  if (n == 0) return;
+  const uint8_t* k_base = kv.k_data(layer, g.stream);
+  const uint8_t* v_base = kv.v_data(layer, g.stream);
+  const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
+  for (size_t j = 0; j < n; ++j) {
+    const auto cell = static_cast<size_t>(g.rows[j]);
+    k[j] = k_base + cell * rk;
+    v[j] = v_base + cell * rv;
+  }
+}
+
 }  // namespace agentkv::memory

@@ -18,7 +18,8 @@ struct AttentionGroup {
   SeqId seq = 0;                // every token's first sequence
   std::vector<int> tokens;      // indices into the ubatch, ascending
   std::vector<int32_t> rows;    // key j's cell in `stream`: the sequence's cells at positions
-                                // <= the group's last position, by (position, cell)
+                                // <= the group's last position, by (position, cell); read them
+                                // through layer_key_rows, not as offsets into a buffer
   std::vector<float> mask;      // tokens.size() x rows.size(): 0 where the token sees key j
                                 // (its position >= the key's), else -inf
 };
@@ -27,6 +28,12 @@ struct AttentionGroup {
 // ub must be applied to kv (its tokens occupy their cells). Throws agentkv::Error for a token
 // without a sequence or with a sequence id outside the cache.
 std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub);
+
+// Key j's K and V row of one layer, for every key of g in its order: what the attention kernel
+// reads (kernels/attention.h). Only the memory knows where rows live, so pages can move between
+// buffers without the model noticing.
+void layer_key_rows(const KvCache& kv, const AttentionGroup& g, int layer, std::vector<const uint8_t*>& k,
+                    std::vector<const uint8_t*>& v);
 
 // For every token of ub (applied to kv): how many keys it attends over (its first sequence's
 // cells at positions <= its own), without building the groups. One pass over the cells per sequence.

@@ -291,6 +291,18 @@ const uint8_t* KvCache::v_data(int layer, uint32_t stream) const {
   impl_->check_stream(stream);
   return impl_->row(impl_->v, impl_->row_v, impl_->kv_layer(layer), stream, 0);
 }
+uint8_t* KvCache::k_row(int layer, uint32_t stream, uint32_t cell) {
+  return k_data(layer, stream) + static_cast<size_t>(cell) * impl_->row_k;
+}
+uint8_t* KvCache::v_row(int layer, uint32_t stream, uint32_t cell) {
+  return v_data(layer, stream) + static_cast<size_t>(cell) * impl_->row_v;
+}
+const uint8_t* KvCache::k_row(int layer, uint32_t stream, uint32_t cell) const {
+  return k_data(layer, stream) + static_cast<size_t>(cell) * impl_->row_k;
+}
+const uint8_t* KvCache::v_row(int layer, uint32_t stream, uint32_t cell) const {
+  return v_data(layer, stream) + static_cast<size_t>(cell) * impl_->row_v;
+}
 size_t KvCache::row_bytes_k() const { return impl_->row_k; }
 size_t KvCache::row_bytes_v() const { return impl_->row_v; }
 

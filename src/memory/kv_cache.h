@@ -67,8 +67,15 @@ class KvCache final : public MemoryInterface {
   // come from find_slot on the current state (throws std::logic_error otherwise, cache unchanged).
   void apply(const UBatch& ub, const Placement& placement);
 
+  // One cell's K / V row of one model layer (which must have KV): row_bytes_k() / row_bytes_v()
+  // bytes. The way code outside src/memory/ reaches stored rows: where a row lives is the
+  // memory's business (one buffer per layer today; pages may live elsewhere).
+  uint8_t* k_row(int layer, uint32_t stream, uint32_t cell);
+  uint8_t* v_row(int layer, uint32_t stream, uint32_t cell);
+  const uint8_t* k_row(int layer, uint32_t stream, uint32_t cell) const;
+  const uint8_t* v_row(int layer, uint32_t stream, uint32_t cell) const;
   // Storage of one model layer (which must have KV) in one stream: n_cells rows of
-  // row_bytes_k() bytes (K) and row_bytes_v() (V).
+  // row_bytes_k() bytes (K) and row_bytes_v() (V). For src/memory/ and its tests only.
   uint8_t* k_data(int layer, uint32_t stream);
   uint8_t* v_data(int layer, uint32_t stream);
   const uint8_t* k_data(int layer, uint32_t stream) const;

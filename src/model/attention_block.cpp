@@ -54,8 +54,8 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
   };
   for (int64_t t = 0; t < n_tokens; ++t) {
     const auto& ref = placement[t];
-    store(rot ? &rot->k : nullptr, layout.type_k, k + t * n_embd_k, kv.k_data(layer, ref.stream) + ref.cell * kv.row_bytes_k());
-    store(rot ? &rot->v : nullptr, layout.type_v, v + t * n_embd_k, kv.v_data(layer, ref.stream) + ref.cell * kv.row_bytes_v());
+    store(rot ? &rot->k : nullptr, layout.type_k, k + t * n_embd_k, kv.k_row(layer, ref.stream, ref.cell));
+    store(rot ? &rot->v : nullptr, layout.type_v, v + t * n_embd_k, kv.v_row(layer, ref.stream, ref.cell));
   }
   if (rot && rot->k.active()) {  // rotated queries, so that scores equal the unrotated ones
     float* q_rot = ws.get(kAttentionWorkspaceSlot + 4, static_cast<size_t>(n_tokens * n_q));
@@ -93,14 +93,12 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     a.n_tokens = nt;
     a.q = q_rows;
     a.q_stride = q_rows_stride;
-    a.k = kv.k_data(layer, g.stream);
-    a.v = kv.v_data(layer, g.stream);
+    memory::layer_key_rows(kv, g, layer, ws.key_k_rows, ws.key_v_rows);
+    a.k_rows = ws.key_k_rows.data();
+    a.v_rows = ws.key_v_rows.data();
     a.k_type = layout.type_k;
     a.v_type = layout.type_v;
-    a.k_row_bytes = kv.row_bytes_k();
-    a.v_row_bytes = kv.row_bytes_v();
     a.n_kv = static_cast<int64_t>(g.rows.size());
-    a.key_rows = g.rows.data();
     a.mask = g.mask.data();
     a.mask_stride = a.n_kv;
     a.out = out_rows;

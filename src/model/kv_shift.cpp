@@ -22,7 +22,6 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
                 std::to_string(rope.head_dim));
   if (!kv.has_shift()) return 0;
   const int64_t n_heads = n_embd / rope.head_dim;
-  const size_t row_bytes = kv.row_bytes_k();
   const GgmlType type = layout.type_k;
   // Rotated keys (model/kv_rotation.h) are turned back before RoPE and rotated again after, as
   // llama.cpp's shift does: the Hadamard rotation does not commute with RoPE.
@@ -38,8 +37,6 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
     rotated += static_cast<int64_t>(todo.size());
     if (todo.empty() || rope.n_rot == 0) continue;
 
-    std::vector<uint8_t*> k_base;
-    for (int il : kv_layers) k_base.push_back(kv.k_data(il, s));
     pool.parallel_for(static_cast<int64_t>(todo.size()), [&](int64_t begin, int64_t end) {
       std::vector<float> cos_sin(static_cast<size_t>(rope.n_rot));
       std::vector<float> row(type == GgmlType::F32 ? 0 : static_cast<size_t>(n_embd));
@@ -48,8 +45,8 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
         // One cos/sin table per cell serves every head of every layer.
         rope_neox_cache(static_cast<float>(delta), rope.n_rot, rope.freq_base, rope.freq_scale,
                         cos_sin.data());
-        for (uint8_t* base : k_base) {
-          uint8_t* stored = base + static_cast<size_t>(cell) * row_bytes;
+        for (int il : kv_layers) {
+          uint8_t* stored = kv.k_row(il, s, cell);
           float* x = type == GgmlType::F32 ? reinterpret_cast<float*>(stored) : row.data();
           if (type != GgmlType::F32) dequantize_row(type, stored, x, n_embd);
           k_rot.apply_inverse(x, n_embd);

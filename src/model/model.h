@@ -33,6 +33,8 @@ class Workspace {
   // position, masks) are built once per micro-batch, not once per layer.
   std::vector<memory::AttentionGroup> attention_groups;
   uint64_t groups_batch_id = 0;
+  // One layer's K / V row pointers of the group being attended (reused, not reallocated).
+  std::vector<const uint8_t*> key_k_rows, key_v_rows;
 
   // The KV rotation's transforms (signs drawn once, not per layer).
   const KvRotators& rotators(const memory::KvRotation& r) {
