@@ -61,3 +61,15 @@ def test_the_server_serves_it_with_the_benchs_confidence(tmp_path):
         assert props["kv_cache"]["type_k"] == "f16" and props["kv_cache"]["rotation_k_block"] == 0
     finally:
         server.stop()
+    # agentkv's own 4- and 3-bit types through the command line: rotated, and still confident.
+    server = Server(tmp_path, "-np", "1", "-c", "1024", "-ctk", "tq4", "-ctv", "tq3", model=MODEL)
+    try:
+        _, props = server.get("/props")
+        kv = props["kv_cache"]
+        assert (kv["type_k"], kv["type_v"], kv["rotation_k_block"], kv["rotation_v_block"]) == ("tq4", "tq3", 64, 64), kv
+        status, body = server.post("/completion", {"prompt": prompt, "n_predict": 24, "temperature": 0, "n_probs": 1})
+        assert status == 200, body
+        tq_probs = [math.exp(p["logprob"]) for p in body["completion_probabilities"]]
+        assert sum(tq_probs) / len(tq_probs) > 0.3, (tq_probs, body["content"])
+    finally:
+        server.stop()
