@@ -50,6 +50,9 @@ const char* const kUsage =
     "                                  is taken (default 0: cached pages share the -c cells with the slots)\n"
     "  --cache-redis redis://HOST[:PORT][/DB]  share full KV pages with other instances through Redis (dense models;\n"
     "                                  docs/deploy.md): written as they fill, fetched when a prompt continues them\n"
+    "  --cache-dir DIR                 keep full KV pages on disk in DIR (dense models; docs/memory-semantics.md):\n"
+    "                                  written as they fill, so a restarted server evaluates only what no run computed\n"
+    "  --cache-dir-mib N               bound of --cache-dir, least recently used pages deleted beyond (default 8192)\n"
     "  --batch-invariant               every token's result independent of its batch: a cached prompt gives the\n"
     "                                  bits of an uncached one (kernels/numerics.h; default: llama.cpp's numerics)\n"
     "  --no-share-prefixes             each slot reuses only pages it computed itself (default: one prefix index\n"
@@ -139,7 +142,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const long long checkpoint_mib = a.num("--ctx-checkpoint-mib", "", 256);
   const long long cache_ram_mib = a.num("-cram", "--cache-ram", 0);
   cfg.cache_redis = a.str("--cache-redis", "", "");
+  cfg.cache_dir = a.str("--cache-dir", "", "");
+  const long long cache_dir_mib = a.num("--cache-dir-mib", "", 8192);
   a.finish();
+  if (cache_dir_mib < 1 || cache_dir_mib > (1ll << 30)) throw std::invalid_argument("--cache-dir-mib must be in [1, 1073741824]");
+  cfg.cache_dir_bytes = static_cast<uint64_t>(cache_dir_mib) << 20;
   if (!cfg.cache_redis.empty()) agentkv::server::parse_redis_url(cfg.cache_redis);  // a bad URL fails here, not later
 
   if (checkpoint_mib < 0 || checkpoint_mib > (1ll << 20)) throw std::invalid_argument("--ctx-checkpoint-mib must be in [0, 1048576]");

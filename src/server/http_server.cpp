@@ -31,6 +31,8 @@
 #include "server/openai_responses.h"
 #include "server/request_guard.h"
 #include "server/prompt_align.h"
+#include "memory/disk_page_tier.h"
+#include "memory/page_tier_stack.h"
 #include "server/redis_page_tier.h"
 #include "server/response_format.h"
 #include "server/scheduler.h"
@@ -104,7 +106,10 @@ void note_timings(const Timings& t) {
 
 // Everything that exists once the model is loaded.
 struct Engine {
-  std::unique_ptr<RedisPageTier> tier;  // outlives the scheduler, which sends pages to it
+  // The page tiers outlive the scheduler, which sends pages to them (disk first, then Redis).
+  std::unique_ptr<memory::DiskPageTier> disk_tier;
+  std::unique_ptr<RedisPageTier> redis_tier;
+  std::unique_ptr<memory::PageTierStack> tiers;
   std::unique_ptr<Model> model;
   std::unique_ptr<Context> ctx;
   std::unique_ptr<ChatFormatter> chat;
@@ -343,13 +348,31 @@ bool HttpServer::load() {
     sc.model_fingerprint = model_fingerprint(*e->model);
     sc.share_prefixes = cfg_.share_prefixes;
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
-    if (!cfg_.cache_redis.empty()) {
+    if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty()) {
       if (e->ctx->memory().rec()) {
-        log_line("warning: --cache-redis shares pages of attention-only models; this hybrid model's pages stay local");
+        log_line("warning: --cache-dir / --cache-redis keep pages of attention-only models; this hybrid model's pages "
+                 "stay in memory");
       } else {
-        e->tier = std::make_unique<RedisPageTier>(parse_redis_url(cfg_.cache_redis));
-        e->scheduler->set_page_tier(e->tier.get());
-        log_line("shared page tier: %s", cfg_.cache_redis.c_str());
+        std::vector<memory::PageTier*> stack;
+        if (!cfg_.cache_dir.empty()) {
+          memory::DiskTierConfig dc;
+          dc.dir = cfg_.cache_dir;
+          dc.max_bytes = cfg_.cache_dir_bytes;
+          e->disk_tier = std::make_unique<memory::DiskPageTier>(dc);
+          const memory::DiskTierStats st = e->disk_tier->stats();
+          log_line("page tier on disk: %s (%llu page records, %.1f MiB, bound %.0f MiB; %llu unfinished writes removed)",
+                   cfg_.cache_dir.c_str(), static_cast<unsigned long long>(st.pages_on_disk),
+                   static_cast<double>(st.bytes_on_disk) / (1 << 20), static_cast<double>(dc.max_bytes) / (1 << 20),
+                   static_cast<unsigned long long>(st.leftovers_removed));
+          stack.push_back(e->disk_tier.get());
+        }
+        if (!cfg_.cache_redis.empty()) {
+          e->redis_tier = std::make_unique<RedisPageTier>(parse_redis_url(cfg_.cache_redis));
+          log_line("shared page tier: %s", cfg_.cache_redis.c_str());
+          stack.push_back(e->redis_tier.get());
+        }
+        e->tiers = std::make_unique<memory::PageTierStack>(std::move(stack));
+        e->scheduler->set_page_tier(e->tiers.get());
       }
     }
     e->scheduler->start();
@@ -881,7 +904,11 @@ void HttpServer::slots(const Request& req, Response& res) {
 void HttpServer::metrics(Response& res) {
   if (!cfg_.metrics)
     throw HttpError(ErrorType::NotSupported, "This server does not support metrics endpoint. Start it with `--metrics`");
-  res.set_content(prometheus_text(engine_->scheduler->metrics()), "text/plain; version=0.0.4");
+  std::string text = prometheus_text(engine_->scheduler->metrics());
+  if (engine_->disk_tier) {
+    text += prometheus_text(engine_->disk_tier->stats());
+  }
+  res.set_content(text, "text/plain; version=0.0.4");
 }
 
 namespace {

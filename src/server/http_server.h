@@ -38,6 +38,8 @@ struct ServerConfig {
   size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints
   size_t cache_ram_bytes = 0;        // KV room for cached pages beyond n_ctx; 0: none
   std::string cache_redis;           // redis://HOST[:PORT][/DB]: the shared page tier; empty: none
+  std::string cache_dir;             // folder of the disk page tier (restarts find their pages); empty: none
+  uint64_t cache_dir_bytes = 8ull << 30;  // the disk tier's bound
   bool share_prefixes = true;        // the prefix index across slots (scheduler.h)
   // Request defaults (llama-server's --n-predict, --temp, --seed). n_predict > 0 also caps what
   // a request may ask for, as in llama-server.

@@ -80,4 +80,25 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   return out;
 }
 
+std::string prometheus_text(const memory::DiskTierStats& d) {
+  std::string out;
+  add_metric(out, "gauge", "disk_tier_pages", "KV page records in the --cache-dir folder.", static_cast<double>(d.pages_on_disk));
+  add_metric(out, "gauge", "disk_tier_bytes", "Bytes of those records.", static_cast<double>(d.bytes_on_disk));
+  add_metric(out, "gauge", "disk_tier_pages_found_at_start", "Records the folder held when the server started.",
+             static_cast<double>(d.pages_found_at_start));
+  add_metric(out, "gauge", "disk_tier_writes_pending", "Records waiting to be written.",
+             static_cast<double>(d.writes_pending));
+  add_metric(out, "counter", "disk_tier_pages_written_total", "Records written.", static_cast<double>(d.pages_written));
+  add_metric(out, "counter", "disk_tier_pages_read_total", "Records read.", static_cast<double>(d.pages_read));
+  add_metric(out, "counter", "disk_tier_write_errors_total", "Records that could not be written.",
+             static_cast<double>(d.write_errors));
+  add_metric(out, "counter", "disk_tier_writes_dropped_total", "Records dropped: too many waiting to be written.",
+             static_cast<double>(d.writes_dropped));
+  add_metric(out, "counter", "disk_tier_pages_forgotten_total", "Records deleted after their reader refused them.",
+             static_cast<double>(d.pages_forgotten));
+  add_metric(out, "counter", "disk_tier_pages_evicted_total", "Records deleted to stay within --cache-dir-mib.",
+             static_cast<double>(d.pages_evicted));
+  return out;
+}
+
 }  // namespace agentkv::server

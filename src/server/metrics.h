@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "memory/disk_page_tier.h"
+
 namespace agentkv::server {
 
 struct MetricsSnapshot {
@@ -43,5 +45,7 @@ struct MetricsSnapshot {
 
 // Prometheus exposition format (text/plain; version=0.0.4).
 std::string prometheus_text(const MetricsSnapshot& m);
+// The disk page tier's figures (--cache-dir), appended to the above when it is on.
+std::string prometheus_text(const memory::DiskTierStats& d);
 
 }  // namespace agentkv::server

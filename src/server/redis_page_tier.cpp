@@ -207,6 +207,11 @@ bool RedisPageTier::holds(uint64_t hash) const {
   return held_.count(hash) > 0;
 }
 
+void RedisPageTier::forget(uint64_t hash) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_.erase(hash);
+}
+
 RedisTierStats RedisPageTier::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   RedisTierStats s = stats_;

@@ -47,6 +47,7 @@ class RedisPageTier final : public memory::PageTier {
   void put(uint64_t hash, std::vector<uint8_t> record) override;
   std::vector<std::optional<std::vector<uint8_t>>> get(std::span<const uint64_t> hashes) override;
   bool holds(uint64_t hash) const override;
+  void forget(uint64_t hash) override;  // the next put rewrites the key
   RedisTierStats stats() const;
   // Waits until every queued write was sent (or dropped): tests and shutdown.
   void flush();

@@ -266,7 +266,11 @@ size_t Scheduler::fetch_from_tier(const Slot& slot, std::span<const Token> promp
     // A record is used only if it is exactly the page this chain expects.
     if (!page || page->hash != wanted[i] || page->first_pos != first || page->tokens.size() != P ||
         !std::equal(page->tokens.begin(), page->tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first))) {
+      // Damaged, foreign or stale: never attached; forgotten, so the page computed now is stored again.
       ++metrics_.tier_pages_refused_total;
+      tier_->forget(wanted[i]);
+      log_line("slot %d: page record %016llx from the page tier is %s: dropped, its tokens are computed again", slot.id,
+               static_cast<unsigned long long>(wanted[i]), page ? "not the page this prompt expects" : "damaged");
       break;
     }
     if (!index_->adopt_page(usable.first(first + P), salt,
@@ -276,7 +280,7 @@ size_t Scheduler::fetch_from_tier(const Slot& slot, std::span<const Token> promp
   }
   metrics_.tier_pages_fetched_total += fetched;
   if (fetched > 0)
-    log_line("slot %d: fetched %zu pages (%zu tokens) from the shared page tier", slot.id, fetched, fetched * P);
+    log_line("slot %d: fetched %zu pages (%zu tokens) from the page tier", slot.id, fetched, fetched * P);
   return fetched;
 }
 

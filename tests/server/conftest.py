@@ -134,6 +134,34 @@ class Server:
         self._log.close()
 
 
+GREEDY = {"temperature": 0, "repeat_penalty": 2.0, "repeat_last_n": 64, "return_tokens": True}
+
+
+def greedy_completion(server, prompt, n_predict=4, **extra):
+    """A greedy /completion that must succeed; the body, with the generated token ids."""
+    status, body = server.post("/completion", {"prompt": prompt, "n_predict": n_predict, **GREEDY, **extra})
+    assert status == 200, body
+    return body
+
+
+def wait_for(predicate, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def metric(server, name):
+    """One llamacpp:NAME value of /metrics (the server needs --metrics)."""
+    status, text = server.request("GET", "/metrics", raw=True)
+    assert status == 200, text
+    match = re.search(r"^llamacpp:%s (\S+)$" % re.escape(name), text if isinstance(text, str) else text.decode(), re.M)
+    assert match, name
+    return float(match.group(1))
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     """The shared server: 4 slots, 4096 cells, metrics on, 1 MB body limit."""

@@ -12,11 +12,10 @@ import time
 
 import pytest
 
-from conftest import Server
+from conftest import Server, greedy_completion as complete, wait_for
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 pytestmark = pytest.mark.skipif(not os.path.exists(REDIS), reason="redis-server is not installed (scripts/setup.sh)")
-GREEDY = {"temperature": 0, "repeat_penalty": 2.0, "repeat_last_n": 64, "return_tokens": True}
 
 
 def free_port():
@@ -50,21 +49,6 @@ class Redis:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=10)
-
-
-def complete(server, prompt, n_predict=4, **extra):
-    status, body = server.post("/completion", {"prompt": prompt, "n_predict": n_predict, **GREEDY, **extra})
-    assert status == 200, body
-    return body
-
-
-def wait_for(predicate, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_conversation_moves_to_another_instance_through_redis(tmp_path, reference):

@@ -56,24 +56,43 @@ class TaskMaker:
         seq += filler[prev:] + query_tokens
         return (seq + self.text(rng, length))[:length]
 
-    def copy(self, rng, length):
+    def copy(self, rng, length, random_tokens=None):
         """A span of text, some other text, then the span again: every token of the repeat is a
         retrieval of the token after its earlier occurrence (what induction heads do)."""
         span = rng.randrange(16, max(17, length // 3))
         gap = rng.randrange(0, max(1, length - 2 * span))
         # Some spans may be random tokens (stage 3): no n-gram statistics help there, only the copy.
         # Stages without them draw nothing extra, so their sequences stay as they were trained.
-        if self.random_copy_share > 0 and rng.random() < self.random_copy_share:
+        if random_tokens is None:
+            random_tokens = self.random_copy_share > 0 and rng.random() < self.random_copy_share
+        if random_tokens:
             first = [rng.randrange(self.eot) for _ in range(span)]
         else:
             first = self.text(rng, span)
         seq = self.text(rng, length - 2 * span - gap) + first + self.text(rng, gap) + first
         return seq[:length]
 
+    def random_copy(self, rng, length):
+        """Random tokens only, with a repeat that only retrieval predicts: either the sequence
+        repeats itself with a random period, or one random span reappears later. Stage 4 starts
+        with these alone (docs/trained-model.md: copies inside text did not make induction form)."""
+        toks = [rng.randrange(self.eot) for _ in range(length)]
+        if rng.random() < 0.5:
+            period = rng.randrange(4, max(5, length // 3))
+            for i in range(period, length):
+                toks[i] = toks[i - period]
+        else:
+            span = rng.randrange(6, max(7, length // 4))
+            first = rng.randrange(0, length - 2 * span + 1)
+            again = rng.randrange(first + span, length - span + 1)
+            toks[again:again + span] = toks[first:first + span]
+        return toks
+
     def sample(self, rng, length, mix):
-        """mix: shares of (plain, pass-key, key-value[, copy]); the rest of 1 goes to the last."""
+        """mix: shares of (plain, pass-key, key-value[, copy[, random copy]]); the rest of 1 goes to
+        the last."""
         r = rng.random()
-        makers = [self.plain, self.passkey, self.key_values, self.copy][:len(mix)]
+        makers = [self.plain, self.passkey, self.key_values, self.copy, self.random_copy][:len(mix)]
         for share, make in zip(mix, makers):
             if r < share:
                 return make(rng, length)

@@ -1,0 +1,83 @@
+// Pages kept on local disk (`--cache-dir`, issue 17): one file per page record
+// (memory/page_record.h), named by its chain hash, so a server restarted on the same folder finds
+// the pages its earlier runs computed. Records are written in the background, each to a temporary
+// file renamed into place, so a crash mid-write leaves no half record under a page's name (the
+// leftovers are deleted at the next start); a record damaged anyway (a torn write after a power
+// loss, a bit flip, a foreign file) fails the reader's checks, is forgotten and recomputed.
+// The folder is bounded: beyond max_bytes the least recently used records are deleted.
+// docs/memory-semantics.md, "Page tiers", has the format and the guarantees.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <list>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "memory/page_tier.h"
+
+namespace agentkv::memory {
+
+struct DiskTierConfig {
+  std::filesystem::path dir;
+  uint64_t max_bytes = 8ull << 30;        // records on disk beyond this: oldest deleted
+  size_t max_queued_bytes = 256u << 20;   // writes waiting beyond this are dropped
+};
+
+struct DiskTierStats {
+  uint64_t pages_written = 0, write_errors = 0, writes_dropped = 0;
+  uint64_t pages_read = 0, read_errors = 0, pages_forgotten = 0, pages_evicted = 0;
+  uint64_t pages_on_disk = 0, bytes_on_disk = 0;
+  uint64_t writes_pending = 0;  // queued or being written
+  uint64_t pages_found_at_start = 0, leftovers_removed = 0;
+};
+
+class DiskPageTier final : public PageTier {
+ public:
+  // Creates the folder if needed and indexes the records in it. Throws agentkv::Error when the
+  // folder cannot be created or read.
+  explicit DiskPageTier(DiskTierConfig cfg);
+  ~DiskPageTier() override;
+  DiskPageTier(const DiskPageTier&) = delete;
+  DiskPageTier& operator=(const DiskPageTier&) = delete;
+
+  void put(uint64_t hash, std::vector<uint8_t> record) override;
+  std::vector<std::optional<std::vector<uint8_t>>> get(std::span<const uint64_t> hashes) override;
+  bool holds(uint64_t hash) const override;
+  void forget(uint64_t hash) override;
+
+  DiskTierStats stats() const;
+  // Waits until every queued record is on disk (or dropped): tests and shutdown.
+  void flush();
+  // The file a record of this hash lives in.
+  std::filesystem::path record_path(uint64_t hash) const;
+
+ private:
+  struct OnDisk {
+    uint64_t bytes = 0;
+    std::list<uint64_t>::iterator lru;  // position in lru_ (front: least recently used)
+  };
+  void writer();
+  void index_folder();
+  void note_written(uint64_t hash, uint64_t bytes);  // mutex_ held
+  void evict_over_budget();                         // mutex_ held
+  void erase_entry(uint64_t hash);                  // mutex_ held; the file is the caller's
+
+  DiskTierConfig cfg_;
+  mutable std::mutex mutex_;  // everything below
+  std::condition_variable cv_;
+  std::deque<std::pair<uint64_t, std::vector<uint8_t>>> queue_;
+  std::unordered_map<uint64_t, size_t> queued_;  // hash -> times queued (holds() during the write)
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool stopping_ = false;
+  std::unordered_map<uint64_t, OnDisk> files_;
+  std::list<uint64_t> lru_;
+  DiskTierStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace agentkv::memory
