@@ -43,11 +43,12 @@ STAGES = {
     # Tried: still no retrieval after 350 of its steps; not part of the committed model.
     3: {"phases": [(256, 16, 400), (1024, 4, 40)], "mix": (0.1, 0.25, 0.25, 0.4), "lr": 1e-3, "warmup": 10,
         "random_copy_share": 0.5},
-    # Stage 4 (the committed model), from stage 2's weights: induction first. A probe showed stage
-    # 2's weights form induction within ~150 steps of random-token copies alone (the copy loss falls
-    # from 8.2 to 0.8) while stage 3's 20 % of them did not in 350; so random copies alone first,
-    # then the task mix at 256 tokens, then longer sequences for recall at depth. A phase may carry
-    # its own mix (plain, pass-key, key-value, copy, random copy).
+    # Stage 4, from stage 2's weights: induction first, on sequences of random tokens with a
+    # repeat (a random period, or one span again later) that only retrieval predicts; then the
+    # task mix at 256 tokens, then longer sequences for recall at depth. (The earlier pure-copy
+    # probe's "induction" was a copy at one fixed distance, which a positional head solves; with
+    # varying distances stage 2's weights stayed at chance for 300 steps.) A phase may carry its
+    # own mix (plain, pass-key, key-value, copy, random copy).
     4: {"phases": [(64, 32, 1500, (0, 0, 0, 0, 1)), (256, 16, 300, (0.35, 0.25, 0.15, 0.1, 0.15)),
                    (1024, 4, 100, (0.35, 0.35, 0.15, 0.05, 0.1)), (2048, 2, 40, (0.4, 0.4, 0.1, 0.0, 0.1))],
         "lr": 1e-3, "warmup": 10},
