@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/ggml_type.h"
+#include "engine/pooling.h"
 #include "kernels/numerics.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
@@ -50,6 +51,9 @@ const char* const kUsage =
     "                                  is taken (default 0: cached pages share the -c cells with the slots)\n"
     "  --cache-redis redis://HOST[:PORT][/DB]  share full KV pages with other instances through Redis (dense models;\n"
     "                                  docs/deploy.md): written as they fill, fetched when a prompt continues them\n"
+    "  --embedding, --embeddings       an embedding server: /embedding, /embeddings, /v1/embeddings (completions 501)\n"
+    "  --pooling none|mean|cls|last    how an input's token rows become one vector (default: the model's\n"
+    "                                  <arch>.pooling_type, else none: per-token rows, native API only)\n"
     "  --cache-dir DIR                 keep full KV pages on disk in DIR (dense models; docs/memory-semantics.md):\n"
     "                                  written as they fill, so a restarted server evaluates only what no run computed\n"
     "  --cache-dir-mib N               bound of --cache-dir, least recently used pages deleted beyond (default 8192)\n"
@@ -143,6 +147,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const long long cache_ram_mib = a.num("-cram", "--cache-ram", 0);
   cfg.cache_redis = a.str("--cache-redis", "", "");
   cfg.cache_dir = a.str("--cache-dir", "", "");
+  cfg.embeddings = a.flag("--embedding", "--embeddings");
+  cfg.pooling = a.str("--pooling", "", "");
+  if (!cfg.pooling.empty() && !agentkv::parse_pooling(cfg.pooling))
+    throw std::invalid_argument("--pooling: expected none, mean, cls or last, not '" + cfg.pooling + "'");
   const long long cache_dir_mib = a.num("--cache-dir-mib", "", 8192);
   a.finish();
   if (cache_dir_mib < 1 || cache_dir_mib > (1ll << 30)) throw std::invalid_argument("--cache-dir-mib must be in [1, 1073741824]");

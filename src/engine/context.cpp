@@ -77,7 +77,9 @@ int Context::decode(const Batch& b) {
   output_index_.clear();
   size_t n_out = 0;
   for (bool o : b.output) n_out += o ? 1 : 0;
-  logits_.resize(n_out * n_vocab);
+  const int64_t n_embd = model_.n_embd();
+  if (params_.embeddings) embeddings_.resize(n_out * n_embd);
+  else logits_.resize(n_out * n_vocab);
 
   ModelMemory mem;
   mem.kv = memory_->kv();
@@ -103,7 +105,8 @@ int Context::decode(const Batch& b) {
     fb.placement = &placement->kv;
     fb.rec_placement = &placement->rec;
     fb.output_rows = out_rows;
-    fb.logits = logits_.data() + out_base * n_vocab;
+    if (params_.embeddings) fb.embeddings = embeddings_.data() + out_base * n_embd;
+    else fb.logits = logits_.data() + out_base * n_vocab;
     model_.forward(fb, mem, ws_, pool_);
     for (int r : out_rows) output_index_.push_back(static_cast<int>(start) + r);
     out_base += out_rows.size();
@@ -113,8 +116,13 @@ int Context::decode(const Batch& b) {
   return 0;
 }
 
+const float* Context::embeddings(int i) const {
+  if (!params_.embeddings || i < 0 || i >= n_outputs()) throw Error("no embedding for output " + std::to_string(i));
+  return embeddings_.data() + static_cast<size_t>(i) * model_.n_embd();
+}
+
 const float* Context::logits(int i) const {
-  if (i < 0 || i >= n_outputs()) throw Error("no logits for output " + std::to_string(i));
+  if (params_.embeddings || i < 0 || i >= n_outputs()) throw Error("no logits for output " + std::to_string(i));
   return logits_.data() + static_cast<size_t>(i) * model_.n_vocab();
 }
 

@@ -25,6 +25,9 @@ struct ContextParams {
   GgmlType type_v = GgmlType::F16;
   KvRotationMode kv_rotation = KvRotationMode::Auto;  // model/kv_rotation.h
   uint64_t kv_rotation_seed = 0;                      // 0: llama.cpp's plain Hadamard
+  // decode() keeps each output token's final hidden state (embeddings(i)) instead of its logits,
+  // as llama.cpp's llama_set_embeddings(ctx, true) with pooling left to the caller.
+  bool embeddings = false;
 };
 
 struct DecodeStats {
@@ -59,6 +62,8 @@ class Context {
   int n_outputs() const { return static_cast<int>(output_index_.size()); }
   // Logits of the last token with output=true (the usual case in generation).
   const float* last_logits() const { return logits(n_outputs() - 1); }
+  // Output i's final hidden state, n_embd floats (ContextParams::embeddings only).
+  const float* embeddings(int i) const;
 
   // Context shift: re-rotates the keys of cells moved by seq_add / seq_div since the last forward
   // pass (decode() calls it first; call it yourself before saving state). No-op when nothing is
@@ -80,6 +85,7 @@ class Context {
   std::unique_ptr<memory::SequenceMemory> memory_;
   Workspace ws_;
   std::vector<float> logits_;
+  std::vector<float> embeddings_;
   std::vector<int> output_index_;
   DecodeStats stats_;
   uint64_t next_ubatch_id_ = 0;

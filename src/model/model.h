@@ -66,6 +66,9 @@ struct ForwardBatch {
   uint64_t id = 0;  // unique per micro-batch of a context (0: nothing may be cached across layers)
   std::span<const int> output_rows;  // indices into tokens whose logits are wanted, ascending
   float* logits = nullptr;           // output_rows.size() x n_vocab
+  // Set: the output rows' final hidden states (after the output norm, llama.cpp's "result_norm"),
+  // output_rows.size() x n_embd, instead of logits (embedding models).
+  float* embeddings = nullptr;
 };
 
 class Model {
@@ -78,6 +81,7 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const gguf::Reader& gguf() const { return *gguf_; }
   int64_t n_vocab() const { return config_.n_vocab; }
+  int64_t n_embd() const { return config_.n_embd; }
 
   // Layout of the attention KV cache this model needs.
   memory::KvLayout kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified, GgmlType type_k,

@@ -257,6 +257,10 @@ void Qwen35Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
     for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
   }
   for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, output_norm_, cur + t * E, E, cfg.rms_eps);
+  if (b.embeddings) {
+    std::copy(cur, cur + rows * E, b.embeddings);
+    return;
+  }
   matmul(output_, cur, rows, E, b.logits, cfg.n_vocab, pool);
 }
 

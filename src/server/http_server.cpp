@@ -33,6 +33,7 @@
 #include "server/prompt_align.h"
 #include "memory/disk_page_tier.h"
 #include "memory/page_tier_stack.h"
+#include "server/embeddings.h"
 #include "server/redis_page_tier.h"
 #include "server/response_format.h"
 #include "server/scheduler.h"
@@ -246,6 +247,7 @@ class HttpServer {
   Json kv_cache_props() const;
   void slots(const Request& req, Response& res);
   void metrics(Response& res);
+  void embeddings(const Request& req, Response& res, EmbeddingApi api);
   void models(Response& res);
   void slot_action(const Request& req, Response& res);
   void prefill(const Request& req, Response& res);
@@ -316,6 +318,7 @@ bool HttpServer::load() {
     cp.type_v = cfg_.type_v;
     cp.kv_rotation = cfg_.kv_rotation;
     cp.kv_rotation_seed = cfg_.kv_rotation_seed;
+    cp.embeddings = cfg_.embeddings;
     const uint32_t n_positions = cp.n_ctx;
     // --cache-ram: room for cached pages beyond the context, as KV cells (untouched cells cost
     // no memory); pages no slot uses are evicted only when all of it is taken.
@@ -347,6 +350,9 @@ bool HttpServer::load() {
     sc.checkpoint_bytes = cfg_.checkpoint_bytes;
     sc.model_fingerprint = model_fingerprint(*e->model);
     sc.share_prefixes = cfg_.share_prefixes;
+    sc.embeddings = cfg_.embeddings;
+    sc.pooling = embedding_pooling(cfg_.pooling, *e->model);
+    if (sc.embeddings) log_line("embedding server: %s pooling", pooling_name(sc.pooling));
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty()) {
       if (e->ctx->memory().rec()) {
@@ -613,6 +619,11 @@ void HttpServer::routes() {
        anthropic(guarded([this](const Request& req, Response& res) { count_anthropic_tokens(req, res); })));
   post("/v1/responses", guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Responses); }));
   post("/responses", guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Responses); }));
+  auto native_embeddings = guarded([this](const Request& req, Response& res) { embeddings(req, res, EmbeddingApi::Native); });
+  post("/embedding", native_embeddings);
+  post("/embeddings", native_embeddings);
+  post("/v1/embeddings",
+       guarded([this](const Request& req, Response& res) { embeddings(req, res, EmbeddingApi::OpenAi); }));
   post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
   auto lookup_route = guarded([this](const Request& req, Response& res) { cache_lookup(req, res); });
   post("/v1/cache/lookup", lookup_route);
@@ -632,6 +643,9 @@ void HttpServer::routes() {
 }
 
 void HttpServer::completion(const Request& req, Response& res, ResponseKind kind) {
+  if (cfg_.embeddings)  // the context keeps hidden states, not logits
+    throw HttpError(ErrorType::NotSupported,
+                    "This server does not support completions. Start it without `--embeddings`");
   Engine& e = *engine_;
   const Tokenizer& tok = e.model->tokenizer();
   Json body = parse_body_object(req.body);
@@ -976,6 +990,8 @@ void HttpServer::slot_action(const Request& req, Response& res) {
 }
 
 void HttpServer::prefill(const Request& req, Response& res) {
+  if (cfg_.embeddings)
+    throw HttpError(ErrorType::NotSupported, "This server does not support prefill. Start it without `--embeddings`");
   Engine& e = *engine_;
   const Tokenizer& tok = e.model->tokenizer();
   const Json body = parse_body_object(req.body);
@@ -1028,6 +1044,56 @@ void HttpServer::prefill(const Request& req, Response& res) {
       return;
     }
   }
+}
+
+void HttpServer::embeddings(const Request& req, Response& res, EmbeddingApi api) {
+  if (!cfg_.embeddings)
+    throw HttpError(ErrorType::NotSupported,
+                    "This server does not support embeddings. Start it with `--embeddings`");
+  Engine& e = *engine_;
+  const Json body = parse_body_object(req.body);
+  const Pooling pooling = e.scheduler->config().pooling;
+  const EmbeddingRequest er = parse_embedding_request(body, e.model->tokenizer(), api, pooling);
+  std::vector<std::shared_ptr<TaskChannel>> channels;
+  for (const std::vector<Token>& input : er.inputs) {
+    check_prompt_fits(input, e.scheduler->config().n_ctx);
+    auto task = std::make_shared<Task>();
+    task->id = next_task_id_++;
+    task->params.cache_prompt = false;  // every row is pooled: nothing can come from a cache
+    task->params.n_predict = 0;
+    task->prompt = input;
+    channels.push_back(task->channel);
+    e.scheduler->submit(std::move(task));
+  }
+  auto cancel_all = [&] {
+    for (auto& c : channels) c->cancel();
+    e.scheduler->wake();
+  };
+  ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
+  std::vector<std::vector<std::vector<float>>> rows(channels.size());
+  for (size_t i = 0; i < channels.size();) {
+    bool done = false;
+    for (TaskEvent& ev : channels[i]->wait(kPollInterval)) {
+      if (ev.kind == TaskEvent::Kind::Error) {
+        cancel_all();
+        send_error(res, *ev.error);
+        return;
+      }
+      if (ev.kind != TaskEvent::Kind::Final) continue;
+      rows[i] = std::move(ev.final.embedding);
+      done = true;
+    }
+    if (done) {
+      ++i;
+      continue;
+    }
+    if (!probe.alive()) {
+      cancel_all();
+      res.status = 499;
+      return;
+    }
+  }
+  send_json(res, embedding_response(api, er, std::move(rows), pooling, model_name_));
 }
 
 void HttpServer::models(Response& res) {

@@ -38,6 +38,8 @@ struct ServerConfig {
   size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for context checkpoints
   size_t cache_ram_bytes = 0;        // KV room for cached pages beyond n_ctx; 0: none
   std::string cache_redis;           // redis://HOST[:PORT][/DB]: the shared page tier; empty: none
+  bool embeddings = false;           // --embedding: an embedding server (no completions)
+  std::string pooling;               // --pooling none|mean|cls|last; "": the model's own (none without one)
   std::string cache_dir;             // folder of the disk page tier (restarts find their pages); empty: none
   uint64_t cache_dir_bytes = 8ull << 30;  // the disk tier's bound
   bool share_prefixes = true;        // the prefix index across slots (scheduler.h)

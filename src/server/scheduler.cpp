@@ -609,6 +609,12 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   SamplerParams sp = p.sampling;
   if (sp.seed == kRandomSeed) sp.seed = std::random_device{}();
   slot.sampler.emplace(sp);
+  if (cfg_.embeddings && r.n_kept != 0) {  // every row is pooled: nothing may come from a cache
+    wipe(slot);
+    r = ReuseResult{};
+  }
+  slot.embedding.reset();
+  if (cfg_.embeddings) slot.embedding.emplace(cfg_.pooling, ctx_.model().n_embd(), prompt.size());
   slot.stop_checker.emplace(p.stop);
   slot.grammar.reset();
   slot.probs.clear();
@@ -673,9 +679,21 @@ bool Scheduler::build_batch(Batch& batch) {
     const size_t point = next_snapshot_point(s);
     if (point > 0 && s.n_prompt_done + take > point) take = point - s.n_prompt_done;
     const bool last = take == remaining;
-    batch.add_sequence(prompt.data() + s.n_prompt_done, take, static_cast<memory::Pos>(s.n_prompt_done), s.id, last);
     s.batch_prompt_tokens = take;
     s.in_batch = true;
+    if (s.embedding) {  // the rows its pooling takes, no logits
+      s.batch_output = n_outputs;
+      s.batch_outputs = 0;
+      for (size_t i = s.n_prompt_done; i < s.n_prompt_done + take; ++i) {
+        const bool wanted = s.embedding->wants(i);
+        batch.add(prompt[i], static_cast<memory::Pos>(i), {s.id}, wanted);
+        s.batch_outputs += wanted ? 1 : 0;
+      }
+      n_outputs += s.batch_outputs;
+      budget -= take;
+      continue;
+    }
+    batch.add_sequence(prompt.data() + s.n_prompt_done, take, static_cast<memory::Pos>(s.n_prompt_done), s.id, last);
     if (last) s.batch_output = n_outputs++;
     budget -= take;
   }
@@ -765,6 +783,11 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
     }
     publish(s, /*with_tail=*/false);
     metrics_.n_tokens_max = std::max<uint64_t>(metrics_.n_tokens_max, s.cache.size());
+    if (s.embedding) {
+      for (int j = 0; j < s.batch_outputs; ++j) s.embedding->add(ctx_.embeddings(s.batch_output + j));
+      if (s.n_prompt_done == s.task->prompt.size()) finish_embedding(s);
+      continue;
+    }
     if (s.batch_output < 0) continue;
     try {
       on_logits(s, ctx_.logits(s.batch_output));
@@ -903,6 +926,23 @@ void Scheduler::finish(Slot& slot, StopType stop, bool truncated) {
   release(slot);
 }
 
+void Scheduler::finish_embedding(Slot& slot) {
+  const auto now = Slot::Clock::now();
+  FinalResult r;
+  r.id_slot = slot.id;
+  r.n_prompt = static_cast<int32_t>(slot.task->prompt.size());
+  r.n_cached = static_cast<int32_t>(slot.cache.size());
+  slot.t_first_token = now;
+  r.timings = timings_of(slot, now);
+  r.embedding = slot.embedding->result();
+  metrics_.prompt_tokens_total += slot.n_prompt_done - slot.n_cache_reused;
+  metrics_.prompt_ms_total += ms_between(slot.t_start, now);
+  log_line("slot %d: task %llu done: embedding of %d tokens (%s pooling) in %.1f ms", slot.id,
+           static_cast<unsigned long long>(slot.task->id), r.n_prompt, pooling_name(cfg_.pooling), r.timings.prompt_ms);
+  slot.task->channel->push({TaskEvent::Kind::Final, {}, std::move(r), std::nullopt});
+  release(slot);
+}
+
 void Scheduler::fail(Slot& slot, const HttpError& error) {
   log_line("slot %d: task %llu failed: %s", slot.id, static_cast<unsigned long long>(slot.task->id), error.what());
   slot.task->channel->push({TaskEvent::Kind::Error, {}, {}, error});
@@ -920,6 +960,7 @@ void Scheduler::release(Slot& slot) {
   slot.sampler.reset();
   slot.stop_checker.reset();
   slot.grammar.reset();
+  slot.embedding.reset();
   slot.probs.clear();
   slot.unevaluated_tail = slot.pending;
   slot.tail_at = slot.cache.size();

@@ -33,6 +33,7 @@
 #include "server/grammar_run.h"
 #include "server/metrics.h"
 #include "server/slot.h"
+#include "engine/pooling.h"
 #include "server/slot_selection.h"
 #include "server/task.h"
 
@@ -50,6 +51,10 @@ struct SchedulerConfig {
   // Every slot may attach pages any slot computed (memory/prefix_index.h). Off: the index still
   // holds every slot's pages and snapshots, but each slot finds only its own.
   bool share_prefixes = true;
+  // Embedding server (--embedding): the context keeps hidden states, not logits; a task evaluates
+  // its whole prompt and returns the pooled rows (FinalResult::embedding), generating nothing.
+  bool embeddings = false;
+  Pooling pooling = Pooling::Last;
 };
 
 // A slot's saved state (POST /slots/{id}?action=save, /v1/prefill).
@@ -133,6 +138,7 @@ class Scheduler {
   // whose chain continues past the local pages brings the rest in (one round trip) before the
   // attach. Returns the pages fetched.
   void send_to_tier(Slot& slot);
+  void finish_embedding(Slot& slot);  // embedding servers: the prompt is read; pool and answer
   size_t fetch_from_tier(const Slot& slot, std::span<const Token> prompt);
   uint64_t page_salt_for(int slot_id, uint64_t cache_salt) const;
   // A state was loaded into the slot: its pages go into the index and (hybrid) its checkpoints

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/sampling.h"
+#include "engine/pooling.h"
 #include "server/grammar_run.h"
 #include "server/prompt_cache.h"
 #include "server/task.h"
@@ -38,6 +39,8 @@ struct Slot {
   std::vector<float> biased_logits;  // the logits row plus the task's logit_bias (sampled instead)
   std::optional<StopChecker> stop_checker;
   std::optional<GrammarRun> grammar;  // constrained decoding (the task's grammar)
+  std::optional<EmbeddingPool> embedding;  // embedding servers: the prompt's rows being pooled
+  int batch_outputs = 0;                   // ... and how many of the batch's outputs are its rows
   std::vector<float> grammar_logits;  // the logits row with the grammar's mask applied
   std::vector<TokenProbs> probs;      // n_probs / logprobs of the tokens generated so far
   size_t probs_sent = 0;              // streamed: probs[0, probs_sent) went out with token events

@@ -67,6 +67,7 @@ struct FinalResult {
   Timings timings;
   std::vector<uint8_t> state;  // the slot's saved state (tasks with return_state)
   std::vector<TokenProbs> probs;  // every generated token's (not streamed) or those not yet sent (streamed)
+  std::vector<std::vector<float>> embedding;  // embedding servers: the pooled rows (not normalized)
 };
 
 struct TaskEvent {

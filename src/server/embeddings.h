@@ -1,0 +1,36 @@
+// Embedding requests and responses (`--embedding`): llama-server's native /embedding and
+// /embeddings, and OpenAI's /v1/embeddings. A request holds one or several inputs (a string, an
+// array of token ids, or an array of either); each becomes its own task, pooled by the scheduler
+// (engine/pooling.h) and normalized here.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/pooling.h"
+#include "model/model.h"
+#include "server/json_fields.h"
+#include "tokenizer/tokenizer.h"
+
+namespace agentkv::server {
+
+enum class EmbeddingApi { Native, OpenAi };
+
+struct EmbeddingRequest {
+  std::vector<std::vector<Token>> inputs;
+  int embd_normalize = 2;  // llama.cpp's default: euclidean
+  bool base64 = false;     // OpenAI encoding_format "base64": little-endian float32
+};
+
+// Throws invalid_request for a missing, empty or malformed input, or pooling none on the OpenAI API
+// (its shape has one vector per input).
+EmbeddingRequest parse_embedding_request(const Json& body, const Tokenizer& tok, EmbeddingApi api, Pooling pooling);
+
+// --pooling's value, else the model's own (<arch>.pooling_type), else none (llama.cpp's rule).
+// Throws std::invalid_argument for an unknown name.
+Pooling embedding_pooling(const std::string& flag, const Model& model);
+
+// rows[i]: the pooled rows of input i (one row, or one per token with pooling none).
+Json embedding_response(EmbeddingApi api, const EmbeddingRequest& req, std::vector<std::vector<std::vector<float>>> rows,
+                        Pooling pooling, const std::string& model);
+
+}  // namespace agentkv::server
