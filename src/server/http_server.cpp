@@ -34,6 +34,7 @@
 #include "memory/disk_page_tier.h"
 #include "memory/page_tier_stack.h"
 #include "server/embeddings.h"
+#include "server/infill.h"
 #include "server/redis_page_tier.h"
 #include "server/response_format.h"
 #include "server/scheduler.h"
@@ -248,6 +249,8 @@ class HttpServer {
   void slots(const Request& req, Response& res);
   void metrics(Response& res);
   void embeddings(const Request& req, Response& res, EmbeddingApi api);
+  void infill(const Request& req, Response& res);
+  void completion_of(const Request& req, Response& res, ResponseKind kind, Json body);
   void models(Response& res);
   void slot_action(const Request& req, Response& res);
   void prefill(const Request& req, Response& res);
@@ -624,6 +627,7 @@ void HttpServer::routes() {
   post("/embeddings", native_embeddings);
   post("/v1/embeddings",
        guarded([this](const Request& req, Response& res) { embeddings(req, res, EmbeddingApi::OpenAi); }));
+  post("/infill", guarded([this](const Request& req, Response& res) { infill(req, res); }));
   post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
   auto lookup_route = guarded([this](const Request& req, Response& res) { cache_lookup(req, res); });
   post("/v1/cache/lookup", lookup_route);
@@ -643,12 +647,30 @@ void HttpServer::routes() {
 }
 
 void HttpServer::completion(const Request& req, Response& res, ResponseKind kind) {
+  completion_of(req, res, kind, parse_body_object(req.body));
+}
+
+void HttpServer::infill(const Request& req, Response& res) {
+  if (cfg_.embeddings)
+    throw HttpError(ErrorType::NotSupported, "This server does not support infill. Start it without `--embeddings`");
+  Engine& e = *engine_;
+  Json body = parse_body_object(req.body);
+  const InfillRequest ir = parse_infill_request(body, e.model->tokenizer());
+  const int n_predict = body.contains("n_predict") && body["n_predict"].is_number_integer() ? body["n_predict"].get<int>()
+                                                                                            : cfg_.n_predict;
+  const std::vector<Token> prompt = format_infill(e.model->tokenizer(), ir, kInfillBatch, n_predict,
+                                                  static_cast<int>(e.scheduler->config().n_ctx));
+  body = infill_completion_body(std::move(body));
+  body["prompt"] = prompt;
+  completion_of(req, res, ResponseKind::Native, std::move(body));
+}
+
+void HttpServer::completion_of(const Request& req, Response& res, ResponseKind kind, Json body) {
   if (cfg_.embeddings)  // the context keeps hidden states, not logits
     throw HttpError(ErrorType::NotSupported,
                     "This server does not support completions. Start it without `--embeddings`");
   Engine& e = *engine_;
   const Tokenizer& tok = e.model->tokenizer();
-  Json body = parse_body_object(req.body);
   Json request_echo;
   if (kind == ResponseKind::Anthropic) body = anthropic_to_chat_request(body, AnthropicEndpoint::Messages);
   if (kind == ResponseKind::Responses) {

@@ -121,6 +121,7 @@ struct Tokenizer::Impl {
   std::vector<Token> empty_ids;  // tokens whose GGUF text was empty (for data())
   std::vector<uint8_t> types;    // TokenType of each entry of the given token_type list
   std::vector<uint8_t> attrs;
+  Tokenizer::FimTokens fim;
   tokenizer::BpeModel bpe;
   std::unique_ptr<tokenizer::PreTokenizer> pre;
   tokenizer::SpecialTokenMatcher specials;
@@ -226,10 +227,14 @@ void Tokenizer::Impl::assign_attributes() {
   make_control(eot);
   const Token eom = find_first(kEomTexts);
   make_control(eom);
-  for (const auto* names : {&kFimPreTexts, &kFimSufTexts, &kFimMidTexts}) make_control(find_first(*names));
-  const Token fim_pad = find_first(kFimPadTexts), fim_rep = find_first(kFimRepTexts),
-              fim_sep = find_first(kFimSepTexts);
-  for (Token t : {fim_pad, fim_rep, fim_sep}) make_control(t);
+  fim.pre = find_first(kFimPreTexts);
+  fim.suf = find_first(kFimSufTexts);
+  fim.mid = find_first(kFimMidTexts);
+  fim.pad = find_first(kFimPadTexts);
+  fim.rep = find_first(kFimRepTexts);
+  fim.sep = find_first(kFimSepTexts);
+  for (Token t : {fim.pre, fim.suf, fim.mid, fim.pad, fim.rep, fim.sep}) make_control(t);
+  const Token fim_pad = fim.pad, fim_rep = fim.rep, fim_sep = fim.sep;
 
   for (size_t i = 0; i < n; ++i)
     if ((attrs[i] & kAttrControl) && texts[i].find("unused") != std::string::npos) attrs[i] |= kAttrUnused;
@@ -410,6 +415,8 @@ bool Tokenizer::is_eog(Token id) const {
 bool Tokenizer::is_control(Token id) const {
   return id >= 0 && id < n_vocab() && (impl_->attrs[id] & kAttrControl);
 }
+
+const Tokenizer::FimTokens& Tokenizer::fim() const { return impl_->fim; }
 
 std::optional<Token> Tokenizer::find_token(std::string_view text) const {
   const Token t = impl_->find(text);

@@ -66,6 +66,12 @@ class Tokenizer {
   bool is_eog(Token id) const;  // end of generation: eos, eot, <|im_end|>, <|endoftext|>, ...
   bool is_control(Token id) const;
   std::optional<Token> find_token(std::string_view text) const;  // exact GGUF-form lookup
+  // Fill-in-the-middle tokens, found by text as llama.cpp does ("<|fim_prefix|>", "<PRE>", ...);
+  // -1 where the vocabulary has none.
+  struct FimTokens {
+    Token pre = -1, suf = -1, mid = -1, pad = -1, rep = -1, sep = -1;
+  };
+  const FimTokens& fim() const;
   // The vocabulary as given (rebuilt from the compact tables on first use, then kept: callers
   // that only need the template should use chat_template()).
   const VocabData& data() const;
