@@ -237,7 +237,8 @@ class HttpServer {
   bool authorized(const Request& req) const;
 
   void completion(const Request& req, Response& res, ResponseKind kind);
-  void count_anthropic_tokens(const Request& req, Response& res);
+  // POST .../input_tokens and Anthropic's count_tokens: the prompt's length, nothing evaluated.
+  void count_tokens(const Request& req, Response& res, ResponseKind kind);
   // A request's generation fields over the server's defaults (--n-predict, --temp, --seed).
   CompletionParams request_params(const Json& body) const;
   void tokenize(const Request& req, Response& res);
@@ -619,7 +620,13 @@ void HttpServer::routes() {
   auto messages = guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Anthropic); });
   post("/v1/messages", anthropic(messages));
   post("/v1/messages/count_tokens",
-       anthropic(guarded([this](const Request& req, Response& res) { count_anthropic_tokens(req, res); })));
+       anthropic(guarded([this](const Request& req, Response& res) { count_tokens(req, res, ResponseKind::Anthropic); })));
+  auto chat_tokens = guarded([this](const Request& req, Response& res) { count_tokens(req, res, ResponseKind::OaiChat); });
+  post("/chat/completions/input_tokens", chat_tokens);
+  post("/v1/chat/completions/input_tokens", chat_tokens);
+  auto responses_tokens = guarded([this](const Request& req, Response& res) { count_tokens(req, res, ResponseKind::Responses); });
+  post("/responses/input_tokens", responses_tokens);
+  post("/v1/responses/input_tokens", responses_tokens);
   post("/v1/responses", guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Responses); }));
   post("/responses", guarded([this](const Request& req, Response& res) { completion(req, res, ResponseKind::Responses); }));
   auto native_embeddings = guarded([this](const Request& req, Response& res) { embeddings(req, res, EmbeddingApi::Native); });
@@ -826,12 +833,17 @@ CompletionParams HttpServer::request_params(const Json& body) const {
   return p;
 }
 
-void HttpServer::count_anthropic_tokens(const Request& req, Response& res) {
+void HttpServer::count_tokens(const Request& req, Response& res, ResponseKind kind) {
   const Engine& e = *engine_;
-  const Json chat = anthropic_to_chat_request(parse_body_object(req.body), AnthropicEndpoint::CountTokens);
+  Json chat = parse_body_object(req.body);
+  if (kind == ResponseKind::Anthropic) chat = anthropic_to_chat_request(chat, AnthropicEndpoint::CountTokens);
+  if (kind == ResponseKind::Responses) chat = responses_to_chat_request(chat);
+  if (!chat.contains("messages")) throw invalid_request("'messages' is required");
   const std::string prompt = e.chat->apply(chat);
   const size_t n = tokenize_prompt(e.model->tokenizer(), {{prompt, -1}}, /*add_special=*/true).size();
-  send_json(res, Json{{"input_tokens", n}});
+  Json out{{"input_tokens", n}};
+  if (kind != ResponseKind::Anthropic) out["object"] = "response.input_tokens";  // llama-server's OpenAI shape
+  send_json(res, out);
 }
 
 void HttpServer::tokenize(const Request& req, Response& res) {
