@@ -919,6 +919,11 @@ void HttpServer::props(Response& res) {
                                                           {"is_processing", false},
                                                           {"params", defaults.to_json()}}},
                      {"total_slots", cfg_.n_slots},
+                     // agentkv: the slots share one memory, so n_ctx above is what one request may
+                     // use (llama-server's is n_ctx / slots); the pool is what all share, cached
+                     // pages (--cache-ram) included (docs/server.md, "Context").
+                     {"n_ctx_request", e.scheduler->config().n_ctx},
+                     {"n_ctx_pool", e.ctx->params().n_ctx},
                      {"model_alias", model_name_},
                      // the file name only: absolute paths of the host are not the clients' business
                      {"model_path", std::filesystem::path(cfg_.model_path).filename().string()},

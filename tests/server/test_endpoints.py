@@ -34,6 +34,8 @@ def test_props(server):
         assert key in props, key
     assert props["total_slots"] == 4
     assert props["default_generation_settings"]["n_ctx"] == 4096
+    # One shared memory: a request may use all of it (llama-server's n_ctx would be 4096 / 4).
+    assert props["n_ctx_request"] == 4096 and props["n_ctx_pool"] == 4096
     params = props["default_generation_settings"]["params"]
     assert params["temperature"] == 0.800000011920929  # llama-server's default, a float
     assert params["top_k"] == 40 and params["n_predict"] == -1 and params["seed"] == 4294967295
