@@ -6,8 +6,10 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "core/ggml_type.h"
@@ -51,6 +53,9 @@ const char* const kUsage =
     "                                  is taken (default 0: cached pages share the -c cells with the slots)\n"
     "  --cache-redis redis://HOST[:PORT][/DB]  share full KV pages with other instances through Redis (dense models;\n"
     "                                  docs/deploy.md): written as they fill, fetched when a prompt continues them\n"
+    "  --chat-template-file FILE       a Jinja chat template to use instead of the model's (a bad one fails the start)\n"
+    "  --reasoning-format none|auto|deepseek  requests' default reasoning_format (default auto: <think> parsed)\n"
+    "  -rea, --reasoning on|off|auto   chat_template_kwargs.enable_thinking for requests that do not set it\n"
     "  --embedding, --embeddings       an embedding server: /embedding, /embeddings, /v1/embeddings (completions 501)\n"
     "  --pooling none|mean|cls|last    how an input's token rows become one vector (default: the model's\n"
     "                                  <arch>.pooling_type, else none: per-token rows, native API only)\n"
@@ -130,6 +135,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.seed = a.num("--seed", "-s", -1);
   const long long n_batch = a.num("-b", "--batch-size", 0);
   cfg.chat_template = a.str("--chat-template", "", "");
+  const std::string chat_template_file = a.str("--chat-template-file", "", "");
+  cfg.reasoning_format = a.str("--reasoning-format", "", "");
+  const std::string reasoning = a.str("-rea", "--reasoning", "auto");
   if (a.flag("--no-slots")) cfg.endpoint_slots = false;
   if (a.flag("--slots")) cfg.endpoint_slots = true;
   while (a.flag("--jinja") || a.flag("--no-jinja")) {
@@ -173,6 +181,20 @@ int cmd_serve(const std::vector<std::string>& argv) {
     throw std::invalid_argument("--chat-template '" + cfg.chat_template +
                                 "' is not supported: agentkv renders the model's own template, or ChatML with "
                                 "--chat-template chatml");
+  if (!chat_template_file.empty()) {
+    std::ifstream in(chat_template_file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in || text.str().empty())
+      throw std::invalid_argument("--chat-template-file: cannot read '" + chat_template_file + "'");
+    cfg.chat_template_source = text.str();
+  }
+  if (!cfg.reasoning_format.empty() && cfg.reasoning_format != "none" && cfg.reasoning_format != "auto" &&
+      cfg.reasoning_format != "deepseek")
+    throw std::invalid_argument("--reasoning-format must be none, auto or deepseek");
+  if (reasoning == "on" || reasoning == "true" || reasoning == "1") cfg.enable_thinking = 1;
+  else if (reasoning == "off" || reasoning == "false" || reasoning == "0") cfg.enable_thinking = 0;
+  else if (reasoning != "auto") throw std::invalid_argument("--reasoning must be on, off or auto");
   cfg.n_predict = static_cast<int32_t>(n_predict);
   if (port < 0 || port > 65535) throw std::invalid_argument("--port must be in [0, 65535]");
   if (max_body < 1) throw std::invalid_argument("--max-body must be positive");

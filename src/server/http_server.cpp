@@ -252,6 +252,7 @@ class HttpServer {
   void embeddings(const Request& req, Response& res, EmbeddingApi api);
   void infill(const Request& req, Response& res);
   void completion_of(const Request& req, Response& res, ResponseKind kind, Json body);
+  void apply_chat_defaults(Json& body) const;
   void models(Response& res);
   void slot_action(const Request& req, Response& res);
   void prefill(const Request& req, Response& res);
@@ -340,8 +341,12 @@ bool HttpServer::load() {
     const Tokenizer& tok = e->model->tokenizer();
     try {
       // --chat-template chatml (the only name agentkv knows) replaces the model's template.
-      e->chat = cfg_.chat_template == "chatml" ? std::make_unique<ChatFormatter>(tok, "") : std::make_unique<ChatFormatter>(tok);
+      if (!cfg_.chat_template_source.empty())  // --chat-template-file: a bad template fails the start
+        e->chat = std::make_unique<ChatFormatter>(tok, cfg_.chat_template_source);
+      else
+        e->chat = cfg_.chat_template == "chatml" ? std::make_unique<ChatFormatter>(tok, "") : std::make_unique<ChatFormatter>(tok);
     } catch (const Error& err) {
+      if (!cfg_.chat_template_source.empty()) throw Error(std::string("--chat-template-file: ") + err.what());
       log_line("warning: the model's chat template is not supported (%s); using ChatML", err.what());
       e->chat = std::make_unique<ChatFormatter>(tok, "");
     }
@@ -672,6 +677,16 @@ void HttpServer::infill(const Request& req, Response& res) {
   completion_of(req, res, ResponseKind::Native, std::move(body));
 }
 
+void HttpServer::apply_chat_defaults(Json& body) const {
+  // --reasoning-format and --reasoning: the server's defaults where the request says nothing.
+  if (!cfg_.reasoning_format.empty() && !body.contains("reasoning_format")) body["reasoning_format"] = cfg_.reasoning_format;
+  if (cfg_.enable_thinking >= 0) {
+    if (!body.contains("chat_template_kwargs")) body["chat_template_kwargs"] = Json::object();
+    Json& kwargs = body["chat_template_kwargs"];
+    if (kwargs.is_object() && !kwargs.contains("enable_thinking")) kwargs["enable_thinking"] = cfg_.enable_thinking == 1;
+  }
+}
+
 void HttpServer::completion_of(const Request& req, Response& res, ResponseKind kind, Json body) {
   if (cfg_.embeddings)  // the context keeps hidden states, not logits
     throw HttpError(ErrorType::NotSupported,
@@ -692,6 +707,7 @@ void HttpServer::completion_of(const Request& req, Response& res, ResponseKind k
   check_known_fields(body, endpoint);
   std::vector<PromptPart> parts;
   if (chat) {
+    apply_chat_defaults(body);
     parts.push_back({e.chat->apply(body), -1});
   } else {
     if (!has_field(body, "prompt")) throw invalid_request("'prompt' is required");
@@ -891,7 +907,8 @@ void HttpServer::detokenize(const Request& req, Response& res) {
 }
 
 void HttpServer::apply_template(const Request& req, Response& res) {
-  const Json body = parse_body_object(req.body);
+  Json body = parse_body_object(req.body);
+  apply_chat_defaults(body);
   send_json(res, Json{{"prompt", engine_->chat->apply(body)}});
 }
 

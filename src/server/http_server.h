@@ -50,6 +50,9 @@ struct ServerConfig {
   int64_t seed = -1;                 // -1: a random seed per request
   bool endpoint_slots = true;        // GET /slots (--no-slots: 501)
   std::string chat_template;         // --chat-template NAME; "": the model's own
+  std::string chat_template_source;  // --chat-template-file's contents; "": none
+  std::string reasoning_format;      // --reasoning-format: requests' default reasoning_format; "": auto
+  int enable_thinking = -1;          // --reasoning on (1) / off (0): chat_template_kwargs.enable_thinking; -1: the template's
 };
 
 // Listens, loads the model (answering 503 meanwhile), serves until SIGINT or SIGTERM.

@@ -125,6 +125,39 @@ def test_llama_server_flags(tmp_path):
     assert s.proc.returncode == 0, s.log()
 
 
+def test_chat_template_file_and_reasoning_flags(tmp_path):
+    template = tmp_path / "template.jinja"
+    template.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant]{% endif %}")
+    hi = {"messages": [{"role": "user", "content": "hi"}]}
+    s = Server(tmp_path / "file", "-np", "1", "-c", "512", "--chat-template-file", str(template))
+    try:
+        assert s.get("/props")[1]["chat_template"] == template.read_text()
+        assert s.post("/apply-template", hi)[1]["prompt"] == "[user] hi\n[assistant]"
+    finally:
+        s.stop()
+    # --reasoning off: Qwen3's template gets enable_thinking false (an empty think block) unless the
+    # request says otherwise; --reasoning-format is the requests' default (a bad value fails the start).
+    s = Server(tmp_path / "off", "-np", "1", "-c", "512", "--reasoning", "off", "--reasoning-format", "none")
+    try:
+        assert s.post("/apply-template", hi)[1]["prompt"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        asked = dict(hi, chat_template_kwargs={"enable_thinking": True})
+        assert not s.post("/apply-template", asked)[1]["prompt"].endswith("</think>\n\n")
+    finally:
+        s.stop()
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}")
+    import subprocess
+    from conftest import MODEL, _find_binary
+    for args, why in (([ "--chat-template-file", str(bad)], "--chat-template-file"),
+                      (["--chat-template-file", str(tmp_path / "missing.jinja")], "cannot read"),
+                      (["--reasoning", "maybe"], "--reasoning must be"),
+                      (["--reasoning-format", "loud"], "--reasoning-format must be")):
+        r = subprocess.run([_find_binary(), "serve", "-m", MODEL, "--port", "0", *args], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0 and why in r.stderr + r.stdout, (args, r.stderr[-500:])
+
+
 # Every field of a valid Anthropic / Responses request replaced in turn by values of the wrong
 # type or shape: each answer is a 200 or a 400, never a 500 or a dead server.
 ODD_VALUES = [None, 0, -1, "", [], {}, [{}], [{"type": "text", "text": 1}], [{"type": "tool_use"}], 10 ** 30]
