@@ -156,6 +156,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.cache_redis = a.str("--cache-redis", "", "");
   cfg.cache_dir = a.str("--cache-dir", "", "");
   cfg.embeddings = a.flag("--embedding", "--embeddings");
+  if (a.flag("--rerank", "--reranking"))
+    throw std::invalid_argument("--reranking: agentkv loads no model with a classification head (pooling 'rank'); "
+                                "/rerank answers 501");
   cfg.pooling = a.str("--pooling", "", "");
   if (!cfg.pooling.empty() && !agentkv::parse_pooling(cfg.pooling))
     throw std::invalid_argument("--pooling: expected none, mean, cls or last, not '" + cfg.pooling + "'");

@@ -639,6 +639,13 @@ void HttpServer::routes() {
   post("/embeddings", native_embeddings);
   post("/v1/embeddings",
        guarded([this](const Request& req, Response& res) { embeddings(req, res, EmbeddingApi::OpenAi); }));
+  // Reranking needs a classifier head (llama.cpp's pooling "rank"), which no model agentkv loads has.
+  auto rerank = guarded([](const Request&, Response&) {
+    throw HttpError(ErrorType::NotSupported,
+                    "This server does not support reranking: it needs a model with a classification head "
+                    "(pooling 'rank'), which agentkv does not load");
+  });
+  for (const char* path : {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"}) post(path, rerank);
   post("/infill", guarded([this](const Request& req, Response& res) { infill(req, res); }));
   post("/tokenize", guarded([this](const Request& req, Response& res) { tokenize(req, res); }));
   auto lookup_route = guarded([this](const Request& req, Response& res) { cache_lookup(req, res); });

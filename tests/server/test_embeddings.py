@@ -106,6 +106,9 @@ def test_a_server_without_embedding_refuses_and_hybrid_models_embed(tmp_path):
     try:
         status, err = plain.post("/v1/embeddings", {"input": "hello"})
         assert status == 501 and "--embeddings" in err["error"]["message"]
+        for path in ("/rerank", "/v1/rerank", "/reranking", "/v1/reranking"):  # no classifier heads
+            status, err = plain.post(path, {"query": "q", "documents": ["a"]})
+            assert status == 501 and "classification head" in err["error"]["message"], path
     finally:
         plain.stop()
     hybrid = Server(tmp_path / "hybrid", "-np", "2", "--embedding", "--pooling", "last", model=HYBRID)
