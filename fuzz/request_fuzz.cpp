@@ -18,7 +18,11 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "server/anthropic_messages.h"
 #include "server/chat_formatter.h"
+#include "server/embeddings.h"
+#include "server/infill.h"
+#include "server/openai_responses.h"
 #include "server/completion_params.h"
 #include "server/json_fields.h"
 #include "server/request_guard.h"
@@ -53,8 +57,41 @@ void guards(std::string_view header) {
   g_sink = g_sink + host_allowed(p, header, true);
 }
 
+// The other request shapes a handler converts or parses before the scheduler: Anthropic Messages and
+// OpenAI Responses (converted to a chat request, then rendered), embeddings and /infill.
+void other_shapes(const Json& j) {
+  auto guarded = [](auto&& f) {
+    try {
+      f();
+    } catch (const HttpError& e) {
+      FUZZ_CHECK((http_status(e.type()) >= 400 && http_status(e.type()) < 500) || e.type() == ErrorType::NotSupported);
+    } catch (const Error&) {
+    }
+  };
+  guarded([&] {
+    const Json chat = anthropic_to_chat_request(j, AnthropicEndpoint::Messages);
+    if (g_chat) g_sink = g_sink + g_chat->apply(chat).size();
+  });
+  guarded([&] {
+    const Json chat = responses_to_chat_request(j);
+    if (g_chat) g_sink = g_sink + g_chat->apply(chat).size();
+  });
+  if (!g_tok) return;
+  for (EmbeddingApi api : {EmbeddingApi::Native, EmbeddingApi::OpenAi})
+    guarded([&] {
+      const EmbeddingRequest r = parse_embedding_request(j, *g_tok, api, Pooling::Mean);
+      std::vector<std::vector<std::vector<float>>> rows(r.inputs.size(), {{0.5f, -0.25f}});
+      g_sink = g_sink + embedding_response(api, r, rows, Pooling::Mean, "m").dump().size();
+    });
+  guarded([&] {
+    const InfillRequest r = parse_infill_request(j, *g_tok);
+    g_sink = g_sink + format_infill(*g_tok, r, 256, 16, 1024).size();
+  });
+}
+
 void request(const std::string& body) {
   const Json j = parse_body_object(body);
+  other_shapes(j);
   const CompletionParams params = parse_completion_params(j, 4, g_tok ? g_tok->n_vocab() : 1000);
   g_sink = g_sink + params.to_json().size();
   std::vector<PromptPart> parts;

@@ -3,7 +3,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "gguf/gguf.h"
 #include "server/base64.h"
 #include "server/completion_params.h"
 #include "server/server_error.h"
@@ -28,14 +27,14 @@ std::string floats_base64(const std::vector<float>& row) {
 
 }  // namespace
 
-Pooling embedding_pooling(const std::string& flag, const Model& model) {
+Pooling embedding_pooling(const std::string& flag, std::optional<uint64_t> gguf_pooling_type) {
   if (!flag.empty()) {
     const auto p = parse_pooling(flag);
     if (!p) throw std::invalid_argument("--pooling: expected none, mean, cls or last, not '" + flag + "'");
     return *p;
   }
-  if (const auto v = model.gguf().get_uint(model.config().arch_key + ".pooling_type"))
-    if (const auto p = pooling_from_gguf(static_cast<uint32_t>(*v))) return *p;
+  if (gguf_pooling_type)
+    if (const auto p = pooling_from_gguf(static_cast<uint32_t>(*gguf_pooling_type))) return *p;
   return Pooling::None;
 }
 

@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include <cstdint>
+#include <optional>
+
 #include "engine/pooling.h"
-#include "model/model.h"
 #include "server/json_fields.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,9 +27,9 @@ struct EmbeddingRequest {
 // (its shape has one vector per input).
 EmbeddingRequest parse_embedding_request(const Json& body, const Tokenizer& tok, EmbeddingApi api, Pooling pooling);
 
-// --pooling's value, else the model's own (<arch>.pooling_type), else none (llama.cpp's rule).
-// Throws std::invalid_argument for an unknown name.
-Pooling embedding_pooling(const std::string& flag, const Model& model);
+// --pooling's value, else the model's own (its GGUF's <arch>.pooling_type), else none (llama.cpp's
+// rule). Throws std::invalid_argument for an unknown name.
+Pooling embedding_pooling(const std::string& flag, std::optional<uint64_t> gguf_pooling_type);
 
 // rows[i]: the pooled rows of input i (one row, or one per token with pooling none).
 Json embedding_response(EmbeddingApi api, const EmbeddingRequest& req, std::vector<std::vector<std::vector<float>>> rows,

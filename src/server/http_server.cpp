@@ -33,6 +33,7 @@
 #include "server/prompt_align.h"
 #include "memory/disk_page_tier.h"
 #include "memory/page_tier_stack.h"
+#include "gguf/gguf.h"
 #include "server/embeddings.h"
 #include "server/infill.h"
 #include "server/redis_page_tier.h"
@@ -360,7 +361,7 @@ bool HttpServer::load() {
     sc.model_fingerprint = model_fingerprint(*e->model);
     sc.share_prefixes = cfg_.share_prefixes;
     sc.embeddings = cfg_.embeddings;
-    sc.pooling = embedding_pooling(cfg_.pooling, *e->model);
+    sc.pooling = embedding_pooling(cfg_.pooling, e->model->gguf().get_uint(e->model->config().arch_key + ".pooling_type"));
     if (sc.embeddings) log_line("embedding server: %s pooling", pooling_name(sc.pooling));
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty()) {
