@@ -214,9 +214,10 @@ std::vector<uint8_t> encode_state(const StateContents& c) {
   out.reserve(kHeaderBytes + c.memory.row_bytes() + c.logits.size() * 4 + c.tokens.size() * 4 + 4096);
   StateWriter w(out);
   w.u32(kStateMagic);
-  if (c.version != kStateVersion && !(c.version == 1 && c.page_hashes.empty()))
-    throw std::logic_error("state: can write version " + std::to_string(kStateVersion) + ", or 1 without pages");
-  w.u32(c.version);
+  // Written as the current version, or as version 1 when asked (peers that only read 1); a state read
+  // from an older version (2: no rotation section) is written as the current one.
+  if (c.version == 1 && !c.page_hashes.empty()) throw std::logic_error("state: version 1 cannot hold a page chain");
+  w.u32(c.version == 1 ? 1u : kStateVersion);
   const size_t length_at = w.placeholder_u64();
   w.u64(c.fingerprint);
   w.u32(c.memory.flags);
