@@ -22,6 +22,8 @@ const std::set<std::string> kCommon = {
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"};
 const std::set<std::string> kNative = {"prompt", "return_tokens", "n_probs", "post_sampling_probs"};
 const std::set<std::string> kOaiCompletion = {"prompt", "logprobs", "return_tokens", "n_probs", "post_sampling_probs"};
+// Embeddings (native and OpenAI): the completion fields do not apply.
+const std::set<std::string> kEmbedding = {"input", "content", "model", "encoding_format", "embd_normalize", "user"};
 const std::set<std::string> kOaiChat = {"messages", "tools", "tool_choice", "parallel_tool_calls", "reasoning_format",
                                         "chat_template_kwargs", "add_generation_prompt", "logprobs", "top_logprobs",
                                         "return_tokens", "n_probs", "post_sampling_probs"};
@@ -60,11 +62,15 @@ std::string schema_grammar(const Json& schema, const std::string& what) {
 }  // namespace
 
 void check_known_fields(const Json& body, Endpoint e) {
-  const std::set<std::string>& own = e == Endpoint::Native ? kNative : e == Endpoint::OaiChat ? kOaiChat : kOaiCompletion;
+  const bool completion = e != Endpoint::Embedding;
+  const std::set<std::string>& own = e == Endpoint::Native      ? kNative
+                                     : e == Endpoint::OaiChat   ? kOaiChat
+                                     : e == Endpoint::Embedding ? kEmbedding
+                                                                : kOaiCompletion;
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& k = it.key();
-    if (kCommon.count(k) || own.count(k)) continue;
-    auto n = kNeutral.find(k);
+    if ((completion && kCommon.count(k)) || own.count(k)) continue;
+    auto n = completion ? kNeutral.find(k) : kNeutral.end();
     if (n != kNeutral.end()) {
       if (neutral(it.value(), n->second)) continue;
       throw invalid_request("field '" + k + "' is not supported by agentkv (only " + n->second.dump() +

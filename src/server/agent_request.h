@@ -10,7 +10,7 @@
 
 namespace agentkv::server {
 
-enum class Endpoint { Native, OaiCompletion, OaiChat };
+enum class Endpoint { Native, OaiCompletion, OaiChat, Embedding };
 
 // Throws invalid_request naming the first field agentkv does not implement (or implements only
 // at a neutral value, e.g. "typical_p": 1).

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "server/agent_request.h"
 #include "server/base64.h"
 #include "server/completion_params.h"
 #include "server/server_error.h"
@@ -41,6 +42,7 @@ Pooling embedding_pooling(const std::string& flag, std::optional<uint64_t> gguf_
 EmbeddingRequest parse_embedding_request(const Json& body, const Tokenizer& tok, EmbeddingApi api, Pooling pooling) {
   if (api == EmbeddingApi::OpenAi && pooling == Pooling::None)
     throw invalid_request("Pooling type 'none' is not OAI compatible. Please use a different pooling type");
+  check_known_fields(body, Endpoint::Embedding);  // e.g. OpenAI's "dimensions": a 400, not ignored
   const char* primary = api == EmbeddingApi::OpenAi ? "input" : "content";
   const char* other = api == EmbeddingApi::OpenAi ? "content" : "input";
   const Json* input = body.contains(primary) ? &body[primary] : body.contains(other) ? &body[other] : nullptr;

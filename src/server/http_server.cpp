@@ -676,8 +676,7 @@ void HttpServer::infill(const Request& req, Response& res) {
   Engine& e = *engine_;
   Json body = parse_body_object(req.body);
   const InfillRequest ir = parse_infill_request(body, e.model->tokenizer());
-  const int n_predict = body.contains("n_predict") && body["n_predict"].is_number_integer() ? body["n_predict"].get<int>()
-                                                                                            : cfg_.n_predict;
+  const int n_predict = request_params(body).n_predict;  // the server's default and cap included
   const std::vector<Token> prompt = format_infill(e.model->tokenizer(), ir, kInfillBatch, n_predict,
                                                   static_cast<int>(e.scheduler->config().n_ctx));
   body = infill_completion_body(std::move(body));
@@ -1118,9 +1117,10 @@ void HttpServer::embeddings(const Request& req, Response& res, EmbeddingApi api)
   const Json body = parse_body_object(req.body);
   const Pooling pooling = e.scheduler->config().pooling;
   const EmbeddingRequest er = parse_embedding_request(body, e.model->tokenizer(), api, pooling);
+  // Every input is checked before any is queued: a refused request leaves no task behind.
+  for (const std::vector<Token>& input : er.inputs) check_prompt_fits(input, e.scheduler->config().n_ctx);
   std::vector<std::shared_ptr<TaskChannel>> channels;
   for (const std::vector<Token>& input : er.inputs) {
-    check_prompt_fits(input, e.scheduler->config().n_ctx);
     auto task = std::make_shared<Task>();
     task->id = next_task_id_++;
     task->params.cache_prompt = false;  // every row is pooled: nothing can come from a cache

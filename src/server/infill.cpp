@@ -89,7 +89,7 @@ std::vector<Token> format_infill(const Tokenizer& tok, const InfillRequest& req,
 
   std::vector<Token> out = spm_infill ? suffix : prefix;
   const std::vector<Token>& end = spm_infill ? prefix : suffix;
-  if (tok.data().add_bos && tok.bos() >= 0) out.insert(out.begin(), tok.bos());
+  if (tok.add_bos() && tok.bos() >= 0) out.insert(out.begin(), tok.bos());
   out.insert(out.begin(), extra.end() - n_extra_take, extra.end());
   out.insert(out.end(), end.begin(), end.end());
   out.push_back(fim.mid);

@@ -407,6 +407,7 @@ int32_t Tokenizer::n_vocab() const { return int32_t(impl_->texts.size()); }
 Token Tokenizer::bos() const { return impl_->data.bos; }
 Token Tokenizer::eos() const { return impl_->data.eos; }
 Token Tokenizer::eot() const { return impl_->eot; }
+bool Tokenizer::add_bos() const { return impl_->data.add_bos; }
 
 bool Tokenizer::is_eog(Token id) const {
   return std::binary_search(impl_->eog.begin(), impl_->eog.end(), id);

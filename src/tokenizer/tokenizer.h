@@ -63,6 +63,7 @@ class Tokenizer {
   Token bos() const;
   Token eos() const;
   Token eot() const;
+  bool add_bos() const;  // encode(..., add_special=true) prepends bos()
   bool is_eog(Token id) const;  // end of generation: eos, eot, <|im_end|>, <|endoftext|>, ...
   bool is_control(Token id) const;
   std::optional<Token> find_token(std::string_view text) const;  // exact GGUF-form lookup

@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from conftest import FIXTURES, REPO, Server
+from conftest import FIXTURES, REPO, Server, metric
 
 REFERENCE = os.path.join(REPO, "tests", "data", "embeddings-qwen3-micro.json")
 HYBRID = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
@@ -65,7 +65,7 @@ def test_pooled_vectors_are_llama_cpps(tmp_path, reference, pooling):
 
 def test_norms_pooling_none_and_errors(tmp_path, reference):
     text = reference["cases"][1]["text"]
-    s = Server(tmp_path / "mean", "-np", "1", "--embedding", "--pooling", "mean")
+    s = Server(tmp_path / "mean", "-np", "1", "--embedding", "--pooling", "mean", "--metrics")
     try:
         unit = embed(s, {"input": text})["data"][0]["embedding"]
         assert abs(math.sqrt(sum(x * x for x in unit)) - 1) < 1e-5
@@ -78,13 +78,18 @@ def test_norms_pooling_none_and_errors(tmp_path, reference):
         assert abs(max(abs(x) for x in int16) - 32760) < 1e-2
         for bad, why in (({}, '"input" is required'), ({"input": ""}, "cannot be empty"), ({"input": []}, "cannot be empty"),
                          ({"input": [{"a": 1}]}, "must be a string"), ({"input": "x", "encoding_format": "hex"}, "base64"),
-                         ({"input": "x", "embd_normalize": "2"}, "integer")):
+                         ({"input": "x", "embd_normalize": "2"}, "integer"),
+                         ({"input": "x", "dimensions": 16}, "'dimensions' is not supported")):
             status, err = s.post("/v1/embeddings", bad)
             assert status == 400 and why in err["error"]["message"], (bad, err)
         status, err = s.post("/completion", {"prompt": "hello"})
         assert status == 501 and "without `--embeddings`" in err["error"]["message"]
-        status, err = s.post("/v1/embeddings", {"input": list(range(5000))})  # over the context
+        assert embed(s, {"input": text, "model": "any", "user": "u1"})["data"][0]["embedding"] == unit
+        # One input over the context refuses the request before any input is evaluated.
+        evaluated = metric(s, "prompt_tokens_total")
+        status, err = s.post("/v1/embeddings", {"input": [text, list(range(5000))]})
         assert status == 400, err
+        assert metric(s, "prompt_tokens_total") == evaluated
     finally:
         s.stop()
 
