@@ -10,6 +10,7 @@ PACKAGES=(
   libpcre2-dev libzstd-dev libxxhash-dev
   python3 python3-pytest
   nodejs                     # tests/server/test_node_sdk.py: the OpenAI Node SDK as a client
+  chromium                   # the same file: the web UI in headless Chromium (playwright-core drives it)
   clang libclang-rt-14-dev   # libFuzzer targets
   nginx-light                # tests/server/test_cluster.py, deploy/: the router in front of instances
   libhiredis-dev redis-server  # the Redis page tier (--cache-redis) and its tests

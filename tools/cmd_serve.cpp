@@ -78,8 +78,9 @@ const char* const kUsage =
     "  -fa, --flash-attn [on|off|auto] accepted: agentkv's CPU attention has one implementation\n"
     "  --kv-unified                    accepted: the memory is always unified (one pool for all slots)\n"
     "  --no-cache-idle-slots           accepted: idle slots' pages stay cached until their cells are needed\n"
-    "  --offline, --no-ui, --no-webui, -v, --verbose\n"
-    "                                  accepted: agentkv never downloads, has no web UI yet, logs one line a request\n";
+    "  --ui, --webui / --no-ui, --no-webui\n"
+    "                                  serve (default) / do not serve the web UI at GET /\n"
+    "  --offline, -v, --verbose        accepted: agentkv never downloads, logs one line a request\n";
 
 int cmd_serve(const std::vector<std::string>& argv) {
   Args a(argv);
@@ -145,7 +146,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   // accepted for llama-server command lines (given any number of times); nothing to switch
   while (a.optional_value("-fa", "--flash-attn", {"on", "off", "auto"})) {
   }
-  for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline", "--no-ui", "--no-webui", "--verbose",
+  while (a.flag("--no-ui", "--no-webui")) cfg.webui = false;
+  while (a.flag("--ui", "--webui")) cfg.webui = true;
+  for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline", "--verbose",
                                "-v", "--log-verbose"})
     while (a.flag(accepted)) {
     }

@@ -43,6 +43,7 @@
 #include "server/server_log.h"
 #include "server/state_folder.h"
 #include "server/utf8.h"
+#include "server/webui_page.h"
 
 namespace agentkv::server {
 
@@ -499,7 +500,10 @@ httplib::Server::HandlerResponse HttpServer::pre_routing(const Request& req, Res
     return refuse(ErrorType::InvalidRequest, "method " + req.method.substr(0, 16) + " not allowed", 405);
 
   const bool health = req.path == "/health" || req.path == "/v1/health";
-  if (!health && !cfg_.api_key.empty() && !authorized(req))
+  // The web UI's page is public (as llama-server's UI assets): it holds no data, and asks for the
+  // key itself; it loads while the model does.
+  const bool ui_page = cfg_.webui && !is_post && (req.path == "/" || req.path == "/index.html");
+  if (!health && !ui_page && !cfg_.api_key.empty() && !authorized(req))
     return refuse(ErrorType::Authentication, "Invalid API Key");
   // JSON endpoints take JSON only: a form or text/plain body is what a foreign page can send
   // without a CORS preflight.
@@ -507,7 +511,7 @@ httplib::Server::HandlerResponse HttpServer::pre_routing(const Request& req, Res
     return refuse(ErrorType::InvalidRequest, "Content-Type must be application/json", 415);
   // GET bodies are not read: the connection is not reused after one.
   if (!is_post && (chunked || *length > 0)) GuardedServer::close_after_response(res);
-  if (!ready_.load(std::memory_order_acquire)) {
+  if (!ui_page && !ready_.load(std::memory_order_acquire)) {
     send_error(res, HttpError(ErrorType::Unavailable, "Loading model"));
     if (is_anthropic_path(req.path)) reshape_anthropic_error(res);
     if (is_post) GuardedServer::close_after_response(res);
@@ -601,6 +605,21 @@ void HttpServer::routes() {
   auto post = [this](const std::string& pattern, Handler h) { svr_.Post(pattern, with_body(std::move(h))); };
   svr_.Get("/health", health);
   svr_.Get("/v1/health", health);
+  if (cfg_.webui) {
+    auto page = [](const Request&, Response& res) {
+      // Inline script and style only, requests to this origin only, never framed.
+      res.set_header("Content-Security-Policy",
+                     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                     "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+                     "frame-ancestors 'none'");
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Cache-Control", "no-cache");
+      const std::string_view html = webui_page();
+      res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
+    };
+    svr_.Get("/", page);
+    svr_.Get("/index.html", page);
+  }
   svr_.Get("/props", guarded([this](const Request&, Response& res) { props(res); }));
   svr_.Get("/slots", guarded([this](const Request& req, Response& res) { slots(req, res); }));
   svr_.Get("/metrics", guarded([this](const Request&, Response& res) { metrics(res); }));

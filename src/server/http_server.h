@@ -42,6 +42,7 @@ struct ServerConfig {
   std::string pooling;               // --pooling none|mean|cls|last; "": the model's own (none without one)
   std::string cache_dir;             // folder of the disk page tier (restarts find their pages); empty: none
   uint64_t cache_dir_bytes = 8ull << 30;  // the disk tier's bound
+  bool webui = true;                 // GET /: the web UI (--no-webui: a 404)
   bool share_prefixes = true;        // the prefix index across slots (scheduler.h)
   // Request defaults (llama-server's --n-predict, --temp, --seed). n_predict > 0 also caps what
   // a request may ask for, as in llama-server.

@@ -13,10 +13,12 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, MODEL, Server
+from conftest import FIXTURES, MODEL, REPO, Server
 
 NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
 API_KEY = "node-sdk-key"
+CHROMIUM = "/usr/bin/chromium"
+TRAINED = os.path.join(REPO, "trained", "agentkv-tiny", "model.gguf")
 
 
 def test_openai_node_sdk(tmp_path):
@@ -44,16 +46,16 @@ def test_openai_node_sdk(tmp_path):
     assert server.proc.returncode == 0, server.log()
 
 
-def run_node_test(tmp_path, script, package, min_pass):
+def run_node_test(tmp_path, script, package, min_pass, model=MODEL, **extra_env):
     """Runs one node test script against a fresh server (2 slots, an API key)."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed (scripts/setup.sh installs it)")
     assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", *package.split("/"))), \
         "run `npm ci` in tests/server/node (scripts/setup.sh does)"
-    server = Server(tmp_path, "-np", "2", "-c", "4096", "--api-key", API_KEY)
+    server = Server(tmp_path, "-np", "2", "-c", "4096", "--api-key", API_KEY, model=model)
     try:
-        env = dict(os.environ,
+        env = dict(os.environ, **extra_env,
                    AGENTKV_URL="http://127.0.0.1:%d" % server.port,
                    AGENTKV_API_KEY=API_KEY,
                    AGENTKV_MODEL=os.path.basename(MODEL))
@@ -77,3 +79,12 @@ def test_anthropic_typescript_sdk(tmp_path):
 def test_openai_sdk_responses(tmp_path):
     """The OpenAI SDK's Responses client (node/responses.test.mjs): a streamed function-call conversation."""
     run_node_test(tmp_path, "responses.test.mjs", "openai", 1)
+
+
+def test_web_ui_in_chromium(tmp_path):
+    """The web UI at GET / in headless Chromium (node/webui.test.mjs): a streamed chat and the
+    memory view's cache_n after a second turn, on the trained model (its answers are words)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (scripts/setup.sh installs it)")
+    run_node_test(tmp_path, "webui.test.mjs", "playwright-core", 1, model=TRAINED,
+                  AGENTKV_SCREENSHOT=os.environ.get("AGENTKV_WEBUI_SCREENSHOT", str(tmp_path / "webui.png")))
