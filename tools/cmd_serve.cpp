@@ -38,7 +38,8 @@ const char* const kUsage =
     "  --port N                        port (default 8080; 0 = any free port)\n"
     "  --api-key KEY                   require this key (Authorization: Bearer KEY) on all but /health\n"
     "  --metrics                       enable GET /metrics (Prometheus)\n"
-    "  -a, --alias NAME                model name in responses (default: the file name)\n"
+    "  -a, --alias NAME[,NAME...]      model names; responses use the first in sorted order (default: the file name)\n"
+    "  --tags TAG[,TAG...]             informational tags, listed by /models\n"
     "  --max-body BYTES                largest request body (default 16777216)\n"
     "  -sps, --slot-prompt-similarity F  prefix share needed to prefer a slot's cache (default 0.10)\n"
     "  --threads-http N                connections served at once, one thread each (default 256)\n"
@@ -78,6 +79,10 @@ const char* const kUsage =
     "  -fa, --flash-attn [on|off|auto] accepted: agentkv's CPU attention has one implementation\n"
     "  --kv-unified                    accepted: the memory is always unified (one pool for all slots)\n"
     "  --no-cache-idle-slots           accepted: idle slots' pages stay cached until their cells are needed\n"
+    "  --context-shift                 a generation reaching the context drops the middle of its sequence\n"
+    "                                  (request fields n_keep / n_discard, as llama-server) and goes on\n"
+    "  -cb, --cont-batching            accepted: agentkv always batches slots continuously\n"
+    "  -ngl, --n-gpu-layers N          accepted: agentkv runs on the CPU\n"
     "  --ui, --webui / --no-ui, --no-webui\n"
     "                                  serve (default) / do not serve the web UI at GET /\n"
     "  --offline, -v, --verbose        accepted: agentkv never downloads, logs one line a request\n";
@@ -106,6 +111,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.api_key = a.str("--api-key", "", "");
   cfg.metrics = a.flag("--metrics");
   cfg.alias = a.str("-a", "--alias", "");
+  cfg.tags = a.str("--tags", "", "");
   const long long max_body = a.num("--max-body", "", 16ll << 20);
   cfg.slot_similarity = a.real("-sps", "--slot-prompt-similarity", 0.10);
   cfg.http_threads = static_cast<int>(a.num("--threads-http", "", 0));
@@ -146,6 +152,15 @@ int cmd_serve(const std::vector<std::string>& argv) {
   // accepted for llama-server command lines (given any number of times); nothing to switch
   while (a.optional_value("-fa", "--flash-attn", {"on", "off", "auto"})) {
   }
+  // Continuous batching is how agentkv always schedules; it runs on the CPU (no layers to offload).
+  while (a.flag("-cb", "--cont-batching")) {
+  }
+  if (a.flag("-nocb", "--no-cont-batching"))
+    throw std::invalid_argument("--no-cont-batching: agentkv always batches slots continuously");
+  a.str("-ngl", "--n-gpu-layers", "");
+  a.str("--gpu-layers", "", "");
+  while (a.flag("--context-shift")) cfg.context_shift = true;
+  while (a.flag("--no-context-shift")) cfg.context_shift = false;
   while (a.flag("--no-ui", "--no-webui")) cfg.webui = false;
   while (a.flag("--ui", "--webui")) cfg.webui = true;
   for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline", "--verbose",

@@ -66,6 +66,8 @@ Json CompletionParams::to_json() const {
       {"stop", stop},
       {"max_tokens", n_predict},
       {"n_predict", n_predict},
+      {"n_keep", n_keep},
+      {"n_discard", n_discard},
       {"stream", stream},
       {"cache_prompt", cache_prompt},
       {"id_slot", id_slot},
@@ -139,6 +141,8 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
   const int64_t max_completion_tokens = read_int(body, "max_completion_tokens", max_tokens, -1);
   p.n_predict = static_cast<int32_t>(read_int(body, "n_predict", max_completion_tokens, -1));
 
+  p.n_keep = static_cast<int32_t>(read_int(body, "n_keep", 0, -1));
+  p.n_discard = static_cast<int32_t>(read_int(body, "n_discard", 0, 0));
   p.stop = read_string_list(body, "stop");
   std::erase_if(p.stop, [](const std::string& w) { return w.empty(); });
   p.cache_prompt = read_bool(body, "cache_prompt", true);

@@ -37,6 +37,10 @@ struct CompletionParams {
 
   SamplerParams sampling;            // seed == kRandomSeed until the scheduler draws one
   int32_t n_predict = -1;            // -1: until end of generation or the context is full
+  // Context shift (--context-shift): the prompt tokens kept at the front (-1: the whole prompt;
+  // BOS is added when the model uses one) and how many after them go (0: half of the rest).
+  int32_t n_keep = 0;
+  int32_t n_discard = 0;
   std::vector<std::string> stop;
   bool cache_prompt = true;          // reuse the slot's cached prefix
   int32_t n_fake_cached = 0;         // > 0: the first n positions are a metadata-only fake prefix

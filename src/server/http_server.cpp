@@ -103,6 +103,22 @@ std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
 // Anthropic's and the Responses API's events name themselves: "event: TYPE" before the data.
 std::string named_sse(const Json& j) { return "event: " + j.value("type", "message") + "\n" + sse(j); }
 
+// "b, a,b" -> {"a", "b"}: a comma-separated flag value as a sorted set of names.
+std::vector<std::string> split_list(const std::string& list) {
+  std::set<std::string> names;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string name = list.substr(start, end - start);
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (!name.empty()) names.insert(name);
+    start = end + 1;
+  }
+  return {names.begin(), names.end()};
+}
+
 void note_timings(const Timings& t) {
   t_request.prompt_n = t.prompt_n;
   t_request.cache_n = t.cache_n;
@@ -264,6 +280,8 @@ class HttpServer {
   OriginPolicy origin_policy_;
   CompletionParams request_defaults_;
   std::string model_name_;
+  std::vector<std::string> model_aliases_;  // --alias a,b: sorted, unique
+  std::vector<std::string> model_tags_;     // --tags: informational, listed by /models
   GuardedServer svr_;
   std::unique_ptr<StateFolder> state_folder_;
   std::unique_ptr<Engine> engine_;
@@ -282,7 +300,10 @@ TransportLimits transport_limits(const ServerConfig& cfg) {
 }
 
 HttpServer::HttpServer(const ServerConfig& cfg) : cfg_(cfg), svr_(transport_limits(cfg)) {
-  model_name_ = cfg.alias.empty() ? std::filesystem::path(cfg.model_path).filename().string() : cfg.alias;
+  // --alias a,b,c: every name is the model's; responses use the first in sorted order (llama-server).
+  model_aliases_ = split_list(cfg.alias);
+  model_tags_ = split_list(cfg.tags);
+  model_name_ = model_aliases_.empty() ? std::filesystem::path(cfg.model_path).filename().string() : model_aliases_[0];
   origin_policy_.bind_host = cfg.host;
   origin_policy_.allowed_hosts = cfg.allowed_hosts;
   origin_policy_.cors_origins = cfg.cors_origins;
@@ -364,6 +385,14 @@ bool HttpServer::load() {
     sc.embeddings = cfg_.embeddings;
     sc.pooling = embedding_pooling(cfg_.pooling, e->model->gguf().get_uint(e->model->config().arch_key + ".pooling_type"));
     if (sc.embeddings) log_line("embedding server: %s pooling", pooling_name(sc.pooling));
+    sc.context_shift = cfg_.context_shift && !cfg_.embeddings;
+    if (sc.context_shift && !e->ctx->can_shift()) {  // llama-server disables it the same way
+      log_line("warning: --context-shift: this model's memory cannot shift (a recurrent state cannot forget); disabled");
+      sc.context_shift = false;
+    } else if (sc.context_shift) {
+      log_line("context shift on: a generation reaching n_ctx %u drops the middle of its sequence (n_keep / n_discard)",
+               n_positions);
+    }
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty()) {
       if (e->ctx->memory().rec()) {
@@ -1183,6 +1212,8 @@ void HttpServer::models(Response& res) {
   const ModelConfig& mc = engine_->model->config();
   send_json(res, Json{{"object", "list"},
                       {"data", Json::array({Json{{"id", model_name_},
+                                                 {"aliases", model_aliases_},
+                                                 {"tags", model_tags_},
                                                  {"object", "model"},
                                                  {"created", static_cast<int64_t>(std::time(nullptr))},
                                                  {"owned_by", "llamacpp"},

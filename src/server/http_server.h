@@ -14,7 +14,8 @@ namespace agentkv::server {
 
 struct ServerConfig {
   std::string model_path;
-  std::string alias;                 // model name in responses; default: the model file name
+  std::string alias;                 // model names, comma-separated; responses use the first (sorted); default: the file name
+  std::string tags;                  // --tags a,b: informational, listed by /models
   std::string host = "127.0.0.1";    // loopback unless asked otherwise
   int port = 8080;                   // 0: any free port (the log line says which)
   std::string api_key;               // required on every endpoint but /health when set
@@ -42,6 +43,7 @@ struct ServerConfig {
   std::string pooling;               // --pooling none|mean|cls|last; "": the model's own (none without one)
   std::string cache_dir;             // folder of the disk page tier (restarts find their pages); empty: none
   uint64_t cache_dir_bytes = 8ull << 30;  // the disk tier's bound
+  bool context_shift = false;        // --context-shift: generation at n_ctx drops the middle and goes on
   bool webui = true;                 // GET /: the web UI (--no-webui: a 404)
   bool share_prefixes = true;        // the prefix index across slots (scheduler.h)
   // Request defaults (llama-server's --n-predict, --temp, --seed). n_predict > 0 also caps what

@@ -55,6 +55,8 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "gauge", "pages_shared", "Cached KV pages two or more slots use (stored once).",
              static_cast<double>(m.pages_shared));
   add_metric(out, "gauge", "pages_free", "Empty KV cells, in pages.", static_cast<double>(m.pages_free));
+  add_metric(out, "counter", "context_shifts_total", "Context shifts (--context-shift) of generations that reached n_ctx.",
+             static_cast<double>(m.context_shifts_total));
   add_metric(out, "counter", "tier_pages_sent_total", "Pages offered to the shared page tier.",
              static_cast<double>(m.tier_pages_sent_total));
   add_metric(out, "counter", "tier_pages_fetched_total", "Pages brought in from the shared page tier.",

@@ -33,6 +33,7 @@ struct MetricsSnapshot {
   uint64_t pages_in_use = 0;                // gauge: ... that some slot uses now
   uint64_t pages_shared = 0;                // gauge: ... that two or more slots use (stored once)
   uint64_t pages_free = 0;                  // gauge: empty KV cells, in pages
+  uint64_t context_shifts_total = 0;        // --context-shift: generations that dropped the middle of their sequence
   uint64_t tier_pages_sent_total = 0;       // pages offered to the shared page tier (--cache-redis)
   uint64_t tier_pages_fetched_total = 0;    // ... and brought in from it
   uint64_t tier_pages_refused_total = 0;    // ... records that were not the page expected

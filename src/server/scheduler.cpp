@@ -126,6 +126,7 @@ Slot& Scheduler::idle_slot(int id) {
 
 std::vector<uint8_t> Scheduler::save_state(const Slot& slot) const {
   if (slot.fake_prefix) throw HttpError(ErrorType::InvalidRequest, "a slot holding a fake prefix cannot be saved");
+  if (slot.shifted) throw HttpError(ErrorType::InvalidRequest, "a slot whose context is being shifted cannot be saved");
   SaveOptions o;
   o.with_tokens = true;
   o.tokens = slot.cache.tokens();
@@ -222,12 +223,13 @@ void Scheduler::wipe(Slot& slot) {
   ctx_.memory().seq_rm(slot.id, -1, -1);
   slot.cache.clear();
   slot.fake_prefix = false;
+  slot.shifted = false;
   slot.published = 0;
   slot.cache_salt = 0;
 }
 
 void Scheduler::publish(Slot& slot, bool with_tail) {
-  if (!index_ || slot.fake_prefix || slot.cache.size() == 0) return;
+  if (!index_ || slot.fake_prefix || slot.shifted || slot.cache.size() == 0) return;
   const size_t P = cfg_.page_tokens;
   // Between task ends only whole pages are new, and only when one has filled up.
   if (!with_tail && slot.cache.size() / P <= slot.published / P) return;
@@ -731,6 +733,8 @@ void Scheduler::on_memory_full() {
   }
   if (reading && n_active > 1) {
     requeue(*reading);
+  } else if (largest && cfg_.context_shift && shift_context(*largest)) {
+    // The pool is n_ctx for all slots: full memory is where a lone slot's n_ctx would be.
   } else if (largest) {
     log_line("slot %d: memory is full (n_ctx %u shared by all slots): generation ends here", largest->id, cfg_.n_ctx);
     finish(*largest, StopType::Limit, /*truncated=*/true);
@@ -865,7 +869,7 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
     if (step.stopped) stop = StopType::Word;
   }
   if (stop == StopType::None && p.n_predict >= 0 && slot.n_decoded >= p.n_predict) stop = StopType::Limit;
-  if (stop == StopType::None && slot.cache.size() + 1 >= cfg_.n_ctx) {
+  if (stop == StopType::None && slot.cache.size() + 1 >= cfg_.n_ctx && !(cfg_.context_shift && shift_context(slot))) {
     stop = StopType::Limit;  // the next token would not fit: llama-server's "truncated"
     truncated = true;
   }
@@ -889,8 +893,34 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
   if (stop != StopType::None) finish(slot, stop, truncated);
 }
 
+bool Scheduler::shift_context(Slot& slot) {
+  // llama-server's rule: keep n_keep tokens (+ BOS), drop n_discard after them (default half of
+  // the rest), move the others back; the memory re-rotates their keys before the next pass.
+  const CompletionParams& p = slot.task->params;
+  const int n_past = static_cast<int>(slot.cache.size());
+  int n_keep = p.n_keep < 0 ? static_cast<int>(slot.task->prompt.size()) : p.n_keep;
+  if (tok_.add_bos()) n_keep += 1;
+  n_keep = std::min(static_cast<int>(cfg_.n_ctx) - 4, n_keep);
+  const int n_left = n_past - n_keep;
+  const int n_discard = std::clamp(p.n_discard ? p.n_discard : n_left / 2, 0, std::max(0, n_left - 1));
+  if (n_discard == 0) return false;
+  log_line("slot %d: context shift (positional, llama.cpp's): n_keep %d, n_left %d, n_discard %d", slot.id, n_keep, n_left,
+           n_discard);
+  memory::SequenceMemory& mem = ctx_.memory();
+  mem.seq_rm(slot.id, n_keep, n_keep + n_discard);
+  mem.seq_add(slot.id, n_keep + n_discard, n_past, -n_discard);
+  std::vector<Token> tokens = slot.cache.tokens();
+  tokens.erase(tokens.begin() + n_keep, tokens.begin() + n_keep + n_discard);
+  slot.cache.assume(std::move(tokens));
+  slot.shift_keep = slot.shifted ? std::min(slot.shift_keep, static_cast<size_t>(n_keep)) : static_cast<size_t>(n_keep);
+  slot.shifted = true;
+  ++metrics_.context_shifts_total;
+  return true;
+}
+
 void Scheduler::finish(Slot& slot, StopType stop, bool truncated) {
   const auto now = Slot::Clock::now();
+  truncated = truncated || slot.shifted;  // llama-server reports a shifted generation as truncated
   FinalResult r;
   r.content = slot.generated_text;
   r.tokens = slot.generated_tokens;
@@ -952,6 +982,13 @@ void Scheduler::fail(Slot& slot, const HttpError& error) {
 void Scheduler::release(Slot& slot) {
   // A fake prefix is no cache: its cells hold zeros, not the prompt's keys.
   if (slot.fake_prefix) wipe(slot);
+  if (slot.shifted) {  // only the front the shift kept is what a prefill computes
+    ctx_.memory().seq_rm(slot.id, static_cast<memory::Pos>(slot.shift_keep), -1);
+    std::vector<Token> kept(slot.cache.tokens().begin(), slot.cache.tokens().begin() + static_cast<std::ptrdiff_t>(slot.shift_keep));
+    slot.cache.assume(std::move(kept));
+    slot.published = std::min(slot.published, slot.shift_keep);
+    slot.shifted = false;
+  }
   publish(slot, /*with_tail=*/true);
   memory_bytes_ = memory::memory_state_view(ctx_.memory(), -1, memory::kStateAll).row_bytes();
   slot.state = SlotState::Idle;

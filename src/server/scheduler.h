@@ -55,6 +55,9 @@ struct SchedulerConfig {
   // its whole prompt and returns the pooled rows (FinalResult::embedding), generating nothing.
   bool embeddings = false;
   Pooling pooling = Pooling::Last;
+  // --context-shift: a generation that reaches n_ctx drops the middle of its sequence (llama.cpp's
+  // n_keep / n_discard) and goes on, instead of ending "truncated". Needs a memory that can shift.
+  bool context_shift = false;
 };
 
 // A slot's saved state (POST /slots/{id}?action=save, /v1/prefill).
@@ -111,6 +114,8 @@ class Scheduler {
   bool build_batch(Batch& batch);
   void after_decode(const Batch& batch, int status, const std::string& error);
   void on_logits(Slot& slot, const float* logits, bool from_cache = false);
+  // --context-shift at n_ctx: false when nothing can be dropped (the generation then ends).
+  bool shift_context(Slot& slot);
   void finish(Slot& slot, StopType stop, bool truncated = false);
   void fail(Slot& slot, const HttpError& error);
   void release(Slot& slot);

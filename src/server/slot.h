@@ -28,6 +28,10 @@ struct Slot {
   uint64_t last_used = 0;   // scheduler's use counter when the slot last finished a task
   std::string session_id;   // session bound to this slot ("" if none)
   bool fake_prefix = false; // the sequence starts with a metadata-only prefix: wiped when released
+  // A context shift dropped tokens from the middle: positions from shift_keep on hold keys no
+  // prefill of these tokens would compute, so they are never published and go when released.
+  bool shifted = false;
+  size_t shift_keep = 0;
   uint64_t cache_salt = 0;  // salt of the task that filled the cache (prefix index and reuse)
   size_t published = 0;     // tokens of the cache already offered to the prefix index
 

@@ -1,0 +1,84 @@
+"""--context-shift (llama-server's flag): a generation that reaches the context drops the middle of its
+sequence (n_keep tokens kept at the front, n_discard after them, default half of the rest) and goes
+on; without the flag it ends "truncated". After the task only the front the shift kept stays cached
+(the shifted keys are not what a prefill of those tokens computes), so a later prompt reuses that
+front exactly.
+"""
+
+import os
+
+from conftest import FIXTURES, GREEDY, Server, greedy_completion, metric
+
+HYBRID = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
+PROMPT = "The history of the city begins with a small harbour, a market and a road to the hills, " * 2
+N_CTX = 256
+
+
+def test_generation_goes_past_the_context_and_keeps_an_exact_front(tmp_path):
+    plain = Server(tmp_path / "plain", "-np", "1", "-c", str(N_CTX))
+    try:
+        limited = greedy_completion(plain, PROMPT, n_predict=400)
+        n_prompt = limited["timings"]["prompt_n"]
+        assert limited["truncated"] and limited["timings"]["predicted_n"] < N_CTX - n_prompt + 1
+        cold = greedy_completion(plain, PROMPT, n_predict=6, cache_prompt=False)
+    finally:
+        plain.stop()
+
+    s = Server(tmp_path / "shift", "-np", "1", "-c", str(N_CTX), "--context-shift", "--metrics")
+    try:
+        shifted = greedy_completion(s, PROMPT, n_predict=400, n_keep=-1)
+        assert shifted["timings"]["predicted_n"] == 400 and shifted["truncated"] is True
+        assert shifted["stop_type"] == "limit"
+        assert metric(s, "context_shifts_total") >= 2
+        # Up to the first shift the generation is the unshifted one.
+        before = len(limited["tokens"])
+        assert shifted["tokens"][:before - 1] == limited["tokens"][:before - 1]
+        assert "context shift (positional, llama.cpp's): n_keep %d" % n_prompt in s.log()
+
+        # The kept front (the whole prompt, n_keep = -1) is reused, and it is exact.
+        again = greedy_completion(s, PROMPT, n_predict=6)
+        assert again["timings"]["cache_n"] == n_prompt - 1, again["timings"]
+        assert again["tokens"] == cold["tokens"]
+
+        # n_discard chooses how much goes: more shifts for smaller cuts.
+        shifts = metric(s, "context_shifts_total")
+        greedy_completion(s, PROMPT, n_predict=300, n_keep=-1, n_discard=8)
+        assert metric(s, "context_shifts_total") - shifts > 5
+
+        for bad in ({"n_keep": -2}, {"n_discard": -1}, {"n_keep": "all"}):
+            status, err = s.post("/completion", {"prompt": PROMPT, "n_predict": 4, **GREEDY, **bad})
+            assert status == 400, (bad, err)
+    finally:
+        s.stop()
+
+
+def test_several_slots_shift_when_the_shared_pool_is_full(tmp_path):
+    # The pool is -c for all slots: two long generations fill it together; each shifts and goes on.
+    s = Server(tmp_path, "-np", "2", "-c", str(N_CTX), "--context-shift", "--metrics")
+    try:
+        import threading
+        results = [None, None]
+
+        def run(i):
+            results[i] = greedy_completion(s, PROMPT + str(i), n_predict=200, n_keep=8)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        for r in results:
+            assert r is not None and r["timings"]["predicted_n"] == 200 and r["truncated"] is True
+        assert metric(s, "context_shifts_total") >= 2
+    finally:
+        s.stop()
+
+
+def test_hybrid_model_cannot_shift(tmp_path):
+    s = Server(tmp_path, "-np", "1", "-c", str(N_CTX), "--context-shift", model=HYBRID)
+    try:
+        assert "cannot shift" in s.log() and "disabled" in s.log()
+        body = greedy_completion(s, PROMPT, n_predict=400)
+        assert body["truncated"] and body["timings"]["predicted_n"] < N_CTX
+    finally:
+        s.stop()
