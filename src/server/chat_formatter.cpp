@@ -1,5 +1,7 @@
 #include "server/chat_formatter.h"
 
+#include <ctime>
+
 #include "core/error.h"
 #include "server/server_error.h"
 
@@ -99,6 +101,20 @@ std::string ChatFormatter::render(const Json& body, size_t n_messages, bool add_
   }
   in.add_generation_prompt = add_generation_prompt;
   in.extra_context = read_object(body, "chat_template_kwargs");
+  // What llama.cpp gives every template (common/chat.cpp) unless the request says otherwise:
+  // enable_thinking true (templates test `not enable_thinking`), and today's date, as `datetime`
+  // ("Dec 02 2026") and `date_string` ("02 Dec 2026").
+  if (!in.extra_context.contains("enable_thinking")) in.extra_context["enable_thinking"] = true;
+  if (!in.extra_context.contains("datetime") || !in.extra_context.contains("date_string")) {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char buf[32];
+    if (!in.extra_context.contains("datetime") && std::strftime(buf, sizeof buf, "%b %d %Y", &local) > 0)
+      in.extra_context["datetime"] = buf;
+    if (!in.extra_context.contains("date_string") && std::strftime(buf, sizeof buf, "%d %b %Y", &local) > 0)
+      in.extra_context["date_string"] = buf;
+  }
   in.bos_token = bos_;
   in.eos_token = eos_;
   std::lock_guard<std::mutex> lock(mutex_);

@@ -528,11 +528,12 @@ httplib::Server::HandlerResponse HttpServer::pre_routing(const Request& req, Res
   if (!is_post && req.method != "GET" && req.method != "HEAD")
     return refuse(ErrorType::InvalidRequest, "method " + req.method.substr(0, 16) + " not allowed", 405);
 
-  const bool health = req.path == "/health" || req.path == "/v1/health";
+  // llama-server's public endpoints: health and the model list need no API key.
+  const bool public_path = req.path == "/health" || req.path == "/v1/health" || req.path == "/models" || req.path == "/v1/models";
   // The web UI's page is public (as llama-server's UI assets): it holds no data, and asks for the
   // key itself; it loads while the model does.
   const bool ui_page = cfg_.webui && !is_post && (req.path == "/" || req.path == "/index.html");
-  if (!health && !ui_page && !cfg_.api_key.empty() && !authorized(req))
+  if (!public_path && !ui_page && !cfg_.api_key.empty() && !authorized(req))
     return refuse(ErrorType::Authentication, "Invalid API Key");
   // JSON endpoints take JSON only: a form or text/plain body is what a foreign page can send
   // without a CORS preflight.

@@ -18,7 +18,7 @@ struct ServerConfig {
   std::string tags;                  // --tags a,b: informational, listed by /models
   std::string host = "127.0.0.1";    // loopback unless asked otherwise
   int port = 8080;                   // 0: any free port (the log line says which)
-  std::string api_key;               // required on every endpoint but /health when set
+  std::string api_key;               // when set, required on all but health, the model list and the web UI page
   bool metrics = false;              // GET /metrics
   int n_slots = 4;
   uint32_t n_ctx = 4096;             // 0: the model's training context

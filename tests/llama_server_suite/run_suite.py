@@ -87,7 +87,8 @@ def main():
     ap.add_argument("--fixtures", default=os.path.join(os.path.dirname(REPO), "shared", "fixtures"))
     ap.add_argument("--out", required=True, help="JSON file: test id -> outcome")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per test")
-    ap.add_argument("pytest_args", nargs="*", help="more pytest arguments, e.g. -k tokenize or unit/test_basic.py")
+    ap.add_argument("pytest_args", nargs="*",
+                    help="pytest arguments instead of the suite's default (unit -m 'not slow'), e.g. unit/test_basic.py")
     args = ap.parse_args()
 
     scratch = tempfile.mkdtemp(prefix="llama-server-suite-")
@@ -98,7 +99,7 @@ def main():
                    SUITE_BIN=os.path.abspath(args.bin), SUITE_FIXTURES=os.path.abspath(args.fixtures))
         env.pop("PORT", None)
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", "--timeout", str(args.timeout),
-               "--junitxml", junit] + (args.pytest_args or ["unit"])
+               "--junitxml", junit] + (args.pytest_args or ["unit", "-m", "not slow"])  # the suite's own default (tests.sh)
         print("run_suite.py:", " ".join(cmd), "(in %s)" % tests, flush=True)
         subprocess.run(cmd, cwd=tests, env=env)
         results = outcomes(junit)

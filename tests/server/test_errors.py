@@ -95,7 +95,9 @@ def keyed(tmp_path_factory):
 
 def test_api_key(keyed):
     assert keyed.get("/health") == (200, {"status": "ok"})  # /health needs no key
-    for path in ["/props", "/slots", "/v1/models"]:
+    for path in ["/models", "/v1/models"]:  # nor the model list (llama-server's public endpoints)
+        assert keyed.get(path)[0] == 200
+    for path in ["/props", "/slots", "/metrics"]:
         assert_error(keyed.get(path), 401, "authentication_error", "Invalid API Key")
     assert_error(keyed.post("/completion", {"prompt": "a"}), 401, "authentication_error")
     assert_error(keyed.get("/props", headers={"Authorization": "Bearer wrong"}), 401, "authentication_error")
