@@ -16,11 +16,11 @@ namespace {
 const std::set<std::string> kCommon = {
     "model", "n_predict", "max_tokens", "max_completion_tokens", "temperature", "top_k", "top_p", "min_p",
     "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop", "logit_bias",
-    "n_keep", "n_discard", "cache_prompt", "n_fake_cached", "id_slot", "session_id", "cache_salt", "stream", "stream_options", "timings_per_token", "n",
+    "n_keep", "n_discard", "cache_prompt", "n_fake_cached", "id_slot", "session_id", "cache_salt", "stream", "stream_options", "timings_per_token", "verbose", "ignore_eos", "n",
     "grammar", "json_schema", "response_format",
     // Identity / bookkeeping fields of OpenAI clients: they do not change the output.
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"};
-const std::set<std::string> kNative = {"prompt", "return_tokens", "n_probs", "post_sampling_probs"};
+const std::set<std::string> kNative = {"prompt", "return_tokens", "n_probs", "post_sampling_probs", "response_fields"};
 const std::set<std::string> kOaiCompletion = {"prompt", "logprobs", "return_tokens", "n_probs", "post_sampling_probs"};
 // Embeddings (native and OpenAI): the completion fields do not apply.
 const std::set<std::string> kEmbedding = {"input", "content", "model", "encoding_format", "embd_normalize", "user"};
@@ -30,7 +30,7 @@ const std::set<std::string> kOaiChat = {"messages", "tools", "tool_choice", "par
 // llama-server / OpenAI fields agentkv does not implement, accepted only at the value that
 // turns them off.
 const std::map<std::string, Json> kNeutral = {
-    {"typical_p", 1.0},       {"tfs_z", 1.0},          {"mirostat", 0},      {"ignore_eos", false},
+    {"typical_p", 1.0},       {"tfs_z", 1.0},          {"mirostat", 0},
     {"dynatemp_range", 0.0}, {"xtc_probability", 0.0}, {"dry_multiplier", 0.0},
     {"n_cmpl", 1},            {"top_n_sigma", -1.0},   {"echo", false},      {"best_of", 1},
     {"n_indent", 0},          {"t_max_predict_ms", 0}, {"parallel_tool_calls", true}};

@@ -337,8 +337,7 @@ Json anthropic_message_json(const FinalResult& r, const ResponseInfo& info) {
               {"content", content},
               {"stop_reason", stop_reason(r, has_calls)},
               {"stop_sequence", stop_sequence(r, has_calls)},
-              {"usage", usage(r.timings.prompt_n, r.timings.cache_n, r.n_decoded)},
-              {"timings", r.timings.to_json()}};
+              {"usage", usage(r.timings.prompt_n, r.timings.cache_n, r.n_decoded)}};  // no "timings": not Anthropic's
 }
 
 void AnthropicStream::start(const ResponseInfo& info, int32_t n_prompt, const Timings* timings, std::vector<Json>& out) {

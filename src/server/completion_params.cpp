@@ -1,5 +1,6 @@
 #include "server/completion_params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -23,7 +24,15 @@ std::vector<PromptPart> parse_prompt(const Json& value) {
       throw invalid_request("'prompt' items must be strings or token ids");
     }
   };
-  if (value.is_string()) {
+  if (value.is_object()) {
+    // llama-server's multimodal prompt object; without media it is its text.
+    if (value.contains("multimodal_data"))
+      throw invalid_request("multimodal prompts are not supported: agentkv loads no vision or audio encoder");
+    const auto text = value.find("prompt_string");
+    if (text == value.end() || !text->is_string() || value.size() != 1)
+      throw invalid_request("a 'prompt' object must be {\"prompt_string\": TEXT}");
+    add_item(*text);
+  } else if (value.is_string()) {
     add_item(value);
   } else if (value.is_array()) {
     for (const Json& item : value) add_item(item);
@@ -52,6 +61,13 @@ std::vector<Token> tokenize_prompt(const Tokenizer& tok, const std::vector<Promp
   return out;
 }
 
+Json CompletionParams::logit_bias_json() const {
+  Json out = Json::array();  // llama-server's shape; a bias of -infinity is null
+  for (const auto& [token, bias] : logit_bias)
+    out.push_back(Json{{"token", token}, {"bias", std::isinf(bias) ? Json(nullptr) : Json(bias)}});
+  return out;
+}
+
 Json CompletionParams::to_json() const {
   return Json{
       {"seed", sampling.seed},
@@ -74,6 +90,8 @@ Json CompletionParams::to_json() const {
       {"samplers", Json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})},
       {"timings_per_token", timings_per_token},
       {"n_probs", n_probs},
+      {"ignore_eos", ignore_eos},
+      {"logit_bias", logit_bias_json()},
       {"grammar", grammar.grammar ? grammar.grammar->source : std::string()},
       {"grammar_lazy", grammar.lazy},
       {"grammar_triggers", grammar.triggers},
@@ -164,6 +182,14 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
   p.include_usage = read_bool(read_object(body, "stream_options"), "include_usage", false);
   p.return_tokens = read_bool(body, "return_tokens", false);
   p.timings_per_token = read_bool(body, "timings_per_token", false);
+  p.verbose = read_bool(body, "verbose", false);
+  p.ignore_eos = read_bool(body, "ignore_eos", false);
+  if (has_field(body, "response_fields")) {
+    const Json& f = body.at("response_fields");
+    if (!f.is_array() || !std::all_of(f.begin(), f.end(), [](const Json& x) { return x.is_string(); }))
+      throw invalid_request("field 'response_fields' must be an array of strings");
+    for (const Json& x : f) p.response_fields.push_back(x.get<std::string>());
+  }
   if (body.contains("logit_bias")) p.logit_bias = parse_logit_bias(body.at("logit_bias"), n_vocab);
   const int64_t n_choices = read_int(body, "n", 1);
   if (n_choices != 1) throw invalid_request("only one completion choice (n = 1) is supported");

@@ -51,6 +51,9 @@ struct CompletionParams {
   bool include_usage = false;        // OpenAI stream_options.include_usage
   bool return_tokens = false;        // fill "tokens" in native responses
   bool timings_per_token = false;    // timings on every streamed chunk
+  bool ignore_eos = false;           // every end-of-generation token gets a bias of -infinity
+  std::vector<std::string> response_fields;  // native responses: only these ("a/b" = nested) fields
+  bool verbose = false;              // OpenAI responses carry "__verbose": the native response (llama-server)
   // Added to a token's logit before sampling (llama-server's logit_bias; -infinity: never).
   std::vector<std::pair<Token, float>> logit_bias;
   // Constrained decoding (grammar, json_schema, response_format, tools; agent_request.h).
@@ -62,6 +65,7 @@ struct CompletionParams {
 
   // The "generation_settings" / slot "params" object (llama-server's field names).
   Json to_json() const;
+  Json logit_bias_json() const;
 };
 
 // Reads the fields above from a request body. n_slots bounds id_slot, n_vocab the token ids of

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -195,9 +196,27 @@ std::vector<Json> final_chunks(const FinalResult& r, StreamState& st) {
   return {};
 }
 
+// llama-server's response_fields: {"a/b": value of j["a"]["b"], ...}; a missing path is left out.
+Json select_fields(const Json& j, const std::vector<std::string>& paths) {
+  Json out = Json::object();
+  for (const std::string& path : paths) {
+    const Json* v = &j;
+    for (size_t start = 0; v && start <= path.size();) {
+      const size_t end = std::min(path.find('/', start), path.size());
+      const auto it = v->is_object() ? v->find(path.substr(start, end - start)) : v->end();
+      v = it != v->end() ? &*it : nullptr;
+      start = end + 1;
+    }
+    if (v) out[path] = *v;
+  }
+  return out;
+}
+
 Json final_json(const FinalResult& r, const ResponseInfo& info) {
   switch (info.kind) {
-    case ResponseKind::Native: return native_final_json(r, info);
+    case ResponseKind::Native:
+      if (!info.params.response_fields.empty()) return select_fields(native_final_json(r, info), info.params.response_fields);
+      return native_final_json(r, info);
     case ResponseKind::OaiCompletion: return oai_completion_final_json(r, info);
     case ResponseKind::OaiChat: return oai_chat_final_json(r, info);
     case ResponseKind::Anthropic: return anthropic_message_json(r, info);
@@ -282,6 +301,7 @@ class HttpServer {
   std::string model_name_;
   std::vector<std::string> model_aliases_;  // --alias a,b: sorted, unique
   std::vector<std::string> model_tags_;     // --tags: informational, listed by /models
+  std::vector<Token> eog_tokens_;           // end-of-generation tokens (ignore_eos bans them)
   GuardedServer svr_;
   std::unique_ptr<StateFolder> state_folder_;
   std::unique_ptr<Engine> engine_;
@@ -394,6 +414,8 @@ bool HttpServer::load() {
                n_positions);
     }
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
+    for (Token t = 0; t < tok.n_vocab(); ++t)
+      if (tok.is_eog(t)) eog_tokens_.push_back(t);
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty()) {
       if (e->ctx->memory().rec()) {
         log_line("warning: --cache-dir / --cache-redis keep pages of attention-only models; this hybrid model's pages "
@@ -804,7 +826,7 @@ void HttpServer::completion_of(const Request& req, Response& res, ResponseKind k
   info.params = task->params;
   info.chat = std::move(chat_options);
   info.request_echo = std::move(request_echo);
-  if (kind == ResponseKind::Native) info.prompt_text = tok.decode(task->prompt, true);
+  if (kind == ResponseKind::Native || task->params.verbose) info.prompt_text = tok.decode(task->prompt, true);
 
   ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
   std::shared_ptr<TaskChannel> channel = task->channel;
@@ -901,6 +923,8 @@ void HttpServer::cache_lookup(const Request& req, Response& res) {
 
 CompletionParams HttpServer::request_params(const Json& body) const {
   CompletionParams p = parse_completion_params(body, cfg_.n_slots, engine_->model->tokenizer().n_vocab(), request_defaults_);
+  if (p.ignore_eos)  // llama-server's rule: every end-of-generation token is banned
+    for (Token t : eog_tokens_) p.logit_bias.emplace_back(t, -std::numeric_limits<float>::infinity());
   if (cfg_.n_predict > 0 && (p.n_predict < 0 || p.n_predict > cfg_.n_predict)) p.n_predict = cfg_.n_predict;
   return p;
 }

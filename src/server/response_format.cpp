@@ -100,6 +100,7 @@ Json oai_completion_final_json(const FinalResult& r, const ResponseInfo& info) {
   Json j = oai_completion_object(info, info.params.stream ? std::string() : r.content, finish_reason(r.stop), r.probs);
   j["usage"] = usage_json(r);
   j["timings"] = r.timings.to_json();
+  if (info.params.verbose) j["__verbose"] = native_final_json(r, info);
   return j;
 }
 
@@ -154,7 +155,7 @@ Json oai_chat_final_json(const FinalResult& r, const ResponseInfo& info) {
   if (!m.tool_calls.empty()) message["tool_calls"] = tool_calls_json(m.tool_calls);
   Json choice{{"finish_reason", chat_finish_reason(r, !m.tool_calls.empty())}, {"index", 0}, {"message", message}};
   if (info.params.with_logprobs) choice["logprobs"] = logprobs_json(info, r.probs);
-  return Json{
+  Json j{
       {"choices", Json::array({choice})},
       {"created", info.created},
       {"model", info.model},
@@ -164,6 +165,8 @@ Json oai_chat_final_json(const FinalResult& r, const ResponseInfo& info) {
       {"id", info.completion_id},
       {"timings", r.timings.to_json()},
   };
+  if (info.params.verbose) j["__verbose"] = native_final_json(r, info);
+  return j;
 }
 
 std::string make_completion_id(const std::string& prefix) {

@@ -218,3 +218,38 @@ def test_mutated_requests_are_200_or_400(mutation_server, path, body):
             seen.add(status)
     assert seen == {200, 400}
     assert server.proc.poll() is None
+
+
+def test_llama_server_request_fields(tmp_path):
+    """Fields llama.cpp's server suite uses: ignore_eos, response_fields, a prompt object, verbose;
+    Anthropic responses carry no llama.cpp timings."""
+    s = Server(tmp_path, "-np", "1")
+    try:
+        status, out = s.post("/completion", {"prompt": "Once upon a time", "n_predict": 8, "ignore_eos": True, "temperature": 0})
+        assert status == 200, out
+        bias = out["generation_settings"]["logit_bias"]
+        assert bias and all(b["bias"] is None for b in bias) and out["generation_settings"]["ignore_eos"] is True
+        assert out["tokens_predicted"] == 8
+        status, out = s.post("/completion", {"prompt": "Once upon a time", "n_predict": 4})
+        assert out["generation_settings"]["logit_bias"] == []
+
+        status, out = s.post("/completion", {"prompt": "Hello", "n_predict": 5,
+                                             "response_fields": ["content", "generation_settings/n_predict", "nothing/here"]})
+        assert status == 200 and set(out) == {"content", "generation_settings/n_predict"}, out
+        assert out["generation_settings/n_predict"] == 5
+
+        text = s.post("/completion", {"prompt": "Hello", "n_predict": 3, "temperature": 0})[1]["content"]
+        status, out = s.post("/completion", {"prompt": {"prompt_string": "Hello"}, "n_predict": 3, "temperature": 0})
+        assert status == 200 and out["content"] == text
+        for bad in ({"prompt_string": 3}, {"prompt_string": "a", "multimodal_data": ["x"]}, {"text": "a"}):
+            assert s.post("/completion", {"prompt": bad, "n_predict": 1})[0] == 400, bad
+
+        chat = {"messages": [{"role": "system", "content": "Book"}, {"role": "user", "content": "Hi"}], "max_tokens": 2}
+        status, out = s.post("/v1/chat/completions", dict(chat, verbose=True))
+        assert status == 200 and "Book" in out["__verbose"]["prompt"] and out["__verbose"]["tokens_predicted"] == 2
+        assert "__verbose" not in s.post("/v1/chat/completions", chat)[1]
+
+        status, out = s.post("/v1/messages", {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})
+        assert status == 200 and "timings" not in out and out["usage"]["output_tokens"] > 0
+    finally:
+        s.stop()
