@@ -183,6 +183,7 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
   p.return_tokens = read_bool(body, "return_tokens", false);
   p.timings_per_token = read_bool(body, "timings_per_token", false);
   p.verbose = read_bool(body, "verbose", false);
+  p.return_progress = read_bool(body, "return_progress", false);
   p.ignore_eos = read_bool(body, "ignore_eos", false);
   if (has_field(body, "response_fields")) {
     const Json& f = body.at("response_fields");

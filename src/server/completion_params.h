@@ -53,6 +53,7 @@ struct CompletionParams {
   bool timings_per_token = false;    // timings on every streamed chunk
   bool ignore_eos = false;           // every end-of-generation token gets a bias of -infinity
   std::vector<std::string> response_fields;  // native responses: only these ("a/b" = nested) fields
+  bool return_progress = false;      // streams: prompt_progress events while the prompt is read
   bool verbose = false;              // OpenAI responses carry "__verbose": the native response (llama-server)
   // Added to a token's logit before sampling (llama-server's logit_bias; -infinity: never).
   std::vector<std::pair<Token, float>> logit_bias;

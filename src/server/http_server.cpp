@@ -174,6 +174,10 @@ struct StreamState {
 };
 
 std::vector<Json> token_chunks(const TokenEvent& t, StreamState& st) {
+  if (t.progress) {  // Anthropic and Responses streams have no such event
+    if (st.info.kind == ResponseKind::Anthropic || st.info.kind == ResponseKind::Responses) return {};
+    return {progress_chunk(t, st.info)};
+  }
   switch (st.info.kind) {
     case ResponseKind::Native: return {native_partial_json(t, st.info)};
     case ResponseKind::OaiCompletion: return {oai_completion_chunk_json(t, st.info)};
@@ -874,7 +878,7 @@ void HttpServer::completion_of(const Request& req, Response& res, ResponseKind k
                 return false;
               }
             }
-            st->first_token = false;
+            if (!ev.token.progress) st->first_token = false;
           } else if (ev.kind == TaskEvent::Kind::Final) {
             note_timings(ev.final.timings);
             for (const Json& chunk : final_chunks(ev.final, *st)) write(sse_event(chunk, st->info.kind));

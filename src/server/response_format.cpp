@@ -90,6 +90,22 @@ Json chat_chunk(const ResponseInfo& info, const Json& delta, const Json& finish)
 }
 }  // namespace
 
+Json progress_chunk(const TokenEvent& t, const ResponseInfo& info) {
+  const PromptProgress& pp = *t.progress;
+  const Json progress{{"total", pp.total}, {"cache", pp.cache}, {"processed", pp.processed}, {"time_ms", pp.time_ms}};
+  Json j;
+  if (info.kind == ResponseKind::Native) {
+    j = Json{{"index", 0}, {"content", ""}, {"tokens", Json::array()}, {"stop", false}, {"id_slot", t.id_slot},
+             {"tokens_predicted", 0}, {"tokens_evaluated", t.n_prompt}};
+  } else {  // an OpenAI chunk with no choice, as the usage chunk
+    j = chat_chunk(info, Json::object(), nullptr);
+    j["choices"] = Json::array();
+    if (info.kind == ResponseKind::OaiCompletion) j["object"] = "text_completion";
+  }
+  j["prompt_progress"] = progress;
+  return j;
+}
+
 Json oai_completion_chunk_json(const TokenEvent& t, const ResponseInfo& info) {
   Json j = oai_completion_object(info, t.text, nullptr, t.probs);
   if (t.timings) j["timings"] = t.timings->to_json();

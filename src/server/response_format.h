@@ -35,6 +35,9 @@ struct ChatStream {
   std::vector<TokenProbs> pending_probs;
 };
 
+// return_progress: the prompt_progress chunk of an event with progress set (native and OpenAI).
+Json progress_chunk(const TokenEvent& t, const ResponseInfo& info);
+
 // OpenAI finish_reason: "stop" for an end-of-generation token or a stop string, else "length".
 const char* finish_reason(StopType stop);
 // {completion_tokens, prompt_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}

@@ -646,6 +646,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     metrics_.prefix_cache_queries_total += prompt.size();
     metrics_.prefix_cache_hits_total += r.n_kept;
   }
+  send_progress(slot);  // what came from the cache
   if (r.use_saved_logits) {
     // The whole prompt and the logits after it are cached: sample now, evaluate nothing.
     ++metrics_.saved_logits_used_total;
@@ -780,6 +781,7 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
       const std::vector<Token>& prompt = s.task->prompt;
       for (size_t i = 0; i < s.batch_prompt_tokens; ++i) s.cache.append(prompt[s.n_prompt_done + i]);
       s.n_prompt_done += s.batch_prompt_tokens;
+      send_progress(s);
       if (s.n_prompt_done == prompt.size()) take_checkpoint(s);  // the end of this turn's prompt
       else if (s.n_prompt_done == tail_checkpoint_at(s)) take_checkpoint(s);  // kTailTokens before it
       else if (std::count(s.task->snapshot_points.begin(), s.task->snapshot_points.end(), s.n_prompt_done))
@@ -891,6 +893,17 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
     slot.task->channel->push({TaskEvent::Kind::Token, std::move(ev), {}, std::nullopt});
   }
   if (stop != StopType::None) finish(slot, stop, truncated);
+}
+
+void Scheduler::send_progress(Slot& slot) {
+  const CompletionParams& p = slot.task->params;
+  if (!p.stream || !p.return_progress) return;
+  TokenEvent ev;
+  ev.id_slot = slot.id;
+  ev.n_prompt = static_cast<int32_t>(slot.task->prompt.size());
+  ev.progress = PromptProgress{static_cast<int64_t>(slot.task->prompt.size()), static_cast<int64_t>(slot.n_cache_reused),
+                               static_cast<int64_t>(slot.n_prompt_done), ms_between(slot.t_start, Slot::Clock::now())};
+  slot.task->channel->push({TaskEvent::Kind::Token, std::move(ev), {}, std::nullopt});
 }
 
 bool Scheduler::shift_context(Slot& slot) {

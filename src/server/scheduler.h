@@ -116,6 +116,8 @@ class Scheduler {
   void on_logits(Slot& slot, const float* logits, bool from_cache = false);
   // --context-shift at n_ctx: false when nothing can be dropped (the generation then ends).
   bool shift_context(Slot& slot);
+  // return_progress: a prompt_progress event with the slot's prompt so far.
+  void send_progress(Slot& slot);
   void finish(Slot& slot, StopType stop, bool truncated = false);
   void fail(Slot& slot, const HttpError& error);
   void release(Slot& slot);

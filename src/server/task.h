@@ -43,6 +43,13 @@ struct TokenProbs {
   std::vector<std::string> top_text;
 };
 
+// llama-server's prompt_progress (return_progress): prompt tokens in all, from the cache, and in
+// memory so far (cache included), and the time since the prompt started.
+struct PromptProgress {
+  int64_t total = 0, cache = 0, processed = 0;
+  double time_ms = 0;
+};
+
 struct TokenEvent {
   std::string text;  // text released by this token (may be empty while a stop string is pending)
   Token token = -1;
@@ -51,6 +58,7 @@ struct TokenEvent {
   int32_t n_prompt = 0;
   std::optional<Timings> timings;  // with timings_per_token
   std::vector<TokenProbs> probs;   // tokens released with this event (n_probs / logprobs)
+  std::optional<PromptProgress> progress;  // set: a prompt-progress event (no token)
 };
 
 struct FinalResult {

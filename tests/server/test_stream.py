@@ -5,6 +5,7 @@ import socket
 import time
 
 from test_endpoints import TIMINGS_KEYS
+from conftest import Server
 
 BODY = {"n_predict": 10, "max_tokens": 10, "temperature": 0, "repeat_penalty": 2.0}
 
@@ -113,3 +114,36 @@ def test_non_stream_disconnect_frees_the_slot(server):
     # The freed slot serves the next request normally.
     status, body = server.post("/completion", {"prompt": "after", "n_predict": 2, "temperature": 0})
     assert status == 200 and body["tokens_predicted"] == 2
+
+
+def test_return_progress(tmp_path):
+    """llama-server's return_progress: prompt_progress chunks while the prompt is read (one per
+    batch of -ub tokens, the first one with processed == cache), in native and OpenAI streams;
+    a second turn's first report counts the tokens it reused."""
+    s = Server(tmp_path, "-np", "1", "-c", "1024", "-ub", "64")
+    try:
+        messages = [{"role": "user", "content": "This is a test " * 40}]
+
+        def reports(path, body):
+            status, _, events = s.stream(path, dict(body, stream=True, return_progress=True, max_tokens=4))
+            assert status == 200
+            progress = [e["prompt_progress"] for e in events if isinstance(e, dict) and "prompt_progress" in e]
+            assert progress and all(p.keys() == {"total", "cache", "processed", "time_ms"} for p in progress)
+            assert progress[0]["processed"] == progress[0]["cache"]
+            assert progress[-1]["processed"] == progress[-1]["total"]
+            assert all(b["processed"] > a["processed"] for a, b in zip(progress, progress[1:]))
+            assert len({(p["total"], p["cache"]) for p in progress}) == 1
+            return progress
+
+        first = reports("/v1/chat/completions", {"messages": messages})
+        assert first[0]["cache"] == 0 and len(first) == 1 + -(-first[0]["total"] // 64)
+        again = reports("/v1/chat/completions", {"messages": messages + [{"role": "assistant", "content": "ok"},
+                                                                        {"role": "user", "content": "more"}]})
+        assert again[0]["cache"] > 0
+        native = reports("/completion", {"prompt": "Hello " * 100, "n_predict": 2})
+        assert len(native) >= 2
+        # Without it, no such chunk.
+        _, _, events = s.stream("/v1/chat/completions", {"messages": messages, "stream": True, "max_tokens": 2})
+        assert not any(isinstance(e, dict) and "prompt_progress" in e for e in events)
+    finally:
+        s.stop()
