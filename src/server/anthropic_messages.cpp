@@ -293,8 +293,7 @@ Json anthropic_to_chat_request(const Json& body, AnthropicEndpoint endpoint) {
                             (role == "system" ? std::string(" (the system prompt is the top-level 'system' field)") : ""));
     }
   }
-  if (input.back().value("role", "") == "assistant")
-    throw invalid_request("a final assistant message (a prefilled answer) is not supported by agentkv");
+  // A final assistant message is a prefilled answer: the chat formatter continues it.
   chat["messages"] = messages;
 
   if (has_field(body, "tools")) {

@@ -76,6 +76,19 @@ std::string ChatFormatter::apply(const Json& body) const {
   auto messages = body.find("messages");
   if (messages == body.end() || !messages->is_array()) throw invalid_request("'messages' must be an array");
   if (messages->empty()) throw invalid_request("'messages' must not be empty");
+  const Json& last = messages->back();
+  if (last.is_object() && last.value("role", "") == "assistant" && !read_bool(body, "add_generation_prompt", false)) {
+    // Assistant prefill (llama-server's default): the answer continues the final assistant
+    // message. The messages before it get the generation prompt; its text follows as is.
+    const size_t n = messages->size();
+    if (n >= 2 && (*messages)[n - 2].is_object() && (*messages)[n - 2].value("role", "") == "assistant")
+      throw invalid_request("Cannot have 2 or more assistant messages at the end of the list.");
+    if (last.contains("tool_calls") && !last["tool_calls"].is_null())
+      throw invalid_request("a final assistant message with tool_calls cannot be continued: send the tool results");
+    const Json content = normalize_message(last, n - 1, object_arguments_).value("content", Json(""));
+    if (!content.is_string()) throw invalid_request("the final assistant message's content must be text to be continued");
+    return render(body, n - 1, /*add_generation_prompt=*/true) + content.get<std::string>();
+  }
   return render(body, messages->size(), read_bool(body, "add_generation_prompt", true));
 }
 

@@ -269,7 +269,7 @@ def test_validation_errors_in_anthropic_shape(srv):
     assert_anthropic_400(srv, {"model": "m", "max_tokens": 4, "messages": [
         {"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]}, "tool_use_id")
     assert_anthropic_400(srv, {"model": "m", "max_tokens": 4, "messages": msgs + [
-        {"role": "assistant", "content": "prefill"}]}, "prefill")
+        {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]}, "2 or more assistant")
     assert_anthropic_400(srv, {"model": "m", "max_tokens": 4, "messages": msgs, "tools": TOOLS,
                                "tool_choice": {"type": "sometimes"}}, "tool_choice")
     assert_anthropic_400(srv, {"model": "m", "max_tokens": 4, "messages": msgs,

@@ -251,5 +251,17 @@ def test_llama_server_request_fields(tmp_path):
 
         status, out = s.post("/v1/messages", {"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})
         assert status == 200 and "timings" not in out and out["usage"]["output_tokens"] > 0
+
+        # Assistant prefill: the answer continues a final assistant message (llama-server's default).
+        base = [{"role": "user", "content": "Hi"}]
+        plain = s.post("/apply-template", {"messages": base})[1]["prompt"]
+        status, out = s.post("/apply-template", {"messages": base + [{"role": "assistant", "content": "Sure, here"}]})
+        assert status == 200 and out["prompt"] == plain + "Sure, here", out
+        status, out = s.post("/v1/chat/completions", {"messages": base + [{"role": "assistant", "content": "Sure"}],
+                                                      "max_tokens": 3, "verbose": True})
+        assert status == 200 and out["__verbose"]["prompt"].endswith("Sure"), out
+        status, err = s.post("/v1/chat/completions", {"messages": base + [{"role": "assistant", "content": "a"},
+                                                                         {"role": "assistant", "content": "b"}]})
+        assert status == 400 and "2 or more assistant" in err["error"]["message"]
     finally:
         s.stop()
