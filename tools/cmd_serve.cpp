@@ -85,7 +85,8 @@ const char* const kUsage =
     "  -ngl, --n-gpu-layers N          accepted: agentkv runs on the CPU\n"
     "  --ui, --webui / --no-ui, --no-webui\n"
     "                                  serve (default) / do not serve the web UI at GET /\n"
-    "  --offline, -v, --verbose        accepted: agentkv never downloads, logs one line a request\n";
+    "  -v, --verbose                   OpenAI responses carry __verbose (the native response), as llama-server's\n"
+    "  --offline                       accepted: agentkv never downloads\n";
 
 int cmd_serve(const std::vector<std::string>& argv) {
   Args a(argv);
@@ -163,10 +164,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
   while (a.flag("--no-context-shift")) cfg.context_shift = false;
   while (a.flag("--no-ui", "--no-webui")) cfg.webui = false;
   while (a.flag("--ui", "--webui")) cfg.webui = true;
-  for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline", "--verbose",
-                               "-v", "--log-verbose"})
+  for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline"})
     while (a.flag(accepted)) {
     }
+  for (const char* verbose : {"--verbose", "-v", "--log-verbose"})
+    while (a.flag(verbose)) cfg.verbose = true;
   list("--allowed-host", cfg.allowed_hosts);
   cfg.slot_save_path = a.str("--slot-save-path", "", "");
   const long long checkpoint_mib = a.num("--ctx-checkpoint-mib", "", 256);

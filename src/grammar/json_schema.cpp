@@ -217,7 +217,9 @@ class Converter {
   }
 
   std::string array_rule(const Json& s, const std::string& name, int depth) {
-    if (auto it = s.find("prefixItems"); it != s.end() && it->is_array()) {
+    auto it = s.find("prefixItems");
+    if (it == s.end() || !it->is_array()) it = s.find("items");  // draft 4's tuple form: "items": [A, B]
+    if (it != s.end() && it->is_array()) {
       std::string body = "\"[\" space";
       for (size_t i = 0; i < it->size(); ++i) {
         if (i) body += " \",\" space";

@@ -25,6 +25,7 @@ const std::set<std::string> kOaiCompletion = {"prompt", "logprobs", "return_toke
 // Embeddings (native and OpenAI): the completion fields do not apply.
 const std::set<std::string> kEmbedding = {"input", "content", "model", "encoding_format", "embd_normalize", "user"};
 const std::set<std::string> kOaiChat = {"messages", "tools", "tool_choice", "parallel_tool_calls", "reasoning_format",
+                                        "continue_final_message",
                                         "chat_template_kwargs", "add_generation_prompt", "logprobs", "top_logprobs",
                                         "return_tokens", "n_probs", "post_sampling_probs"};
 // llama-server / OpenAI fields agentkv does not implement, accepted only at the value that

@@ -77,6 +77,12 @@ std::string ChatFormatter::apply(const Json& body) const {
   if (messages == body.end() || !messages->is_array()) throw invalid_request("'messages' must be an array");
   if (messages->empty()) throw invalid_request("'messages' must not be empty");
   const Json& last = messages->back();
+  // continue_final_message (vLLM's / transformers' name for it) asks for the prefill explicitly.
+  const bool continue_final = read_bool(body, "continue_final_message", false);
+  if (continue_final && read_bool(body, "add_generation_prompt", false))
+    throw invalid_request("Cannot set both add_generation_prompt and continue_final_message to true.");
+  if (continue_final && !(last.is_object() && last.value("role", "") == "assistant"))
+    throw invalid_request("continue_final_message needs a final assistant message to continue");
   if (last.is_object() && last.value("role", "") == "assistant" && !read_bool(body, "add_generation_prompt", false)) {
     // Assistant prefill (llama-server's default): the answer continues the final assistant
     // message. The messages before it get the generation prompt; its text follows as is.

@@ -182,7 +182,7 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
   p.include_usage = read_bool(read_object(body, "stream_options"), "include_usage", false);
   p.return_tokens = read_bool(body, "return_tokens", false);
   p.timings_per_token = read_bool(body, "timings_per_token", false);
-  p.verbose = read_bool(body, "verbose", false);
+  p.verbose = read_bool(body, "verbose", defaults.verbose);
   p.return_progress = read_bool(body, "return_progress", false);
   p.ignore_eos = read_bool(body, "ignore_eos", false);
   if (has_field(body, "response_fields")) {

@@ -44,6 +44,7 @@ struct ServerConfig {
   std::string cache_dir;             // folder of the disk page tier (restarts find their pages); empty: none
   uint64_t cache_dir_bytes = 8ull << 30;  // the disk tier's bound
   bool context_shift = false;        // --context-shift: generation at n_ctx drops the middle and goes on
+  bool verbose = false;              // --verbose: OpenAI responses carry "__verbose" unless a request says no
   bool webui = true;                 // GET /: the web UI (--no-webui: a 404)
   bool share_prefixes = true;        // the prefix index across slots (scheduler.h)
   // Request defaults (llama-server's --n-predict, --temp, --seed). n_predict > 0 also caps what

@@ -21,9 +21,11 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,6 +61,20 @@ def prepare(llama_cpp, scratch):
         f.write(text.replace("ServerPreset.load_all()", "pass  # run_suite.py: models are local, nothing to download"))
     os.makedirs(os.path.join(tests, "tmp"), exist_ok=True)
     return tests
+
+
+def wait_for_free_port(port=8080, timeout=60):
+    """The suite's servers listen on 8080: a server of a previous run still closing would fail them."""
+    deadline = time.time() + timeout
+    while True:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+                return
+            except OSError:
+                if time.time() > deadline:
+                    sys.exit("run_suite.py: port %d stays in use" % port)
+        time.sleep(0.5)
 
 
 def outcomes(junit_path):
@@ -100,6 +116,7 @@ def main():
         env.pop("PORT", None)
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", "--timeout", str(args.timeout),
                "--junitxml", junit] + (args.pytest_args or ["unit", "-m", "not slow"])  # the suite's own default (tests.sh)
+        wait_for_free_port()
         print("run_suite.py:", " ".join(cmd), "(in %s)" % tests, flush=True)
         subprocess.run(cmd, cwd=tests, env=env)
         results = outcomes(junit)

@@ -263,5 +263,26 @@ def test_llama_server_request_fields(tmp_path):
         status, err = s.post("/v1/chat/completions", {"messages": base + [{"role": "assistant", "content": "a"},
                                                                          {"role": "assistant", "content": "b"}]})
         assert status == 400 and "2 or more assistant" in err["error"]["message"]
+        status, out = s.post("/apply-template", {"messages": base + [{"role": "assistant", "content": "Sure"}],
+                                                 "continue_final_message": True})
+        assert status == 200 and out["prompt"] == plain + "Sure"
+        for bad in ({"messages": base + [{"role": "assistant", "content": "x"}], "continue_final_message": True,
+                     "add_generation_prompt": True}, {"messages": base, "continue_final_message": True}):
+            assert s.post("/apply-template", bad)[0] == 400, bad
+        # Draft 4's tuple form of "items" constrains each position.
+        status, out = s.post("/v1/chat/completions", {"messages": base, "max_tokens": 12, "temperature": 0,
+                                                      "response_format": {"type": "json_object",
+                                                                          "schema": {"items": [{"type": "integer"}]}}})
+        assert status == 200, out
+        assert out["choices"][0]["message"]["content"].startswith("[")
+    finally:
+        s.stop()
+
+    # --verbose: every OpenAI response carries __verbose unless the request says "verbose": false.
+    s = Server(tmp_path / "verbose", "-np", "1", "--verbose")
+    try:
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        assert "__verbose" in s.post("/v1/chat/completions", chat)[1]
+        assert "__verbose" not in s.post("/v1/chat/completions", dict(chat, verbose=False))[1]
     finally:
         s.stop()
