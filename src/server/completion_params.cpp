@@ -98,23 +98,31 @@ Json CompletionParams::to_json() const {
   };
 }
 
-std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t n_vocab) {
-  auto token_id = [n_vocab](const Json& key) -> Token {
+std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t n_vocab, const Tokenizer* tok) {
+  // The tokens a key names: an id (a number, or digits in an object key), or a text's tokens.
+  auto tokens_of = [n_vocab, tok](const Json& key, bool digits_are_ids) -> std::vector<Token> {
     int64_t id = -1;
     if (key.is_number_integer()) {
       id = key.get<int64_t>();
     } else if (key.is_string()) {
       const std::string& s = key.get_ref<const std::string&>();
-      if (s.empty() || s.size() > 10 || s.find_first_not_of("0123456789") != std::string::npos)
-        throw invalid_request("logit_bias: '" + s + "' is not a token id (biasing token texts is not supported)");
+      const size_t sign = !s.empty() && s[0] == '-' ? 1 : 0;  // "-1" is an id (out of range), as strtol reads it
+      const bool digits = s.size() > sign && s.size() <= 10 + sign && s.find_first_not_of("0123456789", sign) == std::string::npos;
+      if (!(digits && digits_are_ids)) {
+        if (!tok) throw invalid_request("logit_bias: '" + s + "' is not a token id");
+        if (s.size() > 4096) throw invalid_request("logit_bias: a token text is longer than 4096 bytes");
+        std::vector<Token> ids = tok->encode(s, /*add_special=*/false, /*parse_special=*/false);
+        if (ids.empty()) throw invalid_request("logit_bias: the text '" + s + "' has no tokens");
+        return ids;
+      }
       id = std::stoll(s);
     } else {
-      throw invalid_request("logit_bias: token ids must be integers");
+      throw invalid_request("logit_bias: keys must be token ids or texts");
     }
     if (id < 0 || id >= n_vocab)
       throw invalid_request("logit_bias: token id " + std::to_string(id) + " is out of range [0, " +
                             std::to_string(n_vocab) + ")");
-    return static_cast<Token>(id);
+    return {static_cast<Token>(id)};
   };
   auto bias_value = [](const Json& v) -> float {
     if (v.is_boolean() && !v.get<bool>()) return -std::numeric_limits<float>::infinity();
@@ -125,11 +133,16 @@ std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t
   std::vector<std::pair<Token, float>> out;
   if (value.is_null()) return out;
   if (value.is_object()) {
-    for (auto it = value.begin(); it != value.end(); ++it) out.emplace_back(token_id(it.key()), bias_value(it.value()));
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      const float bias = bias_value(it.value());
+      for (Token t : tokens_of(it.key(), /*digits_are_ids=*/true)) out.emplace_back(t, bias);
+    }
   } else if (value.is_array()) {
     for (const Json& item : value) {
-      if (!item.is_array() || item.size() != 2) throw invalid_request("logit_bias: array items must be [token id, bias]");
-      out.emplace_back(token_id(item[0]), bias_value(item[1]));
+      if (!item.is_array() || item.size() != 2)
+        throw invalid_request("logit_bias: array items must be [token id or text, bias]");
+      const float bias = bias_value(item[1]);
+      for (Token t : tokens_of(item[0], /*digits_are_ids=*/false)) out.emplace_back(t, bias);
     }
   } else {
     throw invalid_request("field 'logit_bias' must be an object or an array");
@@ -137,7 +150,8 @@ std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t
   return out;
 }
 
-CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab, const CompletionParams& defaults) {
+CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab, const CompletionParams& defaults,
+                                         const Tokenizer* tok) {
   CompletionParams p;
   p.sampling = defaults.sampling;
   SamplerParams& s = p.sampling;
@@ -191,7 +205,7 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
       throw invalid_request("field 'response_fields' must be an array of strings");
     for (const Json& x : f) p.response_fields.push_back(x.get<std::string>());
   }
-  if (body.contains("logit_bias")) p.logit_bias = parse_logit_bias(body.at("logit_bias"), n_vocab);
+  if (body.contains("logit_bias")) p.logit_bias = parse_logit_bias(body.at("logit_bias"), n_vocab, tok);
   const int64_t n_choices = read_int(body, "n", 1);
   if (n_choices != 1) throw invalid_request("only one completion choice (n = 1) is supported");
 

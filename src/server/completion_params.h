@@ -70,14 +70,16 @@ struct CompletionParams {
 };
 
 // Reads the fields above from a request body. n_slots bounds id_slot, n_vocab the token ids of
-// logit_bias. Sampling values the sampler would refuse (repeat_penalty <= 0, repeat_last_n < -1)
+// logit_bias; `tok` tokenizes logit_bias keys given as text (none: such keys are a 400). Sampling values the sampler would refuse (repeat_penalty <= 0, repeat_last_n < -1)
 // are invalid_request errors. Absent fields take the server's defaults: `defaults.sampling`
 // (--temp, --seed) and `defaults.n_predict` (--n-predict).
 CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab = INT32_MAX,
-                                         const CompletionParams& defaults = CompletionParams{});
+                                         const CompletionParams& defaults = CompletionParams{},
+                                         const Tokenizer* tok = nullptr);
 
 // logit_bias as llama-server and OpenAI send it: {"token id": bias} or [[token id, bias], ...]; a
-// bias of false bans the token. Token texts are not supported (400).
-std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t n_vocab);
+// bias of false bans the token. A key that is text ({"hello": -5}, [["hello", -5]]) biases every
+// token of its tokenization (no special tokens), as llama-server; without `tok` it is a 400.
+std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t n_vocab, const Tokenizer* tok = nullptr);
 
 }  // namespace agentkv::server

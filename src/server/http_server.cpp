@@ -927,7 +927,8 @@ void HttpServer::cache_lookup(const Request& req, Response& res) {
 }
 
 CompletionParams HttpServer::request_params(const Json& body) const {
-  CompletionParams p = parse_completion_params(body, cfg_.n_slots, engine_->model->tokenizer().n_vocab(), request_defaults_);
+  const Tokenizer& tok = engine_->model->tokenizer();
+  CompletionParams p = parse_completion_params(body, cfg_.n_slots, tok.n_vocab(), request_defaults_, &tok);
   if (p.ignore_eos)  // llama-server's rule: every end-of-generation token is banned
     for (Token t : eog_tokens_) p.logit_bias.emplace_back(t, -std::numeric_limits<float>::infinity());
   if (cfg_.n_predict > 0 && (p.n_predict < 0 || p.n_predict > cfg_.n_predict)) p.n_predict = cfg_.n_predict;

@@ -1,4 +1,5 @@
-"""logit_bias: the OpenAI form {"token id": bias} and llama-server's [[token id, bias]], false bans."""
+"""logit_bias: the OpenAI form {"token id": bias} and llama-server's [[token id, bias]], false bans;
+a text instead of an id names the text's tokens (llama-server)."""
 
 import pytest
 
@@ -17,6 +18,13 @@ def test_a_large_bias_forces_the_token(server, reference):
     assert forced not in complete(server, prompt, 4, cache_prompt=False)["tokens"]
     assert complete(server, prompt, 4, logit_bias={str(forced): 100})["tokens"] == [forced] * 4
     assert complete(server, prompt, 4, logit_bias=[[forced, 100.0]])["tokens"] == [forced] * 4
+    # A text names its tokens (llama-server's rule): " agent" is one token, both forms.
+    assert complete(server, prompt, 4, logit_bias=[[" agent", 100.0]])["tokens"] == [forced] * 4
+    assert complete(server, prompt, 4, logit_bias={" agent": 100})["tokens"] == [forced] * 4
+    # Every token of a longer text is biased: banning them all keeps all of them out.
+    status, tok = server.post("/tokenize", {"content": " the agent of"})
+    out = complete(server, prompt, 6, logit_bias=[[" the agent of", False]], cache_prompt=False)["tokens"]
+    assert not set(out) & set(tok["tokens"])
 
 
 def test_false_bans_the_token_and_the_saved_logits_stay_unbiased(server, reference):
@@ -34,14 +42,14 @@ def test_false_bans_the_token_and_the_saved_logits_stay_unbiased(server, referen
 
 
 @pytest.mark.parametrize("bias, words", [
-    ({"agent": 1}, "not a token id"),
-    ({"-1": 1}, "not a token id"),
+    ({"-1": 1}, "out of range"),
+    ({"": 1}, "has no tokens"),
     ({"151936": 1}, "out of range"),
-    ([[5]], "[token id, bias]"),
+    ([[5]], "[token id or text, bias]"),
     ([[5, "x"]], "finite number or false"),
     ([[5, True]], "finite number or false"),
     ([[5, 1e300]], "finite number or false"),
-    ([[1.5, 1]], "integers"),
+    ([[1.5, 1]], "token ids or texts"),
     ("5", "object or an array"),
 ])
 def test_bad_logit_bias_is_a_400(server, bias, words):
