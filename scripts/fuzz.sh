@@ -38,7 +38,8 @@ python3 fuzz/make_gguf_seeds.py "$seeds"
 for model in qwen3-micro.gguf qwen35moe-micro-q8_0.gguf; do
   if [ -f "$fixtures/$model" ]; then head -c 4096 "$fixtures/$model" > "$seeds/head-$model"; fi
 done
-run gguf_fuzz "$gguf_s" 16384 fuzz/gguf.dict "$seeds"
+# fuzz/gguf-regressions: inputs that once failed (each is replayed first).
+run gguf_fuzz "$gguf_s" 16384 fuzz/gguf.dict "$seeds" fuzz/gguf-regressions
 
 # Requests: the seeds of fuzz/request-seeds (every endpoint's body shapes), the model's template.
 export AGENTKV_FUZZ_MODEL="$fixtures/qwen3-micro.gguf"

@@ -380,6 +380,11 @@ void Reader::parse() {
 
   // Data section: starts at the next multiple of the alignment after the tensor table.
   data_offset_ = c.pos() + (alignment_ - c.pos() % alignment_) % alignment_;
+  // The padding before it is part of the file (a writer always puts it there): a data section
+  // that would start past the end is a truncated file, or an alignment no real file has (2^31).
+  if (data_offset_ > size_)
+    c.fail("the data section would start at byte " + std::to_string(data_offset_) + " (alignment " +
+           std::to_string(alignment_) + "), past the end of the " + std::to_string(size_) + "-byte file");
   for (auto& t : tensors_) {
     uint64_t begin = 0, end = 0;
     if (__builtin_add_overflow(data_offset_, t.offset, &begin) || __builtin_add_overflow(begin, t.nbytes, &end) ||
