@@ -100,7 +100,8 @@ void request(const std::string& body) {
       parts.push_back({g_chat->apply(j), -1});
     }
   } else if (has_field(j, "prompt")) {
-    parts = parse_prompt(j.at("prompt"));
+    for (std::vector<PromptPart>& prompt : parse_prompts(j.at("prompt")))
+      parts.insert(parts.end(), prompt.begin(), prompt.end());
   }
   if (g_tok && !parts.empty()) {
     size_t text = 0;

@@ -135,7 +135,6 @@ TEST(ServerParams, RefusesBadValues) {
   EXPECT_TRUE(refused(R"({"repeat_penalty": 0})"));
   EXPECT_TRUE(refused(R"({"repeat_last_n": -2})"));
   EXPECT_TRUE(refused(R"({"seed": 4294967296})"));
-  EXPECT_TRUE(refused(R"({"n": 2})"));
   EXPECT_TRUE(refused(R"({"stream_options": true})"));
   EXPECT_TRUE(refused(R"({"session_id": 5})"));
   const HttpError e = error_of([] { parse_completion_params(Json::parse(R"({"id_slot": 9})"), 4); });
@@ -155,6 +154,23 @@ TEST(ServerPrompt, AcceptsStringTokenIdsAndMixedArrays) {
   EXPECT_EQ(error_of([] { parse_prompt(Json::parse(R"([-1])")); }).type(), ErrorType::InvalidRequest);
   EXPECT_EQ(error_of([] { parse_prompt(Json::parse(R"([true])")); }).type(), ErrorType::InvalidRequest);
   EXPECT_EQ(error_of([] { parse_prompt(Json(3)); }).type(), ErrorType::InvalidRequest);
+}
+
+// llama-server's rule: one prompt unless the array holds no token id at all.
+TEST(ServerPrompt, ListsOfPromptsAreArraysWithoutTokenIds) {
+  EXPECT_EQ(parse_prompts(Json("a")).size(), 1u);
+  EXPECT_EQ(parse_prompts(Json::parse(R"({"prompt_string": "a"})")).size(), 1u);
+  EXPECT_EQ(parse_prompts(Json::parse(R"([1, "x", 2])")).size(), 1u);  // ids with text between them
+  EXPECT_EQ(parse_prompts(Json::parse(R"([1, 2])")).size(), 1u);
+  const auto lists = parse_prompts(Json::parse(R"([[1, 2], "b", {"prompt_string": "c"}, [3, "d"]])"));
+  ASSERT_EQ(lists.size(), 4u);
+  EXPECT_EQ(lists[0].size(), 2u);
+  EXPECT_EQ(lists[1][0].text, "b");
+  EXPECT_EQ(lists[2][0].text, "c");
+  EXPECT_EQ(lists[3][1].text, "d");
+  EXPECT_EQ(parse_prompts(Json::parse(R"(["a", "b"])")).size(), 2u);
+  EXPECT_EQ(error_of([] { parse_prompts(Json::parse(R"([[1], true])")); }).type(), ErrorType::InvalidRequest);
+  EXPECT_EQ(error_of([] { parse_prompts(Json::parse(R"([[[1]]])")); }).type(), ErrorType::InvalidRequest);
 }
 
 TEST(ServerPrompt, TokenizesLikeLlamaCpp) {

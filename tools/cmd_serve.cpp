@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -20,6 +21,7 @@
 #include "tools/commands.h"
 #include "tools/default_model.h"
 #ifdef AGENTKV_HAVE_HTTPLIB
+#include "server/builtin_chat_templates.h"
 #include "server/http_server.h"
 #include "server/redis_page_tier.h"
 #endif
@@ -73,7 +75,8 @@ const char* const kUsage =
     "  -s, --seed N                    default seed of requests (default -1: random per request)\n"
     "  -b, --batch-size N              logical batch: -ub is lowered to N when larger (agentkv decodes one ubatch a step)\n"
     "  --cors-origins ORIGIN           same as --cors\n"
-    "  --chat-template NAME            chatml: use ChatML instead of the model's template (no other names)\n"
+    "  --chat-template NAME|JINJA      a built-in format instead of the model's template (chatml, llama3,\n"
+    "                                  command-r, gemma, phi3, phi4, falcon3, zephyr), or a Jinja template\n"
     "  --jinja, --no-jinja             accepted: agentkv always renders the model's template with its own Jinja\n"
     "  --slots, --no-slots             enable (default) / disable GET /slots (501 when disabled)\n"
     "  -fa, --flash-attn [on|off|auto] accepted: agentkv's CPU attention has one implementation\n"
@@ -86,7 +89,12 @@ const char* const kUsage =
     "  --ui, --webui / --no-ui, --no-webui\n"
     "                                  serve (default) / do not serve the web UI at GET /\n"
     "  -v, --verbose                   OpenAI responses carry __verbose (the native response), as llama-server's\n"
-    "  --offline                       accepted: agentkv never downloads\n";
+    "  --offline                       accepted: agentkv never downloads\n"
+    "  --backend-sampling              accepted: agentkv samples on the CPU\n"
+    "  --sleep-idle-seconds N          unload the model after N s without requests (observers such as /health\n"
+    "                                  and /props do not count); the next request loads it again (-1: never)\n"
+    "Environment: AIP_MODE=PREDICTION serves Vertex AI's prediction route (AIP_PREDICT_ROUTE, default\n"
+    "  /predict; AIP_HEALTH_ROUTE; AIP_HTTP_PORT overrides --port)\n";
 
 int cmd_serve(const std::vector<std::string>& argv) {
   Args a(argv);
@@ -142,7 +150,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.temperature = static_cast<float>(a.real("--temp", "", 0.8));
   cfg.seed = a.num("--seed", "-s", -1);
   const long long n_batch = a.num("-b", "--batch-size", 0);
-  cfg.chat_template = a.str("--chat-template", "", "");
+  const std::string chat_template = a.str("--chat-template", "", "");
   const std::string chat_template_file = a.str("--chat-template-file", "", "");
   cfg.reasoning_format = a.str("--reasoning-format", "", "");
   const std::string reasoning = a.str("-rea", "--reasoning", "auto");
@@ -164,7 +172,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
   while (a.flag("--no-context-shift")) cfg.context_shift = false;
   while (a.flag("--no-ui", "--no-webui")) cfg.webui = false;
   while (a.flag("--ui", "--webui")) cfg.webui = true;
-  for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline"})
+  const long long sleep_idle = a.num("--sleep-idle-seconds", "", -1);
+  // llama-server samples on the GPU with it; agentkv samples on the CPU either way.
+  for (const char* accepted : {"--kv-unified", "--no-cache-idle-slots", "--offline", "--backend_sampling",
+                               "--backend-sampling"})
     while (a.flag(accepted)) {
     }
   for (const char* verbose : {"--verbose", "-v", "--log-verbose"})
@@ -200,10 +211,19 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (n_predict < -1 || n_predict > INT32_MAX) throw std::invalid_argument("-n must be -1 (no limit) or a token count");
   if (!(cfg.temperature >= 0.0f && cfg.temperature <= 100.0f)) throw std::invalid_argument("--temp must be in [0, 100]");
   if (cfg.seed < -1 || cfg.seed > 0xFFFFFFFFll) throw std::invalid_argument("--seed must be -1 (random) or in [0, 4294967295]");
-  if (!cfg.chat_template.empty() && cfg.chat_template != "chatml")
-    throw std::invalid_argument("--chat-template '" + cfg.chat_template +
-                                "' is not supported: agentkv renders the model's own template, or ChatML with "
-                                "--chat-template chatml");
+  if (!chat_template.empty()) {
+    // A built-in format's name, or (as llama-server takes it) a Jinja template itself.
+    if (const auto builtin = server::builtin_chat_template(chat_template)) {
+      cfg.chat_template_source = *builtin;
+    } else if (chat_template.find("{%") != std::string::npos || chat_template.find("{{") != std::string::npos) {
+      cfg.chat_template_source = chat_template;
+    } else {
+      std::string names;
+      for (const std::string& n : server::builtin_chat_template_names()) names += (names.empty() ? "" : ", ") + n;
+      throw std::invalid_argument("--chat-template '" + chat_template + "': not a built-in template (" + names +
+                                  ") nor a Jinja template");
+    }
+  }
   if (!chat_template_file.empty()) {
     std::ifstream in(chat_template_file, std::ios::binary);
     std::ostringstream text;
@@ -219,7 +239,29 @@ int cmd_serve(const std::vector<std::string>& argv) {
   else if (reasoning == "off" || reasoning == "false" || reasoning == "0") cfg.enable_thinking = 0;
   else if (reasoning != "auto") throw std::invalid_argument("--reasoning must be on, off or auto");
   cfg.n_predict = static_cast<int32_t>(n_predict);
-  if (port < 0 || port > 65535) throw std::invalid_argument("--port must be in [0, 65535]");
+  if (sleep_idle < -1 || sleep_idle > 86400 * 365) throw std::invalid_argument("--sleep-idle-seconds must be -1 (never) or in [0, 31536000]");
+  cfg.sleep_idle_seconds = static_cast<int>(sleep_idle);
+  // Vertex AI custom containers (llama-server's AIP_* variables): the prediction route, a health
+  // route, and the port when AIP_HTTP_PORT is set.
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  long long port_value = port;
+  if (env("AIP_MODE") == "PREDICTION") {
+    cfg.predict_route = env("AIP_PREDICT_ROUTE").empty() ? "/predict" : env("AIP_PREDICT_ROUTE");
+    cfg.predict_health_route = env("AIP_HEALTH_ROUTE");
+    if (!env("AIP_HTTP_PORT").empty()) {
+      try {
+        port_value = std::stoll(env("AIP_HTTP_PORT"));
+      } catch (const std::exception&) {
+        throw std::invalid_argument("AIP_HTTP_PORT must be a port number");
+      }
+    }
+    if (cfg.predict_route[0] != '/' || (!cfg.predict_health_route.empty() && cfg.predict_health_route[0] != '/'))
+      throw std::invalid_argument("AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE must be paths starting with '/'");
+  }
+  if (port_value < 0 || port_value > 65535) throw std::invalid_argument("--port (or AIP_HTTP_PORT) must be in [0, 65535]");
   if (max_body < 1) throw std::invalid_argument("--max-body must be positive");
   if (cfg.n_threads < 0) throw std::invalid_argument("-t must not be negative");
   if (cfg.http_threads < 0 || cfg.http_threads > 65536) throw std::invalid_argument("--threads-http must be in [0, 65536]");
@@ -229,7 +271,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.n_ctx = static_cast<uint32_t>(n_ctx);
   cfg.n_slots = static_cast<int>(n_slots);
   cfg.n_ubatch = static_cast<uint32_t>(n_batch > 0 && n_batch < n_ubatch ? n_batch : n_ubatch);
-  cfg.port = static_cast<int>(port);
+  cfg.port = static_cast<int>(port_value);
   cfg.max_body_bytes = static_cast<size_t>(max_body);
   return server::run_server(cfg);
 #else

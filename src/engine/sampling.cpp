@@ -88,6 +88,28 @@ int32_t Sampler::sample_among(const float* logits, std::span<const int32_t> ids,
 }
 
 int32_t Sampler::draw() {
+  last_size_ = 0;
+  last_greedy_ = draw_from_chain();
+  return last_greedy_;
+}
+
+std::vector<std::pair<int32_t, float>> Sampler::last_distribution() const {
+  std::vector<std::pair<int32_t, float>> out;
+  if (last_size_ == 0) {
+    if (last_greedy_ >= 0) out.emplace_back(last_greedy_, 1.0f);
+    return out;
+  }
+  double total = 0.0;
+  for (size_t i = 0; i < last_size_; ++i) total += probs_[i];
+  for (size_t i = 0; i < last_size_; ++i)
+    if (probs_[i] > 0.0f) out.emplace_back(cands_[i].id, static_cast<float>(probs_[i] / total));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  });
+  return out;
+}
+
+int32_t Sampler::draw_from_chain() {
   const size_t n = cands_.size();
   auto better = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
@@ -161,6 +183,7 @@ int32_t Sampler::draw() {
     probs_[i] = std::exp(cands_[i].logit - max);
     total += probs_[i];
   }
+  last_size_ = size;
   const double target = next_uniform() * total;
   double cumulative = 0.0;
   for (size_t i = 0; i < size; ++i) {

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace agentkv {
@@ -41,6 +42,11 @@ class Sampler {
   // copy of the whole row.
   int32_t sample_among(const float* logits, std::span<const int32_t> ids, std::span<const int32_t> history = {});
 
+  // The distribution the last draw was made from, after every filter and the temperature: the
+  // tokens with a probability above 0, most likely first (ties: lower id first), probabilities
+  // summing to 1 (llama-server's post_sampling_probs). Greedy: the chosen token alone, at 1.
+  std::vector<std::pair<int32_t, float>> last_distribution() const;
+
   void reseed(uint32_t seed) { rng_.seed(seed); }
   const SamplerParams& params() const { return params_; }
 
@@ -50,13 +56,16 @@ class Sampler {
     float logit;
   };
   void apply_penalties(std::vector<Candidate>& cands, std::span<const int32_t> history, bool dense) const;
-  int32_t draw();  // the chain after the penalties, over cands_
+  int32_t draw();  // the chain after the penalties, over cands_; remembers its distribution
+  int32_t draw_from_chain();
   double next_uniform();  // in [0, 1), 53 random bits
 
   SamplerParams params_;
   std::mt19937 rng_;
   std::vector<Candidate> cands_;
   std::vector<float> probs_;
+  size_t last_size_ = 0;      // cands_ / probs_ [0, last_size_) hold the last draw's distribution
+  int32_t last_greedy_ = -1;  // a greedy draw's token (last_size_ is 0 then)
 };
 
 // Stop strings in streamed output. Text that could still turn out to be the start of a stop

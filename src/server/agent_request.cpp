@@ -16,7 +16,9 @@ namespace {
 const std::set<std::string> kCommon = {
     "model", "n_predict", "max_tokens", "max_completion_tokens", "temperature", "top_k", "top_p", "min_p",
     "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop", "logit_bias",
-    "n_keep", "n_discard", "cache_prompt", "n_fake_cached", "id_slot", "session_id", "cache_salt", "stream", "stream_options", "timings_per_token", "verbose", "ignore_eos", "return_progress", "n",
+    "n_keep", "n_discard", "cache_prompt", "n_fake_cached", "id_slot", "session_id", "cache_salt", "stream", "stream_options", "timings_per_token", "verbose", "ignore_eos", "return_progress", "n", "n_cmpl",
+    // Where sampling runs: agentkv samples on the CPU whatever the request says.
+    "backend_sampling",
     "grammar", "json_schema", "response_format",
     // Identity / bookkeeping fields of OpenAI clients: they do not change the output.
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"};
@@ -33,7 +35,7 @@ const std::set<std::string> kOaiChat = {"messages", "tools", "tool_choice", "par
 const std::map<std::string, Json> kNeutral = {
     {"typical_p", 1.0},       {"tfs_z", 1.0},          {"mirostat", 0},
     {"dynatemp_range", 0.0}, {"xtc_probability", 0.0}, {"dry_multiplier", 0.0},
-    {"n_cmpl", 1},            {"top_n_sigma", -1.0},   {"echo", false},      {"best_of", 1},
+    {"top_n_sigma", -1.0},   {"echo", false},      {"best_of", 1},
     {"n_indent", 0},          {"t_max_predict_ms", 0}, {"parallel_tool_calls", true}};
 
 bool neutral(const Json& v, const Json& off) {
@@ -123,8 +125,7 @@ void parse_constraints(const Json& body, Endpoint e, CompletionParams& p) {
   if (!source.empty()) p.grammar.grammar = compile(gbnf, "field '" + source + "'");
 
   // Probabilities.
-  if (has_field(body, "post_sampling_probs") && read_bool(body, "post_sampling_probs", false))
-    throw invalid_request("post_sampling_probs is not supported by agentkv (probabilities are before the sampling filters)");
+  p.post_sampling_probs = read_bool(body, "post_sampling_probs", false);
   p.n_probs = static_cast<int32_t>(read_int(body, "n_probs", 0, 0, 100));
   if (e == Endpoint::OaiChat) {
     const bool lp = read_bool(body, "logprobs", false);

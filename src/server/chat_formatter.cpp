@@ -3,16 +3,12 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "server/builtin_chat_templates.h"
 #include "server/server_error.h"
 
 namespace agentkv::server {
 
 namespace {
-
-// Used when the GGUF carries no template (llama-server falls back to ChatML as well).
-const char* const kChatMlTemplate =
-    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 std::string token_text(const Tokenizer& tok, Token id) { return id >= 0 ? tok.token_to_piece(id, true) : ""; }
 
@@ -64,7 +60,8 @@ Json normalize_message(const Json& msg, size_t index, bool object_arguments) {
 ChatFormatter::ChatFormatter(const Tokenizer& tok) : ChatFormatter(tok, tok.chat_template()) {}
 
 ChatFormatter::ChatFormatter(const Tokenizer& tok, const std::string& source)
-    : source_(source.empty() ? kChatMlTemplate : source),
+    // ChatML when the GGUF carries no template (llama-server falls back to it as well).
+    : source_(source.empty() ? *builtin_chat_template("chatml") : source),
       bos_(token_text(tok, tok.bos())),
       eos_(token_text(tok, tok.eos())),
       template_(source_) {
@@ -77,13 +74,17 @@ std::string ChatFormatter::apply(const Json& body) const {
   if (messages == body.end() || !messages->is_array()) throw invalid_request("'messages' must be an array");
   if (messages->empty()) throw invalid_request("'messages' must not be empty");
   const Json& last = messages->back();
+  const bool last_is_assistant = last.is_object() && last.value("role", "") == "assistant";
+  // add_generation_prompt defaults to true, but only an explicit true turns the prefill off.
+  const bool generation_prompt_asked = read_bool(body, "add_generation_prompt", false);
+  const bool generation_prompt = generation_prompt_asked || !has_field(body, "add_generation_prompt");
   // continue_final_message (vLLM's / transformers' name for it) asks for the prefill explicitly.
   const bool continue_final = read_bool(body, "continue_final_message", false);
-  if (continue_final && read_bool(body, "add_generation_prompt", false))
+  if (continue_final && generation_prompt_asked)
     throw invalid_request("Cannot set both add_generation_prompt and continue_final_message to true.");
-  if (continue_final && !(last.is_object() && last.value("role", "") == "assistant"))
+  if (continue_final && !last_is_assistant)
     throw invalid_request("continue_final_message needs a final assistant message to continue");
-  if (last.is_object() && last.value("role", "") == "assistant" && !read_bool(body, "add_generation_prompt", false)) {
+  if (last_is_assistant && !generation_prompt_asked) {
     // Assistant prefill (llama-server's default): the answer continues the final assistant
     // message. The messages before it get the generation prompt; its text follows as is.
     const size_t n = messages->size();
@@ -95,7 +96,7 @@ std::string ChatFormatter::apply(const Json& body) const {
     if (!content.is_string()) throw invalid_request("the final assistant message's content must be text to be continued");
     return render(body, n - 1, /*add_generation_prompt=*/true) + content.get<std::string>();
   }
-  return render(body, messages->size(), read_bool(body, "add_generation_prompt", true));
+  return render(body, messages->size(), generation_prompt);
 }
 
 std::optional<std::string> ChatFormatter::apply_leading_system(const Json& body) const {

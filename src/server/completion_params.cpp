@@ -19,7 +19,7 @@ std::vector<PromptPart> parse_prompt(const Json& value) {
       if (id < 0 || id > INT32_MAX) throw invalid_request("prompt token id " + std::to_string(id) + " is out of range");
       parts.push_back({"", static_cast<Token>(id)});
     } else if (item.is_array()) {
-      throw invalid_request("several prompts in one request are not supported");
+      throw invalid_request("a prompt's items must be strings or token ids (a list of prompts holds no numbers)");
     } else {
       throw invalid_request("'prompt' items must be strings or token ids");
     }
@@ -40,6 +40,20 @@ std::vector<PromptPart> parse_prompt(const Json& value) {
     throw invalid_request("'prompt' must be a string or an array of token ids and strings");
   }
   return parts;
+}
+
+std::vector<std::vector<PromptPart>> parse_prompts(const Json& value) {
+  const bool one_prompt = !value.is_array() || std::any_of(value.begin(), value.end(), [](const Json& item) {
+    return item.is_number();
+  }) || value.empty();
+  if (one_prompt) return {parse_prompt(value)};
+  std::vector<std::vector<PromptPart>> prompts;
+  for (const Json& item : value) {
+    if (!item.is_string() && !item.is_array() && !item.is_object())
+      throw invalid_request("each prompt of a 'prompt' list must be a string, an array of token ids or a prompt object");
+    prompts.push_back(parse_prompt(item));
+  }
+  return prompts;
 }
 
 std::vector<Token> tokenize_prompt(const Tokenizer& tok, const std::vector<PromptPart>& parts, bool add_special,
@@ -90,6 +104,7 @@ Json CompletionParams::to_json() const {
       {"samplers", Json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})},
       {"timings_per_token", timings_per_token},
       {"n_probs", n_probs},
+      {"post_sampling_probs", post_sampling_probs},
       {"ignore_eos", ignore_eos},
       {"logit_bias", logit_bias_json()},
       {"grammar", grammar.grammar ? grammar.grammar->source : std::string()},
@@ -206,8 +221,6 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
     for (const Json& x : f) p.response_fields.push_back(x.get<std::string>());
   }
   if (body.contains("logit_bias")) p.logit_bias = parse_logit_bias(body.at("logit_bias"), n_vocab, tok);
-  const int64_t n_choices = read_int(body, "n", 1);
-  if (n_choices != 1) throw invalid_request("only one completion choice (n = 1) is supported");
 
   try {
     Sampler check(s);  // the sampler's own validation, reported as a bad request

@@ -21,9 +21,13 @@ struct PromptPart {
   bool is_token() const { return token >= 0; }
 };
 
-// Throws invalid_request for anything else (numbers that are not token ids, nested arrays:
-// several prompts in one request are not supported).
+// One prompt. Throws invalid_request for anything else (numbers that are not token ids, nested
+// arrays: a list of prompts is parse_prompts').
 std::vector<PromptPart> parse_prompt(const Json& value);
+// `prompt` as one or several prompts (llama-server's rule): a string, a {"prompt_string"} object,
+// or an array of token ids (strings mixed in) is one prompt; any other array is a list of prompts,
+// each of those forms.
+std::vector<std::vector<PromptPart>> parse_prompts(const Json& value);
 
 // Tokenizes the text parts (BOS only before the first part, when add_special and the vocabulary
 // asks for it) and checks every id against the vocabulary.
@@ -63,6 +67,7 @@ struct CompletionParams {
   // top_logprobs); with_logprobs: the sampled token's own log-probability even when n_probs = 0.
   int32_t n_probs = 0;
   bool with_logprobs = false;
+  bool post_sampling_probs = false;  // probabilities of the distribution drawn from, after the filters
 
   // The "generation_settings" / slot "params" object (llama-server's field names).
   Json to_json() const;

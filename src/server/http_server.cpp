@@ -10,7 +10,11 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <limits>
+#include <map>
+#include <future>
+#include <cstdlib>
 #include <set>
 #include <thread>
 
@@ -73,6 +77,10 @@ uint32_t cache_ram_cells(const Model& model, const ContextParams& cp, size_t byt
   return static_cast<uint32_t>(std::min<size_t>(bytes / per_cell, (1u << 24)));
 }
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
+// OpenAI's `n` and a list of prompts: completions one request may ask for.
+constexpr int64_t kMaxChoices = 64;
+constexpr size_t kMaxTasksPerRequest = 128;
+constexpr size_t kMaxPredictInstances = 128;  // llama-server's bound
 
 // Facts for the one-line request log. httplib runs routing, content providers and the logger of
 // a request on one thread, so handlers leave them here for the logger.
@@ -80,6 +88,8 @@ struct RequestLog {
   Clock::time_point start{};
   int64_t prompt_n = -1;
   int64_t cache_n = -1;
+  bool in_flight = false;  // counted in HttpServer::in_flight_ (--sleep-idle-seconds)
+  bool activity = false;   // keeps the server awake (observers such as /health do not)
 };
 thread_local RequestLog t_request;
 
@@ -157,25 +167,34 @@ std::vector<size_t> system_prompt_end(const Engine& e, const Json& body, const s
   return {head.size()};
 }
 
-// A streamed completion's state, shared by httplib's content provider calls.
-struct StreamState {
+// One task's stream: how its events become chunks.
+struct SubStream {
   std::shared_ptr<TaskChannel> channel;
   ResponseInfo info;
-  ConnectionProbe probe;
-  Scheduler* scheduler = nullptr;
   ChatStream chat;
   AnthropicStream anthropic;
   ResponsesStream responses;
   bool first_token = true;
+  bool done = false;
+};
+
+// A streamed completion's state, shared by httplib's content provider calls: one sub-stream per
+// task (several for `n` > 1 or a list of prompts, their chunks told apart by "index").
+struct StreamState {
+  std::vector<SubStream> subs;
+  ConnectionProbe probe;
+  Scheduler* scheduler = nullptr;
   void cancel() {
-    channel->cancel();
+    for (SubStream& s : subs) s.channel->cancel();
     scheduler->wake();
   }
 };
 
-std::vector<Json> token_chunks(const TokenEvent& t, StreamState& st) {
-  if (t.progress) {  // Anthropic and Responses streams have no such event
-    if (st.info.kind == ResponseKind::Anthropic || st.info.kind == ResponseKind::Responses) return {};
+std::vector<Json> token_chunks(const TokenEvent& t, SubStream& st) {
+  if (t.progress) {
+    // Anthropic streams have no such event; the Responses API's is response.in_progress.
+    if (st.info.kind == ResponseKind::Anthropic) return {};
+    if (st.info.kind == ResponseKind::Responses) return st.responses.on_progress(t, st.info);
     return {progress_chunk(t, st.info)};
   }
   switch (st.info.kind) {
@@ -188,7 +207,7 @@ std::vector<Json> token_chunks(const TokenEvent& t, StreamState& st) {
   return {};
 }
 
-std::vector<Json> final_chunks(const FinalResult& r, StreamState& st) {
+std::vector<Json> final_chunks(const FinalResult& r, SubStream& st) {
   const ResponseInfo& info = st.info;
   switch (info.kind) {
     case ResponseKind::Native: return {native_final_json(r, info)};
@@ -229,6 +248,35 @@ Json final_json(const FinalResult& r, const ResponseInfo& info) {
   return Json::object();
 }
 
+// The answer to a request of several tasks: native answers as a list (llama-server), OpenAI
+// ones as one object whose choices are every task's, with usage counting each prompt once.
+Json combined_final_json(const std::vector<FinalResult>& finals, const std::vector<ResponseInfo>& infos,
+                         size_t n_choices) {
+  if (finals.size() == 1) return final_json(finals[0], infos[0]);
+  if (infos[0].kind == ResponseKind::Native) {
+    Json list = Json::array();
+    for (size_t i = 0; i < finals.size(); ++i) list.push_back(final_json(finals[i], infos[i]));
+    return list;
+  }
+  Json j = final_json(finals[0], infos[0]);
+  j["choices"] = Json::array();
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < finals.size(); ++i) {
+    Json answer = final_json(finals[i], infos[i]);
+    for (Json& choice : answer["choices"]) j["choices"].push_back(std::move(choice));
+    const Json usage = usage_json(finals[i]);
+    completion_tokens += usage.value("completion_tokens", int64_t{0});
+    if (i % n_choices != 0) continue;  // the prompt was counted with its first choice
+    prompt_tokens += usage.value("prompt_tokens", int64_t{0});
+    cached_tokens += usage.value("/prompt_tokens_details/cached_tokens"_json_pointer, int64_t{0});
+  }
+  j["usage"] = Json{{"completion_tokens", completion_tokens},
+                    {"prompt_tokens", prompt_tokens},
+                    {"total_tokens", prompt_tokens + completion_tokens},
+                    {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+  return j;
+}
+
 // One streamed event: Anthropic and Responses events are named ("event: TYPE"); the others are
 // data lines only.
 std::string sse_event(const Json& chunk, ResponseKind kind) {
@@ -267,6 +315,8 @@ class HttpServer {
   bool load();
   // Stops the scheduler first (its waiting handlers then return), then the listener.
   void shutdown();
+  // --sleep-idle-seconds: unloads the model when nothing ran for that long (called periodically).
+  void sleep_if_idle();
 
  private:
   using Handler = std::function<void(const Request&, Response&)>;
@@ -276,6 +326,13 @@ class HttpServer {
   void routes();
   httplib::Server::HandlerResponse pre_routing(const Request& req, Response& res);
   bool authorized(const Request& req) const;
+
+  // --sleep-idle-seconds: counts the request in flight, and loads the model again if it sleeps
+  // (observers are answered from what they said before it slept). true: answered here.
+  bool enter_request(const Request& req, Response& res);
+  void leave_request();
+  void predict(const Request& req, Response& res);
+  Json predict_one(const Request& outer, const Json& instance) const;
 
   void completion(const Request& req, Response& res, ResponseKind kind);
   // POST .../input_tokens and Anthropic's count_tokens: the prompt's length, nothing evaluated.
@@ -292,7 +349,18 @@ class HttpServer {
   void metrics(Response& res);
   void embeddings(const Request& req, Response& res, EmbeddingApi api);
   void infill(const Request& req, Response& res);
-  void completion_of(const Request& req, Response& res, ResponseKind kind, Json body);
+  // A completion request's tasks (n choices of each prompt), validated and tokenized, not submitted.
+  struct PreparedCompletion {
+    std::vector<std::shared_ptr<Task>> tasks;
+    std::vector<ResponseInfo> infos;  // infos[i].index == i
+    size_t n_choices = 1;
+    bool stream = false;
+  };
+  // `params`: the request's generation fields when the caller parsed them already (else parsed here).
+  PreparedCompletion prepare_completion(const Request& req, ResponseKind kind, Json body,
+                                        std::optional<CompletionParams> params = std::nullopt) const;
+  void completion_of(const Request& req, Response& res, ResponseKind kind, Json body,
+                     std::optional<CompletionParams> params = std::nullopt);
   void apply_chat_defaults(Json& body) const;
   void models(Response& res);
   void slot_action(const Request& req, Response& res);
@@ -305,15 +373,27 @@ class HttpServer {
   std::string model_name_;
   std::vector<std::string> model_aliases_;  // --alias a,b: sorted, unique
   std::vector<std::string> model_tags_;     // --tags: informational, listed by /models
-  std::vector<Token> eog_tokens_;           // end-of-generation tokens (ignore_eos bans them)
   GuardedServer svr_;
   std::unique_ptr<StateFolder> state_folder_;
   std::unique_ptr<Engine> engine_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> listen_returned_{false};
-  std::atomic<uint64_t> next_task_id_{1};
+  mutable std::atomic<uint64_t> next_task_id_{1};
   std::mutex shutdown_mutex_;
   bool shut_down_ = false;
+  // Vertex AI predict: the POST routes an instance may name, by path and by camelCase alias.
+  std::map<std::string, Handler> post_routes_;
+  std::map<std::string, std::string> route_aliases_;
+  // --sleep-idle-seconds.
+  std::mutex sleep_mutex_;
+  bool sleeping_ = false;
+  int in_flight_ = 0;
+  Clock::time_point last_activity_ = Clock::now();
+  struct StoredAnswer {
+    int status = 200;
+    std::string body, content_type;
+  };
+  std::map<std::string, StoredAnswer> asleep_answers_;  // path -> what it answered before the model slept
 };
 
 TransportLimits transport_limits(const ServerConfig& cfg) {
@@ -388,11 +468,12 @@ bool HttpServer::load() {
 
     const Tokenizer& tok = e->model->tokenizer();
     try {
-      // --chat-template chatml (the only name agentkv knows) replaces the model's template.
-      if (!cfg_.chat_template_source.empty())  // --chat-template-file: a bad template fails the start
+      // --chat-template-file, or --chat-template (a built-in name or a template), replaces the
+      // model's template; a bad one fails the start.
+      if (!cfg_.chat_template_source.empty())
         e->chat = std::make_unique<ChatFormatter>(tok, cfg_.chat_template_source);
       else
-        e->chat = cfg_.chat_template == "chatml" ? std::make_unique<ChatFormatter>(tok, "") : std::make_unique<ChatFormatter>(tok);
+        e->chat = std::make_unique<ChatFormatter>(tok);
     } catch (const Error& err) {
       if (!cfg_.chat_template_source.empty()) throw Error(std::string("--chat-template-file: ") + err.what());
       log_line("warning: the model's chat template is not supported (%s); using ChatML", err.what());
@@ -419,8 +500,6 @@ bool HttpServer::load() {
                n_positions);
     }
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
-    for (Token t = 0; t < tok.n_vocab(); ++t)
-      if (tok.is_eog(t)) eog_tokens_.push_back(t);
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty()) {
       if (e->ctx->memory().rec()) {
         log_line("warning: --cache-dir / --cache-redis keep pages of attention-only models; this hybrid model's pages "
@@ -568,6 +647,7 @@ httplib::Server::HandlerResponse HttpServer::pre_routing(const Request& req, Res
     return refuse(ErrorType::InvalidRequest, "Content-Type must be application/json", 415);
   // GET bodies are not read: the connection is not reused after one.
   if (!is_post && (chunked || *length > 0)) GuardedServer::close_after_response(res);
+  if (!ui_page && cfg_.sleep_idle_seconds >= 0 && enter_request(req, res)) return HR::Handled;
   if (!ui_page && !ready_.load(std::memory_order_acquire)) {
     send_error(res, HttpError(ErrorType::Unavailable, "Loading model"));
     if (is_anthropic_path(req.path)) reshape_anthropic_error(res);
@@ -645,7 +725,7 @@ void HttpServer::routes() {
     }
     send_error(res, HttpError(ErrorType::Server, message));
   });
-  svr_.set_logger([](const Request& req, const Response& res) {
+  svr_.set_logger([server = this](const Request& req, const Response& res) {
     const RequestLog& r = t_request;
     const double ms =
         r.start == Clock::time_point{} ? 0.0 : std::chrono::duration<double, std::milli>(Clock::now() - r.start).count();
@@ -654,12 +734,16 @@ void HttpServer::routes() {
                static_cast<long long>(r.prompt_n), static_cast<long long>(r.cache_n), ms);
     else
       log_line("request: %s %s %d %.1f ms", req.method.c_str(), req.path.c_str(), res.status, ms);
+    if (r.in_flight) server->leave_request();
     t_request = RequestLog{};
   });
 
   auto health = guarded([](const Request&, Response& res) { send_json(res, Json{{"status", "ok"}}); });
   // Every POST route reads its body itself (with_body); one that matches no route is not read.
-  auto post = [this](const std::string& pattern, Handler h) { svr_.Post(pattern, with_body(std::move(h))); };
+  auto post = [this](const std::string& pattern, Handler h) {
+    post_routes_[pattern] = h;
+    svr_.Post(pattern, with_body(std::move(h)));
+  };
   svr_.Get("/health", health);
   svr_.Get("/v1/health", health);
   if (cfg_.webui) {
@@ -736,10 +820,146 @@ void HttpServer::routes() {
   auto prefill_route = guarded([this](const Request& req, Response& res) { prefill(req, res); });
   post("/v1/prefill", prefill_route);
   post("/prefill", prefill_route);
+  if (!cfg_.predict_route.empty()) {
+    if (post_routes_.count(cfg_.predict_route))
+      throw Error("AIP_PREDICT_ROUTE " + cfg_.predict_route + " is one of the server's own routes");
+    // An instance names its route by path or by llama-server's camelCase alias of the path
+    // ("/v1/chat/completions" -> "chatCompletions"; the first path in order wins a shared alias).
+    for (const auto& [path, handler] : post_routes_) {
+      if (path.find('(') != std::string::npos) continue;  // routes with parameters take none here
+      std::string alias;
+      bool upper = false;
+      for (char c : std::string_view(path).substr(path.rfind("/v1/", 0) == 0 ? 3 : 0)) {
+        if (c == '/' || c == '-' || c == '_') {
+          upper = !alias.empty();
+        } else {
+          alias += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+          upper = false;
+        }
+      }
+      route_aliases_.emplace(alias, path);
+    }
+    post(cfg_.predict_route, guarded([this](const Request& req, Response& res) { predict(req, res); }));
+    if (!cfg_.predict_health_route.empty()) svr_.Get(cfg_.predict_health_route, health);
+  }
   svr_.Post(".*", [](const Request&, Response& res, const httplib::ContentReader&) {
     GuardedServer::close_after_response(res);
     send_json(res, error_body(HttpError(ErrorType::NotFound, "File Not Found")), 404);
   });
+}
+
+bool HttpServer::enter_request(const Request& req, Response& res) {
+  // Observers do not wake the model nor keep it awake: a load balancer's health checks must not.
+  const bool observer = req.path == "/health" || req.path == "/v1/health" ||
+                        req.path == "/props" || req.path == "/models" || req.path == "/v1/models" ||
+                        req.path == "/metrics" || req.path == cfg_.predict_health_route;
+  std::lock_guard<std::mutex> lock(sleep_mutex_);
+  if (sleeping_) {
+    if (observer) {
+      const auto it = asleep_answers_.find(req.path);
+      if (it != asleep_answers_.end()) {
+        res.status = it->second.status;
+        res.set_content(it->second.body, it->second.content_type);
+      } else {
+        send_json(res, Json{{"status", "ok"}});  // /health
+      }
+      return true;
+    }
+    log_line("waking up: %s %s needs the model", req.method.c_str(), req.path.c_str());
+    if (!load()) {
+      send_error(res, HttpError(ErrorType::Unavailable, "the model could not be loaded again after sleeping"));
+      if (req.method == "POST") GuardedServer::close_after_response(res);
+      return true;
+    }
+    sleeping_ = false;
+  }
+  ++in_flight_;
+  t_request.in_flight = true;
+  t_request.activity = !observer;
+  return false;
+}
+
+void HttpServer::leave_request() {
+  std::lock_guard<std::mutex> lock(sleep_mutex_);
+  --in_flight_;
+  if (t_request.activity) last_activity_ = Clock::now();
+}
+
+void HttpServer::sleep_if_idle() {
+  std::lock_guard<std::mutex> lock(sleep_mutex_);
+  if (cfg_.sleep_idle_seconds < 0 || sleeping_ || in_flight_ > 0 || !ready_.load(std::memory_order_acquire)) return;
+  if (Clock::now() - last_activity_ < std::chrono::seconds(cfg_.sleep_idle_seconds)) return;
+  std::lock_guard<std::mutex> shutdown_lock(shutdown_mutex_);
+  if (shut_down_) return;
+  // What the observers say while the model sleeps: their last answer, /props saying so.
+  asleep_answers_.clear();
+  auto store = [&](const std::string& path, const std::function<void(Response&)>& answer) {
+    Response r;
+    guarded([&](const Request&, Response& out) { answer(out); })(Request(), r);
+    asleep_answers_[path] = StoredAnswer{r.status == -1 ? 200 : r.status, r.body, r.get_header_value("Content-Type")};
+  };
+  store("/props", [this](Response& r) { props(r); });
+  try {
+    Json props = Json::parse(asleep_answers_["/props"].body);
+    props["is_sleeping"] = true;
+    asleep_answers_["/props"].body = dump(props);
+  } catch (const Json::exception&) {
+  }
+  store("/models", [this](Response& r) { models(r); });
+  asleep_answers_["/v1/models"] = asleep_answers_["/models"];
+  store("/metrics", [this](Response& r) { metrics(r); });
+  ready_.store(false, std::memory_order_release);
+  engine_->scheduler->stop();
+  engine_.reset();  // the weights, the KV pages, the recurrent snapshots (a disk tier keeps its pages)
+  sleeping_ = true;
+  log_line("sleeping: idle for %d s, the model is unloaded until a request needs it", cfg_.sleep_idle_seconds);
+}
+
+void HttpServer::predict(const Request& req, Response& res) {
+  const Json body = parse_body_object(req.body);
+  if (!body.contains("instances") || !body["instances"].is_array())
+    throw invalid_request("request body must include an array field named instances");
+  const Json& instances = body["instances"];
+  if (instances.size() > kMaxPredictInstances)
+    throw invalid_request("instances array exceeds maximum size of " + std::to_string(kMaxPredictInstances));
+  // Instances run at once (each as its own request), so that they share the slots.
+  std::vector<std::future<Json>> answers;
+  for (const Json& instance : instances)
+    answers.push_back(std::async(std::launch::async, [this, &req, &instance] { return predict_one(req, instance); }));
+  Json predictions = Json::array();
+  for (auto& a : answers) predictions.push_back(a.get());
+  send_json(res, Json{{"predictions", predictions}});
+}
+
+Json HttpServer::predict_one(const Request& outer, const Json& instance) const {
+  auto error = [](const std::string& message) { return Json{{"error", error_object(invalid_request(message))}}; };
+  if (!instance.is_object()) return error("each instance must be a JSON object");
+  const auto format = instance.find("@requestFormat");
+  if (format == instance.end() || !format->is_string()) return error("each instance must include a string @requestFormat");
+  const auto alias = route_aliases_.find(format->get<std::string>());
+  const std::string path = alias != route_aliases_.end() ? alias->second : format->get<std::string>();
+  const auto route = post_routes_.find(path);
+  if (route == post_routes_.end() || path.find('(') != std::string::npos || path == cfg_.predict_route)
+    return error("no handler registered for @requestFormat: " + format->get<std::string>());
+  Json payload = instance;
+  payload.erase("@requestFormat");
+  if (payload.contains("stream")) payload["stream"] = false;  // predictions are whole answers
+  Request inner;
+  inner.method = "POST";
+  inner.path = path;
+  inner.headers = outer.headers;
+  inner.body = dump(payload);
+  inner.remote_addr = outer.remote_addr;
+  inner.remote_port = outer.remote_port;
+  inner.local_addr = outer.local_addr;
+  inner.local_port = outer.local_port;
+  Response answer;
+  route->second(inner, answer);
+  try {
+    return Json::parse(answer.body);
+  } catch (const Json::exception&) {
+    return answer.body;
+  }
 }
 
 void HttpServer::completion(const Request& req, Response& res, ResponseKind kind) {
@@ -752,12 +972,12 @@ void HttpServer::infill(const Request& req, Response& res) {
   Engine& e = *engine_;
   Json body = parse_body_object(req.body);
   const InfillRequest ir = parse_infill_request(body, e.model->tokenizer());
-  const int n_predict = request_params(body).n_predict;  // the server's default and cap included
-  const std::vector<Token> prompt = format_infill(e.model->tokenizer(), ir, kInfillBatch, n_predict,
+  CompletionParams params = request_params(body);  // n_predict: the server's default and cap included
+  const std::vector<Token> prompt = format_infill(e.model->tokenizer(), ir, kInfillBatch, params.n_predict,
                                                   static_cast<int>(e.scheduler->config().n_ctx));
   body = infill_completion_body(std::move(body));
   body["prompt"] = prompt;
-  completion_of(req, res, ResponseKind::Native, std::move(body));
+  completion_of(req, res, ResponseKind::Native, std::move(body), std::move(params));
 }
 
 void HttpServer::apply_chat_defaults(Json& body) const {
@@ -770,11 +990,12 @@ void HttpServer::apply_chat_defaults(Json& body) const {
   }
 }
 
-void HttpServer::completion_of(const Request& req, Response& res, ResponseKind kind, Json body) {
+HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req, ResponseKind kind, Json body,
+                                                              std::optional<CompletionParams> parsed) const {
   if (cfg_.embeddings)  // the context keeps hidden states, not logits
     throw HttpError(ErrorType::NotSupported,
                     "This server does not support completions. Start it without `--embeddings`");
-  Engine& e = *engine_;
+  const Engine& e = *engine_;
   const Tokenizer& tok = e.model->tokenizer();
   Json request_echo;
   if (kind == ResponseKind::Anthropic) body = anthropic_to_chat_request(body, AnthropicEndpoint::Messages);
@@ -788,33 +1009,29 @@ void HttpServer::completion_of(const Request& req, Response& res, ResponseKind k
                             : kind == ResponseKind::OaiCompletion ? Endpoint::OaiCompletion
                                                                   : Endpoint::OaiChat;
   check_known_fields(body, endpoint);
-  std::vector<PromptPart> parts;
+  read_bool(body, "backend_sampling", false);  // a type check: agentkv samples on the CPU either way
+  // `n` (llama-server also reads n_cmpl): choices per prompt, each its own task.
+  const int64_t n_choices = has_field(body, "n_cmpl") ? read_int(body, "n_cmpl", 1, 1, kMaxChoices)
+                                                      : read_int(body, "n", 1, 1, kMaxChoices);
+  std::vector<std::vector<PromptPart>> prompts;
   if (chat) {
     apply_chat_defaults(body);
-    parts.push_back({e.chat->apply(body), -1});
+    prompts.push_back({{e.chat->apply(body), -1}});
   } else {
     if (!has_field(body, "prompt")) throw invalid_request("'prompt' is required");
-    parts = parse_prompt(body.at("prompt"));
+    prompts = parse_prompts(body.at("prompt"));
   }
-  auto task = std::make_shared<Task>();
-  task->id = next_task_id_++;
-  task->params = request_params(body);
-  session_from_header(req, task->params);
-  parse_constraints(body, endpoint, task->params);
+  if (prompts.size() * static_cast<size_t>(n_choices) > kMaxTasksPerRequest)
+    throw invalid_request("a request may ask for at most " + std::to_string(kMaxTasksPerRequest) +
+                          " completions (prompts times n); this one asks for " +
+                          std::to_string(prompts.size() * static_cast<size_t>(n_choices)));
+  CompletionParams params = parsed ? std::move(*parsed) : request_params(body);
+  session_from_header(req, params);
+  parse_constraints(body, endpoint, params);
   // Anthropic's message_start reports the cache split, known from the first token's timings.
-  if (kind == ResponseKind::Anthropic && task->params.stream) task->params.timings_per_token = true;
+  if (kind == ResponseKind::Anthropic && params.stream) params.timings_per_token = true;
   ChatParseOptions chat_options;
-  if (chat)
-    chat_options = parse_chat_options(body, detect_tool_format(e.chat->template_source()), parts[0].text, task->params);
-  task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
-  // A chat prompt re-renders earlier answers: keep the tokens the model generated for them.
-  if (chat)
-    task->prompt = align_to_cache(tok, parts[0].text, task->prompt, e.scheduler->cached_sequences()).tokens;
-  check_prompt_fits(task->prompt, e.scheduler->config().n_ctx);
-  if (chat) task->snapshot_points = system_prompt_end(e, body, task->prompt);
-  if (task->params.n_fake_cached > 0 && static_cast<size_t>(task->params.n_fake_cached) >= task->prompt.size())
-    throw invalid_request("n_fake_cached (" + std::to_string(task->params.n_fake_cached) +
-                          ") must be below the prompt length (" + std::to_string(task->prompt.size()) + " tokens)");
+  if (chat) chat_options = parse_chat_options(body, detect_tool_format(e.chat->template_source()), prompts[0][0].text, params);
 
   ResponseInfo info;
   info.kind = kind;
@@ -828,41 +1045,90 @@ void HttpServer::completion_of(const Request& req, Response& res, ResponseKind k
                                                                             : "cmpl-");
   info.fingerprint = kBuildInfo;
   info.created = static_cast<int64_t>(std::time(nullptr));
-  info.params = task->params;
+  info.params = params;
   info.chat = std::move(chat_options);
   info.request_echo = std::move(request_echo);
-  if (kind == ResponseKind::Native || task->params.verbose) info.prompt_text = tok.decode(task->prompt, true);
 
+  PreparedCompletion out;
+  out.n_choices = static_cast<size_t>(n_choices);
+  out.stream = params.stream;
+  for (const std::vector<PromptPart>& parts : prompts) {
+    std::vector<Token> prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
+    // A chat prompt re-renders earlier answers: keep the tokens the model generated for them.
+    if (chat) prompt = align_to_cache(tok, parts[0].text, prompt, e.scheduler->cached_sequences()).tokens;
+    check_prompt_fits(prompt, e.scheduler->config().n_ctx);
+    if (params.n_fake_cached > 0 && static_cast<size_t>(params.n_fake_cached) >= prompt.size())
+      throw invalid_request("n_fake_cached (" + std::to_string(params.n_fake_cached) +
+                            ") must be below the prompt length (" + std::to_string(prompt.size()) + " tokens)");
+    const std::vector<size_t> snapshot_points = chat ? system_prompt_end(e, body, prompt) : std::vector<size_t>{};
+    for (int64_t c = 0; c < n_choices; ++c) {
+      auto task = std::make_shared<Task>();
+      task->id = next_task_id_++;
+      task->prompt = prompt;
+      task->params = params;
+      // A fixed seed gives every choice its own draws (the same seed would give n equal answers).
+      if (c > 0 && params.sampling.seed != kRandomSeed)
+        task->params.sampling.seed = static_cast<uint32_t>((params.sampling.seed + static_cast<uint64_t>(c)) % kRandomSeed);
+      task->snapshot_points = snapshot_points;
+      ResponseInfo task_info = info;
+      task_info.index = static_cast<int>(out.tasks.size());
+      task_info.params = task->params;
+      if (kind == ResponseKind::Native || params.verbose) task_info.prompt_text = tok.decode(task->prompt, true);
+      out.tasks.push_back(std::move(task));
+      out.infos.push_back(std::move(task_info));
+    }
+  }
+  return out;
+}
+
+void HttpServer::completion_of(const Request& req, Response& res, ResponseKind kind, Json body,
+                               std::optional<CompletionParams> params) {
+  PreparedCompletion pc = prepare_completion(req, kind, std::move(body), std::move(params));
+  Engine& e = *engine_;
   ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
-  std::shared_ptr<TaskChannel> channel = task->channel;
-  const bool stream = task->params.stream;
-  e.scheduler->submit(std::move(task));
+  std::vector<std::shared_ptr<TaskChannel>> channels;
+  for (std::shared_ptr<Task>& task : pc.tasks) {
+    channels.push_back(task->channel);
+    e.scheduler->submit(std::move(task));
+  }
+  auto cancel_all = [&] {
+    for (auto& c : channels) c->cancel();
+    e.scheduler->wake();
+  };
 
-  if (!stream) {
-    while (true) {
-      for (TaskEvent& ev : channel->wait(kPollInterval)) {
-        if (ev.kind == TaskEvent::Kind::Final) {
-          note_timings(ev.final.timings);
-          send_json(res, final_json(ev.final, info));
+  if (!pc.stream) {
+    std::vector<FinalResult> finals(channels.size());
+    for (size_t i = 0; i < channels.size(); ++i) {
+      for (bool finished = false; !finished;) {
+        for (TaskEvent& ev : channels[i]->wait(kPollInterval)) {
+          if (ev.kind == TaskEvent::Kind::Final) {
+            finals[i] = std::move(ev.final);
+            finished = true;
+          } else if (ev.kind == TaskEvent::Kind::Error) {
+            cancel_all();
+            send_error(res, *ev.error);
+            return;
+          }
+        }
+        if (!finished && !probe.alive()) {
+          cancel_all();
+          res.status = 499;  // client closed the request (nobody reads this)
           return;
         }
-        if (ev.kind == TaskEvent::Kind::Error) {
-          send_error(res, *ev.error);
-          return;
-        }
-      }
-      if (!probe.alive()) {
-        channel->cancel();
-        e.scheduler->wake();
-        res.status = 499;  // client closed the request (nobody reads this)
-        return;
       }
     }
+    note_timings(finals[0].timings);
+    send_json(res, combined_final_json(finals, pc.infos, pc.n_choices));
+    return;
   }
 
   auto st = std::make_shared<StreamState>();
-  st->channel = channel;
-  st->info = std::move(info);
+  for (size_t i = 0; i < channels.size(); ++i) {
+    SubStream sub;
+    sub.channel = channels[i];
+    sub.info = std::move(pc.infos[i]);
+    st->subs.push_back(std::move(sub));
+  }
   st->probe = probe;
   st->scheduler = e.scheduler.get();
   res.set_header("Cache-Control", "no-cache");
@@ -870,30 +1136,41 @@ void HttpServer::completion_of(const Request& req, Response& res, ResponseKind k
       "text/event-stream",
       [st](size_t, httplib::DataSink& sink) -> bool {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-        auto events = st->channel->wait(kPollInterval);
-        for (TaskEvent& ev : events) {
-          if (ev.kind == TaskEvent::Kind::Token) {
-            for (const Json& chunk : token_chunks(ev.token, *st)) {
-              if (!write(sse_event(chunk, st->info.kind))) {
-                st->cancel();
-                return false;
+        const ResponseKind kind = st->subs[0].info.kind;
+        // One task waits for its events; several are polled in turn.
+        const auto wait = st->subs.size() == 1 ? kPollInterval : std::chrono::milliseconds(5);
+        bool any_event = false;
+        for (SubStream& sub : st->subs) {
+          if (sub.done) continue;
+          auto events = sub.channel->wait(wait);
+          any_event = any_event || !events.empty();
+          for (TaskEvent& ev : events) {
+            if (ev.kind == TaskEvent::Kind::Token) {
+              for (const Json& chunk : token_chunks(ev.token, sub)) {
+                if (!write(sse_event(chunk, kind))) {
+                  st->cancel();
+                  return false;
+                }
               }
+              if (!ev.token.progress) sub.first_token = false;
+            } else if (ev.kind == TaskEvent::Kind::Final) {
+              if (sub.info.index == 0) note_timings(ev.final.timings);
+              for (const Json& chunk : final_chunks(ev.final, sub)) write(sse_event(chunk, kind));
+              sub.done = true;
+            } else {  // one task's error ends the stream
+              write(sse_error(*ev.error, kind));
+              st->cancel();
+              sink.done();
+              return true;
             }
-            if (!ev.token.progress) st->first_token = false;
-          } else if (ev.kind == TaskEvent::Kind::Final) {
-            note_timings(ev.final.timings);
-            for (const Json& chunk : final_chunks(ev.final, *st)) write(sse_event(chunk, st->info.kind));
-            if (st->info.kind == ResponseKind::OaiCompletion || st->info.kind == ResponseKind::OaiChat)
-              write("data: [DONE]\n\n");
-            sink.done();
-            return true;
-          } else {
-            write(sse_error(*ev.error, st->info.kind));
-            sink.done();
-            return true;
           }
         }
-        if (events.empty() && !st->probe.alive()) {
+        if (std::all_of(st->subs.begin(), st->subs.end(), [](const SubStream& s) { return s.done; })) {
+          if (kind == ResponseKind::OaiCompletion || kind == ResponseKind::OaiChat) write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        }
+        if (!any_event && !st->probe.alive()) {
           st->cancel();
           return false;
         }
@@ -930,7 +1207,7 @@ CompletionParams HttpServer::request_params(const Json& body) const {
   const Tokenizer& tok = engine_->model->tokenizer();
   CompletionParams p = parse_completion_params(body, cfg_.n_slots, tok.n_vocab(), request_defaults_, &tok);
   if (p.ignore_eos)  // llama-server's rule: every end-of-generation token is banned
-    for (Token t : eog_tokens_) p.logit_bias.emplace_back(t, -std::numeric_limits<float>::infinity());
+    for (Token t : tok.eog_tokens()) p.logit_bias.emplace_back(t, -std::numeric_limits<float>::infinity());
   if (cfg_.n_predict > 0 && (p.n_predict < 0 || p.n_predict > cfg_.n_predict)) p.n_predict = cfg_.n_predict;
   return p;
 }
@@ -1283,8 +1560,17 @@ int run_server(const ServerConfig& cfg) {
 
   const bool loaded = server.load();
   if (!loaded) server.shutdown();
+  std::thread sleeper;
+  if (loaded && cfg.sleep_idle_seconds >= 0)
+    sleeper = std::thread([&] {
+      while (!exiting.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        server.sleep_if_idle();
+      }
+    });
   http.join();
   exiting.store(true);
+  if (sleeper.joinable()) sleeper.join();
   pthread_kill(signals.native_handle(), SIGTERM);  // ends the sigwait if no signal came
   signals.join();
   log_line("server stopped");

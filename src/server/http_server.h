@@ -46,6 +46,11 @@ struct ServerConfig {
   bool context_shift = false;        // --context-shift: generation at n_ctx drops the middle and goes on
   bool verbose = false;              // --verbose: OpenAI responses carry "__verbose" unless a request says no
   bool webui = true;                 // GET /: the web UI (--no-webui: a 404)
+  int sleep_idle_seconds = -1;       // --sleep-idle-seconds: unload the model after so long without requests; -1: never
+  // Vertex AI's prediction protocol (AIP_MODE=PREDICTION): a POST route whose "instances" are
+  // requests to the other routes, and another GET route answering as /health. "": none.
+  std::string predict_route;
+  std::string predict_health_route;
   bool share_prefixes = true;        // the prefix index across slots (scheduler.h)
   // Request defaults (llama-server's --n-predict, --temp, --seed). n_predict > 0 also caps what
   // a request may ask for, as in llama-server.
@@ -53,8 +58,7 @@ struct ServerConfig {
   float temperature = 0.8f;
   int64_t seed = -1;                 // -1: a random seed per request
   bool endpoint_slots = true;        // GET /slots (--no-slots: 501)
-  std::string chat_template;         // --chat-template NAME; "": the model's own
-  std::string chat_template_source;  // --chat-template-file's contents; "": none
+  std::string chat_template_source;  // --chat-template(-file): the template to use; "": the model's own
   std::string reasoning_format;      // --reasoning-format: requests' default reasoning_format; "": auto
   int enable_thinking = -1;          // --reasoning on (1) / off (0): chat_template_kwargs.enable_thinking; -1: the template's
 };

@@ -38,6 +38,22 @@ TokenProbs token_probs(const Tokenizer& tok, const float* logits, int64_t n_voca
   return p;
 }
 
+TokenProbs post_sampling_token_probs(const Tokenizer& tok, const std::vector<std::pair<Token, float>>& distribution,
+                                     Token id, int n_top) {
+  TokenProbs p;
+  p.id = id;
+  p.text = tok.token_to_piece(id, false);
+  p.post_sampling = true;
+  p.logprob = -INFINITY;  // a token outside the distribution (it cannot be drawn) has probability 0
+  for (const auto& [t, prob] : distribution)
+    if (t == id) p.logprob = std::log(prob);
+  for (size_t i = 0; i < distribution.size() && static_cast<int>(i) < n_top; ++i) {
+    p.top.emplace_back(distribution[i].first, std::log(distribution[i].second));
+    p.top_text.push_back(tok.token_to_piece(distribution[i].first, false));
+  }
+  return p;
+}
+
 namespace {
 Json bytes_of(const std::string& s) {
   Json b = Json::array();
@@ -48,14 +64,17 @@ Json safe_logprob(float v) { return std::isfinite(v) ? Json(v) : Json(-9999.0); 
 }  // namespace
 
 Json token_probs_json(const TokenProbs& p) {
+  // Post-sampling values are probabilities, named as llama-server names them.
+  const char* value_name = p.post_sampling ? "prob" : "logprob";
+  auto value = [&](float logprob) { return p.post_sampling ? Json(std::exp(logprob)) : safe_logprob(logprob); };
   Json top = Json::array();
   for (size_t i = 0; i < p.top.size(); ++i)
     top.push_back(Json{{"id", p.top[i].first},
                        {"token", p.top_text[i]},
                        {"bytes", bytes_of(p.top_text[i])},
-                       {"logprob", safe_logprob(p.top[i].second)}});
-  return Json{{"id", p.id}, {"token", p.text}, {"bytes", bytes_of(p.text)}, {"logprob", safe_logprob(p.logprob)},
-              {"top_logprobs", top}};
+                       {value_name, value(p.top[i].second)}});
+  return Json{{"id", p.id}, {"token", p.text}, {"bytes", bytes_of(p.text)}, {value_name, value(p.logprob)},
+              {p.post_sampling ? "top_probs" : "top_logprobs", top}};
 }
 
 Json token_probs_json(const std::vector<TokenProbs>& probs) {

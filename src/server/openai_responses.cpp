@@ -17,7 +17,8 @@ const std::set<std::string> kFields = {
 const std::set<std::string> kPassedOn = {"seed",           "session_id",    "cache_salt",       "cache_prompt",
                                          "id_slot",        "top_k",         "min_p",            "repeat_penalty",
                                          "repeat_last_n",  "presence_penalty", "frequency_penalty",
-                                         "chat_template_kwargs", "reasoning_format", "timings_per_token", "logit_bias"};
+                                         "chat_template_kwargs", "reasoning_format", "timings_per_token", "logit_bias",
+                                         "return_progress"};
 
 const Json& member(const Json& obj, const char* key) {
   static const Json kNull;
@@ -383,11 +384,23 @@ void ResponsesStream::translate(const std::vector<Json>& chat_deltas, std::vecto
   }
 }
 
+std::vector<Json> ResponsesStream::on_progress(const TokenEvent& t, const ResponseInfo& info) {
+  std::vector<Json> out;
+  if (!started_) start(info, out);
+  const PromptProgress& pp = *t.progress;
+  Json event{{"type", "response.in_progress"}, {"response", response_object(info, "in_progress", Json::array(), nullptr)}};
+  event["prompt_progress"] = Json{{"total", pp.total}, {"cache", pp.cache}, {"processed", pp.processed}, {"time_ms", pp.time_ms}};
+  emit(std::move(event), out);
+  return out;
+}
+
 std::vector<Json> ResponsesStream::on_token(const TokenEvent& t, const ResponseInfo& info) {
   std::vector<Json> out;
   if (!started_) start(info, out);
   chat_.text += t.text;
   if (!t.text.empty()) translate(chat_.diff.update(parse_chat_output(chat_.text, info.chat, /*partial=*/true)), out);
+  if (t.timings)  // timings_per_token: on the events this token produced
+    for (Json& event : out) event["timings"] = t.timings->to_json();
   return out;
 }
 
@@ -399,6 +412,7 @@ std::vector<Json> ResponsesStream::on_final(const FinalResult& r, const Response
   close(out);
   const std::string status = cut_off(r) ? "incomplete" : "completed";
   emit(Json{{"type", "response." + status}, {"response", response_object(info, status, done_items_, &r)}}, out);
+  out.back()["timings"] = r.timings.to_json();  // as llama-server: the final event carries them too
   return out;
 }
 

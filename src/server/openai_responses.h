@@ -33,6 +33,8 @@ Json responses_json(const FinalResult& r, const ResponseInfo& info);
 // Every event carries its "type" (its SSE event name) and a sequence_number.
 class ResponsesStream {
  public:
+  // return_progress: a response.in_progress event carrying prompt_progress (llama-server's).
+  std::vector<Json> on_progress(const TokenEvent& t, const ResponseInfo& info);
   std::vector<Json> on_token(const TokenEvent& t, const ResponseInfo& info);
   std::vector<Json> on_final(const FinalResult& r, const ResponseInfo& info);
 

@@ -54,6 +54,10 @@ class PromptCache {
   ReuseResult reuse_for(std::span<const Token> prompt, bool cache_prompt, memory::SequenceMemory& mem,
                         memory::SeqId seq, uint64_t page_salt = 0);
 
+  // Keeps the first n tokens (all when n >= size()), in memory and here; false (nothing changed)
+  // when the memory cannot drop the rest (a recurrent state).
+  bool keep_first(size_t n, memory::SequenceMemory& mem, memory::SeqId seq);
+
   // Logits computed after the first size() tokens (size() <= this->size()). At most two sets
   // are kept (the end of a prompt and the end of a generation); a set whose tokens were
   // forgotten goes.

@@ -23,7 +23,7 @@ Json native_partial_json(const TokenEvent& t, const ResponseInfo& info) {
   Json tokens = Json::array();
   if (info.params.return_tokens && t.token >= 0) tokens.push_back(t.token);
   Json j{
-      {"index", 0},
+      {"index", info.index},
       {"content", t.text},
       {"tokens", tokens},
       {"stop", false},
@@ -39,7 +39,7 @@ Json native_partial_json(const TokenEvent& t, const ResponseInfo& info) {
 Json native_final_json(const FinalResult& r, const ResponseInfo& info) {
   const bool streamed = info.params.stream;
   Json j{
-      {"index", 0},
+      {"index", info.index},
       {"content", streamed ? std::string() : r.content},
       {"tokens", streamed ? std::vector<Token>() : r.tokens},
       {"id_slot", r.id_slot},
@@ -69,7 +69,7 @@ Json logprobs_json(const ResponseInfo& info, const std::vector<TokenProbs>& prob
 Json oai_completion_object(const ResponseInfo& info, const std::string& text, const Json& finish,
                            const std::vector<TokenProbs>& probs) {
   return Json{
-      {"choices", Json::array({Json{{"text", text}, {"index", 0}, {"logprobs", logprobs_json(info, probs)}, {"finish_reason", finish}}})},
+      {"choices", Json::array({Json{{"text", text}, {"index", info.index}, {"logprobs", logprobs_json(info, probs)}, {"finish_reason", finish}}})},
       {"created", info.created},
       {"model", info.model},
       {"system_fingerprint", info.fingerprint},
@@ -80,7 +80,7 @@ Json oai_completion_object(const ResponseInfo& info, const std::string& text, co
 
 Json chat_chunk(const ResponseInfo& info, const Json& delta, const Json& finish) {
   return Json{
-      {"choices", Json::array({Json{{"finish_reason", finish}, {"index", 0}, {"delta", delta}}})},
+      {"choices", Json::array({Json{{"finish_reason", finish}, {"index", info.index}, {"delta", delta}}})},
       {"created", info.created},
       {"id", info.completion_id},
       {"model", info.model},
@@ -95,7 +95,7 @@ Json progress_chunk(const TokenEvent& t, const ResponseInfo& info) {
   const Json progress{{"total", pp.total}, {"cache", pp.cache}, {"processed", pp.processed}, {"time_ms", pp.time_ms}};
   Json j;
   if (info.kind == ResponseKind::Native) {
-    j = Json{{"index", 0}, {"content", ""}, {"tokens", Json::array()}, {"stop", false}, {"id_slot", t.id_slot},
+    j = Json{{"index", info.index}, {"content", ""}, {"tokens", Json::array()}, {"stop", false}, {"id_slot", t.id_slot},
              {"tokens_predicted", 0}, {"tokens_evaluated", t.n_prompt}};
   } else {  // an OpenAI chunk with no choice, as the usage chunk
     j = chat_chunk(info, Json::object(), nullptr);
@@ -169,7 +169,7 @@ Json oai_chat_final_json(const FinalResult& r, const ResponseInfo& info) {
   message["content"] = m.content.empty() && !m.tool_calls.empty() ? Json(nullptr) : Json(m.content);
   if (!m.reasoning.empty()) message["reasoning_content"] = m.reasoning;
   if (!m.tool_calls.empty()) message["tool_calls"] = tool_calls_json(m.tool_calls);
-  Json choice{{"finish_reason", chat_finish_reason(r, !m.tool_calls.empty())}, {"index", 0}, {"message", message}};
+  Json choice{{"finish_reason", chat_finish_reason(r, !m.tool_calls.empty())}, {"index", info.index}, {"message", message}};
   if (info.params.with_logprobs) choice["logprobs"] = logprobs_json(info, r.probs);
   Json j{
       {"choices", Json::array({choice})},

@@ -25,6 +25,7 @@ struct ResponseInfo {
   std::string prompt_text;    // native final "prompt" (the prompt detokenized)
   ChatParseOptions chat;      // chat: how the output splits into reasoning, content and tool calls
   Json request_echo;          // Responses: the request fields its response object repeats
+  int index = 0;              // "index": the choice (OpenAI `n`) or the prompt (a list of prompts)
 };
 
 // A streamed chat completion's parse state: the text so far, what the client was sent, and

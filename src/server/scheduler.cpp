@@ -854,7 +854,9 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
   ++slot.n_decoded;
   slot.pending = id;
   if ((p.with_logprobs || p.n_probs > 0) && !tok_.is_eog(id))
-    slot.probs.push_back(token_probs(tok_, to_sample, ctx_.model().n_vocab(), id, p.n_probs));
+    slot.probs.push_back(p.post_sampling_probs
+                             ? post_sampling_token_probs(tok_, slot.sampler->last_distribution(), id, p.n_probs)
+                             : token_probs(tok_, to_sample, ctx_.model().n_vocab(), id, p.n_probs));
 
   StopType stop = StopType::None;
   bool truncated = false;
@@ -995,11 +997,9 @@ void Scheduler::fail(Slot& slot, const HttpError& error) {
 void Scheduler::release(Slot& slot) {
   // A fake prefix is no cache: its cells hold zeros, not the prompt's keys.
   if (slot.fake_prefix) wipe(slot);
-  if (slot.shifted) {  // only the front the shift kept is what a prefill computes
-    ctx_.memory().seq_rm(slot.id, static_cast<memory::Pos>(slot.shift_keep), -1);
-    std::vector<Token> kept(slot.cache.tokens().begin(), slot.cache.tokens().begin() + static_cast<std::ptrdiff_t>(slot.shift_keep));
-    slot.cache.assume(std::move(kept));
-    slot.published = std::min(slot.published, slot.shift_keep);
+  if (slot.shifted) {  // only the front the shift kept is what a prefill computes (shifts need a dense memory)
+    if (!slot.cache.keep_first(slot.shift_keep, ctx_.memory(), slot.id)) wipe(slot);
+    slot.published = std::min(slot.published, slot.cache.size());
     slot.shifted = false;
   }
   publish(slot, /*with_tail=*/true);

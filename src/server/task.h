@@ -34,10 +34,12 @@ struct Timings {
 
 // A generated token's log-probability and the most likely tokens at its step (n_probs /
 // logprobs): log-softmax of the logits the sampler saw (logit_bias included), before the
-// sampling filters, as llama-server reports them.
+// sampling filters, as llama-server reports them; with post_sampling_probs, the log of the
+// distribution the token was drawn from (after top-k / top-p / min-p and temperature).
 struct TokenProbs {
   Token id = -1;
   std::string text;
+  bool post_sampling = false;  // written as "prob" / "top_probs" (llama-server's names)
   float logprob = 0.0f;
   std::vector<std::pair<Token, float>> top;
   std::vector<std::string> top_text;

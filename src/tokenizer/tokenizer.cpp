@@ -413,6 +413,8 @@ bool Tokenizer::is_eog(Token id) const {
   return std::binary_search(impl_->eog.begin(), impl_->eog.end(), id);
 }
 
+const std::vector<Token>& Tokenizer::eog_tokens() const { return impl_->eog; }
+
 bool Tokenizer::is_control(Token id) const {
   return id >= 0 && id < n_vocab() && (impl_->attrs[id] & kAttrControl);
 }

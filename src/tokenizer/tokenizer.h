@@ -65,6 +65,7 @@ class Tokenizer {
   Token eot() const;
   bool add_bos() const;  // encode(..., add_special=true) prepends bos()
   bool is_eog(Token id) const;  // end of generation: eos, eot, <|im_end|>, <|endoftext|>, ...
+  const std::vector<Token>& eog_tokens() const;  // all of them, ascending
   bool is_control(Token id) const;
   std::optional<Token> find_token(std::string_view text) const;  // exact GGUF-form lookup
   // Fill-in-the-middle tokens, found by text as llama.cpp does ("<|fim_prefix|>", "<PRE>", ...);

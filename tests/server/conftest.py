@@ -34,12 +34,13 @@ def _find_binary():
 class Server:
     """A running `agentkv serve`, with small HTTP helpers that never raise on HTTP errors."""
 
-    def __init__(self, tmp_path, *args, model=MODEL):
+    def __init__(self, tmp_path, *args, model=MODEL, env=None):
         os.makedirs(str(tmp_path), exist_ok=True)
         self.log_path = os.path.join(str(tmp_path), "server.log")
         self._log = open(self.log_path, "wb")
         cmd = [_find_binary(), "serve", "-m", model, "--port", "0", "-t", "2", *args]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **env) if env else None)
         self.port = self._wait_for_port()
         self._wait_until_ready()
 

@@ -156,7 +156,7 @@ def test_bad_constraints_are_400(srv):
         {"prompt": "x", "grammar": "root ::= \"a\"", "json_schema": {"type": "object"}},
         {"prompt": "x", "response_format": {"type": "xml"}},
         {"prompt": "x", "response_format": {"type": "json_schema"}},
-        {"prompt": "x", "post_sampling_probs": True},
+        {"prompt": "x", "post_sampling_probs": "yes"},
         {"prompt": "x", "typical_p": 0.5},
         {"prompt": "x", "mirostat": 2},
         {"prompt": "x", "no_such_field": 1},

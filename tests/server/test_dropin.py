@@ -78,8 +78,8 @@ def run_serve(*args):
 def test_unknown_and_bad_flags_are_clear_errors():
     out = run_serve("--definitely-not-a-flag")
     assert out.returncode == 1 and b"unknown argument '--definitely-not-a-flag'" in out.stdout, out.stdout
-    out = run_serve("--chat-template", "llama3")
-    assert out.returncode == 1 and b"--chat-template 'llama3' is not supported" in out.stdout, out.stdout
+    out = run_serve("--chat-template", "llama-nine")
+    assert out.returncode == 1 and b"--chat-template 'llama-nine': not a built-in template (chatml, command-r" in out.stdout, out.stdout
     out = run_serve("-fa", "sometimes")  # -fa takes on/off/auto; anything else is not its value
     assert out.returncode == 1 and b"unknown argument 'sometimes'" in out.stdout, out.stdout
     out = run_serve("-n", "-5")
@@ -87,7 +87,7 @@ def test_unknown_and_bad_flags_are_clear_errors():
     helptext = subprocess.run([_find_binary(), "serve", "--help"], stdout=subprocess.PIPE).stdout.decode()
     for flag in ["--n-predict", "--temp", "--seed", "--batch-size", "--jinja", "--chat-template", "--no-slots",
                  "--flash-attn", "--offline", "--verbose", "--no-ui", "--kv-unified", "--no-cache-idle-slots",
-                 "--cors-origins"]:
+                 "--cors-origins", "--sleep-idle-seconds", "--backend-sampling"]:
         assert flag in helptext, flag
 
 

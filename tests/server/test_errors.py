@@ -33,7 +33,7 @@ def test_wrong_field_types(server):
                  "'n_predict'")
     assert_error(server.post("/completion", {"prompt": "a", "stream": "yes"}), 400, "invalid_request_error", "'stream'")
     assert_error(server.post("/completion", {"prompt": {"text": "a"}}), 400, "invalid_request_error", "'prompt'")
-    assert_error(server.post("/completion", {"prompt": [[1, 2], [3]]}), 400, "invalid_request_error")
+    assert_error(server.post("/completion", {"prompt": [[1, 2], True]}), 400, "invalid_request_error", "prompt")
     assert_error(server.post("/completion", {"prompt": [1, 999999999]}), 400, "invalid_request_error", "out of range")
     assert_error(server.post("/v1/chat/completions", {"messages": "hi"}), 400, "invalid_request_error", "'messages'")
     assert_error(server.post("/v1/chat/completions", {"messages": [{"content": "no role"}]}), 400,

@@ -108,6 +108,26 @@ def test_stream_events_add_up_to_the_response(srv):
     assert all(e["item_id"] == item_id for e in events if "item_id" in e) and final["output"][0]["id"] == item_id
 
 
+def test_stream_telemetry(srv):
+    # llama-server's extensions: prompt_progress on response.in_progress events (return_progress),
+    # timings on the events of each token (timings_per_token) and on the last event.
+    body = {"model": "m", "input": "This is a test" * 10, "max_output_tokens": 6, "temperature": 0,
+            "cache_prompt": False, "timings_per_token": True, "return_progress": True}
+    events = stream_events(srv, body)
+    progress = [e for e in events if "prompt_progress" in e]
+    assert progress and all(e["type"] == "response.in_progress" for e in progress)
+    p = progress[-1]["prompt_progress"]
+    assert p["total"] == p["processed"] > 0 and p["cache"] == 0
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all("prompt_per_second" in e["timings"] for e in deltas)
+    assert events[-1]["timings"]["predicted_n"] == events[-1]["response"]["usage"]["output_tokens"]
+    # without the fields, neither
+    plain = stream_events(srv, {k: v for k, v in body.items() if k not in ("timings_per_token", "return_progress")})
+    assert not any("prompt_progress" in e for e in plain)
+    assert not any("timings" in e for e in plain if e["type"] == "response.output_text.delta")
+
+
 def check_calls(out, names):
     calls = [i for i in out["output"] if i["type"] == "function_call"]
     assert calls, out
