@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <limits>
@@ -387,6 +388,8 @@ class HttpServer {
   // --sleep-idle-seconds.
   std::mutex sleep_mutex_;
   bool sleeping_ = false;
+  bool waking_ = false;  // a request is loading the model again
+  std::condition_variable woken_;
   int in_flight_ = 0;
   Clock::time_point last_activity_ = Clock::now();
   struct StoredAnswer {
@@ -853,7 +856,7 @@ bool HttpServer::enter_request(const Request& req, Response& res) {
   const bool observer = req.path == "/health" || req.path == "/v1/health" ||
                         req.path == "/props" || req.path == "/models" || req.path == "/v1/models" ||
                         req.path == "/metrics" || req.path == cfg_.predict_health_route;
-  std::lock_guard<std::mutex> lock(sleep_mutex_);
+  std::unique_lock<std::mutex> lock(sleep_mutex_);
   if (sleeping_) {
     if (observer) {
       const auto it = asleep_answers_.find(req.path);
@@ -865,13 +868,24 @@ bool HttpServer::enter_request(const Request& req, Response& res) {
       }
       return true;
     }
-    log_line("waking up: %s %s needs the model", req.method.c_str(), req.path.c_str());
-    if (!load()) {
+    // One request loads the model; others that need it wait for that, observers do not.
+    if (!waking_) {
+      waking_ = true;
+      log_line("waking up: %s %s needs the model", req.method.c_str(), req.path.c_str());
+      lock.unlock();
+      const bool loaded = load();
+      lock.lock();
+      waking_ = false;
+      sleeping_ = !loaded;
+      woken_.notify_all();
+    } else {
+      woken_.wait(lock, [this] { return !waking_; });
+    }
+    if (sleeping_) {
       send_error(res, HttpError(ErrorType::Unavailable, "the model could not be loaded again after sleeping"));
       if (req.method == "POST") GuardedServer::close_after_response(res);
       return true;
     }
-    sleeping_ = false;
   }
   ++in_flight_;
   t_request.in_flight = true;

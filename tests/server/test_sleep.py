@@ -50,3 +50,25 @@ def test_a_long_request_is_not_cut_by_sleep(tmp_path):
     finally:
         s.stop()
     assert s.proc.returncode == 0, s.log()
+
+
+def test_requests_arriving_together_load_the_model_once(tmp_path):
+    import threading
+    s = Server(tmp_path, "-np", "2", "-c", "1024", "--sleep-idle-seconds", "0")
+    try:
+        assert wait_for(lambda: s.get("/props")[1]["is_sleeping"] is True, timeout=10)
+        results = []
+
+        def ask(i):
+            results.append(s.post("/completion", {"prompt": "number %d" % i, "n_predict": 3, "temperature": 0}))
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [status for status, _ in results] == [200] * 4, results
+        assert s.log().count("waking up") == 1 and s.log().count("model loaded in") == 2
+    finally:
+        s.stop()
+    assert s.proc.returncode == 0, s.log()
