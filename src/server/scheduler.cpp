@@ -198,6 +198,7 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     slot.cache.assume(std::move(st.tokens), std::move(st.logits));
     slot.cache_salt = 0;  // a state file carries no salt
     slot.published = 0;
+    slot.tier_sent = 0;
     slot.last_used = ++use_counter_;
     adopt_restored(slot, std::move(st.checkpoints));
     ++metrics_.slot_states_restored_total;
@@ -225,6 +226,7 @@ void Scheduler::wipe(Slot& slot) {
   slot.fake_prefix = false;
   slot.shifted = false;
   slot.published = 0;
+  slot.tier_sent = 0;
   slot.cache_salt = 0;
 }
 
@@ -242,12 +244,16 @@ void Scheduler::send_to_tier(Slot& slot) {
   if (!tier_ || !index_ || hybrid() || slot.fake_prefix) return;
   const auto pages = index_->full_pages_along(slot.cache.tokens(), page_salt(slot));
   const std::span<const Token> tokens = slot.cache.tokens();
+  const size_t P = cfg_.page_tokens;
   for (const auto& page : pages) {
+    // Pages checked at an earlier fill are not asked about again (a round trip each with Redis).
+    if (page.first_pos + P <= slot.tier_sent) continue;
     if (tier_->holds(page.hash)) continue;
     tier_->put(page.hash, memory::encode_page(*ctx_.memory().kv(), page.hash, page.first_pos,
-                                              tokens.subspan(page.first_pos, cfg_.page_tokens), page.cells));
+                                              tokens.subspan(page.first_pos, P), page.cells));
     ++metrics_.tier_pages_sent_total;
   }
+  if (!pages.empty()) slot.tier_sent = std::max(slot.tier_sent, static_cast<size_t>(pages.back().first_pos) + P);
 }
 
 size_t Scheduler::fetch_from_tier(const Slot& slot, std::span<const Token> prompt) {
@@ -568,6 +574,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     if (!p.cache_prompt && index_) {
       index_->forget_own(slot.id);
       slot.published = 0;
+      slot.tier_sent = 0;
     }
     // Pages any slot computed (the prefix index) when they give more than the slot's own cache.
     const size_t n_cached = slot.cache.size();
@@ -604,6 +611,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
 
   // What was published beyond the kept prefix is gone from the slot: publish again from there.
   slot.published = std::min(slot.published, slot.cache.size());
+  slot.tier_sent = std::min(slot.tier_sent, slot.cache.size());
   slot.task = std::move(task);
   slot.state = SlotState::Prompt;
   slot.n_prompt_done = r.n_kept;
@@ -1000,6 +1008,7 @@ void Scheduler::release(Slot& slot) {
   if (slot.shifted) {  // only the front the shift kept is what a prefill computes (shifts need a dense memory)
     if (!slot.cache.keep_first(slot.shift_keep, ctx_.memory(), slot.id)) wipe(slot);
     slot.published = std::min(slot.published, slot.cache.size());
+    slot.tier_sent = std::min(slot.tier_sent, slot.cache.size());
     slot.shifted = false;
   }
   publish(slot, /*with_tail=*/true);

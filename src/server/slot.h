@@ -34,6 +34,7 @@ struct Slot {
   size_t shift_keep = 0;
   uint64_t cache_salt = 0;  // salt of the task that filled the cache (prefix index and reuse)
   size_t published = 0;     // tokens of the cache already offered to the prefix index
+  size_t tier_sent = 0;     // tokens of the cache whose full pages the page tier is known to hold
 
   // The task being served (state != Idle).
   std::shared_ptr<Task> task;
