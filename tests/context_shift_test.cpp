@@ -6,6 +6,8 @@
 //    logits of the unshifted sequence (tight for f32 K); skipping the rotation must not.
 // 3. The mechanism: closing a gap (seq_rm in the middle, seq_add of the tail) gives the right
 //    positions, rotates each shifted cell once, and a model that cannot shift refuses cleanly.
+// 4. A property test (issue 18): random sequences of shifts, divisions, removals and copies against
+//    a reference of the cells, every K row checked against one rotation to its final position.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -200,6 +202,118 @@ TEST_P(KeyRowShift, DivisionAndAccumulatedShifts) {
   EXPECT_EQ(rotate_shifted_keys(f.kv, f.rope, pool), 39);  // every cell but position 0 moved
   // Each step rounds once more through the type: allow two roundings.
   EXPECT_LE(f.worst_ratio(0, 40, [&](int i) { return pos_after_adds(i) / 3; }), 2.0);
+}
+
+// Property: random sequences of seq_add / seq_div / seq_rm / seq_cp over two sequences, with the
+// rotation applied after a random number of them, against a reference of the cells (position,
+// sequence set, rotations undergone): positions, sequence sets, pos min / max and every live K row
+// (a key rotated k times equals one rotation to its final position, within k + 1 roundings) agree.
+// Positions stay below 256, where float RoPE angles compose to within the tolerance.
+TEST_P(KeyRowShift, RandomShiftSequencesAgreeWithAReferenceModel) {
+  const GgmlType t = GetParam();
+  constexpr int kTokens = 40, kSeeds = 120, kOps = 90;  // 10,800 operations per K type
+  struct RefCell {
+    Pos pos;
+    std::vector<bool> seqs;  // membership of sequences 0 and 1
+    int rotations = 0;
+    bool pending = false;    // moved since the last rotation
+    bool live() const { return seqs[0] || seqs[1]; }
+  };
+  ThreadPool pool(2);
+  int64_t ops = 0;
+  for (uint32_t seed = 1; seed <= kSeeds; ++seed) {
+    ShiftFixture f(t, kTokens, seed % 3 == 0 ? 16 : kHeadDim);  // partial rotary dims too
+    std::vector<RefCell> ref;
+    for (int i = 0; i < kTokens; ++i) ref.push_back({i, {true, false}});
+    std::mt19937 rng(seed);
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    auto range = [&](Pos& p0, Pos& p1) {
+      p0 = uniform(-1, 120);
+      p1 = uniform(0, 3) == 0 ? -1 : p0 + uniform(1, 120);
+    };
+    auto in_range = [](Pos pos, Pos p0, Pos p1) { return pos >= std::max<Pos>(p0, 0) && (p1 < 0 || pos < p1); };
+    for (int op = 0; op < kOps; ++op, ++ops) {
+      const memory::SeqId seq = uniform(0, 1);
+      Pos p0 = 0, p1 = 0;
+      range(p0, p1);
+      const int kind = uniform(0, 9);
+      if (kind <= 3) {  // seq_add, keeping every position below 256
+        const Pos delta = uniform(-30, 30);
+        bool fits = true;
+        for (const RefCell& c : ref)
+          if (c.live() && c.seqs[seq] && in_range(c.pos, p0, p1) && c.pos + delta >= 256) fits = false;
+        if (!fits) continue;
+        f.kv.seq_add(seq, p0, p1, delta);
+        for (RefCell& c : ref) {
+          if (!c.live() || !c.seqs[seq] || !in_range(c.pos, p0, p1) || delta == 0) continue;
+          c.pos += delta;
+          c.pending = true;
+          if (c.pos < 0) c = RefCell{-1, {false, false}};  // a cell moved below 0 is removed
+        }
+      } else if (kind == 4) {  // seq_div
+        const int d = uniform(1, 3);
+        f.kv.seq_div(seq, p0, p1, d);
+        for (RefCell& c : ref) {
+          if (!c.live() || !c.seqs[seq] || !in_range(c.pos, p0, p1)) continue;
+          const Pos moved = c.pos / d;
+          c.pending = c.pending || moved != c.pos;
+          c.pos = moved;
+        }
+      } else if (kind <= 6) {  // seq_rm (sometimes of every sequence)
+        const memory::SeqId which = uniform(0, 4) == 0 ? -1 : seq;
+        EXPECT_TRUE(f.kv.seq_rm(which, p0, p1));
+        for (RefCell& c : ref) {
+          if (!c.live() || !in_range(c.pos, p0, p1)) continue;
+          if (which < 0) c.seqs = {false, false};
+          else c.seqs[which] = false;
+          if (!c.live()) c = RefCell{-1, {false, false}};
+        }
+      } else if (kind <= 8) {  // seq_cp to the other sequence
+        f.kv.seq_cp(seq, 1 - seq, p0, p1);
+        for (RefCell& c : ref)
+          if (c.live() && c.seqs[seq] && in_range(c.pos, p0, p1)) c.seqs[1 - seq] = true;
+      } else {  // apply the pending shifts
+        int64_t moved = 0;
+        for (RefCell& c : ref)
+          if (c.live() && c.pending) ++moved;
+        const int64_t rotated = rotate_shifted_keys(f.kv, f.rope, pool);
+        EXPECT_LE(rotated, moved);  // a cell moved back to where it was needs no rotation
+        for (RefCell& c : ref)
+          if (c.live() && c.pending) {
+            ++c.rotations;
+            c.pending = false;
+          }
+        EXPECT_FALSE(f.kv.has_shift());
+        // Every live key is its raw key rotated to its present position.
+        for (int i = 0; i < kTokens; ++i) {
+          if (!ref[i].live()) continue;
+          const double worst = f.worst_ratio(i, i + 1, [&](int) { return ref[i].pos; });
+          ASSERT_LE(worst, 1.0 + ref[i].rotations) << ggml_type_name(t) << " seed " << seed << " op " << op << " cell " << i
+                                                   << " at " << ref[i].pos << " after " << ref[i].rotations << " rotations";
+        }
+      }
+      // The cell table agrees after every operation.
+      const memory::KvCells& cells = f.kv.cells(0);
+      for (int i = 0; i < kTokens; ++i) {
+        ASSERT_EQ(cells.is_empty(i), !ref[i].live()) << "seed " << seed << " op " << op << " cell " << i;
+        if (!ref[i].live()) continue;
+        ASSERT_EQ(cells.pos(i), ref[i].pos) << "seed " << seed << " op " << op << " cell " << i;
+        ASSERT_EQ(cells.has_seq(i, 0), ref[i].seqs[0]) << "seed " << seed << " op " << op << " cell " << i;
+        ASSERT_EQ(cells.has_seq(i, 1), ref[i].seqs[1]) << "seed " << seed << " op " << op << " cell " << i;
+      }
+      for (memory::SeqId s : {0, 1}) {
+        Pos lo = -1, hi = -1;
+        for (const RefCell& c : ref)
+          if (c.live() && c.seqs[s]) {
+            lo = lo < 0 ? c.pos : std::min(lo, c.pos);
+            hi = std::max(hi, c.pos);
+          }
+        ASSERT_EQ(f.kv.seq_pos_min(s), lo) << "seed " << seed << " op " << op;
+        ASSERT_EQ(f.kv.seq_pos_max(s), hi) << "seed " << seed << " op " << op;
+      }
+    }
+  }
+  EXPECT_GE(ops, 10000);
 }
 
 INSTANTIATE_TEST_SUITE_P(KTypes, KeyRowShift,
