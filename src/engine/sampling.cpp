@@ -89,14 +89,14 @@ int32_t Sampler::sample_among(const float* logits, std::span<const int32_t> ids,
 
 int32_t Sampler::draw() {
   last_size_ = 0;
-  last_greedy_ = draw_from_chain();
-  return last_greedy_;
+  last_token_ = draw_from_chain();
+  return last_token_;
 }
 
 std::vector<std::pair<int32_t, float>> Sampler::last_distribution() const {
   std::vector<std::pair<int32_t, float>> out;
   if (last_size_ == 0) {
-    if (last_greedy_ >= 0) out.emplace_back(last_greedy_, 1.0f);
+    if (last_token_ >= 0) out.emplace_back(last_token_, 1.0f);
     return out;
   }
   double total = 0.0;

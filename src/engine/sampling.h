@@ -64,8 +64,8 @@ class Sampler {
   std::mt19937 rng_;
   std::vector<Candidate> cands_;
   std::vector<float> probs_;
-  size_t last_size_ = 0;      // cands_ / probs_ [0, last_size_) hold the last draw's distribution
-  int32_t last_greedy_ = -1;  // a greedy draw's token (last_size_ is 0 then)
+  size_t last_size_ = 0;     // cands_ / probs_ [0, last_size_) hold the last draw's distribution
+  int32_t last_token_ = -1;  // the last draw's token: alone in its distribution when last_size_ is 0 (greedy)
 };
 
 // Stop strings in streamed output. Text that could still turn out to be the start of a stop

@@ -9,13 +9,13 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <cctype>
 #include <condition_variable>
-#include <mutex>
-#include <optional>
+#include <future>
 #include <limits>
 #include <map>
-#include <future>
-#include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -259,12 +259,13 @@ Json combined_final_json(const std::vector<FinalResult>& finals, const std::vect
     for (size_t i = 0; i < finals.size(); ++i) list.push_back(final_json(finals[i], infos[i]));
     return list;
   }
-  Json j = final_json(finals[0], infos[0]);
-  j["choices"] = Json::array();
+  Json j;  // the first answer, with every answer's choices
+  Json choices = Json::array();
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   for (size_t i = 0; i < finals.size(); ++i) {
     Json answer = final_json(finals[i], infos[i]);
-    for (Json& choice : answer["choices"]) j["choices"].push_back(std::move(choice));
+    for (Json& choice : answer["choices"]) choices.push_back(std::move(choice));
+    if (i == 0) j = std::move(answer);
     const Json usage = usage_json(finals[i]);
     completion_tokens += usage.value("completion_tokens", int64_t{0});
     if (i % n_choices != 0) continue;  // the prompt was counted with its first choice
@@ -275,6 +276,7 @@ Json combined_final_json(const std::vector<FinalResult>& finals, const std::vect
                     {"prompt_tokens", prompt_tokens},
                     {"total_tokens", prompt_tokens + completion_tokens},
                     {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+  j["choices"] = std::move(choices);
   return j;
 }
 
@@ -1059,7 +1061,6 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
                                                                             : "cmpl-");
   info.fingerprint = kBuildInfo;
   info.created = static_cast<int64_t>(std::time(nullptr));
-  info.params = params;
   info.chat = std::move(chat_options);
   info.request_echo = std::move(request_echo);
 

@@ -387,10 +387,10 @@ void ResponsesStream::translate(const std::vector<Json>& chat_deltas, std::vecto
 std::vector<Json> ResponsesStream::on_progress(const TokenEvent& t, const ResponseInfo& info) {
   std::vector<Json> out;
   if (!started_) start(info, out);
-  const PromptProgress& pp = *t.progress;
-  Json event{{"type", "response.in_progress"}, {"response", response_object(info, "in_progress", Json::array(), nullptr)}};
-  event["prompt_progress"] = Json{{"total", pp.total}, {"cache", pp.cache}, {"processed", pp.processed}, {"time_ms", pp.time_ms}};
-  emit(std::move(event), out);
+  emit(Json{{"type", "response.in_progress"},
+            {"response", response_object(info, "in_progress", Json::array(), nullptr)},
+            {"prompt_progress", prompt_progress_json(*t.progress)}},
+       out);
   return out;
 }
 

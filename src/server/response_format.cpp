@@ -90,9 +90,11 @@ Json chat_chunk(const ResponseInfo& info, const Json& delta, const Json& finish)
 }
 }  // namespace
 
+Json prompt_progress_json(const PromptProgress& pp) {
+  return Json{{"total", pp.total}, {"cache", pp.cache}, {"processed", pp.processed}, {"time_ms", pp.time_ms}};
+}
+
 Json progress_chunk(const TokenEvent& t, const ResponseInfo& info) {
-  const PromptProgress& pp = *t.progress;
-  const Json progress{{"total", pp.total}, {"cache", pp.cache}, {"processed", pp.processed}, {"time_ms", pp.time_ms}};
   Json j;
   if (info.kind == ResponseKind::Native) {
     j = Json{{"index", info.index}, {"content", ""}, {"tokens", Json::array()}, {"stop", false}, {"id_slot", t.id_slot},
@@ -102,7 +104,7 @@ Json progress_chunk(const TokenEvent& t, const ResponseInfo& info) {
     j["choices"] = Json::array();
     if (info.kind == ResponseKind::OaiCompletion) j["object"] = "text_completion";
   }
-  j["prompt_progress"] = progress;
+  j["prompt_progress"] = prompt_progress_json(*t.progress);
   return j;
 }
 

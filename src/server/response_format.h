@@ -36,7 +36,9 @@ struct ChatStream {
   std::vector<TokenProbs> pending_probs;
 };
 
-// return_progress: the prompt_progress chunk of an event with progress set (native and OpenAI).
+// return_progress: llama-server's prompt_progress object, and the chunk of an event with progress
+// set (native and OpenAI; the Responses API's event is openai_responses.h's).
+Json prompt_progress_json(const PromptProgress& pp);
 Json progress_chunk(const TokenEvent& t, const ResponseInfo& info);
 
 // OpenAI finish_reason: "stop" for an end-of-generation token or a stop string, else "length".

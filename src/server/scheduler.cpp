@@ -197,8 +197,7 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     const size_t n_shared = st.n_shared;
     slot.cache.assume(std::move(st.tokens), std::move(st.logits));
     slot.cache_salt = 0;  // a state file carries no salt
-    slot.published = 0;
-    slot.tier_sent = 0;
+    slot.forget_sent_beyond(0);
     slot.last_used = ++use_counter_;
     adopt_restored(slot, std::move(st.checkpoints));
     ++metrics_.slot_states_restored_total;
@@ -225,8 +224,7 @@ void Scheduler::wipe(Slot& slot) {
   slot.cache.clear();
   slot.fake_prefix = false;
   slot.shifted = false;
-  slot.published = 0;
-  slot.tier_sent = 0;
+  slot.forget_sent_beyond(0);
   slot.cache_salt = 0;
 }
 
@@ -573,8 +571,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     // pages only this slot used go.
     if (!p.cache_prompt && index_) {
       index_->forget_own(slot.id);
-      slot.published = 0;
-      slot.tier_sent = 0;
+      slot.forget_sent_beyond(0);
     }
     // Pages any slot computed (the prefix index) when they give more than the slot's own cache.
     const size_t n_cached = slot.cache.size();
@@ -610,8 +607,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   }
 
   // What was published beyond the kept prefix is gone from the slot: publish again from there.
-  slot.published = std::min(slot.published, slot.cache.size());
-  slot.tier_sent = std::min(slot.tier_sent, slot.cache.size());
+  slot.forget_sent_beyond(slot.cache.size());
   slot.task = std::move(task);
   slot.state = SlotState::Prompt;
   slot.n_prompt_done = r.n_kept;
@@ -1007,8 +1003,7 @@ void Scheduler::release(Slot& slot) {
   if (slot.fake_prefix) wipe(slot);
   if (slot.shifted) {  // only the front the shift kept is what a prefill computes (shifts need a dense memory)
     if (!slot.cache.keep_first(slot.shift_keep, ctx_.memory(), slot.id)) wipe(slot);
-    slot.published = std::min(slot.published, slot.cache.size());
-    slot.tier_sent = std::min(slot.tier_sent, slot.cache.size());
+    slot.forget_sent_beyond(slot.cache.size());
     slot.shifted = false;
   }
   publish(slot, /*with_tail=*/true);

@@ -2,6 +2,7 @@
 // task it is serving, if any. Owned and touched by the scheduler thread only (the HTTP threads
 // read it under the scheduler's lock).
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -35,6 +36,11 @@ struct Slot {
   uint64_t cache_salt = 0;  // salt of the task that filled the cache (prefix index and reuse)
   size_t published = 0;     // tokens of the cache already offered to the prefix index
   size_t tier_sent = 0;     // tokens of the cache whose full pages the page tier is known to hold
+  // The cache changed from token n on: what was published or sent beyond it must be again.
+  void forget_sent_beyond(size_t n) {
+    published = std::min(published, n);
+    tier_sent = std::min(tier_sent, n);
+  }
 
   // The task being served (state != Idle).
   std::shared_ptr<Task> task;
