@@ -1,8 +1,8 @@
 // The prefix index (memory/prefix_index.h) against a simple reference model: random sequences of
 // sequence operations (append tokens, drop a suffix, clear, a context-shift round trip that
 // must copy the cache's cells before moving them, every sequence dropped at once), publish,
-// attach-prefix, snapshots, eviction, and pages leaving for a tier as records and coming back
-// (memory/page_record.h), over many seeds (42,000 attention and 28,000 hybrid operations). The "model" writes into every K row a digest of the tokens up to
+// attach-prefix, snapshots, eviction, and pages (full and tails) and hybrid snapshots leaving for a
+// tier as records and coming back (memory/page_record.h, memory/snapshot_record.h), over many seeds (42,000 attention and 28,000 hybrid operations). The "model" writes into every K row a digest of the tokens up to
 // its position (and, hybrid, into the recurrent state a digest of everything absorbed), so a
 // cell attached to the wrong chain, a freed cell still named by a page, or a snapshot restored at
 // the wrong place shows up as wrong contents. After every operation: the index's own invariants
@@ -20,6 +20,7 @@
 #include "memory/page_record.h"
 #include "memory/prefix_index.h"
 #include "memory/sequence_memory.h"
+#include "memory/snapshot_record.h"
 
 namespace agentkv::memory {
 namespace {
@@ -129,7 +130,8 @@ struct Harness {
   }
 };
 
-size_t g_adopted_pages = 0;  // pages that came back from records (the tier path really ran)
+size_t g_adopted_pages = 0;      // pages that came back from records (the tier path really ran)
+size_t g_adopted_snapshots = 0;  // hybrid snapshots that did
 
 std::vector<TokenId> random_tokens(std::mt19937& rng, size_t n) {
   std::uniform_int_distribution<TokenId> d(0, 5);  // a small alphabet: chains meet often
@@ -146,7 +148,7 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
   for (int op = 0; op < n_ops; ++op) {
     int kind = std::uniform_int_distribution<int>(0, 12)(rng);
     if (hybrid && kind == 2 && rng() % 2 == 0) kind = 3;
-    if (hybrid && (kind == 10 || kind == 12)) kind = 4;  // a hybrid memory cannot shift; tiers are attention-only
+    if (hybrid && kind == 10) kind = 4;  // a hybrid memory cannot shift
     const SeqId s = pick_seq();
     std::vector<TokenId>& toks = h.ref[s];
     switch (kind) {
@@ -282,38 +284,72 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
         }
         break;
       }
-      case 12: {  // s's pages leave for a tier (records), are evicted, and come back into an empty sequence
+      case 12: {  // s's pages, its tail and (hybrid) its snapshot leave for a tier as records, are evicted, and come back
         if (toks.size() < page_tokens) break;
-        h.index->publish(s, toks, h.salt[s], /*with_tail=*/false);
-        std::vector<std::vector<uint8_t>> records;
-        for (const auto& page : h.index->full_pages_along(toks, h.salt[s]))
-          records.push_back(encode_page(*h.mem->kv(), page.hash, page.first_pos,
-                                        std::span<const TokenId>(toks).subspan(page.first_pos, page_tokens), page.cells));
-        if (records.empty()) break;
-        const std::vector<TokenId> chain = toks;
         const uint64_t salt = h.salt[s];
+        const bool snap = hybrid && h.index->snapshot(s, toks, salt);
+        if (hybrid && !snap) break;
+        h.index->publish(s, toks, salt, /*with_tail=*/true);
+        const KvCache& kv = *h.mem->kv();
+        const size_t n = toks.size();
+        std::vector<std::vector<uint8_t>> records;
+        for (const auto& page : h.index->full_pages_along(toks, salt))
+          records.push_back(encode_page(kv, page.hash, page.first_pos,
+                                        std::span<const TokenId>(toks).subspan(page.first_pos, page_tokens), page.cells));
+        if (const auto tail = h.index->tail_along(toks, salt)) {
+          ASSERT_EQ(tail->hash, h.index->prefix_hashes(toks, salt, std::span<const size_t>(&n, 1))[0]);
+          ASSERT_EQ(tail->first_pos + tail->cells.size(), n);
+          records.push_back(encode_page(kv, tail->hash, tail->first_pos, std::span<const TokenId>(toks).subspan(tail->first_pos),
+                                        tail->cells));
+        } else {
+          ASSERT_EQ(n % page_tokens, 0u) << "op " << op;  // a published sequence has a tail unless page-aligned
+        }
+        std::vector<uint8_t> snap_record;
+        uint64_t snap_key = 0;
+        if (snap) {
+          const auto along = h.index->snapshots_along(toks, salt);
+          ASSERT_FALSE(along.empty());
+          ASSERT_EQ(along.back().first, n);
+          snap_key = snapshot_record_key(h.index->prefix_hashes(toks, salt, std::span<const size_t>(&n, 1))[0]);
+          snap_record = encode_snapshot_record(snap_key, static_cast<uint32_t>(n), *along.back().second);
+        }
+        const std::vector<TokenId> chain = toks;
         ASSERT_TRUE(h.mem->seq_rm(s, -1, -1));
         toks.clear();
         h.index->evict(SIZE_MAX);
-        const size_t before = h.index->lookup(chain, salt, chain.size());
+        const size_t before = h.index->cached_kv(chain, salt, chain.size());
         size_t adopted = 0;
         for (const auto& bytes : records) {
-          const auto rec = decode_page(*h.mem->kv(), bytes);
+          const auto rec = decode_page(kv, bytes);
           ASSERT_TRUE(rec.has_value()) << "op " << op;
-          const size_t end = rec->first_pos + page_tokens;
+          const size_t end = rec->first_pos + rec->tokens.size();
           ASSERT_TRUE(std::equal(rec->tokens.begin(), rec->tokens.end(), chain.begin() + rec->first_pos));
           const bool ok = h.index->adopt_page(std::span<const TokenId>(chain).first(end), salt,
                                               [&](std::span<const uint32_t> cells) { write_page_rows(*h.mem->kv(), *rec, cells); });
-          if (!ok && h.index->lookup(chain, salt, end) < end) break;  // no room, or the chain was cut: stop there
+          if (!ok && h.index->cached_kv(chain, salt, end) < end) break;  // no room, or the chain was cut: stop there
           g_adopted_pages += ok ? 1 : 0;
           adopted = end;
         }
-        ASSERT_GE(h.index->lookup(chain, salt, chain.size()), std::max(before, adopted)) << "op " << op;
+        ASSERT_GE(h.index->cached_kv(chain, salt, chain.size()), std::max(before, adopted)) << "op " << op;
         // A corrupt record is refused.
         std::vector<uint8_t> bad = records[0];
         bad[bad.size() / 2] ^= 1;
-        ASSERT_FALSE(decode_page(*h.mem->kv(), bad).has_value());
-        if (adopted > 0) {  // the adopted rows carry the right digests: attach and let verify() read them
+        ASSERT_FALSE(decode_page(kv, bad).has_value());
+        if (snap) {
+          // Only its own key and position, intact, are accepted.
+          ASSERT_FALSE(decode_snapshot_record(*h.mem, snap_record, snap_key ^ 1, static_cast<uint32_t>(n)).has_value());
+          ASSERT_FALSE(decode_snapshot_record(*h.mem, snap_record, snap_key, static_cast<uint32_t>(n) + 1).has_value());
+          std::vector<uint8_t> damaged = snap_record;
+          damaged[damaged.size() / 2] ^= 1;
+          ASSERT_FALSE(decode_snapshot_record(*h.mem, damaged, snap_key, static_cast<uint32_t>(n)).has_value());
+          if (adopted < n) break;  // the K/V did not all come back: no attach
+          auto back = decode_snapshot_record(*h.mem, snap_record, snap_key, static_cast<uint32_t>(n));
+          ASSERT_TRUE(back.has_value()) << "op " << op;
+          if (!h.index->adopt_snapshot(chain, salt, std::move(*back))) break;  // over the budget
+          ++g_adopted_snapshots;
+          adopted = n;
+        }
+        if (adopted > 0) {  // the adopted rows (and state) carry the right digests: attach and let verify() read them
           ASSERT_EQ(h.index->attach(s, chain, salt, adopted), adopted) << "op " << op;
           toks.assign(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(adopted));
           *attached_total += adopted;
@@ -348,6 +384,7 @@ TEST(PrefixIndex, RandomOperationsHybridMatchReference) {
   uint64_t attached = 0, copied = 0;
   for (uint32_t seed = 1; seed <= 40; ++seed) ASSERT_NO_FATAL_FAILURE(run(true, seed, 700, &attached, &copied));
   EXPECT_GT(attached, 150u);
+  EXPECT_GT(g_adopted_snapshots, 20u);  // snapshots came back from records with their pages
 }
 
 TEST(PrefixIndex, SaltSeparatesTenants) {

@@ -169,9 +169,9 @@ void PrefixIndex::attach_kv(SeqId seq, std::span<const TokenId> tokens, uint64_t
   join(m, seq, n);
 }
 
-std::vector<PrefixIndex::FullPage> PrefixIndex::full_pages_along(std::span<const TokenId> tokens,
+std::vector<PrefixIndex::PageCells> PrefixIndex::full_pages_along(std::span<const TokenId> tokens,
                                                                   uint64_t salt) const {
-  std::vector<FullPage> out;
+  std::vector<PageCells> out;
   const Match m = match(tokens, salt);
   for (int32_t id : m.path) {
     const Node& n = nodes_[static_cast<size_t>(id)];
@@ -181,28 +181,62 @@ std::vector<PrefixIndex::FullPage> PrefixIndex::full_pages_along(std::span<const
   return out;
 }
 
+std::optional<PrefixIndex::PageCells> PrefixIndex::tail_along(std::span<const TokenId> tokens, uint64_t salt) const {
+  const size_t P = cfg_.page_tokens;
+  if (tokens.size() % P == 0) return std::nullopt;
+  const Match m = match(tokens, salt);
+  if (m.n_tokens != tokens.size() || m.path.empty()) return std::nullopt;
+  const Node& n = nodes_[static_cast<size_t>(m.path.back())];
+  const size_t len = tokens.size() - n.first_pos;  // < P: the last node holds the tail
+  const size_t length = tokens.size();
+  PageCells out;
+  out.hash = prefix_hashes(tokens, salt, std::span<const size_t>(&length, 1))[0];
+  out.first_pos = n.first_pos;
+  out.cells.assign(n.cells.begin(), n.cells.begin() + static_cast<std::ptrdiff_t>(len));
+  return out;
+}
+
+std::vector<uint64_t> PrefixIndex::prefix_hashes(std::span<const TokenId> tokens, uint64_t salt,
+                                                 std::span<const size_t> lengths) const {
+  const size_t P = cfg_.page_tokens;
+  const std::vector<uint64_t> chain = chain_hashes(tokens, salt);
+  const uint64_t seed = root_seed(salt);
+  std::vector<uint64_t> out;
+  out.reserve(lengths.size());
+  for (size_t n : lengths) {
+    if (n > tokens.size()) throw std::logic_error("prefix index: prefix_hashes beyond the tokens");
+    const size_t full = n / P;
+    const uint64_t parent = full == 0 ? seed : chain[full - 1];
+    out.push_back(n % P == 0 ? parent : page_hash(parent, tokens.subspan(full * P, n % P)));
+  }
+  return out;
+}
+
 bool PrefixIndex::reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells) {
   const size_t P = cfg_.page_tokens;
-  if (chain.size() < P || chain.size() % P != 0) return false;
+  if (chain.empty()) return false;
+  const size_t first = (chain.size() - 1) / P * P;  // a full page's or a tail's first position
+  const size_t len = chain.size() - first;
   const Match m = match(chain, salt);
   if (m.n_tokens >= chain.size()) return false;  // already indexed
-  if (m.n_tokens < chain.size() - P) return false;  // the parent chain is not all here
+  if (m.n_tokens < first) return false;  // the parent chain is not all here
   const KvCache& kv = *mem_.kv();
   const KvCells& c = kv.cells(0);
   const size_t n_cells = kv.layout().n_cells;
-  if (n_cells - c.used() < P) evict(P - (n_cells - c.used()));
-  if (n_cells - c.used() < P) return false;
+  if (n_cells - c.used() < len) evict(len - (n_cells - c.used()));
+  if (n_cells - c.used() < len) return false;
   // Eviction may have taken the parent chain (it is unused): look again.
-  if (match(chain, salt).n_tokens < chain.size() - P) return false;
+  if (match(chain, salt).n_tokens < first) return false;
   cells.clear();
-  for (uint32_t i = 0; i < n_cells && cells.size() < P; ++i)
+  for (uint32_t i = 0; i < n_cells && cells.size() < len; ++i)
     if (c.is_empty(i)) cells.push_back(i);
-  return cells.size() == P;
+  return cells.size() == len;
 }
 
 bool PrefixIndex::commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells) {
   const size_t P = cfg_.page_tokens;
-  const size_t first = chain.size() - P;
+  const size_t first = (chain.size() - 1) / P * P;
+  const size_t len = chain.size() - first;
   // The parent: the root, or the last full page of the chain before this one (valid: checked by
   // reserve_page's match).
   int32_t parent = root_for(salt);
@@ -213,19 +247,21 @@ bool PrefixIndex::commit_page(std::span<const TokenId> chain, uint64_t salt, con
     if (f == by_hash_.end() || !node_valid(f->second)) return false;
     parent = f->second;
   }
-  const uint64_t page = page_hash(h, chain.subspan(first, P));
-  if (const auto old = by_hash_.find(page); old != by_hash_.end()) remove_subtree(old->second);  // stale
+  const uint64_t page = len == P ? page_hash(h, chain.subspan(first, P)) : 0;  // a tail is found by its tokens
+  if (len == P)
+    if (const auto old = by_hash_.find(page); old != by_hash_.end()) remove_subtree(old->second);  // stale
   SeqSet held;
   held.set(static_cast<size_t>(cfg_.holder));
   KvCache& kv = *mem_.kv();
   const int32_t id = new_node(parent, static_cast<uint32_t>(first));
   Node& n = nodes_[static_cast<size_t>(id)];
-  for (size_t j = 0; j < P; ++j) {
+  for (size_t j = 0; j < len; ++j) {
     kv.restore_cell(0, cells[j], static_cast<Pos>(first + j), held, 0);
     pins_[cells[j]] = 1;
     n.tokens.push_back(chain[first + j]);
     n.cells.push_back(cells[j]);
   }
+  if (len < P) return true;
   n.hash = page;
   by_hash_[page] = id;
   return true;

@@ -22,6 +22,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -82,20 +83,29 @@ class PrefixIndex {
   // The chained hashes of the full pages of `tokens`, first page first (a state file's page chain).
   std::vector<uint64_t> chain_hashes(std::span<const TokenId> tokens, uint64_t salt) const;
 
-  // Pages leaving or entering the process (a shared tier, memory/page_record.h).
-  struct FullPage {
-    uint64_t hash = 0;
+  // Pages leaving or entering the process (a tier, memory/page_record.h).
+  struct PageCells {
+    uint64_t hash = 0;     // a full page's chain hash, or a tail's prefix_hash
     uint32_t first_pos = 0;
     std::vector<uint32_t> cells;  // one per token, in position order
   };
   // The indexed, valid full pages on the chain of `tokens`, first page first, stopping at the
   // first one missing.
-  std::vector<FullPage> full_pages_along(std::span<const TokenId> tokens, uint64_t salt) const;
-  // A page fetched from a tier: `chain` is the tokens through the page (its last P tokens are the
-  // page), whose earlier full pages must be indexed; `write_rows` fills the page's cells (one per
-  // token, position order). Takes P empty cells (evicting unused pages for room) held by the index
-  // only. Returns false, changing nothing, when the parent chain is missing, the page is already
-  // indexed, or there is no room.
+  std::vector<PageCells> full_pages_along(std::span<const TokenId> tokens, uint64_t salt) const;
+  // The partial page holding the last tokens.size() % P tokens of `tokens` (a sequence's tail,
+  // what a tier needs so that reuse stays token-exact across instances), when the index holds all
+  // of `tokens`; nullopt when they end on a page boundary or are not all indexed.
+  std::optional<PageCells> tail_along(std::span<const TokenId> tokens, uint64_t salt) const;
+  // The content hash of each leading part tokens[0, n) for n in `lengths`: the chain hash of its
+  // full pages, extended by the hash of its partial last page when n is not a multiple of P (the
+  // root's seed for n = 0). A tail record and a snapshot at position n are named by it in a tier.
+  std::vector<uint64_t> prefix_hashes(std::span<const TokenId> tokens, uint64_t salt,
+                                      std::span<const size_t> lengths) const;
+  // A page fetched from a tier: `chain` is the tokens through the page — its last P tokens for a
+  // full page, its last chain.size() % P tokens for a tail — whose earlier full pages must be
+  // indexed; `write_rows` fills the page's cells (one per token, position order). Takes empty
+  // cells (evicting unused pages for room) held by the index only. Returns false, changing
+  // nothing, when the parent chain is missing, the page is already indexed, or there is no room.
   template <typename WriteRows>
   bool adopt_page(std::span<const TokenId> chain, uint64_t salt, WriteRows&& write_rows) {
     std::vector<uint32_t> cells;
@@ -180,9 +190,9 @@ class PrefixIndex {
   // the snapshot that goes with it (-1 for none).
   size_t usable(const Match& m, size_t max_tokens, int* snapshot) const;
   bool node_valid(int32_t id) const;
-  void join(const Match& m, SeqId seq, size_t n);
+  void join(const Match& m, SeqId seq, size_t n);  // seq joins the cells of m's first n positions
   bool reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells);
-  bool commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells);  // seq joins the cells of m's first n positions
+  bool commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells);
   int32_t new_node(int32_t parent, uint32_t first_pos);
   int32_t root_for(uint64_t salt);
   void pin(uint32_t cell);

@@ -506,31 +506,27 @@ bool HttpServer::load() {
     }
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty()) {
-      if (e->ctx->memory().rec()) {
-        log_line("warning: --cache-dir / --cache-redis keep pages of attention-only models; this hybrid model's pages "
-                 "stay in memory");
-      } else {
-        std::vector<memory::PageTier*> stack;
-        if (!cfg_.cache_dir.empty()) {
-          memory::DiskTierConfig dc;
-          dc.dir = cfg_.cache_dir;
-          dc.max_bytes = cfg_.cache_dir_bytes;
-          e->disk_tier = std::make_unique<memory::DiskPageTier>(dc);
-          const memory::DiskTierStats st = e->disk_tier->stats();
-          log_line("page tier on disk: %s (%llu page records, %.1f MiB, bound %.0f MiB; %llu unfinished writes removed)",
-                   cfg_.cache_dir.c_str(), static_cast<unsigned long long>(st.pages_on_disk),
-                   static_cast<double>(st.bytes_on_disk) / (1 << 20), static_cast<double>(dc.max_bytes) / (1 << 20),
-                   static_cast<unsigned long long>(st.leftovers_removed));
-          stack.push_back(e->disk_tier.get());
-        }
-        if (!cfg_.cache_redis.empty()) {
-          e->redis_tier = std::make_unique<RedisPageTier>(parse_redis_url(cfg_.cache_redis));
-          log_line("shared page tier: %s", cfg_.cache_redis.c_str());
-          stack.push_back(e->redis_tier.get());
-        }
-        e->tiers = std::make_unique<memory::PageTierStack>(std::move(stack));
-        e->scheduler->set_page_tier(e->tiers.get());
+      // Hybrid models' recurrent snapshots go to the same tiers as their pages.
+      std::vector<memory::PageTier*> stack;
+      if (!cfg_.cache_dir.empty()) {
+        memory::DiskTierConfig dc;
+        dc.dir = cfg_.cache_dir;
+        dc.max_bytes = cfg_.cache_dir_bytes;
+        e->disk_tier = std::make_unique<memory::DiskPageTier>(dc);
+        const memory::DiskTierStats st = e->disk_tier->stats();
+        log_line("page tier on disk: %s (%llu page records, %.1f MiB, bound %.0f MiB; %llu unfinished writes removed)",
+                 cfg_.cache_dir.c_str(), static_cast<unsigned long long>(st.pages_on_disk),
+                 static_cast<double>(st.bytes_on_disk) / (1 << 20), static_cast<double>(dc.max_bytes) / (1 << 20),
+                 static_cast<unsigned long long>(st.leftovers_removed));
+        stack.push_back(e->disk_tier.get());
       }
+      if (!cfg_.cache_redis.empty()) {
+        e->redis_tier = std::make_unique<RedisPageTier>(parse_redis_url(cfg_.cache_redis));
+        log_line("shared page tier: %s", cfg_.cache_redis.c_str());
+        stack.push_back(e->redis_tier.get());
+      }
+      e->tiers = std::make_unique<memory::PageTierStack>(std::move(stack));
+      e->scheduler->set_page_tier(e->tiers.get());
     }
     e->scheduler->start();
 

@@ -63,6 +63,10 @@ std::string prometheus_text(const MetricsSnapshot& m) {
              static_cast<double>(m.tier_pages_fetched_total));
   add_metric(out, "counter", "tier_pages_refused_total", "Shared-tier records that were not the page expected.",
              static_cast<double>(m.tier_pages_refused_total));
+  add_metric(out, "counter", "tier_snapshots_sent_total", "Hybrid recurrent snapshots offered to the page tier.",
+             static_cast<double>(m.tier_snapshots_sent_total));
+  add_metric(out, "counter", "tier_snapshots_fetched_total", "Hybrid recurrent snapshots brought in from the page tier.",
+             static_cast<double>(m.tier_snapshots_fetched_total));
   add_metric(out, "gauge", "kv_cells_used", "KV cells in use (slots and cached pages).",
              static_cast<double>(m.kv_cells_used));
   add_metric(out, "gauge", "kv_cells_total", "KV cells of the memory.", static_cast<double>(m.kv_cells_total));

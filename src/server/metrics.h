@@ -37,6 +37,8 @@ struct MetricsSnapshot {
   uint64_t tier_pages_sent_total = 0;       // pages offered to the shared page tier (--cache-redis)
   uint64_t tier_pages_fetched_total = 0;    // ... and brought in from it
   uint64_t tier_pages_refused_total = 0;    // ... records that were not the page expected
+  uint64_t tier_snapshots_sent_total = 0;   // hybrid: recurrent snapshots offered to the page tier
+  uint64_t tier_snapshots_fetched_total = 0;  // ... and brought in from it
   uint64_t kv_cells_used = 0;               // gauge: KV cells in use (slots and cached pages)
   uint64_t kv_cells_total = 0;              // gauge
   uint64_t snapshot_count = 0;              // gauge: hybrid snapshots attached to pages

@@ -10,6 +10,7 @@
 #include "memory/kv_cache.h"
 #include "memory/memory_state.h"
 #include "memory/page_record.h"
+#include "memory/snapshot_record.h"
 #include "server/logprobs.h"
 #include "server/server_log.h"
 
@@ -235,59 +236,144 @@ void Scheduler::publish(Slot& slot, bool with_tail) {
   if (!with_tail && slot.cache.size() / P <= slot.published / P) return;
   index_->publish(slot.id, slot.cache.tokens(), page_salt(slot), with_tail);
   slot.published = slot.cache.size();
-  send_to_tier(slot);
+  send_to_tier(slot, with_tail);
 }
 
-void Scheduler::send_to_tier(Slot& slot) {
-  if (!tier_ || !index_ || hybrid() || slot.fake_prefix) return;
-  const auto pages = index_->full_pages_along(slot.cache.tokens(), page_salt(slot));
+void Scheduler::send_to_tier(Slot& slot, bool with_tail) {
+  if (!tier_ || !index_ || slot.fake_prefix) return;
+  const uint64_t salt = page_salt(slot);
   const std::span<const Token> tokens = slot.cache.tokens();
+  const memory::KvCache& kv = *ctx_.memory().kv();
   const size_t P = cfg_.page_tokens;
+  const auto pages = index_->full_pages_along(tokens, salt);
   for (const auto& page : pages) {
     // Pages checked at an earlier fill are not asked about again (a round trip each with Redis).
     if (page.first_pos + P <= slot.tier_sent) continue;
     if (tier_->holds(page.hash)) continue;
-    tier_->put(page.hash, memory::encode_page(*ctx_.memory().kv(), page.hash, page.first_pos,
-                                              tokens.subspan(page.first_pos, P), page.cells));
+    tier_->put(page.hash, memory::encode_page(kv, page.hash, page.first_pos, tokens.subspan(page.first_pos, P), page.cells));
     ++metrics_.tier_pages_sent_total;
   }
   if (!pages.empty()) slot.tier_sent = std::max(slot.tier_sent, static_cast<size_t>(pages.back().first_pos) + P);
+  // A turn rarely ends on a page boundary: the tail goes too, so that an instance continuing the
+  // conversation evaluates only what is new (tails are named by their content: one record per length).
+  if (!with_tail) return;
+  const auto tail = index_->tail_along(tokens, salt);
+  if (!tail || tier_->holds(tail->hash)) return;
+  tier_->put(tail->hash, memory::encode_page(kv, tail->hash, tail->first_pos, tokens.subspan(tail->first_pos), tail->cells));
+  ++metrics_.tier_pages_sent_total;
+}
+
+void Scheduler::send_snapshot_to_tier(Slot& slot) {
+  if (!tier_ || !index_ || slot.fake_prefix) return;
+  send_to_tier(slot, /*with_tail=*/true);  // the K/V the snapshot follows
+  const uint64_t salt = page_salt(slot);
+  const std::span<const Token> tokens = slot.cache.tokens();
+  const auto snapshots = index_->snapshots_along(tokens, salt);
+  if (snapshots.empty() || snapshots.back().first != tokens.size()) return;
+  const size_t n = tokens.size();
+  const uint64_t key = memory::snapshot_record_key(index_->prefix_hashes(tokens, salt, std::span<const size_t>(&n, 1))[0]);
+  if (tier_->holds(key)) return;
+  tier_->put(key, memory::encode_snapshot_record(key, static_cast<uint32_t>(n), *snapshots.back().second));
+  ++metrics_.tier_snapshots_sent_total;
+}
+
+void Scheduler::refuse_tier_record(const Slot& slot, uint64_t key, const char* why) {
+  // Damaged, foreign or stale: never used; forgotten, so what is computed now is stored again.
+  ++metrics_.tier_pages_refused_total;
+  tier_->forget(key);
+  log_line("slot %d: record %016llx from the page tier is %s: dropped, its tokens are computed again", slot.id,
+           static_cast<unsigned long long>(key), why);
+}
+
+bool Scheduler::adopt_tier_page(const Slot& slot, std::span<const Token> usable, uint64_t salt, size_t first, size_t len,
+                                uint64_t key, std::span<const uint8_t> bytes) {
+  memory::KvCache& kv = *ctx_.memory().kv();
+  const auto page = memory::decode_page(kv, bytes);
+  // A record is used only if it is exactly the page this chain expects.
+  if (!page || page->hash != key || page->first_pos != first || page->tokens.size() != len ||
+      !std::equal(page->tokens.begin(), page->tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first))) {
+    refuse_tier_record(slot, key, page ? "not the page this prompt expects" : "damaged");
+    return false;
+  }
+  return index_->adopt_page(usable.first(first + len), salt,
+                            [&](std::span<const uint32_t> cells) { memory::write_page_rows(kv, *page, cells); });
 }
 
 size_t Scheduler::fetch_from_tier(const Slot& slot, std::span<const Token> prompt) {
-  if (!tier_ || !index_ || hybrid() || prompt.size() < 2) return 0;
+  if (!tier_ || !index_ || prompt.size() < 2) return 0;
   const uint64_t salt = page_salt(slot);
   const size_t P = cfg_.page_tokens;
   const std::span<const Token> usable = prompt.first(prompt.size() - 1);  // the last token is evaluated
-  const size_t local = index_->cached_kv(usable, salt, usable.size()) / P;
+  // Full pages past the local ones, in one round trip, in chain order up to the first missing.
+  size_t full = index_->cached_kv(usable, salt, usable.size()) / P;
   const std::vector<uint64_t> chain = index_->chain_hashes(usable, salt);
-  if (local >= chain.size()) return 0;
-  const std::vector<uint64_t> wanted(chain.begin() + static_cast<std::ptrdiff_t>(local), chain.end());
-  const auto records = tier_->get(wanted);
-  memory::KvCache& kv = *ctx_.memory().kv();
   size_t fetched = 0;
-  for (size_t i = 0; i < records.size() && records[i]; ++i) {
-    const size_t first = (local + i) * P;
-    const auto page = memory::decode_page(kv, *records[i]);
-    // A record is used only if it is exactly the page this chain expects.
-    if (!page || page->hash != wanted[i] || page->first_pos != first || page->tokens.size() != P ||
-        !std::equal(page->tokens.begin(), page->tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first))) {
-      // Damaged, foreign or stale: never attached; forgotten, so the page computed now is stored again.
-      ++metrics_.tier_pages_refused_total;
-      tier_->forget(wanted[i]);
-      log_line("slot %d: page record %016llx from the page tier is %s: dropped, its tokens are computed again", slot.id,
-               static_cast<unsigned long long>(wanted[i]), page ? "not the page this prompt expects" : "damaged");
-      break;
+  if (full < chain.size()) {
+    const std::vector<uint64_t> wanted(chain.begin() + static_cast<std::ptrdiff_t>(full), chain.end());
+    const auto records = tier_->get(wanted);
+    for (size_t i = 0; i < records.size() && records[i]; ++i, ++full, ++fetched)
+      if (!adopt_tier_page(slot, usable, salt, full * P, P, wanted[i], *records[i])) break;
+  }
+  // Then the longest tail some instance stored after them (one key per possible length).
+  const size_t base = full * P;
+  const size_t max_tail = std::min(P - 1, usable.size() - std::min(base, usable.size()));
+  if (max_tail > 0 && index_->cached_kv(usable, salt, usable.size()) < base + max_tail) {
+    std::vector<size_t> lengths(max_tail);
+    for (size_t k = 0; k < max_tail; ++k) lengths[k] = base + k + 1;
+    const std::vector<uint64_t> keys = index_->prefix_hashes(usable, salt, lengths);
+    const auto records = tier_->get(keys);
+    for (size_t k = max_tail; k >= 1; --k) {
+      if (!records[k - 1] || index_->cached_kv(usable, salt, usable.size()) >= base + k) continue;
+      if (adopt_tier_page(slot, usable, salt, base, k, keys[k - 1], *records[k - 1])) {
+        ++fetched;
+        break;
+      }
     }
-    if (!index_->adopt_page(usable.first(first + P), salt,
-                            [&](std::span<const uint32_t> cells) { memory::write_page_rows(kv, *page, cells); }))
-      break;
-    ++fetched;
   }
   metrics_.tier_pages_fetched_total += fetched;
   if (fetched > 0)
-    log_line("slot %d: fetched %zu pages (%zu tokens) from the page tier", slot.id, fetched, fetched * P);
+    log_line("slot %d: fetched %zu pages (K/V through position %zu) from the page tier", slot.id, fetched,
+             index_->cached_kv(usable, salt, usable.size()));
+  if (hybrid()) fetch_snapshot_from_tier(slot, usable, salt);
   return fetched;
+}
+
+bool Scheduler::fetch_snapshot_from_tier(const Slot& slot, std::span<const Token> usable, uint64_t salt) {
+  const size_t P = cfg_.page_tokens;
+  const size_t kv_end = index_->cached_kv(usable, salt, usable.size());
+  const size_t start = index_->lookup(usable, salt, usable.size());  // where a local snapshot lets the prompt start
+  if (kv_end <= start) return false;
+  // Furthest first: every position of the last page the K/V reach (a turn ends anywhere), then
+  // page boundaries before it, a few round trips at most.
+  std::vector<std::vector<size_t>> rounds(1);
+  for (size_t n = kv_end; n > start && n + P > kv_end; --n) rounds[0].push_back(n);
+  constexpr size_t kBoundariesPerRound = 64, kBoundaryRounds = 3;
+  std::vector<size_t> boundaries;
+  for (size_t n = kv_end >= P ? (kv_end - P) / P * P : 0; n > start && boundaries.size() < kBoundariesPerRound * kBoundaryRounds;
+       n -= P)
+    boundaries.push_back(n);  // n > start >= 0 and a multiple of P: n - P does not wrap
+  for (size_t i = 0; i < boundaries.size(); i += kBoundariesPerRound)
+    rounds.emplace_back(boundaries.begin() + static_cast<std::ptrdiff_t>(i),
+                        boundaries.begin() + static_cast<std::ptrdiff_t>(std::min(boundaries.size(), i + kBoundariesPerRound)));
+  for (const std::vector<size_t>& positions : rounds) {
+    if (positions.empty()) continue;
+    std::vector<uint64_t> keys = index_->prefix_hashes(usable, salt, positions);
+    for (uint64_t& k : keys) k = memory::snapshot_record_key(k);
+    const auto records = tier_->get(keys);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      if (!records[i]) continue;
+      auto snapshot = memory::decode_snapshot_record(ctx_.memory(), *records[i], keys[i], static_cast<uint32_t>(positions[i]));
+      if (!snapshot) {
+        refuse_tier_record(slot, keys[i], "not a snapshot this memory can take");
+        continue;
+      }
+      if (!index_->adopt_snapshot(usable.first(positions[i]), salt, std::move(*snapshot))) continue;
+      ++metrics_.tier_snapshots_fetched_total;
+      log_line("slot %d: fetched the recurrent snapshot at position %zu from the page tier", slot.id, positions[i]);
+      return true;
+    }
+  }
+  return false;
 }
 
 uint64_t Scheduler::page_salt_for(int slot_id, uint64_t cache_salt) const {
@@ -339,7 +425,10 @@ void Scheduler::take_checkpoint(Slot& slot) {
   if (!hybrid() || !index_ || slot.fake_prefix || slot.cache.size() == 0) return;
   // The recurrent state attached to the slot's page chain: this slot (after a divergence) and any
   // slot whose prompt continues the chain can start here.
-  if (index_->snapshot(slot.id, slot.cache.tokens(), page_salt(slot))) ++metrics_.checkpoints_taken_total;
+  if (index_->snapshot(slot.id, slot.cache.tokens(), page_salt(slot))) {
+    ++metrics_.checkpoints_taken_total;
+    send_snapshot_to_tier(slot);
+  }
   slot.published = slot.cache.size();
 }
 

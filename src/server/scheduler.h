@@ -141,12 +141,19 @@ class Scheduler {
   // The salt the slot's pages are indexed under: the request's cache_salt, and with sharing off
   // the slot's own namespace too (the index then serves each slot only what it computed).
   uint64_t page_salt(const Slot& slot) const;
-  // The shared page tier (--cache-redis): new full pages of the slot's chain go out; a prompt
-  // whose chain continues past the local pages brings the rest in (one round trip) before the
-  // attach. Returns the pages fetched.
-  void send_to_tier(Slot& slot);
+  // The page tiers (--cache-redis, --cache-dir): new full pages of the slot's chain go out, its
+  // tail too when with_tail; a prompt whose chain continues past the local pages brings the rest
+  // in — full pages in one round trip, then the longest stored tail after them and (hybrid) the
+  // furthest recurrent snapshot the K/V then reach — before the attach. Returns the pages fetched.
+  void send_to_tier(Slot& slot, bool with_tail);
+  void send_snapshot_to_tier(Slot& slot);  // hybrid: the snapshot just taken at the slot's end, with its pages
   void finish_embedding(Slot& slot);  // embedding servers: the prompt is read; pool and answer
   size_t fetch_from_tier(const Slot& slot, std::span<const Token> prompt);
+  // The record of tokens usable[first, first + len) under this key, verified and indexed.
+  bool adopt_tier_page(const Slot& slot, std::span<const Token> usable, uint64_t salt, size_t first, size_t len,
+                       uint64_t key, std::span<const uint8_t> bytes);
+  bool fetch_snapshot_from_tier(const Slot& slot, std::span<const Token> usable, uint64_t salt);
+  void refuse_tier_record(const Slot& slot, uint64_t key, const char* why);
   uint64_t page_salt_for(int slot_id, uint64_t cache_salt) const;
   // A state was loaded into the slot: its pages go into the index and (hybrid) its checkpoints
   // become snapshots on them.

@@ -1,17 +1,32 @@
 """The disk page tier (--cache-dir, docs/memory-semantics.md "Page tiers"): full KV pages are
-written to a folder as they fill, so a server killed with SIGKILL and started again on the same
-folder evaluates only what no run computed, with the output of a fresh full prefill. A damaged or
+written to a folder as they fill, each turn's partial last page at its end, and for hybrid models
+the recurrent snapshots, so a server killed with SIGKILL and started again on the same folder
+evaluates only what no run computed, with the output of a fresh full prefill. A damaged or
 foreign record is never attached: it is dropped, logged, its tokens computed and stored again."""
 
 import os
+import struct
 
-from conftest import Server, greedy_completion as complete, metric, wait_for
+import pytest
+
+from conftest import FIXTURES, MODEL, Server, greedy_completion as complete, metric, wait_for
 
 P = 16  # tokens per page (the scheduler's page size)
 
 
 def records(folder):
     return sorted(f for f in os.listdir(folder) if f.endswith(".page"))
+
+
+def full_page_records(folder):
+    """The records of full pages (a page record's header: magic, version, hash, first_pos, n_tokens)."""
+    out = []
+    for name in records(folder):
+        with open(os.path.join(folder, name), "rb") as f:
+            head = f.read(24)
+        if head[:4] == b"AKVP" and struct.unpack("<I", head[20:24])[0] == P:
+            out.append(name)
+    return out
 
 
 def written(server):
@@ -26,31 +41,39 @@ def three_turns(server, reference):
     turn3 = turn2 + second["tokens"] + reference[1]["prompt_tokens"]
     third = complete(server, turn3, 8)
     assert third["timings"]["cache_n"] >= len(turn2)  # the running server reuses as before
-    return turn3 + third["tokens"] + [21, 22], len(turn3) + 8 - 1  # turn 4, what turn 3 left in the cache
+    # Turn 4, and where each turn left the cache (its evaluated tokens).
+    return turn3 + third["tokens"] + [21, 22], [len(t) + 8 - 1 for t in (turn1, turn2, turn3)]
 
 
-def test_a_server_killed_and_restarted_evaluates_only_the_new_tokens(tmp_path, reference):
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_a_server_killed_and_restarted_evaluates_only_the_new_tokens(tmp_path, reference, kind):
+    model = MODEL if kind == "dense" else os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
     folder = str(tmp_path / "pages")
-    a = Server(tmp_path / "a", "-np", "1", "--cache-dir", folder, "--metrics")
+    a = Server(tmp_path / "a", "-np", "1", "--cache-dir", folder, "--metrics", model=model)
     try:
-        turn4, held = three_turns(a, reference)
+        turn4, ends = three_turns(a, reference)
+        held = ends[-1]
         assert wait_for(lambda: written(a)), a.log()
-        assert len(records(folder)) == held // P, (records(folder), held)
+        assert len(full_page_records(folder)) == held // P, (records(folder), held)
+        if kind == "dense":  # the full pages and each turn's tail; hybrid adds snapshots and mid-prompt tails
+            assert len(records(folder)) == held // P + sum(1 for e in ends if e % P), (records(folder), ends)
         assert not [f for f in os.listdir(folder) if not f.endswith(".page")]  # no unfinished writes
+        n_records = len(records(folder))
     finally:
         a.proc.kill()  # kill -9: no shutdown, no flush
         a.proc.wait()
         a.stop()
 
-    b = Server(tmp_path / "b", "-np", "1", "--cache-dir", folder, "--metrics")
+    b = Server(tmp_path / "b", "-np", "1", "--cache-dir", folder, "--metrics", model=model)
     try:
-        assert "page tier on disk: %s (%d page records" % (folder, held // P) in b.log()
-        assert metric(b, "disk_tier_pages_found_at_start") == held // P
+        assert "page tier on disk: %s (%d page records" % (folder, n_records) in b.log()
+        assert metric(b, "disk_tier_pages_found_at_start") == n_records
         fourth = complete(b, turn4, 8)
-        assert fourth["timings"]["cache_n"] == held // P * P, (fourth["timings"], b.log())
-        assert fourth["timings"]["cache_n"] >= held - P + 1
-        assert fourth["timings"]["prompt_n"] == len(turn4) - held // P * P
-        assert "fetched %d pages" % (held // P) in b.log()
+        assert fourth["timings"]["cache_n"] == held, (fourth["timings"], b.log())
+        assert fourth["timings"]["prompt_n"] == len(turn4) - held
+        assert "fetched %d pages (K/V through position %d)" % (held // P + (held % P > 0), held) in b.log()
+        if kind == "hybrid":
+            assert "fetched the recurrent snapshot at position %d" % held in b.log()
         fresh = complete(b, turn4, 8, cache_prompt=False, cache_salt="fresh")
         assert fourth["tokens"] == fresh["tokens"] and fourth["content"] == fresh["content"]
         # A salted prompt finds nothing on disk either.
@@ -103,7 +126,7 @@ def test_damaged_or_foreign_records_are_dropped_and_recomputed(tmp_path, referen
         for name, data in intact.items():  # every record intact again
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(data)
-        victim = os.path.join(folder, records(folder)[0])
+        victim = os.path.join(folder, full_page_records(folder)[0])
         damage(victim, [os.path.join(folder, n) for n in records(folder)[1:]])
         damaged = open(victim, "rb").read()
         s = Server(tmp_path / damage.__name__, "-np", "1", "--cache-dir", folder, "--metrics")
@@ -134,5 +157,31 @@ def test_the_folder_stays_within_its_bound(tmp_path):
         on_disk = sum(os.path.getsize(os.path.join(folder, f)) for f in records(folder))
         assert on_disk <= 1 << 20 and metric(s, "disk_tier_bytes") == on_disk
         assert metric(s, "disk_tier_pages_evicted_total") > 0
+    finally:
+        s.stop()
+
+
+def test_a_damaged_hybrid_snapshot_is_dropped_and_recomputed(tmp_path, reference):
+    hybrid = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
+    prompt = reference[5]["prompt_tokens"] + reference[3]["prompt_tokens"]
+    folder = str(tmp_path / "pages")
+    seed = Server(tmp_path / "seed", "-np", "1", "--cache-dir", folder, "--metrics", model=hybrid)
+    try:
+        first = complete(seed, prompt, 6)
+        assert wait_for(lambda: written(seed))
+    finally:
+        seed.stop()
+    snapshots = [n for n in records(folder) if open(os.path.join(folder, n), "rb").read(4) == b"AKSN"]
+    assert snapshots, records(folder)
+    for name in snapshots:
+        damage_flip_a_bit(os.path.join(folder, name), [])
+    follow = prompt + first["tokens"] + [21, 22]
+    s = Server(tmp_path / "s", "-np", "1", "--cache-dir", folder, "--metrics", model=hybrid)
+    try:
+        got = complete(s, follow, 4)
+        assert "not a snapshot this memory can take" in s.log(), s.log()
+        assert metric(s, "tier_snapshots_fetched_total") == 0
+        assert got["timings"]["cache_n"] < len(prompt), got["timings"]
+        assert got["tokens"] == complete(s, follow, 4, cache_prompt=False, cache_salt="fresh")["tokens"]
     finally:
         s.stop()

@@ -1,7 +1,8 @@
-"""The shared page tier (--cache-redis, docs/deploy.md): full KV pages one instance computed are
-written to Redis in the background and fetched by another instance whose prompt continues them,
-in one round trip, verified, and attached: after instance A dies, instance B evaluates only what
-A never computed, with the same output. Redis being down never fails a request; the instance
+"""The shared page tier (--cache-redis, docs/deploy.md): the KV pages one instance computed (full
+pages as they fill, a turn's partial last page at its end, and for hybrid models the recurrent
+snapshots) are written to Redis in the background and fetched by another instance whose prompt
+continues them, verified, and attached: after instance A dies, instance B evaluates only what A
+never computed, with the same output. Redis being down never fails a request; the instance
 reconnects when it is back. redis-server runs on loopback, started and stopped here."""
 
 import os
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import Server, greedy_completion as complete, wait_for
+from conftest import Server, greedy_completion as complete, metric, wait_for
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 pytestmark = pytest.mark.skipif(not os.path.exists(REDIS), reason="redis-server is not installed (scripts/setup.sh)")
@@ -46,6 +47,20 @@ class Redis:
     def dbsize(self):
         return int(self.command("DBSIZE")[1:])
 
+    def settle(self, at_least=1, quiet=1.0, timeout=15):
+        """Waits until the key count is at least at_least and has not changed for `quiet` seconds
+        (the instances write in the background); returns it."""
+        deadline = time.time() + timeout
+        last, since = -1, time.time()
+        while time.time() < deadline:
+            n = self.dbsize()
+            if n != last:
+                last, since = n, time.time()
+            elif n >= at_least and time.time() - since >= quiet:
+                return n
+            time.sleep(0.05)
+        return last
+
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=10)
@@ -63,14 +78,16 @@ def test_a_conversation_moves_to_another_instance_through_redis(tmp_path, refere
         second = complete(a, turn2)
         assert second["timings"]["cache_n"] == len(turn1) + 3
         held = len(turn2) + 3  # A's cache: turn 2 and the evaluated part of its answer
-        assert wait_for(lambda: redis.dbsize() >= held // 16), (redis.dbsize(), a.log())
+        # Its full pages, and each turn's partial last page (a record per length).
+        tails = sum(1 for end in (len(turn1) + 3, held) if end % 16)
+        assert redis.settle(held // 16 + tails) == held // 16 + tails, (redis.dbsize(), a.log())
         a.stop()  # A dies; the session's next turn lands on B
 
         turn3 = turn2 + second["tokens"] + [21, 22]
         third = complete(b, turn3)
-        assert third["timings"]["cache_n"] == held // 16 * 16, (third["timings"], b.log())
-        assert third["timings"]["prompt_n"] == len(turn3) - held // 16 * 16
-        assert "fetched %d pages" % (held // 16) in b.log()
+        assert third["timings"]["cache_n"] == held, (third["timings"], b.log())
+        assert third["timings"]["prompt_n"] == len(turn3) - held
+        assert "fetched %d pages (K/V through position %d)" % (held // 16 + (held % 16 > 0), held) in b.log()
         assert third["tokens"] == complete(b, turn3, cache_prompt=False, cache_salt="reference")["tokens"]
 
         # A salted prompt shares nothing through the tier either.
@@ -89,6 +106,41 @@ def test_a_conversation_moves_to_another_instance_through_redis(tmp_path, refere
         complete(b, later)
         assert wait_for(lambda: redis.dbsize() >= 200 // 16), b.log()
         assert b.log().count("connected to 127.0.0.1:%d" % port) >= 2
+    finally:
+        a.stop()
+        b.stop()
+        redis.stop()
+
+
+def test_a_hybrid_conversation_moves_with_its_recurrent_snapshot(tmp_path, reference):
+    """A hybrid model needs the recurrent state where the K/V it attaches end: A's snapshot at the
+    end of its turn goes to Redis with the pages, and B restores it."""
+    from conftest import FIXTURES
+    hybrid = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
+    redis = Redis(tmp_path, free_port())
+    url = "redis://127.0.0.1:%d" % redis.port
+    a = Server(tmp_path / "a", "-np", "1", "--cache-redis", url, "--metrics", model=hybrid)
+    b = Server(tmp_path / "b", "-np", "1", "--cache-redis", url, "--metrics", model=hybrid)
+    try:
+        turn1 = reference[5]["prompt_tokens"]
+        first = complete(a, turn1)
+        turn2 = turn1 + first["tokens"] + reference[3]["prompt_tokens"]
+        second = complete(a, turn2)
+        assert second["timings"]["cache_n"] == len(turn1) + 3, second["timings"]
+        held = len(turn2) + 3
+        assert metric(a, "tier_snapshots_sent_total") >= 2, a.log()
+        redis.settle(held // 16)
+        a.stop()
+
+        turn3 = turn2 + second["tokens"] + [21, 22]
+        third = complete(b, turn3)
+        assert third["timings"]["cache_n"] == held, (third["timings"], b.log())
+        assert third["timings"]["prompt_n"] == len(turn3) - held
+        assert "fetched the recurrent snapshot at position %d" % held in b.log()
+        assert metric(b, "tier_snapshots_fetched_total") == 1
+        assert third["tokens"] == complete(b, turn3, cache_prompt=False, cache_salt="reference")["tokens"]
+        # Another tenant's salt finds neither pages nor snapshots.
+        assert complete(b, turn3, cache_salt="tenant-x")["timings"]["cache_n"] == 0
     finally:
         a.stop()
         b.stop()
