@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Starts N agentkv instances and nginx in front of them, all on loopback, until Ctrl-C.
-# Usage: deploy/local-cluster.sh [-n 2] [-m MODEL.gguf] [--port 8080] [--bin build/agentkv] [-- serve flags...]
-# Instances listen on PORT+1 .. PORT+N; nginx on PORT, routing by X-Session-Id (docs/deploy.md).
+# Starts N agentkv instances and nginx in front of them, all on loopback, until Ctrl-C; with --redis
+# also a redis-server as their shared page tier.
+# Usage: deploy/local-cluster.sh [-n 2] [-m MODEL.gguf] [--port 8080] [--bin build/agentkv]
+#                               [--redis] [--redis-maxmemory 2gb] [-- serve flags...]
+# Instances listen on PORT+1 .. PORT+N; nginx on PORT, routing by X-Session-Id (docs/deploy.md);
+# Redis on PORT+N+1 (no persistence, allkeys-lru within --redis-maxmemory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n=2; model=""; port=8080; bin=build/agentkv; extra=()
+n=2; model=""; port=8080; bin=build/agentkv; extra=(); redis=0; redis_maxmemory=2gb
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) n="$2"; shift 2 ;;
     -m) model="$2"; shift 2 ;;
     --port) port="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
+    --redis) redis=1; shift ;;
+    --redis-maxmemory) redis_maxmemory="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -21,6 +26,15 @@ work=$(mktemp -d /tmp/agentkv-cluster.XXXXXX)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
+if [ "$redis" = 1 ]; then
+  command -v redis-server >/dev/null || { echo "redis-server is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
+  redis_port=$((port + n + 1))
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+      --maxmemory "$redis_maxmemory" --maxmemory-policy allkeys-lru >"$work/redis.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$redis_port") 2>/dev/null && break; sleep 0.05; done
+  extra=(--cache-redis "redis://127.0.0.1:$redis_port" "${extra[@]}")
+fi
 servers=""
 for i in $(seq 1 "$n"); do
   p=$((port + i))
@@ -40,5 +54,5 @@ awk -v servers="$servers" -v port="$port" -v work="$work" '
   { print }' deploy/nginx/agentkv.conf >"$work/nginx.conf"
 nginx -p "$work" -c "$work/nginx.conf" -g "daemon off;" &
 pids+=($!)
-echo "agentkv cluster: nginx on http://127.0.0.1:$port, $n instances on ports $((port + 1))..$((port + n)); logs in $work"
+echo "agentkv cluster: nginx on http://127.0.0.1:$port, $n instances on ports $((port + 1))..$((port + n))${redis_port:+, Redis on $redis_port}; logs in $work"
 wait

@@ -1,5 +1,7 @@
 // libFuzzer target for the state-file reader (docs/state-format.md): what a restore or adopt reads
-// from a file or a request. Any input is decoded or refused with agentkv::Error; a decoded state is
+// from a file or a request; and for the page tiers' records (memory/page_record.h,
+// memory/snapshot_record.h: what a Redis or disk tier hands back), decoded for a dense and a hybrid
+// memory and, when accepted, written into it. Any input is decoded or refused with agentkv::Error; a decoded state is
 // then planned against, and restored into, a small hybrid memory (KV + recurrent) of the layout it
 // claims, or refused there with agentkv::Error; re-encoding a decoded state must decode again.
 // Anything else (a crash, a sanitizer report, another exception) is a finding.
@@ -21,7 +23,9 @@
 
 #include "core/error.h"
 #include "memory/memory_state.h"
+#include "memory/page_record.h"
 #include "memory/sequence_memory.h"
+#include "memory/snapshot_record.h"
 
 using namespace agentkv;
 using namespace agentkv::memory;
@@ -77,6 +81,20 @@ void write_seeds(const std::string& dir) {
       c.tokens = {1, 2, 3, 4, 5};
       c.logits = {0.5f, -1.0f, 2.0f};
       if (hybrid) c.checkpoints.push_back({2, memory_state_view(*mem, 1, kStatePartialOnly)});
+      auto write = [&](const std::vector<uint8_t>& blob, const char* kind) {
+        const std::string path = dir + "/" + kind + "-" + std::to_string(k++) + ".bin";
+        if (FILE* f = std::fopen(path.c_str(), "wb")) {
+          std::fwrite(blob.data(), 1, blob.size(), f);
+          std::fclose(f);
+        }
+      };
+      const std::vector<int32_t> tokens = {1, 2, 3, 4, 5};
+      const std::vector<uint32_t> cells = {0, 1, 2, 3, 4};
+      write(encode_page(*mem->kv(), 77, 0, tokens, cells), "page");
+      if (hybrid) {
+        const MemorySnapshot snap = MemorySnapshot::capture(*mem, 1, kStatePartialOnly);
+        write(encode_snapshot_record(snapshot_record_key(77), 5, snap), "snapshot");
+      }
       for (SeqId s : {SeqId{1}, SeqId{-1}}) {
         if (s < 0) c.memory = memory_state_view(*mem, -1, kStateAll);
         const std::vector<uint8_t> blob = encode_state(c);
@@ -99,19 +117,30 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 namespace {
 void fuzz_one(std::span<const uint8_t> blob);
+void fuzz_tier_record(std::span<const uint8_t> bytes);
+
+// A length field and checksum that match at `at` (a state container's start), so that mutations
+// reach the section parser (a random change fails the checksum otherwise).
+std::vector<uint8_t> with_valid_frame(std::span<const uint8_t> bytes, size_t at) {
+  std::vector<uint8_t> fixed(bytes.begin(), bytes.end());
+  const uint64_t length = bytes.size() - at;
+  std::memcpy(fixed.data() + at + 8, &length, sizeof length);
+  const uint64_t sum = XXH64(fixed.data() + at, length - 8, 0);
+  std::memcpy(fixed.data() + fixed.size() - 8, &sum, sizeof sum);
+  return fixed;
+}
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz_one({data, size});
-  // The same bytes with a length field and checksum that match, so that mutations reach the
-  // section parser (a random change fails the checksum otherwise).
-  if (size >= 24) {
+  if (size >= 24) fuzz_one(with_valid_frame({data, size}, 0));
+  fuzz_tier_record({data, size});
+  if (size >= 24 + 24) fuzz_tier_record(with_valid_frame({data, size}, 24));  // a snapshot record's container
+  if (size >= 40) {  // a page record's trailing checksum made to match
     std::vector<uint8_t> fixed(data, data + size);
-    const uint64_t length = size;
-    std::memcpy(fixed.data() + 8, &length, sizeof length);
     const uint64_t sum = XXH64(fixed.data(), size - 8, 0);
     std::memcpy(fixed.data() + size - 8, &sum, sizeof sum);
-    fuzz_one(fixed);
+    fuzz_tier_record(fixed);
   }
   return 0;
 }
@@ -152,6 +181,32 @@ void fuzz_one(std::span<const uint8_t> blob) {
               .fingerprint = 0, .memory = memory_state_view(*mem, -1, kStateAll)});
           FUZZ_CHECK(now == before);
         }
+      }
+    }
+  }
+}
+
+// Tier records: refused (nullopt) or decoded into rows / a snapshot that fit the memory.
+void fuzz_tier_record(std::span<const uint8_t> bytes) {
+  for (bool hybrid : {false, true}) {
+    auto mem = make_memory(hybrid, GgmlType::F16);
+    if (const auto page = decode_page(*mem->kv(), bytes)) {
+      FUZZ_CHECK(page->rows.size() == page->tokens.size() * page_cell_bytes(*mem->kv()));
+      if (page->tokens.size() <= mem->kv()->layout().n_cells) {
+        std::vector<uint32_t> cells(page->tokens.size());
+        for (size_t i = 0; i < cells.size(); ++i) cells[i] = static_cast<uint32_t>(i);
+        write_page_rows(*mem->kv(), *page, cells);
+      }
+    }
+    if (!hybrid || bytes.size() < 20) continue;
+    uint64_t key;
+    uint32_t pos;
+    std::memcpy(&key, bytes.data() + 8, sizeof key);
+    std::memcpy(&pos, bytes.data() + 16, sizeof pos);
+    if (const auto snap = decode_snapshot_record(*mem, bytes, key, pos)) {
+      try {
+        snap->restore(*mem, 2);
+      } catch (const Error&) {  // no room: refused, memory unchanged
       }
     }
   }

@@ -28,7 +28,7 @@ def free_base_port():
     for _ in range(50):
         base = 20000 + (os.getpid() * 7 + int(time.time() * 1000)) % 20000
         ok = True
-        for p in range(base, base + 3):
+        for p in range(base, base + 4):  # nginx, two instances, Redis
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", p))
@@ -54,13 +54,13 @@ def request(port, method, path, body=None, headers=None, timeout=60):
         conn.close()
 
 
-def start_cluster(tmp_path, *serve_flags, model=MODEL):
+def start_cluster(tmp_path, *serve_flags, model=MODEL, redis=False):
     base = free_base_port()
     env = dict(os.environ)
     bin_dir = os.path.dirname(os.path.abspath(_find_binary()))
     log = open(tmp_path / "cluster.log", "wb")
     proc = subprocess.Popen([os.path.join(REPO, "deploy", "local-cluster.sh"), "-n", "2", "-m", model, "--port",
-                             str(base), "--bin", os.path.join(bin_dir, "agentkv"), "--", "-np", "1", "-t", "1",
+                             str(base), "--bin", os.path.join(bin_dir, "agentkv"), *(["--redis"] if redis else []), "--", "-np", "1", "-t", "1",
                              *serve_flags],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
@@ -168,13 +168,13 @@ def test_a_session_survives_its_instance_through_nginx_and_redis(tmp_path, refer
     instance, which is then killed; turns 3-4 reach the other through nginx and evaluate only their
     new tokens (the dead instance's pages, its last partial page and, hybrid, its recurrent
     snapshot come from Redis), with the single-instance texts."""
-    from test_redis_tier import REDIS, Redis, free_port
+    from test_redis_tier import REDIS, Redis
     from conftest import FIXTURES
     if not os.path.exists(REDIS):
         pytest.skip("redis-server is not installed")
     model = MODEL if kind == "dense" else os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
-    redis = Redis(tmp_path, free_port())
-    base, proc, log = start_cluster(tmp_path, "--cache-redis", "redis://127.0.0.1:%d" % redis.port, model=model)
+    base, proc, log = start_cluster(tmp_path, model=model, redis=True)  # the script starts Redis on base + 3
+    redis = Redis(tmp_path, base + 3, start=False)
     try:
         nginx, instances = base, (base + 1, base + 2)
         turn = reference[5]["prompt_tokens"]
@@ -198,7 +198,6 @@ def test_a_session_survives_its_instance_through_nginx_and_redis(tmp_path, refer
             turn = turn + body["tokens"] + [30 + i, 40 + i, 50 + i]
     finally:
         stop_cluster(proc, log)
-        redis.stop()
     # The same conversation on one instance without any cache gives the same texts.
     from conftest import Server
     alone = Server(tmp_path / "alone", "-np", "1", model=model)

@@ -26,9 +26,10 @@ def free_port():
 
 
 class Redis:
-    def __init__(self, tmp_path, port):
+    def __init__(self, tmp_path, port, start=True):
+        """A redis-server of its own on loopback, or (start=False) a client of one already starting there."""
         self.port = port
-        self.proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+        self.proc = None if not start else subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
                                       "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -62,8 +63,9 @@ class Redis:
         return last
 
     def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
 
 
 def test_a_conversation_moves_to_another_instance_through_redis(tmp_path, reference):
