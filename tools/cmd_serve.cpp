@@ -15,6 +15,7 @@
 
 #include "core/ggml_type.h"
 #include "engine/pooling.h"
+#include "engine/retention.h"
 #include "kernels/numerics.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
@@ -84,6 +85,10 @@ const char* const kUsage =
     "  --no-cache-idle-slots           accepted: idle slots' pages stay cached until their cells are needed\n"
     "  --context-shift                 a generation reaching the context drops the middle of its sequence\n"
     "                                  (request fields n_keep / n_discard, as llama-server) and goes on\n"
+    "  --kv-evict POLICY               which positions a shift drops: positional (default, llama-server's),\n"
+    "                                  sinks, keydiff, snapkv (request field kv_evict; docs/memory-semantics.md)\n"
+    "  --kv-budget N                   with --context-shift: a generation shifts when its sequence reaches N\n"
+    "                                  positions, before the context is full\n"
     "  -cb, --cont-batching            accepted: agentkv always batches slots continuously\n"
     "  -ngl, --n-gpu-layers N          accepted: agentkv runs on the CPU\n"
     "  --ui, --webui / --no-ui, --no-webui\n"
@@ -170,6 +175,13 @@ int cmd_serve(const std::vector<std::string>& argv) {
   a.str("--gpu-layers", "", "");
   while (a.flag("--context-shift")) cfg.context_shift = true;
   while (a.flag("--no-context-shift")) cfg.context_shift = false;
+  cfg.kv_evict = a.str("--kv-evict", "", "positional");
+  if (!parse_evict_policy(cfg.kv_evict))
+    throw std::invalid_argument("--kv-evict " + cfg.kv_evict + ": one of " + kEvictPolicyNames);
+  const long long kv_budget = a.num("--kv-budget", "", 0);
+  if (kv_budget < 0 || kv_budget > INT32_MAX) throw std::invalid_argument("--kv-budget: a token count");
+  cfg.kv_budget = static_cast<uint32_t>(kv_budget);
+  if (cfg.kv_budget > 0 && !cfg.context_shift) throw std::invalid_argument("--kv-budget needs --context-shift");
   while (a.flag("--no-ui", "--no-webui")) cfg.webui = false;
   while (a.flag("--ui", "--webui")) cfg.webui = true;
   const long long sleep_idle = a.num("--sleep-idle-seconds", "", -1);

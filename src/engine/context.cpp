@@ -24,6 +24,10 @@ Context::Context(const Model& model, const ContextParams& params)
   if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(model_.recurrent_layout(params_.n_seq_max));
   memory_ = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
   memory_->set_shift_supported(model_.can_shift());
+  if (params_.query_window > 0 && memory_->kv())
+    queries_ = std::make_unique<memory::QueryWindow>(memory_->kv()->layout().layer_has_kv,
+                                                     static_cast<int64_t>(cfg.n_head) * cfg.head_dim_k, params_.n_seq_max,
+                                                     params_.query_window);
 }
 
 void Context::apply_pending_shift() {
@@ -105,6 +109,7 @@ int Context::decode(const Batch& b) {
     fb.placement = &placement->kv;
     fb.rec_placement = &placement->rec;
     fb.output_rows = out_rows;
+    fb.queries = queries_.get();
     if (params_.embeddings) fb.embeddings = embeddings_.data() + out_base * n_embd;
     else fb.logits = logits_.data() + out_base * n_vocab;
     model_.forward(fb, mem, ws_, pool_);

@@ -28,6 +28,9 @@ struct ContextParams {
   // decode() keeps each output token's final hidden state (embeddings(i)) instead of its logits,
   // as llama.cpp's llama_set_embeddings(ctx, true) with pooling left to the caller.
   bool embeddings = false;
+  // > 0: the last this-many tokens' attention queries are kept per sequence (what the snapkv
+  // eviction policy scores keys with, engine/retention.h); 0: none kept.
+  uint32_t query_window = 0;
 };
 
 struct DecodeStats {
@@ -73,6 +76,10 @@ class Context {
   // memory().seq_fake_prefix(seq, n): see SequenceMemory.
   void seq_fake_prefix(memory::SeqId seq, memory::Pos n) { memory_->seq_fake_prefix(seq, n); }
 
+  // The recorded queries (ContextParams::query_window), or null.
+  const memory::QueryWindow* queries() const { return queries_.get(); }
+  memory::QueryWindow* queries() { return queries_.get(); }
+
   const DecodeStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
@@ -83,6 +90,7 @@ class Context {
   ContextParams params_;
   ThreadPool pool_;
   std::unique_ptr<memory::SequenceMemory> memory_;
+  std::unique_ptr<memory::QueryWindow> queries_;
   Workspace ws_;
   std::vector<float> logits_;
   std::vector<float> embeddings_;

@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "kernels/hadamard.h"
 #include "kernels/quant.h"
+#include "memory/query_window.h"
 
 namespace agentkv {
 
@@ -66,6 +67,9 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     q = q_rot;
     q_stride = n_q;
   }
+  if (batch.queries)
+    for (int64_t t = 0; t < n_tokens; ++t)
+      for (memory::SeqId s : ub.seq[static_cast<size_t>(t)]) batch.queries->record(layer, s, ub.pos[static_cast<size_t>(t)], q + t * q_stride);
 
   // 2. Attention per group of tokens that see one sequence's keys, listed by position: the sums
   //    do not depend on which cells hold the keys (memory/attention_view.h).

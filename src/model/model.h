@@ -11,6 +11,7 @@
 #include "kernels/threadpool.h"
 #include "memory/attention_view.h"
 #include "memory/kv_cache.h"
+#include "memory/query_window.h"
 #include "memory/recurrent.h"
 #include "memory/ubatch.h"
 #include "model/config.h"
@@ -69,6 +70,8 @@ struct ForwardBatch {
   // Set: the output rows' final hidden states (after the output norm, llama.cpp's "result_norm"),
   // output_rows.size() x n_embd, instead of logits (embedding models).
   float* embeddings = nullptr;
+  // Set: every attention layer records its query rows here (eviction scoring, engine/retention.h).
+  memory::QueryWindow* queries = nullptr;
 };
 
 class Model {

@@ -16,7 +16,7 @@ namespace {
 const std::set<std::string> kCommon = {
     "model", "n_predict", "max_tokens", "max_completion_tokens", "temperature", "top_k", "top_p", "min_p",
     "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop", "logit_bias",
-    "n_keep", "n_discard", "cache_prompt", "n_fake_cached", "id_slot", "session_id", "cache_salt", "stream", "stream_options", "timings_per_token", "verbose", "ignore_eos", "return_progress", "n", "n_cmpl",
+    "n_keep", "n_discard", "kv_evict", "cache_prompt", "n_fake_cached", "id_slot", "session_id", "cache_salt", "stream", "stream_options", "timings_per_token", "verbose", "ignore_eos", "return_progress", "n", "n_cmpl",
     // Where sampling runs: agentkv samples on the CPU whatever the request says.
     "backend_sampling",
     "grammar", "json_schema", "response_format",

@@ -1,5 +1,7 @@
 #include "server/completion_params.h"
 
+#include "engine/evict_policy.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -98,6 +100,7 @@ Json CompletionParams::to_json() const {
       {"n_predict", n_predict},
       {"n_keep", n_keep},
       {"n_discard", n_discard},
+      {"kv_evict", kv_evict},
       {"stream", stream},
       {"cache_prompt", cache_prompt},
       {"id_slot", id_slot},
@@ -190,6 +193,9 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
 
   p.n_keep = static_cast<int32_t>(read_int(body, "n_keep", 0, -1));
   p.n_discard = static_cast<int32_t>(read_int(body, "n_discard", 0, 0));
+  p.kv_evict = read_string(body, "kv_evict", "");
+  if (!p.kv_evict.empty() && !parse_evict_policy(p.kv_evict))
+    throw invalid_request("unknown kv_evict '" + p.kv_evict + "': one of " + kEvictPolicyNames);
   p.stop = read_string_list(body, "stop");
   std::erase_if(p.stop, [](const std::string& w) { return w.empty(); });
   p.cache_prompt = read_bool(body, "cache_prompt", true);

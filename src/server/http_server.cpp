@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "engine/context.h"
+#include "engine/retention.h"
 #include "engine/session_state.h"
 #include "kernels/numerics.h"
 #include "model/model.h"
@@ -457,6 +458,7 @@ bool HttpServer::load() {
     cp.kv_rotation = cfg_.kv_rotation;
     cp.kv_rotation_seed = cfg_.kv_rotation_seed;
     cp.embeddings = cfg_.embeddings;
+    if (cfg_.context_shift && !cfg_.embeddings) cp.query_window = kSnapKvWindow;  // what the snapkv policy scores with
     const uint32_t n_positions = cp.n_ctx;
     // --cache-ram: room for cached pages beyond the context, as KV cells (untouched cells cost
     // no memory); pages no slot uses are evicted only when all of it is taken.
@@ -497,12 +499,15 @@ bool HttpServer::load() {
     sc.pooling = embedding_pooling(cfg_.pooling, e->model->gguf().get_uint(e->model->config().arch_key + ".pooling_type"));
     if (sc.embeddings) log_line("embedding server: %s pooling", pooling_name(sc.pooling));
     sc.context_shift = cfg_.context_shift && !cfg_.embeddings;
+    sc.kv_evict = parse_evict_policy(cfg_.kv_evict).value_or(EvictPolicy::Positional);
+    sc.kv_budget = cfg_.kv_budget;
     if (sc.context_shift && !e->ctx->can_shift()) {  // llama-server disables it the same way
       log_line("warning: --context-shift: this model's memory cannot shift (a recurrent state cannot forget); disabled");
       sc.context_shift = false;
     } else if (sc.context_shift) {
-      log_line("context shift on: a generation reaching n_ctx %u drops the middle of its sequence (n_keep / n_discard)",
-               n_positions);
+      log_line("context shift on: a generation reaching %u positions drops part of its sequence (n_keep / n_discard, "
+               "policy %s by default)",
+               sc.kv_budget > 0 ? std::min(sc.kv_budget, n_positions) : n_positions, evict_policy_name(sc.kv_evict));
     }
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty()) {

@@ -44,6 +44,8 @@ struct ServerConfig {
   std::string cache_dir;             // folder of the disk page tier (restarts find their pages); empty: none
   uint64_t cache_dir_bytes = 8ull << 30;  // the disk tier's bound
   bool context_shift = false;        // --context-shift: generation at n_ctx drops the middle and goes on
+  std::string kv_evict = "positional";  // --kv-evict: which positions a shift drops (engine/retention.h)
+  uint32_t kv_budget = 0;            // --kv-budget TOKENS: shift a generating sequence at this size (0: at n_ctx)
   bool verbose = false;              // --verbose: OpenAI responses carry "__verbose" unless a request says no
   bool webui = true;                 // GET /: the web UI (--no-webui: a 404)
   int sleep_idle_seconds = -1;       // --sleep-idle-seconds: unload the model after so long without requests; -1: never

@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include "engine/evict_policy.h"
+
 #include <cstdio>
 
 namespace agentkv::server {
@@ -57,6 +59,11 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "gauge", "pages_free", "Empty KV cells, in pages.", static_cast<double>(m.pages_free));
   add_metric(out, "counter", "context_shifts_total", "Context shifts (--context-shift) of generations that reached n_ctx.",
              static_cast<double>(m.context_shifts_total));
+  for (EvictPolicy p : {EvictPolicy::Positional, EvictPolicy::Sinks, EvictPolicy::KeyDiff, EvictPolicy::SnapKV}) {
+    const std::string name = std::string("evicted_tokens_") + evict_policy_name(p) + "_total";
+    const std::string help = std::string("Positions context shifts dropped with the ") + evict_policy_name(p) + " policy.";
+    add_metric(out, "counter", name.c_str(), help.c_str(), static_cast<double>(m.evicted_tokens_total[static_cast<size_t>(p)]));
+  }
   add_metric(out, "counter", "tier_pages_sent_total", "Pages offered to the shared page tier.",
              static_cast<double>(m.tier_pages_sent_total));
   add_metric(out, "counter", "tier_pages_fetched_total", "Pages brought in from the shared page tier.",

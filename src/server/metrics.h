@@ -1,6 +1,7 @@
 // Server counters and their Prometheus text, with llama-server's metric names (prefix
 // "llamacpp:") so existing dashboards and scrapers work unchanged.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -34,6 +35,7 @@ struct MetricsSnapshot {
   uint64_t pages_shared = 0;                // gauge: ... that two or more slots use (stored once)
   uint64_t pages_free = 0;                  // gauge: empty KV cells, in pages
   uint64_t context_shifts_total = 0;        // --context-shift: generations that dropped the middle of their sequence
+  std::array<uint64_t, 4> evicted_tokens_total{};  // ... positions they dropped, per policy (EvictPolicy order)
   uint64_t tier_pages_sent_total = 0;       // pages offered to the shared page tier (--cache-redis)
   uint64_t tier_pages_fetched_total = 0;    // ... and brought in from it
   uint64_t tier_pages_refused_total = 0;    // ... records that were not the page expected

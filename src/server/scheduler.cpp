@@ -966,6 +966,9 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
     if (step.stopped) stop = StopType::Word;
   }
   if (stop == StopType::None && p.n_predict >= 0 && slot.n_decoded >= p.n_predict) stop = StopType::Limit;
+  // --kv-budget shifts before the context is full; the context's end always does.
+  const bool over_budget = cfg_.context_shift && cfg_.kv_budget > 0 && slot.cache.size() + 1 >= cfg_.kv_budget;
+  if (stop == StopType::None && over_budget && slot.cache.size() + 1 < cfg_.n_ctx) shift_context(slot);
   if (stop == StopType::None && slot.cache.size() + 1 >= cfg_.n_ctx && !(cfg_.context_shift && shift_context(slot))) {
     stop = StopType::Limit;  // the next token would not fit: llama-server's "truncated"
     truncated = true;
@@ -1002,9 +1005,12 @@ void Scheduler::send_progress(Slot& slot) {
 }
 
 bool Scheduler::shift_context(Slot& slot) {
-  // llama-server's rule: keep n_keep tokens (+ BOS), drop n_discard after them (default half of
-  // the rest), move the others back; the memory re-rotates their keys before the next pass.
+  // llama-server's rule for how much: keep n_keep tokens (+ BOS), drop n_discard (default half of
+  // the rest); which ones is the policy's (engine/retention.h): the oldest after n_keep for
+  // positional, the least worth keeping for the scoring ones. The gaps close and the memory
+  // re-rotates the moved keys before the next pass.
   const CompletionParams& p = slot.task->params;
+  const EvictPolicy policy = p.kv_evict.empty() ? cfg_.kv_evict : *parse_evict_policy(p.kv_evict);
   const int n_past = static_cast<int>(slot.cache.size());
   int n_keep = p.n_keep < 0 ? static_cast<int>(slot.task->prompt.size()) : p.n_keep;
   if (tok_.add_bos()) n_keep += 1;
@@ -1012,17 +1018,30 @@ bool Scheduler::shift_context(Slot& slot) {
   const int n_left = n_past - n_keep;
   const int n_discard = std::clamp(p.n_discard ? p.n_discard : n_left / 2, 0, std::max(0, n_left - 1));
   if (n_discard == 0) return false;
-  log_line("slot %d: context shift (positional, llama.cpp's): n_keep %d, n_left %d, n_discard %d", slot.id, n_keep, n_left,
-           n_discard);
-  memory::SequenceMemory& mem = ctx_.memory();
-  mem.seq_rm(slot.id, n_keep, n_keep + n_discard);
-  mem.seq_add(slot.id, n_keep + n_discard, n_past, -n_discard);
+  EvictionRequest req;
+  req.seq = slot.id;
+  req.n_past = n_past;
+  req.n_keep = n_keep;
+  req.n_discard = n_discard;
+  req.n_recent = static_cast<int>(kSnapKvWindow);  // the scoring policies keep the newest tokens whole
+  req.policy = policy;
+  ctx_.apply_pending_shift();  // scores read the keys at their current positions
+  const std::vector<memory::Pos> dropped = choose_evictions(ctx_, req);
+  if (dropped.empty()) return false;
+  const bool observed = ctx_.queries() && ctx_.queries()->count(slot.id) > 0;
+  log_line("slot %d: context shift (%s%s): n_keep %d, n_left %d, n_discard %zu, dropped positions %d..%d", slot.id,
+           evict_policy_name(policy), policy == EvictPolicy::SnapKV && !observed ? ", no recorded queries: keydiff scores" : "",
+           n_keep, n_left, dropped.size(), dropped.front(), dropped.back());
+  evict_positions(ctx_, slot.id, dropped, n_past);
   std::vector<Token> tokens = slot.cache.tokens();
-  tokens.erase(tokens.begin() + n_keep, tokens.begin() + n_keep + n_discard);
+  for (auto it = dropped.rbegin(); it != dropped.rend(); ++it) tokens.erase(tokens.begin() + *it);
   slot.cache.assume(std::move(tokens));
-  slot.shift_keep = slot.shifted ? std::min(slot.shift_keep, static_cast<size_t>(n_keep)) : static_cast<size_t>(n_keep);
+  // What a later prefill computes again is only the front no shift has touched.
+  const size_t untouched = static_cast<size_t>(dropped.front());
+  slot.shift_keep = slot.shifted ? std::min(slot.shift_keep, untouched) : untouched;
   slot.shifted = true;
   ++metrics_.context_shifts_total;
+  metrics_.evicted_tokens_total[static_cast<size_t>(policy)] += dropped.size();
   return true;
 }
 

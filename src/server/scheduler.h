@@ -34,6 +34,7 @@
 #include "server/metrics.h"
 #include "server/slot.h"
 #include "engine/pooling.h"
+#include "engine/retention.h"
 #include "server/slot_selection.h"
 #include "server/task.h"
 
@@ -58,6 +59,10 @@ struct SchedulerConfig {
   // --context-shift: a generation that reaches n_ctx drops the middle of its sequence (llama.cpp's
   // n_keep / n_discard) and goes on, instead of ending "truncated". Needs a memory that can shift.
   bool context_shift = false;
+  EvictPolicy kv_evict = EvictPolicy::Positional;  // which positions a shift drops (engine/retention.h)
+  // > 0: a generating sequence that reaches this many positions shifts (by policy) before the
+  // context is full (--kv-budget; needs context_shift).
+  uint32_t kv_budget = 0;
 };
 
 // A slot's saved state (POST /slots/{id}?action=save, /v1/prefill).

@@ -7,6 +7,8 @@ front exactly.
 
 import os
 
+import pytest
+
 from conftest import FIXTURES, GREEDY, Server, greedy_completion, metric
 
 HYBRID = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
@@ -33,7 +35,7 @@ def test_generation_goes_past_the_context_and_keeps_an_exact_front(tmp_path):
         # Up to the first shift the generation is the unshifted one.
         before = len(limited["tokens"])
         assert shifted["tokens"][:before - 1] == limited["tokens"][:before - 1]
-        assert "context shift (positional, llama.cpp's): n_keep %d" % n_prompt in s.log()
+        assert "context shift (positional): n_keep %d" % n_prompt in s.log()
 
         # The kept front (the whole prompt, n_keep = -1) is reused, and it is exact.
         again = greedy_completion(s, PROMPT, n_predict=6)
@@ -48,6 +50,47 @@ def test_generation_goes_past_the_context_and_keeps_an_exact_front(tmp_path):
         for bad in ({"n_keep": -2}, {"n_discard": -1}, {"n_keep": "all"}):
             status, err = s.post("/completion", {"prompt": PROMPT, "n_predict": 4, **GREEDY, **bad})
             assert status == 400, (bad, err)
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("policy", ["sinks", "keydiff", "snapkv"])
+def test_every_eviction_policy_keeps_generating_and_an_exact_front(tmp_path, policy):
+    """--kv-evict (and the request's kv_evict): which positions a shift drops. The scoring policies
+    drop scattered positions after n_keep and before the newest 32; sinks keeps only 4 at the front."""
+    s = Server(tmp_path, "-np", "1", "-c", str(N_CTX), "--context-shift", "--kv-evict", policy, "--metrics")
+    try:
+        cold = greedy_completion(s, PROMPT, n_predict=6, cache_prompt=False)
+        n_prompt = cold["timings"]["prompt_n"]
+        shifted = greedy_completion(s, PROMPT, n_predict=400, n_keep=-1)
+        assert shifted["timings"]["predicted_n"] == 400 and shifted["truncated"] is True
+        assert metric(s, "context_shifts_total") >= 2
+        assert metric(s, "evicted_tokens_%s_total" % policy) > 0
+        assert metric(s, "evicted_tokens_positional_total") == 0
+        assert "context shift (%s" % policy in s.log()
+        assert "no recorded queries" not in s.log()  # snapkv had its observation window
+        again = greedy_completion(s, PROMPT, n_predict=6)
+        if policy != "sinks":  # n_keep = -1 keeps the prompt whole: it is reused, exactly
+            assert again["timings"]["cache_n"] == n_prompt - 1, again["timings"]
+        assert again["tokens"] == cold["tokens"]
+        # A request may choose another policy; an unknown one is refused.
+        greedy_completion(s, PROMPT, n_predict=300, n_keep=-1, kv_evict="positional")
+        assert metric(s, "evicted_tokens_positional_total") > 0
+        status, err = s.post("/completion", {"prompt": PROMPT, "n_predict": 4, "kv_evict": "random", **GREEDY})
+        assert status == 400 and "kv_evict" in err["error"]["message"], err
+    finally:
+        s.stop()
+
+
+def test_a_kv_budget_shifts_before_the_context_is_full(tmp_path):
+    s = Server(tmp_path, "-np", "1", "-c", str(N_CTX), "--context-shift", "--kv-budget", "128", "--kv-evict", "keydiff",
+               "--metrics")
+    try:
+        r = greedy_completion(s, PROMPT, n_predict=150, n_keep=-1)
+        # The prompt and 150 tokens fit in 256 positions: only the budget makes it shift.
+        assert r["timings"]["prompt_n"] + 150 < N_CTX
+        assert r["timings"]["predicted_n"] == 150 and metric(s, "context_shifts_total") >= 2
+        assert "drops part of its sequence" in s.log() and "128 positions" in s.log()
     finally:
         s.stop()
 

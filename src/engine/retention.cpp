@@ -1,0 +1,178 @@
+#include "engine/retention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "kernels/quant.h"
+#include "memory/kv_cache.h"
+#include "memory/query_window.h"
+
+namespace agentkv {
+namespace {
+
+constexpr int kSinks = 4;          // StreamingLLM's attention sinks
+constexpr int kSnapKvPool = 7;     // SnapKV's pooling kernel
+
+// The cell of every position of seq, which must hold exactly [0, n_past).
+std::vector<uint32_t> cells_by_position(const memory::KvCache& kv, memory::SeqId seq, int n_past) {
+  const uint32_t stream = kv.stream_of(seq);
+  const memory::KvCells& c = kv.cells(stream);
+  std::vector<uint32_t> out(static_cast<size_t>(n_past), UINT32_MAX);
+  for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
+    if (c.is_empty(i) || !c.has_seq(i, seq)) continue;
+    const memory::Pos p = c.pos(i);
+    if (p < 0 || p >= n_past || out[static_cast<size_t>(p)] != UINT32_MAX)
+      throw Error("eviction: sequence " + std::to_string(seq) + " does not hold exactly positions [0, " + std::to_string(n_past) + ")");
+    out[static_cast<size_t>(p)] = i;
+  }
+  if (std::find(out.begin(), out.end(), UINT32_MAX) != out.end())
+    throw Error("eviction: sequence " + std::to_string(seq) + " misses positions below " + std::to_string(n_past));
+  return out;
+}
+
+// The K rows of positions [p0, p1) of one layer, as floats (as stored: rotated when the cache is).
+void load_keys(const memory::KvCache& kv, int layer, uint32_t stream, const std::vector<uint32_t>& cells, int p0, int p1,
+               std::vector<float>& out) {
+  const int64_t n = kv.layout().n_embd_k;
+  out.resize(static_cast<size_t>(p1 - p0) * static_cast<size_t>(n));
+  for (int p = p0; p < p1; ++p)
+    dequantize_row(kv.layout().type_k, kv.k_row(layer, stream, cells[static_cast<size_t>(p)]),
+                   out.data() + static_cast<size_t>(p - p0) * static_cast<size_t>(n), n);
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+std::vector<float> keydiff_scores(const Context& ctx, const EvictionRequest& r, const std::vector<uint32_t>& cells, int c0, int c1) {
+  const memory::KvCache& kv = *ctx.memory().kv();
+  const ModelConfig& cfg = ctx.model().config();
+  const int64_t hd = cfg.head_dim_k, n_kv = cfg.n_head_kv;
+  const uint32_t stream = kv.stream_of(r.seq);
+  const size_t n = static_cast<size_t>(c1 - c0);
+  std::vector<float> cos_sum(n, 0.f), keys, mean(static_cast<size_t>(hd));
+  int n_layers = 0;
+  for (int layer = 0; layer < static_cast<int>(kv.layout().layer_has_kv.size()); ++layer) {
+    if (!kv.layer_has_kv(layer)) continue;
+    ++n_layers;
+    load_keys(kv, layer, stream, cells, c0, c1, keys);
+    for (int64_t h = 0; h < n_kv; ++h) {
+      std::fill(mean.begin(), mean.end(), 0.f);
+      for (size_t i = 0; i < n; ++i) {  // unit keys, then their mean
+        float* k = keys.data() + i * static_cast<size_t>(n_kv * hd) + static_cast<size_t>(h * hd);
+        const float norm = std::sqrt(dot(k, k, hd));
+        const float inv = norm > 0.f ? 1.f / norm : 0.f;
+        for (int64_t d = 0; d < hd; ++d) k[d] *= inv, mean[static_cast<size_t>(d)] += k[d];
+      }
+      const float mnorm = std::sqrt(dot(mean.data(), mean.data(), hd));
+      if (mnorm == 0.f) continue;
+      for (size_t i = 0; i < n; ++i)
+        cos_sum[i] += dot(keys.data() + i * static_cast<size_t>(n_kv * hd) + static_cast<size_t>(h * hd), mean.data(), hd) / mnorm;
+    }
+  }
+  // Distinctive keys are kept: the score is minus the mean cosine to the mean key.
+  const float denom = static_cast<float>(std::max<int64_t>(1, n_layers * n_kv));
+  for (float& s : cos_sum) s = -s / denom;
+  return cos_sum;
+}
+
+std::vector<float> snapkv_scores(const Context& ctx, const EvictionRequest& r, const std::vector<uint32_t>& cells, int c0, int c1) {
+  const memory::KvCache& kv = *ctx.memory().kv();
+  const memory::QueryWindow& qw = *ctx.queries();
+  const ModelConfig& cfg = ctx.model().config();
+  const int64_t hd = cfg.head_dim_k, n_head = cfg.n_head, n_kv = cfg.n_head_kv, rep = n_head / n_kv;
+  const float scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
+  const uint32_t stream = kv.stream_of(r.seq);
+  const uint32_t n_q = qw.count(r.seq);
+  std::vector<float> attn(static_cast<size_t>(c1 - c0), 0.f), keys, logits;
+  for (int layer = 0; layer < static_cast<int>(kv.layout().layer_has_kv.size()); ++layer) {
+    if (!kv.layer_has_kv(layer)) continue;
+    load_keys(kv, layer, stream, cells, 0, r.n_past, keys);
+    for (uint32_t j = 0; j < n_q; ++j) {
+      const int seen = std::min(r.n_past, static_cast<int>(qw.pos(r.seq, j)) + 1);  // causal: keys up to its position
+      const float* q = qw.row(layer, r.seq, j);
+      for (int64_t h = 0; h < n_head; ++h) {
+        const int64_t g = h / rep;
+        logits.resize(static_cast<size_t>(seen));
+        float mx = -INFINITY;
+        for (int i = 0; i < seen; ++i) {
+          logits[static_cast<size_t>(i)] =
+              scale * dot(q + h * hd, keys.data() + static_cast<size_t>(i) * static_cast<size_t>(n_kv * hd) + static_cast<size_t>(g * hd), hd);
+          mx = std::max(mx, logits[static_cast<size_t>(i)]);
+        }
+        double sum = 0;
+        for (float& l : logits) sum += (l = std::exp(l - mx));
+        for (int i = c0; i < std::min(c1, seen); ++i) attn[static_cast<size_t>(i - c0)] += static_cast<float>(logits[static_cast<size_t>(i)] / sum);
+      }
+    }
+  }
+  // Neighbours of an attended position are kept with it (SnapKV's pooling keeps spans intact).
+  std::vector<float> pooled(attn.size());
+  for (size_t i = 0; i < attn.size(); ++i) {
+    const size_t lo = i >= kSnapKvPool / 2 ? i - kSnapKvPool / 2 : 0, hi = std::min(attn.size(), i + kSnapKvPool / 2 + 1);
+    pooled[i] = *std::max_element(attn.begin() + static_cast<std::ptrdiff_t>(lo), attn.begin() + static_cast<std::ptrdiff_t>(hi));
+  }
+  return pooled;
+}
+
+// The candidate range [c0, c1) of a request.
+std::pair<int, int> candidates(const EvictionRequest& r) {
+  const bool scored = r.policy == EvictPolicy::KeyDiff || r.policy == EvictPolicy::SnapKV;
+  const int keep = r.policy == EvictPolicy::Sinks ? std::min(kSinks, r.n_past) : std::clamp(r.n_keep, 0, r.n_past);
+  const int end = scored ? std::max(keep, r.n_past - std::max(0, r.n_recent)) : r.n_past;
+  return {keep, end};
+}
+
+}  // namespace
+
+std::vector<float> retention_scores(const Context& ctx, const EvictionRequest& req) {
+  const auto [c0, c1] = candidates(req);
+  if (c1 <= c0) return {};
+  if (req.policy == EvictPolicy::Positional || req.policy == EvictPolicy::Sinks || !ctx.memory().kv()) {
+    std::vector<float> s(static_cast<size_t>(c1 - c0));
+    std::iota(s.begin(), s.end(), 0.f);  // newer is worth more
+    return s;
+  }
+  const std::vector<uint32_t> cells = cells_by_position(*ctx.memory().kv(), req.seq, req.n_past);
+  if (req.policy == EvictPolicy::SnapKV && ctx.queries() && ctx.queries()->count(req.seq) > 0)
+    return snapkv_scores(ctx, req, cells, c0, c1);
+  return keydiff_scores(ctx, req, cells, c0, c1);
+}
+
+std::vector<memory::Pos> choose_evictions(const Context& ctx, const EvictionRequest& req) {
+  const auto [c0, c1] = candidates(req);
+  const int n = std::min(std::max(0, req.n_discard), std::max(0, c1 - c0));
+  if (n == 0) return {};
+  const std::vector<float> scores = retention_scores(ctx, req);
+  std::vector<int> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  // The n least worth keeping; among equals the older goes first.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return scores[static_cast<size_t>(a)] < scores[static_cast<size_t>(b)]; });
+  std::vector<memory::Pos> out;
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<memory::Pos>(c0 + order[static_cast<size_t>(i)]));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void evict_positions(Context& ctx, memory::SeqId seq, std::span<const memory::Pos> dropped, int n_past) {
+  memory::SequenceMemory& mem = ctx.memory();
+  // Runs of consecutive positions, the last first: each run's removal moves only what follows it.
+  size_t end = dropped.size();
+  while (end > 0) {
+    size_t begin = end - 1;
+    while (begin > 0 && dropped[begin - 1] + 1 == dropped[begin]) --begin;
+    const memory::Pos p0 = dropped[begin], p1 = dropped[end - 1] + 1;
+    if (p0 < 0 || p1 > n_past) throw Error("eviction: position outside the sequence");
+    mem.seq_rm(seq, p0, p1);
+    if (p1 < n_past) mem.seq_add(seq, p1, n_past, p0 - p1);
+    n_past -= p1 - p0;
+    end = begin;
+  }
+  if (memory::QueryWindow* q = ctx.queries()) q->clear(seq);
+}
+
+}  // namespace agentkv
