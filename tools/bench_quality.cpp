@@ -24,6 +24,7 @@
 #include "tools/kv_flags.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
+#include "tools/quality_answer.h"
 #include "tools/quality_divergence.h"
 #include "tools/quality_passkey.h"
 #include "tools/quality_reference.h"
@@ -33,8 +34,6 @@ namespace agentkv::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr int kPasskeyAnswerTokens = 8;  // the spec's greedy continuation length
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -148,41 +147,9 @@ PerplexityResult measure_perplexity(Context& ctx, const std::vector<Token>& text
 
 // The greedy answer to each case, in the order of `cases`.
 std::vector<std::string> answer_passkey_cases(Context& ctx, const std::vector<PasskeyCase>& cases) {
-  const Tokenizer& tok = ctx.model().tokenizer();
-  const int64_t n_vocab = ctx.model().n_vocab();
   std::vector<std::string> answers;
-  Batch b;
-  for (const PasskeyCase& c : cases) {
-    ctx.memory().clear();
-    b.clear();
-    b.add_sequence(c.prompt.data(), c.prompt.size(), 0, 0, true);
-    if (ctx.decode(b) != 0) throw Error("a pass-key prompt does not fit in the context");
-    std::string answer;
-    for (int i = 0; i < kPasskeyAnswerTokens && !passkey_decided(answer, c.key); ++i) {
-      const float* logits = ctx.last_logits();
-      const Token next = static_cast<Token>(std::max_element(logits, logits + n_vocab) - logits);
-      if (tok.is_eog(next)) break;
-      answer += tok.token_to_piece(next, /*special=*/false);
-      b.clear();
-      b.add(next, static_cast<memory::Pos>(c.prompt.size() + i), {0}, true);
-      if (ctx.decode(b) != 0) throw Error("a pass-key answer does not fit in the context");
-    }
-    answers.push_back(answer);
-  }
+  for (const PasskeyCase& c : cases) answers.push_back(answer_passkey(ctx, c));
   return answers;
-}
-
-// Recall per depth (in the order of `depths`) of the answers to `cases`.
-std::vector<double> recall_by_depth(const std::vector<PasskeyCase>& cases, const std::vector<std::string>& answers,
-                                    const std::vector<long long>& depths) {
-  std::vector<double> recalled(depths.size(), 0), total(depths.size(), 0);
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const size_t d = std::find(depths.begin(), depths.end(), cases[i].depth) - depths.begin();
-    recalled[d] += passkey_recalled(answers[i], cases[i].key);
-    total[d] += 1;
-  }
-  for (size_t d = 0; d < depths.size(); ++d) recalled[d] = total[d] > 0 ? recalled[d] / total[d] : 0;
-  return recalled;
 }
 
 // "K128 V64" for the blocks a cache's rows are rotated in, "—" for none.

@@ -143,9 +143,9 @@ int bench_fake_prefix_op(Args& a) {
 }
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  if (!argv.empty() && (argv[0] == "grammar" || argv[0] == "quality")) {
+  if (!argv.empty() && (argv[0] == "grammar" || argv[0] == "quality" || argv[0] == "evict")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));
-    return argv[0] == "grammar" ? bench_grammar(sub) : bench_quality(sub);
+    return argv[0] == "grammar" ? bench_grammar(sub) : argv[0] == "quality" ? bench_quality(sub) : bench_evict(sub);
   }
   if (!argv.empty() && (argv[0] == "fakeprefix" || argv[0] == "turns" || argv[0] == "handoff")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));  // measurement benches: bench_*.cpp

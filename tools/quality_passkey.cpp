@@ -1,5 +1,7 @@
 #include "tools/quality_passkey.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <cmath>
 #include <random>
@@ -86,6 +88,19 @@ bool passkey_decided(const std::string& continuation, int key) {
   const std::string got = without_leading_space(continuation);
   // Decided once the answer is long enough to compare, or already differs from the key.
   return got.size() >= digits.size() || digits.compare(0, got.size(), got) != 0;
+}
+
+// Recall per depth (in the order of `depths`) of the answers to `cases`.
+std::vector<double> recall_by_depth(const std::vector<PasskeyCase>& cases, const std::vector<std::string>& answers,
+                                    const std::vector<long long>& depths) {
+  std::vector<double> recalled(depths.size(), 0), total(depths.size(), 0);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const size_t d = std::find(depths.begin(), depths.end(), cases[i].depth) - depths.begin();
+    recalled[d] += passkey_recalled(answers[i], cases[i].key);
+    total[d] += 1;
+  }
+  for (size_t d = 0; d < depths.size(); ++d) recalled[d] = total[d] > 0 ? recalled[d] / total[d] : 0;
+  return recalled;
 }
 
 }  // namespace agentkv::tools

@@ -47,5 +47,8 @@ class PasskeyCaseBuilder {
 bool passkey_recalled(const std::string& continuation, int key);
 // True once `continuation` decides the case (recalled or not): generation can stop early.
 bool passkey_decided(const std::string& continuation, int key);
+// Recall per depth (in the order of `depths`) of the answers to `cases` (answers[i] to cases[i]).
+std::vector<double> recall_by_depth(const std::vector<PasskeyCase>& cases, const std::vector<std::string>& answers,
+                                    const std::vector<long long>& depths);
 
 }  // namespace agentkv::tools

@@ -1,0 +1,45 @@
+"""`agentkv bench evict` end to end on the fixture qwen3-micro (part of bench_quality_smoke): every
+policy at every budget gets a row, a budget of 100 % reproduces the full cache exactly (KL 0, same
+PPL), a smaller budget moves the distributions, and the scoring-cost mode times each policy."""
+
+import json
+import os
+import subprocess
+
+from test_bench_quality import MODEL, REPO, TEXT
+
+
+def evict(*args):
+    binary = os.environ.get("AGENTKV_BIN", os.path.join(REPO, "build", "agentkv"))
+    return subprocess.run([binary, "bench", "evict", "-m", MODEL, "-f", TEXT, "-t", "2", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_every_policy_and_budget_is_measured_against_the_full_cache(tmp_path):
+    out = tmp_path / "evict.json"
+    plot = tmp_path / "kl.svg"
+    r = evict("-c", "128", "--chunks", "3", "--score", "16", "--budgets", "1,0.25", "--passkey-depths", "96",
+              "--passkey-cases", "1", "--json", str(out), "--plot", str(plot))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())
+    assert [x["policy"] for x in rows] == ["full"] + ["positional", "sinks", "keydiff", "snapkv"] * 2
+    full = rows[0]
+    for x in rows[1:5]:  # budget 1: nothing is dropped
+        assert x["budget"] == 1 and x["mean_kl"] == 0 and x["ppl"] == full["ppl"] and x["top1"] == 1, x
+    for x in rows[5:]:
+        assert x["budget"] == 0.25 and x["mean_kl"] > 0, x
+        assert len(x["recall"]) == 1 and 0 <= x["recall"][0] <= 1
+    assert "| keydiff @ 25 % |" in r.stdout
+    assert plot.read_text().startswith("<svg")
+
+
+def test_the_cost_mode_times_each_policy_against_the_prefill():
+    r = evict("--cost-depth", "256", "--policies", "keydiff,snapkv")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "prefill of 256 tokens" in r.stdout
+    assert "| keydiff |" in r.stdout and "| snapkv |" in r.stdout
+
+
+def test_bad_options_are_refused():
+    assert evict("--policies", "random").returncode != 0
+    assert evict("--budgets", "1.5").returncode != 0

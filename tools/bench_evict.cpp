@@ -1,0 +1,289 @@
+// agentkv bench evict: what a context-shift eviction policy (engine/retention.h) costs in output
+// quality at a KV budget, against the full cache, and what its scoring costs in time.
+//
+// Quality: for each window of -c tokens of the text, the first L = c - S tokens are the context
+// and the last S (--score) are scored. All but the last context token are evaluated; then the
+// policy drops positions until budget × (L - 1) remain (no eviction for the full cache); then the
+// last context token and the scored tokens are evaluated, and every one of the S next-token
+// distributions is compared with the full cache's (KL, top-1, PPL). Pass-key cases are answered
+// the same way: the prompt but its last token, the eviction, then the answer. The scoring
+// policies keep the first 4 and the newest 32 positions (the observation window), positional
+// keeps nothing at the front (llama-server's n_keep = 0), sinks the first 4.
+//
+// Cost (--cost-depth D): a D-token prefill of the text, timed, 32 decoded tokens (the observation
+// window), then each policy's choice of D / 2 positions to drop, timed: the ratio of the two.
+// docs/quality-bench.md, "Eviction".
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/retention.h"
+#include "tools/args.h"
+#include "tools/bench_common.h"
+#include "tools/bench_modes.h"
+#include "tools/kv_flags.h"
+#include "tools/quality_answer.h"
+#include "tools/quality_divergence.h"
+#include "tools/quality_passkey.h"
+#include "tools/svg_plot.h"
+
+namespace agentkv::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+constexpr int kScoredKeep = 4;  // the scoring policies' front, as StreamingLLM's sinks
+
+// One setting: a policy at a budget, or the full cache (no policy).
+struct Setting {
+  std::optional<EvictPolicy> policy;
+  double budget = 1.0;
+  std::string label() const {
+    if (!policy) return "full cache";
+    std::ostringstream o;
+    o << evict_policy_name(*policy) << " @ " << static_cast<int>(std::lround(budget * 100)) << " %";
+    return o.str();
+  }
+};
+
+// Drops positions of sequence 0 (holding [0, n_past)) by the setting until budget × n_past remain;
+// returns what it then holds.
+memory::Pos evict_to_budget(Context& ctx, const Setting& s, memory::Pos n_past) {
+  if (!s.policy) return n_past;
+  EvictionRequest r;
+  r.seq = 0;
+  r.n_past = n_past;
+  r.policy = *s.policy;
+  const bool scored = r.policy == EvictPolicy::KeyDiff || r.policy == EvictPolicy::SnapKV;
+  r.n_keep = scored ? kScoredKeep : 0;
+  r.n_recent = scored ? static_cast<int>(kSnapKvWindow) : 0;
+  r.n_discard = n_past - static_cast<int>(std::lround(s.budget * n_past));
+  const std::vector<memory::Pos> dropped = choose_evictions(ctx, r);
+  evict_positions(ctx, 0, dropped, n_past);
+  return n_past - static_cast<memory::Pos>(dropped.size());
+}
+
+struct Row {
+  Setting setting;
+  double ppl = 0;
+  DivergenceStats divergence;
+  std::vector<double> recall;
+};
+
+// The S next-token log-probabilities (f16, renormalized) of one window under a setting, and the
+// scored tokens' NLL added to *nll.
+std::vector<uint16_t> score_window(Context& ctx, const Setting& s, std::span<const Token> window, int64_t n_score,
+                                   double* nll) {
+  const int64_t n_vocab = ctx.model().n_vocab();
+  const int64_t L = static_cast<int64_t>(window.size()) - n_score;
+  ctx.memory().clear();
+  Batch b;
+  b.add_sequence(window.data(), static_cast<size_t>(L - 1), 0, 0, false);
+  if (ctx.decode(b) != 0) throw Error("a window does not fit in the context");
+  const memory::Pos at = evict_to_budget(ctx, s, static_cast<memory::Pos>(L - 1));
+  b.clear();
+  for (int64_t j = 0; j < n_score; ++j) b.add(window[static_cast<size_t>(L - 1 + j)], at + static_cast<memory::Pos>(j), {0}, true);
+  if (ctx.decode(b) != 0) throw Error("a window does not fit in the context");
+  std::vector<uint16_t> out(static_cast<size_t>(n_score * n_vocab));
+  for (int64_t j = 0; j < n_score; ++j) {
+    const float* logits = ctx.logits(static_cast<int>(j));
+    *nll += double(logprobs_f16(logits, n_vocab, out.data() + j * n_vocab)) - logits[window[static_cast<size_t>(L + j)]];
+  }
+  return out;
+}
+
+void print_table(const std::vector<Row>& rows, const std::vector<long long>& depths, double full_ppl) {
+  std::printf("| setting | PPL | ΔPPL %% | mean KL | KL p99 | top-1 %% |");
+  for (long long d : depths) std::printf(" recall @%lld |", d);
+  std::printf("\n| --- | ---: | ---: | ---: | ---: | ---: |");
+  for (size_t d = 0; d < depths.size(); ++d) std::printf(" ---: |");
+  std::printf("\n");
+  for (const Row& r : rows) {
+    const bool ref = !r.setting.policy;
+    std::printf("| %s | %.3f | %+.3f | %s | %s | %s |", r.setting.label().c_str(), r.ppl, 100.0 * (r.ppl / full_ppl - 1),
+                ref ? "—" : std::to_string(r.divergence.mean_kl()).c_str(),
+                ref ? "—" : std::to_string(r.divergence.kl_quantile(0.99)).c_str(),
+                ref ? "—" : (std::to_string(100.0 * r.divergence.top1_agreement()).substr(0, 5)).c_str());
+    for (double x : r.recall) std::printf(" %.2f |", x);
+    std::printf("\n");
+  }
+}
+
+int measure_cost(Context& ctx, const std::vector<Token>& text, int64_t depth, const std::vector<EvictPolicy>& policies) {
+  if (static_cast<int64_t>(text.size()) < depth + 32) throw std::invalid_argument("--cost-depth: the text is shorter");
+  ctx.memory().clear();
+  Batch b;
+  b.add_sequence(text.data(), static_cast<size_t>(depth), 0, 0, false);
+  const auto t0 = Clock::now();
+  if (ctx.decode(b) != 0) throw Error("--cost-depth does not fit in -c");
+  const double prefill_s = seconds_since(t0);
+  for (int i = 0; i < 32; ++i) {  // the observation window
+    b.clear();
+    b.add(text[static_cast<size_t>(depth + i)], static_cast<memory::Pos>(depth + i), {0}, true);
+    if (ctx.decode(b) != 0) throw Error("--cost-depth does not fit in -c");
+  }
+  const int n_past = static_cast<int>(depth + 32);
+  std::printf("prefill of %lld tokens: %.2f s (%.1f t/s)\n\n| policy | choice of %d of %d positions | / prefill |\n| --- | ---: | ---: |\n",
+              static_cast<long long>(depth), prefill_s, depth / prefill_s, n_past / 2, n_past);
+  for (EvictPolicy p : policies) {
+    EvictionRequest r;
+    r.n_past = n_past;
+    r.n_keep = kScoredKeep;
+    r.n_recent = static_cast<int>(kSnapKvWindow);
+    r.n_discard = n_past / 2;
+    r.policy = p;
+    const auto t1 = Clock::now();
+    const auto dropped = choose_evictions(ctx, r);
+    const double s = seconds_since(t1);
+    std::printf("| %s | %.3f s | %.2f %% |\n", evict_policy_name(p), s, 100.0 * s / prefill_s);
+    if (dropped.empty()) throw Error("cost: nothing chosen");
+  }
+  return 0;
+}
+
+constexpr const char* kUsage =
+    "usage: agentkv bench evict -m MODEL -f TEXT [-c 1024] [--chunks 12] [--score 64]\n"
+    "         [--budgets 0.5,0.25] [--policies positional,sinks,keydiff,snapkv]\n"
+    "         [--passkey-depths 512,1024] [--passkey-cases 4] [--seed 1] [-ctk f16 -ctv f16]\n"
+    "         [-t 2] [--plot FILE.svg] [--json FILE] | [--cost-depth D]\n"
+    "  quality: windows of -c tokens, the last --score scored after the eviction, against the full cache\n"
+    "  --cost-depth D: time each policy's choice at a D-token sequence against the D-token prefill\n"
+    "  docs/quality-bench.md, \"Eviction\"";
+
+}  // namespace
+
+int bench_evict(Args& a) {
+  if (a.flag("--help", "-h")) {
+    std::puts(kUsage);
+    return 0;
+  }
+  const std::string model_path = a.str("-m", "--model", "");
+  const std::string text_path = a.str("-f", "--file", "");
+  const int64_t n_ctx = a.num("-c", "--ctx-size", 1024);
+  const int64_t chunks = a.num("--chunks", "", 12);
+  const int64_t n_score = a.num("--score", "", 64);
+  std::vector<double> budgets;
+  for (const std::string& b : split_list(a.str("--budgets", "", "0.5,0.25"))) budgets.push_back(std::stod(b));
+  std::vector<EvictPolicy> policies;
+  for (const std::string& p : split_list(a.str("--policies", "", "positional,sinks,keydiff,snapkv"))) {
+    const auto policy = parse_evict_policy(p);
+    if (!policy) throw std::invalid_argument("--policies: " + p + " is not one of " + kEvictPolicyNames);
+    policies.push_back(*policy);
+  }
+  const std::vector<long long> depths = a.nums("--passkey-depths", "", {512, 1024});
+  const int64_t n_cases = a.num("--passkey-cases", "", 4);
+  const uint64_t seed = static_cast<uint64_t>(a.num("--seed", "", 1));
+  const int64_t cost_depth = a.num("--cost-depth", "", 0);
+  const std::string plot_path = a.str("--plot", "", "");
+  const std::string json_path = a.str("--json", "", "");
+  const KvFlags kv_flags = read_kv_flags(a);
+  ContextParams cp;
+  kv_flags.apply_to(cp);
+  cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
+  a.finish();
+  if (model_path.empty() || text_path.empty()) throw std::invalid_argument("-m MODEL and -f TEXT are required");
+  if (n_score < 1 || n_score >= n_ctx - 2) throw std::invalid_argument("--score must be in [1, -c - 3]");
+  for (double b : budgets)
+    if (!(b > 0 && b <= 1)) throw std::invalid_argument("--budgets: fractions in (0, 1]");
+
+  auto model = Model::load(model_path);
+  const std::string text = read_text_file(text_path);
+  const std::vector<Token> tokens = model->tokenizer().encode(text, /*add_special=*/false, /*parse_special=*/false);
+  int64_t max_len = std::max(n_ctx, cost_depth + 64);
+  for (long long d : depths) max_len = std::max<int64_t>(max_len, d + kPasskeyAnswerTokens);
+  cp.n_ctx = static_cast<uint32_t>(max_len);
+  cp.query_window = kSnapKvWindow;
+  Context ctx(*model, cp);
+  if (cost_depth > 0) return measure_cost(ctx, tokens, cost_depth, policies);
+
+  const int64_t n_windows = std::min<int64_t>(chunks, static_cast<int64_t>(tokens.size()) / n_ctx);
+  if (n_windows < 1) throw std::invalid_argument("the text is shorter than one window of -c tokens");
+  std::vector<PasskeyCase> cases;
+  if (n_cases > 0) {
+    PasskeyCaseBuilder builder(model->tokenizer(), text);
+    for (long long d : depths)
+      for (int64_t i = 0; i < n_cases; ++i) cases.push_back(builder.build(d, i, seed));
+  }
+  std::vector<Setting> settings = {Setting{}};
+  for (double b : budgets)
+    for (EvictPolicy p : policies) settings.push_back(Setting{p, b});
+
+  const int64_t n_vocab = model->n_vocab();
+  std::vector<std::vector<uint16_t>> reference(static_cast<size_t>(n_windows));
+  std::vector<Row> rows;
+  const auto t0 = Clock::now();
+  for (const Setting& s : settings) {
+    Row row;
+    row.setting = s;
+    double nll = 0;
+    for (int64_t w = 0; w < n_windows; ++w) {
+      const std::span<const Token> window(tokens.data() + w * n_ctx, static_cast<size_t>(n_ctx));
+      std::vector<uint16_t> run = score_window(ctx, s, window, n_score, &nll);
+      if (!s.policy) {
+        reference[static_cast<size_t>(w)] = std::move(run);
+        continue;
+      }
+      for (int64_t j = 0; j < n_score; ++j)
+        row.divergence.add(compare_positions(reference[static_cast<size_t>(w)].data() + j * n_vocab, run.data() + j * n_vocab, n_vocab));
+    }
+    row.ppl = std::exp(nll / double(n_windows * n_score));
+    std::vector<std::string> answers;
+    for (const PasskeyCase& c : cases)
+      answers.push_back(answer_passkey(ctx, c, [&](Context& cx) {
+        return evict_to_budget(cx, s, static_cast<memory::Pos>(c.prompt.size() - 1));
+      }));
+    row.recall = recall_by_depth(cases, answers, depths);
+    std::fprintf(stderr, "%s: PPL %.3f (%.0f s)\n", s.label().c_str(), row.ppl, seconds_since(t0));
+    rows.push_back(std::move(row));
+  }
+  std::printf("model %s, text %s: %lld windows of %lld tokens, the last %lld scored (%lld positions), KV %s/%s\n\n",
+              model_path.c_str(), text_path.c_str(), static_cast<long long>(n_windows), static_cast<long long>(n_ctx),
+              static_cast<long long>(n_score), static_cast<long long>(n_windows * n_score), std::string(ggml_type_name(cp.type_k)).c_str(),
+              std::string(ggml_type_name(cp.type_v)).c_str());
+  print_table(rows, n_cases > 0 ? depths : std::vector<long long>{}, rows.front().ppl);
+
+  if (!plot_path.empty()) {
+    LinePlot plot;
+    plot.title = "KL vs the full cache by KV budget";
+    plot.x_label = "KV budget (fraction of the context)";
+    plot.y_label = "mean KL (nats)";
+    for (EvictPolicy p : policies) {
+      PlotSeries series;
+      series.name = evict_policy_name(p);
+      for (const Row& r : rows)
+        if (r.setting.policy == p) series.xs.push_back(r.setting.budget), series.ys.push_back(r.divergence.mean_kl());
+      plot.series.push_back(series);
+    }
+    write_svg(plot_path, plot);
+  }
+  if (!json_path.empty()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Row& r : rows)
+      j.push_back({{"setting", r.setting.label()},
+                   {"policy", r.setting.policy ? evict_policy_name(*r.setting.policy) : "full"},
+                   {"budget", r.setting.budget},
+                   {"ppl", r.ppl},
+                   {"mean_kl", r.setting.policy ? r.divergence.mean_kl() : 0.0},
+                   {"top1", r.setting.policy ? r.divergence.top1_agreement() : 1.0},
+                   {"recall", r.recall}});
+    std::ofstream(json_path) << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace agentkv::tools
