@@ -42,10 +42,10 @@ void load_keys(const memory::KvCache& kv, int layer, uint32_t stream, const std:
                    out.data() + static_cast<size_t>(p - p0) * static_cast<size_t>(n), n);
 }
 
+// The kernels' f32 dot product (SIMD at the CPU's level): scoring reads every key once per query.
 float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+  static const VecDotFn f32_dot = vec_dot_fn(GgmlType::F32);
+  return f32_dot(n, a, b);
 }
 
 std::vector<float> keydiff_scores(const Context& ctx, const EvictionRequest& r, const std::vector<uint32_t>& cells, int c0, int c1) {

@@ -532,6 +532,8 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
         {"n_pages_cached", index_ ? index_->pages_of(s.id).pages : 0},
         {"n_pages_shared", index_ ? index_->pages_of(s.id).shared : 0},
         {"session_id", s.session_id},
+        {"n_context_shifts", s.n_shifts},
+        {"n_tokens_evicted", s.n_evicted},
     });
   }
   return out;
@@ -1042,6 +1044,8 @@ bool Scheduler::shift_context(Slot& slot) {
   slot.shifted = true;
   ++metrics_.context_shifts_total;
   metrics_.evicted_tokens_total[static_cast<size_t>(policy)] += dropped.size();
+  ++slot.n_shifts;
+  slot.n_evicted += dropped.size();
   return true;
 }
 

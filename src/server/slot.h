@@ -33,6 +33,8 @@ struct Slot {
   // prefill of these tokens would compute, so they are never published and go when released.
   bool shifted = false;
   size_t shift_keep = 0;
+  uint64_t n_shifts = 0;    // context shifts of this slot since the server started (/slots)
+  uint64_t n_evicted = 0;   // ... and the positions they dropped
   uint64_t cache_salt = 0;  // salt of the task that filled the cache (prefix index and reuse)
   size_t published = 0;     // tokens of the cache already offered to the prefix index
   size_t tier_sent = 0;     // tokens of the cache whose full pages the page tier is known to hold

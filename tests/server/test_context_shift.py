@@ -69,6 +69,8 @@ def test_every_eviction_policy_keeps_generating_and_an_exact_front(tmp_path, pol
         assert metric(s, "evicted_tokens_positional_total") == 0
         assert "context shift (%s" % policy in s.log()
         assert "no recorded queries" not in s.log()  # snapkv had its observation window
+        _, slots = s.get("/slots")
+        assert slots[0]["n_context_shifts"] >= 2 and slots[0]["n_tokens_evicted"] == metric(s, "evicted_tokens_%s_total" % policy)
         again = greedy_completion(s, PROMPT, n_predict=6)
         if policy != "sinks":  # n_keep = -1 keeps the prompt whole: it is reused, exactly
             assert again["timings"]["cache_n"] == n_prompt - 1, again["timings"]
