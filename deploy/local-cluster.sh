@@ -23,6 +23,7 @@ done
 PATH="$PATH:/usr/sbin"
 command -v nginx >/dev/null || { echo "nginx is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
 work=$(mktemp -d /tmp/agentkv-cluster.XXXXXX)
+chmod 755 "$work"  # nginx workers run as nobody: they write large request bodies under it
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true; }
 trap cleanup EXIT INT TERM

@@ -88,26 +88,40 @@ std::vector<float> snapkv_scores(const Context& ctx, const EvictionRequest& r, c
   const float scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
   const uint32_t stream = kv.stream_of(r.seq);
   const uint32_t n_q = qw.count(r.seq);
-  std::vector<float> attn(static_cast<size_t>(c1 - c0), 0.f), keys, logits;
+  const size_t n_rows = static_cast<size_t>(n_q) * static_cast<size_t>(n_head);  // one softmax per (query, head)
+  std::vector<float> attn(static_cast<size_t>(c1 - c0), 0.f), keys, logits, mx(n_rows), sum(n_rows);
+  std::vector<int> seen(n_q);
+  for (uint32_t j = 0; j < n_q; ++j) seen[j] = std::min(r.n_past, static_cast<int>(qw.pos(r.seq, j)) + 1);  // causal
   for (int layer = 0; layer < static_cast<int>(kv.layout().layer_has_kv.size()); ++layer) {
     if (!kv.layer_has_kv(layer)) continue;
     load_keys(kv, layer, stream, cells, 0, r.n_past, keys);
-    for (uint32_t j = 0; j < n_q; ++j) {
-      const int seen = std::min(r.n_past, static_cast<int>(qw.pos(r.seq, j)) + 1);  // causal: keys up to its position
-      const float* q = qw.row(layer, r.seq, j);
-      for (int64_t h = 0; h < n_head; ++h) {
-        const int64_t g = h / rep;
-        logits.resize(static_cast<size_t>(seen));
-        float mx = -INFINITY;
-        for (int i = 0; i < seen; ++i) {
-          logits[static_cast<size_t>(i)] =
-              scale * dot(q + h * hd, keys.data() + static_cast<size_t>(i) * static_cast<size_t>(n_kv * hd) + static_cast<size_t>(g * hd), hd);
-          mx = std::max(mx, logits[static_cast<size_t>(i)]);
+    // Key-major passes: each key is read once while the window's queries stay in cache.
+    logits.assign(static_cast<size_t>(r.n_past) * n_rows, -INFINITY);
+    std::fill(mx.begin(), mx.end(), -INFINITY);
+    for (int i = 0; i < r.n_past; ++i) {
+      const float* k = keys.data() + static_cast<size_t>(i) * static_cast<size_t>(n_kv * hd);
+      float* row = logits.data() + static_cast<size_t>(i) * n_rows;
+      for (uint32_t j = 0; j < n_q; ++j) {
+        if (i >= seen[j]) continue;
+        const float* q = qw.row(layer, r.seq, j);
+        for (int64_t h = 0; h < n_head; ++h) {
+          const size_t at = static_cast<size_t>(j) * static_cast<size_t>(n_head) + static_cast<size_t>(h);
+          row[at] = scale * dot(q + h * hd, k + (h / rep) * hd, hd);
+          mx[at] = std::max(mx[at], row[at]);
         }
-        double sum = 0;
-        for (float& l : logits) sum += (l = std::exp(l - mx));
-        for (int i = c0; i < std::min(c1, seen); ++i) attn[static_cast<size_t>(i - c0)] += static_cast<float>(logits[static_cast<size_t>(i)] / sum);
       }
+    }
+    std::fill(sum.begin(), sum.end(), 0.f);
+    for (int i = 0; i < r.n_past; ++i) {
+      float* row = logits.data() + static_cast<size_t>(i) * n_rows;
+      for (size_t x = 0; x < n_rows; ++x) sum[x] += (row[x] = std::exp(row[x] - mx[x]));  // exp(-inf) = 0: unseen
+    }
+    for (float& x : sum) x = x > 0.f ? 1.f / x : 0.f;
+    for (int i = c0; i < c1; ++i) {
+      const float* row = logits.data() + static_cast<size_t>(i) * n_rows;
+      float a = 0.f;
+      for (size_t x = 0; x < n_rows; ++x) a += row[x] * sum[x];
+      attn[static_cast<size_t>(i - c0)] += a;
     }
   }
   // Neighbours of an attended position are kept with it (SnapKV's pooling keeps spans intact).

@@ -20,8 +20,7 @@ Json usage_json(const FinalResult& r) {
 }
 
 Json native_partial_json(const TokenEvent& t, const ResponseInfo& info) {
-  Json tokens = Json::array();
-  if (info.params.return_tokens && t.token >= 0) tokens.push_back(t.token);
+  Json tokens = info.params.return_tokens ? Json(t.tokens) : Json::array();
   Json j{
       {"index", info.index},
       {"content", t.text},
@@ -41,7 +40,7 @@ Json native_final_json(const FinalResult& r, const ResponseInfo& info) {
   Json j{
       {"index", info.index},
       {"content", streamed ? std::string() : r.content},
-      {"tokens", streamed ? std::vector<Token>() : r.tokens},
+      {"tokens", r.tokens},  // streamed: those no token event carried
       {"id_slot", r.id_slot},
       {"stop", true},
       {"model", info.model},

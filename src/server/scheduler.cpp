@@ -734,6 +734,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   slot.n_decoded = 0;
   slot.generated_text.clear();
   slot.generated_tokens.clear();
+  slot.tokens_sent = 0;
   slot.has_new_line = false;
   slot.t_start = Slot::Clock::now();
   if (!slot.fake_prefix) metrics_.prompt_tokens_cached_total += r.n_kept;
@@ -983,7 +984,8 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
   if (p.stream && !text.empty()) {
     TokenEvent ev;
     ev.text = text;
-    ev.token = id;
+    ev.tokens.assign(slot.generated_tokens.begin() + static_cast<std::ptrdiff_t>(slot.tokens_sent), slot.generated_tokens.end());
+    slot.tokens_sent = slot.generated_tokens.size();
     ev.n_decoded = slot.n_decoded;
     ev.id_slot = slot.id;
     ev.n_prompt = static_cast<int32_t>(slot.task->prompt.size());
@@ -1054,7 +1056,8 @@ void Scheduler::finish(Slot& slot, StopType stop, bool truncated) {
   truncated = truncated || slot.shifted;  // llama-server reports a shifted generation as truncated
   FinalResult r;
   r.content = slot.generated_text;
-  r.tokens = slot.generated_tokens;
+  r.tokens.assign(slot.generated_tokens.begin() + static_cast<std::ptrdiff_t>(slot.task->params.stream ? slot.tokens_sent : 0),
+                  slot.generated_tokens.end());
   r.stop = stop;
   r.stopping_word = stop == StopType::Word ? slot.stop_checker->matched() : "";
   r.truncated = truncated;

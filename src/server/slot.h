@@ -65,6 +65,7 @@ struct Slot {
   int32_t n_decoded = 0;
   std::string generated_text;
   std::vector<Token> generated_tokens;
+  size_t tokens_sent = 0;             // streamed: generated_tokens[0, tokens_sent) went out with token events
   bool has_new_line = false;
   Clock::time_point t_start;        // prompt processing began
   Clock::time_point t_first_token;  // first token sampled (prompt processing ended)

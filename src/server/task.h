@@ -54,7 +54,9 @@ struct PromptProgress {
 
 struct TokenEvent {
   std::string text;  // text released by this token (may be empty while a stop string is pending)
-  Token token = -1;
+  // Token ids released with this event (return_tokens): every one since the last event, also
+  // those whose text was empty or held back (a pending stop string, an incomplete UTF-8 character).
+  std::vector<Token> tokens;
   int32_t n_decoded = 0;
   int32_t id_slot = -1;
   int32_t n_prompt = 0;

@@ -37,6 +37,25 @@ def test_native_stream_timings_per_token_and_tokens(server):
         assert len(ev["tokens"]) == 1
 
 
+def test_a_stream_carries_every_token_id_even_while_text_is_held_back(server, reference):
+    """Token ids go out with the event that releases their text: none is lost while a stop string
+    is pending (text held back) or a token's text is empty; the final event carries what is left."""
+    prompt = reference[0]["prompt"]
+    body = {"prompt": prompt, **BODY, "n_predict": 16, "return_tokens": True}
+    _, plain = server.post("/completion", body)
+    _, _, pieces = server.stream("/completion", {**body, "stream": True})
+    # A stop string that starts with the third token's text but never matches: that text is held
+    # back until the next token shows it is not the stop string.
+    stop = pieces[2]["content"] + "\u0001"
+    _, whole = server.post("/completion", {**body, "stop": [stop]})
+    assert whole["tokens"] == plain["tokens"]
+    _, _, events = server.stream("/completion", {**body, "stop": [stop], "stream": True})
+    streamed = [t for ev in events for t in ev["tokens"]]
+    assert streamed == whole["tokens"], events
+    assert any(len(ev["tokens"]) > 1 for ev in events), events  # text was held back at least once
+    assert "".join(ev["content"] for ev in events) == whole["content"]
+
+
 def test_oai_completion_stream(server, reference):
     prompt = reference[3]["prompt"]
     _, whole = server.post("/v1/completions", {"prompt": prompt, **BODY})
