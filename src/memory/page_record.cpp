@@ -6,6 +6,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "memory/record_bytes.h"
+
 namespace agentkv::memory {
 namespace {
 
@@ -13,17 +15,8 @@ constexpr uint32_t kPageMagic = 0x50564b41;  // "AKVP" as bytes
 constexpr uint32_t kPageVersion = 1;
 constexpr size_t kHeaderBytes = 4 + 4 + 8 + 4 + 4 + 8;  // magic, version, hash, first_pos, n_tokens, cell bytes
 
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), p, p + sizeof v);
-}
-template <typename T>
-T get(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+using record_bytes::get;
+using record_bytes::put;
 
 }  // namespace
 

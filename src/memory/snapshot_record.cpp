@@ -7,6 +7,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "memory/record_bytes.h"
+
 namespace agentkv::memory {
 namespace {
 
@@ -14,17 +16,8 @@ constexpr uint32_t kSnapshotMagic = 0x4e534b41;  // "AKSN" as bytes
 constexpr uint32_t kSnapshotVersion = 1;
 constexpr size_t kHeaderBytes = 4 + 4 + 8 + 4 + 4;  // magic, version, key, pos, reserved
 
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), p, p + sizeof v);
-}
-template <typename T>
-T get(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+using record_bytes::get;
+using record_bytes::put;
 
 }  // namespace
 
