@@ -1030,11 +1030,18 @@ bool Scheduler::shift_context(Slot& slot) {
   req.n_recent = static_cast<int>(kSnapKvWindow);  // the scoring policies keep the newest tokens whole
   req.policy = policy;
   ctx_.apply_pending_shift();  // scores read the keys at their current positions
-  const std::vector<memory::Pos> dropped = choose_evictions(ctx_, req);
+  std::vector<memory::Pos> dropped;
+  try {
+    dropped = choose_evictions(ctx_, req);
+  } catch (const Error& e) {  // a sequence the scores cannot read (never expected): the positional rule
+    log_line("slot %d: %s: context shift falls back to positional", slot.id, e.what());
+    req.policy = EvictPolicy::Positional;
+    dropped = choose_evictions(ctx_, req);
+  }
   if (dropped.empty()) return false;
   const bool observed = ctx_.queries() && ctx_.queries()->count(slot.id) > 0;
   log_line("slot %d: context shift (%s%s): n_keep %d, n_left %d, n_discard %zu, dropped positions %d..%d", slot.id,
-           evict_policy_name(policy), policy == EvictPolicy::SnapKV && !observed ? ", no recorded queries: keydiff scores" : "",
+           evict_policy_name(req.policy), req.policy == EvictPolicy::SnapKV && !observed ? ", no recorded queries: keydiff scores" : "",
            n_keep, n_left, dropped.size(), dropped.front(), dropped.back());
   evict_positions(ctx_, slot.id, dropped, n_past);
   std::vector<Token> tokens = slot.cache.tokens();
@@ -1045,7 +1052,7 @@ bool Scheduler::shift_context(Slot& slot) {
   slot.shift_keep = slot.shifted ? std::min(slot.shift_keep, untouched) : untouched;
   slot.shifted = true;
   ++metrics_.context_shifts_total;
-  metrics_.evicted_tokens_total[static_cast<size_t>(policy)] += dropped.size();
+  metrics_.evicted_tokens_total[static_cast<size_t>(req.policy)] += dropped.size();
   ++slot.n_shifts;
   slot.n_evicted += dropped.size();
   return true;
