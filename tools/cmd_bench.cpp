@@ -164,7 +164,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
               "       agentkv bench --fake-prefix-op -m MODEL [-L 1024,8192,32768] [-r 50]\n"
               "       agentkv bench fakeprefix|turns|handoff --help   (docs/measurement.md)\n"
               "       agentkv bench grammar -m MODEL [--json-schema F | --grammar F] [-n 128] [-r 3] [-t 2]\n"
-              "       agentkv bench quality -m MODEL -f TEXT [--kv-types all] ...   (--help; docs/quality-bench.md)");
+              "       agentkv bench quality -m MODEL -f TEXT [--kv-types all] ...   (--help; docs/quality-bench.md)\n"
+              "       agentkv bench evict -m MODEL -f TEXT [--budgets 0.5,0.25] | --cost-depth D   (--help; docs/quality-bench.md)");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");
