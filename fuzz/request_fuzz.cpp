@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "server/agent_request.h"
 #include "server/anthropic_messages.h"
 #include "server/chat_formatter.h"
 #include "server/embeddings.h"
@@ -75,6 +76,17 @@ void other_shapes(const Json& j) {
   guarded([&] {
     const Json chat = responses_to_chat_request(j);
     if (g_chat) g_sink = g_sink + g_chat->apply(chat).size();
+  });
+  // The agent fields (grammar, json_schema, response_format, tools, tool_choice), as a chat
+  // handler reads them, for both tool-call formats.
+  guarded([&] {
+    check_known_fields(j, Endpoint::OaiChat);
+    CompletionParams params = parse_completion_params(j, 4, g_tok ? g_tok->n_vocab() : 1000);
+    parse_constraints(j, Endpoint::OaiChat, params);
+    for (ToolFormat f : {ToolFormat::Hermes, ToolFormat::QwenXml}) {
+      CompletionParams with_tools = params;
+      g_sink = g_sink + parse_chat_options(j, f, "<think>\n", with_tools).tools.size() + with_tools.grammar.triggers.size();
+    }
   });
   if (!g_tok) return;
   for (EmbeddingApi api : {EmbeddingApi::Native, EmbeddingApi::OpenAi})

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
+#include "server/json_fields.h"
 #include "server/server_error.h"
 
 namespace agentkv::server {
@@ -98,7 +99,7 @@ void parse_constraints(const Json& body, Endpoint e, CompletionParams& p) {
   if (has_field(body, "response_format")) {
     const Json& rf = body["response_format"];
     if (!rf.is_object()) throw invalid_request("field 'response_format' must be an object");
-    const std::string type = rf.value("type", "");
+    const std::string type = read_string(rf, "type", "");
     if (type == "json_object" || type == "json_schema") {
       if (!source.empty()) throw invalid_request("'response_format' cannot be combined with '" + source + "'");
       Json schema = Json{{"type", "object"}};
@@ -168,7 +169,7 @@ ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const s
     for (size_t i = 0; i < body["tools"].size(); ++i) {
       const Json& t = body["tools"][i];
       const std::string where = "tools[" + std::to_string(i) + "]";
-      if (!t.is_object() || t.value("type", "function") != "function" || !t.contains("function") || !t["function"].is_object())
+      if (!t.is_object() || read_string(t, "type", "function") != "function" || !t.contains("function") || !t["function"].is_object())
         throw invalid_request(where + " must be {\"type\": \"function\", \"function\": {...}}");
       const Json& fn = t["function"];
       if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty())
@@ -185,7 +186,7 @@ ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const s
       choice = tc.get<std::string>();
       if (choice != "none" && choice != "auto" && choice != "required")
         throw invalid_request("tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", ...}");
-    } else if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("function") &&
+    } else if (tc.is_object() && read_string(tc, "type", "") == "function" && tc.contains("function") &&
                tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string()) {
       choice = "function";
       name = tc["function"]["name"].get<std::string>();

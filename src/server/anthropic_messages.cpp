@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "server/json_fields.h"
 #include "server/tool_calls.h"
 
 namespace agentkv::server {
@@ -307,7 +308,7 @@ Json anthropic_to_chat_request(const Json& body, AnthropicEndpoint endpoint) {
   // Extended thinking maps onto the templates' enable_thinking switch (Qwen3 and kin).
   const Json& thinking = member(body, "thinking");
   if (!thinking.is_null()) {
-    const std::string type = thinking.is_object() ? thinking.value("type", "") : "";
+    const std::string type = thinking.is_object() ? read_string(thinking, "type", "") : "";
     if (type != "enabled" && type != "disabled")
       throw invalid_request("thinking must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
     if (!chat.contains("chat_template_kwargs")) chat["chat_template_kwargs"] = Json::object();

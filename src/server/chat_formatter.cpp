@@ -12,6 +12,14 @@ namespace {
 
 std::string token_text(const Tokenizer& tok, Token id) { return id >= 0 ? tok.token_to_piece(id, true) : ""; }
 
+// A message's role, or "" when it is not a string object field: the caller decides what that means
+// (normalize_message refuses it with a 400; Json::value would throw a type_error instead).
+std::string role_of(const Json& msg) {
+  if (!msg.is_object()) return "";
+  auto role = msg.find("role");
+  return role != msg.end() && role->is_string() ? role->get<std::string>() : "";
+}
+
 Json normalize_message(const Json& msg, size_t index, bool object_arguments) {
   const std::string where = "messages[" + std::to_string(index) + "]";
   if (!msg.is_object()) throw invalid_request(where + " must be an object");
@@ -74,7 +82,7 @@ std::string ChatFormatter::apply(const Json& body) const {
   if (messages == body.end() || !messages->is_array()) throw invalid_request("'messages' must be an array");
   if (messages->empty()) throw invalid_request("'messages' must not be empty");
   const Json& last = messages->back();
-  const bool last_is_assistant = last.is_object() && last.value("role", "") == "assistant";
+  const bool last_is_assistant = role_of(last) == "assistant";
   // add_generation_prompt defaults to true, but only an explicit true turns the prefill off.
   const bool generation_prompt_asked = read_bool(body, "add_generation_prompt", false);
   const bool generation_prompt = generation_prompt_asked || !has_field(body, "add_generation_prompt");
@@ -88,7 +96,7 @@ std::string ChatFormatter::apply(const Json& body) const {
     // Assistant prefill (llama-server's default): the answer continues the final assistant
     // message. The messages before it get the generation prompt; its text follows as is.
     const size_t n = messages->size();
-    if (n >= 2 && (*messages)[n - 2].is_object() && (*messages)[n - 2].value("role", "") == "assistant")
+    if (n >= 2 && role_of((*messages)[n - 2]) == "assistant")
       throw invalid_request("Cannot have 2 or more assistant messages at the end of the list.");
     if (last.contains("tool_calls") && !last["tool_calls"].is_null())
       throw invalid_request("a final assistant message with tool_calls cannot be continued: send the tool results");
@@ -102,7 +110,7 @@ std::string ChatFormatter::apply(const Json& body) const {
 std::optional<std::string> ChatFormatter::apply_leading_system(const Json& body) const {
   const Json& messages = body.at("messages");
   size_t n = 0;
-  while (n < messages.size() && messages[n].is_object() && messages[n].value("role", "") == "system") ++n;
+  while (n < messages.size() && role_of(messages[n]) == "system") ++n;
   if (n == 0 || n == messages.size()) return std::nullopt;
   try {
     return render(body, n, false);

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
+#include "server/json_fields.h"
 
 namespace agentkv::server {
 
@@ -400,8 +401,9 @@ std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string
         const std::string pp = prefix + "p" + std::to_string(k) + "-";
         std::string value;
         if (schema_is_string(&p.value()) && !p.value().contains("enum")) {
-          const int64_t min = p.value().value("minLength", 0);
-          const int64_t max = p.value().value("maxLength", -1);
+          // The grammar compiler caps repetition counts; a bad count is the client's 400.
+          const int64_t min = read_int(p.value(), "minLength", 0, 0, grammar::kMaxRepetition);
+          const int64_t max = read_int(p.value(), "maxLength", -1, min, grammar::kMaxRepetition);
           value = "[^<]" + std::string(max < 0 ? (min == 0 ? "*" : "{" + std::to_string(min) + ",}")
                                                : "{" + std::to_string(min) + "," + std::to_string(max) + "}");
         } else if (schema_is_string(&p.value())) {

@@ -39,6 +39,18 @@ def test_wrong_field_types(server):
     assert_error(server.post("/v1/chat/completions", {"messages": [{"content": "no role"}]}), 400,
                  "invalid_request_error", "role")
     assert_error(server.post("/detokenize", {"tokens": ["a"]}), 400, "invalid_request_error")
+    # A field of a JSON type nobody checked for used to escape as nlohmann's type_error (found by
+    # request_fuzz): each is a 400 naming the field.
+    assert_error(server.post("/v1/chat/completions", {"messages": [{"role": {"type": "object"}}]}), 400,
+                 "invalid_request_error", "role")
+    hi = [{"role": "user", "content": "hi"}]
+    assert_error(server.post("/v1/chat/completions", {"messages": hi, "response_format": {"type": [1]}}), 400,
+                 "invalid_request_error", "'type'")
+    assert_error(server.post("/v1/chat/completions", {"messages": hi, "tool_choice": {"type": 7}}), 400,
+                 "invalid_request_error", "'type'")
+    string_param = {"type": "object", "properties": {"a": {"type": "string", "minLength": "3"}}}
+    assert_error(server.post("/v1/chat/completions", {"messages": hi, "tool_choice": "required", "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": string_param}}]}), 400, "invalid_request_error")
     assert_error(server.post("/completion", {"prompt": "a", "repeat_penalty": 0}), 400, "invalid_request_error")
 
 
