@@ -63,9 +63,11 @@ const char* const kUsage =
     "  --embedding, --embeddings       an embedding server: /embedding, /embeddings, /v1/embeddings (completions 501)\n"
     "  --pooling none|mean|cls|last    how an input's token rows become one vector (default: the model's\n"
     "                                  <arch>.pooling_type, else none: per-token rows, native API only)\n"
-    "  --cache-dir DIR                 keep full KV pages on disk in DIR (dense models; docs/memory-semantics.md):\n"
+    "  --cache-dir DIR                 keep KV pages (and hybrid snapshots) on disk in DIR (docs/memory-semantics.md):\n"
     "                                  written as they fill, so a restarted server evaluates only what no run computed\n"
     "  --cache-dir-mib N               bound of --cache-dir, least recently used pages deleted beyond (default 8192)\n"
+    "  --cache-warm MiB                the warm tier: pages the KV pool gave up kept zstd-compressed in RAM, asked\n"
+    "                                  before the disk and Redis; lossless (default 0: none)\n"
     "  --batch-invariant               every token's result independent of its batch: a cached prompt gives the\n"
     "                                  bits of an uncached one (kernels/numerics.h; default: llama.cpp's numerics)\n"
     "  --no-share-prefixes             each slot reuses only pages it computed itself (default: one prefix index\n"
@@ -206,7 +208,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (!cfg.pooling.empty() && !agentkv::parse_pooling(cfg.pooling))
     throw std::invalid_argument("--pooling: expected none, mean, cls or last, not '" + cfg.pooling + "'");
   const long long cache_dir_mib = a.num("--cache-dir-mib", "", 8192);
+  const long long cache_warm_mib = a.num("--cache-warm", "", 0);
   a.finish();
+  if (cache_warm_mib < 0 || cache_warm_mib > (1ll << 24)) throw std::invalid_argument("--cache-warm must be in [0, 16777216]");
+  cfg.cache_warm_bytes = static_cast<uint64_t>(cache_warm_mib) << 20;
   if (cache_dir_mib < 1 || cache_dir_mib > (1ll << 30)) throw std::invalid_argument("--cache-dir-mib must be in [1, 1073741824]");
   cfg.cache_dir_bytes = static_cast<uint64_t>(cache_dir_mib) << 20;
   if (!cfg.cache_redis.empty()) agentkv::server::parse_redis_url(cfg.cache_redis);  // a bad URL fails here, not later

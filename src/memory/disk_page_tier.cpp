@@ -58,23 +58,18 @@ std::optional<std::vector<uint8_t>> read_file(const fs::path& path) {
 
 }  // namespace
 
-DiskPageTier::DiskPageTier(DiskTierConfig cfg) : cfg_(std::move(cfg)) {
+DiskPageTier::DiskPageTier(DiskTierConfig cfg)
+    : cfg_(std::move(cfg)),
+      queue_(cfg_.max_queued_bytes, [this](uint64_t hash, std::vector<uint8_t>& record) { write(hash, record); }) {
   std::error_code ec;
   fs::create_directories(cfg_.dir, ec);
   if (ec || !fs::is_directory(cfg_.dir))
     throw Error("--cache-dir: cannot create the folder '" + cfg_.dir.string() + "': " + ec.message());
+  std::lock_guard<std::mutex> lock(mutex_);
   index_folder();
-  thread_ = std::thread([this] { writer(); });
 }
 
-DiskPageTier::~DiskPageTier() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+DiskPageTier::~DiskPageTier() = default;
 
 fs::path DiskPageTier::record_path(uint64_t hash) const { return cfg_.dir / (hex(hash) + kRecordSuffix); }
 
@@ -101,32 +96,13 @@ void DiskPageTier::index_folder() {
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first < b.first : a.second.first < b.second.first;
   });
-  for (const auto& f : found) note_written(f.second.first, f.second.second);
+  for (const auto& f : found) files_.insert(f.second.first, f.second.second);
   stats_.pages_found_at_start = files_.size();
   evict_over_budget();
 }
 
-void DiskPageTier::note_written(uint64_t hash, uint64_t bytes) {
-  if (auto it = files_.find(hash); it != files_.end()) erase_entry(hash);
-  lru_.push_back(hash);
-  files_[hash] = OnDisk{bytes, std::prev(lru_.end())};
-  stats_.pages_on_disk = files_.size();
-  stats_.bytes_on_disk += bytes;
-}
-
-void DiskPageTier::erase_entry(uint64_t hash) {
-  const auto it = files_.find(hash);
-  if (it == files_.end()) return;
-  stats_.bytes_on_disk -= it->second.bytes;
-  lru_.erase(it->second.lru);
-  files_.erase(it);
-  stats_.pages_on_disk = files_.size();
-}
-
 void DiskPageTier::evict_over_budget() {
-  while (stats_.bytes_on_disk > cfg_.max_bytes && !lru_.empty()) {
-    const uint64_t victim = lru_.front();
-    erase_entry(victim);
+  for (uint64_t victim : files_.evict_over(cfg_.max_bytes)) {
     std::error_code ec;
     fs::remove(record_path(victim), ec);
     ++stats_.pages_evicted;
@@ -136,47 +112,31 @@ void DiskPageTier::evict_over_budget() {
 void DiskPageTier::put(uint64_t hash, std::vector<uint8_t> record) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (files_.count(hash) || queued_.count(hash)) return;
-    if (queued_bytes_ + record.size() > cfg_.max_queued_bytes) {
-      ++stats_.writes_dropped;
-      return;
-    }
-    queued_bytes_ += record.size();
-    ++queued_[hash];
-    queue_.emplace_back(hash, std::move(record));
+    if (files_.contains(hash)) return;
   }
-  cv_.notify_all();
+  if (queue_.queued(hash)) return;
+  if (!queue_.push(hash, std::move(record))) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.writes_dropped;
+  }
 }
 
-void DiskPageTier::writer() {
-  const std::string temp_tag = "." + std::to_string(::getpid()) + kTempSuffix;
-  std::unique_lock<std::mutex> lock(mutex_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and everything queued is written
-    auto [hash, record] = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
-    lock.unlock();
-    // Written beside its final name, then renamed: a reader sees the whole record or none.
-    const fs::path final_path = record_path(hash);
-    const fs::path temp_path = cfg_.dir / (hex(hash) + temp_tag);
-    bool ok = write_file(temp_path, record);
-    std::error_code ec;
-    if (ok) fs::rename(temp_path, final_path, ec);
-    if (!ok || ec) fs::remove(temp_path, ec);
-    lock.lock();
-    queued_bytes_ -= record.size();
-    if (--queued_[hash] == 0) queued_.erase(hash);
-    if (ok && !ec) {
-      note_written(hash, record.size());
-      ++stats_.pages_written;
-      evict_over_budget();
-    } else {
-      ++stats_.write_errors;
-    }
-    writing_ = false;
-    cv_.notify_all();
+void DiskPageTier::write(uint64_t hash, const std::vector<uint8_t>& record) {
+  // Written beside its final name, then renamed: a reader sees the whole record or none.
+  static const std::string temp_tag = "." + std::to_string(::getpid()) + kTempSuffix;
+  const fs::path final_path = record_path(hash);
+  const fs::path temp_path = cfg_.dir / (hex(hash) + temp_tag);
+  bool ok = write_file(temp_path, record);
+  std::error_code ec;
+  if (ok) fs::rename(temp_path, final_path, ec);
+  if (!ok || ec) fs::remove(temp_path, ec);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ok && !ec) {
+    files_.insert(hash, record.size());
+    ++stats_.pages_written;
+    evict_over_budget();
+  } else {
+    ++stats_.write_errors;
   }
 }
 
@@ -185,9 +145,8 @@ std::vector<std::optional<std::vector<uint8_t>>> DiskPageTier::get(std::span<con
   for (size_t i = 0; i < hashes.size(); ++i) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      const auto it = files_.find(hashes[i]);
-      if (it == files_.end()) continue;
-      lru_.splice(lru_.end(), lru_, it->second.lru);  // used: the last to be evicted
+      if (!files_.contains(hashes[i])) continue;
+      files_.touch(hashes[i]);  // used: the last to be evicted
     }
     out[i] = read_file(record_path(hashes[i]));
     std::lock_guard<std::mutex> lock(mutex_);
@@ -195,7 +154,7 @@ std::vector<std::optional<std::vector<uint8_t>>> DiskPageTier::get(std::span<con
       ++stats_.pages_read;
     } else {  // deleted or unreadable behind our back: forget it, it will be written again
       ++stats_.read_errors;
-      erase_entry(hashes[i]);
+      files_.erase(hashes[i]);
     }
   }
   return out;
@@ -203,13 +162,14 @@ std::vector<std::optional<std::vector<uint8_t>>> DiskPageTier::get(std::span<con
 
 bool DiskPageTier::holds(uint64_t hash) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return files_.count(hash) > 0 || queued_.count(hash) > 0;
+  if (files_.contains(hash)) return true;
+  return queue_.queued(hash);
 }
 
 void DiskPageTier::forget(uint64_t hash) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!files_.count(hash)) return;
-  erase_entry(hash);
+  if (!files_.contains(hash)) return;
+  files_.erase(hash);
   std::error_code ec;
   fs::remove(record_path(hash), ec);
   ++stats_.pages_forgotten;
@@ -218,13 +178,12 @@ void DiskPageTier::forget(uint64_t hash) {
 DiskTierStats DiskPageTier::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   DiskTierStats s = stats_;
-  s.writes_pending = queue_.size() + (writing_ ? 1 : 0);
+  s.writes_pending = queue_.pending();
+  s.pages_on_disk = files_.size();
+  s.bytes_on_disk = files_.bytes();
   return s;
 }
 
-void DiskPageTier::flush() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
-}
+void DiskPageTier::flush() { queue_.flush(); }
 
 }  // namespace agentkv::memory

@@ -7,17 +7,14 @@
 // The folder is bounded: beyond max_bytes the least recently used records are deleted.
 // docs/memory-semantics.md, "Page tiers", has the format and the guarantees.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <filesystem>
-#include <list>
 #include <mutex>
 #include <string>
-#include <thread>
-#include <unordered_map>
 
 #include "memory/page_tier.h"
+#include "memory/record_lru.h"
+#include "memory/record_queue.h"
 
 namespace agentkv::memory {
 
@@ -56,28 +53,15 @@ class DiskPageTier final : public PageTier {
   std::filesystem::path record_path(uint64_t hash) const;
 
  private:
-  struct OnDisk {
-    uint64_t bytes = 0;
-    std::list<uint64_t>::iterator lru;  // position in lru_ (front: least recently used)
-  };
-  void writer();
+  void write(uint64_t hash, const std::vector<uint8_t>& record);  // on queue_'s thread
   void index_folder();
-  void note_written(uint64_t hash, uint64_t bytes);  // mutex_ held
-  void evict_over_budget();                         // mutex_ held
-  void erase_entry(uint64_t hash);                  // mutex_ held; the file is the caller's
+  void evict_over_budget();  // mutex_ held
 
   DiskTierConfig cfg_;
-  mutable std::mutex mutex_;  // everything below
-  std::condition_variable cv_;
-  std::deque<std::pair<uint64_t, std::vector<uint8_t>>> queue_;
-  std::unordered_map<uint64_t, size_t> queued_;  // hash -> times queued (holds() during the write)
-  size_t queued_bytes_ = 0;
-  bool writing_ = false;
-  bool stopping_ = false;
-  std::unordered_map<uint64_t, OnDisk> files_;
-  std::list<uint64_t> lru_;
+  mutable std::mutex mutex_;  // files_ and stats_
+  RecordLru files_;           // the records on disk
   DiskTierStats stats_;
-  std::thread thread_;
+  RecordQueue queue_;  // last: destroyed (and drained) first
 };
 
 }  // namespace agentkv::memory

@@ -40,6 +40,7 @@
 #include "server/prompt_align.h"
 #include "memory/disk_page_tier.h"
 #include "memory/page_tier_stack.h"
+#include "memory/warm_page_tier.h"
 #include "gguf/gguf.h"
 #include "server/embeddings.h"
 #include "server/infill.h"
@@ -139,7 +140,8 @@ void note_timings(const Timings& t) {
 
 // Everything that exists once the model is loaded.
 struct Engine {
-  // The page tiers outlive the scheduler, which sends pages to them (disk first, then Redis).
+  // The page tiers outlive the scheduler, which sends pages to them (warm RAM first, then disk, then Redis).
+  std::unique_ptr<memory::WarmPageTier> warm_tier;
   std::unique_ptr<memory::DiskPageTier> disk_tier;
   std::unique_ptr<RedisPageTier> redis_tier;
   std::unique_ptr<memory::PageTierStack> tiers;
@@ -510,9 +512,17 @@ bool HttpServer::load() {
                sc.kv_budget > 0 ? std::min(sc.kv_budget, n_positions) : n_positions, evict_policy_name(sc.kv_evict));
     }
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
-    if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty()) {
+    if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty() || cfg_.cache_warm_bytes > 0) {
       // Hybrid models' recurrent snapshots go to the same tiers as their pages.
       std::vector<memory::PageTier*> stack;
+      if (cfg_.cache_warm_bytes > 0) {
+        memory::WarmTierConfig wc;
+        wc.max_bytes = cfg_.cache_warm_bytes;
+        e->warm_tier = std::make_unique<memory::WarmPageTier>(wc);
+        log_line("warm page tier: up to %.0f MiB of compressed page records in RAM",
+                 static_cast<double>(wc.max_bytes) / (1 << 20));
+        stack.push_back(e->warm_tier.get());
+      }
       if (!cfg_.cache_dir.empty()) {
         memory::DiskTierConfig dc;
         dc.dir = cfg_.cache_dir;
@@ -1354,9 +1364,8 @@ void HttpServer::metrics(Response& res) {
   if (!cfg_.metrics)
     throw HttpError(ErrorType::NotSupported, "This server does not support metrics endpoint. Start it with `--metrics`");
   std::string text = prometheus_text(engine_->scheduler->metrics());
-  if (engine_->disk_tier) {
-    text += prometheus_text(engine_->disk_tier->stats());
-  }
+  if (engine_->warm_tier) text += prometheus_text(engine_->warm_tier->stats());
+  if (engine_->disk_tier) text += prometheus_text(engine_->disk_tier->stats());
   res.set_content(text, "text/plain; version=0.0.4");
 }
 

@@ -114,4 +114,28 @@ std::string prometheus_text(const memory::DiskTierStats& d) {
   return out;
 }
 
+std::string prometheus_text(const memory::WarmTierStats& w) {
+  std::string out;
+  auto num = [](auto v) { return static_cast<double>(v); };
+  add_metric(out, "gauge", "warm_tier_pages", "KV page records held compressed in RAM (--cache-warm).", num(w.pages));
+  add_metric(out, "gauge", "warm_tier_bytes", "Compressed bytes of those records.", num(w.bytes));
+  add_metric(out, "gauge", "warm_tier_record_bytes", "Their bytes uncompressed.", num(w.raw_bytes));
+  add_metric(out, "gauge", "warm_tier_stores_pending", "Records waiting to be compressed.", num(w.pending));
+  add_metric(out, "counter", "warm_tier_pages_stored_total", "Records compressed and kept.", num(w.pages_stored));
+  add_metric(out, "counter", "warm_tier_stores_dropped_total", "Records dropped: too many waiting, or larger than the tier.",
+             num(w.stores_dropped));
+  add_metric(out, "counter", "warm_tier_pages_evicted_total", "Records dropped to stay within --cache-warm.",
+             num(w.pages_evicted));
+  add_metric(out, "counter", "warm_tier_pages_forgotten_total", "Records dropped after their reader refused them.",
+             num(w.pages_forgotten));
+  add_metric(out, "counter", "warm_tier_hits_total", "Records asked for and found.", num(w.hits));
+  add_metric(out, "counter", "warm_tier_misses_total", "Records asked for and not held.", num(w.misses));
+  add_metric(out, "counter", "warm_tier_compress_seconds_total", "Time spent compressing records.", w.compress_seconds);
+  add_metric(out, "counter", "warm_tier_load_seconds_total", "Time spent decompressing records asked for.",
+             w.decompress_seconds);
+  add_metric(out, "counter", "warm_tier_loaded_bytes_total", "Record bytes produced by those loads.",
+             num(w.bytes_decompressed));
+  return out;
+}
+
 }  // namespace agentkv::server

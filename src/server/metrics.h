@@ -6,6 +6,7 @@
 #include <string>
 
 #include "memory/disk_page_tier.h"
+#include "memory/warm_page_tier.h"
 
 namespace agentkv::server {
 
@@ -52,5 +53,6 @@ struct MetricsSnapshot {
 std::string prometheus_text(const MetricsSnapshot& m);
 // The disk page tier's figures (--cache-dir), appended to the above when it is on.
 std::string prometheus_text(const memory::DiskTierStats& d);
+std::string prometheus_text(const memory::WarmTierStats& w);
 
 }  // namespace agentkv::server

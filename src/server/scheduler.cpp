@@ -299,7 +299,7 @@ bool Scheduler::adopt_tier_page(const Slot& slot, std::span<const Token> usable,
                             [&](std::span<const uint32_t> cells) { memory::write_page_rows(kv, *page, cells); });
 }
 
-size_t Scheduler::fetch_from_tier(const Slot& slot, std::span<const Token> prompt) {
+size_t Scheduler::fetch_from_tier(Slot& slot, std::span<const Token> prompt) {
   if (!tier_ || !index_ || prompt.size() < 2) return 0;
   const uint64_t salt = page_salt(slot);
   const size_t P = cfg_.page_tokens;
@@ -311,6 +311,16 @@ size_t Scheduler::fetch_from_tier(const Slot& slot, std::span<const Token> promp
   if (full < chain.size()) {
     const std::vector<uint64_t> wanted(chain.begin() + static_cast<std::ptrdiff_t>(full), chain.end());
     const auto records = tier_->get(wanted);
+    size_t reach = full;
+    while (reach - full < records.size() && records[reach - full]) ++reach;
+    // The pool may be full of the slot's own cache (another conversation): when the tier gives
+    // more of this prompt than that cache does, the slot lets it go (its pages stay indexed, as
+    // unused, evictable pages) so the fetched ones find cells. attach_shared would drop it anyway.
+    if (reach * P > own_reuse_estimate(slot, prompt) && slot.cache.size() > 0) {
+      const uint64_t cache_salt = slot.cache_salt;
+      wipe(slot);
+      slot.cache_salt = cache_salt;
+    }
     for (size_t i = 0; i < records.size() && records[i]; ++i, ++full, ++fetched)
       if (!adopt_tier_page(slot, usable, salt, full * P, P, wanted[i], *records[i])) break;
   }

@@ -153,7 +153,7 @@ class Scheduler {
   void send_to_tier(Slot& slot, bool with_tail);
   void send_snapshot_to_tier(Slot& slot);  // hybrid: the snapshot just taken at the slot's end, with its pages
   void finish_embedding(Slot& slot);  // embedding servers: the prompt is read; pool and answer
-  size_t fetch_from_tier(const Slot& slot, std::span<const Token> prompt);
+  size_t fetch_from_tier(Slot& slot, std::span<const Token> prompt);
   // The record of tokens usable[first, first + len) under this key, verified and indexed.
   bool adopt_tier_page(const Slot& slot, std::span<const Token> usable, uint64_t salt, size_t first, size_t len,
                        uint64_t key, std::span<const uint8_t> bytes);

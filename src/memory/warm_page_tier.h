@@ -1,0 +1,67 @@
+// The warm tier (`--cache-warm MiB`, issue 17): page records kept compressed in this process's RAM,
+// the first tier asked, before the disk and Redis. A page the hot pool gave up for another prompt
+// comes back from here in a decompression instead of a prefill or a disk read. Lossless: a record
+// fetched is the record stored, so outputs equal a run that kept every page hot (the compression
+// is zstd over the record's bytes split into planes: the high bytes of f16 values, mostly sign and
+// exponent, compress where the whole values do not). Records are compressed on a background thread;
+// beyond max_bytes of compressed records the least recently used are dropped.
+// docs/memory-semantics.md, "Page tiers", has the model.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "memory/page_tier.h"
+#include "memory/record_lru.h"
+#include "memory/record_queue.h"
+
+namespace agentkv::memory {
+
+struct WarmTierConfig {
+  uint64_t max_bytes = 1ull << 30;       // compressed records beyond this: least recently used dropped
+  size_t max_queued_bytes = 256u << 20;  // records waiting to be compressed beyond this are dropped
+  int zstd_level = 1;                    // the fastest level: the store runs beside the prefill
+};
+
+struct WarmTierStats {
+  uint64_t pages = 0, bytes = 0, raw_bytes = 0;  // held now: compressed and record sizes
+  uint64_t pages_stored = 0, stores_dropped = 0, pages_evicted = 0, pages_forgotten = 0;
+  uint64_t hits = 0, misses = 0;
+  uint64_t pending = 0;  // waiting to be compressed
+  double compress_seconds = 0, decompress_seconds = 0;  // total time spent
+  uint64_t bytes_decompressed = 0;                      // record bytes produced by gets
+};
+
+// The codec, exposed for tests and the bench: the plane split then zstd; decode returns nullopt
+// for bytes that are not an encoding (it never throws).
+std::vector<uint8_t> encode_warm_record(const std::vector<uint8_t>& record, int zstd_level);
+std::optional<std::vector<uint8_t>> decode_warm_record(const std::vector<uint8_t>& encoded);
+
+class WarmPageTier final : public PageTier {
+ public:
+  explicit WarmPageTier(WarmTierConfig cfg);
+  ~WarmPageTier() override;
+
+  void put(uint64_t hash, std::vector<uint8_t> record) override;
+  std::vector<std::optional<std::vector<uint8_t>>> get(std::span<const uint64_t> hashes) override;
+  bool holds(uint64_t hash) const override;
+  void forget(uint64_t hash) override;
+
+  WarmTierStats stats() const;
+  void flush();  // waits until every record put is compressed (tests, the bench)
+
+ private:
+  void store(uint64_t hash, const std::vector<uint8_t>& record);  // on queue_'s thread
+
+  const WarmTierConfig cfg_;
+  mutable std::mutex mutex_;  // everything below but queue_
+  RecordLru order_;
+  std::unordered_map<uint64_t, std::vector<uint8_t>> encoded_;
+  uint64_t raw_bytes_ = 0;
+  WarmTierStats stats_;
+  RecordQueue queue_;  // last: destroyed (and drained) first
+};
+
+}  // namespace agentkv::memory
