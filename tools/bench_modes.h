@@ -10,6 +10,7 @@ int bench_turns(Args& args);       // agentkv bench turns
 int bench_handoff(Args& args);     // agentkv bench handoff
 int bench_grammar(Args& args);     // agentkv bench grammar (constrained decoding speed)
 int bench_quality(Args& args);     // agentkv bench quality (PPL, KL, pass-key recall per KV type)
+int bench_tiers(Args& args);       // agentkv bench tiers (page tiers: store and load bandwidth against a cold prefill)
 int bench_evict(Args& args);       // agentkv bench evict (eviction policies: KL, recall at KV budgets; scoring cost)
 
 }  // namespace agentkv::tools

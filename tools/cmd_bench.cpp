@@ -143,9 +143,11 @@ int bench_fake_prefix_op(Args& a) {
 }
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  if (!argv.empty() && (argv[0] == "grammar" || argv[0] == "quality" || argv[0] == "evict")) {
+  if (!argv.empty() && (argv[0] == "grammar" || argv[0] == "quality" || argv[0] == "evict" || argv[0] == "tiers")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));
-    return argv[0] == "grammar" ? bench_grammar(sub) : argv[0] == "quality" ? bench_quality(sub) : bench_evict(sub);
+    if (argv[0] == "grammar") return bench_grammar(sub);
+    if (argv[0] == "quality") return bench_quality(sub);
+    return argv[0] == "evict" ? bench_evict(sub) : bench_tiers(sub);
   }
   if (!argv.empty() && (argv[0] == "fakeprefix" || argv[0] == "turns" || argv[0] == "handoff")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));  // measurement benches: bench_*.cpp
@@ -165,7 +167,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
               "       agentkv bench fakeprefix|turns|handoff --help   (docs/measurement.md)\n"
               "       agentkv bench grammar -m MODEL [--json-schema F | --grammar F] [-n 128] [-r 3] [-t 2]\n"
               "       agentkv bench quality -m MODEL -f TEXT [--kv-types all] ...   (--help; docs/quality-bench.md)\n"
-              "       agentkv bench evict -m MODEL -f TEXT [--budgets 0.5,0.25] | --cost-depth D   (--help; docs/quality-bench.md)");
+              "       agentkv bench evict -m MODEL -f TEXT [--budgets 0.5,0.25] | --cost-depth D   (--help; docs/quality-bench.md)\n"
+              "       agentkv bench tiers -m MODEL [-d 2048] [--drop-caches]   (page tiers' store / load bandwidth; --help)");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");

@@ -169,3 +169,12 @@ def test_speed_bench_without_split_reports_no_fractions():
     assert r.returncode == 0, r.stdout + r.stderr
     (x,) = json.loads(r.stdout)["results"]
     assert "matmul_fraction" not in x
+
+
+def test_tiers_give_every_page_back_and_report_each_tier(tmp_path):
+    r = bench("tiers", "-m", MODEL, "-d", "256", "--dir", str(tmp_path / "pages"))
+    assert r.returncode == 0, r.stdout + r.stderr  # it fails when a page does not come back byte for byte
+    assert "256 tokens: 16 pages" in r.stdout
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| warm") or line.startswith("| disk")]
+    assert [row.split("|")[1].strip() for row in rows] == ["warm RAM (zstd -1, byte planes)", "disk, page cache warm"]
+    assert 0 < float(rows[0].split("|")[3]) < 1  # compressed
