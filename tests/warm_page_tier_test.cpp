@@ -35,24 +35,24 @@ TEST(WarmPageTier, TheCodecGivesBackEveryByteAndRefusesOtherBytes) {
     std::vector<uint8_t> raw(n);
     std::mt19937 rng(static_cast<unsigned>(n));
     for (auto& b : raw) b = static_cast<uint8_t>(rng());
-    const std::vector<uint8_t> enc = encode_warm_record(raw, 1);
-    const auto dec = decode_warm_record(enc);
+    const std::vector<uint8_t> enc = make_exact_warm_codec()->encode(raw);
+    const auto dec = make_exact_warm_codec()->decode(enc);
     ASSERT_TRUE(dec) << n;
     EXPECT_EQ(*dec, raw) << n;
     // Damaged encodings are refused, never returned as a record of other bytes.
     std::vector<uint8_t> cut(enc.begin(), enc.end() - 1);
-    EXPECT_FALSE(decode_warm_record(cut)) << n;
+    EXPECT_FALSE(make_exact_warm_codec()->decode(cut)) << n;
     std::vector<uint8_t> foreign = enc;
     foreign[0] ^= 1;
-    EXPECT_FALSE(decode_warm_record(foreign)) << n;
+    EXPECT_FALSE(make_exact_warm_codec()->decode(foreign)) << n;
   }
-  EXPECT_FALSE(decode_warm_record({}));
+  EXPECT_FALSE(make_exact_warm_codec()->decode({}));
 }
 
 TEST(WarmPageTier, F16ValuesCompress) {
   const std::vector<uint8_t> raw = f16_record(2, 64 * 1024);
-  const std::vector<uint8_t> enc = encode_warm_record(raw, 1);
-  EXPECT_EQ(*decode_warm_record(enc), raw);
+  const std::vector<uint8_t> enc = make_exact_warm_codec()->encode(raw);
+  EXPECT_EQ(*make_exact_warm_codec()->decode(enc), raw);
   // Gaussian f16 (sigma 1.5): the high byte holds ~6 bits of entropy of its 8 (sign, a narrow
   // exponent, 2 mantissa bits), the low byte is noise: ~0.88 at best; zstd -1 reaches ~0.92.
   EXPECT_LT(static_cast<double>(enc.size()), 0.95 * static_cast<double>(raw.size()));
@@ -81,7 +81,7 @@ TEST(WarmPageTier, RandomOperationsAgreeWithAnLruReference) {
         tier.put(hash, record);
         tier.flush();
         if (fresh) {
-          encoded_size[hash] = encode_warm_record(record, cfg.zstd_level).size();
+          encoded_size[hash] = make_exact_warm_codec()->encode(record).size();
           model_bytes += encoded_size[hash];
           model[hash] = std::move(record);
           lru.push_back(hash);

@@ -67,7 +67,9 @@ const char* const kUsage =
     "                                  written as they fill, so a restarted server evaluates only what no run computed\n"
     "  --cache-dir-mib N               bound of --cache-dir, least recently used pages deleted beyond (default 8192)\n"
     "  --cache-warm MiB                the warm tier: pages the KV pool gave up kept zstd-compressed in RAM, asked\n"
-    "                                  before the disk and Redis; lossless (default 0: none)\n"
+    "                                  before the disk and Redis (default 0: none)\n"
+    "  --cache-warm-type exact|q8_0|q4_0  how the warm tier holds K/V: exact (lossless, default) or requantized\n"
+    "                                  (smaller, changes outputs: BENCHMARKS.md \"Issue 17: page tiers\")\n"
     "  --batch-invariant               every token's result independent of its batch: a cached prompt gives the\n"
     "                                  bits of an uncached one (kernels/numerics.h; default: llama.cpp's numerics)\n"
     "  --no-share-prefixes             each slot reuses only pages it computed itself (default: one prefix index\n"
@@ -209,6 +211,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
     throw std::invalid_argument("--pooling: expected none, mean, cls or last, not '" + cfg.pooling + "'");
   const long long cache_dir_mib = a.num("--cache-dir-mib", "", 8192);
   const long long cache_warm_mib = a.num("--cache-warm", "", 0);
+  cfg.cache_warm_type = a.str("--cache-warm-type", "", "exact");
+  if (cfg.cache_warm_type != "exact" && cfg.cache_warm_type != "q8_0" && cfg.cache_warm_type != "q4_0")
+    throw std::invalid_argument("--cache-warm-type: exact, q8_0 or q4_0, not '" + cfg.cache_warm_type + "'");
   a.finish();
   if (cache_warm_mib < 0 || cache_warm_mib > (1ll << 24)) throw std::invalid_argument("--cache-warm must be in [0, 16777216]");
   cfg.cache_warm_bytes = static_cast<uint64_t>(cache_warm_mib) << 20;

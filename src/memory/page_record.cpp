@@ -22,10 +22,10 @@ using record_bytes::put;
 
 size_t page_cell_bytes(const KvCache& kv) { return kv.n_kv_layers() * (kv.row_bytes_k() + kv.row_bytes_v()); }
 
-std::vector<uint8_t> encode_page(const KvCache& kv, uint64_t hash, uint32_t first_pos, std::span<const int32_t> tokens,
-                                 std::span<const uint32_t> cells) {
-  if (tokens.size() != cells.size()) throw std::logic_error("page record: one cell per token");
-  const size_t cell_bytes = page_cell_bytes(kv);
+namespace {
+
+// The header and tokens; the caller appends the rows, then put_checksum.
+std::vector<uint8_t> start_record(uint64_t hash, uint32_t first_pos, std::span<const int32_t> tokens, size_t cell_bytes) {
   std::vector<uint8_t> out;
   out.reserve(kHeaderBytes + tokens.size() * (4 + cell_bytes) + 8);
   put(out, kPageMagic);
@@ -35,6 +35,25 @@ std::vector<uint8_t> encode_page(const KvCache& kv, uint64_t hash, uint32_t firs
   put(out, static_cast<uint32_t>(tokens.size()));
   put(out, static_cast<uint64_t>(cell_bytes));
   for (int32_t t : tokens) put(out, t);
+  return out;
+}
+
+void put_checksum(std::vector<uint8_t>& out) { put(out, static_cast<uint64_t>(XXH64(out.data(), out.size(), 0))); }
+
+}  // namespace
+
+std::vector<uint8_t> encode_page_record(const PageRecord& page, size_t cell_bytes) {
+  if (page.rows.size() != page.tokens.size() * cell_bytes) throw std::logic_error("page record: rows do not match the tokens");
+  std::vector<uint8_t> out = start_record(page.hash, page.first_pos, page.tokens, cell_bytes);
+  out.insert(out.end(), page.rows.begin(), page.rows.end());
+  put_checksum(out);
+  return out;
+}
+
+std::vector<uint8_t> encode_page(const KvCache& kv, uint64_t hash, uint32_t first_pos, std::span<const int32_t> tokens,
+                                 std::span<const uint32_t> cells) {
+  if (tokens.size() != cells.size()) throw std::logic_error("page record: one cell per token");
+  std::vector<uint8_t> out = start_record(hash, first_pos, tokens, page_cell_bytes(kv));
   const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
   const int n_layers = static_cast<int>(kv.layout().layer_has_kv.size());
   for (uint32_t cell : cells)
@@ -45,11 +64,15 @@ std::vector<uint8_t> encode_page(const KvCache& kv, uint64_t hash, uint32_t firs
       out.insert(out.end(), k, k + rk);
       out.insert(out.end(), v, v + rv);
     }
-  put(out, static_cast<uint64_t>(XXH64(out.data(), out.size(), 0)));
+  put_checksum(out);
   return out;
 }
 
 std::optional<PageRecord> decode_page(const KvCache& kv, std::span<const uint8_t> bytes) {
+  return decode_page(bytes, page_cell_bytes(kv));
+}
+
+std::optional<PageRecord> decode_page(std::span<const uint8_t> bytes, size_t expected_cell_bytes) {
   if (bytes.size() < kHeaderBytes + 8) return std::nullopt;
   const uint8_t* p = bytes.data();
   if (get<uint32_t>(p) != kPageMagic || get<uint32_t>(p + 4) != kPageVersion) return std::nullopt;
@@ -58,7 +81,7 @@ std::optional<PageRecord> decode_page(const KvCache& kv, std::span<const uint8_t
   r.first_pos = get<uint32_t>(p + 16);
   const uint32_t n = get<uint32_t>(p + 20);
   const uint64_t cell_bytes = get<uint64_t>(p + 24);
-  if (cell_bytes != page_cell_bytes(kv) || n == 0 || n > (1u << 20)) return std::nullopt;
+  if (cell_bytes != expected_cell_bytes || n == 0 || n > (1u << 20)) return std::nullopt;
   const size_t want = kHeaderBytes + static_cast<size_t>(n) * (4 + cell_bytes) + 8;
   if (bytes.size() != want) return std::nullopt;
   if (get<uint64_t>(p + want - 8) != XXH64(p, want - 8, 0)) return std::nullopt;

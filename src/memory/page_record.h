@@ -27,6 +27,10 @@ std::vector<uint8_t> encode_page(const KvCache& kv, uint64_t hash, uint32_t firs
                                  std::span<const uint32_t> cells);
 // nullopt unless `bytes` is a whole, intact record whose rows fit this cache's layout.
 std::optional<PageRecord> decode_page(const KvCache& kv, std::span<const uint8_t> bytes);
+// The same for rows of cell_bytes bytes per cell (a record of rows in another KV type: the warm tier).
+std::optional<PageRecord> decode_page(std::span<const uint8_t> bytes, size_t cell_bytes);
+// The record of a decoded page whose rows are cell_bytes per cell.
+std::vector<uint8_t> encode_page_record(const PageRecord& page, size_t cell_bytes);
 // Writes a record's rows into cells (one per token, stream 0); the cell table is the caller's.
 void write_page_rows(KvCache& kv, const PageRecord& page, std::span<const uint32_t> cells);
 

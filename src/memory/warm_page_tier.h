@@ -1,13 +1,14 @@
 // The warm tier (`--cache-warm MiB`, issue 17): page records kept compressed in this process's RAM,
 // the first tier asked, before the disk and Redis. A page the hot pool gave up for another prompt
-// comes back from here in a decompression instead of a prefill or a disk read. Lossless: a record
-// fetched is the record stored, so outputs equal a run that kept every page hot (the compression
-// is zstd over the record's bytes split into planes: the high bytes of f16 values, mostly sign and
-// exponent, compress where the whole values do not). Records are compressed on a background thread;
-// beyond max_bytes of compressed records the least recently used are dropped.
+// comes back from here in a decompression instead of a prefill or a disk read. How a record is
+// held is its codec's (memory/warm_codec.h): exact by default (a record fetched is the record
+// stored, so outputs equal a run that kept every page hot), or K/V rows requantized to a smaller
+// type. Records are encoded on a background thread; beyond max_bytes of encodings the least
+// recently used are dropped.
 // docs/memory-semantics.md, "Page tiers", has the model.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -16,13 +17,14 @@
 #include "memory/page_tier.h"
 #include "memory/record_lru.h"
 #include "memory/record_queue.h"
+#include "memory/warm_codec.h"
 
 namespace agentkv::memory {
 
 struct WarmTierConfig {
   uint64_t max_bytes = 1ull << 30;       // compressed records beyond this: least recently used dropped
   size_t max_queued_bytes = 256u << 20;  // records waiting to be compressed beyond this are dropped
-  int zstd_level = 1;                    // the fastest level: the store runs beside the prefill
+  std::shared_ptr<const WarmCodec> codec;  // null: the exact codec
 };
 
 struct WarmTierStats {
@@ -33,11 +35,6 @@ struct WarmTierStats {
   double compress_seconds = 0, decompress_seconds = 0;  // total time spent
   uint64_t bytes_decompressed = 0;                      // record bytes produced by gets
 };
-
-// The codec, exposed for tests and the bench: the plane split then zstd; decode returns nullopt
-// for bytes that are not an encoding (it never throws).
-std::vector<uint8_t> encode_warm_record(const std::vector<uint8_t>& record, int zstd_level);
-std::optional<std::vector<uint8_t>> decode_warm_record(const std::vector<uint8_t>& encoded);
 
 class WarmPageTier final : public PageTier {
  public:
@@ -56,9 +53,11 @@ class WarmPageTier final : public PageTier {
   void store(uint64_t hash, const std::vector<uint8_t>& record);  // on queue_'s thread
 
   const WarmTierConfig cfg_;
+  const std::shared_ptr<const WarmCodec> codec_;
   mutable std::mutex mutex_;  // everything below but queue_
   RecordLru order_;
-  std::unordered_map<uint64_t, std::vector<uint8_t>> encoded_;
+  // Shared, so a get decodes outside the lock without copying the encoding.
+  std::unordered_map<uint64_t, std::shared_ptr<const std::vector<uint8_t>>> encoded_;
   uint64_t raw_bytes_ = 0;
   WarmTierStats stats_;
   RecordQueue queue_;  // last: destroyed (and drained) first

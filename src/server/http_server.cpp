@@ -518,9 +518,12 @@ bool HttpServer::load() {
       if (cfg_.cache_warm_bytes > 0) {
         memory::WarmTierConfig wc;
         wc.max_bytes = cfg_.cache_warm_bytes;
+        const memory::KvCache* kv = e->ctx->memory().kv();
+        if (cfg_.cache_warm_type == "exact" || !kv) wc.codec = memory::make_exact_warm_codec();  // no K/V: nothing to requantize
+        else wc.codec = memory::make_requantizing_warm_codec(*kv, cfg_.cache_warm_type == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
+        log_line("warm page tier: up to %.0f MiB of page records in RAM, %s", static_cast<double>(wc.max_bytes) / (1 << 20),
+                 wc.codec->name().c_str());
         e->warm_tier = std::make_unique<memory::WarmPageTier>(wc);
-        log_line("warm page tier: up to %.0f MiB of compressed page records in RAM",
-                 static_cast<double>(wc.max_bytes) / (1 << 20));
         stack.push_back(e->warm_tier.get());
       }
       if (!cfg_.cache_dir.empty()) {

@@ -44,6 +44,7 @@ struct ServerConfig {
   std::string cache_dir;             // folder of the disk page tier (restarts find their pages); empty: none
   uint64_t cache_dir_bytes = 8ull << 30;  // the disk tier's bound
   uint64_t cache_warm_bytes = 0;     // --cache-warm: compressed page records kept in RAM; 0: no warm tier
+  std::string cache_warm_type = "exact";  // --cache-warm-type: exact, or the KV type rows are requantized to
   bool context_shift = false;        // --context-shift: generation at n_ctx drops the middle and goes on
   std::string kv_evict = "positional";  // --kv-evict: which positions a shift drops (engine/retention.h)
   uint32_t kv_budget = 0;            // --kv-budget TOKENS: shift a generating sequence at this size (0: at n_ctx)

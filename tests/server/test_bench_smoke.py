@@ -173,8 +173,14 @@ def test_speed_bench_without_split_reports_no_fractions():
 
 def test_tiers_give_every_page_back_and_report_each_tier(tmp_path):
     r = bench("tiers", "-m", MODEL, "-d", "256", "--dir", str(tmp_path / "pages"))
-    assert r.returncode == 0, r.stdout + r.stderr  # it fails when a page does not come back byte for byte
+    # It fails by itself when an exact tier's page does not come back byte for byte, or its probe moved.
+    assert r.returncode == 0, r.stdout + r.stderr
     assert "256 tokens: 16 pages" in r.stdout
-    rows = [line for line in r.stdout.splitlines() if line.startswith("| warm") or line.startswith("| disk")]
-    assert [row.split("|")[1].strip() for row in rows] == ["warm RAM (zstd -1, byte planes)", "disk, page cache warm"]
-    assert 0 < float(rows[0].split("|")[3]) < 1  # compressed
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in r.stdout.splitlines()
+            if line.startswith("| warm") or line.startswith("| disk")]
+    assert [row[0] for row in rows] == ["warm RAM, exact (zstd -1, byte planes)", "warm RAM, q8_0 (requantized K/V rows)",
+                                        "warm RAM, q4_0 (requantized K/V rows)", "disk, page cache warm"]
+    ratio = [float(row[2]) for row in rows]
+    assert 0 < ratio[0] < 1 and 0.5 < ratio[1] < 0.56 and 0.26 < ratio[2] < 0.31 and ratio[3] == 1
+    kl = [float(row[7].split("/")[0]) for row in rows]
+    assert kl[0] == 0 and kl[3] == 0 and 0 < kl[1] < kl[2]  # exact tiers move nothing; 4 bits move more than 8

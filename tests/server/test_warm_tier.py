@@ -56,6 +56,20 @@ def test_pages_the_pool_gave_up_come_back_from_the_warm_tier(tmp_path, kind):
         warm.stop()
 
 
+def test_a_requantizing_warm_tier_gives_pages_back_smaller(tmp_path):
+    s = Server(tmp_path / "s", "-np", "1", "-c", "512", "--metrics", "--cache-warm", "64", "--cache-warm-type", "q8_0")
+    try:
+        assert "warm page tier: up to 64 MiB of page records in RAM, q8_0 (requantized K/V rows)" in s.log()
+        _, turn2, a2 = displaced_conversation(s)
+        held = 18 * P + 8 - 1
+        assert turn2["timings"]["cache_n"] == held, (turn2["timings"], s.log())
+        assert turn2["timings"]["prompt_n"] == len(a2) - held
+        # q8_0 rows: 34 bytes per 32 values against f16's 64 (a record's header and tokens aside).
+        assert metric(s, "warm_tier_bytes") < 0.56 * metric(s, "warm_tier_record_bytes")
+    finally:
+        s.stop()
+
+
 def test_the_warm_tier_stays_within_its_bound(tmp_path):
     s = Server(tmp_path / "s", "-np", "1", "--cache-warm", "1", "--metrics")
     try:
