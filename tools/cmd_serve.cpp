@@ -65,7 +65,7 @@ const char* const kUsage =
     "                                  <arch>.pooling_type, else none: per-token rows, native API only)\n"
     "  --cache-dir DIR                 keep KV pages (and hybrid snapshots) on disk in DIR (docs/memory-semantics.md):\n"
     "                                  written as they fill, so a restarted server evaluates only what no run computed\n"
-    "  --cache-dir-mib N               bound of --cache-dir, least recently used pages deleted beyond (default 8192)\n"
+    "  --cache-dir-mib, --cache-disk N bound of --cache-dir in MiB, least recently used pages deleted beyond (default 8192)\n"
     "  --cache-warm MiB                the warm tier: pages the KV pool gave up kept zstd-compressed in RAM, asked\n"
     "                                  before the disk and Redis (default 0: none)\n"
     "  --cache-warm-type exact|q8_0|q4_0  how the warm tier holds K/V: exact (lossless, default) or requantized\n"
@@ -209,7 +209,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.pooling = a.str("--pooling", "", "");
   if (!cfg.pooling.empty() && !agentkv::parse_pooling(cfg.pooling))
     throw std::invalid_argument("--pooling: expected none, mean, cls or last, not '" + cfg.pooling + "'");
-  const long long cache_dir_mib = a.num("--cache-dir-mib", "", 8192);
+  const long long cache_dir_mib = a.num("--cache-dir-mib", "--cache-disk", 8192);
   const long long cache_warm_mib = a.num("--cache-warm", "", 0);
   cfg.cache_warm_type = a.str("--cache-warm-type", "", "exact");
   if (cfg.cache_warm_type != "exact" && cfg.cache_warm_type != "q8_0" && cfg.cache_warm_type != "q4_0")

@@ -37,17 +37,13 @@ void WarmPageTier::store(uint64_t hash, const std::vector<uint8_t>& record) {
     ++stats_.stores_dropped;
     return;
   }
-  if (auto old = encoded_.find(hash); old != encoded_.end()) {
-    raw_bytes_ -= WarmCodec::record_size(*old->second);
-    encoded_.erase(old);
-  }
+  erase(hash);
   order_.insert(hash, encoded.size());
   raw_bytes_ += record.size();
   encoded_[hash] = std::make_shared<const std::vector<uint8_t>>(std::move(encoded));
   ++stats_.pages_stored;
   for (uint64_t victim : order_.evict_over(cfg_.max_bytes)) {
-    raw_bytes_ -= WarmCodec::record_size(*encoded_[victim]);
-    encoded_.erase(victim);
+    erase(victim);
     ++stats_.pages_evicted;
   }
 }
@@ -75,7 +71,8 @@ std::vector<std::optional<std::vector<uint8_t>>> WarmPageTier::get(std::span<con
       ++stats_.hits;
       stats_.bytes_decompressed += out[i]->size();
     } else {
-      ++stats_.misses;
+      ++stats_.misses;  // cannot happen for the tier's own encodings; dropped so it is not tried again
+      if (const auto it = encoded_.find(hashes[i]); it != encoded_.end() && it->second == encoded) erase(hashes[i]);
     }
   }
   return out;
@@ -88,12 +85,16 @@ bool WarmPageTier::holds(uint64_t hash) const {
 
 void WarmPageTier::forget(uint64_t hash) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (erase(hash)) ++stats_.pages_forgotten;
+}
+
+bool WarmPageTier::erase(uint64_t hash) {
   const auto it = encoded_.find(hash);
-  if (it == encoded_.end()) return;
+  if (it == encoded_.end()) return false;
   raw_bytes_ -= WarmCodec::record_size(*it->second);
   encoded_.erase(it);
   order_.erase(hash);
-  ++stats_.pages_forgotten;
+  return true;
 }
 
 WarmTierStats WarmPageTier::stats() const {

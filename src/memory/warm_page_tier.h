@@ -51,6 +51,7 @@ class WarmPageTier final : public PageTier {
 
  private:
   void store(uint64_t hash, const std::vector<uint8_t>& record);  // on queue_'s thread
+  bool erase(uint64_t hash);  // mutex_ held; false when not held
 
   const WarmTierConfig cfg_;
   const std::shared_ptr<const WarmCodec> codec_;
