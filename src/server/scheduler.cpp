@@ -616,6 +616,9 @@ void Scheduler::assign_queued() {
 }
 
 void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice& choice) {
+  // The prompt's time starts here: bringing pages in from a tier is part of it (a turn served
+  // from the tiers shows what it cost in prompt_ms, not only in the client's TTFT).
+  const Slot::Clock::time_point t_launch = Slot::Clock::now();
   const CompletionParams& p = task->params;
   const std::vector<Token>& prompt = task->prompt;
   if (prompt.empty() || prompt.size() >= cfg_.n_ctx) {  // the HTTP layer refuses these first
@@ -746,7 +749,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   slot.generated_tokens.clear();
   slot.tokens_sent = 0;
   slot.has_new_line = false;
-  slot.t_start = Slot::Clock::now();
+  slot.t_start = t_launch;
   if (!slot.fake_prefix) metrics_.prompt_tokens_cached_total += r.n_kept;
   if (p.cache_prompt && !slot.fake_prefix) {
     metrics_.prefix_cache_queries_total += prompt.size();
