@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <list>
 #include <map>
 #include <random>
@@ -126,6 +128,45 @@ TEST(WarmPageTier, AFullQueueDropsInsteadOfBlocking) {
   tier.flush();
   EXPECT_FALSE(tier.holds(1));
   EXPECT_EQ(tier.stats().stores_dropped, 1u);
+}
+
+}  // namespace
+}  // namespace agentkv::memory
+
+namespace agentkv::memory {
+namespace {
+
+// A record counts as held from its put on, while the background thread encodes it and after:
+// holds() never goes false in between (the scheduler would send it again), and gets from another
+// thread meanwhile see it or nothing, never other bytes.
+TEST(WarmPageTier, ARecordIsHeldFromItsPutOnWhileOthersRead) {
+  WarmTierConfig cfg;
+  cfg.max_bytes = 64ull << 20;  // nothing is evicted
+  WarmPageTier tier(cfg);
+  std::atomic<bool> done{false};
+  std::atomic<int> wrong{0};
+  std::thread reader([&] {
+    std::mt19937 rng(5);
+    while (!done.load()) {
+      const uint64_t h = rng() % 400;
+      const std::vector<uint64_t> ask{h};
+      const auto got = tier.get(ask);
+      if (got[0] && *got[0] != f16_record(h, 300)) ++wrong;
+    }
+  });
+  for (uint64_t h = 0; h < 400; ++h) {
+    tier.put(h, f16_record(h, 300));
+    for (uint64_t k = h >= 5 ? h - 5 : 0; k <= h; ++k) ASSERT_TRUE(tier.holds(k)) << k;  // the last few: mostly still queued
+  }
+  tier.flush();
+  done = true;
+  reader.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(tier.stats().pages, 400u);
+  for (uint64_t h = 0; h < 400; ++h) {
+    const std::vector<uint64_t> ask{h};
+    ASSERT_EQ(*tier.get(ask)[0], f16_record(h, 300)) << h;
+  }
 }
 
 }  // namespace
