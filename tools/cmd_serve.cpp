@@ -217,6 +217,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   a.finish();
   if (cache_warm_mib < 0 || cache_warm_mib > (1ll << 24)) throw std::invalid_argument("--cache-warm must be in [0, 16777216]");
   cfg.cache_warm_bytes = static_cast<uint64_t>(cache_warm_mib) << 20;
+  if (cfg.cache_warm_type != "exact" && cfg.cache_warm_bytes == 0)
+    throw std::invalid_argument("--cache-warm-type " + cfg.cache_warm_type + " needs --cache-warm MiB");
   if (cache_dir_mib < 1 || cache_dir_mib > (1ll << 30)) throw std::invalid_argument("--cache-dir-mib must be in [1, 1073741824]");
   cfg.cache_dir_bytes = static_cast<uint64_t>(cache_dir_mib) << 20;
   if (!cfg.cache_redis.empty()) agentkv::server::parse_redis_url(cfg.cache_redis);  // a bad URL fails here, not later

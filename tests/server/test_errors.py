@@ -139,3 +139,9 @@ def test_startup_failures_exit_with_a_message(tmp_path):
     bad_type = subprocess.run([_find_binary(), "serve", "-m", "x.gguf", "-ctk", "q6_K"], capture_output=True,
                               text=True, timeout=30)
     assert bad_type.returncode == 1 and "unsupported cache type" in bad_type.stderr
+    for args, message in ((["--cache-warm-type", "q8_0"], "--cache-warm-type q8_0 needs --cache-warm MiB"),
+                          (["--cache-warm", "8", "--cache-warm-type", "q5"], "exact, q8_0 or q4_0, not 'q5'"),
+                          (["--cache-warm", "-1"], "--cache-warm must be in")):
+        refused = subprocess.run([_find_binary(), "serve", "-m", "x.gguf", *args], capture_output=True, text=True,
+                                 timeout=30)
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
