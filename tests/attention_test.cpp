@@ -124,10 +124,12 @@ AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<fl
 }
 
 // llama.cpp's kernel choice: >= 64 query rows over an F16/F32 cache (K and V alike) run the
-// tiled kernel, which keeps Q in F32; otherwise Q is first converted to vec_dot_type(K).
+// tiled kernel, which keeps Q in F32; otherwise Q is first converted to vec_dot_type(K). A cache
+// with one of agentkv's own types (tq4, tq3) has no llama.cpp order and is tiled too.
 bool uses_tiled_kernel(const Case& c) {
-  return c.n_tokens >= 64 && c.k_type == c.v_type &&
-         (c.k_type == GgmlType::F16 || c.k_type == GgmlType::F32);
+  const bool own_type = ggml_type_info(c.k_type).agentkv_only || ggml_type_info(c.v_type).agentkv_only;
+  return c.n_tokens >= 64 && ((c.k_type == c.v_type && (c.k_type == GgmlType::F16 || c.k_type == GgmlType::F32)) ||
+                              own_type);
 }
 
 // The precision Q carries into the K dot products. Q8_1 holds the same values as Q8_0 (same
@@ -333,12 +335,13 @@ TEST(Attention, EveryCompiledCpuTargetMatchesReference) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
-    for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0}) {
+    for (GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16, GgmlType::Q8_0, GgmlType::TQ4, GgmlType::TQ3}) {
       for (int64_t n_tokens : {int64_t{3}, int64_t{64}}) {
         Case c;
         c.n_head_kv = 1;
         c.n_head = 2;
-        c.head_dim = 96;  // not a multiple of every vector width: exercises the tails
+        // not a multiple of every vector width: exercises the tails (tq blocks are 64 wide)
+        c.head_dim = ggml_type_info(type).block_size == 64 ? 128 : 96;
         c.n_tokens = n_tokens;
         c.n_kv = 100;
         c.k_type = c.v_type = type;

@@ -50,6 +50,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/numerics.h"
 #include "kernels/quant.h"
+#include "kernels/quant_blocks.h"
 
 // Shared by every target's copy of this file: the plan of one call.
 #ifndef AGENTKV_ATTENTION_PLAN_DEFINED
@@ -872,7 +873,86 @@ void RowToF32(const uint8_t* src, bool f16, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
 }
 
-// The tiled algorithm for tokens [t0, t1), KV head g (K, V both F16 or both F32). Rows are
+#if HWY_TARGET != HWY_SCALAR
+// tq4 / tq3 rows as dequantize_row gives them (d * level, the same float products), 16 codebook
+// indices at a time: a byte shuffle looks the int8 levels up, then they are widened and scaled.
+// The tiled kernel converts every K/V row of a tile once per unit; the scalar table walk made
+// that a third of a tq prefill.
+using D8 = hn::CappedTag<uint8_t, 16>;
+
+HWY_INLINE void ScaleLevels(const int8_t* levels, float d, float* dst) {
+  const DF df;
+  const hn::Rebind<int32_t, DF> di32;
+  const hn::Rebind<int8_t, DF> di8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vd = hn::Set(df, d);
+  for (int64_t i = 0; i < kQKTQ; i += N) {
+    hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, levels + i))), vd), df, dst + i);
+  }
+}
+
+void DequantizeTQ4(const uint8_t* src, float* dst, int64_t n) {
+  const D8 d8;
+  const auto table = hn::LoadU(d8, reinterpret_cast<const uint8_t*>(kTQ4Levels));
+  const auto low = hn::Set(d8, uint8_t{0x0F});
+  alignas(64) int8_t levels[kQKTQ];
+  const auto* blocks = reinterpret_cast<const BlockTQ4*>(src);
+  for (int64_t b = 0; b < n / kQKTQ; ++b, dst += kQKTQ) {
+    const auto& x = blocks[b];
+    for (int j = 0; j < kQKTQ / 2; j += 16) {  // element j: low nibble of qs[j]; j + 32: high nibble
+      const auto q = hn::LoadU(d8, x.qs + j);
+      hn::StoreU(hn::TableLookupBytes(table, hn::And(q, low)), d8, reinterpret_cast<uint8_t*>(levels + j));
+      hn::StoreU(hn::TableLookupBytes(table, hn::ShiftRight<4>(q)), d8, reinterpret_cast<uint8_t*>(levels + 32 + j));
+    }
+    ScaleLevels(levels, fp16_to_fp32(x.d), dst);
+  }
+}
+
+void DequantizeTQ3(const uint8_t* src, float* dst, int64_t n) {
+  const D8 d8;
+  alignas(16) uint8_t table_bytes[16] = {};
+  std::memcpy(table_bytes, kTQ3Levels, 8);
+  const auto table = hn::Load(d8, table_bytes);
+  alignas(16) static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const auto bit = hn::Load(d8, kBit);
+  const auto two_bits = hn::Set(d8, uint8_t{3});
+  const auto four = hn::Set(d8, uint8_t{4});
+  alignas(64) int8_t levels[kQKTQ];
+  alignas(16) uint8_t high[16];
+  const auto* blocks = reinterpret_cast<const BlockTQ3*>(src);
+  for (int64_t b = 0; b < n / kQKTQ; ++b, dst += kQKTQ) {
+    const auto& x = blocks[b];
+    auto q = hn::LoadU(d8, x.qs);
+    for (int k = 0; k < 4; ++k) {  // elements 16k + j: bits 2k of qs[j], bit 16k + j of qh
+      std::memset(high, x.qh[2 * k], 8);
+      std::memset(high + 8, x.qh[2 * k + 1], 8);
+      const auto has_high = hn::Ne(hn::And(hn::Load(d8, high), bit), hn::Zero(d8));
+      const auto idx = hn::Or(hn::And(q, two_bits), hn::IfThenElseZero(has_high, four));
+      hn::StoreU(hn::TableLookupBytes(table, idx), d8, reinterpret_cast<uint8_t*>(levels + 16 * k));
+      q = hn::ShiftRight<2>(q);
+    }
+    ScaleLevels(levels, fp16_to_fp32(x.d), dst);
+  }
+}
+#endif
+
+// One head slice of a K or V row as f32 for the tile loop: F32 rows are read in place, F16 rows
+// widened, quantized rows (agentkv's own types: see tiled_kv in attention()) dequantized into `scratch`.
+HWY_INLINE const float* TileRow(GgmlType type, const uint8_t* src, float* scratch, int64_t n) {
+  switch (type) {
+    case GgmlType::F32: return reinterpret_cast<const float*>(src);
+    case GgmlType::F16: RowToF32(src, true, scratch, n); break;
+#if HWY_TARGET != HWY_SCALAR
+    case GgmlType::TQ4: DequantizeTQ4(src, scratch, n); break;
+    case GgmlType::TQ3: DequantizeTQ3(src, scratch, n); break;
+#endif
+    default: dequantize_row(type, src, scratch, n);
+  }
+  return scratch;
+}
+
+// The tiled algorithm for tokens [t0, t1), KV head g (K, V both F16 or both F32, or either one an
+// agentkv-private quantized type: see tiled_kv in attention()). Rows are
 // head-major, each head's tokens padded to whole vectors (row = head * slots + token), so a row
 // vector belongs to one head and its mask values are one row of the transposed mask block.
 void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
@@ -880,7 +960,6 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   const int64_t D = plan.head_dim;
   const int64_t G = plan.group;
   const int64_t T = t1 - t0;
-  const bool f16 = a.k_type == GgmlType::F16;
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t slots = (T + N - 1) / N * N;  // token slots per head
@@ -949,15 +1028,8 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     for (int64_t j = 0; j < nk; ++j) {
       const uint8_t* kb = a.k_rows[c0 + j] + k_off;
       const uint8_t* vb = a.v_rows[c0 + j] + v_off;
-      if (f16) {
-        RowToF32(kb, true, kf + j * D, D);
-        RowToF32(vb, true, vf + j * D, D);
-        keys[j] = kf + j * D;
-        values[j] = vf + j * D;
-      } else {
-        keys[j] = reinterpret_cast<const float*>(kb);
-        values[j] = reinterpret_cast<const float*>(vb);
-      }
+      keys[j] = TileRow(a.k_type, kb, kf + j * D, D);
+      values[j] = TileRow(a.v_type, vb, vf + j * D, D);
     }
     for (int64_t j = nk; j < key_slots; ++j) keys[j] = kf + kKeyTile * D;  // zeros
 
@@ -1173,11 +1245,15 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   plan.q_type = vec_dot_type(args.k_type);
   plan.q_head_bytes = ggml_row_size(plan.q_type, plan.head_dim);
 
-  const bool same_plain_kv = args.k_type == args.v_type &&
-                             (args.k_type == GgmlType::F16 || args.k_type == GgmlType::F32);
+  // llama.cpp tiles only caches whose K and V are both F16 or both F32 (its order is followed for
+  // every type it has); a cache with one of agentkv's own types has no llama.cpp order to follow
+  // and is tiled too, its rows dequantized once per tile (issue 16: prefill no slower than F16).
+  const bool own_type = ggml_type_info(args.k_type).agentkv_only || ggml_type_info(args.v_type).agentkv_only;
+  const bool tiled_kv = (args.k_type == args.v_type &&
+                              (args.k_type == GgmlType::F16 || args.k_type == GgmlType::F32)) || own_type;
   std::vector<float> partials;
   const bool invariant = batch_invariant();  // one algorithm per row, whatever the batch
-  if ((args.n_tokens >= kTiledMinTokens || invariant) && same_plain_kv) {
+  if ((args.n_tokens >= kTiledMinTokens || invariant) && tiled_kv) {
     plan.mode = Mode::kTiled;
     // Units of (token block, KV head); smaller blocks when that leaves threads idle.
     int64_t tpu = std::max(kTiledMinTokensPerUnit, kTiledRowsPerUnit / plan.group);
