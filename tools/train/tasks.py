@@ -18,6 +18,7 @@ class TaskMaker:
         self.stream = stream  # the training split as one token list, documents separated by EOT
         self.eot = enc.special("<|endoftext|>")
         self.random_copy_share = 0.0  # share of copy spans made of random tokens
+        self.repeat_alphabet = 16  # repeat(): how many distinct token ids one sequence draws from
 
     def text(self, rng, n):
         start = rng.randrange(0, len(self.stream) - n - 1)
@@ -88,11 +89,23 @@ class TaskMaker:
             toks[again:again + span] = toks[first:first + span]
         return toks
 
+    def repeat(self, rng, length):
+        """A random pattern of 8 ... length/2 tokens repeated to the end: every token after the first
+        period is predicted only by finding the same context earlier — at a distance that changes
+        from sequence to sequence, so no positional head can do it, only induction. Each sequence
+        draws its pattern from `repeat_alphabet` ids chosen at random from the whole vocabulary: a
+        small alphabet makes the circuit form within ~100 steps (stage 5, docs/trained-model.md),
+        and ids from everywhere make it a circuit for any token."""
+        period = rng.randrange(8, max(9, length // 2 + 1))
+        ids = rng.sample(range(self.eot), min(self.repeat_alphabet, self.eot))
+        pattern = [rng.choice(ids) for _ in range(period)]
+        return (pattern * (length // period + 1))[:length]
+
     def sample(self, rng, length, mix):
-        """mix: shares of (plain, pass-key, key-value[, copy[, random copy]]); the rest of 1 goes to
-        the last."""
+        """mix: shares of (plain, pass-key, key-value[, copy[, random copy[, repeat]]]); the rest of 1
+        goes to the last."""
         r = rng.random()
-        makers = [self.plain, self.passkey, self.key_values, self.copy, self.random_copy][:len(mix)]
+        makers = [self.plain, self.passkey, self.key_values, self.copy, self.random_copy, self.repeat][:len(mix)]
         for share, make in zip(mix, makers):
             if r < share:
                 return make(rng, length)
