@@ -38,7 +38,8 @@ def main(log_path, svg_path):
         out.append(f'<text x="{pad - 6}" y="{y(v, y_max) + 4:.1f}" text-anchor="end">{v}</text>')
     for r in (0, 0.5, 1.0):
         out.append(f'<text x="{w - pad + 6}" y="{y(r, 1.0) + 4:.1f}" fill="#c33">{r:.1f}</text>')
-    for s in range(0, x_max + 1, max(1, x_max // 6 // 50 * 50)):
+    tick = next(t for t in (10, 20, 25, 50, 100, 200, 250, 500, 1000, 10 ** 9) if x_max / t <= 8)
+    for s in range(0, x_max + 1, tick):
         out.append(f'<text x="{x(s):.1f}" y="{h - pad + 16}" text-anchor="middle">{s}</text>')
     pts = " ".join(f"{x(s):.1f},{y(v, y_max):.1f}" for s, v in zip(steps, losses))
     out.append(f'<polyline points="{pts}" fill="none" stroke="#246" stroke-width="1.5"/>')
