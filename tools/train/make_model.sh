@@ -2,7 +2,7 @@
 # Rebuilds the committed trained model (docs/trained-model.md) from Debian's files:
 #   tools/train/make_model.sh [OUT_DIR]   (default: trained/agentkv-tiny)
 # Installs what training needs (Debian packages only; CI's setup does not), trains on 1 thread
-# (~40 min on a 2-core VM; the other core stays usable), writes the F16 GGUF with agentkv's own
+# (~25 min on a 2-core VM; the other core stays usable), writes the F16 GGUF with agentkv's own
 # writer and checks that agentkv computes what PyTorch computes.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -21,14 +21,10 @@ if ((${#need[@]})); then
 fi
 [[ -x "$root/build/agentkv" ]] || { cmake -S "$root" -B "$root/build" -G Ninja && ninja -C "$root/build" agentkv; }
 
-# Stages 6 and 7 of train.py's STAGES: the tokenizer, then a fresh model with a seeded (and held)
-# retrieval circuit trained on text and retrieval tasks, then more retrieval answers and longer
-# sequences from its weights (docs/trained-model.md; stages 1-5 are the earlier attempts, kept so
-# their runs can be reproduced).
-/usr/bin/python3 "$here/train.py" --out "$scratch/stage6" --stage 6 --seed 1 --threads 1
-/usr/bin/python3 "$here/train.py" --out "$scratch" --stage 7 --init "$scratch/stage6" --seed 2 --threads 1
-mv "$scratch/stage6/train_log.tsv" "$scratch/train_log_stage6.tsv"
-mv "$scratch/stage6/summary.json" "$scratch/summary_stage6.json"
+# Stage 6 of train.py's STAGES: the tokenizer, then a fresh model with a seeded (and held) retrieval
+# circuit trained on text and retrieval tasks (docs/trained-model.md; stages 1-5 are the earlier
+# attempts, kept so their runs can be reproduced).
+/usr/bin/python3 "$here/train.py" --out "$scratch" --stage 6 --seed 1 --threads 1
 "$root/build/agentkv" mkmodel --shape "$scratch/shape.json" --weights "$scratch/weights" \
   --tokenizer "$scratch/tokenizer.json" -o "$scratch/model.gguf"
 /usr/bin/python3 "$here/check_export.py" --out "$scratch" --gguf "$scratch/model.gguf" --agentkv "$root/build/agentkv"
@@ -44,7 +40,5 @@ PY
 
 mkdir -p "$out"
 cp "$scratch"/{model.gguf,tokenizer.json,tokenizer_config.json,shape.json,heldout.txt,train_log.tsv,summary.json} "$out/"
-cp "$scratch"/{train_log_stage6.tsv,summary_stage6.json} "$out/"
-/usr/bin/python3 "$here/plot_loss.py" "$out/train_log_stage6.tsv" "$out/train_loss_stage6.svg"
 /usr/bin/python3 "$here/plot_loss.py" "$out/train_log.tsv" "$out/train_loss.svg"
 echo "wrote $out"

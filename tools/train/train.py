@@ -68,23 +68,13 @@ STAGES = {
                    (2048, 2, 40, (0.4, 0.4, 0.1, 0.0, 0.0, 0.1), 4093)],
         "lr": 1e-3, "warmup": 10},
     # Stage 6 (the committed model): a fresh model with a seeded retrieval circuit (circuits.py:
-    # previous-token heads and a two-token induction head, matching in the lowest RoPE
+    # previous-token heads and a three-token induction head, matching in the lowest RoPE
     # frequencies) and Qwen3's own rope_freq_base 1e6, so the low-frequency pairs stay nearly
     # unrotated over 4k positions. Everything trains; --init only lends the tokenizer and held-out
     # split (the vocabulary of stages 1-2, so the bench's text and tokens are unchanged).
     6: {"phases": [(256, 16, 500, (0.45, 0.2, 0.15, 0.1, 0.0, 0.1), 4093),
                    (1024, 4, 150, (0.45, 0.25, 0.15, 0.05, 0.0, 0.1), 4093)],
         "lr": 2e-3, "warmup": 50, "fresh": True, "seed_circuits": True, "hold_phases": 2,
-        "shape": {"rope_freq_base": 1e6, "description": "trained on Debian text + retrieval tasks from a seeded "
-                  "induction circuit: E=256, 4 layers, 4/2 heads, FFN 768, RoPE base 1e6"}},
-    # Stage 7, from stage 6 (--init STAGE6_DIR), the circuit still held: stage 6's model missed
-    # single digits of some keys (the language model's digit statistics outvoting the copy: recall
-    # 0.7 / 0.9 / 1.0 / 0.8 / 0.4 at 256 ... 4,096 tokens), so more pass-key and key-value answers,
-    # then longer sequences.
-    7: {"phases": [(256, 16, 100, (0.3, 0.4, 0.2, 0.05, 0.0, 0.05), 4093),
-                   (1024, 4, 60, (0.3, 0.45, 0.2, 0.0, 0.0, 0.05), 4093),
-                   (2048, 2, 40, (0.3, 0.5, 0.2, 0.0, 0.0, 0.0), 4093)],
-        "lr": 1e-3, "warmup": 10, "hold_circuits": True, "hold_phases": 3,
         "shape": {"rope_freq_base": 1e6, "description": "trained on Debian text + retrieval tasks from a seeded "
                   "induction circuit: E=256, 4 layers, 4/2 heads, FFN 768, RoPE base 1e6"}},
 }
@@ -199,8 +189,6 @@ def main():
         load_gguf_weights(model, args.init_gguf)
     elif args.init:
         load_weights(model, args.init)
-    if stage.get("hold_circuits"):
-        held = circuits.held_parts(model, cfg)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
