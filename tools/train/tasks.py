@@ -93,9 +93,8 @@ class TaskMaker:
         """A random pattern of 8 ... length/2 tokens repeated to the end: every token after the first
         period is predicted only by finding the same context earlier — at a distance that changes
         from sequence to sequence, so no positional head can do it, only induction. Each sequence
-        draws its pattern from `repeat_alphabet` ids chosen at random from the whole vocabulary: a
-        small alphabet makes the circuit form within ~100 steps (stage 5, docs/trained-model.md),
-        and ids from everywhere make it a circuit for any token."""
+        draws its pattern from `repeat_alphabet` ids chosen at random from the whole vocabulary, so
+        the seeded induction circuit (circuits.py) is exercised on any token, not on a few."""
         period = rng.randrange(8, max(9, length // 2 + 1))
         ids = rng.sample(range(self.eot), min(self.repeat_alphabet, self.eot))
         pattern = [rng.choice(ids) for _ in range(period)]

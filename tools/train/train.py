@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
 import corpus  # noqa: E402
 import circuits  # noqa: E402
-import gguf_weights  # noqa: E402
 from model import Qwen3  # noqa: E402
 from tasks import NEEDLE, QUESTION, TaskMaker  # noqa: E402
 
@@ -54,24 +53,13 @@ STAGES = {
     4: {"phases": [(64, 32, 1500, (0, 0, 0, 0, 1)), (256, 16, 300, (0.35, 0.25, 0.15, 0.1, 0.15)),
                    (1024, 4, 100, (0.35, 0.35, 0.15, 0.05, 0.1)), (2048, 2, 40, (0.4, 0.4, 0.1, 0.0, 0.1))],
         "lr": 1e-3, "warmup": 10},
-    # Stage 5, from the committed stage-2 model (--init-gguf): what finally made retrieval form.
-    # Probes (docs/trained-model.md) showed induction forming in ~100 steps on repeated random
-    # patterns drawn from a 16-token alphabet at a period that varies per sequence, where the same
-    # task over the whole vocabulary stayed at chance for hundreds of steps. So: repeats over a
-    # small alphabet (ids drawn at random from the whole vocabulary per sequence) first, then
-    # larger alphabets mixed with the text and retrieval tasks, then longer sequences for depth.
-    # A phase's fifth field sets repeat()'s alphabet.
-    5: {"phases": [(64, 32, 150, (0, 0, 0, 0, 0, 1), 16),
-                   (128, 16, 200, (0.2, 0.15, 0.15, 0.0, 0.0, 0.5), 256),
-                   (256, 16, 300, (0.35, 0.25, 0.15, 0.1, 0.0, 0.15), 4093),
-                   (1024, 4, 100, (0.35, 0.35, 0.15, 0.05, 0.0, 0.1), 4093),
-                   (2048, 2, 40, (0.4, 0.4, 0.1, 0.0, 0.0, 0.1), 4093)],
-        "lr": 1e-3, "warmup": 10},
     # Stage 6 (the committed model): a fresh model with a seeded retrieval circuit (circuits.py:
     # previous-token heads and a three-token induction head, matching in the lowest RoPE
     # frequencies) and Qwen3's own rope_freq_base 1e6, so the low-frequency pairs stay nearly
-    # unrotated over 4k positions. Everything trains; --init only lends the tokenizer and held-out
-    # split (the vocabulary of stages 1-2, so the bench's text and tokens are unchanged).
+    # unrotated over 4k positions. The seeded weights are held (written back after every optimizer
+    # step, circuits.Held) while everything else trains on the task mix; --init only lends the
+    # tokenizer and held-out split (the vocabulary of stages 1-2, so the bench's text and tokens are
+    # unchanged).
     6: {"phases": [(256, 16, 500, (0.45, 0.2, 0.15, 0.1, 0.0, 0.1), 4093),
                    (1024, 4, 150, (0.45, 0.25, 0.15, 0.05, 0.0, 0.1), 4093)],
         "lr": 2e-3, "warmup": 50, "fresh": True, "seed_circuits": True, "hold_phases": 2,
@@ -127,14 +115,6 @@ def load_weights(model, folder):
             p.copy_(torch.from_numpy(v))
 
 
-def load_gguf_weights(model, path):
-    """Stage 5 starts from a committed model.gguf (F16 matrices: the f16-rounded weights)."""
-    tensors = gguf_weights.read_tensors(path)
-    with torch.no_grad():
-        for name, p in model.gguf_tensors().items():
-            p.copy_(torch.from_numpy(tensors[name]).reshape(p.shape))
-
-
 def export(model, cfg, out):
     wdir = os.path.join(out, "weights")
     os.makedirs(wdir, exist_ok=True)
@@ -151,8 +131,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every phase's steps (a quick check: 0.02)")
     ap.add_argument("--stage", type=int, default=1, choices=sorted(STAGES))
-    ap.add_argument("--init", help="stage 2: the folder stage 1 wrote (its weights and tokenizer)")
-    ap.add_argument("--init-gguf", help="stage 5: start from this model.gguf (its folder holds the tokenizer)")
+    ap.add_argument("--init", help="the folder an earlier stage wrote: its weights and tokenizer (a fresh stage takes only the tokenizer and held-out split; without --init it builds them)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(args.threads)
@@ -161,10 +140,8 @@ def main():
     t_start = time.time()
 
     stage = STAGES[args.stage]
-    if args.stage > 1 and not stage.get("fresh") and not (args.init or args.init_gguf):
-        ap.error(f"--stage {args.stage} needs --init STAGE_DIR or --init-gguf MODEL")
-    if args.init_gguf:
-        args.init = os.path.dirname(os.path.abspath(args.init_gguf))  # its tokenizer and held-out text
+    if args.stage > 1 and not stage.get("fresh") and not args.init:
+        ap.error(f"--stage {args.stage} needs --init STAGE_DIR")
     if args.init:  # the same tokenizer and corpus stream as stage 1
         enc = bpe.Encoder.from_tokenizer_json(os.path.join(args.init, "tokenizer.json"))
         for name in ("tokenizer.json", "tokenizer_config.json", "heldout.txt"):
@@ -183,11 +160,7 @@ def main():
     held = None
     if stage.get("seed_circuits"):
         held = circuits.seed(model, cfg, torch.Generator().manual_seed(args.seed))
-    if stage.get("fresh"):
-        pass  # --init lends only the tokenizer and the held-out split
-    elif args.init_gguf:
-        load_gguf_weights(model, args.init_gguf)
-    elif args.init:
+    if args.init and not stage.get("fresh"):  # a fresh stage takes only --init's tokenizer and split
         load_weights(model, args.init)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() == 2]
@@ -235,8 +208,7 @@ def main():
         evals.append({"after_phase_seq_len": seq_len, "step": step, "passkey_train_text_acc": acc})
         print(f"phase T={seq_len} done: pass-key (training text) {acc:.2f}", flush=True)
         export(model, cfg, args.out)  # a usable model after every phase
-    init = os.path.relpath(args.init_gguf, os.getcwd()) if args.init_gguf else (
-        os.path.basename(args.init.rstrip("/")) if args.init else None)
+    init = os.path.basename(args.init.rstrip("/")) if args.init else None
     summary = {"stage": args.stage, "init": init,
                "seed": args.seed, "threads": args.threads, "torch": torch.__version__, "n_params": n_params,
                "training_tokens_seen": tokens, "corpus_training_tokens": len(stream), "phases": phases,
