@@ -116,7 +116,9 @@ TEST(Retention, EveryPolicyDropsExactlyItsCountWithinItsCandidates) {
       const EvictionRequest r = request(p, 6, n_discard, 16);
       const auto dropped = choose_evictions(*f.ctx, r);
       const bool scored = p == EvictPolicy::KeyDiff || p == EvictPolicy::SnapKV;
-      const int lo = p == EvictPolicy::Sinks ? 4 : 6, hi = scored ? kN - 16 : kN;
+      // The scoring policies keep at least n_recent newest positions, and the newest half of what stays.
+      const int lo = p == EvictPolicy::Sinks ? 4 : 6, stays = kN - std::min(n_discard, kN);
+      const int hi = scored ? kN - std::max(16, std::min(stays / 2, stays - lo)) : kN;
       ASSERT_EQ(dropped.size(), static_cast<size_t>(std::min(n_discard, hi - lo))) << evict_policy_name(p);
       ASSERT_TRUE(std::is_sorted(dropped.begin(), dropped.end()));
       ASSERT_EQ(std::set<Pos>(dropped.begin(), dropped.end()).size(), dropped.size());
@@ -148,7 +150,8 @@ TEST(Retention, KeyDiffDropsTheLeastDistinctiveKeys) {
   const int n_embd_k = static_cast<int>(f.kv().layout().n_embd_k);
   // Ten candidates get one and the same key in every layer: together they pull the mean key
   // towards them, so they are the least distinctive.
-  const std::vector<Pos> same = {10, 13, 17, 20, 24, 29, 33, 38, 40, 44};
+  // (Candidates: [4, 37): 10 of 64 go, so the newest 27 stay.)
+  const std::vector<Pos> same = {6, 9, 12, 15, 18, 21, 24, 27, 30, 33};
   for (int layer = 0; layer < static_cast<int>(f.kv().layout().layer_has_kv.size()); ++layer) {
     if (!f.kv().layer_has_kv(layer)) continue;
     const std::vector<float> k(f.k_row(layer, 2), f.k_row(layer, 2) + n_embd_k);  // a kept position's key
@@ -179,13 +182,16 @@ TEST(Retention, SnapKvKeepsTheKeyTheRecentQueriesAttendTo) {
       for (int64_t d = 0; d < hd; ++d) k[g * hd + d] = static_cast<float>(40.0 * dir[static_cast<size_t>(d)] / std::sqrt(norm));
     }
   }
-  // All candidates but one go: the one kept is that key (and snapkv keeps its neighbours' rank
-  // through the pooling, so ask for fewer than all).
-  const int n_cand = kN - 8 - 4;
-  const auto dropped = choose_evictions(*f.ctx, request(EvictPolicy::SnapKV, 4, n_cand - 7, 8));
+  // 45 of 64 go: 19 stay, the newest 9 of them without scoring, so 6 of the candidates
+  // [4, 55) stay: that key and positions of the span it leads (the pooling keeps the 8 after an
+  // attended position and the one before it), nothing else.
+  const auto dropped = choose_evictions(*f.ctx, request(EvictPolicy::SnapKV, 4, 45, 8));
+  ASSERT_EQ(dropped.size(), 45u);
   EXPECT_FALSE(std::binary_search(dropped.begin(), dropped.end(), star));
+  for (Pos p = 4; p < 55; ++p)
+    if (!std::binary_search(dropped.begin(), dropped.end(), p)) EXPECT_TRUE(p >= star - 1 && p <= star + 8) << p;
   // keydiff, which reads no queries, does not single it out the same way: the choice differs.
-  const auto by_keys = choose_evictions(*f.ctx, request(EvictPolicy::KeyDiff, 4, n_cand - 7, 8));
+  const auto by_keys = choose_evictions(*f.ctx, request(EvictPolicy::KeyDiff, 4, 45, 8));
   EXPECT_NE(dropped, by_keys);
 }
 

@@ -10,6 +10,12 @@
 // policies keep the first 4 and the newest 32 positions (the observation window), positional
 // keeps nothing at the front (llama-server's n_keep = 0), sinks the first 4.
 //
+// --oracle adds, per budget, snapkv scored with the queries of the scored tokens themselves (the
+// window is evaluated whole first, then cut back), by raw attention (no pooling, no recent half):
+// what an attention-score policy could reach if it knew the next queries — the ceiling the
+// observable policies are measured against. It has no recall column (its answers would be the
+// ones it is scored with).
+//
 // Cost (--cost-depth D): a D-token prefill of the text, timed, 32 decoded tokens (the observation
 // window), then each policy's choice of D / 2 positions to drop, timed: the ratio of the two.
 // docs/quality-bench.md, "Eviction".
@@ -53,10 +59,11 @@ constexpr int kScoredKeep = 4;  // the scoring policies' front, as StreamingLLM'
 struct Setting {
   std::optional<EvictPolicy> policy;
   double budget = 1.0;
+  bool oracle = false;  // snapkv scored with the scored tokens' own queries
   std::string label() const {
     if (!policy) return "full cache";
     std::ostringstream o;
-    o << evict_policy_name(*policy) << " @ " << static_cast<int>(std::lround(budget * 100)) << " %";
+    o << evict_policy_name(*policy) << (oracle ? " (oracle)" : "") << " @ " << static_cast<int>(std::lround(budget * 100)) << " %";
     return o.str();
   }
 };
@@ -73,6 +80,7 @@ memory::Pos evict_to_budget(Context& ctx, const Setting& s, memory::Pos n_past) 
   r.n_keep = scored ? kScoredKeep : 0;
   r.n_recent = scored ? static_cast<int>(kSnapKvWindow) : 0;
   r.n_discard = n_past - static_cast<int>(std::lround(s.budget * n_past));
+  r.raw_attention = s.oracle;
   const std::vector<memory::Pos> dropped = choose_evictions(ctx, r);
   evict_positions(ctx, 0, dropped, n_past);
   return n_past - static_cast<memory::Pos>(dropped.size());
@@ -93,8 +101,10 @@ std::vector<uint16_t> score_window(Context& ctx, const Setting& s, std::span<con
   const int64_t L = static_cast<int64_t>(window.size()) - n_score;
   ctx.memory().clear();
   Batch b;
-  b.add_sequence(window.data(), static_cast<size_t>(L - 1), 0, 0, false);
+  // The oracle records the queries of the tokens it will score, then forgets their positions.
+  b.add_sequence(window.data(), s.oracle ? window.size() - 1 : static_cast<size_t>(L - 1), 0, 0, false);
   if (ctx.decode(b) != 0) throw Error("a window does not fit in the context");
+  if (s.oracle) ctx.memory().seq_rm(0, static_cast<memory::Pos>(L - 1), -1);
   const memory::Pos at = evict_to_budget(ctx, s, static_cast<memory::Pos>(L - 1));
   b.clear();
   for (int64_t j = 0; j < n_score; ++j) b.add(window[static_cast<size_t>(L - 1 + j)], at + static_cast<memory::Pos>(j), {0}, true);
@@ -119,7 +129,8 @@ void print_table(const std::vector<Row>& rows, const std::vector<long long>& dep
                 ref ? "—" : std::to_string(r.divergence.mean_kl()).c_str(),
                 ref ? "—" : std::to_string(r.divergence.kl_quantile(0.99)).c_str(),
                 ref ? "—" : (std::to_string(100.0 * r.divergence.top1_agreement()).substr(0, 5)).c_str());
-    for (double x : r.recall) std::printf(" %.2f |", x);
+    for (size_t d = 0; d < depths.size(); ++d)
+      d < r.recall.size() ? std::printf(" %.2f |", r.recall[d]) : std::printf(" — |");
     std::printf("\n");
   }
 }
@@ -160,8 +171,9 @@ constexpr const char* kUsage =
     "usage: agentkv bench evict -m MODEL -f TEXT [-c 1024] [--chunks 12] [--score 64]\n"
     "         [--budgets 0.5,0.25] [--policies positional,sinks,keydiff,snapkv]\n"
     "         [--passkey-depths 512,1024] [--passkey-cases 4] [--seed 1] [-ctk f16 -ctv f16]\n"
-    "         [-t 2] [--plot FILE.svg] [--json FILE] | [--cost-depth D]\n"
+    "         [--oracle] [-t 2] [--plot FILE.svg] [--json FILE] | [--cost-depth D]\n"
     "  quality: windows of -c tokens, the last --score scored after the eviction, against the full cache\n"
+    "  --oracle: per budget, snapkv scored with the scored tokens' own queries (the ceiling)\n"
     "  --cost-depth D: time each policy's choice at a D-token sequence against the D-token prefill\n"
     "  docs/quality-bench.md, \"Eviction\"";
 
@@ -189,6 +201,7 @@ int bench_evict(Args& a) {
   const int64_t n_cases = a.num("--passkey-cases", "", 4);
   const uint64_t seed = static_cast<uint64_t>(a.num("--seed", "", 1));
   const int64_t cost_depth = a.num("--cost-depth", "", 0);
+  const bool oracle = a.flag("--oracle");
   const std::string plot_path = a.str("--plot", "", "");
   const std::string json_path = a.str("--json", "", "");
   const KvFlags kv_flags = read_kv_flags(a);
@@ -210,6 +223,12 @@ int bench_evict(Args& a) {
   cp.query_window = kSnapKvWindow;
   Context ctx(*model, cp);
   if (cost_depth > 0) return measure_cost(ctx, tokens, cost_depth, policies);
+  std::optional<Context> oracle_ctx;  // its query window holds the scored tokens
+  if (oracle) {
+    ContextParams op = cp;
+    op.query_window = static_cast<uint32_t>(n_score);
+    oracle_ctx.emplace(*model, op);
+  }
 
   const int64_t n_windows = std::min<int64_t>(chunks, static_cast<int64_t>(tokens.size()) / n_ctx);
   if (n_windows < 1) throw std::invalid_argument("the text is shorter than one window of -c tokens");
@@ -220,8 +239,10 @@ int bench_evict(Args& a) {
       for (int64_t i = 0; i < n_cases; ++i) cases.push_back(builder.build(d, i, seed));
   }
   std::vector<Setting> settings = {Setting{}};
-  for (double b : budgets)
+  for (double b : budgets) {
     for (EvictPolicy p : policies) settings.push_back(Setting{p, b});
+    if (oracle) settings.push_back(Setting{EvictPolicy::SnapKV, b, true});
+  }
 
   const int64_t n_vocab = model->n_vocab();
   std::vector<std::vector<uint16_t>> reference(static_cast<size_t>(n_windows));
@@ -233,7 +254,7 @@ int bench_evict(Args& a) {
     double nll = 0;
     for (int64_t w = 0; w < n_windows; ++w) {
       const std::span<const Token> window(tokens.data() + w * n_ctx, static_cast<size_t>(n_ctx));
-      std::vector<uint16_t> run = score_window(ctx, s, window, n_score, &nll);
+      std::vector<uint16_t> run = score_window(s.oracle ? *oracle_ctx : ctx, s, window, n_score, &nll);
       if (!s.policy) {
         reference[static_cast<size_t>(w)] = std::move(run);
         continue;
@@ -243,11 +264,11 @@ int bench_evict(Args& a) {
     }
     row.ppl = std::exp(nll / double(n_windows * n_score));
     std::vector<std::string> answers;
-    for (const PasskeyCase& c : cases)
+    for (const PasskeyCase& c : s.oracle ? std::vector<PasskeyCase>{} : cases)
       answers.push_back(answer_passkey(ctx, c, [&](Context& cx) {
         return evict_to_budget(cx, s, static_cast<memory::Pos>(c.prompt.size() - 1));
       }));
-    row.recall = recall_by_depth(cases, answers, depths);
+    if (!s.oracle) row.recall = recall_by_depth(cases, answers, depths);
     std::fprintf(stderr, "%s: PPL %.3f (%.0f s)\n", s.label().c_str(), row.ppl, seconds_since(t0));
     rows.push_back(std::move(row));
   }
@@ -266,7 +287,14 @@ int bench_evict(Args& a) {
       PlotSeries series;
       series.name = evict_policy_name(p);
       for (const Row& r : rows)
-        if (r.setting.policy == p) series.xs.push_back(r.setting.budget), series.ys.push_back(r.divergence.mean_kl());
+        if (r.setting.policy == p && !r.setting.oracle) series.xs.push_back(r.setting.budget), series.ys.push_back(r.divergence.mean_kl());
+      plot.series.push_back(series);
+    }
+    if (oracle) {
+      PlotSeries series;
+      series.name = "snapkv (oracle)";
+      for (const Row& r : rows)
+        if (r.setting.oracle) series.xs.push_back(r.setting.budget), series.ys.push_back(r.divergence.mean_kl());
       plot.series.push_back(series);
     }
     write_svg(plot_path, plot);
@@ -276,6 +304,7 @@ int bench_evict(Args& a) {
     for (const Row& r : rows)
       j.push_back({{"setting", r.setting.label()},
                    {"policy", r.setting.policy ? evict_policy_name(*r.setting.policy) : "full"},
+                   {"oracle", r.setting.oracle},
                    {"budget", r.setting.budget},
                    {"ppl", r.ppl},
                    {"mean_kl", r.setting.policy ? r.divergence.mean_kl() : 0.0},

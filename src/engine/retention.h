@@ -13,8 +13,11 @@
 //               mean cosine over layers and heads). Needs no attention scores.
 //   snapkv      SnapKV: the attention the last ContextParams::query_window queries paid each
 //               candidate (softmax over all of the sequence's keys, summed over layers, heads and
-//               queries, max-pooled over 7 neighbouring positions); the least attended go. Without
+//               queries; a position also counts the most attended of the 8 before it and the
+//               one after, so the span after an attended position stays); the least attended go. Without
 //               recorded queries it falls back to keydiff (logged by the caller).
+// The scoring policies (keydiff, snapkv) also keep the newest half of what stays (at least
+// n_recent positions) and score only the rest.
 #pragma once
 #include <optional>
 #include <span>
@@ -31,15 +34,19 @@ struct EvictionRequest {
   int n_past = 0;     // the sequence holds positions [0, n_past)
   int n_keep = 0;     // never dropped: [0, n_keep)
   int n_discard = 0;  // how many positions go
-  int n_recent = 0;   // never dropped: [n_past - n_recent, n_past) (scoring policies only)
+  int n_recent = 0;   // never dropped: at least [n_past - n_recent, n_past) (scoring policies only,
+                      // which keep the newest half of what stays anyway)
   EvictPolicy policy = EvictPolicy::Positional;
+  // snapkv only: every candidate by its attention alone, no pooling and no recent half (the
+  // ceiling `bench evict --oracle` measures with the queries of the tokens it scores).
+  bool raw_attention = false;
 };
 
 // The positions to drop, ascending, exactly min(n_discard, candidates) of them. Reads the K rows
 // (and recorded queries) of req.seq; changes nothing. Throws agentkv::Error when the sequence's
 // positions are not exactly [0, n_past).
 std::vector<memory::Pos> choose_evictions(const Context& ctx, const EvictionRequest& req);
-// The policy's scores of the candidates [n_keep, n_past - n_recent) (higher: keep), for tests and
+// The policy's scores of the candidates [n_keep, n_past - the recent window) (higher: keep), for tests and
 // the bench; positional and sinks score by position.
 std::vector<float> retention_scores(const Context& ctx, const EvictionRequest& req);
 

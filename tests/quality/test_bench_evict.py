@@ -33,6 +33,25 @@ def test_every_policy_and_budget_is_measured_against_the_full_cache(tmp_path):
     assert plot.read_text().startswith("<svg")
 
 
+def test_the_oracle_row_scores_with_the_next_tokens_queries(tmp_path):
+    """--oracle adds snapkv scored by the scored tokens' own queries: a row per budget, exact at 100 %
+    (the window cut back to its context is the full cache's), a choice of its own below that, and no
+    recall (its answers would be what it scores with). That it beats the observable policies is a
+    property of a model that uses its context (BENCHMARKS.md); this random-weight fixture does not."""
+    out = tmp_path / "evict.json"
+    r = evict("-c", "256", "--chunks", "3", "--score", "32", "--budgets", "1,0.5", "--passkey-depths", "128",
+              "--passkey-cases", "1", "--oracle", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())
+    full = rows[0]
+    oracle = {x["budget"]: x for x in rows if x["oracle"]}
+    assert sorted(oracle) == [0.5, 1.0] and all(x["policy"] == "snapkv" and x["recall"] == [] for x in oracle.values())
+    assert oracle[1.0]["mean_kl"] == 0 and oracle[1.0]["ppl"] == full["ppl"]
+    snapkv = next(x for x in rows if x["policy"] == "snapkv" and x["budget"] == 0.5 and not x["oracle"])
+    assert oracle[0.5]["mean_kl"] > 0 and oracle[0.5]["mean_kl"] != snapkv["mean_kl"]
+    assert "| snapkv (oracle) @ 50 % |" in r.stdout
+
+
 def test_the_cost_mode_times_each_policy_against_the_prefill():
     r = evict("--cost-depth", "256", "--policies", "keydiff,snapkv")
     assert r.returncode == 0, r.stdout + r.stderr
