@@ -128,8 +128,9 @@ AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<fl
 // with one of agentkv's own types (tq4, tq3) has no llama.cpp order and is tiled too.
 bool uses_tiled_kernel(const Case& c) {
   const bool own_type = ggml_type_info(c.k_type).agentkv_only || ggml_type_info(c.v_type).agentkv_only;
-  return c.n_tokens >= 64 && ((c.k_type == c.v_type && (c.k_type == GgmlType::F16 || c.k_type == GgmlType::F32)) ||
-                              own_type);
+  // agentkv's own types are tiled at any batch size (no llama.cpp order to follow; decoding reads
+  // each tile's rows dequantized once, not a dot and a row conversion per key)
+  return own_type || (c.n_tokens >= 64 && c.k_type == c.v_type && (c.k_type == GgmlType::F16 || c.k_type == GgmlType::F32));
 }
 
 // The precision Q carries into the K dot products. Q8_1 holds the same values as Q8_0 (same
@@ -325,6 +326,31 @@ TEST(Attention, OtherCacheTypes) {
       c.hole_every = 6;
       c.seed = 7u + static_cast<uint32_t>(tc.k) * 31u + static_cast<uint32_t>(tc.v);
       check_case(c, pool);
+    }
+  }
+}
+
+// One token over agentkv's own types is its own kernel (levels read in place, key chunks of every
+// KV head merged by log-sum-exp): long enough for several chunks, GQA groups of 1, 2, 3 (an odd
+// head scored alone), hidden keys, and one thread (a single chunk, final rows written directly).
+TEST(Attention, OwnTypeDecodingInChunks) {
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const auto& [k, v] : {std::pair{GgmlType::TQ4, GgmlType::TQ4}, std::pair{GgmlType::TQ3, GgmlType::TQ3},
+                               std::pair{GgmlType::Q8_0, GgmlType::TQ3}, std::pair{GgmlType::TQ4, GgmlType::F16}}) {
+      for (int ratio : {1, 2, 3}) {
+        Case c;
+        c.n_head_kv = 2;
+        c.n_head = 2 * ratio;
+        c.head_dim = 128;
+        c.n_tokens = 1;
+        c.n_kv = 4100;
+        c.k_type = k;
+        c.v_type = v;
+        c.hole_every = ratio == 2 ? 5 : 0;
+        c.seed = 11u * static_cast<uint32_t>(ratio) + static_cast<uint32_t>(k);
+        check_case(c, pool);
+      }
     }
   }
 }

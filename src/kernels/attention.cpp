@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -60,11 +61,12 @@ namespace agentkv::attention_detail {
 constexpr int64_t kKeyTile = 64;         // keys per tile (llama.cpp's GGML_FA_TILE_KV)
 constexpr int64_t kTiledMinTokens = 64;  // llama.cpp's GGML_FA_TILE_Q: tiled path threshold
 constexpr int64_t kSplitMinKeys = 512;   // llama.cpp splits single-row attention from here on
+constexpr int64_t kOwnDecodeMinChunk = 1024;  // own-type decoding: keys per chunk at least
 constexpr int64_t kTiledRowsPerUnit = 64;  // tiled units: about this many (token, head) rows,
 constexpr int64_t kTiledMinTokensPerUnit = 16;  // and at least this many tokens
 constexpr int64_t kPerKeyMaxTokensPerUnit = 16;  // per-key units: tokens sharing each K/V tile
 
-enum class Mode { kPerKey, kTiled, kSplitKeys };
+enum class Mode { kPerKey, kTiled, kSplitKeys, kOwnDecode };
 
 // Split-keys chunks are cut from the key count rounded up to 32, the span the cell-indexed kernel
 // used to cover (KvCache's n_kv padding): the same chunks as before keys came in position order,
@@ -891,47 +893,86 @@ HWY_INLINE void ScaleLevels(const int8_t* levels, float d, float* dst) {
   }
 }
 
-void DequantizeTQ4(const uint8_t* src, float* dst, int64_t n) {
+// The int8 codebook levels of n elements of a tq4 row and its per-block scales d: d * level is
+// the element (dequantize_row's product). Element j of a block is the low nibble of qs[j], j + 32
+// the high nibble.
+void LevelsTQ4(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
   const D8 d8;
   const auto table = hn::LoadU(d8, reinterpret_cast<const uint8_t*>(kTQ4Levels));
   const auto low = hn::Set(d8, uint8_t{0x0F});
-  alignas(64) int8_t levels[kQKTQ];
   const auto* blocks = reinterpret_cast<const BlockTQ4*>(src);
-  for (int64_t b = 0; b < n / kQKTQ; ++b, dst += kQKTQ) {
+  for (int64_t b = 0; b < n / kQKTQ; ++b, levels += kQKTQ) {
     const auto& x = blocks[b];
-    for (int j = 0; j < kQKTQ / 2; j += 16) {  // element j: low nibble of qs[j]; j + 32: high nibble
+    for (int j = 0; j < kQKTQ / 2; j += 16) {
       const auto q = hn::LoadU(d8, x.qs + j);
       hn::StoreU(hn::TableLookupBytes(table, hn::And(q, low)), d8, reinterpret_cast<uint8_t*>(levels + j));
       hn::StoreU(hn::TableLookupBytes(table, hn::ShiftRight<4>(q)), d8, reinterpret_cast<uint8_t*>(levels + 32 + j));
     }
-    ScaleLevels(levels, fp16_to_fp32(x.d), dst);
+    scales[b] = fp16_to_fp32(x.d);
   }
 }
 
-void DequantizeTQ3(const uint8_t* src, float* dst, int64_t n) {
+// The same for tq3: element 16k + j has its low 2 bits at bits 2k of qs[j] and bit 2 at bit
+// 16k + j of qh (little-endian u64). qh's bytes are read as lanes 8..15 of the 16 bytes from
+// qs + 8 (inside the block), and each 16-element group's two qh bytes are broadcast by a byte
+// shuffle (spelling them out through memory stalled on store forwarding).
+void LevelsTQ3(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
   const D8 d8;
-  alignas(16) uint8_t table_bytes[16] = {};
-  std::memcpy(table_bytes, kTQ3Levels, 8);
-  const auto table = hn::Load(d8, table_bytes);
+  alignas(16) static constexpr uint8_t kTable[16] = {
+      static_cast<uint8_t>(kTQ3Levels[0]), static_cast<uint8_t>(kTQ3Levels[1]), static_cast<uint8_t>(kTQ3Levels[2]),
+      static_cast<uint8_t>(kTQ3Levels[3]), static_cast<uint8_t>(kTQ3Levels[4]), static_cast<uint8_t>(kTQ3Levels[5]),
+      static_cast<uint8_t>(kTQ3Levels[6]), static_cast<uint8_t>(kTQ3Levels[7])};
   alignas(16) static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  alignas(16) static constexpr uint8_t kHighBytes[4][16] = {
+      {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+      {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+      {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+      {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+  const auto table = hn::Load(d8, kTable);
   const auto bit = hn::Load(d8, kBit);
   const auto two_bits = hn::Set(d8, uint8_t{3});
   const auto four = hn::Set(d8, uint8_t{4});
-  alignas(64) int8_t levels[kQKTQ];
-  alignas(16) uint8_t high[16];
   const auto* blocks = reinterpret_cast<const BlockTQ3*>(src);
-  for (int64_t b = 0; b < n / kQKTQ; ++b, dst += kQKTQ) {
+  static_assert(offsetof(BlockTQ3, qh) == offsetof(BlockTQ3, qs) + 16, "qh follows qs");
+  for (int64_t b = 0; b < n / kQKTQ; ++b, levels += kQKTQ) {
     const auto& x = blocks[b];
     auto q = hn::LoadU(d8, x.qs);
-    for (int k = 0; k < 4; ++k) {  // elements 16k + j: bits 2k of qs[j], bit 16k + j of qh
-      std::memset(high, x.qh[2 * k], 8);
-      std::memset(high + 8, x.qh[2 * k + 1], 8);
-      const auto has_high = hn::Ne(hn::And(hn::Load(d8, high), bit), hn::Zero(d8));
+    const auto qh = hn::LoadU(d8, x.qs + 8);  // lanes 8..15: qh[0..8)
+    for (int k = 0; k < 4; ++k) {
+      const auto high = hn::TableLookupBytes(qh, hn::Load(d8, kHighBytes[k]));
+      const auto has_high = hn::Ne(hn::And(high, bit), hn::Zero(d8));
       const auto idx = hn::Or(hn::And(q, two_bits), hn::IfThenElseZero(has_high, four));
       hn::StoreU(hn::TableLookupBytes(table, idx), d8, reinterpret_cast<uint8_t*>(levels + 16 * k));
       q = hn::ShiftRight<2>(q);
     }
-    ScaleLevels(levels, fp16_to_fp32(x.d), dst);
+    scales[b] = fp16_to_fp32(x.d);
+  }
+}
+
+// A tq row's levels and scales, whichever of the two types it is.
+HWY_INLINE void RowLevels(GgmlType type, const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
+  if (type == GgmlType::TQ4) {
+    LevelsTQ4(src, levels, scales, n);
+  } else {
+    LevelsTQ3(src, levels, scales, n);
+  }
+}
+
+void DequantizeTQ4(const uint8_t* src, float* dst, int64_t n) {
+  alignas(64) int8_t levels[kQKTQ];
+  float d;
+  for (int64_t b = 0; b < n / kQKTQ; ++b, dst += kQKTQ) {
+    LevelsTQ4(src + b * sizeof(BlockTQ4), levels, &d, kQKTQ);
+    ScaleLevels(levels, d, dst);
+  }
+}
+
+void DequantizeTQ3(const uint8_t* src, float* dst, int64_t n) {
+  alignas(64) int8_t levels[kQKTQ];
+  float d;
+  for (int64_t b = 0; b < n / kQKTQ; ++b, dst += kQKTQ) {
+    LevelsTQ3(src + b * sizeof(BlockTQ3), levels, &d, kQKTQ);
+    ScaleLevels(levels, d, dst);
   }
 }
 #endif
@@ -1127,6 +1168,231 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   }
 }
 
+// One token over a cache with one of agentkv's own types (see own_decode in attention()): the
+// query heads of KV head g over keys [k0, k1). Vectors run across the head dimension; each tile's
+// K and V rows are dequantized once for all the group's heads (the tiled algorithm pads one
+// token to a whole vector of rows; the per-key one converts the query to q8_0 and makes a call
+// per key and a scalar exponential per score). Q stays f32, as in the tiled algorithm, so a row
+// gets the same scores whichever of the two serves it. Writes final rows, or a partial (M, S,
+// VKQ) record per head when chunk >= 0.
+HWY_INLINE float DotF32(const float* a, const float* b, int64_t n) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
+    s1 = hn::MulAdd(hn::LoadU(d, a + i + N), hn::LoadU(d, b + i + N), s1);
+  }
+  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
+  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Scores of kRows query rows against one tq row given as int8 levels and per-block scales:
+// sum over blocks of d_b * (q . levels_b), the levels widened to f32 as they are read (no
+// dequantized copy of the row is written).
+template <int kRows>
+HWY_INLINE void ScoreLevels(const float* const* q, const int8_t* lv, const float* scales, int64_t D, float* out) {
+  const DF d;
+  const hn::Rebind<int32_t, DF> di32;
+  const hn::Rebind<int8_t, DF> di8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> total[kRows];
+  for (int r = 0; r < kRows; ++r) total[r] = hn::Zero(d);
+  for (int64_t b = 0; b < D; b += kQKTQ) {
+    hn::Vec<DF> s[kRows][2];
+    for (int r = 0; r < kRows; ++r) s[r][0] = s[r][1] = hn::Zero(d);
+    for (int64_t i = b; i < b + kQKTQ; i += 2 * N) {
+      const auto x0 = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + i)));
+      const auto x1 = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + i + N)));
+      for (int r = 0; r < kRows; ++r) {
+        s[r][0] = hn::MulAdd(x0, hn::LoadU(d, q[r] + i), s[r][0]);
+        s[r][1] = hn::MulAdd(x1, hn::LoadU(d, q[r] + i + N), s[r][1]);
+      }
+    }
+    const auto scale = hn::Set(d, scales[b / kQKTQ]);
+    for (int r = 0; r < kRows; ++r) total[r] = hn::MulAdd(hn::Add(s[r][0], s[r][1]), scale, total[r]);
+  }
+  for (int r = 0; r < kRows; ++r) out[r] = hn::GetLane(hn::SumOfLanes(d, total[r]));
+}
+
+// acc_r += sum over keys j of p[j * G + r0 + r] * d_{j,b} * levels_j for kRows rows: the V rows of
+// a tile as int8 levels (lv: n_keys x D) and per-block scales (scales: n_keys x D / 64), the
+// weight and the block scale multiplied once per key, the levels widened as they are read.
+template <int kRows>
+void AccumulateLevels(float* acc, int64_t D, const float* p, int64_t G, int64_t r0, const int8_t* lv,
+                      const float* scales, int64_t n_keys) {
+  const DF d;
+  const hn::Rebind<int32_t, DF> di32;
+  const hn::Rebind<int8_t, DF> di8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  constexpr int kVecs = 4;  // kVecs * N divides a block of 64 on every target
+  const int64_t nb = D / kQKTQ;
+  for (int64_t i0 = 0; i0 < D; i0 += kVecs * N) {
+    const int64_t b = i0 / kQKTQ;
+    hn::Vec<DF> c[kRows][kVecs];
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < kVecs; ++v) c[r][v] = hn::LoadU(d, acc + (r0 + r) * D + i0 + v * N);
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const float* w = p + j * G + r0;
+      bool any = false;
+      for (int r = 0; r < kRows; ++r) any |= w[r] != 0.0f;
+      if (!any) continue;
+      const float scale = scales[j * nb + b];
+      hn::Vec<DF> x[kVecs];
+      for (int v = 0; v < kVecs; ++v) x[v] = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + j * D + i0 + v * N)));
+      for (int r = 0; r < kRows; ++r) {
+        const auto wr = hn::Set(d, w[r] * scale);
+        for (int v = 0; v < kVecs; ++v) c[r][v] = hn::MulAdd(x[v], wr, c[r][v]);
+      }
+    }
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < kVecs; ++v) hn::StoreU(c[r][v], d, acc + (r0 + r) * D + i0 + v * N);
+  }
+}
+#endif
+
+void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) {
+  const AttentionArgs& a = *plan.args;
+  const int64_t D = plan.head_dim;
+  const int64_t G = plan.group;
+  const int64_t HK = plan.n_head_kv;
+  const int64_t H = HK * G;
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t tile = (kKeyTile + N - 1) / N * N;  // a row of scores, whole vectors
+
+  Scratch& sc = ThreadScratch();
+  float* f = Reserve(sc.f32, static_cast<size_t>(H * D + 2 * kKeyTile * D + 2 * G * tile + 2 * H));
+  float* acc = f;                  // H x D
+  float* kf = acc + H * D;         // kKeyTile x D: one head's keys of the tile, dequantized
+  float* vf = kf + kKeyTile * D;   // kKeyTile x D: its values
+  float* P = vf + kKeyTile * D;    // G x tile: scores, then exponentials
+  float* PT = P + G * tile;        // kKeyTile x G: the exponentials key-major, for AccumulateRows
+  float* M = PT + G * tile;        // H
+  float* S = M + H;                // H
+  const float** keys = Reserve(sc.key_rows, static_cast<size_t>(kKeyTile));
+  const float** values = Reserve(sc.value_rows, static_cast<size_t>(kKeyTile));
+  std::fill(acc, acc + H * D, 0.0f);
+  std::fill(M, M + H, -INFINITY);
+  std::fill(S, S + H, 0.0f);
+  const size_t k_row_bytes = static_cast<size_t>(HK) * plan.k_head_bytes;
+  // tq rows are read as int8 levels and block scales (no f32 copy); other types as f32 rows.
+#if HWY_TARGET != HWY_SCALAR
+  const bool k_levels = a.k_type == GgmlType::TQ4 || a.k_type == GgmlType::TQ3;
+  const bool v_levels = a.v_type == GgmlType::TQ4 || a.v_type == GgmlType::TQ3;
+#else
+  constexpr bool k_levels = false, v_levels = false;
+#endif
+  [[maybe_unused]] const int64_t nb = D / kQKTQ;
+  [[maybe_unused]] int8_t* lk = reinterpret_cast<int8_t*>(Reserve(sc.bytes, static_cast<size_t>(2 * kKeyTile * D)));
+  [[maybe_unused]] int8_t* lv = lk + kKeyTile * D;
+  [[maybe_unused]] float* sk = kf;  // the scales go where the f32 rows would
+  [[maybe_unused]] float* sv = vf;
+  const size_t v_row_bytes = static_cast<size_t>(HK) * plan.v_head_bytes;
+
+  for (int64_t c0 = k0; c0 < k1; c0 += kKeyTile) {
+    const int64_t nk = std::min(kKeyTile, k1 - c0);
+    const int64_t next_end = std::min(c0 + nk + kKeyTile, k1);
+    for (int64_t g = 0; g < HK; ++g) {
+      const size_t k_off = static_cast<size_t>(g) * plan.k_head_bytes;
+      const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
+      // the next tile's rows, spread over the heads (a burst would stall on the line fill buffers)
+      const int64_t p0 = std::min(c0 + nk + g * nk / HK, next_end), p1 = std::min(c0 + nk + (g + 1) * nk / HK, next_end);
+      PrefetchRows(a.k_rows, 0, k_row_bytes, p0, p1);
+      PrefetchRows(a.v_rows, 0, v_row_bytes, p0, p1);
+      for (int64_t j = 0; j < nk; ++j) {
+#if HWY_TARGET != HWY_SCALAR
+        if (k_levels) RowLevels(a.k_type, a.k_rows[c0 + j] + k_off, lk + j * D, sk + j * nb, D);
+        if (v_levels) RowLevels(a.v_type, a.v_rows[c0 + j] + v_off, lv + j * D, sv + j * nb, D);
+#endif
+        if (!k_levels) keys[j] = TileRow(a.k_type, a.k_rows[c0 + j] + k_off, kf + j * D, D);
+        if (!v_levels) values[j] = TileRow(a.v_type, a.v_rows[c0 + j] + v_off, vf + j * D, D);
+      }
+      // Scores of the group's heads, two at a time where levels are read (each level widened once).
+      for (int64_t r = 0; r < G; ++r) {
+        float* pr = P + r * tile;
+        for (int64_t j = 0; j < nk; ++j) {
+          if (a.mask && a.mask[c0 + j] == -INFINITY) {
+            pr[j] = -INFINITY;
+            continue;
+          }
+#if HWY_TARGET != HWY_SCALAR
+          if (k_levels) {
+            if (r % 2 == 1) continue;  // scored with row r - 1
+            const float* qs[2] = {a.q + (g * G + r) * D, a.q + (g * G + std::min(r + 1, G - 1)) * D};
+            float two[2];
+            if (r + 1 < G) {
+              ScoreLevels<2>(qs, lk + j * D, sk + j * nb, D, two);
+              pr[j + tile] = two[1];
+            } else {
+              ScoreLevels<1>(qs, lk + j * D, sk + j * nb, D, two);
+            }
+            pr[j] = two[0];
+            continue;
+          }
+#endif
+          pr[j] = DotF32(a.q + (g * G + r) * D, keys[j], D);
+        }
+      }
+      for (int64_t r = 0; r < G; ++r) {
+        const int64_t h = g * G + r;
+        float* pr = P + r * tile;
+        float tmax = -INFINITY;
+        for (int64_t j = 0; j < nk; ++j) {
+          if (pr[j] != -INFINITY) pr[j] = std::fma(pr[j], a.shape.scale, a.mask ? a.mask[c0 + j] : 0.0f);
+          tmax = std::max(tmax, pr[j]);
+        }
+        std::fill(pr + nk, pr + tile, -INFINITY);
+        if (tmax == -INFINITY) {  // the row sees no key of this tile
+          std::fill(pr, pr + tile, 0.0f);
+        } else {
+          const float m_new = std::max(M[h], tmax);
+          if (m_new > M[h] && M[h] != -INFINITY) {
+            const float ms = std::exp(M[h] - m_new);
+            ScaleF32(acc + h * D, ms, D);
+            S[h] *= ms;
+          }
+          M[h] = m_new;
+          const auto vm = hn::Set(d, m_new);
+          auto sum = hn::Zero(d);
+          for (int64_t j = 0; j < tile; j += N) {
+            const auto e = ExpOrZero(d, hn::Sub(hn::LoadU(d, pr + j), vm));
+            hn::StoreU(e, d, pr + j);
+            sum = hn::Add(sum, e);
+          }
+          S[h] += hn::GetLane(hn::SumOfLanes(d, sum));
+        }
+        for (int64_t j = 0; j < nk; ++j) PT[j * G + r] = pr[j];
+      }
+      float* acc_g = acc + g * G * D;
+      int64_t r = 0;
+#if HWY_TARGET != HWY_SCALAR
+      if (v_levels) {
+        for (; r + 2 <= G; r += 2) AccumulateLevels<2>(acc_g, D, PT, G, r, lv, sv, nk);
+        for (; r < G; ++r) AccumulateLevels<1>(acc_g, D, PT, G, r, lv, sv, nk);
+      }
+#endif
+      for (; r + 2 <= G; r += 2) AccumulateRows<2>(acc_g, D, PT, G, r, values, nk);
+      for (; r < G; ++r) AccumulateRows<1>(acc_g, D, PT, G, r, values, nk);
+    }
+  }
+
+  for (int64_t h = 0; h < H; ++h) {
+    if (chunk < 0) {
+      FinishRow(a, 0, h, acc + h * D, M[h], S[h]);
+    } else {
+      float* rec = plan.partials + (h * plan.n_chunks + chunk) * (2 + D);
+      rec[0] = M[h];
+      rec[1] = S[h];
+      std::memcpy(rec + 2, acc + h * D, static_cast<size_t>(D) * sizeof(float));
+    }
+  }
+}
+
 // Worker loop: takes units from the shared counter until none is left.
 void RunUnits(const Plan& plan, std::atomic<int64_t>* next) {
   const AttentionArgs& a = *plan.args;
@@ -1161,6 +1427,14 @@ void RunUnits(const Plan& plan, std::atomic<int64_t>* next) {
         const int64_t k0 = chunk * plan.chunk_size;
         const int64_t k1 = std::min(k0 + plan.chunk_size, a.n_kv);
         PerKeyUnit(plan, 0, 1, 0, plan.n_head_kv, k0, std::max(k0, k1), chunk);
+        break;
+      }
+      case Mode::kOwnDecode: {
+        // A unit is a key chunk of every KV head (rows read front to back once, as split keys').
+        const int64_t chunk = u;
+        const int64_t k0 = chunk * plan.chunk_size;
+        const int64_t k1 = std::min(k0 + plan.chunk_size, a.n_kv);
+        OwnTypeDecodeUnit(plan, k0, std::max(k0, k1), plan.n_chunks > 1 ? chunk : -1);
         break;
       }
     }
@@ -1253,7 +1527,20 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
                               (args.k_type == GgmlType::F16 || args.k_type == GgmlType::F32)) || own_type;
   std::vector<float> partials;
   const bool invariant = batch_invariant();  // one algorithm per row, whatever the batch
-  if ((args.n_tokens >= kTiledMinTokens || invariant) && tiled_kv) {
+  if (args.n_tokens == 1 && own_type && !invariant) {
+    // One token over agentkv's own types (issue 16: decoding reads less than F16 KV, and must be
+    // faster for it): units are key chunks of every KV head, at least kOwnDecodeMinChunk keys,
+    // a few per thread; the chunks' (M, S, VKQ) are merged as split keys' are.
+    plan.mode = Mode::kOwnDecode;
+    plan.n_chunks = std::max<int64_t>(1, std::min<int64_t>(4 * pool.size(), args.n_kv / kOwnDecodeMinChunk));
+    plan.chunk_size = ((args.n_kv + plan.n_chunks - 1) / plan.n_chunks + kKeyTile - 1) / kKeyTile * kKeyTile;
+    plan.n_units = plan.n_chunks;
+    if (plan.n_chunks > 1) {
+      partials.assign(static_cast<size_t>(args.shape.n_head * plan.n_chunks * (2 + plan.head_dim)), 0.0f);
+      for (int64_t i = 0; i < args.shape.n_head * plan.n_chunks; ++i) partials[static_cast<size_t>(i * (2 + plan.head_dim))] = -INFINITY;
+      plan.partials = partials.data();
+    }
+  } else if ((args.n_tokens >= kTiledMinTokens || invariant || own_type) && tiled_kv) {
     plan.mode = Mode::kTiled;
     // Units of (token block, KV head); smaller blocks when that leaves threads idle.
     int64_t tpu = std::max(kTiledMinTokensPerUnit, kTiledRowsPerUnit / plan.group);
@@ -1288,7 +1575,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
     pool.run([&](int, int) { HWY_DYNAMIC_DISPATCH(RunUnits)(plan, &next); });
   }
 
-  if (plan.mode == Mode::kSplitKeys) {
+  if (plan.mode == Mode::kSplitKeys || (plan.mode == Mode::kOwnDecode && plan.n_chunks > 1)) {
     // Merge the chunks in order, as ggml_flash_attn_ext_reduce_partials does.
     const int64_t D = plan.head_dim;
     std::vector<float> acc(static_cast<size_t>(D));
