@@ -949,9 +949,15 @@ void LevelsTQ3(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
   }
 }
 
-// A tq row's levels and scales, whichever of the two types it is.
+// A tq or q8_0 row's levels and scales (q8_0: its int8 values and per-32 scales).
 HWY_INLINE void RowLevels(GgmlType type, const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
-  if (type == GgmlType::TQ4) {
+  if (type == GgmlType::Q8_0) {
+    const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
+    for (int64_t b = 0; b < n / kQK8_0; ++b) {
+      std::memcpy(levels + b * kQK8_0, blocks[b].qs, kQK8_0);
+      scales[b] = fp16_to_fp32(blocks[b].d);
+    }
+  } else if (type == GgmlType::TQ4) {
     LevelsTQ4(src, levels, scales, n);
   } else {
     LevelsTQ3(src, levels, scales, n);
@@ -1191,21 +1197,23 @@ HWY_INLINE float DotF32(const float* a, const float* b, int64_t n) {
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// Scores of kRows query rows against one tq row given as int8 levels and per-block scales:
+// Scores of kRows query rows against one K row given as int8 levels and per-block scales (tq
+// blocks of 64, q8_0 blocks of 32):
 // sum over blocks of d_b * (q . levels_b), the levels widened to f32 as they are read (no
 // dequantized copy of the row is written).
 template <int kRows>
-HWY_INLINE void ScoreLevels(const float* const* q, const int8_t* lv, const float* scales, int64_t D, float* out) {
+HWY_INLINE void ScoreLevels(const float* const* q, const int8_t* lv, const float* scales, int64_t block, int64_t D,
+                            float* out) {
   const DF d;
   const hn::Rebind<int32_t, DF> di32;
   const hn::Rebind<int8_t, DF> di8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   hn::Vec<DF> total[kRows];
   for (int r = 0; r < kRows; ++r) total[r] = hn::Zero(d);
-  for (int64_t b = 0; b < D; b += kQKTQ) {
+  for (int64_t b = 0; b < D; b += block) {
     hn::Vec<DF> s[kRows][2];
     for (int r = 0; r < kRows; ++r) s[r][0] = s[r][1] = hn::Zero(d);
-    for (int64_t i = b; i < b + kQKTQ; i += 2 * N) {
+    for (int64_t i = b; i < b + block; i += 2 * N) {
       const auto x0 = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + i)));
       const auto x1 = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + i + N)));
       for (int r = 0; r < kRows; ++r) {
@@ -1213,18 +1221,17 @@ HWY_INLINE void ScoreLevels(const float* const* q, const int8_t* lv, const float
         s[r][1] = hn::MulAdd(x1, hn::LoadU(d, q[r] + i + N), s[r][1]);
       }
     }
-    const auto scale = hn::Set(d, scales[b / kQKTQ]);
+    const auto scale = hn::Set(d, scales[b / block]);
     for (int r = 0; r < kRows; ++r) total[r] = hn::MulAdd(hn::Add(s[r][0], s[r][1]), scale, total[r]);
   }
   for (int r = 0; r < kRows; ++r) out[r] = hn::GetLane(hn::SumOfLanes(d, total[r]));
 }
 
-// acc_r += sum over keys j of p[j * G + r0 + r] * d_{j,b} * levels_j for kRows rows: the V rows of
-// a tile as int8 levels (lv: n_keys x D) and per-block scales (scales: n_keys x D / 64), the
-// weight and the block scale multiplied once per key, the levels widened as they are read.
+// acc_r += sum over keys j of w[(j * nb + b) * G + r0 + r] * levels_j for kRows rows, where w is
+// the key's weight already multiplied by its block scale d_{j,b} (once per tile, not once per
+// vector): the V rows of a tile as int8 levels (lv: n_keys x D), widened as they are read.
 template <int kRows>
-void AccumulateLevels(float* acc, int64_t D, const float* p, int64_t G, int64_t r0, const int8_t* lv,
-                      const float* scales, int64_t n_keys) {
+void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t r0, const int8_t* lv, int64_t n_keys) {
   const DF d;
   const hn::Rebind<int32_t, DF> di32;
   const hn::Rebind<int8_t, DF> di8;
@@ -1237,15 +1244,11 @@ void AccumulateLevels(float* acc, int64_t D, const float* p, int64_t G, int64_t 
     for (int r = 0; r < kRows; ++r)
       for (int v = 0; v < kVecs; ++v) c[r][v] = hn::LoadU(d, acc + (r0 + r) * D + i0 + v * N);
     for (int64_t j = 0; j < n_keys; ++j) {
-      const float* w = p + j * G + r0;
-      bool any = false;
-      for (int r = 0; r < kRows; ++r) any |= w[r] != 0.0f;
-      if (!any) continue;
-      const float scale = scales[j * nb + b];
+      const float* wj = w + (j * nb + b) * G + r0;
       hn::Vec<DF> x[kVecs];
       for (int v = 0; v < kVecs; ++v) x[v] = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + j * D + i0 + v * N)));
       for (int r = 0; r < kRows; ++r) {
-        const auto wr = hn::Set(d, w[r] * scale);
+        const auto wr = hn::Set(d, wj[r]);
         for (int v = 0; v < kVecs; ++v) c[r][v] = hn::MulAdd(x[v], wr, c[r][v]);
       }
     }
@@ -1266,13 +1269,15 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
   const int64_t tile = (kKeyTile + N - 1) / N * N;  // a row of scores, whole vectors
 
   Scratch& sc = ThreadScratch();
-  float* f = Reserve(sc.f32, static_cast<size_t>(H * D + 2 * kKeyTile * D + 2 * G * tile + 2 * H));
+  const int64_t n_blocks = std::max<int64_t>(1, D / kQKTQ);
+  float* f = Reserve(sc.f32, static_cast<size_t>(H * D + 2 * kKeyTile * D + G * tile + kKeyTile * n_blocks * G + 2 * H));
   float* acc = f;                  // H x D
   float* kf = acc + H * D;         // kKeyTile x D: one head's keys of the tile, dequantized
   float* vf = kf + kKeyTile * D;   // kKeyTile x D: its values
   float* P = vf + kKeyTile * D;    // G x tile: scores, then exponentials
   float* PT = P + G * tile;        // kKeyTile x G: the exponentials key-major, for AccumulateRows
-  float* M = PT + G * tile;        // H
+                                   // (levels: kKeyTile x blocks x G, times the V block scales)
+  float* M = PT + kKeyTile * n_blocks * G;  // H
   float* S = M + H;                // H
   const float** keys = Reserve(sc.key_rows, static_cast<size_t>(kKeyTile));
   const float** values = Reserve(sc.value_rows, static_cast<size_t>(kKeyTile));
@@ -1282,12 +1287,14 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
   const size_t k_row_bytes = static_cast<size_t>(HK) * plan.k_head_bytes;
   // tq rows are read as int8 levels and block scales (no f32 copy); other types as f32 rows.
 #if HWY_TARGET != HWY_SCALAR
-  const bool k_levels = a.k_type == GgmlType::TQ4 || a.k_type == GgmlType::TQ3;
+  const bool k_levels = a.k_type == GgmlType::TQ4 || a.k_type == GgmlType::TQ3 || a.k_type == GgmlType::Q8_0;
   const bool v_levels = a.v_type == GgmlType::TQ4 || a.v_type == GgmlType::TQ3;
 #else
   constexpr bool k_levels = false, v_levels = false;
 #endif
-  [[maybe_unused]] const int64_t nb = D / kQKTQ;
+  [[maybe_unused]] const int64_t nb = D / kQKTQ;  // V blocks
+  [[maybe_unused]] const int64_t k_block = a.k_type == GgmlType::Q8_0 ? kQK8_0 : kQKTQ;
+  [[maybe_unused]] const int64_t k_nb = D / k_block;
   [[maybe_unused]] int8_t* lk = reinterpret_cast<int8_t*>(Reserve(sc.bytes, static_cast<size_t>(2 * kKeyTile * D)));
   [[maybe_unused]] int8_t* lv = lk + kKeyTile * D;
   [[maybe_unused]] float* sk = kf;  // the scales go where the f32 rows would
@@ -1306,7 +1313,7 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
       PrefetchRows(a.v_rows, 0, v_row_bytes, p0, p1);
       for (int64_t j = 0; j < nk; ++j) {
 #if HWY_TARGET != HWY_SCALAR
-        if (k_levels) RowLevels(a.k_type, a.k_rows[c0 + j] + k_off, lk + j * D, sk + j * nb, D);
+        if (k_levels) RowLevels(a.k_type, a.k_rows[c0 + j] + k_off, lk + j * D, sk + j * k_nb, D);
         if (v_levels) RowLevels(a.v_type, a.v_rows[c0 + j] + v_off, lv + j * D, sv + j * nb, D);
 #endif
         if (!k_levels) keys[j] = TileRow(a.k_type, a.k_rows[c0 + j] + k_off, kf + j * D, D);
@@ -1326,10 +1333,10 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
             const float* qs[2] = {a.q + (g * G + r) * D, a.q + (g * G + std::min(r + 1, G - 1)) * D};
             float two[2];
             if (r + 1 < G) {
-              ScoreLevels<2>(qs, lk + j * D, sk + j * nb, D, two);
+              ScoreLevels<2>(qs, lk + j * D, sk + j * k_nb, k_block, D, two);
               pr[j + tile] = two[1];
             } else {
-              ScoreLevels<1>(qs, lk + j * D, sk + j * nb, D, two);
+              ScoreLevels<1>(qs, lk + j * D, sk + j * k_nb, k_block, D, two);
             }
             pr[j] = two[0];
             continue;
@@ -1372,8 +1379,11 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
       int64_t r = 0;
 #if HWY_TARGET != HWY_SCALAR
       if (v_levels) {
-        for (; r + 2 <= G; r += 2) AccumulateLevels<2>(acc_g, D, PT, G, r, lv, sv, nk);
-        for (; r < G; ++r) AccumulateLevels<1>(acc_g, D, PT, G, r, lv, sv, nk);
+        for (int64_t j = nk - 1; j >= 0; --j)  // weight x block scale, in place (back to front)
+          for (int64_t b = nb - 1; b >= 0; --b)
+            for (int64_t q = G - 1; q >= 0; --q) PT[(j * nb + b) * G + q] = PT[j * G + q] * sv[j * nb + b];
+        for (; r + 2 <= G; r += 2) AccumulateLevels<2>(acc_g, D, PT, G, r, lv, nk);
+        for (; r < G; ++r) AccumulateLevels<1>(acc_g, D, PT, G, r, lv, nk);
       }
 #endif
       for (; r + 2 <= G; r += 2) AccumulateRows<2>(acc_g, D, PT, G, r, values, nk);
