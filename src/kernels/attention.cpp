@@ -16,6 +16,11 @@
 //    of this is lane-wise and each K/V row of a tile is converted once per block of rows.
 //  - split keys: a single query row over >= 512 keys is cut into key chunks processed in parallel
 //    with the per-key algorithm; the chunks' (M, S, VKQ) are merged at the end.
+//  - own-type decoding: a single query row over a cache with one of agentkv's own types (tq4 /
+//    tq3, which llama.cpp does not have, so there is no order to follow) reads tq and q8_0 rows as
+//    int8 levels and block scales, widened inside the dot products and the V accumulation (no f32
+//    copy), f32 query, a tile's max and exponentials per tile; units are key chunks of every KV
+//    head, merged as split keys' are. Batches over these types are tiled whatever their size.
 // Work is spread over threads as (token or token block, KV head) units (all query heads of a GQA
 // group share the K/V rows they read), KV head by KV head so neighbouring units share cached rows,
 // taken dynamically since causal rows differ in length. tests/attention_test.cpp holds a scalar
@@ -964,20 +969,18 @@ HWY_INLINE void RowLevels(GgmlType type, const uint8_t* src, int8_t* levels, flo
   }
 }
 
-void DequantizeTQ4(const uint8_t* src, float* dst, int64_t n) {
+// A tq row as dequantize_row gives it (d * level), a block at a time.
+void DequantizeTQ(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
+  const size_t block_bytes = type == GgmlType::TQ4 ? sizeof(BlockTQ4) : sizeof(BlockTQ3);
   alignas(64) int8_t levels[kQKTQ];
   float d;
   for (int64_t b = 0; b < n / kQKTQ; ++b, dst += kQKTQ) {
-    LevelsTQ4(src + b * sizeof(BlockTQ4), levels, &d, kQKTQ);
-    ScaleLevels(levels, d, dst);
-  }
-}
-
-void DequantizeTQ3(const uint8_t* src, float* dst, int64_t n) {
-  alignas(64) int8_t levels[kQKTQ];
-  float d;
-  for (int64_t b = 0; b < n / kQKTQ; ++b, dst += kQKTQ) {
-    LevelsTQ3(src + b * sizeof(BlockTQ3), levels, &d, kQKTQ);
+    const uint8_t* block = src + static_cast<size_t>(b) * block_bytes;
+    if (type == GgmlType::TQ4) {
+      LevelsTQ4(block, levels, &d, kQKTQ);
+    } else {
+      LevelsTQ3(block, levels, &d, kQKTQ);
+    }
     ScaleLevels(levels, d, dst);
   }
 }
@@ -990,8 +993,8 @@ HWY_INLINE const float* TileRow(GgmlType type, const uint8_t* src, float* scratc
     case GgmlType::F32: return reinterpret_cast<const float*>(src);
     case GgmlType::F16: RowToF32(src, true, scratch, n); break;
 #if HWY_TARGET != HWY_SCALAR
-    case GgmlType::TQ4: DequantizeTQ4(src, scratch, n); break;
-    case GgmlType::TQ3: DequantizeTQ3(src, scratch, n); break;
+    case GgmlType::TQ4:
+    case GgmlType::TQ3: DequantizeTQ(type, src, scratch, n); break;
 #endif
     default: dequantize_row(type, src, scratch, n);
   }
