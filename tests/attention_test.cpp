@@ -128,8 +128,8 @@ AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<fl
 // with one of agentkv's own types (tq4, tq3) has no llama.cpp order and is tiled too.
 bool uses_tiled_kernel(const Case& c) {
   const bool own_type = ggml_type_info(c.k_type).agentkv_only || ggml_type_info(c.v_type).agentkv_only;
-  // agentkv's own types are tiled at any batch size (no llama.cpp order to follow; decoding reads
-  // each tile's rows dequantized once, not a dot and a row conversion per key)
+  // agentkv's own types have no llama.cpp order to follow: batches of any size are tiled and a
+  // single row has its own kernel (attention.cpp, "own-type decoding"); both keep Q in f32
   return own_type || (c.n_tokens >= 64 && c.k_type == c.v_type && (c.k_type == GgmlType::F16 || c.k_type == GgmlType::F32));
 }
 

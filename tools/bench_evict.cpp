@@ -7,8 +7,9 @@
 // last context token and the scored tokens are evaluated, and every one of the S next-token
 // distributions is compared with the full cache's (KL, top-1, PPL). Pass-key cases are answered
 // the same way: the prompt but its last token, the eviction, then the answer. The scoring
-// policies keep the first 4 and the newest 32 positions (the observation window), positional
-// keeps nothing at the front (llama-server's n_keep = 0), sinks the first 4.
+// policies keep the first 4 positions and the newest half of what stays (at least the 32 of the
+// observation window; engine/retention.h), positional keeps nothing at the front (llama-server's
+// n_keep = 0), sinks the first 4.
 //
 // --oracle adds, per budget, snapkv scored with the queries of the scored tokens themselves (the
 // window is evaluated whole first, then cut back), by raw attention (no pooling, no recent half):
@@ -263,12 +264,14 @@ int bench_evict(Args& a) {
         row.divergence.add(compare_positions(reference[static_cast<size_t>(w)].data() + j * n_vocab, run.data() + j * n_vocab, n_vocab));
     }
     row.ppl = std::exp(nll / double(n_windows * n_score));
-    std::vector<std::string> answers;
-    for (const PasskeyCase& c : s.oracle ? std::vector<PasskeyCase>{} : cases)
-      answers.push_back(answer_passkey(ctx, c, [&](Context& cx) {
-        return evict_to_budget(cx, s, static_cast<memory::Pos>(c.prompt.size() - 1));
-      }));
-    if (!s.oracle) row.recall = recall_by_depth(cases, answers, depths);
+    if (!s.oracle) {  // the oracle's answers would be the queries it scores with
+      std::vector<std::string> answers;
+      for (const PasskeyCase& c : cases)
+        answers.push_back(answer_passkey(ctx, c, [&](Context& cx) {
+          return evict_to_budget(cx, s, static_cast<memory::Pos>(c.prompt.size() - 1));
+        }));
+      row.recall = recall_by_depth(cases, answers, depths);
+    }
     std::fprintf(stderr, "%s: PPL %.3f (%.0f s)\n", s.label().c_str(), row.ppl, seconds_since(t0));
     rows.push_back(std::move(row));
   }
@@ -283,20 +286,17 @@ int bench_evict(Args& a) {
     plot.title = "KL vs the full cache by KV budget";
     plot.x_label = "KV budget (fraction of the context)";
     plot.y_label = "mean KL (nats)";
-    for (EvictPolicy p : policies) {
+    // One line per policy (and the oracle's): its rows' KL by budget.
+    const auto add_series = [&](const std::string& name, auto&& takes) {
       PlotSeries series;
-      series.name = evict_policy_name(p);
+      series.name = name;
       for (const Row& r : rows)
-        if (r.setting.policy == p && !r.setting.oracle) series.xs.push_back(r.setting.budget), series.ys.push_back(r.divergence.mean_kl());
+        if (takes(r.setting)) series.xs.push_back(r.setting.budget), series.ys.push_back(r.divergence.mean_kl());
       plot.series.push_back(series);
-    }
-    if (oracle) {
-      PlotSeries series;
-      series.name = "snapkv (oracle)";
-      for (const Row& r : rows)
-        if (r.setting.oracle) series.xs.push_back(r.setting.budget), series.ys.push_back(r.divergence.mean_kl());
-      plot.series.push_back(series);
-    }
+    };
+    for (EvictPolicy p : policies)
+      add_series(evict_policy_name(p), [&](const Setting& st) { return st.policy == p && !st.oracle; });
+    if (oracle) add_series("snapkv (oracle)", [](const Setting& st) { return st.oracle; });
     write_svg(plot_path, plot);
   }
   if (!json_path.empty()) {

@@ -525,6 +525,19 @@ void FinishRow(const AttentionArgs& a, int64_t t, int64_t h, const float* acc, f
   if (a.lse) a.lse[t * a.shape.n_head + h] = s == 0.0f ? -INFINITY : m + std::log(s);
 }
 
+// A finished (M, S, VKQ) of token t, query head h: its output row when chunk < 0, else the
+// chunk's partial record (split keys and own-type decoding, merged in attention()).
+void EndRow(const Plan& plan, int64_t t, int64_t h, const float* acc, float m, float s, int64_t chunk) {
+  if (chunk < 0) {
+    FinishRow(*plan.args, t, h, acc, m, s);
+    return;
+  }
+  float* rec = plan.partials + (h * plan.n_chunks + chunk) * (2 + plan.head_dim);
+  rec[0] = m;
+  rec[1] = s;
+  std::memcpy(rec + 2, acc, static_cast<size_t>(plan.head_dim) * sizeof(float));
+}
+
 // The per-key algorithm for tokens [t0, t1), KV heads [g0, g1), keys [k0, k1). Writes final rows,
 // or partial (M, S, VKQ) records when chunk >= 0 (split-keys mode, one token). Every row keeps its
 // own sequential chain over the keys; the tokens and heads only share the loop over key tiles, so
@@ -730,15 +743,7 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
         if (v_f16) {
           for (int64_t i = 0; i < D; ++i) row32[i] = fp16_to_fp32(acc16[row * D + i]);
         }
-        const int64_t h = g * G + r;
-        if (chunk < 0) {
-          FinishRow(a, t, h, row32, M[row], S[row]);
-        } else {
-          float* rec = plan.partials + (h * plan.n_chunks + chunk) * (2 + D);
-          rec[0] = M[row];
-          rec[1] = S[row];
-          std::memcpy(rec + 2, row32, static_cast<size_t>(D) * sizeof(float));
-        }
+        EndRow(plan, t, g * G + r, row32, M[row], S[row], chunk);
       }
     }
   }
@@ -1177,28 +1182,6 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   }
 }
 
-// One token over a cache with one of agentkv's own types (see own_decode in attention()): the
-// query heads of KV head g over keys [k0, k1). Vectors run across the head dimension; each tile's
-// K and V rows are dequantized once for all the group's heads (the tiled algorithm pads one
-// token to a whole vector of rows; the per-key one converts the query to q8_0 and makes a call
-// per key and a scalar exponential per score). Q stays f32, as in the tiled algorithm, so a row
-// gets the same scores whichever of the two serves it. Writes final rows, or a partial (M, S,
-// VKQ) record per head when chunk >= 0.
-HWY_INLINE float DotF32(const float* a, const float* b, int64_t n) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
-    s1 = hn::MulAdd(hn::LoadU(d, a + i + N), hn::LoadU(d, b + i + N), s1);
-  }
-  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
-  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
 #if HWY_TARGET != HWY_SCALAR
 // Scores of kRows query rows against one K row given as int8 levels and per-block scales (tq
 // blocks of 64, q8_0 blocks of 32):
@@ -1261,6 +1244,12 @@ void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t 
 }
 #endif
 
+// One token over a cache with one of agentkv's own types (Mode::kOwnDecode): every query head over
+// keys [k0, k1), tile by tile and KV head by KV head, each K/V row slice read once for the
+// group's heads. Vectors run across the head dimension (the tiled algorithm pads one token to a
+// whole vector of rows; the per-key one converts the query to q8_0 and makes a call per key and
+// a scalar exponential per score). Q stays f32, as in the tiled algorithm. Writes final rows, or
+// a partial (M, S, VKQ) record per head when chunk >= 0.
 void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) {
   const AttentionArgs& a = *plan.args;
   const int64_t D = plan.head_dim;
@@ -1345,7 +1334,7 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
             continue;
           }
 #endif
-          pr[j] = DotF32(a.q + (g * G + r) * D, keys[j], D);
+          pr[j] = GgmlDot<F32Elems>(keys[j], a.q + (g * G + r) * D, D);
         }
       }
       for (int64_t r = 0; r < G; ++r) {
@@ -1394,16 +1383,7 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
     }
   }
 
-  for (int64_t h = 0; h < H; ++h) {
-    if (chunk < 0) {
-      FinishRow(a, 0, h, acc + h * D, M[h], S[h]);
-    } else {
-      float* rec = plan.partials + (h * plan.n_chunks + chunk) * (2 + D);
-      rec[0] = M[h];
-      rec[1] = S[h];
-      std::memcpy(rec + 2, acc + h * D, static_cast<size_t>(D) * sizeof(float));
-    }
-  }
+  for (int64_t h = 0; h < H; ++h) EndRow(plan, 0, h, acc + h * D, M[h], S[h], chunk);
 }
 
 // Worker loop: takes units from the shared counter until none is left.
@@ -1539,6 +1519,12 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   const bool tiled_kv = (args.k_type == args.v_type &&
                               (args.k_type == GgmlType::F16 || args.k_type == GgmlType::F32)) || own_type;
   std::vector<float> partials;
+  // Chunked modes: one (M = -inf, S = 0, VKQ) record per query head and chunk, merged below.
+  const auto make_partials = [&] {
+    partials.assign(static_cast<size_t>(args.shape.n_head * plan.n_chunks * (2 + plan.head_dim)), 0.0f);
+    for (int64_t i = 0; i < args.shape.n_head * plan.n_chunks; ++i) partials[static_cast<size_t>(i * (2 + plan.head_dim))] = -INFINITY;
+    plan.partials = partials.data();
+  };
   const bool invariant = batch_invariant();  // one algorithm per row, whatever the batch
   if (args.n_tokens == 1 && own_type && !invariant) {
     // One token over agentkv's own types (issue 16: decoding reads less than F16 KV, and must be
@@ -1548,11 +1534,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
     plan.n_chunks = std::max<int64_t>(1, std::min<int64_t>(4 * pool.size(), args.n_kv / kOwnDecodeMinChunk));
     plan.chunk_size = ((args.n_kv + plan.n_chunks - 1) / plan.n_chunks + kKeyTile - 1) / kKeyTile * kKeyTile;
     plan.n_units = plan.n_chunks;
-    if (plan.n_chunks > 1) {
-      partials.assign(static_cast<size_t>(args.shape.n_head * plan.n_chunks * (2 + plan.head_dim)), 0.0f);
-      for (int64_t i = 0; i < args.shape.n_head * plan.n_chunks; ++i) partials[static_cast<size_t>(i * (2 + plan.head_dim))] = -INFINITY;
-      plan.partials = partials.data();
-    }
+    if (plan.n_chunks > 1) make_partials();
   } else if ((args.n_tokens >= kTiledMinTokens || invariant || own_type) && tiled_kv) {
     plan.mode = Mode::kTiled;
     // Units of (token block, KV head); smaller blocks when that leaves threads idle.
@@ -1567,11 +1549,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
     plan.n_chunks = pool.size();
     plan.chunk_size = (KeySpan(args.n_kv) + plan.n_chunks - 1) / plan.n_chunks;
     plan.n_units = plan.n_chunks;
-    partials.assign(static_cast<size_t>(args.shape.n_head * plan.n_chunks * (2 + plan.head_dim)), 0.0f);
-    for (int64_t i = 0; i < args.shape.n_head * plan.n_chunks; ++i) {
-      partials[static_cast<size_t>(i * (2 + plan.head_dim))] = -INFINITY;
-    }
-    plan.partials = partials.data();
+    make_partials();
   } else {
     plan.mode = Mode::kPerKey;
     // Token blocks share each K/V tile; smaller blocks when that leaves threads idle.
@@ -1588,7 +1566,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
     pool.run([&](int, int) { HWY_DYNAMIC_DISPATCH(RunUnits)(plan, &next); });
   }
 
-  if (plan.mode == Mode::kSplitKeys || (plan.mode == Mode::kOwnDecode && plan.n_chunks > 1)) {
+  if (plan.partials) {
     // Merge the chunks in order, as ggml_flash_attn_ext_reduce_partials does.
     const int64_t D = plan.head_dim;
     std::vector<float> acc(static_cast<size_t>(D));
