@@ -60,8 +60,13 @@ struct Measurement {
   }
 };
 
-void fill_depth(Context& ctx, int64_t depth, std::mt19937& rng) {
+void fill_depth(Context& ctx, int64_t depth, std::mt19937& rng, bool fake) {
   ctx.memory().clear();
+  if (fake) {  // --fake-depth: positions without compute, rows zero but backed by memory
+    ctx.seq_fake_prefix(0, static_cast<memory::Pos>(depth));
+    if (memory::KvCache* kv = ctx.memory().kv()) kv->prefault();
+    return;
+  }
   std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
   Batch b;
   for (int64_t start = 0; start < depth; start += ctx.params().n_ubatch) {
@@ -159,7 +164,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
     std::puts("usage: agentkv bench -m MODEL [-p 512] [-n 128] [-d 0] [-t 2] [-r 3] [-ub 512]\n"
               "                     [-ctk f16] [-ctv f16] [--kv-rotation auto|on|off] [--kv-rotation-seed N]\n"
               "                     [-o md|json] [--bandwidth] [--split] [-np 1]\n"
-              "                     [--batch-invariant]\n"
+              "                     [--batch-invariant] [--fake-depth] [--kv-hot N] [--kv-tail-type T]\n"
+              "  --fake-depth: the depth as a fake prefix (zero K/V rows, no prefill; dense models): decode figures\n"
+              "                at depths whose prefill would take too long\n"
               "  --split: share of each test's time in matmuls, attention and recurrent state updates\n"
               "  -np N: tgN decodes N sequences together (one token each per step, as the server batches\n"
               "         slots) and reports their aggregate tokens/s\n"
@@ -179,6 +186,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const std::string out_fmt = a.str("-o", "--output", "md");
   const bool bandwidth = a.flag("--bandwidth");
   const bool split = a.flag("--split");
+  // Depth as a fake prefix (zero K/V rows, no prefill): attention reads d keys as after a real
+  // prefill, for decode figures at depths whose prefill would take too long (dense models only).
+  const bool fake_depth = a.flag("--fake-depth");
   set_batch_invariant(a.flag("--batch-invariant"));  // kernels/numerics.h
   const int n_parallel = static_cast<int>(a.num("-np", "--parallel", 1));
   ContextParams cp;
@@ -214,7 +224,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   for (int64_t d : depths) {
     // The depth is prefilled once; every run starts from an in-memory snapshot of it (exact, and
     // it works for hybrid models whose recurrent state cannot drop a suffix).
-    fill_depth(ctx, d, rng);
+    fill_depth(ctx, d, rng, fake_depth);
     const memory::MemorySnapshot depth_state = memory::MemorySnapshot::capture(ctx.memory(), -1);
     auto reset_to_depth = [&] { depth_state.restore(ctx.memory(), -1); };
     for (int64_t p : pps) {

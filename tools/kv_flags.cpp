@@ -23,6 +23,13 @@ KvFlags read_kv_flags(Args& a) {
   const long long seed = a.num("--kv-rotation-seed", "", 0);
   if (seed < 0) throw std::invalid_argument("--kv-rotation-seed must be non-negative");
   f.rotation_seed = static_cast<uint64_t>(seed);
+  const long long hot = a.num("--kv-hot", "", 0);
+  if (hot < 0 || hot > (1ll << 30)) throw std::invalid_argument("--kv-hot must be in [0, 2^30]");
+  f.hot_cells = static_cast<uint32_t>(hot);
+  const std::string tail = a.str("--kv-tail-type", "", "");
+  f.tail_type_k = tail.empty() ? f.type_k : parse_kv_cache_type(tail, "--kv-tail-type");
+  f.tail_type_v = tail.empty() ? f.type_v : parse_kv_cache_type(tail, "--kv-tail-type");
+  if (!tail.empty() && hot == 0) throw std::invalid_argument("--kv-tail-type needs --kv-hot N (the rows that stay hot)");
   return f;
 }
 
@@ -30,6 +37,9 @@ const char* const kKvFlagsUsage =
     "  -ctk, --cache-type-k T          K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 tq4 tq3 (default f16)\n"
     "  -ctv, --cache-type-v T          V cache type (same choices, default f16)\n"
     "  --kv-rotation auto|on|off       Hadamard-rotate K/V rows: auto = the quantized ones, as llama.cpp (default)\n"
-    "  --kv-rotation-seed N            random signs of the rotation (default 0: none, llama.cpp's matrix)\n";
+    "  --kv-rotation-seed N            random signs of the rotation (default 0: none, llama.cpp's matrix)\n"
+    "  --kv-hot N                      keep at most N cells' K/V rows hot (-ctk/-ctv); older positions move to\n"
+    "                                  the tail and attention reads both, merged by log-sum-exp (default 0: all hot)\n"
+    "  --kv-tail-type T                the tail's K and V type (same choices; default: -ctk / -ctv, exact)\n";
 
 }  // namespace agentkv::tools

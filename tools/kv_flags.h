@@ -1,5 +1,5 @@
 // The KV-cache options every command shares: -ctk / -ctv (element types), --kv-rotation and
-// --kv-rotation-seed (model/kv_rotation.h). One parser, so the commands agree on names and errors.
+// --kv-rotation-seed (model/kv_rotation.h), --kv-hot and --kv-tail-type (windowed residency). One parser, so the commands agree on names and errors.
 #pragma once
 #include <cstdint>
 
@@ -15,12 +15,18 @@ struct KvFlags {
   GgmlType type_v = GgmlType::F16;
   KvRotationMode rotation = KvRotationMode::Auto;
   uint64_t rotation_seed = 0;
+  uint32_t hot_cells = 0;  // --kv-hot (ContextParams::kv_hot_cells)
+  GgmlType tail_type_k = GgmlType::F16;
+  GgmlType tail_type_v = GgmlType::F16;
 
   void apply_to(ContextParams& cp) const {
     cp.type_k = type_k;
     cp.type_v = type_v;
     cp.kv_rotation = rotation;
     cp.kv_rotation_seed = rotation_seed;
+    cp.kv_hot_cells = hot_cells;
+    cp.tail_type_k = tail_type_k;
+    cp.tail_type_v = tail_type_v;
   }
 };
 

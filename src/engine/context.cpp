@@ -17,10 +17,27 @@ Context::Context(const Model& model, const ContextParams& params)
   const auto& cfg = model_.config();
   std::unique_ptr<memory::KvCache> kv;
   std::unique_ptr<memory::RecurrentMemory> rec;
-  if (cfg.n_attention_layers() > 0)
-    kv = std::make_unique<memory::KvCache>(model_.kv_layout(
+  const bool windowed = params_.kv_hot_cells > 0 && params_.kv_hot_cells < params_.n_ctx;
+  if (windowed && params_.kv_hot_cells < params_.n_ubatch)
+    throw Error("kv hot cells (" + std::to_string(params_.kv_hot_cells) + ") must be at least n_ubatch (" +
+                std::to_string(params_.n_ubatch) + "): a micro-batch's rows are written hot");
+  if (cfg.n_attention_layers() > 0) {
+    // Hot and tail rows share one rotation: rotated when either type is quantized.
+    auto rotation_type = [&](GgmlType hot, GgmlType tail) {
+      return windowed && !ggml_type_info(hot).quantized ? tail : hot;
+    };
+    memory::KvLayout layout = model_.kv_layout(
         params_.n_ctx, params_.n_seq_max, params_.kv_unified, params_.type_k, params_.type_v,
-        choose_kv_rotation(cfg, params_.type_k, params_.type_v, params_.kv_rotation, params_.kv_rotation_seed)));
+        choose_kv_rotation(cfg, rotation_type(params_.type_k, params_.tail_type_k),
+                           rotation_type(params_.type_v, params_.tail_type_v), params_.kv_rotation,
+                           params_.kv_rotation_seed));
+    if (windowed) {
+      layout.hot_cells = params_.kv_hot_cells;
+      layout.tail_type_k = params_.tail_type_k;
+      layout.tail_type_v = params_.tail_type_v;
+    }
+    kv = std::make_unique<memory::KvCache>(layout);
+  }
   if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(model_.recurrent_layout(params_.n_seq_max));
   memory_ = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
   memory_->set_shift_supported(model_.can_shift());

@@ -25,6 +25,12 @@ struct ContextParams {
   GgmlType type_v = GgmlType::F16;
   KvRotationMode kv_rotation = KvRotationMode::Auto;  // model/kv_rotation.h
   uint64_t kv_rotation_seed = 0;                      // 0: llama.cpp's plain Hadamard
+  // Windowed KV residency (memory/kv_cache.h KvLayout::hot_cells): 0 = every cell's rows hot;
+  // otherwise at most this many cells per stream keep type_k / type_v rows and the older ones
+  // move to the tail, stored as tail_type_k / tail_type_v. Must be >= n_ubatch.
+  uint32_t kv_hot_cells = 0;
+  GgmlType tail_type_k = GgmlType::F16;
+  GgmlType tail_type_v = GgmlType::F16;
   // decode() keeps each output token's final hidden state (embeddings(i)) instead of its logits,
   // as llama.cpp's llama_set_embeddings(ctx, true) with pooling left to the caller.
   bool embeddings = false;

@@ -52,8 +52,7 @@ void load_keys(const memory::KvCache& kv, int layer, uint32_t stream, const std:
   const int64_t n = kv.layout().n_embd_k;
   out.resize(static_cast<size_t>(p1 - p0) * static_cast<size_t>(n));
   for (int p = p0; p < p1; ++p)
-    dequantize_row(kv.layout().type_k, kv.k_row(layer, stream, cells[static_cast<size_t>(p)]),
-                   out.data() + static_cast<size_t>(p - p0) * static_cast<size_t>(n), n);
+    kv.dequantize_k(layer, stream, cells[static_cast<size_t>(p)], out.data() + static_cast<size_t>(p - p0) * static_cast<size_t>(n));
 }
 
 // The kernels' f32 dot product (SIMD at the CPU's level): scoring reads every key once per query.

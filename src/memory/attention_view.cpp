@@ -53,19 +53,39 @@ std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub
     }
     g->tokens.push_back(static_cast<int>(t));
   }
+  const KvLayout& layout = kv.layout();
+  const bool split_tail = kv.residency().windowed &&
+                          (layout.tail_type_k != layout.type_k || layout.tail_type_v != layout.type_v);
   std::vector<Pos> key_pos;
   for (AttentionGroup& g : groups) {
     Pos max_pos = -1;
     for (int t : g.tokens) max_pos = std::max(max_pos, ub.pos[static_cast<size_t>(t)]);
     keys_by_position(kv.cells(g.stream), g.seq, max_pos, g.rows, key_pos);
+    if (split_tail) {  // tail keys first, each part still by position
+      std::vector<size_t> order(g.rows.size());
+      for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+      const auto hot_from = std::stable_partition(order.begin(), order.end(), [&](size_t j) {
+        return !kv.is_hot(g.stream, static_cast<uint32_t>(g.rows[j]));
+      });
+      g.n_tail = static_cast<size_t>(hot_from - order.begin());
+      std::vector<int32_t> rows(order.size());
+      std::vector<Pos> pos(order.size());
+      for (size_t j = 0; j < order.size(); ++j) rows[j] = g.rows[order[j]], pos[j] = key_pos[order[j]];
+      g.rows = std::move(rows);
+      key_pos = std::move(pos);
+    }
     const size_t n = g.rows.size();
     g.mask.assign(g.tokens.size() * n, -INFINITY);
     for (size_t i = 0; i < g.tokens.size(); ++i) {
       const Pos p = ub.pos[static_cast<size_t>(g.tokens[i])];
-      // Keys are sorted by position: the visible ones are a prefix.
-      const size_t n_visible = static_cast<size_t>(std::upper_bound(key_pos.begin(), key_pos.end(), p) - key_pos.begin());
-      std::fill(g.mask.begin() + static_cast<std::ptrdiff_t>(i * n),
-                g.mask.begin() + static_cast<std::ptrdiff_t>(i * n + n_visible), 0.0f);
+      // Keys are sorted by position (each part when split): the visible ones are a prefix of each.
+      for (const auto [begin, end] : {std::pair<size_t, size_t>{0, g.n_tail}, std::pair<size_t, size_t>{g.n_tail, n}}) {
+        const auto first = key_pos.begin() + static_cast<std::ptrdiff_t>(begin);
+        const size_t n_visible = static_cast<size_t>(
+            std::upper_bound(first, key_pos.begin() + static_cast<std::ptrdiff_t>(end), p) - first);
+        std::fill(g.mask.begin() + static_cast<std::ptrdiff_t>(i * n + begin),
+                  g.mask.begin() + static_cast<std::ptrdiff_t>(i * n + begin + n_visible), 0.0f);
+      }
     }
   }
   return groups;
@@ -106,14 +126,7 @@ void layer_key_rows(const KvCache& kv, const AttentionGroup& g, int layer, std::
   k.resize(n);
   v.resize(n);
   if (n == 0) return;
-  const uint8_t* k_base = kv.k_data(layer, g.stream);
-  const uint8_t* v_base = kv.v_data(layer, g.stream);
-  const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
-  for (size_t j = 0; j < n; ++j) {
-    const auto cell = static_cast<size_t>(g.rows[j]);
-    k[j] = k_base + cell * rk;
-    v[j] = v_base + cell * rv;
-  }
+  kv.row_pointers(layer, g.stream, g.rows.data(), n, k.data(), v.data());
 }
 
 }  // namespace agentkv::memory

@@ -22,6 +22,11 @@ struct AttentionGroup {
                                 // through layer_key_rows, not as offsets into a buffer
   std::vector<float> mask;      // tokens.size() x rows.size(): 0 where the token sees key j
                                 // (its position >= the key's), else -inf
+  // A windowed cache whose tail type differs from the hot type (memory/kv_cache.h): the first
+  // n_tail keys are the tail's (by position, stored as tail_type_k / tail_type_v), the rest the
+  // hot ones (by position); attention runs over each part and merges them by log-sum-exp.
+  // 0 otherwise: every key in one position order, whatever its residency.
+  size_t n_tail = 0;
 };
 
 // One group per (stream, first sequence) among ub's tokens, in order of each group's first token.

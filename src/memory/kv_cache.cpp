@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/quant.h"
 
 namespace agentkv::memory {
 namespace {
@@ -83,6 +84,18 @@ struct Range {
 
 Range normalize(Pos p0, Pos p1) { return {p0 < 0 ? 0 : p0, p1 < 0 ? kPosEnd : p1}; }
 
+// One row of n elements from one KV type to another (a copy when they are the same).
+void convert_row(GgmlType from, const uint8_t* src, GgmlType to, uint8_t* dst, int64_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, ggml_row_size(to, n));
+    return;
+  }
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(n));
+  dequantize_row(from, src, scratch.data(), n);
+  quantize_row(to, scratch.data(), dst, n);
+}
+
 }  // namespace
 
 struct KvCache::Impl {
@@ -91,7 +104,51 @@ struct KvCache::Impl {
   std::vector<KvCells> cells;      // one table per stream
   std::vector<int> kv_index;       // model layer -> index into k/v, or -1
   size_t row_k = 0, row_v = 0;
-  std::vector<Storage> k, v;       // per KV layer: n_streams * n_cells rows, stream-major
+  std::vector<Storage> k, v;       // hot rows per KV layer: n_streams * n_hot rows, stream-major
+  // Windowed residency (KvLayout::hot_cells): without it n_hot == n_cells and cell i's hot row is
+  // row i. With it a cell's hot row is slot_of[stream][cell] (-1: its rows are in the tail, the
+  // tk / tv buffers of n_streams * n_cells rows indexed by cell), cell_of the reverse (-1: free).
+  bool windowed = false;
+  uint32_t n_hot = 0;
+  size_t row_tk = 0, row_tv = 0;
+  std::vector<Storage> tk, tv;
+  std::vector<std::vector<int32_t>> slot_of, cell_of;
+  uint64_t demotions = 0;
+
+  int32_t slot(uint32_t stream, uint32_t cell) const {
+    return windowed ? slot_of[stream][cell] : static_cast<int32_t>(cell);
+  }
+  uint8_t* hot(const std::vector<Storage>& bufs, size_t row_bytes, int kv_layer, uint32_t stream,
+               int32_t slot) const {
+    return bufs[static_cast<size_t>(kv_layer)].data() +
+           (static_cast<size_t>(stream) * n_hot + static_cast<size_t>(slot)) * row_bytes;
+  }
+  uint8_t* tail(const std::vector<Storage>& bufs, size_t row_bytes, int kv_layer, uint32_t stream,
+                uint32_t cell) const {
+    return bufs[static_cast<size_t>(kv_layer)].data() +
+           (static_cast<size_t>(stream) * layout.n_cells + cell) * row_bytes;
+  }
+  // Cell `cell`'s K (or V) row of one KV layer and the type it is stored in.
+  std::pair<uint8_t*, GgmlType> stored(bool is_k, int kl, uint32_t stream, uint32_t cell) const {
+    const int32_t sl = slot(stream, cell);
+    if (sl >= 0)
+      return {is_k ? hot(k, row_k, kl, stream, sl) : hot(v, row_v, kl, stream, sl), is_k ? layout.type_k : layout.type_v};
+    return {is_k ? tail(tk, row_tk, kl, stream, cell) : tail(tv, row_tv, kl, stream, cell),
+            is_k ? layout.tail_type_k : layout.tail_type_v};
+  }
+  int64_t width(bool is_k) const { return is_k ? layout.n_embd_k : layout.n_embd_v; }
+  // Every layer's rows of one cell into another cell's place (either may be hot or in the tail).
+  void copy_cell(uint32_t src_stream, uint32_t src, uint32_t dst_stream, uint32_t dst) const {
+    for (size_t l = 0; l < k.size(); ++l)
+      for (bool is_k : {true, false}) {
+        const auto [from, from_type] = stored(is_k, static_cast<int>(l), src_stream, src);
+        const auto [to, to_type] = stored(is_k, static_cast<int>(l), dst_stream, dst);
+        convert_row(from_type, from, to_type, to, width(is_k));
+      }
+  }
+  // Gives every target cell (one stream) a hot row: free rows first, then those of the hot cells
+  // with the lowest positions (empty cells before all), whose rows move to the tail.
+  void make_hot(uint32_t stream, const std::vector<uint32_t>& targets);
 
   void check_seq(SeqId s, const char* op) const {
     if (s < 0 || static_cast<uint32_t>(s) >= layout.n_seq_max)
@@ -129,12 +186,6 @@ struct KvCache::Impl {
                   std::to_string(ub.seq.size()) + " sequence lists");
   }
 
-  uint8_t* row(const std::vector<Storage>& bufs, size_t row_bytes, int kv_layer, uint32_t stream,
-               uint32_t cell) const {
-    return bufs[static_cast<size_t>(kv_layer)].data() +
-           (static_cast<size_t>(stream) * layout.n_cells + cell) * row_bytes;
-  }
-
   int kv_layer(int layer) const {
     if (layer < 0 || static_cast<size_t>(layer) >= kv_index.size() ||
         kv_index[static_cast<size_t>(layer)] < 0)
@@ -145,6 +196,50 @@ struct KvCache::Impl {
   std::optional<std::vector<Placement>> plan(const UBatch* ubs, size_t n_ubs) const;
   void copy_rows(uint32_t src_stream, uint32_t dst_stream, uint32_t cell0, uint32_t n);
 };
+
+void KvCache::Impl::make_hot(uint32_t stream, const std::vector<uint32_t>& targets) {
+  std::vector<int32_t>& slots = slot_of[stream];
+  std::vector<int32_t>& owners = cell_of[stream];
+  size_t needed = 0;
+  for (uint32_t c : targets) needed += slots[c] < 0;
+  if (needed == 0) return;
+  if (targets.size() > n_hot)
+    throw std::logic_error("kv cache: a batch of " + std::to_string(targets.size()) + " cells does not fit " +
+                           std::to_string(n_hot) + " hot rows");
+  // Candidates by (position, slot): free rows (-2), empty cells (-1), then the lowest positions.
+  std::vector<bool> is_target(layout.n_cells, false);
+  for (uint32_t c : targets) is_target[c] = true;
+  const KvCells& c = cells[stream];
+  std::vector<std::pair<int64_t, int32_t>> order;
+  order.reserve(n_hot);
+  for (int32_t sl = 0; sl < static_cast<int32_t>(n_hot); ++sl) {
+    const int32_t owner = owners[static_cast<size_t>(sl)];
+    if (owner >= 0 && is_target[static_cast<size_t>(owner)]) continue;
+    const int64_t key = owner < 0 ? -2 : c.is_empty(static_cast<uint32_t>(owner)) ? -1 : c.pos(static_cast<uint32_t>(owner));
+    order.emplace_back(key, sl);
+  }
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(needed), order.end());
+  size_t next = 0;
+  for (uint32_t cell : targets) {
+    if (slots[cell] >= 0) continue;
+    const int32_t sl = order[next++].second;
+    const int32_t owner = owners[static_cast<size_t>(sl)];
+    if (owner >= 0) {  // its rows move to the tail (an empty cell's rows are never read again)
+      const auto oc = static_cast<uint32_t>(owner);
+      if (!c.is_empty(oc)) {
+        for (size_t l = 0; l < k.size(); ++l) {
+          const int kl = static_cast<int>(l);
+          convert_row(layout.type_k, hot(k, row_k, kl, stream, sl), layout.tail_type_k, tail(tk, row_tk, kl, stream, oc), layout.n_embd_k);
+          convert_row(layout.type_v, hot(v, row_v, kl, stream, sl), layout.tail_type_v, tail(tv, row_tv, kl, stream, oc), layout.n_embd_v);
+        }
+        ++demotions;
+      }
+      slots[oc] = -1;
+    }
+    owners[static_cast<size_t>(sl)] = static_cast<int32_t>(cell);
+    slots[cell] = sl;
+  }
+}
 
 // Simulates placing the ubatches in order without touching the cells. Tokens take the
 // lowest-numbered empty cells of their stream, in token order. A search starts at the stream's
@@ -171,7 +266,7 @@ std::optional<std::vector<Placement>> KvCache::Impl::plan(const UBatch* ubs, siz
     for (uint32_t s = 0; s < n_streams; ++s) {
       const auto& toks = tokens_of[s];
       if (toks.empty()) continue;
-      if (toks.size() > free_left[s]) return std::nullopt;
+      if (toks.size() > free_left[s] || toks.size() > n_hot) return std::nullopt;
       const KvCells& c = cells[s];
       uint32_t idx = start[s];
       for (uint32_t tok : toks) {
@@ -190,12 +285,16 @@ std::optional<std::vector<Placement>> KvCache::Impl::plan(const UBatch* ubs, siz
 
 void KvCache::Impl::copy_rows(uint32_t src_stream, uint32_t dst_stream, uint32_t cell0,
                               uint32_t n) {
+  if (windowed) {
+    for (uint32_t i = cell0; i < cell0 + n; ++i) copy_cell(src_stream, i, dst_stream, i);
+    return;
+  }
   for (size_t l = 0; l < k.size(); ++l) {
     const int kl = static_cast<int>(l);
-    std::memcpy(row(k, row_k, kl, dst_stream, cell0), row(k, row_k, kl, src_stream, cell0),
-                n * row_k);
-    std::memcpy(row(v, row_v, kl, dst_stream, cell0), row(v, row_v, kl, src_stream, cell0),
-                n * row_v);
+    std::memcpy(hot(k, row_k, kl, dst_stream, static_cast<int32_t>(cell0)),
+                hot(k, row_k, kl, src_stream, static_cast<int32_t>(cell0)), n * row_k);
+    std::memcpy(hot(v, row_v, kl, dst_stream, static_cast<int32_t>(cell0)),
+                hot(v, row_v, kl, src_stream, static_cast<int32_t>(cell0)), n * row_v);
   }
 }
 
@@ -214,14 +313,27 @@ KvCache::KvCache(const KvLayout& layout) : impl_(std::make_unique<Impl>()) {
   m.cells.reserve(m.n_streams);
   for (uint32_t s = 0; s < m.n_streams; ++s) m.cells.emplace_back(layout.n_cells, layout.n_seq_max);
 
-  const size_t rows = static_cast<size_t>(m.n_streams) * layout.n_cells;
+  m.windowed = layout.hot_cells > 0 && layout.hot_cells < layout.n_cells;
+  m.n_hot = m.windowed ? layout.hot_cells : layout.n_cells;
+  if (m.windowed) {
+    m.row_tk = checked_row_bytes(layout.tail_type_k, layout.n_embd_k, "tail K");
+    m.row_tv = checked_row_bytes(layout.tail_type_v, layout.n_embd_v, "tail V");
+    m.slot_of.assign(m.n_streams, std::vector<int32_t>(layout.n_cells, -1));
+    m.cell_of.assign(m.n_streams, std::vector<int32_t>(m.n_hot, -1));
+  }
+  const size_t hot_rows = static_cast<size_t>(m.n_streams) * m.n_hot;
+  const size_t tail_rows = m.windowed ? static_cast<size_t>(m.n_streams) * layout.n_cells : 0;
   m.kv_index.assign(layout.layer_has_kv.size(), -1);
   int n_kv_layers = 0;
   for (size_t il = 0; il < layout.layer_has_kv.size(); ++il) {
     if (!layout.layer_has_kv[il]) continue;
     m.kv_index[il] = n_kv_layers++;
-    m.k.emplace_back(rows * m.row_k);
-    m.v.emplace_back(rows * m.row_v);
+    m.k.emplace_back(hot_rows * m.row_k);
+    m.v.emplace_back(hot_rows * m.row_v);
+    if (m.windowed) {
+      m.tk.emplace_back(tail_rows * m.row_tk);
+      m.tv.emplace_back(tail_rows * m.row_tv);
+    }
   }
 }
 
@@ -267,6 +379,15 @@ void KvCache::apply(const UBatch& ub, const Placement& placement) {
   if (std::adjacent_find(targets.begin(), targets.end()) != targets.end())
     throw std::logic_error("kv cache: placement uses a cell twice");
 
+  if (m.windowed) {  // before occupying: the rows moved out are chosen among the cells as they were
+    std::vector<uint32_t> in_stream;
+    for (uint32_t s = 0; s < m.n_streams; ++s) {
+      in_stream.clear();
+      for (const auto& [stream, cell] : targets)
+        if (stream == s) in_stream.push_back(cell);
+      if (!in_stream.empty()) m.make_hot(s, in_stream);
+    }
+  }
   for (size_t t = 0; t < ub.size(); ++t) {
     SeqSet seqs;
     for (SeqId s : ub.seq[t]) seqs.set(static_cast<size_t>(s));
@@ -276,32 +397,146 @@ void KvCache::apply(const UBatch& ub, const Placement& placement) {
 }
 
 uint8_t* KvCache::k_data(int layer, uint32_t stream) {
-  impl_->check_stream(stream);
-  return impl_->row(impl_->k, impl_->row_k, impl_->kv_layer(layer), stream, 0);
+  return const_cast<uint8_t*>(std::as_const(*this).k_data(layer, stream));
 }
 uint8_t* KvCache::v_data(int layer, uint32_t stream) {
-  impl_->check_stream(stream);
-  return impl_->row(impl_->v, impl_->row_v, impl_->kv_layer(layer), stream, 0);
+  return const_cast<uint8_t*>(std::as_const(*this).v_data(layer, stream));
 }
 const uint8_t* KvCache::k_data(int layer, uint32_t stream) const {
   impl_->check_stream(stream);
-  return impl_->row(impl_->k, impl_->row_k, impl_->kv_layer(layer), stream, 0);
+  if (impl_->windowed) throw std::logic_error("kv cache: k_data of a windowed cache");
+  return impl_->hot(impl_->k, impl_->row_k, impl_->kv_layer(layer), stream, 0);
 }
 const uint8_t* KvCache::v_data(int layer, uint32_t stream) const {
   impl_->check_stream(stream);
-  return impl_->row(impl_->v, impl_->row_v, impl_->kv_layer(layer), stream, 0);
+  if (impl_->windowed) throw std::logic_error("kv cache: v_data of a windowed cache");
+  return impl_->hot(impl_->v, impl_->row_v, impl_->kv_layer(layer), stream, 0);
 }
 uint8_t* KvCache::k_row(int layer, uint32_t stream, uint32_t cell) {
-  return k_data(layer, stream) + static_cast<size_t>(cell) * impl_->row_k;
+  return const_cast<uint8_t*>(std::as_const(*this).k_row(layer, stream, cell));
 }
 uint8_t* KvCache::v_row(int layer, uint32_t stream, uint32_t cell) {
-  return v_data(layer, stream) + static_cast<size_t>(cell) * impl_->row_v;
+  return const_cast<uint8_t*>(std::as_const(*this).v_row(layer, stream, cell));
 }
 const uint8_t* KvCache::k_row(int layer, uint32_t stream, uint32_t cell) const {
-  return k_data(layer, stream) + static_cast<size_t>(cell) * impl_->row_k;
+  const Impl& m = *impl_;
+  const int kl = m.kv_layer(layer);
+  m.check_stream(stream);
+  const int32_t sl = cell < m.layout.n_cells ? m.slot(stream, cell) : -1;
+  if (sl < 0) throw std::logic_error("kv cache: k_row of cell " + std::to_string(cell) + ", which is not hot");
+  return m.hot(m.k, m.row_k, kl, stream, sl);
 }
 const uint8_t* KvCache::v_row(int layer, uint32_t stream, uint32_t cell) const {
-  return v_data(layer, stream) + static_cast<size_t>(cell) * impl_->row_v;
+  const Impl& m = *impl_;
+  const int kl = m.kv_layer(layer);
+  m.check_stream(stream);
+  const int32_t sl = cell < m.layout.n_cells ? m.slot(stream, cell) : -1;
+  if (sl < 0) throw std::logic_error("kv cache: v_row of cell " + std::to_string(cell) + ", which is not hot");
+  return m.hot(m.v, m.row_v, kl, stream, sl);
+}
+
+namespace {
+void check_cell(uint32_t n_cells, uint32_t cell) {
+  if (cell >= n_cells) throw std::logic_error("kv cache: cell " + std::to_string(cell) + " out of range");
+}
+}  // namespace
+
+void KvCache::read_k(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const {
+  const Impl& m = *impl_;
+  m.check_stream(stream);
+  check_cell(m.layout.n_cells, cell);
+  const auto [row, type] = m.stored(true, m.kv_layer(layer), stream, cell);
+  convert_row(type, row, m.layout.type_k, out, m.layout.n_embd_k);
+}
+void KvCache::read_v(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const {
+  const Impl& m = *impl_;
+  m.check_stream(stream);
+  check_cell(m.layout.n_cells, cell);
+  const auto [row, type] = m.stored(false, m.kv_layer(layer), stream, cell);
+  convert_row(type, row, m.layout.type_v, out, m.layout.n_embd_v);
+}
+void KvCache::write_k(int layer, uint32_t stream, uint32_t cell, const uint8_t* src) {
+  const Impl& m = *impl_;
+  m.check_stream(stream);
+  check_cell(m.layout.n_cells, cell);
+  const auto [row, type] = m.stored(true, m.kv_layer(layer), stream, cell);
+  convert_row(m.layout.type_k, src, type, row, m.layout.n_embd_k);
+}
+void KvCache::write_v(int layer, uint32_t stream, uint32_t cell, const uint8_t* src) {
+  const Impl& m = *impl_;
+  m.check_stream(stream);
+  check_cell(m.layout.n_cells, cell);
+  const auto [row, type] = m.stored(false, m.kv_layer(layer), stream, cell);
+  convert_row(m.layout.type_v, src, type, row, m.layout.n_embd_v);
+}
+void KvCache::dequantize_k(int layer, uint32_t stream, uint32_t cell, float* out) const {
+  const Impl& m = *impl_;
+  m.check_stream(stream);
+  check_cell(m.layout.n_cells, cell);
+  const auto [row, type] = m.stored(true, m.kv_layer(layer), stream, cell);
+  dequantize_row(type, row, out, m.layout.n_embd_k);
+}
+void KvCache::quantize_k(int layer, uint32_t stream, uint32_t cell, const float* src) {
+  const Impl& m = *impl_;
+  m.check_stream(stream);
+  check_cell(m.layout.n_cells, cell);
+  const auto [row, type] = m.stored(true, m.kv_layer(layer), stream, cell);
+  quantize_row(type, src, row, m.layout.n_embd_k);
+}
+bool KvCache::is_hot(uint32_t stream, uint32_t cell) const {
+  impl_->check_stream(stream);
+  check_cell(impl_->layout.n_cells, cell);
+  return impl_->slot(stream, cell) >= 0;
+}
+const uint8_t* KvCache::tail_k_row(int layer, uint32_t stream, uint32_t cell) const {
+  if (is_hot(stream, cell)) throw std::logic_error("kv cache: tail_k_row of a hot cell");
+  return impl_->tail(impl_->tk, impl_->row_tk, impl_->kv_layer(layer), stream, cell);
+}
+const uint8_t* KvCache::tail_v_row(int layer, uint32_t stream, uint32_t cell) const {
+  if (is_hot(stream, cell)) throw std::logic_error("kv cache: tail_v_row of a hot cell");
+  return impl_->tail(impl_->tv, impl_->row_tv, impl_->kv_layer(layer), stream, cell);
+}
+void KvCache::row_pointers(int layer, uint32_t stream, const int32_t* cells, size_t n, const uint8_t** k,
+                           const uint8_t** v) const {
+  const Impl& m = *impl_;
+  m.check_stream(stream);
+  const int kl = m.kv_layer(layer);
+  const uint8_t* k_hot = m.hot(m.k, m.row_k, kl, stream, 0);
+  const uint8_t* v_hot = m.hot(m.v, m.row_v, kl, stream, 0);
+  if (!m.windowed) {
+    for (size_t j = 0; j < n; ++j) {
+      const auto cell = static_cast<size_t>(cells[j]);
+      k[j] = k_hot + cell * m.row_k;
+      v[j] = v_hot + cell * m.row_v;
+    }
+    return;
+  }
+  const uint8_t* k_tail = m.tail(m.tk, m.row_tk, kl, stream, 0);
+  const uint8_t* v_tail = m.tail(m.tv, m.row_tv, kl, stream, 0);
+  const int32_t* slots = m.slot_of[stream].data();
+  for (size_t j = 0; j < n; ++j) {
+    const int32_t cell = cells[j], sl = slots[cell];
+    k[j] = sl >= 0 ? k_hot + static_cast<size_t>(sl) * m.row_k : k_tail + static_cast<size_t>(cell) * m.row_tk;
+    v[j] = sl >= 0 ? v_hot + static_cast<size_t>(sl) * m.row_v : v_tail + static_cast<size_t>(cell) * m.row_tv;
+  }
+}
+
+KvResidency KvCache::residency() const {
+  const Impl& m = *impl_;
+  KvResidency r;
+  r.windowed = m.windowed;
+  r.hot_cells = m.n_hot;
+  r.demotions = m.demotions;
+  for (const auto& b : m.k) r.hot_bytes += b.bytes();
+  for (const auto& b : m.v) r.hot_bytes += b.bytes();
+  for (const auto& b : m.tk) r.tail_bytes += b.bytes();
+  for (const auto& b : m.tv) r.tail_bytes += b.bytes();
+  for (uint32_t s = 0; s < m.n_streams; ++s) {
+    const KvCells& c = m.cells[s];
+    for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+      if (!c.is_empty(i)) (m.slot(s, i) >= 0 ? r.hot_used : r.tail_used) += 1;
+  }
+  return r;
 }
 size_t KvCache::row_bytes_k() const { return impl_->row_k; }
 size_t KvCache::row_bytes_v() const { return impl_->row_v; }
@@ -321,8 +556,8 @@ MemoryUsage KvCache::usage() const {
 
 size_t KvCache::total_bytes() const {
   size_t total = 0;
-  for (const auto& b : impl_->k) total += b.bytes();
-  for (const auto& b : impl_->v) total += b.bytes();
+  for (const auto* bufs : {&impl_->k, &impl_->v, &impl_->tk, &impl_->tv})
+    for (const auto& b : *bufs) total += b.bytes();
   return total;
 }
 
@@ -331,7 +566,7 @@ void KvCache::prefault() {
   // kernel's shared zero page, which stays in cache and makes reads of untouched rows free.
   // Each byte written is the one read, so the contents never change.
   constexpr size_t kPage = 4096;
-  for (auto* bufs : {&impl_->k, &impl_->v})
+  for (auto* bufs : {&impl_->k, &impl_->v, &impl_->tk, &impl_->tv})
     for (auto& b : *bufs)
       for (size_t off = 0; off < b.bytes(); off += kPage) {
         volatile uint8_t* byte = b.data() + off;
@@ -412,8 +647,8 @@ void KvCache::clear(bool zero_data) {
   Impl& m = *impl_;
   for (auto& c : m.cells) c.reset();
   if (zero_data) {
-    for (auto& b : m.k) std::memset(b.data(), 0, b.bytes());
-    for (auto& b : m.v) std::memset(b.data(), 0, b.bytes());
+    for (auto* bufs : {&m.k, &m.v, &m.tk, &m.tv})
+      for (auto& b : *bufs) std::memset(b.data(), 0, b.bytes());
     for (auto& c : m.cells) c.mark_all_zero();
   }
 }
@@ -552,11 +787,7 @@ void KvCache::copy_cell_rows(uint32_t stream, uint32_t src, uint32_t dst) {
   Impl& m = *impl_;
   if (stream >= m.n_streams || src >= m.layout.n_cells || dst >= m.layout.n_cells)
     throw std::logic_error("kv cache: copy_cell_rows: cell out of range");
-  for (size_t l = 0; l < m.k.size(); ++l) {
-    const int kl = static_cast<int>(l);
-    std::memcpy(m.row(m.k, m.row_k, kl, stream, dst), m.row(m.k, m.row_k, kl, stream, src), m.row_k);
-    std::memcpy(m.row(m.v, m.row_v, kl, stream, dst), m.row(m.v, m.row_v, kl, stream, src), m.row_v);
-  }
+  m.copy_cell(stream, src, stream, dst);
 }
 
 void KvCache::seq_fake_prefix(SeqId seq, Pos n) {
@@ -583,15 +814,26 @@ void KvCache::seq_fake_prefix(SeqId seq, Pos n) {
     cell = idx++;
   }
   // Cells used before may hold old rows: zero those (runs of adjacent cells at once).
-  for (size_t k = 0; k < picked.size();) {
+  if (m.windowed) {
+    for (uint32_t cell : picked) {
+      if (c.known_zero(cell)) continue;
+      for (size_t l = 0; l < m.k.size(); ++l)
+        for (bool is_k : {true, false}) {
+          const auto [row, type] = m.stored(is_k, static_cast<int>(l), s, cell);
+          std::memset(row, 0, ggml_row_size(type, m.width(is_k)));
+        }
+      c.mark_zero(cell);
+    }
+  }
+  for (size_t k = 0; !m.windowed && k < picked.size();) {
     if (c.known_zero(picked[k])) { ++k; continue; }
     size_t e = k + 1;
     while (e < picked.size() && picked[e] == picked[e - 1] + 1 && !c.known_zero(picked[e])) ++e;
     const uint32_t first = picked[k], count = static_cast<uint32_t>(e - k);
     for (size_t l = 0; l < m.k.size(); ++l) {
       const int kl = static_cast<int>(l);
-      std::memset(m.row(m.k, m.row_k, kl, s, first), 0, count * m.row_k);
-      std::memset(m.row(m.v, m.row_v, kl, s, first), 0, count * m.row_v);
+      std::memset(m.hot(m.k, m.row_k, kl, s, static_cast<int32_t>(first)), 0, count * m.row_k);
+      std::memset(m.hot(m.v, m.row_v, kl, s, static_cast<int32_t>(first)), 0, count * m.row_v);
     }
     for (size_t j = k; j < e; ++j) c.mark_zero(picked[j]);
     k = e;

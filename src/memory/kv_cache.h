@@ -26,6 +26,25 @@ struct KvLayout {
   uint32_t n_cells = 0;   // cells per stream
   uint32_t n_seq_max = 1;
   bool unified = true;    // one stream shared by all sequences, else one stream per sequence
+  // Windowed residency (docs/memory-semantics.md §9). 0 or >= n_cells: every cell's rows are hot
+  // (type_k / type_v). Otherwise at most hot_cells cells per stream hold hot rows and every other
+  // cell holds its rows in the tail, as tail_type_k / tail_type_v: a cell being written takes a hot
+  // row, and when none is free the hot cell with the lowest position moves to the tail
+  // (converted: exact when the tail type equals the hot type). Attention reads both.
+  uint32_t hot_cells = 0;
+  GgmlType tail_type_k = GgmlType::F16;
+  GgmlType tail_type_v = GgmlType::F16;
+};
+
+// Where the rows of a windowed cache live (KvCache::residency).
+struct KvResidency {
+  bool windowed = false;
+  uint32_t hot_cells = 0;       // hot rows per stream
+  uint64_t hot_used = 0;        // used cells whose rows are hot (all streams)
+  uint64_t tail_used = 0;       // used cells whose rows are in the tail
+  uint64_t demotions = 0;       // cells moved from hot rows to the tail since construction
+  size_t hot_bytes = 0;         // hot K/V storage, all layers and streams
+  size_t tail_bytes = 0;        // tail K/V storage reserved (pages touched only when written)
 };
 
 // Where each token of a ubatch goes.
@@ -67,15 +86,36 @@ class KvCache final : public MemoryInterface {
   // come from find_slot on the current state (throws std::logic_error otherwise, cache unchanged).
   void apply(const UBatch& ub, const Placement& placement);
 
-  // One cell's K / V row of one model layer (which must have KV): row_bytes_k() / row_bytes_v()
-  // bytes. The way code outside src/memory/ reaches stored rows: where a row lives is the
-  // memory's business (one buffer per layer today; pages may live elsewhere).
+  // One hot cell's K / V row of one model layer (which must have KV): row_bytes_k() /
+  // row_bytes_v() bytes of type_k / type_v. Where a row lives is the memory's business; a cell
+  // a batch was just placed in is always hot. std::logic_error for a cell whose rows are in the
+  // tail (is_hot false): read and write those through the calls below.
   uint8_t* k_row(int layer, uint32_t stream, uint32_t cell);
   uint8_t* v_row(int layer, uint32_t stream, uint32_t cell);
   const uint8_t* k_row(int layer, uint32_t stream, uint32_t cell) const;
   const uint8_t* v_row(int layer, uint32_t stream, uint32_t cell) const;
-  // Storage of one model layer (which must have KV) in one stream: n_cells rows of
-  // row_bytes_k() bytes (K) and row_bytes_v() (V). For src/memory/ and its tests only.
+  // Any cell's rows, wherever they live, as type_k / type_v bytes (read_*: converted from the
+  // tail type when the cell is in the tail) or floats; write_* / quantize_k store them in the
+  // cell's current place (converted to the tail type there).
+  void read_k(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const;
+  void read_v(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const;
+  void write_k(int layer, uint32_t stream, uint32_t cell, const uint8_t* row);
+  void write_v(int layer, uint32_t stream, uint32_t cell, const uint8_t* row);
+  void dequantize_k(int layer, uint32_t stream, uint32_t cell, float* out) const;
+  void quantize_k(int layer, uint32_t stream, uint32_t cell, const float* row);
+  // Windowed residency: whether a cell's rows are hot, a tail cell's stored rows (tail_type_k /
+  // tail_type_v; std::logic_error for a hot cell), and the counts.
+  bool is_hot(uint32_t stream, uint32_t cell) const;
+  const uint8_t* tail_k_row(int layer, uint32_t stream, uint32_t cell) const;
+  const uint8_t* tail_v_row(int layer, uint32_t stream, uint32_t cell) const;
+  KvResidency residency() const;
+  // The stored K and V rows of cells[0..n) of one layer (hot or tail rows, in their own types):
+  // what attention follows (memory/attention_view.h).
+  void row_pointers(int layer, uint32_t stream, const int32_t* cells, size_t n, const uint8_t** k,
+                    const uint8_t** v) const;
+  // Storage of one model layer (which must have KV) in one stream of a cache that is not
+  // windowed: n_cells rows of row_bytes_k() bytes (K) and row_bytes_v() (V), indexed by cell.
+  // For tests only (std::logic_error on a windowed cache).
   uint8_t* k_data(int layer, uint32_t stream);
   uint8_t* v_data(int layer, uint32_t stream);
   const uint8_t* k_data(int layer, uint32_t stream) const;

@@ -60,13 +60,16 @@ KvImage kv_state_view(const KvCache& kv, SeqId seq) {
   img.k.resize(n_layers);
   img.v.resize(n_layers);
   const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
+  // A windowed cache's rows live in two places and types: the image owns copies in type_k /
+  // type_v (read_k / read_v), one chunk per layer, instead of viewing the storage.
+  const bool windowed = kv.residency().windowed;
   for (uint32_t s = 0; s < kv.n_streams(); ++s) {
     if (seq >= 0 && s != kv.stream_of(seq)) continue;
     const KvCells& c = kv.cells(s);
     // Cells of the image in this stream, in contiguous runs: one chunk per run and layer.
     uint32_t run_start = 0, run_len = 0;
     auto close_run = [&] {
-      if (run_len == 0) return;
+      if (run_len == 0 || windowed) return;
       for (size_t l = 0; l < n_layers; ++l) {
         const int layer = img.layout.kv_layers[l];
         add_chunk(img.k[l], kv.k_data(layer, s), rk, run_start, run_len);
@@ -92,6 +95,24 @@ KvImage kv_state_view(const KvCache& kv, SeqId seq) {
       ++run_len;
     }
     close_run();
+  }
+  if (windowed) {
+    img.owned.resize(2 * n_layers);
+    for (size_t l = 0; l < n_layers; ++l) {
+      const int layer = img.layout.kv_layers[l];
+      std::vector<uint8_t>& k = img.owned[2 * l];
+      std::vector<uint8_t>& v = img.owned[2 * l + 1];
+      k.resize(img.cells.size() * rk);
+      v.resize(img.cells.size() * rv);
+      for (size_t i = 0; i < img.cells.size(); ++i) {
+        kv.read_k(layer, img.cells[i].stream, img.cells[i].cell, k.data() + i * rk);
+        kv.read_v(layer, img.cells[i].stream, img.cells[i].cell, v.data() + i * rv);
+      }
+      if (!img.cells.empty()) {
+        img.k[l].chunks.emplace_back(k.data(), k.size());
+        img.v[l].chunks.emplace_back(v.data(), v.size());
+      }
+    }
   }
   return img;
 }
@@ -336,8 +357,8 @@ void apply_kv_restore(KvCache& kv, const KvImage& img, const KvRestorePlan& plan
     const int layer = img.layout.kv_layers[l];
     RowCursor k_rows(img.k[l], rk), v_rows(img.v[l], rv);
     for (const CellRef& t : plan.targets) {
-      std::memcpy(kv.k_data(layer, t.stream) + static_cast<size_t>(t.cell) * rk, k_rows.next(), rk);
-      std::memcpy(kv.v_data(layer, t.stream) + static_cast<size_t>(t.cell) * rv, v_rows.next(), rv);
+      kv.write_k(layer, t.stream, t.cell, k_rows.next());
+      kv.write_v(layer, t.stream, t.cell, v_rows.next());
     }
   }
 }

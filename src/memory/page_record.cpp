@@ -59,10 +59,10 @@ std::vector<uint8_t> encode_page(const KvCache& kv, uint64_t hash, uint32_t firs
   for (uint32_t cell : cells)
     for (int layer = 0; layer < n_layers; ++layer) {
       if (!kv.layer_has_kv(layer)) continue;
-      const uint8_t* k = kv.k_data(layer, 0) + static_cast<size_t>(cell) * rk;
-      const uint8_t* v = kv.v_data(layer, 0) + static_cast<size_t>(cell) * rv;
-      out.insert(out.end(), k, k + rk);
-      out.insert(out.end(), v, v + rv);
+      const size_t at = out.size();
+      out.resize(at + rk + rv);
+      kv.read_k(layer, 0, cell, out.data() + at);
+      kv.read_v(layer, 0, cell, out.data() + at + rk);
     }
   put_checksum(out);
   return out;
@@ -101,8 +101,8 @@ void write_page_rows(KvCache& kv, const PageRecord& page, std::span<const uint32
   for (uint32_t cell : cells)
     for (int layer = 0; layer < n_layers; ++layer) {
       if (!kv.layer_has_kv(layer)) continue;
-      std::memcpy(kv.k_data(layer, 0) + static_cast<size_t>(cell) * rk, src, rk);
-      std::memcpy(kv.v_data(layer, 0) + static_cast<size_t>(cell) * rv, src + rk, rv);
+      kv.write_k(layer, 0, cell, src);
+      kv.write_v(layer, 0, cell, src + rk);
       src += rk + rv;
     }
 }

@@ -107,7 +107,37 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     a.mask_stride = a.n_kv;
     a.out = out_rows;
     a.out_stride = n_q;
-    attention(a, pool);
+    if (g.n_tail == 0) {
+      attention(a, pool);
+    } else {
+      // Windowed cache, tail in another type: attention over the tail keys and over the hot
+      // ones, each with its log-sum-exp, merged per head (memory/attention_view.h).
+      const auto n_tail = static_cast<int64_t>(g.n_tail);
+      const int64_t n_heads = shape.n_head;
+      float* tail_out = ws.get(kAttentionWorkspaceSlot + 5, static_cast<size_t>(nt * n_q));
+      float* lse = ws.get(kAttentionWorkspaceSlot + 6, static_cast<size_t>(2 * nt * n_heads));
+      AttentionArgs tail = a;
+      tail.k_type = layout.tail_type_k;
+      tail.v_type = layout.tail_type_v;
+      tail.n_kv = n_tail;
+      tail.out = tail_out;
+      tail.out_stride = n_q;
+      tail.lse = lse;
+      attention(tail, pool);
+      a.k_rows += n_tail;
+      a.v_rows += n_tail;
+      a.n_kv -= n_tail;
+      a.mask += n_tail;
+      a.lse = lse + nt * n_heads;
+      attention(a, pool);
+      const int64_t hd = shape.head_dim;
+      for (int64_t i = 0; i < nt; ++i)
+        for (int64_t h = 0; h < n_heads; ++h) {
+          float* o = out_rows + i * n_q + h * hd;
+          merge_attention_partials(tail_out + i * n_q + h * hd, lse[i * n_heads + h], o,
+                                   a.lse[i * n_heads + h], o, hd);
+        }
+    }
     if (!contiguous)
       for (int64_t i = 0; i < nt; ++i)
         std::copy(out_rows + i * n_q, out_rows + (i + 1) * n_q, out + tokens[i] * n_q);

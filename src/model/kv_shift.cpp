@@ -39,20 +39,22 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
 
     pool.parallel_for(static_cast<int64_t>(todo.size()), [&](int64_t begin, int64_t end) {
       std::vector<float> cos_sin(static_cast<size_t>(rope.n_rot));
-      std::vector<float> row(type == GgmlType::F32 ? 0 : static_cast<size_t>(n_embd));
+      std::vector<float> row(static_cast<size_t>(n_embd));
       for (int64_t t = begin; t < end; ++t) {
         const auto [cell, delta] = todo[static_cast<size_t>(t)];
         // One cos/sin table per cell serves every head of every layer.
         rope_neox_cache(static_cast<float>(delta), rope.n_rot, rope.freq_base, rope.freq_scale,
                         cos_sin.data());
         for (int il : kv_layers) {
-          uint8_t* stored = kv.k_row(il, s, cell);
-          float* x = type == GgmlType::F32 ? reinterpret_cast<float*>(stored) : row.data();
-          if (type != GgmlType::F32) dequantize_row(type, stored, x, n_embd);
+          // A hot F32 row turns in place; any other row (or one in a windowed cache's tail, in
+          // the tail's type) through floats.
+          const bool in_place = type == GgmlType::F32 && kv.is_hot(s, cell);
+          float* x = in_place ? reinterpret_cast<float*>(kv.k_row(il, s, cell)) : row.data();
+          if (!in_place) kv.dequantize_k(il, s, cell, x);
           k_rot.apply_inverse(x, n_embd);
           for (int64_t h = 0; h < n_heads; ++h) rope_neox_apply(x + h * rope.head_dim, rope.n_rot, cos_sin.data());
           k_rot.apply(x, n_embd);
-          if (type != GgmlType::F32) quantize_row(type, x, stored, n_embd);
+          if (!in_place) kv.quantize_k(il, s, cell, x);
         }
       }
     }, 16);

@@ -459,6 +459,9 @@ bool HttpServer::load() {
     cp.type_v = cfg_.type_v;
     cp.kv_rotation = cfg_.kv_rotation;
     cp.kv_rotation_seed = cfg_.kv_rotation_seed;
+    cp.kv_hot_cells = cfg_.kv_hot_cells;
+    cp.tail_type_k = cfg_.tail_type_k;
+    cp.tail_type_v = cfg_.tail_type_v;
     cp.embeddings = cfg_.embeddings;
     if (cfg_.context_shift && !cfg_.embeddings) cp.query_window = kSnapKvWindow;  // what the snapkv policy scores with
     const uint32_t n_positions = cp.n_ctx;

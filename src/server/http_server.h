@@ -28,6 +28,9 @@ struct ServerConfig {
   GgmlType type_v = GgmlType::F16;
   KvRotationMode kv_rotation = KvRotationMode::Auto;  // --kv-rotation
   uint64_t kv_rotation_seed = 0;                      // --kv-rotation-seed
+  uint32_t kv_hot_cells = 0;                          // --kv-hot: windowed residency (0: all hot)
+  GgmlType tail_type_k = GgmlType::F16;               // --kv-tail-type
+  GgmlType tail_type_v = GgmlType::F16;
   size_t max_body_bytes = 16u << 20;
   double slot_similarity = 0.10;     // llama-server's --slot-prompt-similarity
   int http_threads = 0;              // connections served at once, one thread each; 0: 256

@@ -77,6 +77,13 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "gauge", "kv_cells_used", "KV cells in use (slots and cached pages).",
              static_cast<double>(m.kv_cells_used));
   add_metric(out, "gauge", "kv_cells_total", "KV cells of the memory.", static_cast<double>(m.kv_cells_total));
+  add_metric(out, "gauge", "kv_hot_cells_used", "KV cells in use whose rows are hot (--kv-hot; all of them without it).",
+             static_cast<double>(m.kv_hot_cells_used));
+  add_metric(out, "gauge", "kv_tail_cells_used", "KV cells in use whose rows are in the tail (--kv-hot).",
+             static_cast<double>(m.kv_tail_cells_used));
+  add_metric(out, "gauge", "kv_tail_bytes", "Bytes reserved for tail K/V rows (--kv-hot).", static_cast<double>(m.kv_tail_bytes));
+  add_metric(out, "counter", "kv_demotions_total", "KV cells whose rows moved from hot to the tail (--kv-hot).",
+             static_cast<double>(m.kv_demotions_total));
   add_metric(out, "gauge", "snapshots", "Recurrent-state snapshots attached to cached pages (hybrid models).",
              static_cast<double>(m.snapshot_count));
   add_metric(out, "gauge", "memory_bytes", "Bytes of K/V rows and recurrent states held by all slots.",

@@ -44,6 +44,10 @@ struct MetricsSnapshot {
   uint64_t tier_snapshots_fetched_total = 0;  // ... and brought in from it
   uint64_t kv_cells_used = 0;               // gauge: KV cells in use (slots and cached pages)
   uint64_t kv_cells_total = 0;              // gauge
+  uint64_t kv_hot_cells_used = 0;           // gauge: --kv-hot: used cells whose rows are hot
+  uint64_t kv_tail_cells_used = 0;          // gauge: ... whose rows are in the tail
+  uint64_t kv_tail_bytes = 0;               // gauge: the tail's K/V storage
+  uint64_t kv_demotions_total = 0;          // cells whose rows moved from hot to the tail
   uint64_t snapshot_count = 0;              // gauge: hybrid snapshots attached to pages
   int requests_processing = 0;
   int requests_deferred = 0;

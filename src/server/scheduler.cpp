@@ -500,6 +500,11 @@ MetricsSnapshot Scheduler::metrics() const {
   if (const memory::KvCache* kv = ctx_.memory().kv()) {
     m.kv_cells_used = kv->usage().cells_used;
     m.kv_cells_total = kv->layout().n_cells;
+    const memory::KvResidency r = kv->residency();
+    m.kv_hot_cells_used = r.windowed ? r.hot_used : m.kv_cells_used;
+    m.kv_tail_cells_used = r.tail_used;
+    m.kv_tail_bytes = r.tail_bytes;
+    m.kv_demotions_total = r.demotions;
   }
   if (index_) {
     const memory::PrefixIndexStats st = index_->stats();
