@@ -35,6 +35,7 @@ struct Case {
   int hole_every = 0;  // hide key j when j % hole_every == 3
   bool causal = true;
   int64_t hidden_begin = 0, hidden_end = 0;  // keys hidden from every row
+  bool own_order = false;  // AttentionArgs::own_order (a windowed cache's tail)
 };
 
 // Inputs plus the stored K/V bytes (quantized by the engine's own quantizer) and their
@@ -120,6 +121,7 @@ AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<fl
   a.out = out.data();
   a.out_stride = a.q_stride;
   a.lse = lse.data();
+  a.own_order = c.own_order;
   return a;
 }
 
@@ -127,9 +129,10 @@ AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<fl
 // tiled kernel, which keeps Q in F32; otherwise Q is first converted to vec_dot_type(K). A cache
 // with one of agentkv's own types (tq4, tq3) has no llama.cpp order and is tiled too.
 bool uses_tiled_kernel(const Case& c) {
-  const bool own_type = ggml_type_info(c.k_type).agentkv_only || ggml_type_info(c.v_type).agentkv_only;
-  // agentkv's own types have no llama.cpp order to follow: batches of any size are tiled and a
-  // single row has its own kernel (attention.cpp, "own-type decoding"); both keep Q in f32
+  const bool own_type = ggml_type_info(c.k_type).agentkv_only || ggml_type_info(c.v_type).agentkv_only || c.own_order;
+  // agentkv's own types (and keys in own order) have no llama.cpp order to follow: batches of any
+  // size are tiled and a single row has its own kernel (attention.cpp, "own-type decoding"); both
+  // keep Q in f32
   return own_type || (c.n_tokens >= 64 && c.k_type == c.v_type && (c.k_type == GgmlType::F16 || c.k_type == GgmlType::F32));
 }
 
@@ -355,6 +358,33 @@ TEST(Attention, OwnTypeDecodingInChunks) {
   }
 }
 
+// A windowed cache's tail (AttentionArgs::own_order) takes agentkv's own algorithms for llama.cpp's
+// types too: one token by own-type decoding (q8_0 V as int8 levels in blocks of 32), batches tiled.
+TEST(Attention, OwnOrderForLlamaTypes) {
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const auto& [k, v] : {std::pair{GgmlType::Q8_0, GgmlType::Q8_0}, std::pair{GgmlType::F16, GgmlType::F16},
+                               std::pair{GgmlType::Q8_0, GgmlType::F16}, std::pair{GgmlType::F16, GgmlType::Q8_0}}) {
+      for (int64_t n_tokens : {int64_t{1}, int64_t{5}}) {
+        for (int ratio : {1, 3}) {
+          Case c;
+          c.n_head_kv = 2;
+          c.n_head = 2 * ratio;
+          c.head_dim = 128;
+          c.n_tokens = n_tokens;
+          c.n_kv = 2600;
+          c.k_type = k;
+          c.v_type = v;
+          c.hole_every = 7;
+          c.own_order = true;
+          c.seed = 5u * static_cast<uint32_t>(ratio) + static_cast<uint32_t>(n_tokens);
+          check_case(c, pool);
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, EveryCompiledCpuTargetMatchesReference) {
   // The kernels are dispatched at run time (AVX-512, AVX2, SSE4, ..., scalar): each must hold.
   ThreadPool pool(1);
@@ -374,6 +404,15 @@ TEST(Attention, EveryCompiledCpuTargetMatchesReference) {
         c.hole_every = 5;
         check_case(c, pool);
       }
+      Case tail;  // one token, own order (a windowed tail): own-type decoding of any type
+      tail.n_head_kv = 1;
+      tail.n_head = 2;
+      tail.head_dim = 128;
+      tail.n_kv = 300;
+      tail.k_type = tail.v_type = type;
+      tail.hole_every = 5;
+      tail.own_order = true;
+      check_case(tail, pool);
     }
   }
   hwy::SetSupportedTargetsForTest(0);

@@ -41,8 +41,10 @@ struct KvSetting {
   GgmlType k = GgmlType::F16;
   GgmlType v = GgmlType::F16;
   KvRotationMode rotation = KvRotationMode::Auto;  // --kv-rotation, or the entry's @auto/@on/@off
+  std::optional<GgmlType> tail;  // "T:TAIL": a window of --kv-hot cells of T, older rows in TAIL
   std::string label() const {
     std::string s = std::string(ggml_type_name(k)) + "/" + std::string(ggml_type_name(v));
+    if (tail) s += " + " + std::string(ggml_type_name(*tail)) + " tail";
     if (rotation != KvRotationMode::Auto) s += std::string(" rot ") + kv_rotation_mode_name(rotation);
     return s;
   }
@@ -56,7 +58,8 @@ GgmlType kv_cache_type(const std::string& name) { return parse_kv_cache_type(nam
 
 // --kv-types: "all" (every KV cache type for both K and V, f16 first: the in-process reference),
 // or a list of "T" (K and V of type T) and "TK/TV" entries, each optionally with "@auto", "@on" or
-// "@off" (its KV rotation; default --kv-rotation). Empty: the -ctk / -ctv pair.
+// "@off" (its KV rotation; default --kv-rotation), or "T:TAIL": a windowed cache (--kv-hot cells of
+// T, older positions in a TAIL tail, memory/kv_cache.h). Empty: the -ctk / -ctv pair.
 std::vector<KvSetting> parse_kv_settings(const std::string& list, const KvFlags& flags) {
   std::vector<std::string> names;
   if (list == "all") names = kKvCacheTypes;
@@ -74,9 +77,14 @@ std::vector<KvSetting> parse_kv_settings(const std::string& list, const KvFlags&
       rotation = parse_kv_rotation_mode(n.substr(at + 1));
       n = n.substr(0, at);
     }
+    std::optional<GgmlType> tail;
+    if (const auto colon = n.find(':'); colon != std::string::npos) {
+      tail = kv_cache_type(n.substr(colon + 1));
+      n = n.substr(0, colon);
+    }
     const auto slash = n.find('/');
     out.push_back({kv_cache_type(n.substr(0, slash)), kv_cache_type(slash == std::string::npos ? n : n.substr(slash + 1)),
-                   rotation});
+                   rotation, tail});
   }
   return out;
 }
@@ -367,7 +375,8 @@ constexpr const char* kUsage =
     "  perplexity: windows of -c tokens stepping by --stride, each scoring its last --stride tokens;\n"
     "              --chunks limits the windows (0: no perplexity / KL)\n"
     "  KL, top-1: against --reference FILE, or (several --kv-types) against the first setting's run\n"
-    "  --kv-types: an entry's @auto/@on/@off sets its KV rotation (default --kv-rotation)\n"
+    "  --kv-types: an entry's @auto/@on/@off sets its KV rotation (default --kv-rotation); T:TAIL keeps\n"
+    "              --kv-hot N cells of T and older positions in a TAIL tail (windowed residency)\n"
     "  --passkey-cases 0: no pass-key recall.  docs/quality-bench.md";
 
 }  // namespace
@@ -444,6 +453,11 @@ int bench_quality(Args& a) {
     cp.type_v = row.kv.v;
     cp.kv_rotation = row.kv.rotation;
     cp.kv_rotation_seed = kv_flags.rotation_seed;
+    cp.kv_hot_cells = row.kv.tail ? kv_flags.hot_cells : 0;
+    if (row.kv.tail) {
+      if (kv_flags.hot_cells == 0) throw std::invalid_argument("--kv-types " + row.kv.label() + " needs --kv-hot N");
+      cp.tail_type_k = cp.tail_type_v = *row.kv.tail;
+    }
     Context ctx(*model, cp);
     row.rotation = ctx.memory().kv() ? ctx.memory().kv()->layout().rotation : memory::KvRotation{};
     if (rep.plan) {

@@ -1215,17 +1215,18 @@ HWY_INLINE void ScoreLevels(const float* const* q, const int8_t* lv, const float
 
 // acc_r += sum over keys j of w[(j * nb + b) * G + r0 + r] * levels_j for kRows rows, where w is
 // the key's weight already multiplied by its block scale d_{j,b} (once per tile, not once per
-// vector): the V rows of a tile as int8 levels (lv: n_keys x D), widened as they are read.
-template <int kRows>
-void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t r0, const int8_t* lv, int64_t n_keys) {
+// vector): the V rows of a tile as int8 levels (lv: n_keys x D, blocks of `block` levels: 64 for
+// tq, 32 for q8_0), widened as they are read. kVecs * N must divide the block.
+template <int kRows, int kVecs>
+void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t r0, const int8_t* lv, int64_t n_keys,
+                      int64_t block) {
   const DF d;
   const hn::Rebind<int32_t, DF> di32;
   const hn::Rebind<int8_t, DF> di8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  constexpr int kVecs = 4;  // kVecs * N divides a block of 64 on every target
-  const int64_t nb = D / kQKTQ;
+  const int64_t nb = D / block;
   for (int64_t i0 = 0; i0 < D; i0 += kVecs * N) {
-    const int64_t b = i0 / kQKTQ;
+    const int64_t b = i0 / block;
     hn::Vec<DF> c[kRows][kVecs];
     for (int r = 0; r < kRows; ++r)
       for (int v = 0; v < kVecs; ++v) c[r][v] = hn::LoadU(d, acc + (r0 + r) * D + i0 + v * N);
@@ -1261,7 +1262,7 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
   const int64_t tile = (kKeyTile + N - 1) / N * N;  // a row of scores, whole vectors
 
   Scratch& sc = ThreadScratch();
-  const int64_t n_blocks = std::max<int64_t>(1, D / kQKTQ);
+  const int64_t n_blocks = std::max<int64_t>(1, D / kQK8_0);  // V blocks at most (q8_0's 32 are the smallest)
   float* f = Reserve(sc.f32, static_cast<size_t>(H * D + 2 * kKeyTile * D + G * tile + kKeyTile * n_blocks * G + 2 * H));
   float* acc = f;                  // H x D
   float* kf = acc + H * D;         // kKeyTile x D: one head's keys of the tile, dequantized
@@ -1280,11 +1281,12 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
   // tq rows are read as int8 levels and block scales (no f32 copy); other types as f32 rows.
 #if HWY_TARGET != HWY_SCALAR
   const bool k_levels = a.k_type == GgmlType::TQ4 || a.k_type == GgmlType::TQ3 || a.k_type == GgmlType::Q8_0;
-  const bool v_levels = a.v_type == GgmlType::TQ4 || a.v_type == GgmlType::TQ3;
+  const bool v_levels = a.v_type == GgmlType::TQ4 || a.v_type == GgmlType::TQ3 || a.v_type == GgmlType::Q8_0;
 #else
   constexpr bool k_levels = false, v_levels = false;
 #endif
-  [[maybe_unused]] const int64_t nb = D / kQKTQ;  // V blocks
+  [[maybe_unused]] const int64_t v_block = a.v_type == GgmlType::Q8_0 ? kQK8_0 : kQKTQ;
+  [[maybe_unused]] const int64_t nb = D / v_block;  // V blocks
   [[maybe_unused]] const int64_t k_block = a.k_type == GgmlType::Q8_0 ? kQK8_0 : kQKTQ;
   [[maybe_unused]] const int64_t k_nb = D / k_block;
   [[maybe_unused]] int8_t* lk = reinterpret_cast<int8_t*>(Reserve(sc.bytes, static_cast<size_t>(2 * kKeyTile * D)));
@@ -1374,8 +1376,14 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
         for (int64_t j = nk - 1; j >= 0; --j)  // weight x block scale, in place (back to front)
           for (int64_t b = nb - 1; b >= 0; --b)
             for (int64_t q = G - 1; q >= 0; --q) PT[(j * nb + b) * G + q] = PT[j * G + q] * sv[j * nb + b];
-        for (; r + 2 <= G; r += 2) AccumulateLevels<2>(acc_g, D, PT, G, r, lv, nk);
-        for (; r < G; ++r) AccumulateLevels<1>(acc_g, D, PT, G, r, lv, nk);
+        // vectors per step: as many as divide the block (4 x 16 lanes exceed a q8_0 block)
+        if (v_block % (4 * N) == 0) {
+          for (; r + 2 <= G; r += 2) AccumulateLevels<2, 4>(acc_g, D, PT, G, r, lv, nk, v_block);
+          for (; r < G; ++r) AccumulateLevels<1, 4>(acc_g, D, PT, G, r, lv, nk, v_block);
+        } else {
+          for (; r + 2 <= G; r += 2) AccumulateLevels<2, 2>(acc_g, D, PT, G, r, lv, nk, v_block);
+          for (; r < G; ++r) AccumulateLevels<1, 2>(acc_g, D, PT, G, r, lv, nk, v_block);
+        }
       }
 #endif
       for (; r + 2 <= G; r += 2) AccumulateRows<2>(acc_g, D, PT, G, r, values, nk);
@@ -1515,7 +1523,8 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   // llama.cpp tiles only caches whose K and V are both F16 or both F32 (its order is followed for
   // every type it has); a cache with one of agentkv's own types has no llama.cpp order to follow
   // and is tiled too, its rows dequantized once per tile (issue 16: prefill no slower than F16).
-  const bool own_type = ggml_type_info(args.k_type).agentkv_only || ggml_type_info(args.v_type).agentkv_only;
+  const bool own_type = ggml_type_info(args.k_type).agentkv_only || ggml_type_info(args.v_type).agentkv_only ||
+                        args.own_order;
   const bool tiled_kv = (args.k_type == args.v_type &&
                               (args.k_type == GgmlType::F16 || args.k_type == GgmlType::F32)) || own_type;
   std::vector<float> partials;

@@ -41,6 +41,9 @@ struct AttentionArgs {
   float* out = nullptr;
   int64_t out_stride = 0;
   float* lse = nullptr;
+  // No llama.cpp order to follow for these keys (a windowed cache's tail, memory/kv_cache.h): the
+  // kernel may take agentkv's own algorithms for any type, as it does for tq4 / tq3.
+  bool own_order = false;
 };
 
 void attention(const AttentionArgs& args, ThreadPool& pool);

@@ -536,6 +536,7 @@ KvResidency KvCache::residency() const {
     for (uint32_t i = 0; i < c.used_max_p1(); ++i)
       if (!c.is_empty(i)) (m.slot(s, i) >= 0 ? r.hot_used : r.tail_used) += 1;
   }
+  r.held_bytes = m.k.size() * (r.hot_used * (m.row_k + m.row_v) + r.tail_used * (m.row_tk + m.row_tv));
   return r;
 }
 size_t KvCache::row_bytes_k() const { return impl_->row_k; }
@@ -815,6 +816,21 @@ void KvCache::seq_fake_prefix(SeqId seq, Pos n) {
   }
   // Cells used before may hold old rows: zero those (runs of adjacent cells at once).
   if (m.windowed) {
+    // Free hot rows go to the highest positions, as a prefill would have left them.
+    // Ascending slots for ascending positions: attention then reads the window's rows in address order.
+    std::vector<int32_t>& owners = m.cell_of[s];
+    std::vector<int32_t> free_slots;
+    for (int32_t sl = 0; sl < static_cast<int32_t>(m.n_hot); ++sl)
+      if (owners[static_cast<size_t>(sl)] < 0) free_slots.push_back(sl);
+    std::vector<uint32_t> newest;  // the highest picked cells without a hot row, at most one per free slot
+    for (size_t j = picked.size(); j-- > 0 && newest.size() < free_slots.size();)
+      if (m.slot_of[s][picked[j]] < 0) newest.push_back(picked[j]);
+    std::reverse(newest.begin(), newest.end());
+    for (size_t i = 0; i < newest.size(); ++i) {
+      owners[static_cast<size_t>(free_slots[i])] = static_cast<int32_t>(newest[i]);
+      m.slot_of[s][newest[i]] = free_slots[i];
+      c.unmark_zero(newest[i]);  // its hot row is whatever the slot held: zeroed below
+    }
     for (uint32_t cell : picked) {
       if (c.known_zero(cell)) continue;
       for (size_t l = 0; l < m.k.size(); ++l)

@@ -45,6 +45,7 @@ struct KvResidency {
   uint64_t demotions = 0;       // cells moved from hot rows to the tail since construction
   size_t hot_bytes = 0;         // hot K/V storage, all layers and streams
   size_t tail_bytes = 0;        // tail K/V storage reserved (pages touched only when written)
+  size_t held_bytes = 0;        // K/V rows of the used cells, each in the type it is stored in
 };
 
 // Where each token of a ubatch goes.

@@ -99,6 +99,7 @@ class KvCells {
   void mark_all_zero();
   // Cell i's rows were written to all-zero bytes by the caller.
   void mark_zero(uint32_t i) { known_zero_[i] = 1; }
+  void unmark_zero(uint32_t i) { known_zero_[i] = 0; }
 
  private:
   void index_add(uint32_t i);     // adds cell i's position to its sequences' multisets

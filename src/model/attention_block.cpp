@@ -123,6 +123,7 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
       tail.out = tail_out;
       tail.out_stride = n_q;
       tail.lse = lse;
+      tail.own_order = true;  // no llama.cpp order exists for a tail of another type
       attention(tail, pool);
       a.k_rows += n_tail;
       a.v_rows += n_tail;

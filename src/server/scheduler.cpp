@@ -1147,7 +1147,14 @@ void Scheduler::release(Slot& slot) {
     slot.shifted = false;
   }
   publish(slot, /*with_tail=*/true);
-  memory_bytes_ = memory::memory_state_view(ctx_.memory(), -1, memory::kStateAll).row_bytes();
+  // A windowed cache's rows are counted as stored (tail rows in the tail type), without the
+  // conversions a state view of them would make.
+  const memory::KvCache* kv = ctx_.memory().kv();
+  if (kv && kv->residency().windowed)
+    memory_bytes_ = memory::memory_state_view(ctx_.memory(), -1, memory::kStatePartialOnly).row_bytes() +
+                    kv->residency().held_bytes;
+  else
+    memory_bytes_ = memory::memory_state_view(ctx_.memory(), -1, memory::kStateAll).row_bytes();
   slot.state = SlotState::Idle;
   slot.last_used = ++use_counter_;
   slot.task.reset();
