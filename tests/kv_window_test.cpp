@@ -5,17 +5,20 @@
 // rounding, the attention view listing the same keys, state images and page records equal — and
 // (2) at the model level: the residency gate, logits of a windowed context against an all-hot one.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/fp16.h"
 #include "engine/context.h"
 #include "kernels/quant.h"
@@ -37,8 +40,9 @@ using memory::UBatch;
 constexpr int64_t kWidth = 64;
 constexpr uint32_t kCells = 96, kHot = 24, kSeqs = 3;
 
-KvLayout layout(uint32_t hot, GgmlType tail) {
+KvLayout layout(uint32_t hot, GgmlType tail, const std::string& tail_dir = "") {
   KvLayout l;
+  l.tail_dir = tail_dir;
   l.layer_has_kv = {true, false, true};
   l.n_embd_k = l.n_embd_v = kWidth;
   l.n_cells = kCells;
@@ -125,10 +129,10 @@ void check_views(const KvCache& ref, const KvCache& win, GgmlType tail, const st
   }
 }
 
-void random_operations(GgmlType tail, int seeds, int ops) {
+void random_operations(GgmlType tail, int seeds, int ops, const std::string& tail_dir = "") {
   for (int seed = 0; seed < seeds; ++seed) {
     std::mt19937 rng(static_cast<uint32_t>(seed));
-    KvCache ref(layout(0, GgmlType::F16)), win(layout(kHot, tail));
+    KvCache ref(layout(0, GgmlType::F16)), win(layout(kHot, tail, tail_dir));
     auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
     std::vector<uint8_t> row(ref.row_bytes_k());
     std::vector<float> values(kWidth);
@@ -224,6 +228,18 @@ void random_operations(GgmlType tail, int seeds, int ops) {
 
 TEST(KvWindow, RandomOperationsWithAnExactTailAgreeWithAllHot) { random_operations(GgmlType::F16, 20, 500); }
 TEST(KvWindow, RandomOperationsWithAQ8TailStayWithinItsRounding) { random_operations(GgmlType::Q8_0, 10, 500); }
+
+// The tail in files mapped from a folder (a context beyond RAM): the same agreement, and the
+// files are gone from the folder from the start (unlinked once mapped).
+TEST(KvWindow, ATailInMappedFilesAgreesAndLeavesNoFile) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kv_window_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  random_operations(GgmlType::F16, 3, 300, dir.string());
+  random_operations(GgmlType::Q8_0, 3, 300, dir.string());
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
+  EXPECT_THROW(KvCache(layout(kHot, GgmlType::F16, (dir / "missing").string())), Error);
+}
 
 TEST(KvWindow, RefusesABatchLargerThanTheHotRows) {
   KvCache win(layout(kHot, GgmlType::F16));

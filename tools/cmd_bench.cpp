@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -200,6 +201,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (n_parallel < 1 || n_parallel > 64) throw std::invalid_argument("-np must be in [1, 64]");
 
   auto model = Model::load(model_path);
+  if (fake_depth && model->config().is_hybrid())
+    throw std::invalid_argument("--fake-depth: dense models only (a recurrent state cannot drop the runs between measurements)");
   int64_t max_ctx = 0;
   for (auto d : depths)
     for (auto p : pps) max_ctx = std::max<int64_t>(max_ctx, d + p);
@@ -225,8 +228,18 @@ int cmd_bench(const std::vector<std::string>& argv) {
     // The depth is prefilled once; every run starts from an in-memory snapshot of it (exact, and
     // it works for hybrid models whose recurrent state cannot drop a suffix).
     fill_depth(ctx, d, rng, fake_depth);
-    const memory::MemorySnapshot depth_state = memory::MemorySnapshot::capture(ctx.memory(), -1);
-    auto reset_to_depth = [&] { depth_state.restore(ctx.memory(), -1); };
+    // A fake depth is reset by dropping what the run added (dense models only, so a suffix can go):
+    // no copy of a depth that may not fit in RAM twice (a windowed cache's tail on disk).
+    std::optional<memory::MemorySnapshot> depth_state;
+    if (!fake_depth) depth_state = memory::MemorySnapshot::capture(ctx.memory(), -1);
+    auto reset_to_depth = [&] {
+      if (depth_state) {
+        depth_state->restore(ctx.memory(), -1);
+        return;
+      }
+      ctx.memory().seq_rm(0, static_cast<memory::Pos>(d), -1);
+      for (int s = 1; s < n_parallel; ++s) ctx.memory().seq_rm(s, -1, -1);
+    };
     for (int64_t p : pps) {
       if (p <= 0) continue;
       Measurement m{"pp" + std::to_string(p), d, p, {}};

@@ -30,6 +30,8 @@ KvFlags read_kv_flags(Args& a) {
   f.tail_type_k = tail.empty() ? f.type_k : parse_kv_cache_type(tail, "--kv-tail-type");
   f.tail_type_v = tail.empty() ? f.type_v : parse_kv_cache_type(tail, "--kv-tail-type");
   if (!tail.empty() && hot == 0) throw std::invalid_argument("--kv-tail-type needs --kv-hot N (the rows that stay hot)");
+  f.tail_dir = a.str("--kv-tail-dir", "", "");
+  if (!f.tail_dir.empty() && hot == 0) throw std::invalid_argument("--kv-tail-dir needs --kv-hot N (the rows that stay hot)");
   return f;
 }
 
@@ -40,6 +42,8 @@ const char* const kKvFlagsUsage =
     "  --kv-rotation-seed N            random signs of the rotation (default 0: none, llama.cpp's matrix)\n"
     "  --kv-hot N                      keep at most N cells' K/V rows hot (-ctk/-ctv); older positions move to\n"
     "                                  the tail and attention reads both, merged by log-sum-exp (default 0: all hot)\n"
-    "  --kv-tail-type T                the tail's K and V type (same choices; default: -ctk / -ctv, exact)\n";
+    "  --kv-tail-type T                the tail's K and V type (same choices; default: -ctk / -ctv, exact)\n"
+    "  --kv-tail-dir DIR               keep the tail in files mapped from DIR (paged to disk by the OS: a\n"
+    "                                  context beyond RAM; the files are unlinked at once)\n";
 
 }  // namespace agentkv::tools

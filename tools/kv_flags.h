@@ -2,6 +2,7 @@
 // --kv-rotation-seed (model/kv_rotation.h), --kv-hot and --kv-tail-type (windowed residency). One parser, so the commands agree on names and errors.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "core/ggml_type.h"
 #include "engine/context.h"
@@ -18,6 +19,7 @@ struct KvFlags {
   uint32_t hot_cells = 0;  // --kv-hot (ContextParams::kv_hot_cells)
   GgmlType tail_type_k = GgmlType::F16;
   GgmlType tail_type_v = GgmlType::F16;
+  std::string tail_dir;  // --kv-tail-dir
 
   void apply_to(ContextParams& cp) const {
     cp.type_k = type_k;
@@ -27,6 +29,7 @@ struct KvFlags {
     cp.kv_hot_cells = hot_cells;
     cp.tail_type_k = tail_type_k;
     cp.tail_type_v = tail_type_v;
+    cp.kv_tail_dir = tail_dir;
   }
 };
 

@@ -35,6 +35,7 @@ Context::Context(const Model& model, const ContextParams& params)
       layout.hot_cells = params_.kv_hot_cells;
       layout.tail_type_k = params_.tail_type_k;
       layout.tail_type_v = params_.tail_type_v;
+      layout.tail_dir = params_.kv_tail_dir;
     }
     kv = std::make_unique<memory::KvCache>(layout);
   }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/ggml_type.h"
@@ -31,6 +32,7 @@ struct ContextParams {
   uint32_t kv_hot_cells = 0;
   GgmlType tail_type_k = GgmlType::F16;
   GgmlType tail_type_v = GgmlType::F16;
+  std::string kv_tail_dir;  // "": the tail in RAM; a folder: in files mapped from it (KvLayout::tail_dir)
   // decode() keeps each output token's final hidden state (embeddings(i)) instead of its logits,
   // as llama.cpp's llama_set_embeddings(ctx, true) with pooling left to the caller.
   bool embeddings = false;

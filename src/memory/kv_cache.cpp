@@ -1,6 +1,10 @@
 #include "memory/kv_cache.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -52,18 +56,27 @@ size_t checked_row_bytes(GgmlType t, int64_t n_embd, const char* which) {
 }
 
 // Zeroed, 64-byte aligned storage. calloc hands large requests fresh zero pages from the OS,
-// so an untouched cache costs no memset.
+// so an untouched cache costs no memset. With a folder: a sparse file there, mapped shared and
+// unlinked at once (the OS writes its pages out and drops them under memory pressure; nothing
+// stays on disk after the process).
 class Storage {
  public:
-  explicit Storage(size_t bytes) : bytes_(bytes) {
+  explicit Storage(size_t bytes, const std::string& dir = "") : bytes_(bytes) {
+    if (!dir.empty()) {
+      map_file(dir);
+      return;
+    }
     raw_ = std::calloc(bytes + kStorageAlign, 1);
     if (!raw_) throw Error("kv cache: cannot allocate " + std::to_string(bytes) + " bytes");
     const auto addr = reinterpret_cast<uintptr_t>(raw_);
     data_ = reinterpret_cast<uint8_t*>((addr + kStorageAlign - 1) & ~(kStorageAlign - 1));
   }
-  ~Storage() { std::free(raw_); }
+  ~Storage() {
+    if (mapped_) munmap(data_, std::max<size_t>(bytes_, 1));
+    std::free(raw_);
+  }
   Storage(Storage&& o) noexcept
-      : raw_(std::exchange(o.raw_, nullptr)), data_(o.data_), bytes_(o.bytes_) {}
+      : raw_(std::exchange(o.raw_, nullptr)), data_(o.data_), bytes_(o.bytes_), mapped_(std::exchange(o.mapped_, false)) {}
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   Storage& operator=(Storage&&) = delete;
@@ -72,9 +85,28 @@ class Storage {
   size_t bytes() const { return bytes_; }
 
  private:
+  void map_file(const std::string& dir) {
+    std::string path = dir + "/agentkv-kv-tail-XXXXXX";
+    const int fd = mkstemp(path.data());
+    if (fd < 0) throw Error("kv cache: cannot create a tail file in " + dir + ": " + std::strerror(errno));
+    unlink(path.c_str());
+    const size_t n = std::max<size_t>(bytes_, 1);
+    if (ftruncate(fd, static_cast<off_t>(n)) != 0) {
+      const int e = errno;
+      close(fd);
+      throw Error("kv cache: cannot size a tail file of " + std::to_string(n) + " bytes in " + dir + ": " + std::strerror(e));
+    }
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);  // the mapping keeps the file
+    if (p == MAP_FAILED) throw Error("kv cache: cannot map a tail file in " + dir + ": " + std::strerror(errno));
+    data_ = static_cast<uint8_t*>(p);
+    mapped_ = true;
+  }
+
   void* raw_ = nullptr;
   uint8_t* data_ = nullptr;
   size_t bytes_ = 0;
+  bool mapped_ = false;
 };
 
 struct Range {
@@ -331,8 +363,8 @@ KvCache::KvCache(const KvLayout& layout) : impl_(std::make_unique<Impl>()) {
     m.k.emplace_back(hot_rows * m.row_k);
     m.v.emplace_back(hot_rows * m.row_v);
     if (m.windowed) {
-      m.tk.emplace_back(tail_rows * m.row_tk);
-      m.tv.emplace_back(tail_rows * m.row_tv);
+      m.tk.emplace_back(tail_rows * m.row_tk, layout.tail_dir);
+      m.tv.emplace_back(tail_rows * m.row_tv, layout.tail_dir);
     }
   }
 }

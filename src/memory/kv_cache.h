@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct KvLayout {
   uint32_t hot_cells = 0;
   GgmlType tail_type_k = GgmlType::F16;
   GgmlType tail_type_v = GgmlType::F16;
+  // Where the tail's rows live: "" = RAM; a folder = files mapped from it (created and unlinked at
+  // once, so nothing is left behind), which the OS pages to disk: a context beyond RAM.
+  std::string tail_dir;
 };
 
 // Where the rows of a windowed cache live (KvCache::residency).

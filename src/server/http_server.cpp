@@ -462,6 +462,7 @@ bool HttpServer::load() {
     cp.kv_hot_cells = cfg_.kv_hot_cells;
     cp.tail_type_k = cfg_.tail_type_k;
     cp.tail_type_v = cfg_.tail_type_v;
+    cp.kv_tail_dir = cfg_.kv_tail_dir;
     cp.embeddings = cfg_.embeddings;
     if (cfg_.context_shift && !cfg_.embeddings) cp.query_window = kSnapKvWindow;  // what the snapkv policy scores with
     const uint32_t n_positions = cp.n_ctx;

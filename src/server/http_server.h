@@ -31,6 +31,7 @@ struct ServerConfig {
   uint32_t kv_hot_cells = 0;                          // --kv-hot: windowed residency (0: all hot)
   GgmlType tail_type_k = GgmlType::F16;               // --kv-tail-type
   GgmlType tail_type_v = GgmlType::F16;
+  std::string kv_tail_dir;                            // --kv-tail-dir: the tail in files mapped from it
   size_t max_body_bytes = 16u << 20;
   double slot_similarity = 0.10;     // llama-server's --slot-prompt-similarity
   int http_threads = 0;              // connections served at once, one thread each; 0: 256

@@ -171,6 +171,19 @@ def test_speed_bench_without_split_reports_no_fractions():
     assert "matmul_fraction" not in x
 
 
+def test_speed_bench_at_a_fake_depth_with_a_windowed_tail(tmp_path):
+    # --fake-depth: d keys without a prefill; every run decodes over all of them (keys read per
+    # token = depth + the tokens before it), with the tail in files mapped from a folder
+    r = bench("-m", MODEL, "-p", "16", "-n", "4", "-d", "1024", "-r", "2", "-o", "json", "--fake-depth",
+              "-ub", "256", "--kv-hot", "256", "--kv-tail-type", "q8_0", "--kv-tail-dir", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    tests = [(x["test"], x["depth"]) for x in json.loads(r.stdout)["results"]]
+    assert tests == [("pp16", 1024), ("tg4", 1024)]
+    assert os.listdir(str(tmp_path)) == []
+    r = bench("-m", HYBRID, "-n", "4", "-d", "64", "--fake-depth")
+    assert r.returncode != 0 and "dense models only" in r.stderr
+
+
 def test_tiers_give_every_page_back_and_report_each_tier(tmp_path):
     r = bench("tiers", "-m", MODEL, "-d", "256", "--dir", str(tmp_path / "pages"))
     # It fails by itself when an exact tier's page does not come back byte for byte, or its probe moved.

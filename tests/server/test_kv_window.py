@@ -2,8 +2,9 @@
 hot and moves older positions to the tail (`--kv-tail-type`, default the hot type), which
 attention reads as well.
 
-A three-turn conversation of ~3,000 tokens on a 1,024-cell hot window: with an exact (f16) tail
-every answer is the text of a server without the window, and /metrics shows the rows that moved;
+A three-turn conversation of ~3,000 tokens on a 1,024-cell hot window: with an exact (f16) tail,
+kept in files mapped from `--kv-tail-dir`, every answer is the text of a server without the
+window, and /metrics shows the rows that moved;
 with a q8_0 tail the tail's bytes are the q8_0 row size and the conversation completes. Dense and
 hybrid. A window smaller than a micro-batch is refused at start with the reason.
 """
@@ -40,10 +41,14 @@ def test_an_exact_tail_gives_the_answers_of_an_all_hot_cache(kind, tmp_path):
         expected, _ = conversation(plain)
     finally:
         plain.stop()
-    windowed = Server(tmp_path / "windowed", "-np", "1", "-c", "4096", "--metrics", "--kv-hot", str(HOT), model=model)
+    tail_dir = tmp_path / "tail"
+    tail_dir.mkdir()
+    windowed = Server(tmp_path / "windowed", "-np", "1", "-c", "4096", "--metrics", "--kv-hot", str(HOT),
+                      "--kv-tail-dir", str(tail_dir), model=model)
     try:
         answers, n_prompt = conversation(windowed)
         assert answers == expected
+        assert not os.listdir(str(tail_dir))  # the mapped tail files were unlinked at once
         assert n_prompt > 2 * HOT
         assert metric(windowed, "kv_hot_cells_used") <= HOT
         assert metric(windowed, "kv_tail_cells_used") >= n_prompt - HOT
