@@ -345,9 +345,18 @@ int cmd_bench(const std::vector<std::string>& argv) {
       std::printf("\n");
     }
     if (bandwidth) std::printf("\nmeasured read bandwidth: %.1f GB/s\n", gbs);
-    std::printf("\nresident memory: %.1f MiB now, %.1f MiB peak (file %.1f MiB + KV cache %.1f MiB for %u cells)\n",
-                current_rss_bytes() / 1048576.0, peak_rss_bytes() / 1048576.0, ms.weight_bytes / 1048576.0,
-                kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx) / 1048576.0, cp.n_ctx);
+    // A windowed cache reserves hot rows and its tail (in RAM or in mapped files) separately.
+    const memory::KvCache* kv = ctx.memory().kv();
+    const memory::KvResidency res = kv ? kv->residency() : memory::KvResidency{};
+    const double kv_mib = (res.windowed ? static_cast<double>(res.hot_bytes + res.tail_bytes)
+                                        : static_cast<double>(kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx))) /
+                          1048576.0;
+    std::printf("\nresident memory: %.1f MiB now, %.1f MiB peak (file %.1f MiB + KV cache %.1f MiB for %u cells",
+                current_rss_bytes() / 1048576.0, peak_rss_bytes() / 1048576.0, ms.weight_bytes / 1048576.0, kv_mib, cp.n_ctx);
+    if (res.windowed)
+      std::printf(": %u hot, %.1f MiB; the tail %.1f MiB%s", res.hot_cells, res.hot_bytes / 1048576.0, res.tail_bytes / 1048576.0,
+                  cp.kv_tail_dir.empty() ? "" : " in mapped files");
+    std::printf(")\n");
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "memory/disk_page_tier.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
@@ -145,13 +146,20 @@ std::vector<std::optional<std::vector<uint8_t>>> DiskPageTier::get(std::span<con
   for (size_t i = 0; i < hashes.size(); ++i) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!files_.contains(hashes[i])) continue;
+      if (!files_.contains(hashes[i])) {
+        ++stats_.misses;
+        continue;
+      }
       files_.touch(hashes[i]);  // used: the last to be evicted
     }
+    const auto t0 = std::chrono::steady_clock::now();
     out[i] = read_file(record_path(hashes[i]));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(mutex_);
+    stats_.load_seconds += seconds;
     if (out[i]) {
       ++stats_.pages_read;
+      stats_.bytes_read += out[i]->size();
     } else {  // deleted or unreadable behind our back: forget it, it will be written again
       ++stats_.read_errors;
       files_.erase(hashes[i]);

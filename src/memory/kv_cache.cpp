@@ -553,6 +553,17 @@ void KvCache::row_pointers(int layer, uint32_t stream, const int32_t* cells, siz
   }
 }
 
+std::pair<uint64_t, uint64_t> KvCache::seq_residency(SeqId seq) const {
+  const Impl& m = *impl_;
+  m.check_seq(seq, "seq_residency");
+  const uint32_t s = m.stream_of(seq);
+  const KvCells& c = m.cells[s];
+  std::pair<uint64_t, uint64_t> out{0, 0};
+  for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+    if (c.has_seq(i, seq)) (m.slot(s, i) >= 0 ? out.first : out.second) += 1;
+  return out;
+}
+
 KvResidency KvCache::residency() const {
   const Impl& m = *impl_;
   KvResidency r;

@@ -114,6 +114,8 @@ class KvCache final : public MemoryInterface {
   const uint8_t* tail_k_row(int layer, uint32_t stream, uint32_t cell) const;
   const uint8_t* tail_v_row(int layer, uint32_t stream, uint32_t cell) const;
   KvResidency residency() const;
+  // Cells of one sequence whose rows are hot / in the tail (first, second).
+  std::pair<uint64_t, uint64_t> seq_residency(SeqId seq) const;
   // The stored K and V rows of cells[0..n) of one layer (hot or tail rows, in their own types):
   // what attention follows (memory/attention_view.h).
   void row_pointers(int layer, uint32_t stream, const int32_t* cells, size_t n, const uint8_t** k,

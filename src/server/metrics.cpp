@@ -110,6 +110,10 @@ std::string prometheus_text(const memory::DiskTierStats& d) {
              static_cast<double>(d.writes_pending));
   add_metric(out, "counter", "disk_tier_pages_written_total", "Records written.", static_cast<double>(d.pages_written));
   add_metric(out, "counter", "disk_tier_pages_read_total", "Records read.", static_cast<double>(d.pages_read));
+  add_metric(out, "counter", "disk_tier_misses_total", "Records asked for that the folder did not hold.",
+             static_cast<double>(d.misses));
+  add_metric(out, "counter", "disk_tier_loaded_bytes_total", "Bytes of the records read.", static_cast<double>(d.bytes_read));
+  add_metric(out, "counter", "disk_tier_load_seconds_total", "Time spent reading records.", d.load_seconds);
   add_metric(out, "counter", "disk_tier_write_errors_total", "Records that could not be written.",
              static_cast<double>(d.write_errors));
   add_metric(out, "counter", "disk_tier_writes_dropped_total", "Records dropped: too many waiting to be written.",

@@ -523,6 +523,9 @@ MetricsSnapshot Scheduler::metrics() const {
 Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) const {
   std::lock_guard<std::mutex> lock(mutex_);
   Json out = Json::array();
+  std::vector<std::pair<uint64_t, uint64_t>> kv_residency;  // per slot (its sequence id is its id)
+  if (const memory::KvCache* kv = ctx_.memory().kv(); kv && kv->residency().windowed)
+    for (const Slot& s : slots_) kv_residency.push_back(kv->seq_residency(s.id));
   for (const Slot& s : slots_) {
     const bool busy = !s.idle();
     const CompletionParams& params = busy ? s.task->params : defaults;
@@ -549,6 +552,9 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
         {"session_id", s.session_id},
         {"n_context_shifts", s.n_shifts},
         {"n_tokens_evicted", s.n_evicted},
+        // --kv-hot: where the slot's K/V rows are (hot window / tail, read in place by attention)
+        {"n_tokens_hot", kv_residency.size() > static_cast<size_t>(s.id) ? kv_residency[static_cast<size_t>(s.id)].first : 0},
+        {"n_tokens_tail", kv_residency.size() > static_cast<size_t>(s.id) ? kv_residency[static_cast<size_t>(s.id)].second : 0},
     });
   }
   return out;

@@ -72,12 +72,49 @@ def test_a_server_killed_and_restarted_evaluates_only_the_new_tokens(tmp_path, r
         assert fourth["timings"]["cache_n"] == held, (fourth["timings"], b.log())
         assert fourth["timings"]["prompt_n"] == len(turn4) - held
         assert "fetched %d pages (K/V through position %d)" % (held // P + (held % P > 0), held) in b.log()
+        assert metric(b, "disk_tier_pages_read_total") >= held // P
+        assert metric(b, "disk_tier_loaded_bytes_total") > 0 and metric(b, "disk_tier_load_seconds_total") > 0
         if kind == "hybrid":
             assert "fetched the recurrent snapshot at position %d" % held in b.log()
         fresh = complete(b, turn4, 8, cache_prompt=False, cache_salt="fresh")
         assert fourth["tokens"] == fresh["tokens"] and fourth["content"] == fresh["content"]
         # A salted prompt finds nothing on disk either.
         assert complete(b, turn4, 2, cache_salt="tenant-x")["timings"]["cache_n"] == 0
+    finally:
+        b.stop()
+    assert b.proc.returncode == 0, b.log()
+
+
+@pytest.mark.parametrize("kind", ["dense", "hybrid"])
+def test_an_8k_conversation_killed_after_turn_3_resumes_with_only_its_new_tokens(tmp_path, kind):
+    # The size: three turns reaching ~8,000 tokens, kill -9, restart on the folder.
+    from test_shared_prefix import system_prompt, text, tokenize
+    model = MODEL if kind == "dense" else os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
+    folder = str(tmp_path / "pages")
+    a = Server(tmp_path / "a", "-np", "1", "-c", "9216", "--cache-dir", folder, "--metrics", model=model)
+    try:
+        turn = tokenize(a, system_prompt(a, 21, 7700))
+        for i in range(3):
+            turn = turn + tokenize(a, " " + text(300 + i, 120))
+            body = complete(a, turn, 8)
+            if i > 0:
+                assert body["timings"]["cache_n"] >= held
+            turn = turn + body["tokens"]
+            held = len(turn) - 1  # the last generated token is not evaluated
+        assert len(turn) >= 8000
+        turn4 = turn + tokenize(a, " " + text(400, 20))
+        assert wait_for(lambda: written(a), timeout=60), a.log()
+    finally:
+        a.proc.kill()  # kill -9
+        a.proc.wait()
+        a.stop()
+    b = Server(tmp_path / "b", "-np", "1", "-c", "9216", "--cache-dir", folder, "--metrics", model=model)
+    try:
+        fourth = complete(b, turn4, 8)
+        assert fourth["timings"]["cache_n"] == held, (fourth["timings"], b.log())
+        assert fourth["timings"]["prompt_n"] == len(turn4) - held
+        fresh = complete(b, turn4, 8, cache_prompt=False, cache_salt="fresh")
+        assert fourth["tokens"] == fresh["tokens"] and fourth["content"] == fresh["content"]
     finally:
         b.stop()
     assert b.proc.returncode == 0, b.log()

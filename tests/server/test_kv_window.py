@@ -53,6 +53,10 @@ def test_an_exact_tail_gives_the_answers_of_an_all_hot_cache(kind, tmp_path):
         assert metric(windowed, "kv_hot_cells_used") <= HOT
         assert metric(windowed, "kv_tail_cells_used") >= n_prompt - HOT
         assert metric(windowed, "kv_demotions_total") >= n_prompt - HOT
+        status, slots = windowed.get("/slots")
+        assert status == 200
+        assert slots[0]["n_tokens_hot"] <= HOT and slots[0]["n_tokens_tail"] >= n_prompt - HOT
+        assert "KV window: %d hot cells, the rest in a f16/f16 tail in files mapped from" % HOT in windowed.log()
     finally:
         windowed.stop()
 
