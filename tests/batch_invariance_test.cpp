@@ -15,18 +15,12 @@
 #include "engine/context.h"
 #include "kernels/numerics.h"
 #include "model/model.h"
+#include "fixture_models.h"
 
 namespace agentkv {
 namespace {
 
-const std::string kModels = std::string(AGENTKV_FIXTURES_DIR) + "/models/";
-
-const Model& model(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Model>> cache;
-  auto& m = cache[name];
-  if (!m) m = Model::load(kModels + name + ".gguf");
-  return *m;
-}
+const Model& model(const std::string& name) { return testing_support::fixture_model(name); }
 
 std::vector<float> decode_last(Context& ctx, const std::vector<Token>& t, size_t from, size_t to, memory::SeqId seq) {
   Batch b;

@@ -27,6 +27,7 @@
 #include "memory/kv_state.h"
 #include "memory/page_record.h"
 #include "model/model.h"
+#include "fixture_models.h"
 
 namespace agentkv {
 namespace {
@@ -70,7 +71,9 @@ void check_same(const KvCache& ref, const KvCache& win, GgmlType tail, const std
   const memory::KvResidency r = win.residency();
   ASSERT_LE(r.hot_used, kHot) << where;
   for (uint32_t c : last_placed)
-    if (!wc.is_empty(c)) ASSERT_TRUE(win.is_hot(0, c)) << where << ": cell " << c << " just written is not hot";
+    if (!wc.is_empty(c)) {
+      ASSERT_TRUE(win.is_hot(0, c)) << where << ": cell " << c << " just written is not hot";
+    }
   uint64_t used = 0;
   for (uint32_t c = 0; c < kCells; ++c) {
     ASSERT_EQ(rc.pos(c), wc.pos(c)) << where << " cell " << c;
@@ -251,14 +254,7 @@ TEST(KvWindow, RefusesABatchLargerThanTheHotRows) {
 
 // ---- the residency gate on the fixture models ----
 
-const std::string kModels = std::string(AGENTKV_FIXTURES_DIR) + "/models/";
-
-const Model& model(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Model>> cache;
-  auto& m = cache[name];
-  if (!m) m = Model::load(kModels + name + ".gguf");
-  return *m;
-}
+const Model& model(const std::string& name) { return testing_support::fixture_model(name); }
 
 // Logits of a 600-token prompt (its last 8 tokens as outputs) and 8 greedy decode steps.
 std::vector<std::vector<float>> run_logits(const Model& m, uint32_t hot, GgmlType tail, memory::KvResidency* res = nullptr,

@@ -17,21 +17,16 @@
 #include "engine/context.h"
 #include "engine/session_state.h"
 #include "model/model.h"
+#include "fixture_models.h"
 
 namespace agentkv {
 namespace {
 
 using memory::SeqId;
 
-const std::string kModels = std::string(AGENTKV_FIXTURES_DIR) + "/models/";
 constexpr int kContinue = 4;
 
-const Model& model(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Model>> cache;
-  auto& m = cache[name];
-  if (!m) m = Model::load(kModels + name + ".gguf");
-  return *m;
-}
+const Model& model(const std::string& name) { return testing_support::fixture_model(name); }
 
 std::vector<Token> prompt_tokens(const Model& m) {
   return m.tokenizer().encode("The state of a sequence is saved, cleared and restored.");

@@ -169,6 +169,26 @@ struct KvCache::Impl {
             is_k ? layout.tail_type_k : layout.tail_type_v};
   }
   int64_t width(bool is_k) const { return is_k ? layout.n_embd_k : layout.n_embd_v; }
+  void check_cell(uint32_t stream, uint32_t cell) const {
+    check_stream(stream);
+    if (cell >= layout.n_cells) throw std::logic_error("kv cache: cell " + std::to_string(cell) + " out of range");
+  }
+  // stored() of a model layer, stream and cell checked (std::logic_error / agentkv::Error).
+  std::pair<uint8_t*, GgmlType> checked_stored(bool is_k, int layer, uint32_t stream, uint32_t cell) const {
+    const int kl = kv_layer(layer);
+    check_cell(stream, cell);
+    return stored(is_k, kl, stream, cell);
+  }
+  // A hot cell's row; std::logic_error for a cell whose rows are in the tail.
+  uint8_t* hot_row(bool is_k, int layer, uint32_t stream, uint32_t cell) const {
+    const int kl = kv_layer(layer);
+    check_cell(stream, cell);
+    const int32_t sl = slot(stream, cell);
+    if (sl < 0)
+      throw std::logic_error(std::string("kv cache: ") + (is_k ? "k_row" : "v_row") + " of cell " + std::to_string(cell) +
+                             ", which is not hot");
+    return is_k ? hot(k, row_k, kl, stream, sl) : hot(v, row_v, kl, stream, sl);
+  }
   // Every layer's rows of one cell into another cell's place (either may be hot or in the tail).
   void copy_cell(uint32_t src_stream, uint32_t src, uint32_t dst_stream, uint32_t dst) const {
     for (size_t l = 0; l < k.size(); ++l)
@@ -451,73 +471,38 @@ uint8_t* KvCache::v_row(int layer, uint32_t stream, uint32_t cell) {
   return const_cast<uint8_t*>(std::as_const(*this).v_row(layer, stream, cell));
 }
 const uint8_t* KvCache::k_row(int layer, uint32_t stream, uint32_t cell) const {
-  const Impl& m = *impl_;
-  const int kl = m.kv_layer(layer);
-  m.check_stream(stream);
-  const int32_t sl = cell < m.layout.n_cells ? m.slot(stream, cell) : -1;
-  if (sl < 0) throw std::logic_error("kv cache: k_row of cell " + std::to_string(cell) + ", which is not hot");
-  return m.hot(m.k, m.row_k, kl, stream, sl);
+  return impl_->hot_row(true, layer, stream, cell);
 }
 const uint8_t* KvCache::v_row(int layer, uint32_t stream, uint32_t cell) const {
-  const Impl& m = *impl_;
-  const int kl = m.kv_layer(layer);
-  m.check_stream(stream);
-  const int32_t sl = cell < m.layout.n_cells ? m.slot(stream, cell) : -1;
-  if (sl < 0) throw std::logic_error("kv cache: v_row of cell " + std::to_string(cell) + ", which is not hot");
-  return m.hot(m.v, m.row_v, kl, stream, sl);
+  return impl_->hot_row(false, layer, stream, cell);
 }
-
-namespace {
-void check_cell(uint32_t n_cells, uint32_t cell) {
-  if (cell >= n_cells) throw std::logic_error("kv cache: cell " + std::to_string(cell) + " out of range");
-}
-}  // namespace
 
 void KvCache::read_k(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const {
-  const Impl& m = *impl_;
-  m.check_stream(stream);
-  check_cell(m.layout.n_cells, cell);
-  const auto [row, type] = m.stored(true, m.kv_layer(layer), stream, cell);
-  convert_row(type, row, m.layout.type_k, out, m.layout.n_embd_k);
+  const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
+  convert_row(type, row, impl_->layout.type_k, out, impl_->layout.n_embd_k);
 }
 void KvCache::read_v(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const {
-  const Impl& m = *impl_;
-  m.check_stream(stream);
-  check_cell(m.layout.n_cells, cell);
-  const auto [row, type] = m.stored(false, m.kv_layer(layer), stream, cell);
-  convert_row(type, row, m.layout.type_v, out, m.layout.n_embd_v);
+  const auto [row, type] = impl_->checked_stored(false, layer, stream, cell);
+  convert_row(type, row, impl_->layout.type_v, out, impl_->layout.n_embd_v);
 }
 void KvCache::write_k(int layer, uint32_t stream, uint32_t cell, const uint8_t* src) {
-  const Impl& m = *impl_;
-  m.check_stream(stream);
-  check_cell(m.layout.n_cells, cell);
-  const auto [row, type] = m.stored(true, m.kv_layer(layer), stream, cell);
-  convert_row(m.layout.type_k, src, type, row, m.layout.n_embd_k);
+  const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
+  convert_row(impl_->layout.type_k, src, type, row, impl_->layout.n_embd_k);
 }
 void KvCache::write_v(int layer, uint32_t stream, uint32_t cell, const uint8_t* src) {
-  const Impl& m = *impl_;
-  m.check_stream(stream);
-  check_cell(m.layout.n_cells, cell);
-  const auto [row, type] = m.stored(false, m.kv_layer(layer), stream, cell);
-  convert_row(m.layout.type_v, src, type, row, m.layout.n_embd_v);
+  const auto [row, type] = impl_->checked_stored(false, layer, stream, cell);
+  convert_row(impl_->layout.type_v, src, type, row, impl_->layout.n_embd_v);
 }
 void KvCache::dequantize_k(int layer, uint32_t stream, uint32_t cell, float* out) const {
-  const Impl& m = *impl_;
-  m.check_stream(stream);
-  check_cell(m.layout.n_cells, cell);
-  const auto [row, type] = m.stored(true, m.kv_layer(layer), stream, cell);
-  dequantize_row(type, row, out, m.layout.n_embd_k);
+  const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
+  dequantize_row(type, row, out, impl_->layout.n_embd_k);
 }
 void KvCache::quantize_k(int layer, uint32_t stream, uint32_t cell, const float* src) {
-  const Impl& m = *impl_;
-  m.check_stream(stream);
-  check_cell(m.layout.n_cells, cell);
-  const auto [row, type] = m.stored(true, m.kv_layer(layer), stream, cell);
-  quantize_row(type, src, row, m.layout.n_embd_k);
+  const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
+  quantize_row(type, src, row, impl_->layout.n_embd_k);
 }
 bool KvCache::is_hot(uint32_t stream, uint32_t cell) const {
-  impl_->check_stream(stream);
-  check_cell(impl_->layout.n_cells, cell);
+  impl_->check_cell(stream, cell);
   return impl_->slot(stream, cell) >= 0;
 }
 const uint8_t* KvCache::tail_k_row(int layer, uint32_t stream, uint32_t cell) const {

@@ -1,0 +1,18 @@
+// The fixture models (../shared/fixtures/models/NAME.gguf), each loaded once per test binary.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+
+namespace agentkv::testing_support {
+
+inline const Model& fixture_model(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Model>> cache;
+  auto& m = cache[name];
+  if (!m) m = Model::load(std::string(AGENTKV_FIXTURES_DIR) + "/models/" + name + ".gguf");
+  return *m;
+}
+
+}  // namespace agentkv::testing_support
