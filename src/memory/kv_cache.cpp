@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "kernels/quant.h"
+#include "memory/kv_row_convert.h"
 
 namespace agentkv::memory {
 namespace {
@@ -122,10 +122,7 @@ void convert_row(GgmlType from, const uint8_t* src, GgmlType to, uint8_t* dst, i
     std::memcpy(dst, src, ggml_row_size(to, n));
     return;
   }
-  thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(n));
-  dequantize_row(from, src, scratch.data(), n);
-  quantize_row(to, scratch.data(), dst, n);
+  convert_kv_row(from, src, to, dst, n);
 }
 
 }  // namespace
@@ -495,11 +492,11 @@ void KvCache::write_v(int layer, uint32_t stream, uint32_t cell, const uint8_t* 
 }
 void KvCache::dequantize_k(int layer, uint32_t stream, uint32_t cell, float* out) const {
   const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
-  dequantize_row(type, row, out, impl_->layout.n_embd_k);
+  dequantize_kv_row(type, row, out, impl_->layout.n_embd_k);
 }
 void KvCache::quantize_k(int layer, uint32_t stream, uint32_t cell, const float* src) {
   const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
-  quantize_row(type, src, row, impl_->layout.n_embd_k);
+  quantize_kv_row(type, src, row, impl_->layout.n_embd_k);
 }
 bool KvCache::is_hot(uint32_t stream, uint32_t cell) const {
   impl_->check_cell(stream, cell);
