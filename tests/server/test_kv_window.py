@@ -89,3 +89,22 @@ def test_a_window_smaller_than_a_micro_batch_is_refused(tmp_path):
         Server(tmp_path, "-c", "4096", "--kv-hot", "100")
     with open(log, "rb") as f:
         assert b"must be at least n_ubatch" in f.read()
+
+
+def test_a_context_shift_turns_keys_in_the_tail_too(tmp_path):
+    # 700 tokens through a 512-cell context with a 256-cell window: every shift re-rotates keys in
+    # the window and in the tail (through the tail's type). An exact tail gives the window-less tokens.
+    request = {"prompt": "hello world " * 20, "n_predict": 700, "temperature": 0, "ignore_eos": True,
+               "return_tokens": True}
+    runs = {}
+    for name, extra in [("plain", []), ("exact", ["--kv-hot", "256", "-ub", "256"]),
+                        ("q8_0", ["--kv-hot", "256", "-ub", "256", "--kv-tail-type", "q8_0"])]:
+        server = Server(tmp_path / name, "-np", "1", "-c", "512", "--context-shift", *extra)
+        try:
+            status, body = server.post("/completion", request)
+            assert status == 200, body
+            assert body["tokens_predicted"] == 700
+            runs[name] = body["tokens"]
+        finally:
+            server.stop()
+    assert runs["exact"] == runs["plain"]
