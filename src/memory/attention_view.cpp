@@ -54,7 +54,7 @@ std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub
     g->tokens.push_back(static_cast<int>(t));
   }
   const KvLayout& layout = kv.layout();
-  const bool split_tail = kv.residency().windowed &&
+  const bool split_tail = kv.windowed() &&
                           (layout.tail_type_k != layout.type_k || layout.tail_type_v != layout.type_v);
   std::vector<Pos> key_pos;
   for (AttentionGroup& g : groups) {

@@ -195,7 +195,7 @@ struct KvCache::Impl {
         convert_row(from_type, from, to_type, to, width(is_k));
       }
   }
-  // Gives every target cell (one stream) a hot row: free rows first, then those of the hot cells
+  // Gives every target cell (one stream, ascending) a hot row: free rows first, then those of the hot cells
   // with the lowest positions (empty cells before all), whose rows move to the tail.
   void make_hot(uint32_t stream, const std::vector<uint32_t>& targets);
 
@@ -256,14 +256,13 @@ void KvCache::Impl::make_hot(uint32_t stream, const std::vector<uint32_t>& targe
     throw std::logic_error("kv cache: a batch of " + std::to_string(targets.size()) + " cells does not fit " +
                            std::to_string(n_hot) + " hot rows");
   // Candidates by (position, slot): free rows (-2), empty cells (-1), then the lowest positions.
-  std::vector<bool> is_target(layout.n_cells, false);
-  for (uint32_t c : targets) is_target[c] = true;
+  // (targets are ascending: apply sorts them)
   const KvCells& c = cells[stream];
   std::vector<std::pair<int64_t, int32_t>> order;
   order.reserve(n_hot);
   for (int32_t sl = 0; sl < static_cast<int32_t>(n_hot); ++sl) {
     const int32_t owner = owners[static_cast<size_t>(sl)];
-    if (owner >= 0 && is_target[static_cast<size_t>(owner)]) continue;
+    if (owner >= 0 && std::binary_search(targets.begin(), targets.end(), static_cast<uint32_t>(owner))) continue;
     const int64_t key = owner < 0 ? -2 : c.is_empty(static_cast<uint32_t>(owner)) ? -1 : c.pos(static_cast<uint32_t>(owner));
     order.emplace_back(key, sl);
   }
@@ -545,6 +544,8 @@ std::pair<uint64_t, uint64_t> KvCache::seq_residency(SeqId seq) const {
     if (c.has_seq(i, seq)) (m.slot(s, i) >= 0 ? out.first : out.second) += 1;
   return out;
 }
+
+bool KvCache::windowed() const { return impl_->windowed; }
 
 KvResidency KvCache::residency() const {
   const Impl& m = *impl_;

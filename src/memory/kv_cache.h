@@ -113,6 +113,9 @@ class KvCache final : public MemoryInterface {
   bool is_hot(uint32_t stream, uint32_t cell) const;
   const uint8_t* tail_k_row(int layer, uint32_t stream, uint32_t cell) const;
   const uint8_t* tail_v_row(int layer, uint32_t stream, uint32_t cell) const;
+  // Whether the cache has a window (KvLayout::hot_cells below n_cells); residency() also counts
+  // cells, a scan of the cell table.
+  bool windowed() const;
   KvResidency residency() const;
   // Cells of one sequence whose rows are hot / in the tail (first, second).
   std::pair<uint64_t, uint64_t> seq_residency(SeqId seq) const;

@@ -62,7 +62,7 @@ KvImage kv_state_view(const KvCache& kv, SeqId seq) {
   const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
   // A windowed cache's rows live in two places and types: the image owns copies in type_k /
   // type_v (read_k / read_v), one chunk per layer, instead of viewing the storage.
-  const bool windowed = kv.residency().windowed;
+  const bool windowed = kv.windowed();
   for (uint32_t s = 0; s < kv.n_streams(); ++s) {
     if (seq >= 0 && s != kv.stream_of(seq)) continue;
     const KvCells& c = kv.cells(s);

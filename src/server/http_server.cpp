@@ -475,7 +475,7 @@ bool HttpServer::load() {
              std::string(ggml_type_name(cp.type_k)).c_str(), std::string(ggml_type_name(cp.type_v)).c_str(),
              cp.n_threads);
     e->ctx = std::make_unique<Context>(*e->model, cp);
-    if (const memory::KvCache* kv = e->ctx->memory().kv(); kv && kv->residency().windowed) {
+    if (const memory::KvCache* kv = e->ctx->memory().kv(); kv && kv->windowed()) {
       const memory::KvLayout& l = kv->layout();
       const std::string place = l.tail_dir.empty() ? "in RAM" : "in files mapped from " + l.tail_dir;
       log_line("KV window: %u hot cells, the rest in a %s/%s tail %s; attention reads the tail in place (merged by "

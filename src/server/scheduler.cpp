@@ -523,13 +523,14 @@ MetricsSnapshot Scheduler::metrics() const {
 Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) const {
   std::lock_guard<std::mutex> lock(mutex_);
   Json out = Json::array();
-  std::vector<std::pair<uint64_t, uint64_t>> kv_residency;  // per slot (its sequence id is its id)
-  if (const memory::KvCache* kv = ctx_.memory().kv(); kv && kv->residency().windowed)
-    for (const Slot& s : slots_) kv_residency.push_back(kv->seq_residency(s.id));
+  const memory::KvCache* kv = ctx_.memory().kv();
+  const bool windowed = kv && kv->windowed();
   for (const Slot& s : slots_) {
     const bool busy = !s.idle();
     const CompletionParams& params = busy ? s.task->params : defaults;
     const int64_t n_remain = !busy || params.n_predict < 0 ? -1 : params.n_predict - s.n_decoded;
+    // --kv-hot: where the slot's K/V rows are (its sequence id is its id)
+    const std::pair<uint64_t, uint64_t> residency = windowed ? kv->seq_residency(s.id) : std::pair<uint64_t, uint64_t>{0, 0};
     out.push_back(Json{
         {"id", s.id},
         {"id_task", busy ? static_cast<int64_t>(s.task->id) : -1},
@@ -552,9 +553,8 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
         {"session_id", s.session_id},
         {"n_context_shifts", s.n_shifts},
         {"n_tokens_evicted", s.n_evicted},
-        // --kv-hot: where the slot's K/V rows are (hot window / tail, read in place by attention)
-        {"n_tokens_hot", kv_residency.size() > static_cast<size_t>(s.id) ? kv_residency[static_cast<size_t>(s.id)].first : 0},
-        {"n_tokens_tail", kv_residency.size() > static_cast<size_t>(s.id) ? kv_residency[static_cast<size_t>(s.id)].second : 0},
+        {"n_tokens_hot", residency.first},
+        {"n_tokens_tail", residency.second},
     });
   }
   return out;
@@ -1156,7 +1156,7 @@ void Scheduler::release(Slot& slot) {
   // A windowed cache's rows are counted as stored (tail rows in the tail type), without the
   // conversions a state view of them would make.
   const memory::KvCache* kv = ctx_.memory().kv();
-  if (kv && kv->residency().windowed)
+  if (kv && kv->windowed())
     memory_bytes_ = memory::memory_state_view(ctx_.memory(), -1, memory::kStatePartialOnly).row_bytes() +
                     kv->residency().held_bytes;
   else
