@@ -22,6 +22,7 @@
 #include "core/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/ggml_expf-inl.h"
+#include "kernels/numerics.h"
 #include "kernels/quant.h"
 
 namespace agentkv {
@@ -139,6 +140,10 @@ bool uses_tiled_kernel(const Case& c) {
 // The precision Q carries into the K dot products. Q8_1 holds the same values as Q8_0 (same
 // scale, same rounding; it only adds a block sum), so Q8_0 models both.
 GgmlType query_precision(const Case& c) {
+  // own-type decoding (one row) reads tq4 / tq3 / q8_0 keys as int8 levels dotted with a q8_0 query
+  const bool own_type = ggml_type_info(c.k_type).agentkv_only || ggml_type_info(c.v_type).agentkv_only || c.own_order;
+  const bool level_keys = c.k_type == GgmlType::TQ4 || c.k_type == GgmlType::TQ3 || c.k_type == GgmlType::Q8_0;
+  if (c.n_tokens == 1 && own_type && level_keys && !batch_invariant()) return GgmlType::Q8_0;
   if (uses_tiled_kernel(c)) return GgmlType::F32;
   const GgmlType t = vec_dot_type(c.k_type);
   return t == GgmlType::Q8_1 ? GgmlType::Q8_0 : t;
@@ -1132,6 +1137,46 @@ TEST(AttentionExact, DISABLED_Timing) {
     std::printf("%-22s wall %9.3f ms  %7.2f GFLOP/s | thread-0 cpu %9.3f ms  %7.2f GFLOP/s  (%d threads)\n", s.name,
                 sec * 1e3, gflop / sec, cpu * 1e3, gflop / cpu, pool.size());
   }
+}
+
+// One token over 16,384 keys of the Qwen3-0.6B shape, f16 KV and agentkv's own types interleaved
+// in one process (the VM's speed drifts between runs: compare within a run), min of 12 rounds.
+// Run with --gtest_also_run_disabled_tests --gtest_filter='*OwnTypeDecodeTiming*';
+// ATTN_BENCH_THREADS sets the pool size (default 2), ATTN_BENCH_KEYS the depth, ATTN_BENCH_ROUNDS
+// the rounds (for a profiler).
+TEST(AttentionExact, DISABLED_OwnTypeDecodeTiming) {
+  const char* env = std::getenv("ATTN_BENCH_THREADS");
+  ThreadPool pool(env ? std::atoi(env) : 2);
+  const char* keys = std::getenv("ATTN_BENCH_KEYS");
+  const std::pair<GgmlType, GgmlType> types[] = {{GgmlType::F16, GgmlType::F16}, {GgmlType::TQ4, GgmlType::TQ4},
+                                                 {GgmlType::TQ3, GgmlType::TQ3}, {GgmlType::Q8_0, GgmlType::TQ3}};
+  std::vector<Problem> problems;
+  for (const auto& [k, v] : types) {
+    Case c;
+    c.n_head_kv = 8;
+    c.n_head = 16;
+    c.head_dim = 128;
+    c.n_tokens = 1;
+    c.n_kv = keys ? std::atoll(keys) : 16384;
+    c.k_type = k;
+    c.v_type = v;
+    problems.push_back(make_problem(c));
+  }
+  std::vector<double> best(problems.size(), 1e30);
+  std::vector<float> out, lse;
+  const char* rounds = std::getenv("ATTN_BENCH_ROUNDS");
+  for (int round = 0, n = rounds ? std::atoi(rounds) : 12; round < n; ++round) {
+    for (size_t i = 0; i < problems.size(); ++i) {
+      const AttentionArgs a = args_for(problems[i], out, lse);
+      const auto t0 = std::chrono::steady_clock::now();
+      attention(a, pool);
+      best[i] = std::min(best[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  for (size_t i = 0; i < problems.size(); ++i)
+    std::printf("k=%-5s v=%-5s %8.3f ms  %.2f x f16\n", std::string(ggml_type_name(types[i].first)).c_str(),
+                std::string(ggml_type_name(types[i].second)).c_str(),
+                best[i] * 1e3, best[0] / best[i]);
 }
 }  // namespace
 }  // namespace agentkv

@@ -474,6 +474,10 @@ struct Scratch {
   std::vector<float> f32;
   std::vector<uint16_t> f16;
   std::vector<uint8_t> bytes;
+  std::vector<int16_t> i16;
+  std::vector<float> f32_small;
+  std::vector<float> level_scales;
+  std::vector<BlockQ8_0> q8;
   std::vector<int64_t> visible;
   std::vector<const uint8_t*> k_rows;  // head slices of the visible keys of a tile
   std::vector<const uint8_t*> v_rows;
@@ -1184,42 +1188,43 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
 
 #if HWY_TARGET != HWY_SCALAR
 // Scores of kRows query rows against one K row given as int8 levels and per-block scales (tq
-// blocks of 64, q8_0 blocks of 32):
-// sum over blocks of d_b * (q . levels_b), the levels widened to f32 as they are read (no
-// dequantized copy of the row is written).
+// blocks of 64, q8_0 blocks of 32). The queries are q8_0 (vec_dot_type of these types, as in the
+// per-key dot products): their int8 values widened to int16 (q16) and their per-32 scales (dq).
+// Each 32 elements' integer sum is exact (pairwise int16 products, vpmaddwd on x86), then
+// scaled by d_key * d_query: sum over q8_0 blocks b of d_k(b) * d_q(b) * (q_b . levels_b).
 template <int kRows>
-HWY_INLINE void ScoreLevels(const float* const* q, const int8_t* lv, const float* scales, int64_t block, int64_t D,
-                            float* out) {
-  const DF d;
-  const hn::Rebind<int32_t, DF> di32;
-  const hn::Rebind<int8_t, DF> di8;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> total[kRows];
-  for (int r = 0; r < kRows; ++r) total[r] = hn::Zero(d);
-  for (int64_t b = 0; b < D; b += block) {
-    hn::Vec<DF> s[kRows][2];
-    for (int r = 0; r < kRows; ++r) s[r][0] = s[r][1] = hn::Zero(d);
-    for (int64_t i = b; i < b + block; i += 2 * N) {
-      const auto x0 = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + i)));
-      const auto x1 = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + i + N)));
-      for (int r = 0; r < kRows; ++r) {
-        s[r][0] = hn::MulAdd(x0, hn::LoadU(d, q[r] + i), s[r][0]);
-        s[r][1] = hn::MulAdd(x1, hn::LoadU(d, q[r] + i + N), s[r][1]);
-      }
+HWY_INLINE void ScoreLevels(const int16_t* const* q16, const float* const* dq, const int8_t* lv, const float* scales,
+                            int64_t block, int64_t D, float* out) {
+  const hn::CappedTag<int16_t, 16> d16;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const hn::Rebind<float, decltype(d32)> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d16));
+  hn::Vec<decltype(df)> total[kRows];
+  for (int r = 0; r < kRows; ++r) total[r] = hn::Zero(df);
+  for (int64_t b = 0; b < D; b += kQK8_0) {
+    hn::Vec<decltype(d32)> s0[kRows], s1[kRows];
+    for (int r = 0; r < kRows; ++r) s0[r] = s1[r] = hn::Zero(d32);
+    for (int64_t i = b; i < b + kQK8_0; i += N) {
+      const auto x = hn::PromoteTo(d16, hn::LoadU(d8, lv + i));
+      for (int r = 0; r < kRows; ++r) s0[r] = hn::ReorderWidenMulAccumulate(d32, x, hn::LoadU(d16, q16[r] + i), s0[r], s1[r]);
     }
-    const auto scale = hn::Set(d, scales[b / block]);
-    for (int r = 0; r < kRows; ++r) total[r] = hn::MulAdd(hn::Add(s[r][0], s[r][1]), scale, total[r]);
+    const float dk = scales[b / block];
+    for (int r = 0; r < kRows; ++r) {
+      const auto isum = hn::RearrangeToOddPlusEven(s0[r], s1[r]);
+      total[r] = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, dk * dq[r][b / kQK8_0]), total[r]);
+    }
   }
-  for (int r = 0; r < kRows; ++r) out[r] = hn::GetLane(hn::SumOfLanes(d, total[r]));
+  for (int r = 0; r < kRows; ++r) out[r] = hn::GetLane(hn::SumOfLanes(df, total[r]));
 }
 
 // acc_r += sum over keys j of w[(j * nb + b) * G + r0 + r] * levels_j for kRows rows, where w is
 // the key's weight already multiplied by its block scale d_{j,b} (once per tile, not once per
-// vector): the V rows of a tile as int8 levels (lv: n_keys x D, blocks of `block` levels: 64 for
+// vector): the V rows of a tile as int8 levels (lv: n_keys rows of D, lv_stride apart, blocks of `block` levels: 64 for
 // tq, 32 for q8_0), widened as they are read. kVecs * N must divide the block.
 template <int kRows, int kVecs>
-void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t r0, const int8_t* lv, int64_t n_keys,
-                      int64_t block) {
+void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t r0, const int8_t* lv,
+                      int64_t lv_stride, int64_t n_keys, int64_t block) {
   const DF d;
   const hn::Rebind<int32_t, DF> di32;
   const hn::Rebind<int8_t, DF> di8;
@@ -1227,19 +1232,28 @@ void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t 
   const int64_t nb = D / block;
   for (int64_t i0 = 0; i0 < D; i0 += kVecs * N) {
     const int64_t b = i0 / block;
+    // the accumulators stay in registers only when these loops are unrolled (GCC kept them in
+    // memory otherwise: a load and a store per multiply-add)
     hn::Vec<DF> c[kRows][kVecs];
+#pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
       for (int v = 0; v < kVecs; ++v) c[r][v] = hn::LoadU(d, acc + (r0 + r) * D + i0 + v * N);
     for (int64_t j = 0; j < n_keys; ++j) {
       const float* wj = w + (j * nb + b) * G + r0;
       hn::Vec<DF> x[kVecs];
-      for (int v = 0; v < kVecs; ++v) x[v] = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + j * D + i0 + v * N)));
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) x[v] = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + j * lv_stride + i0 + v * N)));
+#pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
         const auto wr = hn::Set(d, wj[r]);
+#pragma GCC unroll 4
         for (int v = 0; v < kVecs; ++v) c[r][v] = hn::MulAdd(x[v], wr, c[r][v]);
       }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
       for (int v = 0; v < kVecs; ++v) hn::StoreU(c[r][v], d, acc + (r0 + r) * D + i0 + v * N);
   }
 }
@@ -1249,8 +1263,9 @@ void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t 
 // keys [k0, k1), tile by tile and KV head by KV head, each K/V row slice read once for the
 // group's heads. Vectors run across the head dimension (the tiled algorithm pads one token to a
 // whole vector of rows; the per-key one converts the query to q8_0 and makes a call per key and
-// a scalar exponential per score). Q stays f32, as in the tiled algorithm. Writes final rows, or
-// a partial (M, S, VKQ) record per head when chunk >= 0.
+// a scalar exponential per score). Keys read as levels (tq4, tq3, q8_0) meet a q8_0 query, their
+// vec_dot_type, in integer sums (ScoreLevels); other keys meet the f32 query. Writes final rows,
+// or a partial (M, S, VKQ) record per head when chunk >= 0.
 void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) {
   const AttentionArgs& a = *plan.args;
   const int64_t D = plan.head_dim;
@@ -1289,27 +1304,73 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
   [[maybe_unused]] const int64_t nb = D / v_block;  // V blocks
   [[maybe_unused]] const int64_t k_block = a.k_type == GgmlType::Q8_0 ? kQK8_0 : kQKTQ;
   [[maybe_unused]] const int64_t k_nb = D / k_block;
-  [[maybe_unused]] int8_t* lk = reinterpret_cast<int8_t*>(Reserve(sc.bytes, static_cast<size_t>(2 * kKeyTile * D)));
-  [[maybe_unused]] int8_t* lv = lk + kKeyTile * D;
-  [[maybe_unused]] float* sk = kf;  // the scales go where the f32 rows would
-  [[maybe_unused]] float* sv = vf;
+  // levels of the tile's whole rows (every KV head): key j's head g at (j * HK + g) * D, its
+  // scales at (j * HK + g) * blocks
+  [[maybe_unused]] int8_t* lk = reinterpret_cast<int8_t*>(Reserve(sc.bytes, static_cast<size_t>(2 * kKeyTile * HK * D)));
+  [[maybe_unused]] int8_t* lv = lk + kKeyTile * HK * D;
+  [[maybe_unused]] float* sk = Reserve(sc.level_scales, static_cast<size_t>(2 * kKeyTile * HK * n_blocks));
+  [[maybe_unused]] float* sv = sk + kKeyTile * HK * n_blocks;
   const size_t v_row_bytes = static_cast<size_t>(HK) * plan.v_head_bytes;
+  // Keys of these types take q8_0 queries (their vec_dot_type): the int8 values widened once and
+  // the scales as f32 where they are read as levels, else the query rounded to q8_0's values.
+  const bool q8_query = a.k_type == GgmlType::TQ4 || a.k_type == GgmlType::TQ3 || a.k_type == GgmlType::Q8_0;
+  const float* qf = a.q;
+  if (q8_query && !k_levels) {
+    float* rounded = Reserve(sc.f32_small, static_cast<size_t>(H * D));
+    std::vector<BlockQ8_0>& q8 = sc.q8;
+    q8.resize(static_cast<size_t>(D / kQK8_0));
+    for (int64_t h = 0; h < H; ++h) {
+      quantize_row(GgmlType::Q8_0, a.q + h * D, reinterpret_cast<uint8_t*>(q8.data()), D);
+      dequantize_row(GgmlType::Q8_0, reinterpret_cast<const uint8_t*>(q8.data()), rounded + h * D, D);
+    }
+    qf = rounded;
+  }
+#if HWY_TARGET != HWY_SCALAR
+  [[maybe_unused]] int16_t* q16 = nullptr;
+  [[maybe_unused]] float* dq = nullptr;
+  if (k_levels) {
+    q16 = Reserve(sc.i16, static_cast<size_t>(H * D));
+    dq = Reserve(sc.f32_small, static_cast<size_t>(H * (D / kQK8_0)));
+    std::vector<BlockQ8_0>& q8 = sc.q8;
+    q8.resize(static_cast<size_t>(D / kQK8_0));
+    for (int64_t h = 0; h < H; ++h) {
+      quantize_row(GgmlType::Q8_0, a.q + h * D, reinterpret_cast<uint8_t*>(q8.data()), D);
+      for (int64_t b = 0; b < D / kQK8_0; ++b) {
+        dq[h * (D / kQK8_0) + b] = fp16_to_fp32(q8[static_cast<size_t>(b)].d);
+        for (int64_t i = 0; i < kQK8_0; ++i) q16[h * D + b * kQK8_0 + i] = q8[static_cast<size_t>(b)].qs[i];
+      }
+    }
+  }
+#endif
 
   for (int64_t c0 = k0; c0 < k1; c0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, k1 - c0);
     const int64_t next_end = std::min(c0 + nk + kKeyTile, k1);
+#if HWY_TARGET != HWY_SCALAR
+    // Rows read as levels are unpacked whole, key by key (each row read front to back once,
+    // the next tile's row asked for meanwhile); a pass per KV head would read every row in
+    // strided slices, which left the loads waiting on DRAM.
+    if (k_levels || v_levels) {
+      for (int64_t j = 0; j < nk; ++j) {
+        if (c0 + nk + j < next_end) {
+          if (k_levels) PrefetchRows(a.k_rows, 0, k_row_bytes, c0 + nk + j, c0 + nk + j + 1);
+          if (v_levels) PrefetchRows(a.v_rows, 0, v_row_bytes, c0 + nk + j, c0 + nk + j + 1);
+        }
+        if (k_levels) RowLevels(a.k_type, a.k_rows[c0 + j], lk + j * HK * D, sk + j * HK * k_nb, HK * D);
+        if (v_levels) RowLevels(a.v_type, a.v_rows[c0 + j], lv + j * HK * D, sv + j * HK * nb, HK * D);
+      }
+    }
+#endif
     for (int64_t g = 0; g < HK; ++g) {
       const size_t k_off = static_cast<size_t>(g) * plan.k_head_bytes;
       const size_t v_off = static_cast<size_t>(g) * plan.v_head_bytes;
-      // the next tile's rows, spread over the heads (a burst would stall on the line fill buffers)
-      const int64_t p0 = std::min(c0 + nk + g * nk / HK, next_end), p1 = std::min(c0 + nk + (g + 1) * nk / HK, next_end);
-      PrefetchRows(a.k_rows, 0, k_row_bytes, p0, p1);
-      PrefetchRows(a.v_rows, 0, v_row_bytes, p0, p1);
+      if (!k_levels || !v_levels) {
+        // the next tile's rows, spread over the heads (a burst would stall on the line fill buffers)
+        const int64_t p0 = std::min(c0 + nk + g * nk / HK, next_end), p1 = std::min(c0 + nk + (g + 1) * nk / HK, next_end);
+        if (!k_levels) PrefetchRows(a.k_rows, 0, k_row_bytes, p0, p1);
+        if (!v_levels) PrefetchRows(a.v_rows, 0, v_row_bytes, p0, p1);
+      }
       for (int64_t j = 0; j < nk; ++j) {
-#if HWY_TARGET != HWY_SCALAR
-        if (k_levels) RowLevels(a.k_type, a.k_rows[c0 + j] + k_off, lk + j * D, sk + j * k_nb, D);
-        if (v_levels) RowLevels(a.v_type, a.v_rows[c0 + j] + v_off, lv + j * D, sv + j * nb, D);
-#endif
         if (!k_levels) keys[j] = TileRow(a.k_type, a.k_rows[c0 + j] + k_off, kf + j * D, D);
         if (!v_levels) values[j] = TileRow(a.v_type, a.v_rows[c0 + j] + v_off, vf + j * D, D);
       }
@@ -1324,19 +1385,21 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
 #if HWY_TARGET != HWY_SCALAR
           if (k_levels) {
             if (r % 2 == 1) continue;  // scored with row r - 1
-            const float* qs[2] = {a.q + (g * G + r) * D, a.q + (g * G + std::min(r + 1, G - 1)) * D};
+            const int64_t h0 = g * G + r, h1 = g * G + std::min(r + 1, G - 1);
+            const int16_t* qs[2] = {q16 + h0 * D, q16 + h1 * D};
+            const float* ds[2] = {dq + h0 * (D / kQK8_0), dq + h1 * (D / kQK8_0)};
             float two[2];
             if (r + 1 < G) {
-              ScoreLevels<2>(qs, lk + j * D, sk + j * k_nb, k_block, D, two);
+              ScoreLevels<2>(qs, ds, lk + (j * HK + g) * D, sk + (j * HK + g) * k_nb, k_block, D, two);
               pr[j + tile] = two[1];
             } else {
-              ScoreLevels<1>(qs, lk + j * D, sk + j * k_nb, k_block, D, two);
+              ScoreLevels<1>(qs, ds, lk + (j * HK + g) * D, sk + (j * HK + g) * k_nb, k_block, D, two);
             }
             pr[j] = two[0];
             continue;
           }
 #endif
-          pr[j] = GgmlDot<F32Elems>(keys[j], a.q + (g * G + r) * D, D);
+          pr[j] = GgmlDot<F32Elems>(keys[j], qf + (g * G + r) * D, D);
         }
       }
       for (int64_t r = 0; r < G; ++r) {
@@ -1375,14 +1438,14 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
       if (v_levels) {
         for (int64_t j = nk - 1; j >= 0; --j)  // weight x block scale, in place (back to front)
           for (int64_t b = nb - 1; b >= 0; --b)
-            for (int64_t q = G - 1; q >= 0; --q) PT[(j * nb + b) * G + q] = PT[j * G + q] * sv[j * nb + b];
+            for (int64_t q = G - 1; q >= 0; --q) PT[(j * nb + b) * G + q] = PT[j * G + q] * sv[(j * HK + g) * nb + b];
         // vectors per step: as many as divide the block (4 x 16 lanes exceed a q8_0 block)
         if (v_block % (4 * N) == 0) {
-          for (; r + 2 <= G; r += 2) AccumulateLevels<2, 4>(acc_g, D, PT, G, r, lv, nk, v_block);
-          for (; r < G; ++r) AccumulateLevels<1, 4>(acc_g, D, PT, G, r, lv, nk, v_block);
+          for (; r + 2 <= G; r += 2) AccumulateLevels<2, 4>(acc_g, D, PT, G, r, lv + g * D, HK * D, nk, v_block);
+          for (; r < G; ++r) AccumulateLevels<1, 4>(acc_g, D, PT, G, r, lv + g * D, HK * D, nk, v_block);
         } else {
-          for (; r + 2 <= G; r += 2) AccumulateLevels<2, 2>(acc_g, D, PT, G, r, lv, nk, v_block);
-          for (; r < G; ++r) AccumulateLevels<1, 2>(acc_g, D, PT, G, r, lv, nk, v_block);
+          for (; r + 2 <= G; r += 2) AccumulateLevels<2, 2>(acc_g, D, PT, G, r, lv + g * D, HK * D, nk, v_block);
+          for (; r < G; ++r) AccumulateLevels<1, 2>(acc_g, D, PT, G, r, lv + g * D, HK * D, nk, v_block);
         }
       }
 #endif
