@@ -132,8 +132,8 @@ AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<fl
 bool uses_tiled_kernel(const Case& c) {
   const bool own_type = ggml_type_info(c.k_type).agentkv_only || ggml_type_info(c.v_type).agentkv_only || c.own_order;
   // agentkv's own types (and keys in own order) have no llama.cpp order to follow: batches of any
-  // size are tiled and a single row has its own kernel (attention.cpp, "own-type decoding"); both
-  // keep Q in f32
+  // size are tiled and a single row has its own kernel (attention.cpp, "own-type decoding"); the
+  // tiled one keeps Q in f32 (the decoding one: see query_precision)
   return own_type || (c.n_tokens >= 64 && c.k_type == c.v_type && (c.k_type == GgmlType::F16 || c.k_type == GgmlType::F32));
 }
 
@@ -1139,15 +1139,16 @@ TEST(AttentionExact, DISABLED_Timing) {
   }
 }
 
-// One token over 16,384 keys of the Qwen3-0.6B shape, f16 KV and agentkv's own types interleaved
+// One token (or a batch) over 16,384 keys of the Qwen3-0.6B shape, f16 KV and agentkv's own types interleaved
 // in one process (the VM's speed drifts between runs: compare within a run), min of 12 rounds.
 // Run with --gtest_also_run_disabled_tests --gtest_filter='*OwnTypeDecodeTiming*';
-// ATTN_BENCH_THREADS sets the pool size (default 2), ATTN_BENCH_KEYS the depth, ATTN_BENCH_ROUNDS
-// the rounds (for a profiler).
+// ATTN_BENCH_THREADS sets the pool size (default 2), ATTN_BENCH_KEYS the depth, ATTN_BENCH_TOKENS
+// the query rows (a prefill batch after the depth, causal), ATTN_BENCH_ROUNDS the rounds.
 TEST(AttentionExact, DISABLED_OwnTypeDecodeTiming) {
   const char* env = std::getenv("ATTN_BENCH_THREADS");
   ThreadPool pool(env ? std::atoi(env) : 2);
   const char* keys = std::getenv("ATTN_BENCH_KEYS");
+  const char* tokens = std::getenv("ATTN_BENCH_TOKENS");
   const std::pair<GgmlType, GgmlType> types[] = {{GgmlType::F16, GgmlType::F16}, {GgmlType::TQ4, GgmlType::TQ4},
                                                  {GgmlType::TQ3, GgmlType::TQ3}, {GgmlType::Q8_0, GgmlType::TQ3}};
   std::vector<Problem> problems;
@@ -1156,8 +1157,8 @@ TEST(AttentionExact, DISABLED_OwnTypeDecodeTiming) {
     c.n_head_kv = 8;
     c.n_head = 16;
     c.head_dim = 128;
-    c.n_tokens = 1;
-    c.n_kv = keys ? std::atoll(keys) : 16384;
+    c.n_tokens = tokens ? std::atoll(tokens) : 1;
+    c.n_kv = (keys ? std::atoll(keys) : 16384) + c.n_tokens - 1;
     c.k_type = k;
     c.v_type = v;
     problems.push_back(make_problem(c));
