@@ -803,8 +803,9 @@ HWY_INLINE void ScoreEightKeys(const float* qt, int64_t nr, const float* const* 
 }
 
 // acc_r[i0 .. i0 + kDimVecs*N) += p[j][r] * v_j[...] over keys j in order for kRows rows starting
-// at r0, skipping a row's key when its weight is 0 (as ggml's accumulation of visible keys does).
-template <int kRows, int kDimVecs>
+// at r0, skipping a row's key when its weight is 0 (as ggml's accumulation of visible keys does;
+// kSkipZero = false: agentkv's own order, where adding 0 x v changes nothing worth a test per key).
+template <int kRows, int kDimVecs, bool kSkipZero = true>
 HWY_INLINE void AccumulateValues(float* acc, int64_t D, const float* p, int64_t nr, int64_t r0,
                                  const float* const* values, int64_t n_keys, int64_t i0) {
   const DF d;
@@ -816,16 +817,19 @@ HWY_INLINE void AccumulateValues(float* acc, int64_t D, const float* p, int64_t 
     for (int v = 0; v < kDimVecs; ++v) c[r][v] = hn::LoadU(d, acc + (r0 + r) * D + i0 + v * N);
   for (int64_t j = 0; j < n_keys; ++j) {
     const float* w = p + j * nr + r0;
-    int n_nonzero = 0;
-    #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) n_nonzero += w[r] != 0.0f;
-    if (n_nonzero == 0) continue;
+    int n_nonzero = kRows;
+    if constexpr (kSkipZero) {
+      n_nonzero = 0;
+      #pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) n_nonzero += w[r] != 0.0f;
+      if (n_nonzero == 0) continue;
+    }
     hn::Vec<DF> x[kDimVecs];
     #pragma GCC unroll 16
     for (int v = 0; v < kDimVecs; ++v) x[v] = hn::LoadU(d, values[j] + i0 + v * N);
     #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
-      if (n_nonzero < kRows && w[r] == 0.0f) continue;
+      if (kSkipZero && n_nonzero < kRows && w[r] == 0.0f) continue;
       const auto wr = hn::Set(d, w[r]);
       #pragma GCC unroll 16
       for (int v = 0; v < kDimVecs; ++v) c[r][v] = hn::MulAdd(x[v], wr, c[r][v]);
@@ -838,14 +842,14 @@ HWY_INLINE void AccumulateValues(float* acc, int64_t D, const float* p, int64_t 
 }
 
 // All dimensions of kRows rows starting at r0.
-template <int kRows>
+template <int kRows, bool kSkipZero = true>
 void AccumulateRows(float* acc, int64_t D, const float* p, int64_t nr, int64_t r0, const float* const* values,
                     int64_t n_keys) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
-  for (; i + 4 * N <= D; i += 4 * N) AccumulateValues<kRows, 4>(acc, D, p, nr, r0, values, n_keys, i);
-  for (; i + N <= D; i += N) AccumulateValues<kRows, 1>(acc, D, p, nr, r0, values, n_keys, i);
+  for (; i + 4 * N <= D; i += 4 * N) AccumulateValues<kRows, 4, kSkipZero>(acc, D, p, nr, r0, values, n_keys, i);
+  for (; i + N <= D; i += N) AccumulateValues<kRows, 1, kSkipZero>(acc, D, p, nr, r0, values, n_keys, i);
   for (; i < D; ++i) {
     #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
@@ -978,19 +982,20 @@ HWY_INLINE void RowLevels(GgmlType type, const uint8_t* src, int8_t* levels, flo
   }
 }
 
-// A tq row as dequantize_row gives it (d * level), a block at a time.
+// A tq row as dequantize_row gives it (d * level), up to four blocks per unpacking call.
 void DequantizeTQ(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
+  constexpr int64_t kChunk = 4 * kQKTQ;
   const size_t block_bytes = type == GgmlType::TQ4 ? sizeof(BlockTQ4) : sizeof(BlockTQ3);
-  alignas(64) int8_t levels[kQKTQ];
-  float d;
-  for (int64_t b = 0; b < n / kQKTQ; ++b, dst += kQKTQ) {
-    const uint8_t* block = src + static_cast<size_t>(b) * block_bytes;
+  alignas(64) int8_t levels[kChunk];
+  float d[kChunk / kQKTQ];
+  for (int64_t i = 0; i < n; i += kChunk, src += kChunk / kQKTQ * block_bytes) {
+    const int64_t m = std::min(kChunk, n - i);
     if (type == GgmlType::TQ4) {
-      LevelsTQ4(block, levels, &d, kQKTQ);
+      LevelsTQ4(src, levels, d, m);
     } else {
-      LevelsTQ3(block, levels, &d, kQKTQ);
+      LevelsTQ3(src, levels, d, m);
     }
-    ScaleLevels(levels, d, dst);
+    for (int64_t b = 0; b < m / kQKTQ; ++b) ScaleLevels(levels + b * kQKTQ, d[b], dst + i + b * kQKTQ);
   }
 }
 #endif
@@ -1043,6 +1048,8 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   float* gsum = vf + key_slots * D;       // 4 or 8 x nr: the tile's 16- or 8-key partial sums
   const bool avx2_order = plan.ggml_lanes == 8;
   const int64_t n_groups = kKeyTile / plan.ggml_lanes;
+  // no llama.cpp order to follow (the tiled kernel over agentkv's own types, or own_order)
+  const bool own_type = ggml_type_info(a.k_type).agentkv_only || ggml_type_info(a.v_type).agentkv_only || a.own_order;
   const float** keys = Reserve(sc.key_rows, static_cast<size_t>(key_slots));
   const float** values = Reserve(sc.value_rows, static_cast<size_t>(key_slots));
 
@@ -1173,7 +1180,12 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     for (int64_t r = 0; r < G; ++r) {
       const int64_t row_end = r * slots + T;
       int64_t row = r * slots;
-      for (; row + kValueRows <= row_end; row += kValueRows) AccumulateRows<kValueRows>(acc, D, P, nr, row, values, nk);
+      if (own_type) {
+        for (; row + kValueRows <= row_end; row += kValueRows)
+          AccumulateRows<kValueRows, false>(acc, D, P, nr, row, values, nk);
+      } else {
+        for (; row + kValueRows <= row_end; row += kValueRows) AccumulateRows<kValueRows>(acc, D, P, nr, row, values, nk);
+      }
       for (; row < row_end; ++row) AccumulateRows<1>(acc, D, P, nr, row, values, nk);
     }
   }

@@ -43,20 +43,32 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
   // 1. Store K and V rows in their cells (converted to the cache's element type), rotated first
   //    when the cache stores them rotated (model/kv_rotation.h): then Q is rotated as K, and the
   //    output (a mix of rotated V rows) is turned back once per token.
+  //    A batch's rows are stored by every thread (quantizing a tq row searches its scale: done
+  //    by one thread, that was a tenth of a tq4 prefill at depth).
   const KvRotators* rot = layout.rotation.active() ? &ws.rotators(layout.rotation) : nullptr;
-  float* rotated_row = rot ? ws.get(kAttentionWorkspaceSlot + 3, static_cast<size_t>(n_embd_k)) : nullptr;
-  auto store = [&](const HadamardRotation* r, GgmlType type, const float* row, uint8_t* cell_row) {
-    if (r && r->active()) {
-      std::copy(row, row + n_embd_k, rotated_row);
-      r->apply(rotated_row, n_embd_k);
-      row = rotated_row;
+  const int n_store_threads = n_tokens > 1 ? pool.size() : 1;
+  float* rotated_rows =
+      rot ? ws.get(kAttentionWorkspaceSlot + 3, static_cast<size_t>(n_embd_k) * static_cast<size_t>(n_store_threads)) : nullptr;
+  auto store_rows = [&](int ith, int nth) {
+    float* rotated_row = rotated_rows ? rotated_rows + static_cast<size_t>(ith) * static_cast<size_t>(n_embd_k) : nullptr;
+    auto store = [&](const HadamardRotation* r, GgmlType type, const float* row, uint8_t* cell_row) {
+      if (r && r->active()) {
+        std::copy(row, row + n_embd_k, rotated_row);
+        r->apply(rotated_row, n_embd_k);
+        row = rotated_row;
+      }
+      quantize_row(type, row, cell_row, n_embd_k);
+    };
+    for (int64_t t = ith; t < n_tokens; t += nth) {
+      const auto& ref = placement[t];
+      store(rot ? &rot->k : nullptr, layout.type_k, k + t * n_embd_k, kv.k_row(layer, ref.stream, ref.cell));
+      store(rot ? &rot->v : nullptr, layout.type_v, v + t * n_embd_k, kv.v_row(layer, ref.stream, ref.cell));
     }
-    quantize_row(type, row, cell_row, n_embd_k);
   };
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const auto& ref = placement[t];
-    store(rot ? &rot->k : nullptr, layout.type_k, k + t * n_embd_k, kv.k_row(layer, ref.stream, ref.cell));
-    store(rot ? &rot->v : nullptr, layout.type_v, v + t * n_embd_k, kv.v_row(layer, ref.stream, ref.cell));
+  if (n_store_threads > 1) {
+    pool.run(store_rows);
+  } else {
+    store_rows(0, 1);
   }
   if (rot && rot->k.active()) {  // rotated queries, so that scores equal the unrotated ones
     float* q_rot = ws.get(kAttentionWorkspaceSlot + 4, static_cast<size_t>(n_tokens * n_q));
