@@ -77,6 +77,9 @@ enum class Mode { kPerKey, kTiled, kSplitKeys, kOwnDecode };
 // used to cover (KvCache's n_kv padding): the same chunks as before keys came in position order,
 // and still a function of the key count alone.
 constexpr int64_t kKeySpanPad = 32;
+// Types own-type decoding reads as int8 levels and block scales.
+constexpr bool LevelType(GgmlType t) { return t == GgmlType::TQ4 || t == GgmlType::TQ3 || t == GgmlType::Q8_0; }
+
 inline int64_t KeySpan(int64_t n_kv) { return (n_kv + kKeySpanPad - 1) / kKeySpanPad * kKeySpanPad; }
 
 using ggml_math::GgmlExpLane;  // ggml_v_expf (the AVX-512 form) for one lane
@@ -119,6 +122,7 @@ struct Plan {
   int64_t n_chunks = 1;     // split keys: chunks per KV head
   int64_t chunk_size = 0;
   float* partials = nullptr;  // split keys: [n_head][n_chunks][2 + head_dim] = M, S, VKQ
+  bool own_type = false;  // no llama.cpp order to follow: an agentkv-only type, or own_order
 };
 
 }  // namespace agentkv::attention_detail
@@ -131,6 +135,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 using attention_detail::kKeyTile;
 using attention_detail::Mode;
 using attention_detail::Plan;
+using attention_detail::LevelType;
 
 using DF = hn::ScalableTag<float>;
 using DH = hn::Rebind<hwy::float16_t, DF>;
@@ -475,7 +480,7 @@ struct Scratch {
   std::vector<uint16_t> f16;
   std::vector<uint8_t> bytes;
   std::vector<int16_t> i16;
-  std::vector<float> f32_small;
+  std::vector<float> query_f32;  // own-type decoding: the q8_0 query's scales, or its values
   std::vector<float> level_scales;
   std::vector<BlockQ8_0> q8;
   std::vector<int64_t> visible;
@@ -1048,8 +1053,6 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   float* gsum = vf + key_slots * D;       // 4 or 8 x nr: the tile's 16- or 8-key partial sums
   const bool avx2_order = plan.ggml_lanes == 8;
   const int64_t n_groups = kKeyTile / plan.ggml_lanes;
-  // no llama.cpp order to follow (the tiled kernel over agentkv's own types, or own_order)
-  const bool own_type = ggml_type_info(a.k_type).agentkv_only || ggml_type_info(a.v_type).agentkv_only || a.own_order;
   const float** keys = Reserve(sc.key_rows, static_cast<size_t>(key_slots));
   const float** values = Reserve(sc.value_rows, static_cast<size_t>(key_slots));
 
@@ -1180,7 +1183,7 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     for (int64_t r = 0; r < G; ++r) {
       const int64_t row_end = r * slots + T;
       int64_t row = r * slots;
-      if (own_type) {
+      if (plan.own_type) {
         for (; row + kValueRows <= row_end; row += kValueRows)
           AccumulateRows<kValueRows, false>(acc, D, P, nr, row, values, nk);
       } else {
@@ -1307,8 +1310,8 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
   const size_t k_row_bytes = static_cast<size_t>(HK) * plan.k_head_bytes;
   // tq rows are read as int8 levels and block scales (no f32 copy); other types as f32 rows.
 #if HWY_TARGET != HWY_SCALAR
-  const bool k_levels = a.k_type == GgmlType::TQ4 || a.k_type == GgmlType::TQ3 || a.k_type == GgmlType::Q8_0;
-  const bool v_levels = a.v_type == GgmlType::TQ4 || a.v_type == GgmlType::TQ3 || a.v_type == GgmlType::Q8_0;
+  const bool k_levels = LevelType(a.k_type);
+  const bool v_levels = LevelType(a.v_type);
 #else
   constexpr bool k_levels = false, v_levels = false;
 #endif
@@ -1323,37 +1326,30 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
   [[maybe_unused]] float* sk = Reserve(sc.level_scales, static_cast<size_t>(2 * kKeyTile * HK * n_blocks));
   [[maybe_unused]] float* sv = sk + kKeyTile * HK * n_blocks;
   const size_t v_row_bytes = static_cast<size_t>(HK) * plan.v_head_bytes;
-  // Keys of these types take q8_0 queries (their vec_dot_type): the int8 values widened once and
-  // the scales as f32 where they are read as levels, else the query rounded to q8_0's values.
-  const bool q8_query = a.k_type == GgmlType::TQ4 || a.k_type == GgmlType::TQ3 || a.k_type == GgmlType::Q8_0;
+  // Keys read as levels take the query in their vec_dot_type, q8_0: its int8 values widened once
+  // and its scales as f32. The scalar build reads those keys as f32 rows and takes the query
+  // rounded to q8_0's values instead (the same products).
   const float* qf = a.q;
-  if (q8_query && !k_levels) {
-    float* rounded = Reserve(sc.f32_small, static_cast<size_t>(H * D));
-    std::vector<BlockQ8_0>& q8 = sc.q8;
-    q8.resize(static_cast<size_t>(D / kQK8_0));
-    for (int64_t h = 0; h < H; ++h) {
-      quantize_row(GgmlType::Q8_0, a.q + h * D, reinterpret_cast<uint8_t*>(q8.data()), D);
-      dequantize_row(GgmlType::Q8_0, reinterpret_cast<const uint8_t*>(q8.data()), rounded + h * D, D);
-    }
-    qf = rounded;
-  }
-#if HWY_TARGET != HWY_SCALAR
   [[maybe_unused]] int16_t* q16 = nullptr;
   [[maybe_unused]] float* dq = nullptr;
-  if (k_levels) {
-    q16 = Reserve(sc.i16, static_cast<size_t>(H * D));
-    dq = Reserve(sc.f32_small, static_cast<size_t>(H * (D / kQK8_0)));
+  if (LevelType(a.k_type)) {
+    const int64_t qb = D / kQK8_0;
     std::vector<BlockQ8_0>& q8 = sc.q8;
-    q8.resize(static_cast<size_t>(D / kQK8_0));
-    for (int64_t h = 0; h < H; ++h) {
-      quantize_row(GgmlType::Q8_0, a.q + h * D, reinterpret_cast<uint8_t*>(q8.data()), D);
-      for (int64_t b = 0; b < D / kQK8_0; ++b) {
-        dq[h * (D / kQK8_0) + b] = fp16_to_fp32(q8[static_cast<size_t>(b)].d);
-        for (int64_t i = 0; i < kQK8_0; ++i) q16[h * D + b * kQK8_0 + i] = q8[static_cast<size_t>(b)].qs[i];
+    q8.resize(static_cast<size_t>(H * qb));
+    for (int64_t h = 0; h < H; ++h) quantize_row(GgmlType::Q8_0, a.q + h * D, reinterpret_cast<uint8_t*>(&q8[h * qb]), D);
+    if (k_levels) {
+      q16 = Reserve(sc.i16, static_cast<size_t>(H * D));
+      dq = Reserve(sc.query_f32, static_cast<size_t>(H * qb));
+      for (int64_t b = 0; b < H * qb; ++b) {
+        dq[b] = fp16_to_fp32(q8[static_cast<size_t>(b)].d);
+        for (int64_t i = 0; i < kQK8_0; ++i) q16[b * kQK8_0 + i] = q8[static_cast<size_t>(b)].qs[i];
       }
+    } else {
+      float* rounded = Reserve(sc.query_f32, static_cast<size_t>(H * D));
+      dequantize_row(GgmlType::Q8_0, reinterpret_cast<const uint8_t*>(q8.data()), rounded, H * D);
+      qf = rounded;
     }
   }
-#endif
 
   for (int64_t c0 = k0; c0 < k1; c0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, k1 - c0);
@@ -1600,6 +1596,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   // and is tiled too, its rows dequantized once per tile (issue 16: prefill no slower than F16).
   const bool own_type = ggml_type_info(args.k_type).agentkv_only || ggml_type_info(args.v_type).agentkv_only ||
                         args.own_order;
+  plan.own_type = own_type;
   const bool tiled_kv = (args.k_type == args.v_type &&
                               (args.k_type == GgmlType::F16 || args.k_type == GgmlType::F32)) || own_type;
   std::vector<float> partials;
