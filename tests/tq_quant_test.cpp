@@ -26,16 +26,17 @@ struct TqType {
   GgmlType type;
   int levels;                // codebook size
   const int8_t* lut;         // int8 levels
-  const double* codebook;    // positive half of the Lloyd-Max codebook
+  const double* codebook;    // the Lloyd-Max codebook, ascending
+  int zero_at;               // index of the level Lloyd's algorithm keeps at 0, or -1
   size_t block_bytes;
 };
-const TqType kTq4{GgmlType::TQ4, 16, kTQ4Levels, quant_detail::kTQ4Codebook, 34};
-const TqType kTq3{GgmlType::TQ3, 8, kTQ3Levels, quant_detail::kTQ3Codebook, 26};
+const TqType kTq4{GgmlType::TQ4, 16, kTQ4Levels, quant_detail::kTQ4Codebook, 8, 34};
+const TqType kTq3{GgmlType::TQ3, 8, kTQ3Levels, quant_detail::kTQ3Codebook, -1, 26};
 const TqType kTqTypes[] = {kTq4, kTq3};
 
 // Lloyd's algorithm on the N(0, 1) density: centroids (phi(a) - phi(b)) / (Phi(b) - Phi(a)) of
-// the cells between midpoints, iterated to a fixed point.
-std::vector<double> lloyd_max_gaussian(int n) {
+// the cells between midpoints, iterated to a fixed point; level zero_at (if any) stays at 0.
+std::vector<double> lloyd_max_gaussian(int n, int zero_at) {
   auto phi = [](double x) { return std::isinf(x) ? 0.0 : std::exp(-x * x / 2) / std::sqrt(2 * M_PI); };
   auto cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
   std::vector<double> c(n);
@@ -47,7 +48,7 @@ std::vector<double> lloyd_max_gaussian(int n) {
     for (int i = 1; i < n; ++i) b[i] = (c[i - 1] + c[i]) / 2;
     double change = 0;
     for (int i = 0; i < n; ++i) {
-      const double next = (phi(b[i]) - phi(b[i + 1])) / (cdf(b[i + 1]) - cdf(b[i]));
+      const double next = i == zero_at ? 0.0 : (phi(b[i]) - phi(b[i + 1])) / (cdf(b[i + 1]) - cdf(b[i]));
       change = std::max(change, std::abs(next - c[i]));
       c[i] = next;
     }
@@ -59,16 +60,17 @@ std::vector<double> lloyd_max_gaussian(int n) {
 TEST(TqQuant, CodebooksAreTheLloydMaxQuantizersOfTheStandardNormal) {
   for (const TqType& t : kTqTypes) {
     SCOPED_TRACE(ggml_type_name(t.type));
-    const std::vector<double> c = lloyd_max_gaussian(t.levels);
-    const int half = t.levels / 2;
-    for (int i = 0; i < half; ++i) {
-      EXPECT_NEAR(c[half + i], t.codebook[i], 1e-5) << i;
-      EXPECT_NEAR(c[half - 1 - i], -t.codebook[i], 1e-5) << i;  // symmetric
+    const std::vector<double> c = lloyd_max_gaussian(t.levels, t.zero_at);
+    double c_max = 0;
+    for (int i = 0; i < t.levels; ++i) {
+      EXPECT_NEAR(c[i], t.codebook[i], 1e-5) << i;
+      c_max = std::max(c_max, std::abs(c[i]));
     }
+    EXPECT_NEAR(c_max, -c[0], 1e-9);  // the quantizer's scale search assumes level 0 is -127
     // The int8 levels are round(c * 127 / c_max).
-    for (int i = 0; i < t.levels; ++i)
-      EXPECT_EQ(t.lut[i], static_cast<int>(std::lround(c[i] * 127 / c[t.levels - 1]))) << i;
+    for (int i = 0; i < t.levels; ++i) EXPECT_EQ(t.lut[i], static_cast<int>(std::lround(c[i] * 127 / c_max))) << i;
   }
+  EXPECT_EQ(kTQ4Levels[8], 0);
 }
 
 TEST(TqQuant, TypeTableBytesPerElementAndPrivateIds) {
@@ -83,6 +85,7 @@ TEST(TqQuant, TypeTableBytesPerElementAndPrivateIds) {
     EXPECT_EQ(ggml_type_info(static_cast<uint32_t>(t.type)), &info);
   }
   EXPECT_EQ(ggml_type_name(GgmlType::TQ4), "tq4");
+  EXPECT_EQ(ggml_type_info(uint32_t{0x4001}), nullptr);  // the retired first tq4 codebook
   EXPECT_EQ(ggml_type_name(GgmlType::TQ3), "tq3");
   // Bits per element including the f16 scale: 4.25 and 3.25, exactly, for every row width.
   for (int64_t n : {64, 128, 256, 4096}) {
@@ -140,11 +143,11 @@ TEST(TqQuant, RoundTripMatchesTheReference) {
       }
     }
     for (int j = 0; j < 64; ++j) EXPECT_EQ(y[64 + j], 0.f);
-    // Lloyd-Max MSE of N(0, 1): 0.009497 (16 levels), 0.03455 (8 levels); the per-block scale search
-    // does better on 64 samples (BlockScaleChoiceMeasurements).
-    EXPECT_LT(err / sum2, t.levels == 16 ? 0.0095 : 0.0346);
-    // The outlier's block: no codebook has a zero level, so the least-squares scale clips the
-    // outlier rather than round 63 small elements to +-d * 6 (tq4); it still dominates its block.
+    // Lloyd-Max MSE of N(0, 1): 0.009602 (16 levels, one at zero), 0.03455 (8 levels); the
+    // per-block scale search does better on 64 samples (BlockScaleChoiceMeasurements).
+    EXPECT_LT(err / sum2, t.levels == 16 ? 0.0096 : 0.0346);
+    // The outlier's block: the least-squares scale may clip the outlier (tq3 has no zero level to
+    // put 63 small elements on), but it still dominates its block.
     EXPECT_GT(y[200], 10.f);
   }
 }

@@ -14,7 +14,9 @@ enum class GgmlType : uint32_t {
   IQ4_NL = 20, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
   // agentkv-private KV cache types (TurboQuant family, docs/quant-types.md): ids far above ggml's
   // (kAgentkvTypeBase + n), valid only in agentkv KV caches and state files, never in GGUF tensors.
-  TQ4 = 0x4001, TQ3 = 0x4002,
+  // tq4 is 0x4003: 0x4001 was its first codebook (no zero level), retired so that state files and
+  // cached pages made with it are refused rather than decoded with the wrong levels.
+  TQ4 = 0x4003, TQ3 = 0x4002,
 };
 inline constexpr uint32_t kAgentkvTypeBase = 0x4000;
 

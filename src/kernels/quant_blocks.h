@@ -134,12 +134,12 @@ static_assert(sizeof(BlockQ8_K) == 292);
 inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
-// The Lloyd-Max codebooks of N(0,1) (quant_tq.cpp: kTQ4Codebook / kTQ3Codebook) as int8 levels,
-// round(c * 127 / c_max), so that the dot products with q8_0 activations are integer (as iq4_nl's).
+// The tq codebooks (quant_tq.cpp: kTQ4Codebook / kTQ3Codebook) as int8 levels, round(c * 127 /
+// max |c|), so that the dot products with q8_0 activations are integer (as iq4_nl's).
 // Dequantization is d * level; the quantizer picks among these levels, i.e. the codebook actually
-// used is the int8-rounded one scaled by d.
-inline constexpr int8_t kTQ4Levels[16] = {-127, -96, -75, -58, -44, -31, -18, -6,
-                                          6,    18,  31,  44,  58,  75,  96,  127};
+// used is the int8-rounded one scaled by d. tq4's has a zero level (9th of 16), tq3's has none.
+inline constexpr int8_t kTQ4Levels[16] = {-127, -97, -77, -61, -47, -34, -22, -11,
+                                          0,    13,  25,  39,  54,  71,  92,  122};
 inline constexpr int8_t kTQ3Levels[8] = {-127, -79, -45, -14, 14, 45, 79, 127};
 
 }  // namespace agentkv

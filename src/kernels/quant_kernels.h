@@ -74,8 +74,8 @@ void quantize_q8_K(const float* x, BlockQ8_K* y, int64_t n);
 // re-picked against the stored f16 d. Rms / NormCorrected exist for the measurements in
 // docs/quant-types.md.
 enum class TqScale { Rms, Search, NormCorrected };
-extern const double kTQ4Codebook[8];  // positive half of the 16-level Lloyd-Max codebook of N(0,1)
-extern const double kTQ3Codebook[4];  // positive half of the 8-level one
+extern const double kTQ4Codebook[16];  // 16-level Lloyd-Max codebook of N(0,1) with a zero level
+extern const double kTQ3Codebook[8];   // 8-level Lloyd-Max codebook of N(0,1) (symmetric)
 void quantize_tq4(const float* x, BlockTQ4* y, int64_t n, TqScale how = TqScale::Search);
 void quantize_tq3(const float* x, BlockTQ3* y, int64_t n, TqScale how = TqScale::Search);
 void dequantize_tq4(const BlockTQ4* x, float* y, int64_t n);
