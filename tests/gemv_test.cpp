@@ -33,6 +33,8 @@ namespace agentkv {
 namespace {
 
 const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+// One-token tests also cover f16 (its GEMV is the AVX2 level's; several f16 tokens take the float GEMM).
+const GgmlType kOneTokenTypes[] = {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16};
 
 struct Matrix {
   GgmlType type;
@@ -69,6 +71,16 @@ Matrix make_matrix(GgmlType type, int64_t n_in, int64_t n_out, size_t pad, std::
       set_scales(raw, sizeof(BlockQ4_K), offsetof(BlockQ4_K, dmin), rng);
       break;
     case GgmlType::Q6_K: set_scales(raw, sizeof(BlockQ6_K), offsetof(BlockQ6_K, d), rng); break;
+    case GgmlType::F16: {  // random finite halves, down to subnormals
+      std::uniform_real_distribution<float> mag(-20.f, 3.f);
+      for (int64_t r = 0; r < n_out; ++r) {
+        for (int64_t j = 0; j < n_in; ++j) {
+          const uint16_t h = fp32_to_fp16((rng() % 2 ? 1.f : -1.f) * std::exp2(mag(rng)));
+          std::memcpy(raw.bytes.data() + r * raw.stride + 2 * j, &h, 2);
+        }
+      }
+      break;
+    }
     default: break;
   }
   std::normal_distribution<float> dist(0.f, 0.05f);
@@ -125,6 +137,7 @@ TEST(Gemv, AvailableAtAvx2AndAbove) {
     EXPECT_EQ(gemv_available(GgmlType::Q8_0), avx512_vnni_active());
     EXPECT_EQ(gemv_available(GgmlType::Q4_K), simd);
     EXPECT_EQ(gemv_available(GgmlType::Q6_K), avx512_vnni_active());  // AVX2: the per-row dot streams faster
+    EXPECT_EQ(gemv_available(GgmlType::F16), active_cpu_level() == CpuLevel::Avx2);
     EXPECT_FALSE(gemv_available(GgmlType::Q5_K));
   }
   set_cpu_level(before);
@@ -135,8 +148,8 @@ TEST(Gemv, MatmulOneTokenEqualsPerRowDotBitForBit) {
   at_each_simd_level([] {
   std::mt19937 rng(17);
   const int64_t row_counts[] = {1, 3, 7, 8, 13, 37, 67};
-  for (GgmlType type : kTypes) {
-    for (int64_t n_in : {1024, 3072, 256}) {
+  for (GgmlType type : kOneTokenTypes) {
+    for (int64_t n_in : {int64_t{1024}, int64_t{3072}, int64_t{256}, type == GgmlType::F16 ? int64_t{1000} : int64_t{512}}) {
       for (int64_t n_out : row_counts) {
         const Matrix m = make_matrix(type, n_in, n_out, n_out % 2 == 1 ? 0 : 12, rng);
         const std::vector<float> x = make_activation(n_in, rng);
@@ -163,7 +176,7 @@ TEST(Gemv, MatmulOneTokenEqualsPerRowDotBitForBit) {
 TEST(Gemv, RowRangesEqualPerRowDot) {
   at_each_simd_level([] {
   std::mt19937 rng(23);
-  for (GgmlType type : kTypes) {
+  for (GgmlType type : kOneTokenTypes) {
     if (!gemv_available(type)) continue;
     const int64_t n_in = 1024, n_out = 101;
     const Matrix m = make_matrix(type, n_in, n_out, 0, rng);

@@ -895,11 +895,55 @@ void q6_K_batch_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in,
   batch_rows_by_dot(GgmlType::Q6_K, weights, w_stride, n_in, act, act_stride, n_tokens, r, row_end, y, y_stride);
 }
 
+// ---------------------------------------------------------------------------------------------
+// f16 (AVX2 level): each row in dot_f16's order (ggml_vec_dot_f16 on an AVX2 build: four 8-lane
+// chains over 32-element steps, reduce_ggml_f32x8, the tail's products summed in double), with
+// the activation row — f16, llama.cpp's vec_dot_type for f16 weights — widened to f32 once per
+// call instead of once per row: an f16 value widens exactly, so the bits are dot_f16's, and a
+// row step converts only its weights. The row stream is prefetched kPrefetchBytes ahead.
+struct F16ActivationTag;
+
+AGENTKV_AVX2 float f16_row_dot_avx2(const uint16_t* w, const float* a, int64_t n, const uint8_t* pf) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const int64_t np = n & ~int64_t{31};
+  for (int64_t i = 0; i < np; i += 32) {
+    prefetch(pf + 2 * i);  // one 64-byte line of the row `ahead` rows on per step
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256 wk = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8 * k)));
+      acc[k] = _mm256_fmadd_ps(wk, _mm256_loadu_ps(a + i + 8 * k), acc[k]);
+    }
+  }
+  double sum = reduce_ggml_f32x8(acc);
+  for (int64_t i = np; i < n; ++i) sum += static_cast<double>(half_to_float(w[i]) * a[i]);
+  return static_cast<float>(sum);
+}
+
+AGENTKV_AVX2 void f16_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+                                int64_t row_begin, int64_t row_end, float* y) {
+  float* a = thread_scratch<float, F16ActivationTag>(static_cast<size_t>(n_in));
+  const auto* a16 = reinterpret_cast<const uint16_t*>(act);
+  int64_t i = 0;
+  for (; i + 8 <= n_in; i += 8)
+    _mm256_storeu_ps(a + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a16 + i))));
+  for (; i < n_in; ++i) a[i] = half_to_float(a16[i]);
+  const int64_t ahead = rows_ahead(w_stride, 1);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = weights + static_cast<size_t>(r) * w_stride;
+    y[r] = f16_row_dot_avx2(reinterpret_cast<const uint16_t*>(row), a, n_in,
+                            prefetch_rows(weights, w_stride, r, ahead, row_end - 1));
+  }
+}
+
 }  // namespace
 
 bool gemv_available(GgmlType type) {
   if (avx512_vnni_active()) return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
-  if (active_cpu_level() >= CpuLevel::Avx2) return type == GgmlType::Q4_K;  // q6_K: see q6_K_group_avx2
+  if (active_cpu_level() >= CpuLevel::Avx2) {
+    // q6_K: see q6_K_group_avx2. f16 only at exactly the AVX2 level (AVX-512's dot_f16 has
+    // 16-lane chains).
+    return type == GgmlType::Q4_K || (type == GgmlType::F16 && active_cpu_level() == CpuLevel::Avx2);
+  }
   return false;
 }
 
@@ -925,6 +969,9 @@ void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n
       break;
     case GgmlType::Q6_K:
       if (vnni) return q6_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
+      break;
+    case GgmlType::F16:
+      if (active_cpu_level() == CpuLevel::Avx2) return f16_rows_avx2(weights, w_stride, n_in, act, row_begin, row_end, y);
       break;
     default:
       break;

@@ -12,19 +12,11 @@ namespace agentkv::quant_detail {
 namespace {
 using namespace x86;
 
-// ggml_vec_dot_f32 / _f16 on an AVX2 build (GGML_F32_STEP 32, four 8-lane accumulators): whole
-// 32-element steps go to four fused chains, then GGML_F32x8_REDUCE: (acc0 + acc2) + (acc1 + acc3),
-// the two 128-bit halves added, then hadd(hadd(t, t), t): (t0 + t1) + (t2 + t3). The elements after
-// the last whole step are added one product at a time (f32: each product rounded, then added in
-// float — the AVX2 reference build was compiled with GCC's Zen tuning, which does not fuse such
-// loop-carried chains; f16: products in float, the sum in double).
-AGENTKV_AVX2_INLINE float reduce_ggml_f32x8(const __m256 acc[4]) {
-  const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t1 = _mm_hadd_ps(t0, t0);
-  return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-}
-
+// ggml_vec_dot_f32 / _f16 on an AVX2 build: whole 32-element steps go to four fused chains reduced
+// by reduce_ggml_f32x8 (quant_simd_x86.h). The elements after the last whole step are added one
+// product at a time (f32: each product rounded, then added in float — the AVX2 reference build was
+// compiled with GCC's Zen tuning, which does not fuse such loop-carried chains; f16: products in
+// float, the sum in double).
 AGENTKV_AVX2 float dot_f32(int64_t n, const void* w, const void* a) {
   const float* x = static_cast<const float*>(w);
   const float* y = static_cast<const float*>(a);

@@ -25,6 +25,16 @@ AGENTKV_AVX2_INLINE float hsum_ps(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// GGML_F32x8_REDUCE of ggml_vec_dot_f32 / _f16's four 8-lane accumulators (GGML_F32_STEP 32) on
+// an AVX2 build: (acc0 + acc2) + (acc1 + acc3), the two 128-bit halves added, then
+// hadd(hadd(t, t), t): (t0 + t1) + (t2 + t3).
+AGENTKV_AVX2_INLINE float reduce_ggml_f32x8(const __m256 acc[4]) {
+  const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t1 = _mm_hadd_ps(t0, t0);
+  return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
 AGENTKV_AVX2_INLINE int hsum_epi32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
