@@ -868,6 +868,34 @@ AGENTKV_AVX2 void q6_K_group_avx2(const uint8_t* row0, size_t w_stride, int64_t 
   for (int i = 0; i < kQ6_KRows; ++i) out[i] = hsum_ps(acc[i]);
 }
 
+// q6_K, one token, one row at a time (the 4-row group streamed slower than dot_q6_K here: four
+// row streams at once), with the group kernel's per-call activation offsets and scale shuffles
+// and the row stream prefetched kPrefetchBytes ahead. Same bits as dot_q6_K.
+AGENTKV_AVX2 void q6_K_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+                                 int64_t row_begin, int64_t row_end, float* y) {
+  const int64_t nsb = n_in / kQK_K;
+  Q6_KActAvx2* a = thread_scratch<Q6_KActAvx2>(static_cast<size_t>(nsb));
+  const auto* q8 = reinterpret_cast<const BlockQ8_K*>(act);
+  q6_K_prepare_avx2(q8, nsb, a);
+  const int64_t ahead = rows_ahead(w_stride, 1);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = weights + static_cast<size_t>(r) * w_stride;
+    const uint8_t* pf = prefetch_rows(weights, w_stride, r, ahead, row_end - 1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; ++s) {
+      const size_t at = static_cast<size_t>(s) * sizeof(BlockQ6_K);
+      prefetch(pf + at);
+      prefetch(pf + at + 64);
+      prefetch(pf + at + 128);
+      prefetch(pf + at + 192);
+      const auto& x = *reinterpret_cast<const BlockQ6_K*>(row + at);
+      const __m256i isum = q6_K_row_sums_avx2(x, q8[s], a[s]);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(a[s].d * half_to_float(x.d)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    y[r] = hsum_ps(acc);
+  }
+}
+
 // q6_K, a few tokens: the group kernel once per token, as q4_K_batch_rows_avx2. Each token unpacks
 // the rows again, so it beats the AVX2 q6_K_gemm only for 2-3 tokens (streaming the model's
 // matrices, 1 thread: 2 tokens 140 vs 160 ms, 3: 175 vs 180, 4: 145 vs 163 wall but 140 vs 130 ms
@@ -940,9 +968,10 @@ AGENTKV_AVX2 void f16_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t
 bool gemv_available(GgmlType type) {
   if (avx512_vnni_active()) return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
   if (active_cpu_level() >= CpuLevel::Avx2) {
-    // q6_K: see q6_K_group_avx2. f16 only at exactly the AVX2 level (AVX-512's dot_f16 has
-    // 16-lane chains).
-    return type == GgmlType::Q4_K || (type == GgmlType::F16 && active_cpu_level() == CpuLevel::Avx2);
+    // f16 and q6_K only at exactly the AVX2 level, whose dot_f16 / dot_q6_K they reproduce
+    // (AVX-512's dot_f16 has 16-lane chains).
+    const bool avx2 = active_cpu_level() == CpuLevel::Avx2;
+    return type == GgmlType::Q4_K || ((type == GgmlType::Q6_K || type == GgmlType::F16) && avx2);
   }
   return false;
 }
@@ -969,6 +998,7 @@ void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n
       break;
     case GgmlType::Q6_K:
       if (vnni) return q6_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
+      if (active_cpu_level() == CpuLevel::Avx2) return q6_K_rows_avx2(weights, w_stride, n_in, act, row_begin, row_end, y);
       break;
     case GgmlType::F16:
       if (active_cpu_level() == CpuLevel::Avx2) return f16_rows_avx2(weights, w_stride, n_in, act, row_begin, row_end, y);
