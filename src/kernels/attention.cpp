@@ -123,6 +123,12 @@ struct Plan {
   int64_t chunk_size = 0;
   float* partials = nullptr;  // split keys: [n_head][n_chunks][2 + head_dim] = M, S, VKQ
   bool own_type = false;  // no llama.cpp order to follow: an agentkv-only type, or own_order
+  // Own-type decoding with keys read as levels (tq4, tq3, q8_0): the query in their vec_dot_type,
+  // q8_0, prepared once per call — its int8 values widened (n_head x head_dim) and its scales
+  // (n_head x head_dim / 32) for the SIMD builds, its rounded values for the scalar build.
+  const int16_t* query_q16 = nullptr;
+  const float* query_scales = nullptr;
+  const float* query_rounded = nullptr;
 };
 
 }  // namespace agentkv::attention_detail
@@ -479,10 +485,7 @@ struct Scratch {
   std::vector<float> f32;
   std::vector<uint16_t> f16;
   std::vector<uint8_t> bytes;
-  std::vector<int16_t> i16;
-  std::vector<float> query_f32;  // own-type decoding: the q8_0 query's scales, or its values
   std::vector<float> level_scales;
-  std::vector<BlockQ8_0> q8;
   std::vector<int64_t> visible;
   std::vector<const uint8_t*> k_rows;  // head slices of the visible keys of a tile
   std::vector<const uint8_t*> v_rows;
@@ -1275,8 +1278,9 @@ void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t 
 #endif
 
 // One token over a cache with one of agentkv's own types (Mode::kOwnDecode): every query head over
-// keys [k0, k1), tile by tile and KV head by KV head, each K/V row slice read once for the
-// group's heads. Vectors run across the head dimension (the tiled algorithm pads one token to a
+// keys [k0, k1), tile by tile. Rows read as levels are unpacked whole, key by key (all KV heads'
+// slices in one front-to-back read); rows read as f32 are dequantized one KV head's slice at a
+// time. Either way each slice serves all of its group's query heads. Vectors run across the head dimension (the tiled algorithm pads one token to a
 // whole vector of rows; the per-key one converts the query to q8_0 and makes a call per key and
 // a scalar exponential per score). Keys read as levels (tq4, tq3, q8_0) meet a q8_0 query, their
 // vec_dot_type, in integer sums (ScoreLevels); other keys meet the f32 query. Writes final rows,
@@ -1326,30 +1330,12 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
   [[maybe_unused]] float* sk = Reserve(sc.level_scales, static_cast<size_t>(2 * kKeyTile * HK * n_blocks));
   [[maybe_unused]] float* sv = sk + kKeyTile * HK * n_blocks;
   const size_t v_row_bytes = static_cast<size_t>(HK) * plan.v_head_bytes;
-  // Keys read as levels take the query in their vec_dot_type, q8_0: its int8 values widened once
-  // and its scales as f32. The scalar build reads those keys as f32 rows and takes the query
-  // rounded to q8_0's values instead (the same products).
-  const float* qf = a.q;
-  [[maybe_unused]] int16_t* q16 = nullptr;
-  [[maybe_unused]] float* dq = nullptr;
-  if (LevelType(a.k_type)) {
-    const int64_t qb = D / kQK8_0;
-    std::vector<BlockQ8_0>& q8 = sc.q8;
-    q8.resize(static_cast<size_t>(H * qb));
-    for (int64_t h = 0; h < H; ++h) quantize_row(GgmlType::Q8_0, a.q + h * D, reinterpret_cast<uint8_t*>(&q8[h * qb]), D);
-    if (k_levels) {
-      q16 = Reserve(sc.i16, static_cast<size_t>(H * D));
-      dq = Reserve(sc.query_f32, static_cast<size_t>(H * qb));
-      for (int64_t b = 0; b < H * qb; ++b) {
-        dq[b] = fp16_to_fp32(q8[static_cast<size_t>(b)].d);
-        for (int64_t i = 0; i < kQK8_0; ++i) q16[b * kQK8_0 + i] = q8[static_cast<size_t>(b)].qs[i];
-      }
-    } else {
-      float* rounded = Reserve(sc.query_f32, static_cast<size_t>(H * D));
-      dequantize_row(GgmlType::Q8_0, reinterpret_cast<const uint8_t*>(q8.data()), rounded, H * D);
-      qf = rounded;
-    }
-  }
+  // Keys read as levels take the query in their vec_dot_type, q8_0 (plan.query_*, prepared once
+  // per call): its int8 values and scales. The scalar build reads those keys as f32 rows and takes
+  // the query rounded to q8_0's values instead (the same products).
+  const float* qf = LevelType(a.k_type) && !k_levels ? plan.query_rounded : a.q;
+  [[maybe_unused]] const int16_t* q16 = plan.query_q16;
+  [[maybe_unused]] const float* dq = plan.query_scales;
 
   for (int64_t c0 = k0; c0 < k1; c0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, k1 - c0);
@@ -1576,6 +1562,33 @@ void validate(const AttentionArgs& a) {
 
 HWY_EXPORT(RunUnits);
 
+// Plan::query_* for own-type decoding over keys read as levels: the query quantized to q8_0 once
+// per call (not once per key chunk), in the forms both builds read. Buffers of the calling thread.
+static void prepare_level_query(const AttentionArgs& args, Plan& plan) {
+  struct Buffers {
+    std::vector<BlockQ8_0> q8;
+    std::vector<int16_t> q16;
+    std::vector<float> scales, rounded;
+  };
+  static thread_local Buffers buf;
+  const int64_t D = plan.head_dim, H = args.shape.n_head, qb = D / kQK8_0;
+  buf.q8.resize(static_cast<size_t>(H * qb));
+  buf.q16.resize(static_cast<size_t>(H * D));
+  buf.scales.resize(static_cast<size_t>(H * qb));
+  buf.rounded.resize(static_cast<size_t>(H * D));
+  auto* q8 = reinterpret_cast<uint8_t*>(buf.q8.data());
+  for (int64_t h = 0; h < H; ++h) quantize_row(GgmlType::Q8_0, args.q + h * D, q8 + h * qb * sizeof(BlockQ8_0), D);
+  for (int64_t b = 0; b < H * qb; ++b) {
+    const BlockQ8_0& block = buf.q8[static_cast<size_t>(b)];
+    buf.scales[static_cast<size_t>(b)] = fp16_to_fp32(block.d);
+    for (int64_t i = 0; i < kQK8_0; ++i) buf.q16[static_cast<size_t>(b * kQK8_0 + i)] = block.qs[i];
+  }
+  dequantize_row(GgmlType::Q8_0, q8, buf.rounded.data(), H * D);
+  plan.query_q16 = buf.q16.data();
+  plan.query_scales = buf.scales.data();
+  plan.query_rounded = buf.rounded.data();
+}
+
 void attention(const AttentionArgs& args, ThreadPool& pool) {
   validate(args);
   if (args.n_tokens == 0) return;
@@ -1616,6 +1629,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
     plan.chunk_size = ((args.n_kv + plan.n_chunks - 1) / plan.n_chunks + kKeyTile - 1) / kKeyTile * kKeyTile;
     plan.n_units = plan.n_chunks;
     if (plan.n_chunks > 1) make_partials();
+    if (attention_detail::LevelType(args.k_type)) prepare_level_query(args, plan);
   } else if ((args.n_tokens >= kTiledMinTokens || invariant || own_type) && tiled_kv) {
     plan.mode = Mode::kTiled;
     // Units of (token block, KV head); smaller blocks when that leaves threads idle.
