@@ -1280,11 +1280,12 @@ void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t 
 // One token over a cache with one of agentkv's own types (Mode::kOwnDecode): every query head over
 // keys [k0, k1), tile by tile. Rows read as levels are unpacked whole, key by key (all KV heads'
 // slices in one front-to-back read); rows read as f32 are dequantized one KV head's slice at a
-// time. Either way each slice serves all of its group's query heads. Vectors run across the head dimension (the tiled algorithm pads one token to a
-// whole vector of rows; the per-key one converts the query to q8_0 and makes a call per key and
-// a scalar exponential per score). Keys read as levels (tq4, tq3, q8_0) meet a q8_0 query, their
-// vec_dot_type, in integer sums (ScoreLevels); other keys meet the f32 query. Writes final rows,
-// or a partial (M, S, VKQ) record per head when chunk >= 0.
+// time. Either way each slice serves all of its group's query heads. Vectors run across the head
+// dimension (the tiled algorithm pads one token to a whole vector of rows; the per-key one
+// converts the query to q8_0 and makes a call per key and a scalar exponential per score). Keys
+// read as levels (tq4, tq3, q8_0) meet a q8_0 query, their vec_dot_type, in integer sums
+// (ScoreLevels); other keys meet the f32 query. Writes final rows, or a partial (M, S, VKQ)
+// record per head when chunk >= 0.
 void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) {
   const AttentionArgs& a = *plan.args;
   const int64_t D = plan.head_dim;
