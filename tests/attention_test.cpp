@@ -22,7 +22,7 @@
 #include "core/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/ggml_expf-inl.h"
-#include "kernels/numerics.h"
+#include "agentkv/numerics.h"
 #include "kernels/quant.h"
 
 namespace agentkv {

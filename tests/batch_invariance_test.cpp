@@ -1,4 +1,4 @@
-// With batch-invariant numerics (kernels/numerics.h) reuse does not change results: a prompt
+// With batch-invariant numerics (agentkv/numerics.h) reuse does not change results: a prompt
 // whose first tokens came from a cache (evaluated earlier, in another batch, into other cells)
 // gives the same bits as the prompt evaluated in one go, for every weight and KV type. Checked on
 // the fixture models, dense and hybrid, by splitting the same prompt at many points, with another
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/context.h"
-#include "kernels/numerics.h"
+#include "agentkv/numerics.h"
 #include "model/model.h"
 #include "fixture_models.h"
 

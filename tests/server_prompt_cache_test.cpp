@@ -98,16 +98,16 @@ std::vector<float> fresh_logits(const Model& model, const Tokens& tokens, const 
 TEST(PromptReuse, HybridMemoryRollsBackToTheSnapshotBeforeTheDivergence) {
   auto model = Model::load(kFixtures + "/models/qwen35moe-micro.gguf");
   Context ctx(*model, small_context());
-  memory::PrefixIndexConfig ic;
-  ic.page_tokens = 2;
-  ic.holder = 1;  // sequence 1 holds the cached pages
-  memory::PrefixIndex& index = ctx.memory().enable_prefix_index(ic);
+  PrefixCacheConfig pc;
+  pc.page_tokens = 2;
+  pc.holder = 1;  // sequence 1 holds the cached pages
+  PrefixCache& prefix_cache = ctx.enable_prefix_cache(pc);
   PromptCache cache;
   evaluate(ctx, cache, 0, {10, 11, 12, 13});
-  ASSERT_TRUE(index.snapshot(0, cache.tokens(), 0));  // end of the first prompt
+  ASSERT_TRUE(prefix_cache.snapshot(0, cache.tokens(), 0));  // end of the first prompt
   evaluate(ctx, cache, 0, {14, 15});
 
-  ReuseResult r = cache.reuse_for(Tokens{10, 11, 12, 13, 20}, true, ctx.memory(), 0);
+  ReuseResult r = cache.reuse_for(Tokens{10, 11, 12, 13, 20}, true, ctx.memory(), 0, &prefix_cache);
   EXPECT_EQ(r.n_common, 4u);
   EXPECT_EQ(r.n_kept, 4u);
   EXPECT_TRUE(r.checkpoint_restored);
@@ -123,7 +123,7 @@ TEST(PromptReuse, HybridMemoryRollsBackToTheSnapshotBeforeTheDivergence) {
   for (int64_t i = 0; i < model->n_vocab(); ++i) ASSERT_EQ(ctx.last_logits()[i], expected[i]) << i;
 
   // No snapshot before position 2: start over.
-  r = cache.reuse_for(Tokens{10, 99}, true, ctx.memory(), 0);
+  r = cache.reuse_for(Tokens{10, 99}, true, ctx.memory(), 0, &prefix_cache);
   EXPECT_EQ(r.n_kept, 0u);
   EXPECT_TRUE(r.state_refused);
 }

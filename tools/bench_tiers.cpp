@@ -78,7 +78,7 @@ struct LoadResult {
 };
 
 // Loads every page (one get for all, as a turn's fetch does), then decodes and writes its rows.
-LoadResult load_all(memory::PageTier& tier, memory::KvCache& kv, const std::vector<Page>& pages, bool exact = true) {
+LoadResult load_all(PageTier& tier, memory::KvCache& kv, const std::vector<Page>& pages, bool exact = true) {
   std::vector<uint64_t> hashes;
   for (const Page& p : pages) hashes.push_back(p.hash);
   LoadResult r;
@@ -201,7 +201,7 @@ int bench_tiers(Args& a) {
     memory::WarmPageTier warm(wc);
     for (const Page& p : pages) warm.put(p.hash, p.record);
     warm.flush();
-    const memory::WarmTierStats st = warm.stats();
+    const WarmTierStats st = warm.stats();
     if (st.pages != pages.size()) throw Error("bench tiers: the warm tier dropped pages");
     row("warm RAM, " + codecs[c]->name(), static_cast<double>(st.bytes) / 1e6, st.compress_seconds,
         load_all(warm, kv, pages, /*exact=*/c == 0), c == 0);

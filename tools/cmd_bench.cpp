@@ -12,13 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/numerics.h"
+#include "agentkv/numerics.h"
 #include "core/error.h"
 #include "core/op_profile.h"
 #include "engine/context.h"
 #include "engine/model_stats.h"
 #include "kernels/bandwidth.h"
-#include "kernels/numerics.h"
+#include "agentkv/numerics.h"
 #include "memory/snapshot.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"

@@ -16,7 +16,7 @@
 #include "core/ggml_type.h"
 #include "engine/pooling.h"
 #include "engine/retention.h"
-#include "kernels/numerics.h"
+#include "agentkv/numerics.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/commands.h"

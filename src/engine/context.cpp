@@ -6,6 +6,9 @@
 
 #include "core/error.h"
 #include "memory/attention_view.h"
+#include "memory/kv_row_rotation.h"
+#include "memory/memory_state.h"
+#include "memory/tiered_prefix_cache.h"
 
 namespace agentkv {
 
@@ -66,6 +69,88 @@ void Context::count_keys_attended(const memory::UBatch& ub) {
 }
 
 Context::~Context() = default;
+
+uint32_t kv_cells_for_bytes(const Model& model, const ContextParams& params, size_t bytes) {
+  const memory::KvLayout l = model.kv_layout(1, 1, true, params.type_k, params.type_v);
+  const auto n_layers = static_cast<size_t>(std::count(l.layer_has_kv.begin(), l.layer_has_kv.end(), true));
+  const size_t per_cell = n_layers * (ggml_row_size(l.type_k, l.n_embd_k) + ggml_row_size(l.type_v, l.n_embd_v));
+  if (per_cell == 0 || bytes == 0) return 0;
+  return static_cast<uint32_t>(std::min<size_t>(bytes / per_cell, (1u << 24)));
+}
+
+PrefixCache& Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
+  if (prefix_cache_) return *prefix_cache_;
+  const memory::KvCache* kv = memory_->kv();
+  if (!kv) throw Error("prefix cache: the model has no attention layers");
+  if (kv->n_streams() != 1) throw Error("prefix cache: needs a unified KV cache (one stream)");
+  if (cfg.holder < 0 || static_cast<uint32_t>(cfg.holder) >= params_.n_seq_max)
+    throw Error("prefix cache: holder sequence " + std::to_string(cfg.holder) + " outside n_seq_max " +
+                std::to_string(params_.n_seq_max));
+  memory::PrefixIndexConfig ic;
+  ic.page_tokens = cfg.page_tokens;
+  ic.holder = cfg.holder;
+  const memory::KvLayout& kl = kv->layout();
+  // Pages name what their rows hold: the model, the KV types and the rotation they are stored under.
+  ic.fingerprint = cfg.model_fingerprint ^ (static_cast<uint64_t>(kl.type_k) << 48) ^
+                   (static_cast<uint64_t>(kl.type_v) << 56) ^
+                   (kl.rotation.active() ? (kl.rotation.seed * 0x9e3779b97f4a7c15ull) ^
+                                               (static_cast<uint64_t>(kl.rotation.k_block) << 20) ^
+                                               (static_cast<uint64_t>(kl.rotation.v_block) << 34) ^ 1
+                                         : 0);
+  ic.snapshot_bytes = cfg.snapshot_bytes;
+  memory::PrefixIndex& index = memory_->prefix_index() ? *memory_->prefix_index() : memory_->enable_prefix_index(ic);
+  prefix_cache_ = std::make_unique<memory::TieredPrefixCache>(*memory_, index);
+  return *prefix_cache_;
+}
+
+KvStatus Context::kv_status() const {
+  KvStatus s;
+  const memory::KvCache* kv = memory_->kv();
+  if (!kv) return s;
+  const memory::KvLayout& l = kv->layout();
+  s.present = true;
+  s.type_k = l.type_k;
+  s.type_v = l.type_v;
+  s.n_cells = l.n_cells;
+  s.cells_used = kv->usage().cells_used;
+  s.rotated = l.rotation.active();
+  s.rotation_k_block = l.rotation.k_block;
+  s.rotation_v_block = l.rotation.v_block;
+  s.rotation_seed = l.rotation.seed;
+  s.rotation = memory::describe(l.rotation);
+  const memory::KvResidency r = kv->residency();
+  s.windowed = r.windowed;
+  s.hot_cells = l.hot_cells;
+  s.tail_type_k = l.tail_type_k;
+  s.tail_type_v = l.tail_type_v;
+  s.tail_dir = l.tail_dir;
+  s.hot_used = r.windowed ? r.hot_used : s.cells_used;
+  s.tail_used = r.tail_used;
+  s.tail_bytes = r.tail_bytes;
+  s.demotions = r.demotions;
+  s.held_bytes = r.held_bytes;
+  return s;
+}
+
+std::pair<uint64_t, uint64_t> Context::seq_residency(memory::SeqId seq) const {
+  const memory::KvCache* kv = memory_->kv();
+  return kv && kv->windowed() ? kv->seq_residency(seq) : std::pair<uint64_t, uint64_t>{0, 0};
+}
+
+size_t Context::cells_free_for(memory::SeqId seq) const {
+  const memory::KvCache* kv = memory_->kv();
+  if (!kv) return SIZE_MAX;  // recurrent memory only: one cell per sequence, always there
+  return kv->cells_free_for(seq);
+}
+
+size_t Context::memory_bytes() const {
+  // A windowed cache's rows are counted as stored (tail rows in the tail type), without the
+  // conversions a state view of them would make.
+  const memory::KvCache* kv = memory_->kv();
+  if (kv && kv->windowed())
+    return memory::memory_state_view(*memory_, -1, memory::kStatePartialOnly).row_bytes() + kv->residency().held_bytes;
+  return memory::memory_state_view(*memory_, -1, memory::kStateAll).row_bytes();
+}
 
 void Context::validate(const Batch& b) const {
   if (b.pos.size() != b.size() || b.seq.size() != b.size() || b.output.size() != b.size())

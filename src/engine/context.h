@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "agentkv/prefix_cache.h"
 #include "core/ggml_type.h"
 #include "engine/batch.h"
+#include "engine/kv_status.h"
 #include "kernels/threadpool.h"
 #include "memory/sequence_memory.h"
 #include "model/kv_rotation.h"
@@ -52,6 +54,10 @@ struct DecodeStats {
   int64_t n_shifted_cells = 0;     // cells whose keys a context shift re-rotated
 };
 
+// K/V cells that `bytes` of K/V rows hold for this model (every attention layer's K and V row in
+// the params' types): what a RAM budget for cached pages is worth in cells.
+uint32_t kv_cells_for_bytes(const Model& model, const ContextParams& params, size_t bytes);
+
 class Context {
  public:
   Context(const Model& model, const ContextParams& params);
@@ -84,6 +90,24 @@ class Context {
   // memory().seq_fake_prefix(seq, n): see SequenceMemory.
   void seq_fake_prefix(memory::SeqId seq, memory::Pos n) { memory_->seq_fake_prefix(seq, n); }
 
+  // The process's prefix cache over this context's memory (agentkv/prefix_cache.h): made once,
+  // for a unified KV cache whose n_seq_max leaves cfg.holder free; pages are named by cfg's model
+  // fingerprint together with this context's KV types and rotation. Throws agentkv::Error when
+  // the memory cannot have one (no attention, several streams, holder out of range).
+  PrefixCache& enable_prefix_cache(const PrefixCacheConfig& cfg);
+  PrefixCache* prefix_cache() { return prefix_cache_.get(); }
+  const PrefixCache* prefix_cache() const { return prefix_cache_.get(); }
+
+  // Whether the memory has a recurrent part (hybrid models): it cannot drop a suffix.
+  bool has_recurrent_state() const { return memory_->rec() != nullptr; }
+  KvStatus kv_status() const;
+  // Cells of seq whose K/V rows are hot / in the tail (--kv-hot; {0, 0} when not windowed).
+  std::pair<uint64_t, uint64_t> seq_residency(memory::SeqId seq) const;
+  // KV cells seq could use once its own positions were dropped (SIZE_MAX: no KV cache).
+  size_t cells_free_for(memory::SeqId seq) const;
+  // Bytes of K/V rows and recurrent states every sequence holds now (rows in their stored types).
+  size_t memory_bytes() const;
+
   // The recorded queries (ContextParams::query_window), or null.
   const memory::QueryWindow* queries() const { return queries_.get(); }
   memory::QueryWindow* queries() { return queries_.get(); }
@@ -99,6 +123,7 @@ class Context {
   ThreadPool pool_;
   std::unique_ptr<memory::SequenceMemory> memory_;
   std::unique_ptr<memory::QueryWindow> queries_;
+  std::unique_ptr<PrefixCache> prefix_cache_;
   Workspace ws_;
   std::vector<float> logits_;
   std::vector<float> embeddings_;

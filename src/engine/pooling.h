@@ -10,6 +10,11 @@
 
 namespace agentkv {
 
+class Model;
+
+// The model's own pooling type (GGUF `<arch>.pooling_type`, llama.cpp's numbering), if it has one.
+std::optional<uint64_t> model_pooling_type(const Model& model);
+
 enum class Pooling { None, Mean, Cls, Last };
 
 const char* pooling_name(Pooling p);

@@ -62,6 +62,10 @@ std::vector<uint8_t> save(const Context& ctx, memory::SeqId seq, const SaveOptio
   c.tokens.assign(o.tokens.begin(), o.tokens.end());
   c.logits.assign(o.logits.begin(), o.logits.end());
   c.checkpoints = o.checkpoints;
+  if (const memory::PrefixIndex* index = ctx.memory().prefix_index();
+      index && o.snapshots_salt && ctx.memory().rec() && o.with_tokens)
+    for (const auto& [n_tokens, snap] : index->snapshots_along(o.tokens, *o.snapshots_salt))
+      c.checkpoints.push_back({static_cast<memory::Pos>(n_tokens) - 1, snap->image()});
   // The sequence as a page chain, named as this memory's prefix index names pages (no salt: a
   // state file carries none), so a reader can tell which pages it already holds.
   if (const memory::PrefixIndex* index = ctx.memory().prefix_index(); index && o.with_tokens && seq >= 0) {
@@ -169,6 +173,33 @@ LoadedState load_seq(Context& ctx, std::span<const uint8_t> blob, memory::SeqId 
 
 LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::string& what) {
   return load(ctx, blob, -1, what, std::nullopt);
+}
+
+size_t adopt_checkpoints(Context& ctx, std::span<const Token> tokens, uint64_t salt,
+                         std::vector<LoadedCheckpoint> checkpoints) {
+  memory::PrefixIndex* index = ctx.memory().prefix_index();
+  if (!index || !ctx.memory().rec()) return 0;
+  size_t taken = 0;
+  for (LoadedCheckpoint& c : checkpoints)
+    if (c.pos >= 0 && static_cast<size_t>(c.pos) < tokens.size() &&
+        index->adopt_snapshot(tokens.first(static_cast<size_t>(c.pos) + 1), salt, std::move(c.snapshot)))
+      ++taken;
+  return taken;
+}
+
+bool starts_like_state(std::span<const uint8_t> first_bytes) {
+  uint32_t v = 0;
+  if (first_bytes.size() < sizeof v) return false;
+  std::memcpy(&v, first_bytes.data(), sizeof v);
+  return v == memory::kStateMagic;
+}
+
+StateSummary summarize_state(std::span<const uint8_t> blob, const std::string& what) {
+  const memory::StateContents decoded = memory::decode_state(blob, what);
+  StateSummary s;
+  s.has_tokens = decoded.has_tokens;
+  s.kv_cells = decoded.memory.kv ? decoded.memory.kv->cells.size() : 0;
+  return s;
 }
 
 void write_state_file(const std::string& path, std::span<const uint8_t> blob) {

@@ -30,6 +30,9 @@ struct SaveOptions {
   std::span<const float> logits;       // n_vocab floats of the last token, or empty
   // Checkpoints to carry along (e.g. MemorySnapshot::image() of each), in position order.
   std::vector<memory::CheckpointImage> checkpoints;
+  // Hybrid models: also carry the recurrent snapshots the context's prefix cache holds along
+  // `tokens`' page chain under this salt (after `checkpoints`).
+  std::optional<uint64_t> snapshots_salt;
 };
 
 struct LoadedCheckpoint {
@@ -61,6 +64,24 @@ std::vector<uint8_t> save_all(const Context& ctx, const SaveOptions& options = {
 LoadedState load_seq(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest,
                      const std::string& what = "state", std::optional<uint64_t> share_salt = std::nullopt);
 LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::string& what = "state");
+
+// Hybrid models: the checkpoints a load handed back become recurrent snapshots in the context's
+// prefix cache, on the chain of `tokens` (the restored sequence's, published first) under `salt`.
+// Returns how many were taken (0 without a prefix cache or a recurrent state).
+size_t adopt_checkpoints(Context& ctx, std::span<const Token> tokens, uint64_t salt,
+                         std::vector<LoadedCheckpoint> checkpoints);
+
+// Whether these are the first bytes of a state blob (its magic number), for telling state files
+// from other files without reading them whole.
+bool starts_like_state(std::span<const uint8_t> first_bytes);
+
+// What a blob holds, without loading it: whether it carries tokens and how many KV cells it
+// needs. Throws agentkv::Error for a blob that is no state.
+struct StateSummary {
+  bool has_tokens = false;
+  size_t kv_cells = 0;
+};
+StateSummary summarize_state(std::span<const uint8_t> blob, const std::string& what = "state");
 
 // Files: the blob as is. Writing goes through a temporary file and a rename, so a crash never
 // leaves half a state under the final name.

@@ -54,7 +54,7 @@
 #include "core/fp16.h"
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"
-#include "kernels/numerics.h"
+#include "agentkv/numerics.h"
 #include "kernels/quant.h"
 #include "kernels/quant_blocks.h"
 

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "kernels/dispatch.h"
-#include "kernels/numerics.h"
+#include "agentkv/numerics.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define AGENTKV_GEMM_FLOAT_X86 1

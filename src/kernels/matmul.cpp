@@ -8,7 +8,7 @@
 // tokens to the register-blocked GEMMs (gemm_*.h). q4_K / q6_K have both at the AVX2 level too,
 // q8_0 only with AVX-512 VNNI (the *_available() functions say what the active level has).
 #include "kernels/matmul.h"
-#include "kernels/numerics.h"
+#include "agentkv/numerics.h"
 
 #include <algorithm>
 #include <string>

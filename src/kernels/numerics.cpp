@@ -1,4 +1,4 @@
-#include "kernels/numerics.h"
+#include "agentkv/numerics.h"
 
 #include <atomic>
 

@@ -12,11 +12,13 @@
 #include <mutex>
 #include <string>
 
-#include "memory/page_tier.h"
+#include "agentkv/page_tier.h"
 #include "memory/record_lru.h"
 #include "memory/record_queue.h"
 
 namespace agentkv::memory {
+
+using agentkv::DiskTierStats;  // agentkv/page_tier.h
 
 struct DiskTierConfig {
   std::filesystem::path dir;
@@ -24,15 +26,6 @@ struct DiskTierConfig {
   size_t max_queued_bytes = 256u << 20;   // writes waiting beyond this are dropped
 };
 
-struct DiskTierStats {
-  uint64_t pages_written = 0, write_errors = 0, writes_dropped = 0;
-  uint64_t pages_read = 0, read_errors = 0, pages_forgotten = 0, pages_evicted = 0;
-  uint64_t misses = 0, bytes_read = 0;  // asked for and not held; bytes of the records read
-  double load_seconds = 0.0;            // time reading records (get)
-  uint64_t pages_on_disk = 0, bytes_on_disk = 0;
-  uint64_t writes_pending = 0;  // queued or being written
-  uint64_t pages_found_at_start = 0, leftovers_removed = 0;
-};
 
 class DiskPageTier final : public PageTier {
  public:

@@ -4,7 +4,7 @@
 #pragma once
 #include <vector>
 
-#include "memory/page_tier.h"
+#include "agentkv/page_tier.h"
 
 namespace agentkv::memory {
 

@@ -14,12 +14,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memory/page_tier.h"
+#include "agentkv/page_tier.h"
 #include "memory/record_lru.h"
 #include "memory/record_queue.h"
 #include "memory/warm_codec.h"
 
 namespace agentkv::memory {
+
+using agentkv::WarmTierStats;  // agentkv/page_tier.h
 
 struct WarmTierConfig {
   uint64_t max_bytes = 1ull << 30;       // compressed records beyond this: least recently used dropped
@@ -27,14 +29,6 @@ struct WarmTierConfig {
   std::shared_ptr<const WarmCodec> codec;  // null: the exact codec
 };
 
-struct WarmTierStats {
-  uint64_t pages = 0, bytes = 0, raw_bytes = 0;  // held now: compressed and record sizes
-  uint64_t pages_stored = 0, stores_dropped = 0, pages_evicted = 0, pages_forgotten = 0;
-  uint64_t hits = 0, misses = 0;
-  uint64_t pending = 0;  // waiting to be compressed
-  double compress_seconds = 0, decompress_seconds = 0;  // total time spent
-  uint64_t bytes_decompressed = 0;                      // record bytes produced by gets
-};
 
 class WarmPageTier final : public PageTier {
  public:

@@ -21,10 +21,10 @@
 
 #include "core/error.h"
 #include "engine/context.h"
+#include "engine/page_tiers.h"
 #include "engine/retention.h"
 #include "engine/session_state.h"
-#include "kernels/numerics.h"
-#include "model/model.h"
+#include "agentkv/numerics.h"
 #include "server/agent_request.h"
 #include "server/anthropic_messages.h"
 #include "server/base64.h"
@@ -38,10 +38,6 @@
 #include "server/openai_responses.h"
 #include "server/request_guard.h"
 #include "server/prompt_align.h"
-#include "memory/disk_page_tier.h"
-#include "memory/page_tier_stack.h"
-#include "memory/warm_page_tier.h"
-#include "gguf/gguf.h"
 #include "server/embeddings.h"
 #include "server/infill.h"
 #include "server/redis_page_tier.h"
@@ -71,14 +67,6 @@ void session_from_header(const Request& req, CompletionParams& p) {
   if (p.session_id.size() > 256) throw invalid_request("X-Session-Id: longer than 256 bytes");
 }
 
-// KV cells that `bytes` of K/V rows hold for this model (every attention layer's K and V row).
-uint32_t cache_ram_cells(const Model& model, const ContextParams& cp, size_t bytes) {
-  const memory::KvLayout l = model.kv_layout(1, 1, true, cp.type_k, cp.type_v);
-  const auto n_layers = static_cast<size_t>(std::count(l.layer_has_kv.begin(), l.layer_has_kv.end(), true));
-  const size_t per_cell = n_layers * (ggml_row_size(l.type_k, l.n_embd_k) + ggml_row_size(l.type_v, l.n_embd_v));
-  if (per_cell == 0 || bytes == 0) return 0;
-  return static_cast<uint32_t>(std::min<size_t>(bytes / per_cell, (1u << 24)));
-}
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 // OpenAI's `n` and a list of prompts: completions one request may ask for.
 constexpr int64_t kMaxChoices = 64;
@@ -141,10 +129,8 @@ void note_timings(const Timings& t) {
 // Everything that exists once the model is loaded.
 struct Engine {
   // The page tiers outlive the scheduler, which sends pages to them (warm RAM first, then disk, then Redis).
-  std::unique_ptr<memory::WarmPageTier> warm_tier;
-  std::unique_ptr<memory::DiskPageTier> disk_tier;
   std::unique_ptr<RedisPageTier> redis_tier;
-  std::unique_ptr<memory::PageTierStack> tiers;
+  std::unique_ptr<PageTiers> tiers;
   std::unique_ptr<Model> model;
   std::unique_ptr<Context> ctx;
   std::unique_ptr<ChatFormatter> chat;
@@ -468,24 +454,22 @@ bool HttpServer::load() {
     const uint32_t n_positions = cp.n_ctx;
     // --cache-ram: room for cached pages beyond the context, as KV cells (untouched cells cost
     // no memory); pages no slot uses are evicted only when all of it is taken.
-    const uint32_t cache_cells = cache_ram_cells(*e->model, cp, cfg_.cache_ram_bytes);
+    const uint32_t cache_cells = kv_cells_for_bytes(*e->model, cp, cfg_.cache_ram_bytes);
     cp.n_ctx = n_positions + cache_cells;
     log_line("creating context: n_ctx %u shared by %d slots (+ %u cells for cached pages), n_ubatch %u, K %s, V %s, "
              "%d threads", n_positions, cfg_.n_slots, cache_cells, cp.n_ubatch,
              std::string(ggml_type_name(cp.type_k)).c_str(), std::string(ggml_type_name(cp.type_v)).c_str(),
              cp.n_threads);
     e->ctx = std::make_unique<Context>(*e->model, cp);
-    if (const memory::KvCache* kv = e->ctx->memory().kv(); kv && kv->windowed()) {
-      const memory::KvLayout& l = kv->layout();
-      const std::string place = l.tail_dir.empty() ? "in RAM" : "in files mapped from " + l.tail_dir;
+    if (const KvStatus kv = e->ctx->kv_status(); kv.windowed) {
+      const std::string place = kv.tail_dir.empty() ? "in RAM" : "in files mapped from " + kv.tail_dir;
       log_line("KV window: %u hot cells, the rest in a %s/%s tail %s; attention reads the tail in place (merged by "
-               "log-sum-exp when its type differs)", l.hot_cells, std::string(ggml_type_name(l.tail_type_k)).c_str(),
-               std::string(ggml_type_name(l.tail_type_v)).c_str(),
+               "log-sum-exp when its type differs)", kv.hot_cells, std::string(ggml_type_name(kv.tail_type_k)).c_str(),
+               std::string(ggml_type_name(kv.tail_type_v)).c_str(),
                place.c_str());
     }
-    if (const memory::KvCache* kv = e->ctx->memory().kv(); kv && kv->layout().rotation.active())
-      log_line("KV rows Hadamard-rotated: %s (--kv-rotation %s)", memory::describe(kv->layout().rotation).c_str(),
-               kv_rotation_mode_name(cp.kv_rotation));
+    if (const KvStatus kv = e->ctx->kv_status(); kv.rotated)
+      log_line("KV rows Hadamard-rotated: %s (--kv-rotation %s)", kv.rotation.c_str(), kv_rotation_mode_name(cp.kv_rotation));
 
     const Tokenizer& tok = e->model->tokenizer();
     try {
@@ -510,7 +494,7 @@ bool HttpServer::load() {
     sc.model_fingerprint = model_fingerprint(*e->model);
     sc.share_prefixes = cfg_.share_prefixes;
     sc.embeddings = cfg_.embeddings;
-    sc.pooling = embedding_pooling(cfg_.pooling, e->model->gguf().get_uint(e->model->config().arch_key + ".pooling_type"));
+    sc.pooling = embedding_pooling(cfg_.pooling, model_pooling_type(*e->model));
     if (sc.embeddings) log_line("embedding server: %s pooling", pooling_name(sc.pooling));
     sc.context_shift = cfg_.context_shift && !cfg_.embeddings;
     sc.kv_evict = parse_evict_policy(cfg_.kv_evict).value_or(EvictPolicy::Positional);
@@ -526,37 +510,16 @@ bool HttpServer::load() {
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty() || cfg_.cache_warm_bytes > 0) {
       // Hybrid models' recurrent snapshots go to the same tiers as their pages.
-      std::vector<memory::PageTier*> stack;
-      if (cfg_.cache_warm_bytes > 0) {
-        memory::WarmTierConfig wc;
-        wc.max_bytes = cfg_.cache_warm_bytes;
-        const memory::KvCache* kv = e->ctx->memory().kv();
-        if (cfg_.cache_warm_type == "exact" || !kv) wc.codec = memory::make_exact_warm_codec();  // no K/V: nothing to requantize
-        else wc.codec = memory::make_requantizing_warm_codec(*kv, cfg_.cache_warm_type == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
-        log_line("warm page tier: up to %.0f MiB of page records in RAM, %s", static_cast<double>(wc.max_bytes) / (1 << 20),
-                 wc.codec->name().c_str());
-        e->warm_tier = std::make_unique<memory::WarmPageTier>(wc);
-        stack.push_back(e->warm_tier.get());
-      }
-      if (!cfg_.cache_dir.empty()) {
-        memory::DiskTierConfig dc;
-        dc.dir = cfg_.cache_dir;
-        dc.max_bytes = cfg_.cache_dir_bytes;
-        e->disk_tier = std::make_unique<memory::DiskPageTier>(dc);
-        const memory::DiskTierStats st = e->disk_tier->stats();
-        log_line("page tier on disk: %s (%llu page records, %.1f MiB, bound %.0f MiB; %llu unfinished writes removed)",
-                 cfg_.cache_dir.c_str(), static_cast<unsigned long long>(st.pages_on_disk),
-                 static_cast<double>(st.bytes_on_disk) / (1 << 20), static_cast<double>(dc.max_bytes) / (1 << 20),
-                 static_cast<unsigned long long>(st.leftovers_removed));
-        stack.push_back(e->disk_tier.get());
-      }
-      if (!cfg_.cache_redis.empty()) {
-        e->redis_tier = std::make_unique<RedisPageTier>(parse_redis_url(cfg_.cache_redis));
-        log_line("shared page tier: %s", cfg_.cache_redis.c_str());
-        stack.push_back(e->redis_tier.get());
-      }
-      e->tiers = std::make_unique<memory::PageTierStack>(std::move(stack));
-      e->scheduler->set_page_tier(e->tiers.get());
+      if (!cfg_.cache_redis.empty()) e->redis_tier = std::make_unique<RedisPageTier>(parse_redis_url(cfg_.cache_redis));
+      LocalTierOptions lo;
+      lo.warm_bytes = cfg_.cache_warm_bytes;
+      lo.warm_type = cfg_.cache_warm_type;
+      lo.disk_dir = cfg_.cache_dir;
+      lo.disk_bytes = cfg_.cache_dir_bytes;
+      e->tiers = std::make_unique<PageTiers>(*e->ctx, lo, std::vector<PageTier*>{e->redis_tier.get()});
+      for (const std::string& line : e->tiers->description()) log_line("%s", line.c_str());
+      if (e->redis_tier) log_line("shared page tier: %s", cfg_.cache_redis.c_str());
+      e->scheduler->set_page_tier(e->tiers->stack());
     }
     e->scheduler->start();
 
@@ -1318,15 +1281,14 @@ void HttpServer::apply_template(const Request& req, Response& res) {
 
 // What the KV cache stores: element types and the rotation of its rows (docs/quant-types.md).
 Json HttpServer::kv_cache_props() const {
-  const memory::KvCache* kv = engine_->ctx->memory().kv();
-  if (!kv) return nullptr;
-  const memory::KvLayout& l = kv->layout();
-  return Json{{"type_k", std::string(ggml_type_name(l.type_k))},
-              {"type_v", std::string(ggml_type_name(l.type_v))},
+  const KvStatus kv = engine_->ctx->kv_status();
+  if (!kv.present) return nullptr;
+  return Json{{"type_k", std::string(ggml_type_name(kv.type_k))},
+              {"type_v", std::string(ggml_type_name(kv.type_v))},
               {"rotation", kv_rotation_mode_name(cfg_.kv_rotation)},
-              {"rotation_k_block", l.rotation.k_block},
-              {"rotation_v_block", l.rotation.v_block},
-              {"rotation_seed", l.rotation.seed}};
+              {"rotation_k_block", kv.rotation_k_block},
+              {"rotation_v_block", kv.rotation_v_block},
+              {"rotation_seed", kv.rotation_seed}};
 }
 
 void HttpServer::props(Response& res) {
@@ -1379,8 +1341,10 @@ void HttpServer::metrics(Response& res) {
   if (!cfg_.metrics)
     throw HttpError(ErrorType::NotSupported, "This server does not support metrics endpoint. Start it with `--metrics`");
   std::string text = prometheus_text(engine_->scheduler->metrics());
-  if (engine_->warm_tier) text += prometheus_text(engine_->warm_tier->stats());
-  if (engine_->disk_tier) text += prometheus_text(engine_->disk_tier->stats());
+  if (engine_->tiers) {
+    if (const auto warm = engine_->tiers->warm_stats()) text += prometheus_text(*warm);
+    if (const auto disk = engine_->tiers->disk_stats()) text += prometheus_text(*disk);
+  }
   res.set_content(text, "text/plain; version=0.0.4");
 }
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/ggml_type.h"
-#include "model/kv_rotation.h"
+#include "engine/context.h"  // KvRotationMode
 
 namespace agentkv::server {
 

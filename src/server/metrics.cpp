@@ -100,7 +100,7 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   return out;
 }
 
-std::string prometheus_text(const memory::DiskTierStats& d) {
+std::string prometheus_text(const DiskTierStats& d) {
   std::string out;
   add_metric(out, "gauge", "disk_tier_pages", "KV page records in the --cache-dir folder.", static_cast<double>(d.pages_on_disk));
   add_metric(out, "gauge", "disk_tier_bytes", "Bytes of those records.", static_cast<double>(d.bytes_on_disk));
@@ -125,7 +125,7 @@ std::string prometheus_text(const memory::DiskTierStats& d) {
   return out;
 }
 
-std::string prometheus_text(const memory::WarmTierStats& w) {
+std::string prometheus_text(const WarmTierStats& w) {
   std::string out;
   auto num = [](auto v) { return static_cast<double>(v); };
   add_metric(out, "gauge", "warm_tier_pages", "KV page records held compressed in RAM (--cache-warm).", num(w.pages));

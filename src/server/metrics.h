@@ -5,8 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "memory/disk_page_tier.h"
-#include "memory/warm_page_tier.h"
+#include "agentkv/page_tier.h"
 
 namespace agentkv::server {
 
@@ -56,7 +55,7 @@ struct MetricsSnapshot {
 // Prometheus exposition format (text/plain; version=0.0.4).
 std::string prometheus_text(const MetricsSnapshot& m);
 // The disk page tier's figures (--cache-dir), appended to the above when it is on.
-std::string prometheus_text(const memory::DiskTierStats& d);
-std::string prometheus_text(const memory::WarmTierStats& w);
+std::string prometheus_text(const DiskTierStats& d);
+std::string prometheus_text(const WarmTierStats& w);
 
 }  // namespace agentkv::server

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "memory/prefix_index.h"
-
 namespace agentkv::server {
 
 size_t common_prefix(std::span<const Token> a, std::span<const Token> b) {
@@ -47,16 +45,16 @@ void PromptCache::assume(std::vector<Token> tokens, std::vector<float> logits) {
   if (!logits.empty() && !tokens_.empty()) logits_.push_back({tokens_.size(), std::move(logits)});
 }
 
-bool PromptCache::keep_first(size_t n, memory::SequenceMemory& mem, memory::SeqId seq) {
+bool PromptCache::keep_first(size_t n, MemoryInterface& mem, MemorySeqId seq) {
   if (n >= tokens_.size()) return true;
-  if (!mem.seq_rm(seq, static_cast<memory::Pos>(n), -1)) return false;
+  if (!mem.seq_rm(seq, static_cast<MemoryPos>(n), -1)) return false;
   tokens_.resize(n);
   forget_beyond(n);
   return true;
 }
 
-ReuseResult PromptCache::reuse_for(std::span<const Token> prompt, bool cache_prompt, memory::SequenceMemory& mem,
-                                   memory::SeqId seq, uint64_t page_salt) {
+ReuseResult PromptCache::reuse_for(std::span<const Token> prompt, bool cache_prompt, MemoryInterface& mem,
+                                   MemorySeqId seq, PrefixCache* prefix_cache, uint64_t page_salt) {
   ReuseResult r;
   r.n_cached = tokens_.size();
   r.n_common = common_prefix(tokens_, prompt);
@@ -72,11 +70,11 @@ ReuseResult PromptCache::reuse_for(std::span<const Token> prompt, bool cache_pro
   r.n_kept = target;
   if (!keep_first(target, mem, seq)) {
     // A recurrent state cannot forget a suffix: the sequence goes and takes its own pages back
-    // from the index, up to the latest snapshot before the divergence (or starts over).
+    // from the prefix cache, up to the latest snapshot before the divergence (or starts over).
     mem.seq_rm(seq, -1, -1);
-    memory::PrefixIndex* index = mem.prefix_index();
-    const size_t restored =
-        target > 0 && index ? index->attach(seq, std::span<const Token>(tokens_).first(target), page_salt, target) : 0;
+    const size_t restored = target > 0 && prefix_cache
+                                ? prefix_cache->attach(seq, std::span<const Token>(tokens_).first(target), page_salt, target)
+                                : 0;
     r.checkpoint_restored = restored > 0;
     r.state_refused = target > 0 && restored == 0;
     r.n_kept = restored;

@@ -10,14 +10,15 @@
 //   evaluated at all, its first token is sampled from them;
 // - for hybrid models (a recurrent state cannot drop a suffix), a prompt diverging inside the
 //   cache goes back to the newest recurrent snapshot before the divergence instead of starting
-//   over: the memory's prefix index holds the snapshots on the slot's page chain
-//   (memory/prefix_index.h), so the rollback is an attach of the slot's own cached pages.
+//   over: the prefix cache holds the snapshots on the slot's page chain
+//   (agentkv/prefix_cache.h), so the rollback is an attach of the slot's own cached pages.
 #pragma once
 #include <cstddef>
 #include <span>
 #include <vector>
 
-#include "memory/sequence_memory.h"
+#include "agentkv/memory.h"
+#include "agentkv/prefix_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace agentkv::server {
@@ -49,14 +50,14 @@ class PromptCache {
 
   // Makes sequence `seq` hold the longest reusable prefix of `prompt` (nothing when
   // !cache_prompt) and forgets the rest, in memory and here. When the memory refuses to drop a
-  // suffix, the sequence is dropped and re-attached from the memory's prefix index (if it has
-  // one) under `page_salt`, up to the latest snapshot before the divergence.
-  ReuseResult reuse_for(std::span<const Token> prompt, bool cache_prompt, memory::SequenceMemory& mem,
-                        memory::SeqId seq, uint64_t page_salt = 0);
+  // suffix, the sequence is dropped and re-attached from the prefix cache (if there is one)
+  // under `page_salt`, up to the latest snapshot before the divergence.
+  ReuseResult reuse_for(std::span<const Token> prompt, bool cache_prompt, MemoryInterface& mem, MemorySeqId seq,
+                        PrefixCache* prefix_cache = nullptr, uint64_t page_salt = 0);
 
   // Keeps the first n tokens (all when n >= size()), in memory and here; false (nothing changed)
   // when the memory cannot drop the rest (a recurrent state).
-  bool keep_first(size_t n, memory::SequenceMemory& mem, memory::SeqId seq);
+  bool keep_first(size_t n, MemoryInterface& mem, MemorySeqId seq);
 
   // Logits computed after the first size() tokens (size() <= this->size()). At most two sets
   // are kept (the end of a prompt and the end of a generation); a set whose tokens were

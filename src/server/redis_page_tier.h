@@ -15,7 +15,7 @@
 #include <thread>
 #include <unordered_set>
 
-#include "memory/page_tier.h"
+#include "agentkv/page_tier.h"
 
 struct redisContext;
 
@@ -37,7 +37,7 @@ struct RedisTierStats {
   bool connected = false;
 };
 
-class RedisPageTier final : public memory::PageTier {
+class RedisPageTier final : public PageTier {
  public:
   explicit RedisPageTier(RedisTierConfig cfg);
   ~RedisPageTier() override;

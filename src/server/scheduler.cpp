@@ -7,10 +7,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 #include "engine/session_state.h"
-#include "memory/kv_cache.h"
-#include "memory/memory_state.h"
-#include "memory/page_record.h"
-#include "memory/snapshot_record.h"
 #include "server/logprobs.h"
 #include "server/server_log.h"
 
@@ -46,30 +42,25 @@ Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
     throw Error("scheduler: " + std::to_string(cfg_.n_slots) + " slots need a context with as many sequences (n_seq_max " +
                 std::to_string(ctx.params().n_seq_max) + ")");
   cfg_.n_batch = std::max<uint32_t>(1, std::min(cfg_.n_batch, ctx.params().n_ubatch));
-  // The memory's prefix index holds every slot's pages and (hybrid) recurrent snapshots; it needs
+  // The memory's prefix cache holds every slot's pages and (hybrid) recurrent snapshots; it needs
   // the unified KV cache and one spare sequence id to hold cached pages.
-  memory::SequenceMemory& mem = ctx_.memory();
-  if (mem.kv() && mem.kv()->n_streams() == 1 &&
-      ctx.params().n_seq_max > static_cast<uint32_t>(cfg_.n_slots)) {
-    memory::PrefixIndexConfig ic;
-    ic.page_tokens = cfg_.page_tokens;
-    ic.holder = cfg_.n_slots;
-    const memory::KvLayout& kl = mem.kv()->layout();
-    // Pages name what their rows hold: the model, the KV types and the rotation they are stored under.
-    ic.fingerprint = cfg_.model_fingerprint ^ (static_cast<uint64_t>(kl.type_k) << 48) ^
-                     (static_cast<uint64_t>(kl.type_v) << 56) ^
-                     (kl.rotation.active() ? (kl.rotation.seed * 0x9e3779b97f4a7c15ull) ^
-                                                 (static_cast<uint64_t>(kl.rotation.k_block) << 20) ^
-                                                 (static_cast<uint64_t>(kl.rotation.v_block) << 34) ^ 1
-                                           : 0);
-    ic.snapshot_bytes = cfg_.checkpoint_bytes;
-    index_ = mem.prefix_index() ? mem.prefix_index() : &mem.enable_prefix_index(ic);
+  if (ctx_.kv_status().present && ctx.params().kv_unified && ctx.params().n_seq_max > static_cast<uint32_t>(cfg_.n_slots)) {
+    PrefixCacheConfig pc;
+    pc.page_tokens = cfg_.page_tokens;
+    pc.holder = cfg_.n_slots;
+    pc.model_fingerprint = cfg_.model_fingerprint;
+    pc.snapshot_bytes = cfg_.checkpoint_bytes;
+    prefix_cache_ = &ctx_.enable_prefix_cache(pc);
   }
   slots_.resize(static_cast<size_t>(cfg_.n_slots));
   for (int i = 0; i < cfg_.n_slots; ++i) slots_[static_cast<size_t>(i)].id = i;
 }
 
 Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::set_page_tier(PageTier* tier) {
+  if (prefix_cache_) prefix_cache_->set_tier(tier);
+}
 
 void Scheduler::start() { thread_ = std::thread([this] { run(); }); }
 
@@ -133,9 +124,7 @@ std::vector<uint8_t> Scheduler::save_state(const Slot& slot) const {
   o.tokens = slot.cache.tokens();
   o.logits = slot.cache.saved_logits(slot.cache.size());
   // The recurrent snapshots on the slot's page chain travel as the state's checkpoints.
-  if (index_ && hybrid())
-    for (const auto& [n_tokens, snap] : index_->snapshots_along(slot.cache.tokens(), page_salt(slot)))
-      o.checkpoints.push_back({static_cast<memory::Pos>(n_tokens) - 1, snap->image()});
+  if (prefix_cache_) o.snapshots_salt = page_salt(slot);
   return save_seq(ctx_, slot.id, o);
 }
 
@@ -154,10 +143,10 @@ SlotStateBlob Scheduler::save_slot(int id) {
 size_t Scheduler::cached_prefix(std::span<const Token> prompt, const std::string& cache_salt) {
   size_t best = 0;
   run_job([&] {
-    if (!index_) return;
+    if (!prefix_cache_) return;
     const uint64_t salt = salt_of(cache_salt);
     for (int id = 0; id < (cfg_.share_prefixes ? 1 : cfg_.n_slots); ++id)
-      best = std::max(best, index_->lookup(prompt, page_salt_for(id, salt), prompt.size()));
+      best = std::max(best, prefix_cache_->lookup(prompt, page_salt_for(id, salt), prompt.size()));
   });
   return best;
 }
@@ -167,12 +156,12 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
   run_job([&] {
     Slot& slot = idle_slot(id);
     // Refuse what cannot become a prompt cache before memory changes.
-    const memory::StateContents decoded = memory::decode_state(blob, what);
+    const StateSummary decoded = summarize_state(blob, what);
     if (!decoded.has_tokens)
       throw HttpError(ErrorType::InvalidRequest, what + ": carries no tokens, so it cannot become a slot's cache");
     // Room: idle slots' caches go first, as for a prompt; cells held by busy slots are a
     // capacity condition of the server (503), not a fault of the request.
-    const size_t needed = decoded.memory.kv ? decoded.memory.kv->cells.size() : 0;
+    const size_t needed = decoded.kv_cells;
     while (needed > cells_free_for(slot.id) && free_idle_memory(slot.id)) {
     }
     if (needed > cells_free_for(slot.id))
@@ -187,7 +176,7 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     } catch (const Error& e) {
       throw HttpError(ErrorType::InvalidRequest, e.what());
     }
-    const memory::Pos last = ctx_.memory().seq_pos_max(slot.id);
+    const MemoryPos last = ctx_.memory().seq_pos_max(slot.id);
     if (static_cast<size_t>(last + 1) != st.tokens.size()) {
       wipe(slot);
       throw HttpError(ErrorType::InvalidRequest, what + ": holds " + std::to_string(last + 1) + " positions but " +
@@ -230,160 +219,51 @@ void Scheduler::wipe(Slot& slot) {
 }
 
 void Scheduler::publish(Slot& slot, bool with_tail) {
-  if (!index_ || slot.fake_prefix || slot.shifted || slot.cache.size() == 0) return;
+  if (!prefix_cache_ || slot.fake_prefix || slot.shifted || slot.cache.size() == 0) return;
   const size_t P = cfg_.page_tokens;
   // Between task ends only whole pages are new, and only when one has filled up.
   if (!with_tail && slot.cache.size() / P <= slot.published / P) return;
-  index_->publish(slot.id, slot.cache.tokens(), page_salt(slot), with_tail);
+  prefix_cache_->publish(slot.id, slot.cache.tokens(), page_salt(slot), with_tail);
   slot.published = slot.cache.size();
   send_to_tier(slot, with_tail);
 }
 
 void Scheduler::send_to_tier(Slot& slot, bool with_tail) {
-  if (!tier_ || !index_ || slot.fake_prefix) return;
-  const uint64_t salt = page_salt(slot);
-  const std::span<const Token> tokens = slot.cache.tokens();
-  const memory::KvCache& kv = *ctx_.memory().kv();
-  const size_t P = cfg_.page_tokens;
-  const auto pages = index_->full_pages_along(tokens, salt);
-  for (const auto& page : pages) {
-    // Pages checked at an earlier fill are not asked about again (a round trip each with Redis).
-    if (page.first_pos + P <= slot.tier_sent) continue;
-    if (tier_->holds(page.hash)) continue;
-    tier_->put(page.hash, memory::encode_page(kv, page.hash, page.first_pos, tokens.subspan(page.first_pos, P), page.cells));
-    ++metrics_.tier_pages_sent_total;
-  }
-  if (!pages.empty()) slot.tier_sent = std::max(slot.tier_sent, static_cast<size_t>(pages.back().first_pos) + P);
-  // A turn rarely ends on a page boundary: the tail goes too, so that an instance continuing the
-  // conversation evaluates only what is new (tails are named by their content: one record per length).
-  if (!with_tail) return;
-  const auto tail = index_->tail_along(tokens, salt);
-  if (!tail || tier_->holds(tail->hash)) return;
-  tier_->put(tail->hash, memory::encode_page(kv, tail->hash, tail->first_pos, tokens.subspan(tail->first_pos), tail->cells));
-  ++metrics_.tier_pages_sent_total;
+  if (!prefix_cache_ || !prefix_cache_->has_tier() || slot.fake_prefix) return;
+  metrics_.tier_pages_sent_total += prefix_cache_->send_pages(slot.cache.tokens(), page_salt(slot), with_tail, slot.tier_sent);
 }
 
 void Scheduler::send_snapshot_to_tier(Slot& slot) {
-  if (!tier_ || !index_ || slot.fake_prefix) return;
+  if (!prefix_cache_ || !prefix_cache_->has_tier() || slot.fake_prefix) return;
   send_to_tier(slot, /*with_tail=*/true);  // the K/V the snapshot follows
-  const uint64_t salt = page_salt(slot);
-  const std::span<const Token> tokens = slot.cache.tokens();
-  const auto snapshots = index_->snapshots_along(tokens, salt);
-  if (snapshots.empty() || snapshots.back().first != tokens.size()) return;
-  const size_t n = tokens.size();
-  const uint64_t key = memory::snapshot_record_key(index_->prefix_hashes(tokens, salt, std::span<const size_t>(&n, 1))[0]);
-  if (tier_->holds(key)) return;
-  tier_->put(key, memory::encode_snapshot_record(key, static_cast<uint32_t>(n), *snapshots.back().second));
-  ++metrics_.tier_snapshots_sent_total;
-}
-
-void Scheduler::refuse_tier_record(const Slot& slot, uint64_t key, const char* why) {
-  // Damaged, foreign or stale: never used; forgotten, so what is computed now is stored again.
-  ++metrics_.tier_pages_refused_total;
-  tier_->forget(key);
-  log_line("slot %d: record %016llx from the page tier is %s: dropped, its tokens are computed again", slot.id,
-           static_cast<unsigned long long>(key), why);
-}
-
-bool Scheduler::adopt_tier_page(const Slot& slot, std::span<const Token> usable, uint64_t salt, size_t first, size_t len,
-                                uint64_t key, std::span<const uint8_t> bytes) {
-  memory::KvCache& kv = *ctx_.memory().kv();
-  const auto page = memory::decode_page(kv, bytes);
-  // A record is used only if it is exactly the page this chain expects.
-  if (!page || page->hash != key || page->first_pos != first || page->tokens.size() != len ||
-      !std::equal(page->tokens.begin(), page->tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first))) {
-    refuse_tier_record(slot, key, page ? "not the page this prompt expects" : "damaged");
-    return false;
-  }
-  return index_->adopt_page(usable.first(first + len), salt,
-                            [&](std::span<const uint32_t> cells) { memory::write_page_rows(kv, *page, cells); });
+  if (prefix_cache_->send_snapshot(slot.cache.tokens(), page_salt(slot))) ++metrics_.tier_snapshots_sent_total;
 }
 
 size_t Scheduler::fetch_from_tier(Slot& slot, std::span<const Token> prompt) {
-  if (!tier_ || !index_ || prompt.size() < 2) return 0;
-  const uint64_t salt = page_salt(slot);
-  const size_t P = cfg_.page_tokens;
+  if (!prefix_cache_ || !prefix_cache_->has_tier() || prompt.size() < 2) return 0;
   const std::span<const Token> usable = prompt.first(prompt.size() - 1);  // the last token is evaluated
-  // Full pages past the local ones, in one round trip, in chain order up to the first missing.
-  size_t full = index_->cached_kv(usable, salt, usable.size()) / P;
-  const std::vector<uint64_t> chain = index_->chain_hashes(usable, salt);
-  size_t fetched = 0;
-  if (full < chain.size()) {
-    const std::vector<uint64_t> wanted(chain.begin() + static_cast<std::ptrdiff_t>(full), chain.end());
-    const auto records = tier_->get(wanted);
-    size_t reach = full;
-    while (reach - full < records.size() && records[reach - full]) ++reach;
-    // The pool may be full of the slot's own cache (another conversation): when the tier gives
-    // more of this prompt than that cache does, the slot lets it go (its pages stay indexed, as
-    // unused, evictable pages) so the fetched ones find cells. attach_shared would drop it anyway.
-    if (reach * P > own_reuse_estimate(slot, prompt) && slot.cache.size() > 0) {
+  // The pool may be full of the slot's own cache (another conversation): when the tier gives
+  // more of this prompt than that cache does, the slot lets it go (its pages stay indexed, as
+  // unused, evictable pages) so the fetched ones find cells. attach_shared would drop it anyway.
+  auto make_room = [&](size_t reach) {
+    if (reach > own_reuse_estimate(slot, prompt) && slot.cache.size() > 0) {
       const uint64_t cache_salt = slot.cache_salt;
       wipe(slot);
       slot.cache_salt = cache_salt;
     }
-    for (size_t i = 0; i < records.size() && records[i]; ++i, ++full, ++fetched)
-      if (!adopt_tier_page(slot, usable, salt, full * P, P, wanted[i], *records[i])) break;
+  };
+  const TierFetch got = prefix_cache_->fetch(usable, page_salt(slot), make_room);
+  for (const std::string& why : got.refused)
+    log_line("slot %d: %s: dropped, its tokens are computed again", slot.id, why.c_str());
+  metrics_.tier_pages_refused_total += got.refused.size();
+  metrics_.tier_pages_fetched_total += got.pages;
+  if (got.pages > 0)
+    log_line("slot %d: fetched %zu pages (K/V through position %zu) from the page tier", slot.id, got.pages, got.kv_through);
+  if (got.snapshot) {
+    ++metrics_.tier_snapshots_fetched_total;
+    log_line("slot %d: fetched the recurrent snapshot at position %zu from the page tier", slot.id, got.snapshot_at);
   }
-  // Then the longest tail some instance stored after them (one key per possible length).
-  const size_t base = full * P;
-  const size_t max_tail = std::min(P - 1, usable.size() - std::min(base, usable.size()));
-  if (max_tail > 0 && index_->cached_kv(usable, salt, usable.size()) < base + max_tail) {
-    std::vector<size_t> lengths(max_tail);
-    for (size_t k = 0; k < max_tail; ++k) lengths[k] = base + k + 1;
-    const std::vector<uint64_t> keys = index_->prefix_hashes(usable, salt, lengths);
-    const auto records = tier_->get(keys);
-    for (size_t k = max_tail; k >= 1; --k) {
-      if (!records[k - 1] || index_->cached_kv(usable, salt, usable.size()) >= base + k) continue;
-      if (adopt_tier_page(slot, usable, salt, base, k, keys[k - 1], *records[k - 1])) {
-        ++fetched;
-        break;
-      }
-    }
-  }
-  metrics_.tier_pages_fetched_total += fetched;
-  if (fetched > 0)
-    log_line("slot %d: fetched %zu pages (K/V through position %zu) from the page tier", slot.id, fetched,
-             index_->cached_kv(usable, salt, usable.size()));
-  if (hybrid()) fetch_snapshot_from_tier(slot, usable, salt);
-  return fetched;
-}
-
-bool Scheduler::fetch_snapshot_from_tier(const Slot& slot, std::span<const Token> usable, uint64_t salt) {
-  const size_t P = cfg_.page_tokens;
-  const size_t kv_end = index_->cached_kv(usable, salt, usable.size());
-  const size_t start = index_->lookup(usable, salt, usable.size());  // where a local snapshot lets the prompt start
-  if (kv_end <= start) return false;
-  // Furthest first: every position of the last page the K/V reach (a turn ends anywhere), then
-  // page boundaries before it, a few round trips at most.
-  std::vector<std::vector<size_t>> rounds(1);
-  for (size_t n = kv_end; n > start && n + P > kv_end; --n) rounds[0].push_back(n);
-  constexpr size_t kBoundariesPerRound = 64, kBoundaryRounds = 3;
-  std::vector<size_t> boundaries;
-  for (size_t n = kv_end >= P ? (kv_end - P) / P * P : 0; n > start && boundaries.size() < kBoundariesPerRound * kBoundaryRounds;
-       n -= P)
-    boundaries.push_back(n);  // n > start >= 0 and a multiple of P: n - P does not wrap
-  for (size_t i = 0; i < boundaries.size(); i += kBoundariesPerRound)
-    rounds.emplace_back(boundaries.begin() + static_cast<std::ptrdiff_t>(i),
-                        boundaries.begin() + static_cast<std::ptrdiff_t>(std::min(boundaries.size(), i + kBoundariesPerRound)));
-  for (const std::vector<size_t>& positions : rounds) {
-    if (positions.empty()) continue;
-    std::vector<uint64_t> keys = index_->prefix_hashes(usable, salt, positions);
-    for (uint64_t& k : keys) k = memory::snapshot_record_key(k);
-    const auto records = tier_->get(keys);
-    for (size_t i = 0; i < positions.size(); ++i) {
-      if (!records[i]) continue;
-      auto snapshot = memory::decode_snapshot_record(ctx_.memory(), *records[i], keys[i], static_cast<uint32_t>(positions[i]));
-      if (!snapshot) {
-        refuse_tier_record(slot, keys[i], "not a snapshot this memory can take");
-        continue;
-      }
-      if (!index_->adopt_snapshot(usable.first(positions[i]), salt, std::move(*snapshot))) continue;
-      ++metrics_.tier_snapshots_fetched_total;
-      log_line("slot %d: fetched the recurrent snapshot at position %zu from the page tier", slot.id, positions[i]);
-      return true;
-    }
-  }
-  return false;
+  return got.pages;
 }
 
 uint64_t Scheduler::page_salt_for(int slot_id, uint64_t cache_salt) const {
@@ -394,15 +274,12 @@ uint64_t Scheduler::page_salt_for(int slot_id, uint64_t cache_salt) const {
 uint64_t Scheduler::page_salt(const Slot& slot) const { return page_salt_for(slot.id, slot.cache_salt); }
 
 void Scheduler::adopt_restored(Slot& slot, std::vector<LoadedCheckpoint> checkpoints) {
-  if (!index_ || slot.cache.size() == 0) return;
+  if (!prefix_cache_ || slot.cache.size() == 0) return;
   // The restored sequence's pages join the index; its checkpoints become snapshots on them, and
   // its present recurrent state one more at the end.
   publish(slot, /*with_tail=*/true);
   if (!hybrid()) return;
-  const std::span<const Token> tokens = slot.cache.tokens();
-  for (LoadedCheckpoint& c : checkpoints)
-    if (c.pos >= 0 && static_cast<size_t>(c.pos) < tokens.size())
-      index_->adopt_snapshot(tokens.first(static_cast<size_t>(c.pos) + 1), page_salt(slot), std::move(c.snapshot));
+  adopt_checkpoints(ctx_, slot.cache.tokens(), page_salt(slot), std::move(checkpoints));
   take_checkpoint(slot);
 }
 
@@ -413,29 +290,29 @@ size_t Scheduler::own_reuse_estimate(const Slot& slot, std::span<const Token> pr
   if (!hybrid() || keep == slot.cache.size()) return keep;
   // A recurrent state cannot drop a suffix: the slot goes back to its latest snapshot (its own
   // pages, attached again).
-  return index_ ? index_->lookup(prompt.first(keep), page_salt(slot), keep) : 0;
+  return prefix_cache_ ? prefix_cache_->lookup(prompt.first(keep), page_salt(slot), keep) : 0;
 }
 
 size_t Scheduler::attach_shared(Slot& slot, std::span<const Token> prompt, size_t own_keep) {
-  if (!index_ || prompt.size() < 2) return 0;
+  if (!prefix_cache_ || prompt.size() < 2) return 0;
   const uint64_t salt = page_salt(slot);
   // At least the last prompt token is evaluated: its logits are needed.
-  const size_t shared = index_->lookup(prompt, salt, prompt.size() - 1);
+  const size_t shared = prefix_cache_->lookup(prompt, salt, prompt.size() - 1);
   if (shared <= own_keep) return 0;
   const uint64_t cache_salt = slot.cache_salt;
   wipe(slot);
   slot.cache_salt = cache_salt;
-  const size_t n = index_->attach(slot.id, prompt, salt, prompt.size() - 1);
+  const size_t n = prefix_cache_->attach(slot.id, prompt, salt, prompt.size() - 1);
   slot.cache.assume(std::vector<Token>(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n)));
   slot.published = n;
   return n;
 }
 
 void Scheduler::take_checkpoint(Slot& slot) {
-  if (!hybrid() || !index_ || slot.fake_prefix || slot.cache.size() == 0) return;
+  if (!hybrid() || !prefix_cache_ || slot.fake_prefix || slot.cache.size() == 0) return;
   // The recurrent state attached to the slot's page chain: this slot (after a divergence) and any
   // slot whose prompt continues the chain can start here.
-  if (index_->snapshot(slot.id, slot.cache.tokens(), page_salt(slot))) {
+  if (prefix_cache_->snapshot(slot.id, slot.cache.tokens(), page_salt(slot))) {
     ++metrics_.checkpoints_taken_total;
     send_snapshot_to_tier(slot);
   }
@@ -497,22 +374,20 @@ MetricsSnapshot Scheduler::metrics() const {
   m.requests_deferred = static_cast<int>(queue_.size());
   for (const Slot& s : slots_) m.cached_tokens += s.cache.size();
   m.memory_bytes = memory_bytes_;
-  if (const memory::KvCache* kv = ctx_.memory().kv()) {
-    m.kv_cells_used = kv->usage().cells_used;
-    m.kv_cells_total = kv->layout().n_cells;
-    const memory::KvResidency r = kv->residency();
-    m.kv_hot_cells_used = r.windowed ? r.hot_used : m.kv_cells_used;
-    m.kv_tail_cells_used = r.tail_used;
-    m.kv_tail_bytes = r.tail_bytes;
-    m.kv_demotions_total = r.demotions;
+  if (const KvStatus kv = ctx_.kv_status(); kv.present) {
+    m.kv_cells_used = kv.cells_used;
+    m.kv_cells_total = kv.n_cells;
+    m.kv_hot_cells_used = kv.hot_used;
+    m.kv_tail_cells_used = kv.tail_used;
+    m.kv_tail_bytes = kv.tail_bytes;
+    m.kv_demotions_total = kv.demotions;
   }
-  if (index_) {
-    const memory::PrefixIndexStats st = index_->stats();
+  if (prefix_cache_) {
+    const PrefixCacheStats st = prefix_cache_->stats();
     m.pages_cached = st.pages;
     m.pages_in_use = st.pages_in_use;
     m.pages_shared = st.pages_shared;
-    if (const memory::KvCache* kv = ctx_.memory().kv())
-      m.pages_free = (kv->layout().n_cells - kv->usage().cells_used) / cfg_.page_tokens;
+    m.pages_free = st.pages_free;
     m.snapshot_count = st.snapshots;
     m.checkpoint_bytes = st.snapshot_bytes;
     m.checkpoint_count = st.snapshots;
@@ -523,14 +398,12 @@ MetricsSnapshot Scheduler::metrics() const {
 Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) const {
   std::lock_guard<std::mutex> lock(mutex_);
   Json out = Json::array();
-  const memory::KvCache* kv = ctx_.memory().kv();
-  const bool windowed = kv && kv->windowed();
   for (const Slot& s : slots_) {
     const bool busy = !s.idle();
     const CompletionParams& params = busy ? s.task->params : defaults;
     const int64_t n_remain = !busy || params.n_predict < 0 ? -1 : params.n_predict - s.n_decoded;
     // --kv-hot: where the slot's K/V rows are (its sequence id is its id)
-    const std::pair<uint64_t, uint64_t> residency = windowed ? kv->seq_residency(s.id) : std::pair<uint64_t, uint64_t>{0, 0};
+    const std::pair<uint64_t, uint64_t> residency = ctx_.seq_residency(s.id);
     out.push_back(Json{
         {"id", s.id},
         {"id_task", busy ? static_cast<int64_t>(s.task->id) : -1},
@@ -548,8 +421,8 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
                             {"n_decoded", s.n_decoded}}},
         {"n_tokens_cached", s.cache.size()},
         {"n_pages", (s.cache.size() + cfg_.page_tokens - 1) / cfg_.page_tokens},
-        {"n_pages_cached", index_ ? index_->pages_of(s.id).pages : 0},
-        {"n_pages_shared", index_ ? index_->pages_of(s.id).shared : 0},
+        {"n_pages_cached", prefix_cache_ ? prefix_cache_->pages_of(s.id).pages : 0},
+        {"n_pages_shared", prefix_cache_ ? prefix_cache_->pages_of(s.id).shared : 0},
         {"session_id", s.session_id},
         {"n_context_shifts", s.n_shifts},
         {"n_tokens_evicted", s.n_evicted},
@@ -669,7 +542,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     wipe(slot);
     while (true) {
       try {
-        ctx_.seq_fake_prefix(slot.id, static_cast<memory::Pos>(n_fake));
+        ctx_.seq_fake_prefix(slot.id, static_cast<MemoryPos>(n_fake));
         break;
       } catch (const Error& e) {
         if (free_idle_memory()) continue;
@@ -684,8 +557,8 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   } else {
     // A prompt evaluated without the cache replaces the slot's cache (as in llama-server): the
     // pages only this slot used go.
-    if (!p.cache_prompt && index_) {
-      index_->forget_own(slot.id);
+    if (!p.cache_prompt && prefix_cache_) {
+      prefix_cache_->forget_own(slot.id);
       slot.forget_sent_beyond(0);
     }
     // Pages any slot computed (the prefix index) when they give more than the slot's own cache.
@@ -699,7 +572,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
       ++metrics_.prefix_attaches_total;
       log_line("slot %d: attached %zu prompt tokens from cached pages", slot.id, attached);
     } else {
-      r = slot.cache.reuse_for(prompt, p.cache_prompt, ctx_.memory(), slot.id, page_salt(slot));
+      r = slot.cache.reuse_for(prompt, p.cache_prompt, ctx_.memory(), slot.id, prefix_cache_, page_salt(slot));
     }
   }
   log_line("slot %d: task %llu (by %s, similarity %.2f): prompt %zu tokens, cache %zu, common prefix %zu, reused %zu, "
@@ -786,7 +659,7 @@ bool Scheduler::build_batch(Batch& batch) {
   // Generating slots first: one token each keeps every stream moving while prompts are read.
   for (Slot& s : slots_) {
     if (s.state != SlotState::Generating || s.pending < 0 || budget == 0) continue;
-    batch.add(s.pending, static_cast<memory::Pos>(s.cache.size()), {s.id}, true);
+    batch.add(s.pending, static_cast<MemoryPos>(s.cache.size()), {s.id}, true);
     s.batch_output = n_outputs++;
     s.in_batch = true;
     --budget;
@@ -809,14 +682,14 @@ bool Scheduler::build_batch(Batch& batch) {
       s.batch_outputs = 0;
       for (size_t i = s.n_prompt_done; i < s.n_prompt_done + take; ++i) {
         const bool wanted = s.embedding->wants(i);
-        batch.add(prompt[i], static_cast<memory::Pos>(i), {s.id}, wanted);
+        batch.add(prompt[i], static_cast<MemoryPos>(i), {s.id}, wanted);
         s.batch_outputs += wanted ? 1 : 0;
       }
       n_outputs += s.batch_outputs;
       budget -= take;
       continue;
     }
-    batch.add_sequence(prompt.data() + s.n_prompt_done, take, static_cast<memory::Pos>(s.n_prompt_done), s.id, last);
+    batch.add_sequence(prompt.data() + s.n_prompt_done, take, static_cast<MemoryPos>(s.n_prompt_done), s.id, last);
     if (last) s.batch_output = n_outputs++;
     budget -= take;
   }
@@ -824,15 +697,11 @@ bool Scheduler::build_batch(Batch& batch) {
   return batch.size() > 0;
 }
 
-size_t Scheduler::cells_free_for(int slot_id) const {
-  const memory::KvCache* kv = ctx_.memory().kv();
-  if (!kv) return SIZE_MAX;  // recurrent memory only: one cell per sequence, always there
-  return kv->cells_free_for(slot_id);
-}
+size_t Scheduler::cells_free_for(int slot_id) const { return ctx_.cells_free_for(slot_id); }
 
 bool Scheduler::free_idle_memory(int except_slot) {
   // Cached pages no slot uses go first, least recently used first.
-  if (index_ && index_->evict(cfg_.n_batch) > 0) return true;
+  if (prefix_cache_ && prefix_cache_->evict(cfg_.n_batch) > 0) return true;
   Slot* lru = nullptr;
   for (Slot& s : slots_)
     if (s.id != except_slot && s.idle() && s.cache.size() > 0 && (!lru || s.last_used < lru->last_used)) lru = &s;
@@ -1054,7 +923,7 @@ bool Scheduler::shift_context(Slot& slot) {
   req.n_recent = static_cast<int>(kSnapKvWindow);  // the scoring policies keep the newest tokens whole
   req.policy = policy;
   ctx_.apply_pending_shift();  // scores read the keys at their current positions
-  std::vector<memory::Pos> dropped;
+  std::vector<MemoryPos> dropped;
   try {
     dropped = choose_evictions(ctx_, req);
   } catch (const Error& e) {  // a sequence the scores cannot read (never expected): the positional rule
@@ -1153,14 +1022,7 @@ void Scheduler::release(Slot& slot) {
     slot.shifted = false;
   }
   publish(slot, /*with_tail=*/true);
-  // A windowed cache's rows are counted as stored (tail rows in the tail type), without the
-  // conversions a state view of them would make.
-  const memory::KvCache* kv = ctx_.memory().kv();
-  if (kv && kv->windowed())
-    memory_bytes_ = memory::memory_state_view(ctx_.memory(), -1, memory::kStatePartialOnly).row_bytes() +
-                    kv->residency().held_bytes;
-  else
-    memory_bytes_ = memory::memory_state_view(ctx_.memory(), -1, memory::kStateAll).row_bytes();
+  memory_bytes_ = ctx_.memory_bytes();
   slot.state = SlotState::Idle;
   slot.last_used = ++use_counter_;
   slot.task.reset();

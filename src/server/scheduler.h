@@ -27,8 +27,8 @@
 
 #include "engine/context.h"
 #include "engine/session_state.h"
-#include "memory/page_tier.h"
-#include "memory/prefix_index.h"
+#include "agentkv/page_tier.h"
+#include "agentkv/prefix_cache.h"
 #include "grammar/matcher.h"
 #include "server/grammar_run.h"
 #include "server/metrics.h"
@@ -105,7 +105,7 @@ class Scheduler {
   // the latest snapshot); with sharing off, the best slot's. For routers (POST /v1/cache/lookup).
   size_t cached_prefix(std::span<const Token> prompt, const std::string& cache_salt);
   // Pages shared with other instances (docs/deploy.md); null: none. Set before start().
-  void set_page_tier(memory::PageTier* tier) { tier_ = tier; }
+  void set_page_tier(PageTier* tier);
   // Installs a sequence state (session_state.h, with tokens) into the slot; returns its tokens.
   size_t restore_slot(int id, std::span<const uint8_t> blob, const std::string& what);
   size_t erase_slot(int id);  // returns the tokens dropped
@@ -154,11 +154,6 @@ class Scheduler {
   void send_snapshot_to_tier(Slot& slot);  // hybrid: the snapshot just taken at the slot's end, with its pages
   void finish_embedding(Slot& slot);  // embedding servers: the prompt is read; pool and answer
   size_t fetch_from_tier(Slot& slot, std::span<const Token> prompt);
-  // The record of tokens usable[first, first + len) under this key, verified and indexed.
-  bool adopt_tier_page(const Slot& slot, std::span<const Token> usable, uint64_t salt, size_t first, size_t len,
-                       uint64_t key, std::span<const uint8_t> bytes);
-  bool fetch_snapshot_from_tier(const Slot& slot, std::span<const Token> usable, uint64_t salt);
-  void refuse_tier_record(const Slot& slot, uint64_t key, const char* why);
   uint64_t page_salt_for(int slot_id, uint64_t cache_salt) const;
   // A state was loaded into the slot: its pages go into the index and (hybrid) its checkpoints
   // become snapshots on them.
@@ -166,7 +161,7 @@ class Scheduler {
   // What the slot's own cache would keep of the prompt (hybrid: down to its latest snapshot).
   size_t own_reuse_estimate(const Slot& slot, std::span<const Token> prompt) const;
   size_t next_snapshot_point(const Slot& slot) const;  // 0: none ahead in this slot's prompt
-  bool hybrid() const { return ctx_.memory().rec() != nullptr; }
+  bool hybrid() const { return ctx_.has_recurrent_state(); }
 
   struct Job {
     std::function<void()> fn;
@@ -181,8 +176,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
   std::deque<std::shared_ptr<Job>> jobs_;
-  memory::PageTier* tier_ = nullptr;
-  memory::PrefixIndex* index_ = nullptr;  // the memory's (SequenceMemory::prefix_index); null for models without attention
+  PrefixCache* prefix_cache_ = nullptr;  // the context's (Context::prefix_cache); null for models without attention
   size_t memory_bytes_ = 0;  // K/V rows and recurrent states all sequences hold (after the last task)
   std::vector<Slot> slots_;
   uint64_t use_counter_ = 0;

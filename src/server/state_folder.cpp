@@ -12,7 +12,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "memory/memory_state.h"
+#include "engine/session_state.h"
 #include "server/server_error.h"
 
 namespace agentkv::server {
@@ -54,9 +54,7 @@ bool starts_with_state_magic(int fd) {
     if (n <= 0) return false;
     got += static_cast<size_t>(n);
   }
-  uint32_t v;
-  std::memcpy(&v, magic, sizeof v);
-  return v == memory::kStateMagic;
+  return starts_like_state(magic);
 }
 
 HttpError io_error(const std::string& what, const std::string& name, int err) {

@@ -240,7 +240,7 @@ MIX = [
 
 def test_sixteen_clients_mixed_load(tmp_path, reference):
     # Batch-invariant numerics: a greedy answer may not depend on what else shared its batches or
-    # how much of its prompt came from cached pages (kernels/numerics.h).
+    # how much of its prompt came from cached pages (agentkv/numerics.h).
     server = Server(tmp_path, "-np", "4", "-c", str(N_CTX), "--threads-http", "64", "--max-body", str(MAX_BODY),
                     "--batch-invariant")
     try:

@@ -1,0 +1,34 @@
+// What a context's attention KV cache is and holds, for a server's logs, /props, /metrics and
+// /slots: plain figures, so that no caller reads the cache itself (memory/kv_cache.h).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/ggml_type.h"
+
+namespace agentkv {
+
+struct KvStatus {
+  bool present = false;  // false: the model has no attention layers (nothing below applies)
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
+  uint32_t n_cells = 0;
+  uint64_t cells_used = 0;
+  // Hadamard rotation of the rows (memory/kv_row_rotation.h): block widths and seed, and a
+  // one-line description for logs.
+  bool rotated = false;
+  uint32_t rotation_k_block = 0, rotation_v_block = 0;
+  uint64_t rotation_seed = 0;
+  std::string rotation;
+  // Windowed residency (--kv-hot): hot rows per stream, the tail's types and folder ("": RAM).
+  bool windowed = false;
+  uint32_t hot_cells = 0;
+  GgmlType tail_type_k = GgmlType::F16;
+  GgmlType tail_type_v = GgmlType::F16;
+  std::string tail_dir;
+  uint64_t hot_used = 0, tail_used = 0, demotions = 0;
+  size_t tail_bytes = 0;
+  size_t held_bytes = 0;  // K/V rows of the used cells, each in the type it is stored in
+};
+
+}  // namespace agentkv

@@ -1,0 +1,189 @@
+#include "memory/tiered_prefix_cache.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "memory/kv_cache.h"
+#include "memory/page_record.h"
+#include "memory/snapshot_record.h"
+
+namespace agentkv::memory {
+
+size_t TieredPrefixCache::lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) const {
+  return index_.lookup(tokens, salt, max_tokens);
+}
+
+size_t TieredPrefixCache::attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) {
+  return index_.attach(seq, tokens, salt, max_tokens);
+}
+
+void TieredPrefixCache::publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail) {
+  index_.publish(seq, tokens, salt, with_tail);
+}
+
+bool TieredPrefixCache::snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt) {
+  return mem_.rec() != nullptr && index_.snapshot(seq, tokens, salt);
+}
+
+size_t TieredPrefixCache::evict(size_t n_cells) { return index_.evict(n_cells); }
+
+size_t TieredPrefixCache::forget_own(MemorySeqId seq) { return index_.forget_own(seq); }
+
+PrefixCacheStats TieredPrefixCache::stats() const {
+  const PrefixIndexStats st = index_.stats();
+  PrefixCacheStats out;
+  out.pages = st.pages;
+  out.pages_in_use = st.pages_in_use;
+  out.pages_shared = st.pages_shared;
+  if (const KvCache* kv = mem_.kv()) out.pages_free = (kv->layout().n_cells - kv->usage().cells_used) / page_tokens();
+  out.snapshots = st.snapshots;
+  out.snapshot_bytes = st.snapshot_bytes;
+  out.query_tokens = st.query_tokens;
+  out.hit_tokens = st.hit_tokens;
+  return out;
+}
+
+SequencePages TieredPrefixCache::pages_of(MemorySeqId seq) const {
+  const PrefixIndex::SeqPages p = index_.pages_of(seq);
+  return {p.pages, p.shared};
+}
+
+std::vector<size_t> TieredPrefixCache::snapshot_points(std::span<const CacheToken> tokens, uint64_t salt) const {
+  std::vector<size_t> out;
+  for (const auto& [n_tokens, snap] : index_.snapshots_along(tokens, salt)) out.push_back(n_tokens);
+  return out;
+}
+
+size_t TieredPrefixCache::send_pages(std::span<const CacheToken> tokens, uint64_t salt, bool with_tail,
+                                     size_t& sent_through) {
+  const KvCache* kv = mem_.kv();
+  if (!tier_ || !kv) return 0;
+  const size_t P = page_tokens();
+  size_t sent = 0;
+  const auto pages = index_.full_pages_along(tokens, salt);
+  for (const auto& page : pages) {
+    // Pages checked at an earlier call are not asked about again (a round trip each with Redis).
+    if (page.first_pos + P <= sent_through) continue;
+    if (tier_->holds(page.hash)) continue;
+    tier_->put(page.hash, encode_page(*kv, page.hash, page.first_pos, tokens.subspan(page.first_pos, P), page.cells));
+    ++sent;
+  }
+  if (!pages.empty()) sent_through = std::max(sent_through, static_cast<size_t>(pages.back().first_pos) + P);
+  // A turn rarely ends on a page boundary: the tail goes too, so that an instance continuing the
+  // conversation evaluates only what is new (tails are named by their content: one record per length).
+  if (!with_tail) return sent;
+  const auto tail = index_.tail_along(tokens, salt);
+  if (!tail || tier_->holds(tail->hash)) return sent;
+  tier_->put(tail->hash, encode_page(*kv, tail->hash, tail->first_pos, tokens.subspan(tail->first_pos), tail->cells));
+  return sent + 1;
+}
+
+bool TieredPrefixCache::send_snapshot(std::span<const CacheToken> tokens, uint64_t salt) {
+  if (!tier_ || !mem_.rec()) return false;
+  const auto snapshots = index_.snapshots_along(tokens, salt);
+  if (snapshots.empty() || snapshots.back().first != tokens.size()) return false;
+  const size_t n = tokens.size();
+  const uint64_t key = snapshot_record_key(index_.prefix_hashes(tokens, salt, std::span<const size_t>(&n, 1))[0]);
+  if (tier_->holds(key)) return false;
+  tier_->put(key, encode_snapshot_record(key, static_cast<uint32_t>(n), *snapshots.back().second));
+  return true;
+}
+
+void TieredPrefixCache::refuse(uint64_t key, const char* why, TierFetch& out) {
+  // Damaged, foreign or stale: never used; forgotten, so what is computed now is stored again.
+  tier_->forget(key);
+  char line[128];
+  std::snprintf(line, sizeof line, "record %016llx from the page tier is %s", static_cast<unsigned long long>(key), why);
+  out.refused.emplace_back(line);
+}
+
+bool TieredPrefixCache::adopt_page(std::span<const CacheToken> usable, uint64_t salt, size_t first, size_t len,
+                                   uint64_t key, std::span<const uint8_t> bytes, TierFetch& out) {
+  KvCache& kv = *mem_.kv();
+  const auto page = decode_page(kv, bytes);
+  // A record is used only if it is exactly the page this chain expects.
+  if (!page || page->hash != key || page->first_pos != first || page->tokens.size() != len ||
+      !std::equal(page->tokens.begin(), page->tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first))) {
+    refuse(key, page ? "not the page this prompt expects" : "damaged", out);
+    return false;
+  }
+  return index_.adopt_page(usable.first(first + len), salt,
+                           [&](std::span<const uint32_t> cells) { write_page_rows(kv, *page, cells); });
+}
+
+TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t salt,
+                                   const std::function<void(size_t)>& before_adopt) {
+  TierFetch out;
+  if (!tier_ || !mem_.kv() || usable.empty()) return out;
+  const size_t P = page_tokens();
+  // Full pages past the local ones, in one round trip, in chain order up to the first missing.
+  size_t full = index_.cached_kv(usable, salt, usable.size()) / P;
+  const std::vector<uint64_t> chain = index_.chain_hashes(usable, salt);
+  if (full < chain.size()) {
+    const std::vector<uint64_t> wanted(chain.begin() + static_cast<std::ptrdiff_t>(full), chain.end());
+    const auto records = tier_->get(wanted);
+    size_t reach = full;
+    while (reach - full < records.size() && records[reach - full]) ++reach;
+    if (before_adopt) before_adopt(reach * P);
+    for (size_t i = 0; i < records.size() && records[i]; ++i, ++full, ++out.pages)
+      if (!adopt_page(usable, salt, full * P, P, wanted[i], *records[i], out)) break;
+  }
+  // Then the longest tail some instance stored after them (one key per possible length).
+  const size_t base = full * P;
+  const size_t max_tail = std::min<size_t>(P - 1, usable.size() - std::min(base, usable.size()));
+  if (max_tail > 0 && index_.cached_kv(usable, salt, usable.size()) < base + max_tail) {
+    std::vector<size_t> lengths(max_tail);
+    for (size_t k = 0; k < max_tail; ++k) lengths[k] = base + k + 1;
+    const std::vector<uint64_t> keys = index_.prefix_hashes(usable, salt, lengths);
+    const auto records = tier_->get(keys);
+    for (size_t k = max_tail; k >= 1; --k) {
+      if (!records[k - 1] || index_.cached_kv(usable, salt, usable.size()) >= base + k) continue;
+      if (adopt_page(usable, salt, base, k, keys[k - 1], *records[k - 1], out)) {
+        ++out.pages;
+        break;
+      }
+    }
+  }
+  out.kv_through = index_.cached_kv(usable, salt, usable.size());
+  if (mem_.rec()) fetch_snapshot(usable, salt, out);
+  return out;
+}
+
+void TieredPrefixCache::fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, TierFetch& out) {
+  const size_t P = page_tokens();
+  const size_t kv_end = index_.cached_kv(usable, salt, usable.size());
+  const size_t start = index_.lookup(usable, salt, usable.size());  // where a local snapshot lets the prompt start
+  if (kv_end <= start) return;
+  // Furthest first: every position of the last page the K/V reach (a turn ends anywhere), then
+  // page boundaries before it, a few round trips at most.
+  std::vector<std::vector<size_t>> rounds(1);
+  for (size_t n = kv_end; n > start && n + P > kv_end; --n) rounds[0].push_back(n);
+  constexpr size_t kBoundariesPerRound = 64, kBoundaryRounds = 3;
+  std::vector<size_t> boundaries;
+  for (size_t n = kv_end >= P ? (kv_end - P) / P * P : 0; n > start && boundaries.size() < kBoundariesPerRound * kBoundaryRounds;
+       n -= P)
+    boundaries.push_back(n);  // n > start >= 0 and a multiple of P: n - P does not wrap
+  for (size_t i = 0; i < boundaries.size(); i += kBoundariesPerRound)
+    rounds.emplace_back(boundaries.begin() + static_cast<std::ptrdiff_t>(i),
+                        boundaries.begin() + static_cast<std::ptrdiff_t>(std::min(boundaries.size(), i + kBoundariesPerRound)));
+  for (const std::vector<size_t>& positions : rounds) {
+    if (positions.empty()) continue;
+    std::vector<uint64_t> keys = index_.prefix_hashes(usable, salt, positions);
+    for (uint64_t& k : keys) k = snapshot_record_key(k);
+    const auto records = tier_->get(keys);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      if (!records[i]) continue;
+      auto snapshot = decode_snapshot_record(mem_, *records[i], keys[i], static_cast<uint32_t>(positions[i]));
+      if (!snapshot) {
+        refuse(keys[i], "not a snapshot this memory can take", out);
+        continue;
+      }
+      if (!index_.adopt_snapshot(usable.first(positions[i]), salt, std::move(*snapshot))) continue;
+      out.snapshot = true;
+      out.snapshot_at = positions[i];
+      return;
+    }
+  }
+}
+
+}  // namespace agentkv::memory

@@ -1,0 +1,48 @@
+// The memory's side of agentkv/prefix_cache.h: the prefix index of one memory (prefix_index.h)
+// and the page tiers behind it. Pages and snapshots leave for a tier as records
+// (page_record.h, snapshot_record.h) and come back verified: a record is used only when it is
+// exactly the page (hash, position, tokens) or snapshot the chain expects; anything else is
+// refused, forgotten by the tier and computed again.
+#pragma once
+#include "agentkv/prefix_cache.h"
+#include "memory/prefix_index.h"
+#include "memory/sequence_memory.h"
+
+namespace agentkv::memory {
+
+class TieredPrefixCache final : public PrefixCache {
+ public:
+  // index must belong to mem (SequenceMemory::enable_prefix_index) and outlive this.
+  TieredPrefixCache(SequenceMemory& mem, PrefixIndex& index) : mem_(mem), index_(index) {}
+
+  uint32_t page_tokens() const override { return index_.config().page_tokens; }
+  size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) const override;
+  size_t attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) override;
+  void publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail) override;
+  bool snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt) override;
+  size_t evict(size_t n_cells) override;
+  size_t forget_own(MemorySeqId seq) override;
+  PrefixCacheStats stats() const override;
+  SequencePages pages_of(MemorySeqId seq) const override;
+  std::vector<size_t> snapshot_points(std::span<const CacheToken> tokens, uint64_t salt) const override;
+
+  void set_tier(PageTier* tier) override { tier_ = tier; }
+  bool has_tier() const override { return tier_ != nullptr; }
+  size_t send_pages(std::span<const CacheToken> tokens, uint64_t salt, bool with_tail, size_t& sent_through) override;
+  bool send_snapshot(std::span<const CacheToken> tokens, uint64_t salt) override;
+  TierFetch fetch(std::span<const CacheToken> usable, uint64_t salt,
+                  const std::function<void(size_t)>& before_adopt) override;
+
+ private:
+  // The record of tokens usable[first, first + len) under this key, verified and indexed.
+  bool adopt_page(std::span<const CacheToken> usable, uint64_t salt, size_t first, size_t len, uint64_t key,
+                  std::span<const uint8_t> bytes, TierFetch& out);
+  void fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, TierFetch& out);
+  void refuse(uint64_t key, const char* why, TierFetch& out);
+
+  SequenceMemory& mem_;
+  PrefixIndex& index_;
+  PageTier* tier_ = nullptr;
+};
+
+}  // namespace agentkv::memory
