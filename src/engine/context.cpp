@@ -61,9 +61,8 @@ void Context::apply_pending_shift() {
 }
 
 void Context::count_keys_attended(const memory::UBatch& ub) {
-  const memory::KvCache* kv = memory_->kv();
-  if (!kv || ub.size() == 0) return;
-  const std::vector<int64_t> seen = memory::keys_seen(*kv, ub);
+  if (!memory_->kv() || ub.size() == 0) return;
+  const std::vector<int64_t> seen = memory::keys_seen(attention_, ub.size());
   for (int64_t n : seen) stats_.n_keys_attended += n;
   stats_.last_keys_attended = seen.back();
 }
@@ -203,6 +202,8 @@ int Context::decode(const Batch& b) {
     auto placement = memory_->prepare(ub);
     if (!placement) return 1;
     memory_->apply(ub, *placement);
+    // The attention view, once per micro-batch for every attention layer (and the key count).
+    if (memory_->kv()) memory::attention_groups(*memory_->kv(), ub, attention_);
     count_keys_attended(ub);
 
     ForwardBatch fb;
@@ -213,6 +214,7 @@ int Context::decode(const Batch& b) {
     fb.rec_placement = &placement->rec;
     fb.output_rows = out_rows;
     fb.queries = queries_.get();
+    if (memory_->kv()) fb.attention = &attention_;
     if (params_.embeddings) fb.embeddings = embeddings_.data() + out_base * n_embd;
     else fb.logits = logits_.data() + out_base * n_vocab;
     model_.forward(fb, mem, ws_, pool_);

@@ -124,6 +124,7 @@ class Context {
   std::unique_ptr<memory::SequenceMemory> memory_;
   std::unique_ptr<memory::QueryWindow> queries_;
   std::unique_ptr<PrefixCache> prefix_cache_;
+  std::vector<memory::AttentionGroup> attention_;  // the view of the micro-batch being decoded
   Workspace ws_;
   std::vector<float> logits_;
   std::vector<float> embeddings_;

@@ -10,32 +10,48 @@
 namespace agentkv::memory {
 namespace {
 
-// The cells of `seq` in `cells` at positions <= max_pos, by (position, cell).
+// The cells of `seq` in `cells` at positions <= max_pos, by (position, cell). Run once per
+// micro-batch over every cell (each decoded token at depth pays for it): no reallocation once the
+// vectors have grown, no bounds-checked bit tests.
 void keys_by_position(const KvCells& cells, SeqId seq, Pos max_pos, std::vector<int32_t>& rows,
                       std::vector<Pos>& pos) {
   const Pos* cell_pos = cells.pos_data();
   const SeqSet* cell_seq = cells.seq_data();
   const uint32_t end = cells.used_max_p1();
-  rows.clear();
-  pos.clear();
+  rows.resize(end);
+  pos.resize(end);
+  size_t n = 0;
   bool ordered = true;  // cells written in position order (the common case) need no sort
+  Pos last = -1;
+  const auto bit = static_cast<size_t>(seq);
   for (uint32_t c = 0; c < end; ++c) {
-    if (cell_pos[c] < 0 || cell_pos[c] > max_pos || !cell_seq[c].test(static_cast<size_t>(seq))) continue;
-    if (!pos.empty() && cell_pos[c] < pos.back()) ordered = false;
-    rows.push_back(static_cast<int32_t>(c));
-    pos.push_back(cell_pos[c]);
+    const Pos p = cell_pos[c];
+    if (p < 0 || p > max_pos || !cell_seq[c][bit]) continue;
+    ordered = ordered && p >= last;
+    last = p;
+    rows[n] = static_cast<int32_t>(c);
+    pos[n] = p;
+    ++n;
   }
+  rows.resize(n);
+  pos.resize(n);
   if (ordered) return;
-  std::vector<std::pair<Pos, int32_t>> keyed(rows.size());
-  for (size_t j = 0; j < rows.size(); ++j) keyed[j] = {pos[j], rows[j]};
+  std::vector<std::pair<Pos, int32_t>> keyed(n);
+  for (size_t j = 0; j < n; ++j) keyed[j] = {pos[j], rows[j]};
   std::sort(keyed.begin(), keyed.end());
-  for (size_t j = 0; j < rows.size(); ++j) pos[j] = keyed[j].first, rows[j] = keyed[j].second;
+  for (size_t j = 0; j < n; ++j) pos[j] = keyed[j].first, rows[j] = keyed[j].second;
 }
 
 }  // namespace
 
 std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub) {
   std::vector<AttentionGroup> groups;
+  attention_groups(kv, ub, groups);
+  return groups;
+}
+
+void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<AttentionGroup>& groups) {
+  size_t n_groups = 0;  // groups[0, n_groups) are this micro-batch's; the vectors of the others are reused
   for (size_t t = 0; t < ub.size(); ++t) {
     if (ub.seq[t].empty()) throw Error("attention view: token " + std::to_string(t) + " has no sequence");
     const SeqId s = ub.seq[t][0];
@@ -43,20 +59,23 @@ std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub
       throw Error("attention view: token " + std::to_string(t) + " has sequence id " + std::to_string(s) +
                   " outside [0, " + std::to_string(kv.layout().n_seq_max) + ")");
     const uint32_t stream = kv.stream_of(s);
-    auto g = std::find_if(groups.begin(), groups.end(),
-                          [&](const AttentionGroup& x) { return x.seq == s && x.stream == stream; });
-    if (g == groups.end()) {
-      groups.emplace_back();
-      g = groups.end() - 1;
+    const auto end = groups.begin() + static_cast<std::ptrdiff_t>(n_groups);
+    auto g = std::find_if(groups.begin(), end, [&](const AttentionGroup& x) { return x.seq == s && x.stream == stream; });
+    if (g == end) {
+      if (n_groups == groups.size()) groups.emplace_back();
+      g = groups.begin() + static_cast<std::ptrdiff_t>(n_groups++);
       g->stream = stream;
       g->seq = s;
+      g->tokens.clear();
+      g->n_tail = 0;
     }
     g->tokens.push_back(static_cast<int>(t));
   }
+  groups.resize(n_groups);
   const KvLayout& layout = kv.layout();
   const bool split_tail = kv.windowed() &&
                           (layout.tail_type_k != layout.type_k || layout.tail_type_v != layout.type_v);
-  std::vector<Pos> key_pos;
+  thread_local std::vector<Pos> key_pos;  // positions of a group's keys (kept: grown once)
   for (AttentionGroup& g : groups) {
     Pos max_pos = -1;
     for (int t : g.tokens) max_pos = std::max(max_pos, ub.pos[static_cast<size_t>(t)]);
@@ -75,9 +94,20 @@ std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub
       key_pos = std::move(pos);
     }
     const size_t n = g.rows.size();
+    // Every token sees every key (a decode step, or tokens after all of their sequence's keys):
+    // no mask, so the kernel reads none.
+    Pos min_pos = max_pos;
+    for (int t : g.tokens) min_pos = std::min(min_pos, ub.pos[static_cast<size_t>(t)]);
+    const Pos max_key = key_pos.empty() ? -1 : *std::max_element(key_pos.begin(), key_pos.end());
+    g.keys_visible.assign(g.tokens.size(), static_cast<int64_t>(n));
+    if (max_key <= min_pos) {
+      g.mask.clear();
+      continue;
+    }
     g.mask.assign(g.tokens.size() * n, -INFINITY);
     for (size_t i = 0; i < g.tokens.size(); ++i) {
       const Pos p = ub.pos[static_cast<size_t>(g.tokens[i])];
+      g.keys_visible[i] = 0;
       // Keys are sorted by position (each part when split): the visible ones are a prefix of each.
       for (const auto [begin, end] : {std::pair<size_t, size_t>{0, g.n_tail}, std::pair<size_t, size_t>{g.n_tail, n}}) {
         const auto first = key_pos.begin() + static_cast<std::ptrdiff_t>(begin);
@@ -85,38 +115,16 @@ std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub
             std::upper_bound(first, key_pos.begin() + static_cast<std::ptrdiff_t>(end), p) - first);
         std::fill(g.mask.begin() + static_cast<std::ptrdiff_t>(i * n + begin),
                   g.mask.begin() + static_cast<std::ptrdiff_t>(i * n + begin + n_visible), 0.0f);
+        g.keys_visible[i] += static_cast<int64_t>(n_visible);
       }
     }
   }
-  return groups;
 }
 
-std::vector<int64_t> keys_seen(const KvCache& kv, const UBatch& ub) {
-  // A cell at position q is seen by every token of its sequence whose position is >= q, i.e. a
-  // suffix of that sequence's tokens sorted by position; a difference array over that order
-  // gives every token's count.
-  std::vector<int64_t> seen(ub.size(), 0);
-  std::vector<bool> done(ub.size(), false);
-  for (size_t first = 0; first < ub.size(); ++first) {
-    if (done[first]) continue;
-    const SeqId s = ub.seq[first][0];
-    std::vector<std::pair<Pos, size_t>> order;  // (position, token) of this sequence
-    for (size_t t = first; t < ub.size(); ++t)
-      if (!done[t] && ub.seq[t][0] == s) order.emplace_back(ub.pos[t], t), done[t] = true;
-    std::sort(order.begin(), order.end());
-    std::vector<int64_t> diff(order.size() + 1, 0);
-    const KvCells& c = kv.cells(kv.stream_of(s));
-    for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
-      if (!c.has_seq(i, s)) continue;
-      const auto k = std::lower_bound(order.begin(), order.end(), std::make_pair(c.pos(i), size_t{0})) - order.begin();
-      ++diff[static_cast<size_t>(k)];
-    }
-    int64_t running = 0;
-    for (size_t k = 0; k < order.size(); ++k) {
-      running += diff[k];
-      seen[order[k].second] = running;
-    }
-  }
+std::vector<int64_t> keys_seen(const std::vector<AttentionGroup>& groups, size_t n_tokens) {
+  std::vector<int64_t> seen(n_tokens, 0);
+  for (const AttentionGroup& g : groups)
+    for (size_t i = 0; i < g.tokens.size(); ++i) seen[static_cast<size_t>(g.tokens[i])] = g.keys_visible[i];
   return seen;
 }
 

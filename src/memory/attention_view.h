@@ -21,7 +21,9 @@ struct AttentionGroup {
                                 // <= the group's last position, by (position, cell); read them
                                 // through layer_key_rows, not as offsets into a buffer
   std::vector<float> mask;      // tokens.size() x rows.size(): 0 where the token sees key j
-                                // (its position >= the key's), else -inf
+                                // (its position >= the key's), else -inf; empty when every
+                                // token sees every key (a decode step): attention reads no mask
+  std::vector<int64_t> keys_visible;  // per token: how many of the keys it sees
   // A windowed cache whose tail type differs from the hot type (memory/kv_cache.h): the first
   // n_tail keys are the tail's (by position, stored as tail_type_k / tail_type_v), the rest the
   // hot ones (by position); attention runs over each part and merges them by log-sum-exp.
@@ -33,6 +35,9 @@ struct AttentionGroup {
 // ub must be applied to kv (its tokens occupy their cells). Throws agentkv::Error for a token
 // without a sequence or with a sequence id outside the cache.
 std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub);
+// The same into `groups`, reusing the vectors it holds (a decode step at depth would otherwise
+// allocate the key lists anew for every token).
+void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<AttentionGroup>& groups);
 
 // Key j's K and V row of one layer, for every key of g in its order: what the attention kernel
 // reads (kernels/attention.h). Only the memory knows where rows live, so pages can move between
@@ -40,8 +45,8 @@ std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub
 void layer_key_rows(const KvCache& kv, const AttentionGroup& g, int layer, std::vector<const uint8_t*>& k,
                     std::vector<const uint8_t*>& v);
 
-// For every token of ub (applied to kv): how many keys it attends over (its first sequence's
-// cells at positions <= its own), without building the groups. One pass over the cells per sequence.
-std::vector<int64_t> keys_seen(const KvCache& kv, const UBatch& ub);
+// For every token of a micro-batch of n_tokens, grouped as `groups` (attention_groups): how many
+// keys it attends over (its first sequence's cells at positions <= its own).
+std::vector<int64_t> keys_seen(const std::vector<AttentionGroup>& groups, size_t n_tokens);
 
 }  // namespace agentkv::memory

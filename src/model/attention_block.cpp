@@ -85,11 +85,11 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
 
   // 2. Attention per group of tokens that see one sequence's keys, listed by position: the sums
   //    do not depend on which cells hold the keys (memory/attention_view.h).
-  if (batch.id == 0 || ws.groups_batch_id != batch.id) {
+  if (!batch.attention && (batch.id == 0 || ws.groups_batch_id != batch.id)) {
     ws.attention_groups = memory::attention_groups(kv, ub);
     ws.groups_batch_id = batch.id;
   }
-  for (const memory::AttentionGroup& g : ws.attention_groups) {
+  for (const memory::AttentionGroup& g : batch.attention ? *batch.attention : ws.attention_groups) {
     const std::vector<int>& tokens = g.tokens;
     const int64_t nt = static_cast<int64_t>(tokens.size());
     const bool contiguous = tokens.front() == 0 && nt == n_tokens;
@@ -115,7 +115,7 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     a.k_type = layout.type_k;
     a.v_type = layout.type_v;
     a.n_kv = static_cast<int64_t>(g.rows.size());
-    a.mask = g.mask.data();
+    a.mask = g.mask.empty() ? nullptr : g.mask.data();  // empty: every token sees every key
     a.mask_stride = a.n_kv;
     a.out = out_rows;
     a.out_stride = n_q;
@@ -140,7 +140,7 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
       a.k_rows += n_tail;
       a.v_rows += n_tail;
       a.n_kv -= n_tail;
-      a.mask += n_tail;
+      if (a.mask) a.mask += n_tail;
       a.lse = lse + nt * n_heads;
       attention(a, pool);
       const int64_t hd = shape.head_dim;

@@ -72,6 +72,9 @@ struct ForwardBatch {
   float* embeddings = nullptr;
   // Set: every attention layer records its query rows here (eviction scoring, engine/retention.h).
   memory::QueryWindow* queries = nullptr;
+  // The memory's attention view of ub (memory::attention_groups), when the caller made it; null:
+  // the attention layers make it once per id (every call when id is 0).
+  const std::vector<memory::AttentionGroup>* attention = nullptr;
 };
 
 class Model {
