@@ -66,7 +66,10 @@ def start_cluster(tmp_path, *serve_flags, model=MODEL, redis=False):
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
-            if all(request(p, "GET", "/health", timeout=2)[0] == 200 for p in (base, base + 1, base + 2)):
+            # The instances first, nginx only once both answer: a probe through nginx that reaches an
+            # instance not yet listening marks it down for fail_timeout (10 s), and a test that then
+            # kills the other one would get 502 from nginx.
+            if all(request(p, "GET", "/health", timeout=2)[0] == 200 for p in (base + 1, base + 2, base)):
                 break
             assert proc.poll() is None, open(tmp_path / "cluster.log").read()
             time.sleep(0.1)
