@@ -561,7 +561,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
       prefix_cache_->forget_own(slot.id);
       slot.forget_sent_beyond(0);
     }
-    // Pages any slot computed (the prefix index) when they give more than the slot's own cache.
+    // Pages any slot computed (the prefix cache) when they give more than the slot's own cache.
     const size_t n_cached = slot.cache.size();
     if (p.cache_prompt) fetch_from_tier(slot, prompt);
     const size_t attached = p.cache_prompt ? attach_shared(slot, prompt, own_reuse_estimate(slot, prompt)) : 0;

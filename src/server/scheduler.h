@@ -47,9 +47,9 @@ struct SchedulerConfig {
                             // room changes nothing (Context::decode keeps earlier micro-batches)
   double slot_similarity = 0.10;
   size_t checkpoint_bytes = 256u << 20;  // hybrid models: RAM for recurrent snapshots on page chains, all slots
-  uint32_t page_tokens = 16;             // tokens per page of the prefix index (docs/memory-semantics.md)
+  uint32_t page_tokens = 16;             // tokens per page of the prefix cache (docs/memory-semantics.md)
   uint64_t model_fingerprint = 0;        // names cached pages (with the KV types)
-  // Every slot may attach pages any slot computed (memory/prefix_index.h). Off: the index still
+  // Every slot may attach pages any slot computed (agentkv/prefix_cache.h). Off: the cache still
   // holds every slot's pages and snapshots, but each slot finds only its own.
   bool share_prefixes = true;
   // Embedding server (--embedding): the context keeps hidden states, not logits; a task evaluates
@@ -73,7 +73,7 @@ struct SlotStateBlob {
 
 class Scheduler {
  public:
-  // ctx must have n_seq_max >= cfg.n_slots + 1: sequence n_slots holds the prefix index's pages.
+  // ctx must have n_seq_max >= cfg.n_slots + 1: sequence n_slots holds the prefix cache's pages.
   Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
@@ -138,24 +138,24 @@ class Scheduler {
   void wipe(Slot& slot);                   // the slot's sequence leaves memory
   void take_checkpoint(Slot& slot);
   size_t tail_checkpoint_at(const Slot& slot) const;  // 0: none for this slot's prompt
-  // Offers the slot's cached tokens to the prefix index: full pages, and the tail when with_tail.
+  // Offers the slot's cached tokens to the prefix cache: full pages, and the tail when with_tail.
   void publish(Slot& slot, bool with_tail);
-  // Attaches the prompt's longest cached prefix from the index when it beats what the slot keeps
+  // Attaches the prompt's longest cached prefix from the cache when it beats what the slot keeps
   // itself (own_keep tokens); returns the tokens attached (0: the slot is left as it was).
   size_t attach_shared(Slot& slot, std::span<const Token> prompt, size_t own_keep);
   // The salt the slot's pages are indexed under: the request's cache_salt, and with sharing off
-  // the slot's own namespace too (the index then serves each slot only what it computed).
+  // the slot's own namespace too (the cache then serves each slot only what it computed).
   uint64_t page_salt(const Slot& slot) const;
-  // The page tiers (--cache-redis, --cache-dir): new full pages of the slot's chain go out, its
-  // tail too when with_tail; a prompt whose chain continues past the local pages brings the rest
-  // in — full pages in one round trip, then the longest stored tail after them and (hybrid) the
-  // furthest recurrent snapshot the K/V then reach — before the attach. Returns the pages fetched.
+  // The page tiers (--cache-redis, --cache-dir, --cache-warm), through the prefix cache: the slot's
+  // new pages (and tail when with_tail) go out; a prompt's pages beyond the local ones come in
+  // before the attach (PrefixCache::fetch), the slot's own cache let go when the tier gives more.
+  // Returns the pages fetched.
   void send_to_tier(Slot& slot, bool with_tail);
   void send_snapshot_to_tier(Slot& slot);  // hybrid: the snapshot just taken at the slot's end, with its pages
-  void finish_embedding(Slot& slot);  // embedding servers: the prompt is read; pool and answer
   size_t fetch_from_tier(Slot& slot, std::span<const Token> prompt);
+  void finish_embedding(Slot& slot);  // embedding servers: the prompt is read; pool and answer
   uint64_t page_salt_for(int slot_id, uint64_t cache_salt) const;
-  // A state was loaded into the slot: its pages go into the index and (hybrid) its checkpoints
+  // A state was loaded into the slot: its pages go into the cache and (hybrid) its checkpoints
   // become snapshots on them.
   void adopt_restored(Slot& slot, std::vector<LoadedCheckpoint> checkpoints);
   // What the slot's own cache would keep of the prompt (hybrid: down to its latest snapshot).
