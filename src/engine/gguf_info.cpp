@@ -115,7 +115,7 @@ std::string describe(const gguf::Reader& r, bool full) {
   appendf(out, "file:      %s (%llu bytes)\n", r.path().c_str(), static_cast<unsigned long long>(r.file_size()));
   appendf(out, "version:   %u\n", r.version());
   appendf(out, "alignment: %llu%s\n", static_cast<unsigned long long>(r.alignment()),
-              r.has("general.alignment") ? "" : " (default)");
+          r.has("general.alignment") ? "" : " (default)");
   appendf(out, "data:      starts at byte %llu\n", static_cast<unsigned long long>(r.data_offset()));
 
   size_t key_width = 0;
@@ -125,22 +125,22 @@ std::string describe(const gguf::Reader& r, bool full) {
     std::string type = type_label(v);
     if (v.type == ValueType::ARRAY) type += "(" + std::to_string(v.array_size()) + ")";
     appendf(out, "  %-*s  %-22s %s\n", static_cast<int>(key_width), key.c_str(), type.c_str(),
-                format_value(v, full).c_str());
+            format_value(v, full).c_str());
   }
 
   size_t name_width = 4;
   for (const auto& t : r.tensors()) name_width = std::max(name_width, t.name.size());
   appendf(out, "\ntensors: %zu\n", r.tensors().size());
   appendf(out, "  %-*s  %-7s %-22s %12s %12s\n", static_cast<int>(name_width), "name", "type", "shape", "offset",
-              "bytes");
+          "bytes");
   uint64_t total_bytes = 0;
   int64_t total_elements = 0;
   std::map<std::string, size_t> per_type;
   for (const auto& t : r.tensors()) {
     const std::string type(ggml_type_name(t.type));
     appendf(out, "  %-*s  %-7s %-22s %12llu %12llu\n", static_cast<int>(name_width), t.name.c_str(), type.c_str(),
-                shape(t).c_str(), static_cast<unsigned long long>(t.offset),
-                static_cast<unsigned long long>(t.nbytes));
+            shape(t).c_str(), static_cast<unsigned long long>(t.offset),
+            static_cast<unsigned long long>(t.nbytes));
     total_bytes += t.nbytes;
     total_elements += t.n_elements();
     ++per_type[type];
@@ -148,9 +148,9 @@ std::string describe(const gguf::Reader& r, bool full) {
   std::string types;
   for (const auto& [name, count] : per_type) types += (types.empty() ? "" : ", ") + name + " x" + std::to_string(count);
   appendf(out, "\ntotal: %zu tensors, %lld elements, %llu bytes (%.2f MiB)%s%s\n", r.tensors().size(),
-              static_cast<long long>(total_elements), static_cast<unsigned long long>(total_bytes),
-              static_cast<double>(total_bytes) / (1024.0 * 1024.0), types.empty() ? "" : "; types: ",
-              types.c_str());
+          static_cast<long long>(total_elements), static_cast<unsigned long long>(total_bytes),
+          static_cast<double>(total_bytes) / (1024.0 * 1024.0), types.empty() ? "" : "; types: ",
+          types.c_str());
   return out;
 }
 
