@@ -1,18 +1,39 @@
 # Fails when a file under SRC_DIR/<layer>/ includes a header of a higher layer (LAYERS: lowest first,
 # ','-separated) or when a directory under SRC_DIR belongs to no layer. Run at every build
 # (CMakeLists.txt) so an upward include fails the build, naming the file and the line.
-# SEALED (optional, ','-separated) names the layers whose internals the layers in SEALED_FOR may not
-# see: a file of those includes none of their headers and names no `memory::` type; it reaches
-# them through include/agentkv/ and the engine (docs/architecture.md, "Layers").
-#   cmake -DSRC_DIR=src -DLAYERS=core,gguf,... [-DSEALED=memory,... -DSEALED_FOR=server] -P cmake/check_layers.cmake
+# SEALED (optional, ','-separated) names the layers whose internals the layers in SEALED_FOR, and
+# the command's sources in TOOLS_DIR (optional; its .h / .cpp files, not tools/train/'s Python),
+# may not see: a file of those includes none of their headers and names no `memory::` or `gguf::`
+# type; it reaches them through include/agentkv/ and the engine (docs/architecture.md, "Layers").
+#   cmake -DSRC_DIR=src -DLAYERS=core,gguf,... [-DSEALED=memory,... -DSEALED_FOR=server] [-DTOOLS_DIR=tools]
+#         -P cmake/check_layers.cmake
 if(NOT SRC_DIR OR NOT LAYERS)
   message(FATAL_ERROR "check_layers: SRC_DIR and LAYERS are required")
 endif()
 string(REPLACE "," ";" LAYERS "${LAYERS}")
 string(REPLACE "," ";" SEALED "${SEALED}")
 string(REPLACE "," ";" SEALED_FOR "${SEALED_FOR}")
-file(GLOB dirs LIST_DIRECTORIES true RELATIVE ${SRC_DIR} ${SRC_DIR}/*)
 set(errors "")
+
+# A file of a sealed user (`user`: "server", "tools"), shown as `shown`: no sealed names, no
+# sealed headers. Appends to `errors`.
+function(check_sealed_user f shown user)
+  file(STRINGS ${f} peeks REGEX "(^|[^A-Za-z0-9_])(memory|gguf)::")
+  foreach(line ${peeks})
+    string(APPEND errors "\n  ${shown}: names a memory:: or gguf:: type (${user} sees them through include/agentkv/ and the engine): ${line}")
+  endforeach()
+  file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]+\"[a-z_]+/")
+  foreach(line ${lines})
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+\"([a-z_]+)/.*" "\\1" target "${line}")
+    list(FIND SEALED ${target} sealed)
+    if(sealed GREATER -1)
+      string(APPEND errors "\n  ${shown}: ${line} (${target} is sealed from ${user}: use include/agentkv/ or the engine)")
+    endif()
+  endforeach()
+  set(errors "${errors}" PARENT_SCOPE)
+endfunction()
+
+file(GLOB dirs LIST_DIRECTORIES true RELATIVE ${SRC_DIR} ${SRC_DIR}/*)
 foreach(dir ${dirs})
   if(NOT IS_DIRECTORY ${SRC_DIR}/${dir})
     continue()
@@ -25,28 +46,33 @@ foreach(dir ${dirs})
   file(GLOB_RECURSE files ${SRC_DIR}/${dir}/*.h ${SRC_DIR}/${dir}/*.cpp)
   list(FIND SEALED_FOR ${dir} sealed_user)
   foreach(f ${files})
+    file(RELATIVE_PATH rel ${SRC_DIR} ${f})
     if(sealed_user GREATER -1)
-      file(RELATIVE_PATH rel ${SRC_DIR} ${f})
-      file(STRINGS ${f} peeks REGEX "memory::")
-      foreach(line ${peeks})
-        string(APPEND errors "\n  src/${rel}: names a memory:: type (${dir} sees the memory through include/agentkv/ and the engine): ${line}")
-      endforeach()
+      check_sealed_user(${f} "src/${rel}" ${dir})
     endif()
     file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]+\"[a-z_]+/")
     foreach(line ${lines})
       string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+\"([a-z_]+)/.*" "\\1" target "${line}")
       list(FIND LAYERS ${target} other)
-      list(FIND SEALED ${target} sealed)
-      if(sealed_user GREATER -1 AND sealed GREATER -1)
-        file(RELATIVE_PATH rel ${SRC_DIR} ${f})
-        string(APPEND errors "\n  src/${rel}: ${line} (${target} is sealed from ${dir}: use include/agentkv/ or the engine)")
-      elseif(other GREATER own)
-        file(RELATIVE_PATH rel ${SRC_DIR} ${f})
+      if(other GREATER own)
         string(APPEND errors "\n  src/${rel}: ${line} (${dir} is below ${target})")
       endif()
     endforeach()
   endforeach()
 endforeach()
+
+if(TOOLS_DIR)
+  file(GLOB_RECURSE files ${TOOLS_DIR}/*.h ${TOOLS_DIR}/*.cpp)
+  foreach(f ${files})
+    file(RELATIVE_PATH rel ${TOOLS_DIR} ${f})
+    check_sealed_user(${f} "tools/${rel}" tools)
+  endforeach()
+endif()
+
 if(errors)
-  message(FATAL_ERROR "layering broken (data flows ${LAYERS}; sealed from ${SEALED_FOR}: ${SEALED}):${errors}")
+  set(users ${SEALED_FOR})
+  if(TOOLS_DIR)
+    list(APPEND users tools)
+  endif()
+  message(FATAL_ERROR "layering broken (data flows ${LAYERS}; sealed from ${users}: ${SEALED}):${errors}")
 endif()

@@ -71,7 +71,7 @@ struct Setting {
 
 // Drops positions of sequence 0 (holding [0, n_past)) by the setting until budget × n_past remain;
 // returns what it then holds.
-memory::Pos evict_to_budget(Context& ctx, const Setting& s, memory::Pos n_past) {
+MemoryPos evict_to_budget(Context& ctx, const Setting& s, MemoryPos n_past) {
   if (!s.policy) return n_past;
   EvictionRequest r;
   r.seq = 0;
@@ -82,9 +82,9 @@ memory::Pos evict_to_budget(Context& ctx, const Setting& s, memory::Pos n_past) 
   r.n_recent = scored ? static_cast<int>(kSnapKvWindow) : 0;
   r.n_discard = n_past - static_cast<int>(std::lround(s.budget * n_past));
   r.raw_attention = s.oracle;
-  const std::vector<memory::Pos> dropped = choose_evictions(ctx, r);
+  const std::vector<MemoryPos> dropped = choose_evictions(ctx, r);
   evict_positions(ctx, 0, dropped, n_past);
-  return n_past - static_cast<memory::Pos>(dropped.size());
+  return n_past - static_cast<MemoryPos>(dropped.size());
 }
 
 struct Row {
@@ -105,10 +105,10 @@ std::vector<uint16_t> score_window(Context& ctx, const Setting& s, std::span<con
   // The oracle records the queries of the tokens it will score, then forgets their positions.
   b.add_sequence(window.data(), s.oracle ? window.size() - 1 : static_cast<size_t>(L - 1), 0, 0, false);
   if (ctx.decode(b) != 0) throw Error("a window does not fit in the context");
-  if (s.oracle) ctx.memory().seq_rm(0, static_cast<memory::Pos>(L - 1), -1);
-  const memory::Pos at = evict_to_budget(ctx, s, static_cast<memory::Pos>(L - 1));
+  if (s.oracle) ctx.memory().seq_rm(0, static_cast<MemoryPos>(L - 1), -1);
+  const MemoryPos at = evict_to_budget(ctx, s, static_cast<MemoryPos>(L - 1));
   b.clear();
-  for (int64_t j = 0; j < n_score; ++j) b.add(window[static_cast<size_t>(L - 1 + j)], at + static_cast<memory::Pos>(j), {0}, true);
+  for (int64_t j = 0; j < n_score; ++j) b.add(window[static_cast<size_t>(L - 1 + j)], at + static_cast<MemoryPos>(j), {0}, true);
   if (ctx.decode(b) != 0) throw Error("a window does not fit in the context");
   std::vector<uint16_t> out(static_cast<size_t>(n_score * n_vocab));
   for (int64_t j = 0; j < n_score; ++j) {
@@ -146,7 +146,7 @@ int measure_cost(Context& ctx, const std::vector<Token>& text, int64_t depth, co
   const double prefill_s = seconds_since(t0);
   for (int i = 0; i < 32; ++i) {  // the observation window
     b.clear();
-    b.add(text[static_cast<size_t>(depth + i)], static_cast<memory::Pos>(depth + i), {0}, true);
+    b.add(text[static_cast<size_t>(depth + i)], static_cast<MemoryPos>(depth + i), {0}, true);
     if (ctx.decode(b) != 0) throw Error("--cost-depth does not fit in -c");
   }
   const int n_past = static_cast<int>(depth + 32);
@@ -268,7 +268,7 @@ int bench_evict(Args& a) {
       std::vector<std::string> answers;
       for (const PasskeyCase& c : cases)
         answers.push_back(answer_passkey(ctx, c, [&](Context& cx) {
-          return evict_to_budget(cx, s, static_cast<memory::Pos>(c.prompt.size() - 1));
+          return evict_to_budget(cx, s, static_cast<MemoryPos>(c.prompt.size() - 1));
         }));
       row.recall = recall_by_depth(cases, answers, depths);
     }

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "engine/context.h"
+#include "engine/kv_footprint.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
 #include "tools/kv_flags.h"
@@ -76,7 +77,7 @@ class InProcess : public Backend {
     cp.n_ctx = static_cast<uint32_t>(max_L + max_new + 256);
     ctx_ = std::make_unique<Context>(*model_, cp);
     // Fake-prefix cells are never written; without this they would read the shared zero page.
-    if (auto* kv = ctx_->memory().kv()) kv->prefault();
+    prefault_kv(*ctx_);
     n_vocab_ = static_cast<int32_t>(model_->n_vocab());
     // Warm-up (page in weights, size the scratch) so the first step is not charged for it.
     Batch b;
@@ -88,7 +89,7 @@ class InProcess : public Backend {
 
   double fake(const Step& s, int64_t& keys) override {
     auto& mem = ctx_->memory();
-    if (s.L > 0) ctx_->seq_fake_prefix(2, static_cast<memory::Pos>(s.L));
+    if (s.L > 0) ctx_->seq_fake_prefix(2, static_cast<MemoryPos>(s.L));
     const double t = time_new_tokens(s, 2, keys);
     if (ctx_->stats().n_tokens != s.n_new)
       only_new_failed(s, "evaluated " + std::to_string(ctx_->stats().n_tokens) + " tokens, expected new=" +
@@ -112,7 +113,7 @@ class InProcess : public Backend {
   double baseline(const Step& s) override {
     Batch b;
     for (int64_t i = 0; i < s.L + s.n_new; ++i)
-      b.add(synthetic_token(0, i, n_vocab_), static_cast<memory::Pos>(i), {2}, i + 1 == s.L + s.n_new);
+      b.add(synthetic_token(0, i, n_vocab_), static_cast<MemoryPos>(i), {2}, i + 1 == s.L + s.n_new);
     ctx_->reset_stats();
     const auto t0 = Clock::now();
     decode_or_throw(b, "baseline");
@@ -137,16 +138,16 @@ class InProcess : public Backend {
       b.clear();
       const int64_t end = std::min(L, start + ub);
       for (int64_t p = start; p < end; ++p)
-        b.add(synthetic_token(0, p, n_vocab_), static_cast<memory::Pos>(p), {0}, p + 1 == end);
+        b.add(synthetic_token(0, p, n_vocab_), static_cast<MemoryPos>(p), {0}, p + 1 == end);
       decode_or_throw(b, "real prefix");
     }
     real_len_ = L;
   }
   // Times the N new tokens of the step on `seq` (one batch: the engine splits it in micro-batches).
-  double time_new_tokens(const Step& s, memory::SeqId seq, int64_t& keys) {
+  double time_new_tokens(const Step& s, MemorySeqId seq, int64_t& keys) {
     Batch b;
     for (int64_t i = 0; i < s.n_new; ++i)
-      b.add(synthetic_token(s.step + 1, i, n_vocab_), static_cast<memory::Pos>(s.L + i), {seq}, i + 1 == s.n_new);
+      b.add(synthetic_token(s.step + 1, i, n_vocab_), static_cast<MemoryPos>(s.L + i), {seq}, i + 1 == s.n_new);
     ctx_->reset_stats();
     const auto t0 = Clock::now();
     decode_or_throw(b, "new tokens");

@@ -16,9 +16,9 @@
 
 #include "core/error.h"
 #include "engine/context.h"
+#include "engine/seq_snapshot.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
-#include "memory/snapshot.h"
 #include "server/grammar_run.h"
 #include "tools/args.h"
 #include "tools/bench_common.h"
@@ -78,10 +78,10 @@ int bench_grammar(Args& a) {
   // The prompt, evaluated once; every run starts from its snapshot.
   const std::vector<Token> prompt = tok.encode("Describe a file of the repository as JSON:\n", false, true);
   Batch b;
-  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<memory::Pos>(i), {0}, i + 1 == prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], static_cast<MemoryPos>(i), {0}, i + 1 == prompt.size());
   if (ctx.decode(b) != 0) throw Error("the prompt does not fit");
   const std::vector<float> prompt_logits(ctx.last_logits(), ctx.last_logits() + model->n_vocab());
-  const memory::MemorySnapshot start = memory::MemorySnapshot::capture(ctx.memory(), -1);
+  const SeqSnapshot start = SeqSnapshot::capture(ctx, -1);
 
   SamplerParams sp;
   sp.temperature = static_cast<float>(temp);
@@ -92,7 +92,7 @@ int bench_grammar(Args& a) {
   settings.grammar = g;
 
   auto run_once = [&](bool constrained) {
-    start.restore(ctx.memory(), -1);
+    start.restore(ctx, -1);
     Sampler sampler(sp);
     std::optional<server::GrammarRun> run;
     if (constrained) run.emplace(matcher, trie, settings);
@@ -116,7 +116,7 @@ int bench_grammar(Args& a) {
       r.sample_seconds += std::chrono::duration<double>(Clock::now() - ts).count();
       history.push_back(id);
       b.clear();
-      b.add(id, static_cast<memory::Pos>(history.size() - 1), {0}, true);
+      b.add(id, static_cast<MemoryPos>(history.size() - 1), {0}, true);
       if (ctx.decode(b) != 0) throw Error("generation does not fit");
       logits = ctx.last_logits();
     }

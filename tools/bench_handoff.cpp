@@ -64,7 +64,7 @@ class Engine {
   static double eval(Context& ctx, const std::vector<int32_t>& prompt, size_t from, size_t to) {
     if (from >= to) return 0;
     Batch b;
-    for (size_t i = from; i < to; ++i) b.add(prompt[i], static_cast<memory::Pos>(i), {0}, i + 1 == to);
+    for (size_t i = from; i < to; ++i) b.add(prompt[i], static_cast<MemoryPos>(i), {0}, i + 1 == to);
     const auto t0 = Clock::now();
     if (ctx.decode(b) != 0) throw Error("handoff: the context has no room");
     return since(t0);
@@ -80,7 +80,7 @@ class Engine {
       out.push_back(argmax(logits.data(), nv));
       if (i + 1 == n_gen) break;
       Batch b;
-      b.add(out.back(), static_cast<memory::Pos>(pos + i), {0}, true);
+      b.add(out.back(), static_cast<MemoryPos>(pos + i), {0}, true);
       if (ctx.decode(b) != 0) throw Error("handoff: the context has no room to generate");
       logits.assign(ctx.last_logits(), ctx.last_logits() + nv);
     }
@@ -130,7 +130,7 @@ std::vector<CaseResult> run_in_process(const std::string& model_path, int thread
       // nothing to evaluate: the saved logits give the first token
     } else {
       if (keep == request.size()) --keep;  // the last token must be evaluated for its logits
-      if (keep < st.tokens.size() && !dec.memory().seq_rm(0, static_cast<memory::Pos>(keep), -1)) {
+      if (keep < st.tokens.size() && !dec.memory().seq_rm(0, static_cast<MemoryPos>(keep), -1)) {
         dec.memory().seq_rm(0, -1, -1);  // a recurrent state cannot drop a suffix: start over
         keep = 0;
       }
@@ -159,7 +159,7 @@ std::vector<CaseResult> run_in_process(const std::string& model_path, int thread
     const auto tail = synthetic_prompt(3, prompt_len - diverge_at + ext_len, eng.n_vocab());
     request.insert(request.end(), tail.begin(), tail.end());
     size_t keep2 = diverge_at;
-    if (!dec->memory().seq_rm(0, static_cast<memory::Pos>(diverge_at), -1)) {
+    if (!dec->memory().seq_rm(0, static_cast<MemoryPos>(diverge_at), -1)) {
       dec->memory().seq_rm(0, -1, -1);
       keep2 = 0;
     }
@@ -168,7 +168,7 @@ std::vector<CaseResult> run_in_process(const std::string& model_path, int thread
     d.adopt_ms = since(t0);
     d.prompt_len = static_cast<int64_t>(request.size());
     d.prompt_n = static_cast<int64_t>(request.size() - keep2);
-    d.expected_prompt_n = dec->memory().rec() ? -1 : d.prompt_len - diverge_at;
+    d.expected_prompt_n = dec->has_recurrent_state() ? -1 : d.prompt_len - diverge_at;
     d.answer = Engine::generate(*dec, {dec->last_logits(), dec->last_logits() + eng.n_vocab()}, d.prompt_len, n_gen);
     d.fresh_answer = eng.fresh(request, keep2, n_gen, d.reprefill_ms);
     d.same_answer = d.answer == d.fresh_answer;

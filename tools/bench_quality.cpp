@@ -136,7 +136,7 @@ PerplexityResult measure_perplexity(Context& ctx, const std::vector<Token>& text
     const int64_t start = w * plan.stride;
     // Logits at window position j predict token j + 1: outputs from first_scored() - 1 on.
     for (int64_t j = 0; j < plan.n_ctx; ++j)
-      b.add(text[start + j], static_cast<memory::Pos>(j), {0}, j >= plan.first_scored() - 1 && j < plan.n_ctx - 1);
+      b.add(text[start + j], static_cast<MemoryPos>(j), {0}, j >= plan.first_scored() - 1 && j < plan.n_ctx - 1);
     if (ctx.decode(b) != 0) throw Error("a window does not fit in the context");
     for (int i = 0; i < ctx.n_outputs(); ++i) {
       const float* logits = ctx.logits(i);
@@ -160,9 +160,15 @@ std::vector<std::string> answer_passkey_cases(Context& ctx, const std::vector<Pa
   return answers;
 }
 
+// The Hadamard blocks a cache's rows are rotated in (0: not rotated) and the signs' seed.
+struct RowRotation {
+  uint32_t k_block = 0, v_block = 0;
+  uint64_t seed = 0;
+};
+
 // "K128 V64" for the blocks a cache's rows are rotated in, "—" for none.
-std::string rotation_text(const memory::KvRotation& r) {
-  if (!r.active()) return "—";
+std::string rotation_text(const RowRotation& r) {
+  if (!r.k_block && !r.v_block) return "—";
   std::string s;
   if (r.k_block) s += "K" + std::to_string(r.k_block);
   if (r.v_block) s += std::string(s.empty() ? "" : " ") + "V" + std::to_string(r.v_block);
@@ -172,7 +178,7 @@ std::string rotation_text(const memory::KvRotation& r) {
 
 struct SettingResult {
   KvSetting kv;
-  memory::KvRotation rotation;  // what the cache stored its rows under
+  RowRotation rotation;  // what the cache stored its rows under
   bool is_reference = false;  // this row's run is the reference the others are compared with
   std::optional<PerplexityResult> perplexity;
   std::vector<std::string> passkey_answers;  // per case
@@ -459,7 +465,8 @@ int bench_quality(Args& a) {
       cp.tail_type_k = cp.tail_type_v = *row.kv.tail;
     }
     Context ctx(*model, cp);
-    row.rotation = ctx.memory().kv() ? ctx.memory().kv()->layout().rotation : memory::KvRotation{};
+    const KvStatus cache = ctx.kv_status();
+    row.rotation = {cache.rotation_k_block, cache.rotation_v_block, cache.rotation_seed};
     if (rep.plan) {
       std::unique_ptr<ReferenceWriter> writer;
       std::unique_ptr<ReferenceReader> reader;

@@ -15,15 +15,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
 
 #include <unistd.h>
 
 #include "core/error.h"
 #include "engine/context.h"
-#include "memory/disk_page_tier.h"
-#include "memory/page_record.h"
-#include "memory/warm_page_tier.h"
-#include "model/model.h"
+#include "engine/kv_page_records.h"
+#include "engine/local_tiers.h"
 #include "tools/args.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
@@ -44,11 +44,11 @@ constexpr int64_t kProbeTokens = 32;
 std::vector<uint16_t> probe(Context& ctx, const std::vector<Token>& tokens, int64_t depth) {
   const int64_t n_vocab = ctx.model().n_vocab();
   Batch b;
-  for (int64_t i = 0; i < kProbeTokens; ++i) b.add(tokens[static_cast<size_t>(depth + i)], static_cast<memory::Pos>(depth + i), {0}, true);
+  for (int64_t i = 0; i < kProbeTokens; ++i) b.add(tokens[static_cast<size_t>(depth + i)], static_cast<MemoryPos>(depth + i), {0}, true);
   if (ctx.decode(b) != 0) throw Error("bench tiers: the probe does not fit");
   std::vector<uint16_t> out(static_cast<size_t>(kProbeTokens * n_vocab));
   for (int64_t i = 0; i < kProbeTokens; ++i) logprobs_f16(ctx.logits(static_cast<int>(i)), n_vocab, out.data() + i * n_vocab);
-  ctx.memory().seq_rm(0, static_cast<memory::Pos>(depth), -1);
+  ctx.memory().seq_rm(0, static_cast<MemoryPos>(depth), -1);
   return out;
 }
 
@@ -78,7 +78,7 @@ struct LoadResult {
 };
 
 // Loads every page (one get for all, as a turn's fetch does), then decodes and writes its rows.
-LoadResult load_all(PageTier& tier, memory::KvCache& kv, const std::vector<Page>& pages, bool exact = true) {
+LoadResult load_all(PageTier& tier, Context& ctx, const std::vector<Page>& pages, bool exact = true) {
   std::vector<uint64_t> hashes;
   for (const Page& p : pages) hashes.push_back(p.hash);
   LoadResult r;
@@ -90,9 +90,8 @@ LoadResult load_all(PageTier& tier, memory::KvCache& kv, const std::vector<Page>
     if (!records[i] || (exact && *records[i] != pages[i].record))
       throw Error("bench tiers: page " + std::to_string(i) + " did not come back as stored");
     r.bytes += records[i]->size();
-    const auto page = memory::decode_page(kv, *records[i]);
-    if (!page) throw Error("bench tiers: page " + std::to_string(i) + " does not decode");
-    memory::write_page_rows(kv, *page, pages[i].cells);
+    if (!write_kv_page(ctx, *records[i], pages[i].cells))
+      throw Error("bench tiers: page " + std::to_string(i) + " does not decode");
   }
   r.adopt_s = seconds_since(t1);
   return r;
@@ -146,19 +145,15 @@ int bench_tiers(Args& a) {
   const std::vector<uint16_t> reference = probe(ctx, tokens, depth);
   const int64_t n_vocab = model->n_vocab();
 
-  memory::KvCache& kv = *ctx.memory().kv();
-  std::vector<uint32_t> cell_of(static_cast<size_t>(depth));
-  const memory::KvCells& cells = kv.cells(0);
-  for (uint32_t i = 0; i < cells.size(); ++i)
-    if (!cells.is_empty(i) && cells.pos(i) < depth) cell_of[static_cast<size_t>(cells.pos(i))] = i;
+  const std::vector<uint32_t> cell_of = kv_cells_of_positions(ctx, depth);
   std::vector<Page> pages;
   const auto t1 = Clock::now();
   for (int64_t first = 0; first < depth; first += kPageTokens) {
     Page p;
     p.hash = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(first / kPageTokens + 1);
     p.cells.assign(cell_of.begin() + first, cell_of.begin() + first + kPageTokens);
-    p.record = memory::encode_page(kv, p.hash, static_cast<uint32_t>(first),
-                                   std::span<const int32_t>(tokens.data() + first, kPageTokens), p.cells);
+    p.record = encode_kv_page(ctx, p.hash, static_cast<uint32_t>(first),
+                              std::span<const int32_t>(tokens.data() + first, kPageTokens), p.cells);
     pages.push_back(std::move(p));
   }
   const double encode_s = seconds_since(t1);
@@ -190,38 +185,31 @@ int bench_tiers(Args& a) {
     if (exact && d.max_kl() != 0) throw Error("bench tiers: " + name + " is exact, yet the probe moved");
   };
 
-  std::vector<std::shared_ptr<const memory::WarmCodec>> codecs = {memory::make_exact_warm_codec()};
+  std::vector<std::optional<GgmlType>> codecs = {std::nullopt};  // exact, then K/V requantized
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0})
-    if (t != cp.type_k) codecs.push_back(memory::make_requantizing_warm_codec(kv, t));
+    if (t != cp.type_k) codecs.push_back(t);
   for (size_t c = 0; c < codecs.size(); ++c) {
-    memory::WarmTierConfig wc;
-    wc.max_bytes = record_bytes * 2;
-    wc.max_queued_bytes = record_bytes * 2;
-    wc.codec = codecs[c];
-    memory::WarmPageTier warm(wc);
+    WarmTier warm(ctx, codecs[c], record_bytes * 2, record_bytes * 2);
     for (const Page& p : pages) warm.put(p.hash, p.record);
     warm.flush();
     const WarmTierStats st = warm.stats();
     if (st.pages != pages.size()) throw Error("bench tiers: the warm tier dropped pages");
-    row("warm RAM, " + codecs[c]->name(), static_cast<double>(st.bytes) / 1e6, st.compress_seconds,
-        load_all(warm, kv, pages, /*exact=*/c == 0), c == 0);
+    row("warm RAM, " + warm.codec_name(), static_cast<double>(st.bytes) / 1e6, st.compress_seconds,
+        load_all(warm, ctx, pages, /*exact=*/c == 0), c == 0);
   }
   {
-    memory::DiskTierConfig dc;
-    dc.dir = dir;
-    dc.max_bytes = record_bytes * 2;
-    dc.max_queued_bytes = record_bytes * 2;
-    auto disk = std::make_unique<memory::DiskPageTier>(dc);
+    auto disk = std::make_unique<DiskTier>(dir, record_bytes * 2, record_bytes * 2);
     const auto t3 = Clock::now();
     for (const Page& p : pages) disk->put(p.hash, p.record);
     disk->flush();
     const double store_s = seconds_since(t3);
     if (disk->stats().pages_on_disk != pages.size()) throw Error("bench tiers: the disk tier dropped pages");
-    row("disk, page cache warm", mb, store_s, load_all(*disk, kv, pages), true);
+    row("disk, page cache warm", mb, store_s, load_all(*disk, ctx, pages), true);
     if (drop_caches) {
       if (!drop_page_cache()) throw Error("--drop-caches: cannot write /proc/sys/vm/drop_caches (root?)");
-      disk = std::make_unique<memory::DiskPageTier>(dc);  // a restarted server: the folder indexed again
-      row("disk, page cache dropped", mb, 0, load_all(*disk, kv, pages), true);
+      // A restarted server: the folder indexed again.
+      disk = std::make_unique<DiskTier>(dir, record_bytes * 2, record_bytes * 2);
+      row("disk, page cache dropped", mb, 0, load_all(*disk, ctx, pages), true);
     }
   }
   if (own_dir) std::filesystem::remove_all(dir);

@@ -17,9 +17,9 @@
 #include "core/op_profile.h"
 #include "engine/context.h"
 #include "engine/model_stats.h"
-#include "kernels/bandwidth.h"
-#include "agentkv/numerics.h"
-#include "memory/snapshot.h"
+#include "engine/kv_footprint.h"
+#include "engine/read_bandwidth.h"
+#include "engine/seq_snapshot.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/bench_modes.h"
@@ -64,8 +64,8 @@ struct Measurement {
 void fill_depth(Context& ctx, int64_t depth, std::mt19937& rng, bool fake) {
   ctx.memory().clear();
   if (fake) {  // --fake-depth: positions without compute, rows zero but backed by memory
-    ctx.seq_fake_prefix(0, static_cast<memory::Pos>(depth));
-    if (memory::KvCache* kv = ctx.memory().kv()) kv->prefault();
+    ctx.seq_fake_prefix(0, static_cast<MemoryPos>(depth));
+    prefault_kv(ctx);
     return;
   }
   std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
@@ -73,7 +73,7 @@ void fill_depth(Context& ctx, int64_t depth, std::mt19937& rng, bool fake) {
   for (int64_t start = 0; start < depth; start += ctx.params().n_ubatch) {
     b.clear();
     const int64_t end = std::min<int64_t>(depth, start + ctx.params().n_ubatch);
-    for (int64_t p = start; p < end; ++p) b.add(tok(rng), static_cast<memory::Pos>(p), {0}, p + 1 == end);
+    for (int64_t p = start; p < end; ++p) b.add(tok(rng), static_cast<MemoryPos>(p), {0}, p + 1 == end);
     if (ctx.decode(b) != 0) throw Error("depth does not fit in the context");
   }
 }
@@ -81,7 +81,7 @@ void fill_depth(Context& ctx, int64_t depth, std::mt19937& rng, bool fake) {
 double time_prefill(Context& ctx, int64_t depth, int64_t n, std::mt19937& rng) {
   std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
   Batch b;
-  for (int64_t i = 0; i < n; ++i) b.add(tok(rng), static_cast<memory::Pos>(depth + i), {0}, i + 1 == n);
+  for (int64_t i = 0; i < n; ++i) b.add(tok(rng), static_cast<MemoryPos>(depth + i), {0}, i + 1 == n);
   const auto t0 = Clock::now();
   if (ctx.decode(b) != 0) throw Error("prompt does not fit in the context");
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -96,7 +96,7 @@ double time_decode(Context& ctx, int64_t depth, int64_t n, int n_seq, std::mt199
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
     b.clear();
-    for (int s = 0; s < n_seq; ++s) b.add(tok(rng), static_cast<memory::Pos>(depth + i), {s}, true);
+    for (int s = 0; s < n_seq; ++s) b.add(tok(rng), static_cast<MemoryPos>(depth + i), {s}, true);
     if (ctx.decode(b) != 0) throw Error("generation does not fit in the context");
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -134,7 +134,7 @@ int bench_fake_prefix_op(Args& a) {
     std::vector<double> us;
     for (int r = 0; r <= reps; ++r) {
       const auto t0 = Clock::now();
-      ctx.seq_fake_prefix(0, static_cast<memory::Pos>(L));
+      ctx.seq_fake_prefix(0, static_cast<MemoryPos>(L));
       us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       if (ctx.memory().seq_pos_max(0) != L - 1) throw Error("fake prefix did not produce the positions");
       ctx.memory().seq_rm(0, -1, -1);
@@ -230,14 +230,14 @@ int cmd_bench(const std::vector<std::string>& argv) {
     fill_depth(ctx, d, rng, fake_depth);
     // A fake depth is reset by dropping what the run added (dense models only, so a suffix can go):
     // no copy of a depth that may not fit in RAM twice (a windowed cache's tail on disk).
-    std::optional<memory::MemorySnapshot> depth_state;
-    if (!fake_depth) depth_state = memory::MemorySnapshot::capture(ctx.memory(), -1);
+    std::optional<SeqSnapshot> depth_state;
+    if (!fake_depth) depth_state = SeqSnapshot::capture(ctx, -1);
     auto reset_to_depth = [&] {
       if (depth_state) {
-        depth_state->restore(ctx.memory(), -1);
+        depth_state->restore(ctx, -1);
         return;
       }
-      ctx.memory().seq_rm(0, static_cast<memory::Pos>(d), -1);
+      ctx.memory().seq_rm(0, static_cast<MemoryPos>(d), -1);
       for (int s = 1; s < n_parallel; ++s) ctx.memory().seq_rm(s, -1, -1);
     };
     for (int64_t p : pps) {
@@ -346,8 +346,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
     }
     if (bandwidth) std::printf("\nmeasured read bandwidth: %.1f GB/s\n", gbs);
     // A windowed cache reserves hot rows and its tail (in RAM or in mapped files) separately.
-    const memory::KvCache* kv = ctx.memory().kv();
-    const memory::KvResidency res = kv ? kv->residency() : memory::KvResidency{};
+    const KvFootprint res = kv_footprint(ctx);
     const double kv_mib = (res.windowed ? static_cast<double>(res.hot_bytes + res.tail_bytes)
                                         : static_cast<double>(kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx))) /
                           1048576.0;

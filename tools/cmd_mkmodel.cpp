@@ -9,8 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "gguf/gguf.h"
-#include "model/presets.h"
+#include "engine/make_model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 
@@ -95,9 +94,7 @@ int cmd_mkmodel(const std::vector<std::string>& argv) {
       if (i + 1 == n) std::fprintf(stderr, "\n");
     };
   }
-  gguf::Writer writer;
-  const mkmodel::BuildStats stats = mkmodel::build_model(writer, shape, vocab, options);
-  writer.write(out_path);
+  const mkmodel::BuildStats stats = write_model_file(out_path, shape, vocab, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::error_code ec;
   const auto file_bytes = std::filesystem::file_size(out_path, ec);

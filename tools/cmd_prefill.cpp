@@ -11,9 +11,8 @@
 
 #include "core/ggml_type.h"
 #include "engine/context.h"
+#include "engine/seq_snapshot.h"
 #include "engine/session_state.h"
-#include "memory/snapshot.h"
-#include "model/model.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/commands.h"
@@ -64,7 +63,7 @@ int cmd_prefill(const std::vector<std::string>& argv) {
   for (size_t done = 0; done < tokens.size();) {
     const size_t take = std::min<size_t>(tokens.size() - done, cp.n_ubatch);
     Batch batch;
-    batch.add_sequence(tokens.data() + done, take, static_cast<memory::Pos>(done), 0, done + take == tokens.size());
+    batch.add_sequence(tokens.data() + done, take, static_cast<MemoryPos>(done), 0, done + take == tokens.size());
     if (ctx.decode(batch) != 0) throw std::runtime_error("no room in memory for the prompt");
     done += take;
   }
@@ -72,10 +71,10 @@ int cmd_prefill(const std::vector<std::string>& argv) {
   o.with_tokens = true;
   o.tokens = tokens;
   o.logits = {ctx.last_logits(), static_cast<size_t>(model->n_vocab())};
-  memory::MemorySnapshot end_of_prompt;
-  if (ctx.memory().rec()) {
-    end_of_prompt = memory::MemorySnapshot::capture(ctx.memory(), 0, memory::kStatePartialOnly);
-    o.checkpoints.push_back({static_cast<memory::Pos>(tokens.size()) - 1, end_of_prompt.image()});
+  SeqSnapshot end_of_prompt;
+  if (ctx.has_recurrent_state()) {
+    end_of_prompt = SeqSnapshot::capture(ctx, 0, /*recurrent_only=*/true);
+    o.checkpoints.push_back(end_of_prompt.checkpoint_at(static_cast<MemoryPos>(tokens.size()) - 1));
   }
   const std::vector<uint8_t> blob = save_seq(ctx, 0, o);
   write_state_file(output, blob);

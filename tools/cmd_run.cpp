@@ -83,7 +83,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   for (size_t start = 0; start < tokens.size(); start += cp.n_ubatch) {
     const size_t n = std::min<size_t>(cp.n_ubatch, tokens.size() - start);
     Batch b;
-    b.add_sequence(tokens.data() + start, n, static_cast<memory::Pos>(start), 0, start + n == tokens.size());
+    b.add_sequence(tokens.data() + start, n, static_cast<MemoryPos>(start), 0, start + n == tokens.size());
     if (ctx.decode(b) != 0) throw Error("the prompt does not fit in the context");
     if (show_progress)
       std::fprintf(stderr, "\rprompt: %zu / %zu tokens (%.0f tok/s)", start + n, tokens.size(),
@@ -107,7 +107,7 @@ int cmd_run(const std::vector<std::string>& argv) {
     std::fflush(stdout);
     if (step.stopped) { ++n_generated; break; }
     Batch b;
-    b.add(next, static_cast<memory::Pos>(history.size() - 1), {0}, true);
+    b.add(next, static_cast<MemoryPos>(history.size() - 1), {0}, true);
     if (ctx.decode(b) != 0) throw Error("the context is full");
   }
   if (!stopper.stopped()) std::fputs(stopper.flush().c_str(), stdout);

@@ -12,9 +12,7 @@
 
 #include "core/error.h"
 #include "engine/session_state.h"
-#include "memory/memory_state.h"
-#include "memory/state_info.h"
-#include "model/model.h"
+#include "engine/state_description.h"
 #include "tools/commands.h"
 
 namespace agentkv::tools {
@@ -47,12 +45,12 @@ int info(const std::vector<std::string>& argv) {
     return 1;
   }
   const std::vector<uint8_t> blob = read_state_file(path);
-  const memory::StateContents contents = memory::decode_state(blob, "state file " + path);
-  std::printf("file: %s\n%s", path.c_str(), memory::describe_state(contents, blob.size()).c_str());
+  const StateDescription state = describe_state_blob(blob, "state file " + path);
+  std::printf("file: %s\n%s", path.c_str(), state.text.c_str());
   if (model_path.empty()) return 0;
   const auto model = Model::load(model_path);
   const uint64_t fp = model_fingerprint(*model);
-  if (fp != contents.fingerprint) {
+  if (fp != state.fingerprint) {
     std::printf("model %s: fingerprint %016" PRIx64 " does NOT match\n", model_path.c_str(), fp);
     return 1;
   }

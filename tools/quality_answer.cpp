@@ -11,11 +11,11 @@ std::string answer_passkey(Context& ctx, const PasskeyCase& c, const BeforeLastT
   const int64_t n_vocab = ctx.model().n_vocab();
   ctx.memory().clear();
   Batch b;
-  memory::Pos next_pos = static_cast<memory::Pos>(c.prompt.size());
+  MemoryPos next_pos = static_cast<MemoryPos>(c.prompt.size());
   if (before_last) {
     b.add_sequence(c.prompt.data(), c.prompt.size() - 1, 0, 0, false);
     if (ctx.decode(b) != 0) throw Error("a pass-key prompt does not fit in the context");
-    const memory::Pos last = before_last(ctx);
+    const MemoryPos last = before_last(ctx);
     b.clear();
     b.add(c.prompt.back(), last, {0}, true);
     next_pos = last + 1;

@@ -15,7 +15,7 @@ inline constexpr int kPasskeyAnswerTokens = 8;  // the spec's greedy continuatio
 
 // before_last: called after all but the last prompt token are in sequence 0, returns the position
 // the last token takes (what the sequence then holds). Empty: the whole prompt in one batch.
-using BeforeLastToken = std::function<memory::Pos(Context&)>;
+using BeforeLastToken = std::function<MemoryPos(Context&)>;
 std::string answer_passkey(Context& ctx, const PasskeyCase& c, const BeforeLastToken& before_last = {});
 
 }  // namespace agentkv::tools

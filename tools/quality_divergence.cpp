@@ -4,12 +4,12 @@
 #include <cmath>
 
 #include "core/fp16.h"
-#include "kernels/ops.h"
+#include "engine/log_sum_exp.h"
 
 namespace agentkv::tools {
 
 float logprobs_f16(const float* logits, int64_t n_vocab, uint16_t* out) {
-  const float lse = log_sum_exp(logits, n_vocab);
+  const float lse = logits_log_sum_exp(logits, n_vocab);
   for (int64_t v = 0; v < n_vocab; ++v) out[v] = fp32_to_fp16(logits[v] - lse);
   return lse;
 }
@@ -21,7 +21,7 @@ namespace {
 void normalized_logprobs(const uint16_t* f16, int64_t n, std::vector<float>& out) {
   out.resize(static_cast<size_t>(n));
   for (int64_t v = 0; v < n; ++v) out[v] = fp16_to_fp32(f16[v]);
-  const float lse = log_sum_exp(out.data(), n);
+  const float lse = logits_log_sum_exp(out.data(), n);
   for (float& x : out) x -= lse;
 }
 

@@ -1,4 +1,4 @@
-#include "kernels/bandwidth.h"
+#include "engine/read_bandwidth.h"
 
 #include <algorithm>
 #include <chrono>

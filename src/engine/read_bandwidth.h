@@ -2,6 +2,8 @@
 // benchmarks can state decode speed as a fraction of the
 // memory-bandwidth roofline of the machine they ran on.
 #pragma once
+#include <cstddef>
+
 #include "kernels/threadpool.h"
 
 namespace agentkv {
