@@ -2,15 +2,18 @@
 
 #include <cstdio>
 
-#include "memory/disk_page_tier.h"
+#include "engine/local_tiers.h"
 #include "memory/page_tier_stack.h"
-#include "memory/warm_page_tier.h"
 
 namespace agentkv {
 
+namespace {
+constexpr uint64_t kMaxQueuedBytes = 256u << 20;  // records waiting to be stored beyond this are dropped
+}  // namespace
+
 struct PageTiers::Local {
-  std::unique_ptr<memory::WarmPageTier> warm;
-  std::unique_ptr<memory::DiskPageTier> disk;
+  std::unique_ptr<WarmTier> warm;
+  std::unique_ptr<DiskTier> disk;
 };
 
 PageTiers::PageTiers(const Context& ctx, const LocalTierOptions& o, std::vector<PageTier*> remote)
@@ -18,27 +21,23 @@ PageTiers::PageTiers(const Context& ctx, const LocalTierOptions& o, std::vector<
   std::vector<PageTier*> stack;
   char line[512];
   if (o.warm_bytes > 0) {
-    memory::WarmTierConfig wc;
-    wc.max_bytes = o.warm_bytes;
-    const memory::KvCache* kv = ctx.memory().kv();
-    if (o.warm_type == "exact" || !kv) wc.codec = memory::make_exact_warm_codec();  // no K/V: nothing to requantize
-    else wc.codec = memory::make_requantizing_warm_codec(*kv, o.warm_type == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
+    // No K/V (a recurrent-only model): nothing to requantize, the records are kept exact.
+    const std::optional<GgmlType> requantize =
+        o.warm_type == "exact" || !ctx.kv_status().present ? std::nullopt
+        : std::optional<GgmlType>(o.warm_type == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
+    local_->warm = std::make_unique<WarmTier>(ctx, requantize, o.warm_bytes, kMaxQueuedBytes);
     std::snprintf(line, sizeof line, "warm page tier: up to %.0f MiB of page records in RAM, %s",
-                  static_cast<double>(wc.max_bytes) / (1 << 20), wc.codec->name().c_str());
+                  static_cast<double>(o.warm_bytes) / (1 << 20), local_->warm->codec_name().c_str());
     description_.emplace_back(line);
-    local_->warm = std::make_unique<memory::WarmPageTier>(wc);
     stack.push_back(local_->warm.get());
   }
   if (!o.disk_dir.empty()) {
-    memory::DiskTierConfig dc;
-    dc.dir = o.disk_dir;
-    dc.max_bytes = o.disk_bytes;
-    local_->disk = std::make_unique<memory::DiskPageTier>(dc);
+    local_->disk = std::make_unique<DiskTier>(o.disk_dir, o.disk_bytes, kMaxQueuedBytes);
     const DiskTierStats st = local_->disk->stats();
     std::snprintf(line, sizeof line,
                   "page tier on disk: %s (%llu page records, %.1f MiB, bound %.0f MiB; %llu unfinished writes removed)",
                   o.disk_dir.c_str(), static_cast<unsigned long long>(st.pages_on_disk),
-                  static_cast<double>(st.bytes_on_disk) / (1 << 20), static_cast<double>(dc.max_bytes) / (1 << 20),
+                  static_cast<double>(st.bytes_on_disk) / (1 << 20), static_cast<double>(o.disk_bytes) / (1 << 20),
                   static_cast<unsigned long long>(st.leftovers_removed));
     description_.emplace_back(line);
     stack.push_back(local_->disk.get());
