@@ -6,6 +6,7 @@
 # may not see: a file of those includes none of their headers and names no `memory::` or `gguf::`
 # type; it reaches them through include/agentkv/ and the engine (docs/architecture.md, "Layers").
 #   cmake -DSRC_DIR=src -DLAYERS=core,gguf,... [-DSEALED=memory,... -DSEALED_FOR=server] [-DTOOLS_DIR=tools]
+#         [-DPUBLIC_DIR=include/agentkv]
 #         -P cmake/check_layers.cmake
 if(NOT SRC_DIR OR NOT LAYERS)
   message(FATAL_ERROR "check_layers: SRC_DIR and LAYERS are required")
@@ -66,6 +67,21 @@ if(TOOLS_DIR)
   foreach(f ${files})
     file(RELATIVE_PATH rel ${TOOLS_DIR} ${f})
     check_sealed_user(${f} "tools/${rel}" tools)
+  endforeach()
+endif()
+
+# Public headers (PUBLIC_DIR, optional: include/agentkv) include only standard headers and each
+# other, so what they declare never drags an internal header into a user's build.
+if(PUBLIC_DIR)
+  file(GLOB_RECURSE files ${PUBLIC_DIR}/*.h)
+  foreach(f ${files})
+    file(RELATIVE_PATH rel ${PUBLIC_DIR} ${f})
+    file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]+\"")
+    foreach(line ${lines})
+      if(NOT line MATCHES "^[ \t]*#[ \t]*include[ \t]+\"agentkv/")
+        string(APPEND errors "\n  include/agentkv/${rel}: ${line} (a public header includes only public and standard headers)")
+      endif()
+    endforeach()
   endforeach()
 endif()
 

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "gguf/gguf.h"
 
 using namespace agentkv::gguf;

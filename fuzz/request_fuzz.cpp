@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "gguf/gguf.h"
 #include "server/agent_request.h"
 #include "server/anthropic_messages.h"
@@ -28,8 +28,8 @@
 #include "server/json_fields.h"
 #include "server/request_guard.h"
 #include "server/server_error.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/chat_template.h"
+#include "agentkv/tokenizer.h"
 
 using namespace agentkv;
 using namespace agentkv::server;

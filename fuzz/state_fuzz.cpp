@@ -21,7 +21,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/memory_state.h"
 #include "memory/page_record.h"
 #include "memory/sequence_memory.h"

@@ -1,4 +1,4 @@
-// Tests for the chat-template interpreter (src/tokenizer/chat_template.h).
+// Tests for the chat-template interpreter (include/agentkv/chat_template.h).
 //
 // Every expected rendering below was produced by Python jinja2 3.1.6 configured the way Hugging
 // Face transformers renders chat templates (ImmutableSandboxedEnvironment with trim_blocks,
@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "core/error.h"
-#include "tokenizer/chat_template.h"
+#include "agentkv/error.h"
+#include "agentkv/chat_template.h"
 
 namespace {
 

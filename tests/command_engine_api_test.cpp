@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "engine/gguf_info.h"
 #include "engine/kv_footprint.h"

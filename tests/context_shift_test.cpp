@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"

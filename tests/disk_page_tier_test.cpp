@@ -15,7 +15,7 @@
 #include <memory>
 #include <random>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::memory {
 namespace {

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "memory/kv_cache.h"
 #include "memory/recurrent.h"

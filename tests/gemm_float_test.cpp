@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "core/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm_float.h"

@@ -4,10 +4,10 @@
 #include <random>
 #include <string>
 
-#include "core/error.h"
-#include "grammar/gbnf.h"
-#include "grammar/json_schema.h"
-#include "grammar/matcher.h"
+#include "agentkv/error.h"
+#include "agentkv/gbnf.h"
+#include "agentkv/json_schema.h"
+#include "agentkv/grammar_matcher.h"
 
 namespace {
 

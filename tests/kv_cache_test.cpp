@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/kv_cache.h"
 
 namespace agentkv::memory {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/kv_cache.h"
 #include "memory/kv_cells.h"
 

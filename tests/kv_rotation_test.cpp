@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "engine/session_state.h"
 #include "gguf/gguf.h"

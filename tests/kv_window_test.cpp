@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "core/fp16.h"
 #include "engine/context.h"
 #include "kernels/quant.h"

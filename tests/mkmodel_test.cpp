@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "core/fp16.h"
 #include "gguf/gguf.h"
 #include "kernels/quant.h"

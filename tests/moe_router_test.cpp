@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv {
 namespace {

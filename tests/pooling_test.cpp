@@ -1,5 +1,5 @@
-// Embedding pooling and llama.cpp's normalizations (engine/pooling.h).
-#include "engine/pooling.h"
+// Embedding pooling and llama.cpp's normalizations (agentkv/pooling.h).
+#include "agentkv/pooling.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "model/model.h"
 
 using namespace agentkv;

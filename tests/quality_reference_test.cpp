@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "tools/quality_divergence.h"
 
 using namespace agentkv;

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/kv_cache.h"
 #include "memory/recurrent.h"
 #include "memory/sequence_memory.h"

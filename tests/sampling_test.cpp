@@ -1,5 +1,5 @@
 // Sampler chain semantics (llama.cpp's) on hand-made distributions, and stop-string streaming.
-#include "engine/sampling.h"
+#include "agentkv/sampling.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "model/model.h"
 #include "memory/prefix_index.h"

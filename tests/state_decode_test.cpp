@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "engine/session_state.h"
 #include "model/model.h"

@@ -17,7 +17,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/memory_state.h"
 #include "memory/snapshot.h"
 #include "memory/state_info.h"

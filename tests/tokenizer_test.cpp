@@ -10,10 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "gguf/gguf.h"
 #include "tokenizer/pretokenizer.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 using agentkv::Token;

@@ -5,8 +5,8 @@
 
 #include <random>
 
-#include "grammar/gbnf.h"
-#include "grammar/matcher.h"
+#include "agentkv/gbnf.h"
+#include "agentkv/grammar_matcher.h"
 #include "server/tool_calls.h"
 
 namespace {

@@ -8,7 +8,7 @@
 
 #include <random>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "core/fp16.h"
 #include "kernels/quant.h"
 #include "memory/page_record.h"

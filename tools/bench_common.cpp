@@ -8,7 +8,7 @@
 
 #include <httplib.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::tools {
 

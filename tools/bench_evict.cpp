@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/retention.h"
 #include "tools/args.h"
 #include "tools/bench_common.h"

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "engine/kv_footprint.h"
 #include "tools/bench_common.h"

@@ -14,11 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "engine/seq_snapshot.h"
-#include "grammar/gbnf.h"
-#include "grammar/json_schema.h"
+#include "agentkv/gbnf.h"
+#include "agentkv/json_schema.h"
 #include "server/grammar_run.h"
 #include "tools/args.h"
 #include "tools/bench_common.h"

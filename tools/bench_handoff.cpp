@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "engine/session_state.h"
 #include "tools/bench_common.h"

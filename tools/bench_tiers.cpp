@@ -20,7 +20,7 @@
 
 #include <unistd.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "engine/kv_page_records.h"
 #include "engine/local_tiers.h"

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
 #include "tools/svg_plot.h"

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agentkv/numerics.h"
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "core/op_profile.h"
 #include "engine/context.h"
 #include "engine/model_stats.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/gguf_info.h"
 #include "tools/commands.h"
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/logits_report.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"

@@ -8,7 +8,7 @@
 
 #include <unistd.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/make_model.h"
 #include "tools/args.h"
 #include "tools/commands.h"

@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
-#include "engine/sampling.h"
-#include "tokenizer/chat_template.h"
+#include "agentkv/sampling.h"
+#include "agentkv/chat_template.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/commands.h"

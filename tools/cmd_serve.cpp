@@ -14,7 +14,7 @@
 #include <string>
 
 #include "core/ggml_type.h"
-#include "engine/pooling.h"
+#include "agentkv/pooling.h"
 #include "engine/retention.h"
 #include "agentkv/numerics.h"
 #include "tools/args.h"

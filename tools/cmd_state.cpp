@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/session_state.h"
 #include "engine/state_description.h"
 #include "tools/commands.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::tools {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <random>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::tools {
 

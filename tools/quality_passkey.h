@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::tools {
 

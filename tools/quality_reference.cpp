@@ -8,7 +8,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::tools {
 namespace {

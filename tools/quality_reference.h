@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/ggml_type.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::tools {
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::tools {
 namespace {

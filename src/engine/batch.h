@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "memory/ubatch.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv {
 

@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/attention_view.h"
 #include "memory/kv_row_rotation.h"
 #include "memory/memory_state.h"

@@ -1,4 +1,4 @@
-#include "engine/evict_policy.h"
+#include "agentkv/evict_policy.h"
 
 namespace agentkv {
 

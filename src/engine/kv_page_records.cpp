@@ -1,6 +1,6 @@
 #include "engine/kv_page_records.h"
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/page_record.h"
 
 namespace agentkv {

@@ -1,6 +1,6 @@
 #include "engine/local_tiers.h"
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/disk_page_tier.h"
 #include "memory/warm_page_tier.h"
 

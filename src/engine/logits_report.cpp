@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "kernels/ops.h"
 
 namespace agentkv {

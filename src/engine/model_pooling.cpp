@@ -1,6 +1,6 @@
 // The model's own pooling type, apart from pooling.cpp: the request fuzzer compiles that file
 // alone, without the model layer.
-#include "engine/pooling.h"
+#include "agentkv/pooling.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 

@@ -1,4 +1,4 @@
-#include "engine/pooling.h"
+#include "agentkv/pooling.h"
 
 #include <algorithm>
 #include <cmath>

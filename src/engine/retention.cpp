@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "kernels/quant.h"
 #include "memory/kv_cache.h"
 #include "memory/query_window.h"

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "engine/context.h"
-#include "engine/evict_policy.h"
+#include "agentkv/evict_policy.h"
 
 namespace agentkv {
 

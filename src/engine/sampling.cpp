@@ -1,11 +1,11 @@
-#include "engine/sampling.h"
+#include "agentkv/sampling.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <unordered_map>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv {
 

@@ -12,7 +12,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "gguf/gguf.h"
 #include "memory/prefix_index.h"
 

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <limits>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::gguf {
 

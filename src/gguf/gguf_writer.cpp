@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "gguf/gguf.h"
 
 namespace agentkv::gguf {

@@ -1,9 +1,9 @@
-#include "grammar/gbnf.h"
+#include "agentkv/gbnf.h"
 
 #include <map>
 #include <unordered_map>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::grammar {
 

@@ -1,11 +1,11 @@
-#include "grammar/json_schema.h"
+#include "agentkv/json_schema.h"
 
 #include <functional>
 #include <map>
 #include <set>
 
-#include "core/error.h"
-#include "grammar/gbnf.h"
+#include "agentkv/error.h"
+#include "agentkv/gbnf.h"
 
 namespace agentkv::grammar {
 

@@ -1,10 +1,10 @@
-#include "grammar/matcher.h"
+#include "agentkv/grammar_matcher.h"
 
 #include <algorithm>
 #include <numeric>
 
-#include "core/error.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/error.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::grammar {
 

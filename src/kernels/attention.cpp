@@ -50,7 +50,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "core/fp16.h"
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"

@@ -12,7 +12,7 @@
 #include <xmmintrin.h>
 #endif
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "kernels/ggml_expf-inl.h"

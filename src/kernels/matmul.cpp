@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "core/op_profile.h"
 #include "kernels/gemm_float.h"
 #include "kernels/gemm_q4_K.h"

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "kernels/dispatch.h"
 #include "kernels/ggml_expf-inl.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "kernels/f16_row.h"
 #include "kernels/quant_kernels.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::memory {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::memory {
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 #include <string>
 #include <utility>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/kv_row_convert.h"
 
 namespace agentkv::memory {

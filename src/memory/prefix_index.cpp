@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/memory_state.h"
 
 #define XXH_INLINE_ALL

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::memory {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::memory {
 namespace {

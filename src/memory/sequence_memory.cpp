@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "memory/prefix_index.h"
 
 namespace agentkv::memory {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

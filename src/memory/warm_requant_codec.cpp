@@ -2,7 +2,7 @@
 // KV type with the kernels' reference quantizers (what the cache's own writes use), and back.
 #include <cstring>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "kernels/quant.h"
 #include "memory/page_record.h"
 #include "memory/warm_codec.h"

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "gguf/gguf.h"
 
 namespace agentkv {

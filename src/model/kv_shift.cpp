@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "model/kv_rotation.h"

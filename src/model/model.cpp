@@ -4,7 +4,7 @@
 #include <malloc.h>
 #endif
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "gguf/gguf.h"
 #include "model/qwen3.h"
 #include "model/qwen35.h"

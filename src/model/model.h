@@ -16,7 +16,7 @@
 #include "memory/ubatch.h"
 #include "model/config.h"
 #include "model/kv_rotation.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv {
 

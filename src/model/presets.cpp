@@ -8,7 +8,7 @@
 #include <fstream>
 #include <thread>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "core/fp16.h"
 #include "gguf/gguf.h"
 #include "kernels/quant.h"

@@ -12,7 +12,7 @@
 
 #include "core/ggml_type.h"
 #include "model/quant_mix.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::gguf { class Writer; }
 

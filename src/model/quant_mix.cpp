@@ -10,7 +10,7 @@
 #include <numeric>
 #include <string>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::mkmodel {
 namespace {

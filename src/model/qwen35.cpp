@@ -5,7 +5,7 @@
 #include <set>
 #include <cstring>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "core/op_profile.h"
 #include "gguf/gguf.h"
 #include "kernels/ops.h"

@@ -1,6 +1,6 @@
 #include "model/weights.h"
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "gguf/gguf.h"
 
 namespace agentkv {

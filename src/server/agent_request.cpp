@@ -3,9 +3,9 @@
 #include <map>
 #include <set>
 
-#include "core/error.h"
-#include "grammar/gbnf.h"
-#include "grammar/json_schema.h"
+#include "agentkv/error.h"
+#include "agentkv/gbnf.h"
+#include "agentkv/json_schema.h"
 #include "server/json_fields.h"
 #include "server/server_error.h"
 

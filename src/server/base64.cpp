@@ -1,6 +1,6 @@
 #include "server/base64.h"
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::server {
 

@@ -2,7 +2,7 @@
 
 #include <ctime>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "server/builtin_chat_templates.h"
 #include "server/server_error.h"
 

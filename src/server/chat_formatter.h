@@ -6,8 +6,8 @@
 #include <string>
 
 #include "server/json_fields.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/chat_template.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::server {
 

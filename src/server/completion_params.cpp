@@ -1,12 +1,12 @@
 #include "server/completion_params.h"
 
-#include "engine/evict_policy.h"
+#include "agentkv/evict_policy.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "server/server_error.h"
 
 namespace agentkv::server {

@@ -6,10 +6,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/sampling.h"
+#include "agentkv/sampling.h"
 #include "server/grammar_run.h"
 #include "server/json_fields.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::server {
 

@@ -1,7 +1,7 @@
 // Embedding requests and responses (`--embedding`): llama-server's native /embedding and
 // /embeddings, and OpenAI's /v1/embeddings. A request holds one or several inputs (a string, an
 // array of token ids, or an array of either); each becomes its own task, pooled by the scheduler
-// (engine/pooling.h) and normalized here.
+// (agentkv/pooling.h) and normalized here.
 #pragma once
 #include <string>
 #include <vector>
@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "engine/pooling.h"
+#include "agentkv/pooling.h"
 #include "server/json_fields.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::server {
 

@@ -4,7 +4,7 @@
 // chain (penalties, top-k, top-p, min-p, temperature); if the grammar allows it, it is kept;
 // otherwise every token the grammar refuses is set to -inf and the chain draws again from what
 // is left. The first check costs one token's walk, so most steps of a model that follows the
-// grammar cost nothing; the mask is a trie walk with memoized states (grammar/matcher.h).
+// grammar cost nothing; the mask is a trie walk with memoized states (agentkv/grammar_matcher.h).
 //
 // Lazy grammars (tool_choice "auto"): generation is free until a trigger text appears (outside
 // a <think> block); the grammar then starts at the trigger and constrains the rest.
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling.h"
-#include "grammar/matcher.h"
+#include "agentkv/sampling.h"
+#include "agentkv/grammar_matcher.h"
 
 namespace agentkv::server {
 

@@ -19,7 +19,7 @@
 #include <set>
 #include <thread>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/context.h"
 #include "engine/page_tiers.h"
 #include "engine/retention.h"

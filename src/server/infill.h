@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "server/json_fields.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::server {
 

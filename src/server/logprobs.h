@@ -5,7 +5,7 @@
 
 #include "server/json_fields.h"
 #include "server/task.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::server {
 

@@ -1,6 +1,6 @@
 #include "server/metrics.h"
 
-#include "engine/evict_policy.h"
+#include "agentkv/evict_policy.h"
 
 #include <cstdio>
 

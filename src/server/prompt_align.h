@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::server {
 

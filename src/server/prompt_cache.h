@@ -19,7 +19,7 @@
 
 #include "agentkv/memory.h"
 #include "agentkv/prefix_cache.h"
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::server {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <random>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 #include "engine/session_state.h"

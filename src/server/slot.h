@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling.h"
-#include "engine/pooling.h"
+#include "agentkv/sampling.h"
+#include "agentkv/pooling.h"
 #include "server/grammar_run.h"
 #include "server/prompt_cache.h"
 #include "server/task.h"

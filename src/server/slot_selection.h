@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 namespace agentkv::server {
 

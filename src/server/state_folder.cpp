@@ -11,7 +11,7 @@
 #include <cstring>
 #include <random>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "engine/session_state.h"
 #include "server/server_error.h"
 

@@ -4,9 +4,9 @@
 #include <random>
 #include <set>
 
-#include "core/error.h"
-#include "grammar/gbnf.h"
-#include "grammar/json_schema.h"
+#include "agentkv/error.h"
+#include "agentkv/gbnf.h"
+#include "agentkv/json_schema.h"
 #include "server/json_fields.h"
 
 namespace agentkv::server {

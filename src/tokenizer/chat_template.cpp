@@ -1,6 +1,6 @@
-#include "tokenizer/chat_template.h"
+#include "agentkv/chat_template.h"
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "tokenizer/jinja_interpreter.h"
 #include "tokenizer/jinja_lexer.h"
 #include "tokenizer/jinja_parser.h"

@@ -3,7 +3,7 @@
 #include <climits>
 #include <cmath>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "tokenizer/jinja_builtins.h"
 #include "tokenizer/jinja_text.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "tokenizer/jinja_text.h"
 
 namespace agentkv::jinja {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "tokenizer/jinja_builtins.h"
 
 namespace agentkv::jinja {

@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "tokenizer/jinja_text.h"
 
 namespace agentkv::jinja {

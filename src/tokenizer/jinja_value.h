@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::jinja {
 

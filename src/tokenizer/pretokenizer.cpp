@@ -3,7 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "tokenizer/unicode.h"
 
 namespace agentkv::tokenizer {

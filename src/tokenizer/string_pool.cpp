@@ -2,7 +2,7 @@
 
 #include <functional>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 
 namespace agentkv::tokenizer {
 

@@ -1,10 +1,10 @@
-#include "tokenizer/tokenizer.h"
+#include "agentkv/tokenizer.h"
 
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
-#include "core/error.h"
+#include "agentkv/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/special_tokens.h"

@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "grammar/gbnf.h"
+#include "agentkv/gbnf.h"
 
 namespace agentkv { class Tokenizer; }
 
