@@ -11,12 +11,10 @@
 #include "agentkv/error.h"
 #include "engine/context.h"
 #include "engine/gguf_info.h"
-#include "engine/kv_footprint.h"
 #include "engine/kv_page_records.h"
 #include "engine/local_tiers.h"
 #include "engine/seq_snapshot.h"
 #include "engine/session_state.h"
-#include "engine/state_description.h"
 
 namespace agentkv {
 namespace {
@@ -62,17 +60,17 @@ TEST(CommandEngineApi, DescriptionsOfAGgufAndAStateBlob) {
   auto ctx = context_of(*model);
   decode(*ctx, 0, 8);
   const std::vector<uint8_t> blob = save_seq(*ctx, 0);
-  const StateDescription d = describe_state_blob(blob, "state");
+  const StateSummary d = summarize_state(blob, "state");
   EXPECT_EQ(d.fingerprint, model_fingerprint(*model));
-  EXPECT_NE(d.text.find("contents: sequence 0"), std::string::npos);
-  EXPECT_THROW(describe_state_blob(std::vector<uint8_t>(blob.begin(), blob.end() - 1), "state"), Error);
+  EXPECT_NE(d.description.find("contents: sequence 0"), std::string::npos);
+  EXPECT_THROW(summarize_state(std::vector<uint8_t>(blob.begin(), blob.end() - 1), "state"), Error);
 }
 
 TEST(CommandEngineApi, PageRecordsGoThroughTheLocalTiersAndBack) {
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   auto ctx = context_of(*model);
   decode(*ctx, 0, 32);
-  EXPECT_FALSE(kv_footprint(*ctx).windowed);
+  EXPECT_FALSE(ctx->kv_status().windowed);
   const std::vector<uint32_t> cells = kv_cells_of_positions(*ctx, 32);
   std::vector<int32_t> tokens(16, 7);
   const std::vector<uint8_t> record = encode_kv_page(*ctx, 42, 0, tokens, std::span(cells).first(16));

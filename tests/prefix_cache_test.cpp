@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "agentkv/error.h"
 #include "agentkv/prefix_cache.h"
 #include "engine/context.h"
 #include "model/model.h"
@@ -55,7 +56,9 @@ PrefixCache& enable(Context& ctx) {
   pc.page_tokens = 16;
   pc.holder = kHolder;
   pc.model_fingerprint = 0x1234;
-  return ctx.enable_prefix_cache(pc);
+  PrefixCache* cache = ctx.enable_prefix_cache(pc);
+  EXPECT_NE(cache, nullptr);
+  return *cache;
 }
 
 // Decodes tokens into kSeq from position p0, one batch; returns the last token's logits.
@@ -109,6 +112,24 @@ TEST(PrefixCacheTiers, PagesAndTailReachAnotherContextThroughATier) {
   EXPECT_EQ(st.pages, 3u);
   EXPECT_GE(st.pages_in_use, 3u);
   EXPECT_EQ(cb.pages_of(kSeq).pages, 3u);
+}
+
+TEST(PrefixCacheTiers, OnlyAUnifiedKvCacheHasOne) {
+  auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
+  ContextParams split = params();
+  split.kv_unified = false;  // one stream per sequence: pages could not be shared
+  Context a(*model, split);
+  PrefixCacheConfig pc;
+  pc.holder = kHolder;
+  EXPECT_EQ(a.enable_prefix_cache(pc), nullptr);
+  EXPECT_EQ(a.prefix_cache(), nullptr);
+  Context b(*model, params());
+  pc.holder = 2;  // outside n_seq_max
+  EXPECT_THROW(b.enable_prefix_cache(pc), Error);
+  pc.holder = kHolder;
+  PrefixCache* cache = b.enable_prefix_cache(pc);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(b.enable_prefix_cache(pc), cache);  // made once
 }
 
 TEST(PrefixCacheTiers, ARecordThatIsNotTheExpectedPageIsRefusedAndForgotten) {

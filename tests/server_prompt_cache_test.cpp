@@ -101,7 +101,8 @@ TEST(PromptReuse, HybridMemoryRollsBackToTheSnapshotBeforeTheDivergence) {
   PrefixCacheConfig pc;
   pc.page_tokens = 2;
   pc.holder = 1;  // sequence 1 holds the cached pages
-  PrefixCache& prefix_cache = ctx.enable_prefix_cache(pc);
+  ASSERT_NE(ctx.enable_prefix_cache(pc), nullptr);
+  PrefixCache& prefix_cache = *ctx.prefix_cache();
   PromptCache cache;
   evaluate(ctx, cache, 0, {10, 11, 12, 13});
   ASSERT_TRUE(prefix_cache.snapshot(0, cache.tokens(), 0));  // end of the first prompt

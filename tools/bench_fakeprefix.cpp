@@ -18,7 +18,6 @@
 
 #include "agentkv/error.h"
 #include "engine/context.h"
-#include "engine/kv_footprint.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
 #include "tools/kv_flags.h"
@@ -77,7 +76,7 @@ class InProcess : public Backend {
     cp.n_ctx = static_cast<uint32_t>(max_L + max_new + 256);
     ctx_ = std::make_unique<Context>(*model_, cp);
     // Fake-prefix cells are never written; without this they would read the shared zero page.
-    prefault_kv(*ctx_);
+    ctx_->prefault_kv();
     n_vocab_ = static_cast<int32_t>(model_->n_vocab());
     // Warm-up (page in weights, size the scratch) so the first step is not charged for it.
     Batch b;

@@ -17,7 +17,6 @@
 #include "core/op_profile.h"
 #include "engine/context.h"
 #include "engine/model_stats.h"
-#include "engine/kv_footprint.h"
 #include "engine/read_bandwidth.h"
 #include "engine/seq_snapshot.h"
 #include "tools/args.h"
@@ -65,7 +64,7 @@ void fill_depth(Context& ctx, int64_t depth, std::mt19937& rng, bool fake) {
   ctx.memory().clear();
   if (fake) {  // --fake-depth: positions without compute, rows zero but backed by memory
     ctx.seq_fake_prefix(0, static_cast<MemoryPos>(depth));
-    prefault_kv(ctx);
+    ctx.prefault_kv();
     return;
   }
   std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
@@ -346,7 +345,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
     }
     if (bandwidth) std::printf("\nmeasured read bandwidth: %.1f GB/s\n", gbs);
     // A windowed cache reserves hot rows and its tail (in RAM or in mapped files) separately.
-    const KvFootprint res = kv_footprint(ctx);
+    const KvStatus res = ctx.kv_status();
     const double kv_mib = (res.windowed ? static_cast<double>(res.hot_bytes + res.tail_bytes)
                                         : static_cast<double>(kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx))) /
                           1048576.0;

@@ -12,7 +12,6 @@
 
 #include "agentkv/error.h"
 #include "engine/session_state.h"
-#include "engine/state_description.h"
 #include "tools/commands.h"
 
 namespace agentkv::tools {
@@ -45,8 +44,8 @@ int info(const std::vector<std::string>& argv) {
     return 1;
   }
   const std::vector<uint8_t> blob = read_state_file(path);
-  const StateDescription state = describe_state_blob(blob, "state file " + path);
-  std::printf("file: %s\n%s", path.c_str(), state.text.c_str());
+  const StateSummary state = summarize_state(blob, "state file " + path);
+  std::printf("file: %s\n%s", path.c_str(), state.description.c_str());
   if (model_path.empty()) return 0;
   const auto model = Model::load(model_path);
   const uint64_t fp = model_fingerprint(*model);

@@ -77,11 +77,10 @@ uint32_t kv_cells_for_bytes(const Model& model, const ContextParams& params, siz
   return static_cast<uint32_t>(std::min<size_t>(bytes / per_cell, (1u << 24)));
 }
 
-PrefixCache& Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
-  if (prefix_cache_) return *prefix_cache_;
+PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
+  if (prefix_cache_) return prefix_cache_.get();
   const memory::KvCache* kv = memory_->kv();
-  if (!kv) throw Error("prefix cache: the model has no attention layers");
-  if (kv->n_streams() != 1) throw Error("prefix cache: needs a unified KV cache (one stream)");
+  if (!kv || kv->n_streams() != 1) return nullptr;
   if (cfg.holder < 0 || static_cast<uint32_t>(cfg.holder) >= params_.n_seq_max)
     throw Error("prefix cache: holder sequence " + std::to_string(cfg.holder) + " outside n_seq_max " +
                 std::to_string(params_.n_seq_max));
@@ -99,7 +98,7 @@ PrefixCache& Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
   ic.snapshot_bytes = cfg.snapshot_bytes;
   memory::PrefixIndex& index = memory_->prefix_index() ? *memory_->prefix_index() : memory_->enable_prefix_index(ic);
   prefix_cache_ = std::make_unique<memory::TieredPrefixCache>(*memory_, index);
-  return *prefix_cache_;
+  return prefix_cache_.get();
 }
 
 KvStatus Context::kv_status() const {
@@ -125,6 +124,7 @@ KvStatus Context::kv_status() const {
   s.tail_dir = l.tail_dir;
   s.hot_used = r.windowed ? r.hot_used : s.cells_used;
   s.tail_used = r.tail_used;
+  s.hot_bytes = r.hot_bytes;
   s.tail_bytes = r.tail_bytes;
   s.demotions = r.demotions;
   s.held_bytes = r.held_bytes;

@@ -90,11 +90,11 @@ class Context {
   // memory().seq_fake_prefix(seq, n): see SequenceMemory.
   void seq_fake_prefix(memory::SeqId seq, memory::Pos n) { memory_->seq_fake_prefix(seq, n); }
 
-  // The process's prefix cache over this context's memory (agentkv/prefix_cache.h): made once,
-  // for a unified KV cache whose n_seq_max leaves cfg.holder free; pages are named by cfg's model
-  // fingerprint together with this context's KV types and rotation. Throws agentkv::Error when
-  // the memory cannot have one (no attention, several streams, holder out of range).
-  PrefixCache& enable_prefix_cache(const PrefixCacheConfig& cfg);
+  // The process's prefix cache over this context's memory (agentkv/prefix_cache.h): made once;
+  // pages are named by cfg's model fingerprint together with this context's KV types and
+  // rotation. Null when the memory cannot have one: no attention layers, or a KV cache of several
+  // streams (not unified). Throws agentkv::Error for a holder outside n_seq_max.
+  PrefixCache* enable_prefix_cache(const PrefixCacheConfig& cfg);
   PrefixCache* prefix_cache() { return prefix_cache_.get(); }
   const PrefixCache* prefix_cache() const { return prefix_cache_.get(); }
 
@@ -103,6 +103,11 @@ class Context {
   KvStatus kv_status() const;
   // Cells of seq whose K/V rows are hot / in the tail (--kv-hot; {0, 0} when not windowed).
   std::pair<uint64_t, uint64_t> seq_residency(memory::SeqId seq) const;
+  // Touches every page of the KV rows, so a fake depth (seq_fake_prefix: rows zero) is backed by
+  // memory as a computed one is. Nothing without a KV cache.
+  void prefault_kv() {
+    if (memory::KvCache* kv = memory_->kv()) kv->prefault();
+  }
   // KV cells seq could use once its own positions were dropped (SIZE_MAX: no KV cache).
   size_t cells_free_for(memory::SeqId seq) const;
   // Bytes of K/V rows and recurrent states every sequence holds now (rows in their stored types).

@@ -27,7 +27,8 @@ struct KvStatus {
   GgmlType tail_type_v = GgmlType::F16;
   std::string tail_dir;
   uint64_t hot_used = 0, tail_used = 0, demotions = 0;
-  size_t tail_bytes = 0;
+  size_t hot_bytes = 0;   // hot K/V storage reserved, all layers and streams
+  size_t tail_bytes = 0;  // tail K/V storage reserved (pages touched only when written)
   size_t held_bytes = 0;  // K/V rows of the used cells, each in the type it is stored in
 };
 

@@ -23,7 +23,7 @@ PageTiers::PageTiers(const Context& ctx, const LocalTierOptions& o, std::vector<
   if (o.warm_bytes > 0) {
     // No K/V (a recurrent-only model): nothing to requantize, the records are kept exact.
     const std::optional<GgmlType> requantize =
-        o.warm_type == "exact" || !ctx.kv_status().present ? std::nullopt
+        o.warm_type == "exact" || !ctx.memory().kv() ? std::nullopt
         : std::optional<GgmlType>(o.warm_type == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
     local_->warm = std::make_unique<WarmTier>(ctx, requantize, o.warm_bytes, kMaxQueuedBytes);
     std::snprintf(line, sizeof line, "warm page tier: up to %.0f MiB of page records in RAM, %s",

@@ -15,6 +15,7 @@
 #include "agentkv/error.h"
 #include "gguf/gguf.h"
 #include "memory/prefix_index.h"
+#include "memory/state_info.h"
 
 namespace agentkv {
 namespace {
@@ -199,6 +200,8 @@ StateSummary summarize_state(std::span<const uint8_t> blob, const std::string& w
   StateSummary s;
   s.has_tokens = decoded.has_tokens;
   s.kv_cells = decoded.memory.kv ? decoded.memory.kv->cells.size() : 0;
+  s.fingerprint = decoded.fingerprint;
+  s.description = memory::describe_state(decoded, blob.size());
   return s;
 }
 

@@ -75,11 +75,15 @@ size_t adopt_checkpoints(Context& ctx, std::span<const Token> tokens, uint64_t s
 // from other files without reading them whole.
 bool starts_like_state(std::span<const uint8_t> first_bytes);
 
-// What a blob holds, without loading it: whether it carries tokens and how many KV cells it
-// needs. Throws agentkv::Error for a blob that is no state.
+// What a blob holds, without loading it (the whole blob is validated first: length, checksum,
+// every section). Throws agentkv::Error for a blob that is no state; `what` names it.
 struct StateSummary {
   bool has_tokens = false;
-  size_t kv_cells = 0;
+  size_t kv_cells = 0;       // KV cells a restore needs
+  uint64_t fingerprint = 0;  // of the model that saved it (model_fingerprint)
+  // In words, for `agentkv state info`: format version, fingerprint, sequence or whole memory,
+  // KV layout and cell ranges, recurrent cells, tokens, logits, checkpoints; lines end in '\n'.
+  std::string description;
 };
 StateSummary summarize_state(std::span<const uint8_t> blob, const std::string& what = "state");
 

@@ -98,7 +98,8 @@ void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<Attention
     // no mask, so the kernel reads none.
     Pos min_pos = max_pos;
     for (int t : g.tokens) min_pos = std::min(min_pos, ub.pos[static_cast<size_t>(t)]);
-    const Pos max_key = key_pos.empty() ? -1 : *std::max_element(key_pos.begin(), key_pos.end());
+    // Each part (tail, then hot) is sorted by position: its last key is its furthest.
+    const Pos max_key = std::max(g.n_tail > 0 ? key_pos[g.n_tail - 1] : -1, n > g.n_tail ? key_pos[n - 1] : -1);
     g.keys_visible.assign(g.tokens.size(), static_cast<int64_t>(n));
     if (max_key <= min_pos) {
       g.mask.clear();

@@ -131,13 +131,14 @@ TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t 
   // Then the longest tail some instance stored after them (one key per possible length).
   const size_t base = full * P;
   const size_t max_tail = std::min<size_t>(P - 1, usable.size() - std::min(base, usable.size()));
-  if (max_tail > 0 && index_.cached_kv(usable, salt, usable.size()) < base + max_tail) {
+  const size_t held = index_.cached_kv(usable, salt, usable.size());  // unchanged until a tail is adopted
+  if (max_tail > 0 && held < base + max_tail) {
     std::vector<size_t> lengths(max_tail);
     for (size_t k = 0; k < max_tail; ++k) lengths[k] = base + k + 1;
     const std::vector<uint64_t> keys = index_.prefix_hashes(usable, salt, lengths);
     const auto records = tier_->get(keys);
     for (size_t k = max_tail; k >= 1; --k) {
-      if (!records[k - 1] || index_.cached_kv(usable, salt, usable.size()) >= base + k) continue;
+      if (!records[k - 1] || held >= base + k) continue;
       if (adopt_page(usable, salt, base, k, keys[k - 1], *records[k - 1], out)) {
         ++out.pages;
         break;
@@ -151,7 +152,7 @@ TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t 
 
 void TieredPrefixCache::fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, TierFetch& out) {
   const size_t P = page_tokens();
-  const size_t kv_end = index_.cached_kv(usable, salt, usable.size());
+  const size_t kv_end = out.kv_through;
   const size_t start = index_.lookup(usable, salt, usable.size());  // where a local snapshot lets the prompt start
   if (kv_end <= start) return;
   // Furthest first: every position of the last page the K/V reach (a turn ends anywhere), then

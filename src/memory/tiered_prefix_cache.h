@@ -37,6 +37,7 @@ class TieredPrefixCache final : public PrefixCache {
   // The record of tokens usable[first, first + len) under this key, verified and indexed.
   bool adopt_page(std::span<const CacheToken> usable, uint64_t salt, size_t first, size_t len, uint64_t key,
                   std::span<const uint8_t> bytes, TierFetch& out);
+  // The furthest snapshot the K/V reach (out.kv_through, set by the caller) that the tier holds.
   void fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, TierFetch& out);
   void refuse(uint64_t key, const char* why, TierFetch& out);
 

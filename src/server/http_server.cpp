@@ -461,14 +461,15 @@ bool HttpServer::load() {
              std::string(ggml_type_name(cp.type_k)).c_str(), std::string(ggml_type_name(cp.type_v)).c_str(),
              cp.n_threads);
     e->ctx = std::make_unique<Context>(*e->model, cp);
-    if (const KvStatus kv = e->ctx->kv_status(); kv.windowed) {
+    const KvStatus kv = e->ctx->kv_status();
+    if (kv.windowed) {
       const std::string place = kv.tail_dir.empty() ? "in RAM" : "in files mapped from " + kv.tail_dir;
       log_line("KV window: %u hot cells, the rest in a %s/%s tail %s; attention reads the tail in place (merged by "
                "log-sum-exp when its type differs)", kv.hot_cells, std::string(ggml_type_name(kv.tail_type_k)).c_str(),
                std::string(ggml_type_name(kv.tail_type_v)).c_str(),
                place.c_str());
     }
-    if (const KvStatus kv = e->ctx->kv_status(); kv.rotated)
+    if (kv.rotated)
       log_line("KV rows Hadamard-rotated: %s (--kv-rotation %s)", kv.rotation.c_str(), kv_rotation_mode_name(cp.kv_rotation));
 
     const Tokenizer& tok = e->model->tokenizer();

@@ -44,13 +44,13 @@ Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
   cfg_.n_batch = std::max<uint32_t>(1, std::min(cfg_.n_batch, ctx.params().n_ubatch));
   // The memory's prefix cache holds every slot's pages and (hybrid) recurrent snapshots; it needs
   // the unified KV cache and one spare sequence id to hold cached pages.
-  if (ctx_.kv_status().present && ctx.params().kv_unified && ctx.params().n_seq_max > static_cast<uint32_t>(cfg_.n_slots)) {
+  if (ctx.params().n_seq_max > static_cast<uint32_t>(cfg_.n_slots)) {
     PrefixCacheConfig pc;
     pc.page_tokens = cfg_.page_tokens;
     pc.holder = cfg_.n_slots;
     pc.model_fingerprint = cfg_.model_fingerprint;
     pc.snapshot_bytes = cfg_.checkpoint_bytes;
-    prefix_cache_ = &ctx_.enable_prefix_cache(pc);
+    prefix_cache_ = ctx_.enable_prefix_cache(pc);  // null without a unified KV cache
   }
   slots_.resize(static_cast<size_t>(cfg_.n_slots));
   for (int i = 0; i < cfg_.n_slots; ++i) slots_[static_cast<size_t>(i)].id = i;
@@ -404,6 +404,7 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
     const int64_t n_remain = !busy || params.n_predict < 0 ? -1 : params.n_predict - s.n_decoded;
     // --kv-hot: where the slot's K/V rows are (its sequence id is its id)
     const std::pair<uint64_t, uint64_t> residency = ctx_.seq_residency(s.id);
+    const SequencePages pages = prefix_cache_ ? prefix_cache_->pages_of(s.id) : SequencePages{};
     out.push_back(Json{
         {"id", s.id},
         {"id_task", busy ? static_cast<int64_t>(s.task->id) : -1},
@@ -421,8 +422,8 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
                             {"n_decoded", s.n_decoded}}},
         {"n_tokens_cached", s.cache.size()},
         {"n_pages", (s.cache.size() + cfg_.page_tokens - 1) / cfg_.page_tokens},
-        {"n_pages_cached", prefix_cache_ ? prefix_cache_->pages_of(s.id).pages : 0},
-        {"n_pages_shared", prefix_cache_ ? prefix_cache_->pages_of(s.id).shared : 0},
+        {"n_pages_cached", pages.pages},
+        {"n_pages_shared", pages.shared},
         {"session_id", s.session_id},
         {"n_context_shifts", s.n_shifts},
         {"n_tokens_evicted", s.n_evicted},
