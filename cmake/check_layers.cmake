@@ -4,8 +4,8 @@
 # SEALED (optional, ','-separated) names the layers whose internals the layers in SEALED_FOR, and
 # the command's sources in TOOLS_DIR (optional; its .h / .cpp files, not tools/train/'s Python),
 # may not see: a file of those includes none of their headers and names no `memory::` or `gguf::`
-# type; it reaches them through include/agentkv/ and the engine (docs/architecture.md, "Layers").
-#   cmake -DSRC_DIR=src -DLAYERS=core,gguf,... [-DSEALED=memory,... -DSEALED_FOR=server] [-DTOOLS_DIR=tools]
+# type; it reaches them through include/agentkv/ only (docs/architecture.md, "Public headers and sealed layers").
+#   cmake -DSRC_DIR=src -DLAYERS=core,gguf,... [-DSEALED=core,...,engine -DSEALED_FOR=server] [-DTOOLS_DIR=tools]
 #         [-DPUBLIC_DIR=include/agentkv]
 #         -P cmake/check_layers.cmake
 if(NOT SRC_DIR OR NOT LAYERS)
@@ -21,14 +21,14 @@ set(errors "")
 function(check_sealed_user f shown user)
   file(STRINGS ${f} peeks REGEX "(^|[^A-Za-z0-9_])(memory|gguf)::")
   foreach(line ${peeks})
-    string(APPEND errors "\n  ${shown}: names a memory:: or gguf:: type (${user} sees them through include/agentkv/ and the engine): ${line}")
+    string(APPEND errors "\n  ${shown}: names a memory:: or gguf:: type (${user} sees the engine through include/agentkv/ only): ${line}")
   endforeach()
   file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]+\"[a-z_]+/")
   foreach(line ${lines})
     string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+\"([a-z_]+)/.*" "\\1" target "${line}")
     list(FIND SEALED ${target} sealed)
     if(sealed GREATER -1)
-      string(APPEND errors "\n  ${shown}: ${line} (${target} is sealed from ${user}: use include/agentkv/ or the engine)")
+      string(APPEND errors "\n  ${shown}: ${line} (${target} is sealed from ${user}: use include/agentkv/)")
     endif()
   endforeach()
   set(errors "${errors}" PARENT_SCOPE)

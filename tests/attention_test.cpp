@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/ggml_expf-inl.h"
 #include "agentkv/numerics.h"

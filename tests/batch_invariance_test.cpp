@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/context.h"
+#include "agentkv/context.h"
 #include "agentkv/numerics.h"
 #include "model/model.h"
 #include "fixture_models.h"

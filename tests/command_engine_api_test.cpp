@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
-#include "engine/gguf_info.h"
-#include "engine/kv_page_records.h"
-#include "engine/local_tiers.h"
-#include "engine/seq_snapshot.h"
-#include "engine/session_state.h"
+#include "agentkv/context.h"
+#include "agentkv/gguf_info.h"
+#include "agentkv/kv_page_records.h"
+#include "agentkv/local_tiers.h"
+#include "agentkv/seq_snapshot.h"
+#include "agentkv/session_state.h"
 
 namespace agentkv {
 namespace {
@@ -76,21 +76,21 @@ TEST(CommandEngineApi, PageRecordsGoThroughTheLocalTiersAndBack) {
   const std::vector<uint8_t> record = encode_kv_page(*ctx, 42, 0, tokens, std::span(cells).first(16));
   const std::string dir = (std::filesystem::temp_directory_path() / ("agentkv-tier-api-" + std::to_string(::getpid()))).string();
   {
-    WarmTier warm(*ctx, std::nullopt, 1 << 20, 1 << 20);
-    DiskTier disk(dir, 1 << 20, 1 << 20);
-    for (PageTier* t : {static_cast<PageTier*>(&warm), static_cast<PageTier*>(&disk)}) t->put(42, record);
-    warm.flush();
-    disk.flush();
-    EXPECT_EQ(warm.stats().pages, 1u);
-    EXPECT_EQ(disk.stats().pages_on_disk, 1u);
+    const std::unique_ptr<WarmTier> warm = make_warm_tier(*ctx, std::nullopt, 1 << 20, 1 << 20);
+    const std::unique_ptr<DiskTier> disk = make_disk_tier(dir, 1 << 20, 1 << 20);
+    for (PageTier* t : {static_cast<PageTier*>(warm.get()), static_cast<PageTier*>(disk.get())}) t->put(42, record);
+    warm->flush();
+    disk->flush();
+    EXPECT_EQ(warm->stats().pages, 1u);
+    EXPECT_EQ(disk->stats().pages_on_disk, 1u);
     const uint64_t hash = 42;
-    for (PageTier* t : {static_cast<PageTier*>(&warm), static_cast<PageTier*>(&disk)}) {
+    for (PageTier* t : {static_cast<PageTier*>(warm.get()), static_cast<PageTier*>(disk.get())}) {
       const auto got = t->get(std::span(&hash, 1));
       ASSERT_TRUE(got[0]);
       EXPECT_EQ(*got[0], record);
       EXPECT_TRUE(write_kv_page(*ctx, *got[0], std::span(cells).first(16)));
     }
-    EXPECT_NE(WarmTier(*ctx, GgmlType::Q8_0, 1 << 20, 1 << 20).codec_name(), warm.codec_name());
+    EXPECT_NE(make_warm_tier(*ctx, GgmlType::Q8_0, 1 << 20, 1 << 20)->codec_name(), warm->codec_name());
   }
   std::filesystem::remove_all(dir);
   std::vector<uint8_t> broken = record;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
+#include "engine/context_impl.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "memory/kv_cache.h"
@@ -401,14 +401,14 @@ ShiftOutcome shift_whole_prompt(const Model& model, GgmlType type_k, Pos K) {
   Context unrotated(model, params(type_k));
   decode_prompt(unrotated, prompt, 0);
   unrotated.memory().seq_add(0, 0, -1, K);
-  unrotated.memory().kv()->reset_shift();
+  sequence_memory(unrotated).kv()->reset_shift();
   const auto wrong = decode_one(unrotated, next, K + n);
   return {max_abs_diff(got, want), max_abs_diff(wrong, want)};
 }
 
 TEST(ContextShiftModel, ShiftedSequencePredictsLikeTheUnshiftedOne) {
   auto model = Model::load(kModels + "qwen3-micro.gguf");
-  ASSERT_TRUE(model->can_shift());
+  ASSERT_TRUE(ArchModel::of(*model).can_shift());
   // f32 K: only the float rounding of rotation angles separates the two.
   const ShiftOutcome f32 = shift_whole_prompt(*model, GgmlType::F32, 100);
   std::printf("f32 K: shifted vs plain %.2e, unrotated vs plain %.2e\n", f32.shifted_vs_plain, f32.unrotated_vs_plain);
@@ -425,7 +425,7 @@ TEST(ContextShiftModel, ClosingAGapMovesPositionsAndRotatesOnce) {
   auto model = Model::load(kModels + "qwen3-micro.gguf");
   Context ctx(*model, params(GgmlType::F16));
   decode_prompt(ctx, prompt_tokens(20, 3), 0);
-  auto& mem = ctx.memory();
+  auto& mem = sequence_memory(ctx);
   ASSERT_TRUE(ctx.can_shift());
   // Drop positions [5, 10) and move [10, 20) down to [5, 15).
   ASSERT_TRUE(mem.seq_rm(0, 5, 10));
@@ -459,16 +459,16 @@ TEST(ContextShiftModel, ClosingAGapMovesPositionsAndRotatesOnce) {
 
 TEST(ContextShiftModel, HybridAndImropeModelsRefuseShifts) {
   auto model = Model::load(kModels + "qwen35moe-micro.gguf");
-  EXPECT_FALSE(model->can_shift());
+  EXPECT_FALSE(ArchModel::of(*model).can_shift());
   Context ctx(*model, params(GgmlType::F16));
   decode_prompt(ctx, prompt_tokens(8, 5), 0);
   EXPECT_FALSE(ctx.can_shift());
   EXPECT_THROW(ctx.memory().seq_add(0, 0, -1, 3), Error);
   EXPECT_THROW(ctx.memory().seq_div(0, 0, -1, 2), Error);
   EXPECT_EQ(ctx.memory().seq_pos_max(0), 7);
-  EXPECT_EQ(ctx.memory().kv()->seq_pos_min(0), 0);
-  EXPECT_FALSE(ctx.memory().kv()->has_shift());
-  EXPECT_EQ(ctx.memory().rec()->seq_pos_max(0), 7);
+  EXPECT_EQ(sequence_memory(ctx).kv()->seq_pos_min(0), 0);
+  EXPECT_FALSE(sequence_memory(ctx).kv()->has_shift());
+  EXPECT_EQ(sequence_memory(ctx).rec()->seq_pos_max(0), 7);
 }
 
 TEST(ContextShiftModel, AttentionOnlyMemoryWithoutRopeSupportRefuses) {

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 
 namespace agentkv {

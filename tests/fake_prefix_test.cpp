@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
+#include "engine/context_impl.h"
 #include "memory/kv_cache.h"
 #include "memory/recurrent.h"
 #include "memory/sequence_memory.h"
@@ -254,7 +254,7 @@ TEST(FakePrefixModel, HybridQwen35MoeKeepsBothHalvesInLockstep) {
   ContextParams cp = params();
   cp.n_seq_max = 2;
   Context ctx(*model, cp);
-  auto& mem = ctx.memory();
+  auto& mem = sequence_memory(ctx);
   ctx.seq_fake_prefix(1, 64);
   EXPECT_EQ(mem.kv()->seq_pos_min(1), 0);
   EXPECT_EQ(mem.kv()->seq_pos_max(1), 63);

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/context.h"
+#include "agentkv/context.h"
 #include "kernels/dispatch.h"
-#include "engine/logits_report.h"
+#include "agentkv/logits_report.h"
 #include "model/model.h"
 
 namespace agentkv::testing {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm_float.h"
 #include "kernels/matmul.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm_q4_K.h"
 #include "kernels/matmul.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm_q6_K.h"
 #include "kernels/matmul.h"

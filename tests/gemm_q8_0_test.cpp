@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm_q8_0.h"
 #include "kernels/matmul.h"

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm_q4_K.h"
 #include "kernels/gemm_q6_K.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "gguf/gguf.h"
 
 using agentkv::Error;

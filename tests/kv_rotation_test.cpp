@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
-#include "engine/session_state.h"
+#include "engine/context_impl.h"
+#include "agentkv/session_state.h"
 #include "gguf/gguf.h"
 #include "kernels/hadamard.h"
 #include "model/kv_rotation.h"
@@ -216,8 +216,8 @@ TEST(KvRotationModel, RotatedF32CacheGivesThePlainLogits) {
   const auto want = run(plain);
   for (uint64_t seed : {0ull, 9ull}) {
     Context rotated(head64_model(), params(GgmlType::F32, KvRotationMode::On, seed));
-    ASSERT_TRUE(rotated.memory().kv()->layout().rotation.active());
-    EXPECT_EQ(rotated.memory().kv()->layout().rotation.k_block, 64u);
+    ASSERT_TRUE(sequence_memory(rotated).kv()->layout().rotation.active());
+    EXPECT_EQ(sequence_memory(rotated).kv()->layout().rotation.k_block, 64u);
     const double d = max_abs_diff(run(rotated), want);
     std::printf("f32 KV, rotation seed %llu: max |logit diff| %.2e (bound %.2e)\n",
                 static_cast<unsigned long long>(seed), d, rounding_bound(want));
@@ -230,8 +230,8 @@ TEST(KvRotationModel, QuantizedCacheIsRotatedByDefaultAndChangesItsRounding) {
   const auto want = run(exact);
   Context rotated(head64_model(), params(GgmlType::Q4_0, KvRotationMode::Auto));
   Context plain(head64_model(), params(GgmlType::Q4_0, KvRotationMode::Off));
-  EXPECT_TRUE(rotated.memory().kv()->layout().rotation.active());
-  EXPECT_FALSE(plain.memory().kv()->layout().rotation.active());
+  EXPECT_TRUE(sequence_memory(rotated).kv()->layout().rotation.active());
+  EXPECT_FALSE(sequence_memory(plain).kv()->layout().rotation.active());
   const auto r = run(rotated), p = run(plain);
   const double dr = max_abs_diff(r, want), dp = max_abs_diff(p, want);
   std::printf("q4_0 KV vs f32 KV: rotated %.3f, unrotated %.3f (max |logit diff|)\n", dr, dp);

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "core/fp16.h"
-#include "engine/context.h"
+#include "agentkv/fp16.h"
+#include "engine/context_impl.h"
 #include "kernels/quant.h"
 #include "memory/attention_view.h"
 #include "memory/kv_cache.h"
@@ -283,7 +283,7 @@ std::vector<std::vector<float>> run_logits(const Model& m, uint32_t hot, GgmlTyp
     EXPECT_EQ(ctx.decode(d), 0);
     out.emplace_back(ctx.last_logits(), ctx.last_logits() + n_vocab);
   }
-  if (res) *res = ctx.memory().kv()->residency();
+  if (res) *res = sequence_memory(ctx).kv()->residency();
   return out;
 }
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "gguf/gguf.h"
 #include "kernels/quant.h"
 #include "model/presets.h"

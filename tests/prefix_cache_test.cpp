@@ -11,7 +11,7 @@
 
 #include "agentkv/error.h"
 #include "agentkv/prefix_cache.h"
-#include "engine/context.h"
+#include "agentkv/context.h"
 #include "model/model.h"
 
 namespace agentkv {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/quant.h"
 #include "kernels/quant_blocks.h"

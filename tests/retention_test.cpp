@@ -1,4 +1,4 @@
-// Context-shift eviction (engine/retention.h, issue 18) on qwen3-micro with f32 keys:
+// Context-shift eviction (agentkv/retention.h, issue 18) on qwen3-micro with f32 keys:
 // 1. The query window records, per attention layer, the last W queries of each sequence.
 // 2. choose_evictions: every policy drops exactly min(n_discard, candidates) positions, ascending,
 //    within its candidates; positional and sinks drop the oldest; keydiff drops a group of keys
@@ -15,8 +15,8 @@
 #include <set>
 #include <vector>
 
-#include "engine/context.h"
-#include "engine/retention.h"
+#include "engine/context_impl.h"
+#include "agentkv/retention.h"
 #include "kernels/ops.h"
 #include "memory/kv_cache.h"
 #include "memory/query_window.h"
@@ -59,7 +59,7 @@ struct Fixture {
       EXPECT_EQ(ctx->decode(one), 0);
     }
   }
-  const memory::KvCache& kv() const { return *ctx->memory().kv(); }
+  const memory::KvCache& kv() const { return *sequence_memory(*ctx).kv(); }
   // The cell of each position of sequence 0.
   std::map<Pos, uint32_t> cells() const {
     std::map<Pos, uint32_t> out;
@@ -73,7 +73,7 @@ struct Fixture {
     while (!kv().layer_has_kv(l)) ++l;
     return l;
   }
-  float* k_row(int layer, Pos p) { return reinterpret_cast<float*>(ctx->memory().kv()->k_row(layer, 0, cells().at(p))); }
+  float* k_row(int layer, Pos p) { return reinterpret_cast<float*>(sequence_memory(*ctx).kv()->k_row(layer, 0, cells().at(p))); }
 };
 
 EvictionRequest request(EvictPolicy policy, int n_keep, int n_discard, int n_recent) {
@@ -110,7 +110,7 @@ TEST(QueryWindow, KeepsTheLastQueriesOfEveryLayerInOrder) {
 
 TEST(Retention, EveryPolicyDropsExactlyItsCountWithinItsCandidates) {
   Fixture f;
-  ASSERT_EQ(f.ctx->queries()->count(0), static_cast<uint32_t>(kWindow));
+  ASSERT_EQ(recorded_queries(*f.ctx)->count(0), static_cast<uint32_t>(kWindow));
   for (EvictPolicy p : {EvictPolicy::Positional, EvictPolicy::Sinks, EvictPolicy::KeyDiff, EvictPolicy::SnapKV}) {
     for (int n_discard : {1, 10, 40, 1000}) {
       const EvictionRequest r = request(p, 6, n_discard, 16);
@@ -165,7 +165,7 @@ TEST(Retention, SnapKvKeepsTheKeyTheRecentQueriesAttendTo) {
   Fixture f;
   const ModelConfig& cfg = f.model->config();
   const int64_t hd = cfg.head_dim_k, rep = cfg.n_head / cfg.n_head_kv;
-  const memory::QueryWindow& qw = *f.ctx->queries();
+  const memory::QueryWindow& qw = *recorded_queries(*f.ctx);
   // Position 30's key, in every layer and KV head, points where that layer's recorded queries
   // point (their sum over the window and the head group), scaled up: it takes their attention.
   const Pos star = 30;
@@ -208,7 +208,7 @@ TEST(Retention, EvictionClosesTheGapsAndRotatesEachKeptKeyByItsMove) {
   }
   const std::vector<Pos> dropped = {5, 6, 7, 12, 20, 21, 33, 50, 62};
   evict_positions(*f.ctx, 0, dropped, kN);
-  EXPECT_EQ(f.ctx->queries()->count(0), 0u);  // the recorded queries carried old positions
+  EXPECT_EQ(recorded_queries(*f.ctx)->count(0), 0u);  // the recorded queries carried old positions
   f.ctx->apply_pending_shift();
   const int kept = kN - static_cast<int>(dropped.size());
   EXPECT_EQ(f.ctx->memory().seq_pos_min(0), 0);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
+#include "agentkv/context.h"
 #include "model/model.h"
 #include "memory/prefix_index.h"
 #include "server/base64.h"

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/context.h"
+#include "engine/context_impl.h"
 #include "memory/prefix_index.h"
 #include "model/model.h"
 
@@ -48,7 +48,7 @@ memory::PrefixIndex& enable_index(Context& ctx) {
   memory::PrefixIndexConfig ic;
   ic.page_tokens = 4;
   ic.holder = kHolder;
-  return ctx.memory().enable_prefix_index(ic);
+  return sequence_memory(ctx).enable_prefix_index(ic);
 }
 
 // Decodes toks as one batch for sequence s from the sequence's next position; returns the logits
@@ -91,7 +91,7 @@ TEST_F(SnapshotRollback, AttachAtTheSnapshotRecomputesOnlyTheNewSuffixAndMatches
   EXPECT_EQ(index.lookup(AC, 1, AC.size() - 1), 0u);  // another salt sees nothing
   ASSERT_EQ(index.attach(0, AC, 0, AC.size() - 1), 13u);
   EXPECT_EQ(ctx.memory().seq_pos_max(0), 12);
-  EXPECT_EQ(ctx.memory().kv()->seq_pos_max(0), 12);
+  EXPECT_EQ(sequence_memory(ctx).kv()->seq_pos_max(0), 12);
   ctx.reset_stats();
   const auto got = decode(ctx, C);
   EXPECT_EQ(ctx.stats().n_tokens, static_cast<int64_t>(C.size()));
@@ -106,8 +106,8 @@ TEST_F(SnapshotRollback, AttachAtTheSnapshotRecomputesOnlyTheNewSuffixAndMatches
   Context wrong(*model_, params());
   decode(wrong, A);
   decode(wrong, B);
-  wrong.memory().kv()->seq_rm(0, 13, -1);
-  wrong.memory().rec()->seq_own_cell(0, 12);
+  sequence_memory(wrong).kv()->seq_rm(0, 13, -1);
+  sequence_memory(wrong).rec()->seq_own_cell(0, 12);
   const auto bad = decode(wrong, C);
   double diff = 0;
   for (size_t i = 0; i < bad.size(); ++i) diff = std::max(diff, double(std::fabs(bad[i] - want[i])));

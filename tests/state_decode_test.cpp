@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
-#include "engine/session_state.h"
+#include "engine/context_impl.h"
+#include "agentkv/session_state.h"
 #include "model/model.h"
 #include "fixture_models.h"
 
@@ -71,7 +71,7 @@ void expect_bit_equal(const std::vector<std::vector<float>>& a, const std::vecto
 
 // Cells of seq in its stream (to check that a restore really landed in a fragmented layout).
 std::vector<uint32_t> kv_cells(const Context& ctx, SeqId seq) {
-  const auto& kv = *ctx.memory().kv();
+  const auto& kv = *sequence_memory(ctx).kv();
   const auto& c = kv.cells(kv.stream_of(seq));
   std::vector<uint32_t> out;
   for (uint32_t i = 0; i < c.size(); ++i)
@@ -86,7 +86,7 @@ std::vector<uint8_t> memory_bytes(const Context& ctx) {
     const auto* b = static_cast<const uint8_t*>(p);
     out.insert(out.end(), b, b + n);
   };
-  const auto& mem = ctx.memory();
+  const auto& mem = sequence_memory(ctx);
   if (const auto* kv = mem.kv())
     for (uint32_t s = 0; s < kv->n_streams(); ++s) {
       const auto& c = kv->cells(s);
@@ -170,7 +170,7 @@ void check_three_ways(const std::string& name, const ContextParams& cp) {
   expect_bit_equal(continue_greedy(ctx, 3, into3.logits), fresh, name + " restored into seq 3");
   EXPECT_EQ(ctx.stats().n_tokens, kContinue);
   if (hybrid) {
-    EXPECT_EQ(ctx.memory().rec()->seq_pos_max(1), 9);  // seq 1 untouched
+    EXPECT_EQ(sequence_memory(ctx).rec()->seq_pos_max(1), 9);  // seq 1 untouched
   }
 }
 
@@ -199,7 +199,7 @@ TEST(StateDecode, HybridPartialRestoreRollsBack) {
   decode_run(ctx, prompt, 0, 0);
   const std::vector<float> prompt_logits = last_logits(ctx);
   SaveOptions opt;
-  opt.flags = memory::kStatePartialOnly;
+  opt.flags = kSavePartialOnly;
   opt.logits = prompt_logits;
   const std::vector<uint8_t> blob = save_seq(ctx, 0, opt);
   const auto fresh = continue_greedy(ctx, 0, prompt_logits);
@@ -207,8 +207,8 @@ TEST(StateDecode, HybridPartialRestoreRollsBack) {
   ctx.reset_stats();
   const LoadedState loaded = load_seq(ctx, blob, 0);
   const memory::Pos last = static_cast<memory::Pos>(prompt.size()) - 1;
-  EXPECT_EQ(ctx.memory().rec()->seq_pos_max(0), last);
-  EXPECT_EQ(ctx.memory().kv()->seq_pos_max(0), last + kContinue);  // attention cells kept
+  EXPECT_EQ(sequence_memory(ctx).rec()->seq_pos_max(0), last);
+  EXPECT_EQ(sequence_memory(ctx).kv()->seq_pos_max(0), last + kContinue);  // attention cells kept
   ASSERT_TRUE(ctx.memory().seq_rm(0, last + 1, -1));
   expect_bit_equal(continue_greedy(ctx, 0, loaded.logits), fresh, "partial restore");
   EXPECT_EQ(ctx.stats().n_tokens, kContinue);

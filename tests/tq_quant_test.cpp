@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "core/fp16.h"
-#include "core/ggml_type.h"
+#include "agentkv/fp16.h"
+#include "agentkv/ggml_type.h"
 #include "kernels/dispatch.h"
 #include "kernels/hadamard.h"
 #include "kernels/quant.h"

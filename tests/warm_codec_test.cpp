@@ -9,7 +9,7 @@
 #include <random>
 
 #include "agentkv/error.h"
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/quant.h"
 #include "memory/page_record.h"
 

@@ -12,7 +12,7 @@
 #include <map>
 #include <random>
 
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 
 namespace agentkv::memory {
 namespace {

@@ -1,4 +1,4 @@
-// agentkv bench evict: what a context-shift eviction policy (engine/retention.h) costs in output
+// agentkv bench evict: what a context-shift eviction policy (agentkv/retention.h) costs in output
 // quality at a KV budget, against the full cache, and what its scoring costs in time.
 //
 // Quality: for each window of -c tokens of the text, the first L = c - S tokens are the context
@@ -8,7 +8,7 @@
 // distributions is compared with the full cache's (KL, top-1, PPL). Pass-key cases are answered
 // the same way: the prompt but its last token, the eviction, then the answer. The scoring
 // policies keep the first 4 positions and the newest half of what stays (at least the 32 of the
-// observation window; engine/retention.h), positional keeps nothing at the front (llama-server's
+// observation window; agentkv/retention.h), positional keeps nothing at the front (llama-server's
 // n_keep = 0), sinks the first 4.
 //
 // --oracle adds, per budget, snapkv scored with the queries of the scored tokens themselves (the
@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agentkv/error.h"
-#include "engine/retention.h"
+#include "agentkv/retention.h"
 #include "tools/args.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"

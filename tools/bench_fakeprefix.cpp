@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
+#include "agentkv/context.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
 #include "tools/kv_flags.h"

@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
-#include "engine/seq_snapshot.h"
+#include "agentkv/context.h"
+#include "agentkv/seq_snapshot.h"
 #include "agentkv/gbnf.h"
 #include "agentkv/json_schema.h"
 #include "server/grammar_run.h"

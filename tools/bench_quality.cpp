@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
-#include "engine/session_state.h"
+#include "agentkv/context.h"
+#include "agentkv/session_state.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/bench_common.h"

@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
-#include "engine/kv_page_records.h"
-#include "engine/local_tiers.h"
+#include "agentkv/context.h"
+#include "agentkv/kv_page_records.h"
+#include "agentkv/local_tiers.h"
 #include "tools/args.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
@@ -189,16 +189,16 @@ int bench_tiers(Args& a) {
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0})
     if (t != cp.type_k) codecs.push_back(t);
   for (size_t c = 0; c < codecs.size(); ++c) {
-    WarmTier warm(ctx, codecs[c], record_bytes * 2, record_bytes * 2);
-    for (const Page& p : pages) warm.put(p.hash, p.record);
-    warm.flush();
-    const WarmTierStats st = warm.stats();
+    const std::unique_ptr<WarmTier> warm = make_warm_tier(ctx, codecs[c], record_bytes * 2, record_bytes * 2);
+    for (const Page& p : pages) warm->put(p.hash, p.record);
+    warm->flush();
+    const WarmTierStats st = warm->stats();
     if (st.pages != pages.size()) throw Error("bench tiers: the warm tier dropped pages");
-    row("warm RAM, " + warm.codec_name(), static_cast<double>(st.bytes) / 1e6, st.compress_seconds,
-        load_all(warm, ctx, pages, /*exact=*/c == 0), c == 0);
+    row("warm RAM, " + warm->codec_name(), static_cast<double>(st.bytes) / 1e6, st.compress_seconds,
+        load_all(*warm, ctx, pages, /*exact=*/c == 0), c == 0);
   }
   {
-    auto disk = std::make_unique<DiskTier>(dir, record_bytes * 2, record_bytes * 2);
+    std::unique_ptr<DiskTier> disk = make_disk_tier(dir, record_bytes * 2, record_bytes * 2);
     const auto t3 = Clock::now();
     for (const Page& p : pages) disk->put(p.hash, p.record);
     disk->flush();
@@ -208,7 +208,7 @@ int bench_tiers(Args& a) {
     if (drop_caches) {
       if (!drop_page_cache()) throw Error("--drop-caches: cannot write /proc/sys/vm/drop_caches (root?)");
       // A restarted server: the folder indexed again.
-      disk = std::make_unique<DiskTier>(dir, record_bytes * 2, record_bytes * 2);
+      disk = make_disk_tier(dir, record_bytes * 2, record_bytes * 2);
       row("disk, page cache dropped", mb, 0, load_all(*disk, ctx, pages), true);
     }
   }

@@ -14,11 +14,11 @@
 
 #include "agentkv/numerics.h"
 #include "agentkv/error.h"
-#include "core/op_profile.h"
-#include "engine/context.h"
-#include "engine/model_stats.h"
-#include "engine/read_bandwidth.h"
-#include "engine/seq_snapshot.h"
+#include "agentkv/op_profile.h"
+#include "agentkv/context.h"
+#include "agentkv/model_stats.h"
+#include "agentkv/read_bandwidth.h"
+#include "agentkv/seq_snapshot.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/bench_modes.h"
@@ -214,7 +214,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   cp.n_seq_max = static_cast<uint32_t>(n_parallel);
   Context ctx(*model, cp);
   const ModelStats ms = model_stats(*model);
-  const double gbs = bandwidth ? measure_read_bandwidth_gbs(ctx.pool()) : 0.0;
+  const double gbs = bandwidth ? measure_read_bandwidth_gbs(ctx) : 0.0;
 
   op_profile::set_enabled(split);
   auto add_split = [](Measurement& m) {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "engine/gguf_info.h"
+#include "agentkv/gguf_info.h"
 #include "tools/commands.h"
 
 namespace agentkv::tools {

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "agentkv/error.h"
-#include "engine/logits_report.h"
+#include "agentkv/logits_report.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/commands.h"

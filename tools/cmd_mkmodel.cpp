@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "agentkv/error.h"
-#include "engine/make_model.h"
+#include "agentkv/make_model.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 

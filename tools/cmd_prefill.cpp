@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "core/ggml_type.h"
-#include "engine/context.h"
-#include "engine/seq_snapshot.h"
-#include "engine/session_state.h"
+#include "agentkv/ggml_type.h"
+#include "agentkv/context.h"
+#include "agentkv/seq_snapshot.h"
+#include "agentkv/session_state.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/commands.h"
@@ -74,7 +74,7 @@ int cmd_prefill(const std::vector<std::string>& argv) {
   SeqSnapshot end_of_prompt;
   if (ctx.has_recurrent_state()) {
     end_of_prompt = SeqSnapshot::capture(ctx, 0, /*recurrent_only=*/true);
-    o.checkpoints.push_back(end_of_prompt.checkpoint_at(static_cast<MemoryPos>(tokens.size()) - 1));
+    o.checkpoints.push_back({static_cast<MemoryPos>(tokens.size()) - 1, &end_of_prompt});
   }
   const std::vector<uint8_t> blob = save_seq(ctx, 0, o);
   write_state_file(output, blob);

@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
+#include "agentkv/context.h"
 #include "agentkv/sampling.h"
 #include "agentkv/chat_template.h"
 #include "tools/args.h"

@@ -13,9 +13,9 @@
 #include <sstream>
 #include <string>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 #include "agentkv/pooling.h"
-#include "engine/retention.h"
+#include "agentkv/retention.h"
 #include "agentkv/numerics.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "engine/session_state.h"
+#include "agentkv/session_state.h"
 #include "tools/commands.h"
 
 namespace agentkv::tools {

@@ -1,11 +1,11 @@
 // The KV-cache options every command shares: -ctk / -ctv (element types), --kv-rotation and
-// --kv-rotation-seed (engine/context.h), --kv-hot and --kv-tail-type (windowed residency). One parser, so the commands agree on names and errors.
+// --kv-rotation-seed (agentkv/context.h), --kv-hot and --kv-tail-type (windowed residency). One parser, so the commands agree on names and errors.
 #pragma once
 #include <cstdint>
 #include <string>
 
-#include "core/ggml_type.h"
-#include "engine/context.h"
+#include "agentkv/ggml_type.h"
+#include "agentkv/context.h"
 #include "tools/args.h"
 
 namespace agentkv::tools {

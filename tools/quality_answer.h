@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "engine/context.h"
+#include "agentkv/context.h"
 #include "tools/quality_passkey.h"
 
 namespace agentkv::tools {

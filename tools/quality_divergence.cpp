@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/fp16.h"
-#include "engine/log_sum_exp.h"
+#include "agentkv/fp16.h"
+#include "agentkv/log_sum_exp.h"
 
 namespace agentkv::tools {
 

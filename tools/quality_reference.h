@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 #include "agentkv/tokenizer.h"
 
 namespace agentkv::tools {
@@ -19,7 +19,7 @@ inline constexpr uint32_t kReferenceVersion = 1;
 
 // What the reference's distributions depend on; two runs are comparable when all of it matches.
 struct ReferenceFingerprint {
-  uint64_t model = 0;  // engine/session_state.h model_fingerprint()
+  uint64_t model = 0;  // agentkv/session_state.h model_fingerprint()
   uint64_t text = 0;   // xxh64 of the text file's bytes
   uint32_t n_ctx = 0;  // -c
   uint32_t stride = 0;

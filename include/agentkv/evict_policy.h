@@ -1,4 +1,4 @@
-// The names of the context-shift eviction policies (engine/retention.h has what each does): a
+// The names of the context-shift eviction policies (agentkv/retention.h has what each does): a
 // header of its own so that request parsing names them without the engine.
 #pragma once
 #include <cstdint>

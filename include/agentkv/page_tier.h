@@ -2,11 +2,13 @@
 // the interface the shared tier (Redis, issue 19), the disk and compressed-RAM tiers (issue 17)
 // and any later one implement. A tier may lose anything at any time (its own eviction, a restart,
 // a network failure); the memory treats every read as a hint, verifies each record, and computes
-// what is missing. Also the figures of the built-in local tiers (engine/page_tiers.h makes them).
+// what is missing. Also the built-in local tiers' interfaces and figures (agentkv/local_tiers.h
+// makes one, agentkv/page_tiers.h the stack a server configures).
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace agentkv {
@@ -45,6 +47,21 @@ struct WarmTierStats {
   uint64_t pending = 0;  // waiting to be compressed
   double compress_seconds = 0, decompress_seconds = 0;  // total time spent
   uint64_t bytes_decompressed = 0;                      // record bytes produced by gets
+};
+
+// The compressed-RAM tier (src/memory/warm_page_tier.h).
+class WarmTier : public PageTier {
+ public:
+  virtual WarmTierStats stats() const = 0;
+  virtual void flush() = 0;  // waits until every record put is compressed
+  virtual std::string codec_name() const = 0;
+};
+
+// The disk tier (src/memory/disk_page_tier.h).
+class DiskTier : public PageTier {
+ public:
+  virtual DiskTierStats stats() const = 0;
+  virtual void flush() = 0;  // waits until every record put is written (or dropped)
 };
 
 }  // namespace agentkv

@@ -1,4 +1,4 @@
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 
 #include <array>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "core/op_profile.h"
+#include "agentkv/op_profile.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "engine/context.h"
+#include "engine/context_impl.h"
 
 #include <algorithm>
 #include <map>
@@ -12,65 +12,67 @@
 
 namespace agentkv {
 
-Context::Context(const Model& model, const ContextParams& params)
-    : model_(model), params_(params), pool_(params.n_threads) {
-  if (params_.n_seq_max < 1 || params_.n_seq_max > memory::kMaxSeq)
+Context::Context(const Model& model, const ContextParams& params) : impl_(std::make_unique<Impl>(model, params)) {}
+
+Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
+    : model(model_in), arch(ArchModel::of(model_in)), params(params_in), pool(params_in.n_threads) {
+  if (params.n_seq_max < 1 || params.n_seq_max > memory::kMaxSeq)
     throw Error("n_seq_max must be in [1, " + std::to_string(memory::kMaxSeq) + "]");
-  if (params_.n_ubatch < 1) throw Error("n_ubatch must be positive");
-  const auto& cfg = model_.config();
+  if (params.n_ubatch < 1) throw Error("n_ubatch must be positive");
+  const auto& cfg = model.config();
   std::unique_ptr<memory::KvCache> kv;
   std::unique_ptr<memory::RecurrentMemory> rec;
-  const bool windowed = params_.kv_hot_cells > 0 && params_.kv_hot_cells < params_.n_ctx;
-  if (windowed && params_.kv_hot_cells < params_.n_ubatch)
-    throw Error("kv hot cells (" + std::to_string(params_.kv_hot_cells) + ") must be at least n_ubatch (" +
-                std::to_string(params_.n_ubatch) + "): a micro-batch's rows are written hot");
+  const bool windowed = params.kv_hot_cells > 0 && params.kv_hot_cells < params.n_ctx;
+  if (windowed && params.kv_hot_cells < params.n_ubatch)
+    throw Error("kv hot cells (" + std::to_string(params.kv_hot_cells) + ") must be at least n_ubatch (" +
+                std::to_string(params.n_ubatch) + "): a micro-batch's rows are written hot");
   if (cfg.n_attention_layers() > 0) {
     // Hot and tail rows share one rotation: rotated when either type is quantized.
     auto rotation_type = [&](GgmlType hot, GgmlType tail) {
       return windowed && !ggml_type_info(hot).quantized ? tail : hot;
     };
-    memory::KvLayout layout = model_.kv_layout(
-        params_.n_ctx, params_.n_seq_max, params_.kv_unified, params_.type_k, params_.type_v,
-        choose_kv_rotation(cfg, rotation_type(params_.type_k, params_.tail_type_k),
-                           rotation_type(params_.type_v, params_.tail_type_v), params_.kv_rotation,
-                           params_.kv_rotation_seed));
+    memory::KvLayout layout = arch.kv_layout(
+        params.n_ctx, params.n_seq_max, params.kv_unified, params.type_k, params.type_v,
+        choose_kv_rotation(cfg, rotation_type(params.type_k, params.tail_type_k),
+                           rotation_type(params.type_v, params.tail_type_v), params.kv_rotation,
+                           params.kv_rotation_seed));
     if (windowed) {
-      layout.hot_cells = params_.kv_hot_cells;
-      layout.tail_type_k = params_.tail_type_k;
-      layout.tail_type_v = params_.tail_type_v;
-      layout.tail_dir = params_.kv_tail_dir;
+      layout.hot_cells = params.kv_hot_cells;
+      layout.tail_type_k = params.tail_type_k;
+      layout.tail_type_v = params.tail_type_v;
+      layout.tail_dir = params.kv_tail_dir;
     }
     kv = std::make_unique<memory::KvCache>(layout);
   }
-  if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(model_.recurrent_layout(params_.n_seq_max));
-  memory_ = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
-  memory_->set_shift_supported(model_.can_shift());
-  if (params_.query_window > 0 && memory_->kv())
-    queries_ = std::make_unique<memory::QueryWindow>(memory_->kv()->layout().layer_has_kv,
-                                                     static_cast<int64_t>(cfg.n_head) * cfg.head_dim_k, params_.n_seq_max,
-                                                     params_.query_window);
+  if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(arch.recurrent_layout(params.n_seq_max));
+  memory = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
+  memory->set_shift_supported(arch.can_shift());
+  if (params.query_window > 0 && memory->kv())
+    queries = std::make_unique<memory::QueryWindow>(memory->kv()->layout().layer_has_kv,
+                                                     static_cast<int64_t>(cfg.n_head) * cfg.head_dim_k, params.n_seq_max,
+                                                     params.query_window);
 }
 
 void Context::apply_pending_shift() {
-  memory::KvCache* kv = memory_->kv();
+  memory::KvCache* kv = impl_->memory->kv();
   if (!kv || !kv->has_shift()) return;
   // A pending shift can only come from seq_add / seq_div, which SequenceMemory refuses unless the
   // model can re-rotate keys; a caller that shifted the KvCache directly must not reach here.
-  if (!model_.can_shift()) throw Error("context shift pending but this model cannot re-rotate stored keys");
-  stats_.n_shifted_cells += model_.apply_kv_shift(*kv, pool_);
+  if (!impl_->arch.can_shift()) throw Error("context shift pending but this model cannot re-rotate stored keys");
+  impl_->stats.n_shifted_cells += impl_->arch.apply_kv_shift(*kv, impl_->pool);
 }
 
-void Context::count_keys_attended(const memory::UBatch& ub) {
-  if (!memory_->kv() || ub.size() == 0) return;
-  const std::vector<int64_t> seen = memory::keys_seen(attention_, ub.size());
-  for (int64_t n : seen) stats_.n_keys_attended += n;
-  stats_.last_keys_attended = seen.back();
+void Context::Impl::count_keys_attended(const memory::UBatch& ub) {
+  if (!memory->kv() || ub.size() == 0) return;
+  const std::vector<int64_t> seen = memory::keys_seen(attention, ub.size());
+  for (int64_t n : seen) stats.n_keys_attended += n;
+  stats.last_keys_attended = seen.back();
 }
 
 Context::~Context() = default;
 
 uint32_t kv_cells_for_bytes(const Model& model, const ContextParams& params, size_t bytes) {
-  const memory::KvLayout l = model.kv_layout(1, 1, true, params.type_k, params.type_v);
+  const memory::KvLayout l = ArchModel::of(model).kv_layout(1, 1, true, params.type_k, params.type_v);
   const auto n_layers = static_cast<size_t>(std::count(l.layer_has_kv.begin(), l.layer_has_kv.end(), true));
   const size_t per_cell = n_layers * (ggml_row_size(l.type_k, l.n_embd_k) + ggml_row_size(l.type_v, l.n_embd_v));
   if (per_cell == 0 || bytes == 0) return 0;
@@ -78,12 +80,12 @@ uint32_t kv_cells_for_bytes(const Model& model, const ContextParams& params, siz
 }
 
 PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
-  if (prefix_cache_) return prefix_cache_.get();
-  const memory::KvCache* kv = memory_->kv();
+  if (impl_->prefix_cache) return impl_->prefix_cache.get();
+  const memory::KvCache* kv = impl_->memory->kv();
   if (!kv || kv->n_streams() != 1) return nullptr;
-  if (cfg.holder < 0 || static_cast<uint32_t>(cfg.holder) >= params_.n_seq_max)
+  if (cfg.holder < 0 || static_cast<uint32_t>(cfg.holder) >= impl_->params.n_seq_max)
     throw Error("prefix cache: holder sequence " + std::to_string(cfg.holder) + " outside n_seq_max " +
-                std::to_string(params_.n_seq_max));
+                std::to_string(impl_->params.n_seq_max));
   memory::PrefixIndexConfig ic;
   ic.page_tokens = cfg.page_tokens;
   ic.holder = cfg.holder;
@@ -96,14 +98,14 @@ PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
                                                (static_cast<uint64_t>(kl.rotation.v_block) << 34) ^ 1
                                          : 0);
   ic.snapshot_bytes = cfg.snapshot_bytes;
-  memory::PrefixIndex& index = memory_->prefix_index() ? *memory_->prefix_index() : memory_->enable_prefix_index(ic);
-  prefix_cache_ = std::make_unique<memory::TieredPrefixCache>(*memory_, index);
-  return prefix_cache_.get();
+  memory::PrefixIndex& index = impl_->memory->prefix_index() ? *impl_->memory->prefix_index() : impl_->memory->enable_prefix_index(ic);
+  impl_->prefix_cache = std::make_unique<memory::TieredPrefixCache>(*impl_->memory, index);
+  return impl_->prefix_cache.get();
 }
 
 KvStatus Context::kv_status() const {
   KvStatus s;
-  const memory::KvCache* kv = memory_->kv();
+  const memory::KvCache* kv = impl_->memory->kv();
   if (!kv) return s;
   const memory::KvLayout& l = kv->layout();
   s.present = true;
@@ -131,13 +133,13 @@ KvStatus Context::kv_status() const {
   return s;
 }
 
-std::pair<uint64_t, uint64_t> Context::seq_residency(memory::SeqId seq) const {
-  const memory::KvCache* kv = memory_->kv();
+std::pair<uint64_t, uint64_t> Context::seq_residency(MemorySeqId seq) const {
+  const memory::KvCache* kv = impl_->memory->kv();
   return kv && kv->windowed() ? kv->seq_residency(seq) : std::pair<uint64_t, uint64_t>{0, 0};
 }
 
-size_t Context::cells_free_for(memory::SeqId seq) const {
-  const memory::KvCache* kv = memory_->kv();
+size_t Context::cells_free_for(MemorySeqId seq) const {
+  const memory::KvCache* kv = impl_->memory->kv();
   if (!kv) return SIZE_MAX;  // recurrent memory only: one cell per sequence, always there
   return kv->cells_free_for(seq);
 }
@@ -145,29 +147,29 @@ size_t Context::cells_free_for(memory::SeqId seq) const {
 size_t Context::memory_bytes() const {
   // A windowed cache's rows are counted as stored (tail rows in the tail type), without the
   // conversions a state view of them would make.
-  const memory::KvCache* kv = memory_->kv();
+  const memory::KvCache* kv = impl_->memory->kv();
   if (kv && kv->windowed())
-    return memory::memory_state_view(*memory_, -1, memory::kStatePartialOnly).row_bytes() + kv->residency().held_bytes;
-  return memory::memory_state_view(*memory_, -1, memory::kStateAll).row_bytes();
+    return memory::memory_state_view(*impl_->memory, -1, memory::kStatePartialOnly).row_bytes() + kv->residency().held_bytes;
+  return memory::memory_state_view(*impl_->memory, -1, memory::kStateAll).row_bytes();
 }
 
-void Context::validate(const Batch& b) const {
+void Context::Impl::validate(const Batch& b) const {
   if (b.pos.size() != b.size() || b.seq.size() != b.size() || b.output.size() != b.size())
     throw Error("batch arrays have different lengths");
-  const int64_t n_vocab = model_.n_vocab();
+  const int64_t n_vocab = model.n_vocab();
   // Per sequence, the batch's tokens must continue the sequence at pos_max+1 without gaps.
   std::map<memory::SeqId, memory::Pos> next;
   for (size_t i = 0; i < b.size(); ++i) {
     if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
       throw Error("token id " + std::to_string(b.tokens[i]) + " out of range [0, " + std::to_string(n_vocab) + ")");
     if (b.seq[i].empty()) throw Error("batch token " + std::to_string(i) + " has no sequence");
-    if (memory_->rec() && b.seq[i].size() != 1)
+    if (memory->rec() && b.seq[i].size() != 1)
       throw Error("batch token " + std::to_string(i) + ": a recurrent model's token belongs to exactly one sequence");
     for (memory::SeqId s : b.seq[i]) {
-      if (s < 0 || s >= static_cast<memory::SeqId>(params_.n_seq_max))
-        throw Error("sequence id " + std::to_string(s) + " out of range [0, " + std::to_string(params_.n_seq_max) + ")");
+      if (s < 0 || s >= static_cast<memory::SeqId>(params.n_seq_max))
+        throw Error("sequence id " + std::to_string(s) + " out of range [0, " + std::to_string(params.n_seq_max) + ")");
       auto it = next.find(s);
-      const memory::Pos expected = it != next.end() ? it->second : memory_->seq_pos_max(s) + 1;
+      const memory::Pos expected = it != next.end() ? it->second : memory->seq_pos_max(s) + 1;
       if (b.pos[i] != expected)
         throw Error("sequence " + std::to_string(s) + ": token at position " + std::to_string(b.pos[i]) +
                     " but the sequence continues at " + std::to_string(expected));
@@ -177,63 +179,82 @@ void Context::validate(const Batch& b) const {
 }
 
 int Context::decode(const Batch& b) {
-  validate(b);
+  impl_->validate(b);
   apply_pending_shift();
-  const int64_t n_vocab = model_.n_vocab();
-  output_index_.clear();
+  const int64_t n_vocab = impl_->model.n_vocab();
+  impl_->output_index.clear();
   size_t n_out = 0;
   for (bool o : b.output) n_out += o ? 1 : 0;
-  const int64_t n_embd = model_.n_embd();
-  if (params_.embeddings) embeddings_.resize(n_out * n_embd);
-  else logits_.resize(n_out * n_vocab);
+  const int64_t n_embd = impl_->model.n_embd();
+  if (impl_->params.embeddings) impl_->embeddings.resize(n_out * n_embd);
+  else impl_->logits.resize(n_out * n_vocab);
 
   ModelMemory mem;
-  mem.kv = memory_->kv();
-  mem.rec = memory_->rec();
+  mem.kv = impl_->memory->kv();
+  mem.rec = impl_->memory->rec();
   size_t out_base = 0;
-  for (size_t start = 0; start < b.size(); start += params_.n_ubatch) {
-    const size_t end = std::min(b.size(), start + params_.n_ubatch);
+  for (size_t start = 0; start < b.size(); start += impl_->params.n_ubatch) {
+    const size_t end = std::min(b.size(), start + impl_->params.n_ubatch);
     memory::UBatch ub;
     std::vector<int> out_rows;
     for (size_t i = start; i < end; ++i) {
       ub.add(b.pos[i], b.seq[i]);
       if (b.output[i]) out_rows.push_back(static_cast<int>(i - start));
     }
-    auto placement = memory_->prepare(ub);
+    auto placement = impl_->memory->prepare(ub);
     if (!placement) return 1;
-    memory_->apply(ub, *placement);
+    impl_->memory->apply(ub, *placement);
     // The attention view, once per micro-batch for every attention layer (and the key count).
-    if (memory_->kv()) memory::attention_groups(*memory_->kv(), ub, attention_);
-    count_keys_attended(ub);
+    if (impl_->memory->kv()) memory::attention_groups(*impl_->memory->kv(), ub, impl_->attention);
+    impl_->count_keys_attended(ub);
 
     ForwardBatch fb;
     fb.tokens = std::span<const Token>(b.tokens.data() + start, end - start);
     fb.ub = &ub;
-    fb.id = ++next_ubatch_id_;
+    fb.id = ++impl_->next_ubatch_id;
     fb.placement = &placement->kv;
     fb.rec_placement = &placement->rec;
     fb.output_rows = out_rows;
-    fb.queries = queries_.get();
-    if (memory_->kv()) fb.attention = &attention_;
-    if (params_.embeddings) fb.embeddings = embeddings_.data() + out_base * n_embd;
-    else fb.logits = logits_.data() + out_base * n_vocab;
-    model_.forward(fb, mem, ws_, pool_);
-    for (int r : out_rows) output_index_.push_back(static_cast<int>(start) + r);
+    fb.queries = impl_->queries.get();
+    if (impl_->memory->kv()) fb.attention = &impl_->attention;
+    if (impl_->params.embeddings) fb.embeddings = impl_->embeddings.data() + out_base * n_embd;
+    else fb.logits = impl_->logits.data() + out_base * n_vocab;
+    impl_->arch.forward(fb, mem, impl_->ws, impl_->pool);
+    for (int r : out_rows) impl_->output_index.push_back(static_cast<int>(start) + r);
     out_base += out_rows.size();
-    stats_.n_tokens += static_cast<int64_t>(end - start);
-    stats_.n_ubatches += 1;
+    impl_->stats.n_tokens += static_cast<int64_t>(end - start);
+    impl_->stats.n_ubatches += 1;
   }
   return 0;
 }
 
 const float* Context::embeddings(int i) const {
-  if (!params_.embeddings || i < 0 || i >= n_outputs()) throw Error("no embedding for output " + std::to_string(i));
-  return embeddings_.data() + static_cast<size_t>(i) * model_.n_embd();
+  if (!impl_->params.embeddings || i < 0 || i >= n_outputs()) throw Error("no embedding for output " + std::to_string(i));
+  return impl_->embeddings.data() + static_cast<size_t>(i) * impl_->model.n_embd();
 }
 
 const float* Context::logits(int i) const {
-  if (params_.embeddings || i < 0 || i >= n_outputs()) throw Error("no logits for output " + std::to_string(i));
-  return logits_.data() + static_cast<size_t>(i) * model_.n_vocab();
+  if (impl_->params.embeddings || i < 0 || i >= n_outputs()) throw Error("no logits for output " + std::to_string(i));
+  return impl_->logits.data() + static_cast<size_t>(i) * impl_->model.n_vocab();
 }
+
+const Model& Context::model() const { return impl_->model; }
+const ContextParams& Context::params() const { return impl_->params; }
+MemoryInterface& Context::memory() { return *impl_->memory; }
+const MemoryInterface& Context::memory() const { return *impl_->memory; }
+int Context::n_outputs() const { return static_cast<int>(impl_->output_index.size()); }
+bool Context::can_shift() const { return impl_->memory->can_shift(); }
+void Context::seq_fake_prefix(MemorySeqId seq, MemoryPos n) { impl_->memory->seq_fake_prefix(seq, n); }
+PrefixCache* Context::prefix_cache() { return impl_->prefix_cache.get(); }
+const PrefixCache* Context::prefix_cache() const { return impl_->prefix_cache.get(); }
+bool Context::has_recurrent_state() const { return impl_->memory->rec() != nullptr; }
+void Context::prefault_kv() {
+  if (memory::KvCache* kv = impl_->memory->kv()) kv->prefault();
+}
+uint32_t Context::queries_recorded(MemorySeqId seq) const {
+  return impl_->queries ? impl_->queries->count(seq) : 0;
+}
+const DecodeStats& Context::stats() const { return impl_->stats; }
+void Context::reset_stats() { impl_->stats = {}; }
 
 }  // namespace agentkv

@@ -1,4 +1,4 @@
-#include "engine/gguf_info.h"
+#include "agentkv/gguf_info.h"
 
 #include <algorithm>
 #include <charconv>

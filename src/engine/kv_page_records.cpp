@@ -1,4 +1,5 @@
-#include "engine/kv_page_records.h"
+#include "agentkv/kv_page_records.h"
+#include "engine/context_impl.h"
 
 #include "agentkv/error.h"
 #include "memory/page_record.h"
@@ -8,7 +9,7 @@ namespace {
 
 template <typename Ctx>
 auto& kv_of(Ctx& ctx) {
-  auto* kv = ctx.memory().kv();
+  auto* kv = sequence_memory(ctx).kv();
   if (!kv) throw Error("the model has no KV cache");
   return *kv;
 }

@@ -1,4 +1,4 @@
-#include "engine/log_sum_exp.h"
+#include "agentkv/log_sum_exp.h"
 
 #include "kernels/ops.h"
 

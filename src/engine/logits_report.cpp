@@ -1,4 +1,4 @@
-#include "engine/logits_report.h"
+#include "agentkv/logits_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -56,12 +56,12 @@ LogitsCase compute_logits_case(Context& ctx, const std::string& prompt, int top_
 
   Batch batch;
   for (size_t i = 0; i < c.prompt_tokens.size(); ++i)
-    batch.add(c.prompt_tokens[i], static_cast<memory::Pos>(i), {0}, true);
+    batch.add(c.prompt_tokens[i], static_cast<MemoryPos>(i), {0}, true);
   if (ctx.decode(batch) != 0) throw Error("prompt does not fit in the context");
   for (int i = 0; i < ctx.n_outputs(); ++i) c.prompt_top.push_back(top_of(ctx.logits(i), n_vocab, top_k));
 
   std::vector<float> last(ctx.last_logits(), ctx.last_logits() + n_vocab);
-  memory::Pos pos = static_cast<memory::Pos>(c.prompt_tokens.size());
+  MemoryPos pos = static_cast<MemoryPos>(c.prompt_tokens.size());
   for (int step = 0; step < n_gen; ++step) {
     c.generated_top.push_back(top_of(last.data(), n_vocab, top_k));
     const Token next = forced ? (*forced)[step] : c.generated_top.back().front().first;

@@ -1,6 +1,7 @@
-#include "engine/make_model.h"
+#include "agentkv/make_model.h"
 
 #include "gguf/gguf.h"
+#include "model/presets.h"
 
 namespace agentkv {
 

@@ -1,16 +1,17 @@
-#include "engine/model_stats.h"
+#include "agentkv/model_stats.h"
 
 #include <fstream>
 #include <string>
 
 #include "gguf/gguf.h"
+#include "model/model.h"
 
 namespace agentkv {
 
 ModelStats model_stats(const Model& model) {
   ModelStats s;
   const auto& cfg = model.config();
-  for (const auto& t : model.gguf().tensors()) {
+  for (const auto& t : ArchModel::of(model).gguf().tensors()) {
     s.n_params += t.n_elements();
     s.weight_bytes += t.nbytes;
     if (t.name == "token_embd.weight") {

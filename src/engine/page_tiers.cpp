@@ -1,8 +1,9 @@
-#include "engine/page_tiers.h"
+#include "agentkv/page_tiers.h"
+#include "engine/context_impl.h"
 
 #include <cstdio>
 
-#include "engine/local_tiers.h"
+#include "agentkv/local_tiers.h"
 #include "memory/page_tier_stack.h"
 
 namespace agentkv {
@@ -23,16 +24,16 @@ PageTiers::PageTiers(const Context& ctx, const LocalTierOptions& o, std::vector<
   if (o.warm_bytes > 0) {
     // No K/V (a recurrent-only model): nothing to requantize, the records are kept exact.
     const std::optional<GgmlType> requantize =
-        o.warm_type == "exact" || !ctx.memory().kv() ? std::nullopt
+        o.warm_type == "exact" || !sequence_memory(ctx).kv() ? std::nullopt
         : std::optional<GgmlType>(o.warm_type == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
-    local_->warm = std::make_unique<WarmTier>(ctx, requantize, o.warm_bytes, kMaxQueuedBytes);
+    local_->warm = make_warm_tier(ctx, requantize, o.warm_bytes, kMaxQueuedBytes);
     std::snprintf(line, sizeof line, "warm page tier: up to %.0f MiB of page records in RAM, %s",
                   static_cast<double>(o.warm_bytes) / (1 << 20), local_->warm->codec_name().c_str());
     description_.emplace_back(line);
     stack.push_back(local_->warm.get());
   }
   if (!o.disk_dir.empty()) {
-    local_->disk = std::make_unique<DiskTier>(o.disk_dir, o.disk_bytes, kMaxQueuedBytes);
+    local_->disk = make_disk_tier(o.disk_dir, o.disk_bytes, kMaxQueuedBytes);
     const DiskTierStats st = local_->disk->stats();
     std::snprintf(line, sizeof line,
                   "page tier on disk: %s (%llu page records, %.1f MiB, bound %.0f MiB; %llu unfinished writes removed)",

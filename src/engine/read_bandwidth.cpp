@@ -1,4 +1,6 @@
-#include "engine/read_bandwidth.h"
+#include "agentkv/read_bandwidth.h"
+
+#include "engine/context_impl.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +13,8 @@ namespace {
 constexpr size_t kPrefetchWords = 4096 / sizeof(uint64_t);  // 4 KiB ahead, one request per line
 }  // namespace
 
-double measure_read_bandwidth_gbs(ThreadPool& pool, size_t megabytes, int repeats) {
+double measure_read_bandwidth_gbs(Context& ctx, size_t megabytes, int repeats) {
+  ThreadPool& pool = thread_pool(ctx);
   const size_t n = megabytes * 1024 * 1024 / sizeof(uint64_t);
   std::vector<uint64_t> buf(n);
   pool.parallel_for(static_cast<int64_t>(n), [&](int64_t b, int64_t e) {

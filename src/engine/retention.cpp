@@ -1,4 +1,5 @@
-#include "engine/retention.h"
+#include "agentkv/retention.h"
+#include "engine/context_impl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -62,7 +63,7 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 std::vector<float> keydiff_scores(const Context& ctx, const EvictionRequest& r, const std::vector<uint32_t>& cells, int c0, int c1) {
-  const memory::KvCache& kv = *ctx.memory().kv();
+  const memory::KvCache& kv = *sequence_memory(ctx).kv();
   const ModelConfig& cfg = ctx.model().config();
   const int64_t hd = cfg.head_dim_k, n_kv = cfg.n_head_kv;
   const uint32_t stream = kv.stream_of(r.seq);
@@ -94,8 +95,8 @@ std::vector<float> keydiff_scores(const Context& ctx, const EvictionRequest& r, 
 }
 
 std::vector<float> snapkv_scores(const Context& ctx, const EvictionRequest& r, const std::vector<uint32_t>& cells, int c0, int c1) {
-  const memory::KvCache& kv = *ctx.memory().kv();
-  const memory::QueryWindow& qw = *ctx.queries();
+  const memory::KvCache& kv = *sequence_memory(ctx).kv();
+  const memory::QueryWindow& qw = *recorded_queries(ctx);
   const ModelConfig& cfg = ctx.model().config();
   const int64_t hd = cfg.head_dim_k, n_head = cfg.n_head, n_kv = cfg.n_head_kv, rep = n_head / n_kv;
   const float scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
@@ -163,13 +164,13 @@ std::pair<int, int> candidates(const EvictionRequest& r) {
 std::vector<float> retention_scores(const Context& ctx, const EvictionRequest& req) {
   const auto [c0, c1] = candidates(req);
   if (c1 <= c0) return {};
-  if (req.policy == EvictPolicy::Positional || req.policy == EvictPolicy::Sinks || !ctx.memory().kv()) {
+  if (req.policy == EvictPolicy::Positional || req.policy == EvictPolicy::Sinks || !sequence_memory(ctx).kv()) {
     std::vector<float> s(static_cast<size_t>(c1 - c0));
     std::iota(s.begin(), s.end(), 0.f);  // newer is worth more
     return s;
   }
-  const std::vector<uint32_t> cells = cells_by_position(*ctx.memory().kv(), req.seq, req.n_past);
-  if (req.policy == EvictPolicy::SnapKV && ctx.queries() && ctx.queries()->count(req.seq) > 0)
+  const std::vector<uint32_t> cells = cells_by_position(*sequence_memory(ctx).kv(), req.seq, req.n_past);
+  if (req.policy == EvictPolicy::SnapKV && recorded_queries(ctx) && recorded_queries(ctx)->count(req.seq) > 0)
     return snapkv_scores(ctx, req, cells, c0, c1);
   return keydiff_scores(ctx, req, cells, c0, c1);
 }
@@ -190,7 +191,7 @@ std::vector<memory::Pos> choose_evictions(const Context& ctx, const EvictionRequ
 }
 
 void evict_positions(Context& ctx, memory::SeqId seq, std::span<const memory::Pos> dropped, int n_past) {
-  memory::SequenceMemory& mem = ctx.memory();
+  memory::SequenceMemory& mem = sequence_memory(ctx);
   // Runs of consecutive positions, the last first: each run's removal moves only what follows it.
   size_t end = dropped.size();
   while (end > 0) {
@@ -203,7 +204,7 @@ void evict_positions(Context& ctx, memory::SeqId seq, std::span<const memory::Po
     n_past -= p1 - p0;
     end = begin;
   }
-  if (memory::QueryWindow* q = ctx.queries()) q->clear(seq);
+  if (memory::QueryWindow* q = recorded_queries(ctx)) q->clear(seq);
 }
 
 }  // namespace agentkv

@@ -1,4 +1,4 @@
-#include "engine/session_state.h"
+#include "agentkv/session_state.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -13,11 +13,17 @@
 #include <xxhash.h>
 
 #include "agentkv/error.h"
+#include "engine/context_impl.h"
+#include "engine/seq_snapshot_impl.h"
 #include "gguf/gguf.h"
+#include "memory/memory_state.h"
 #include "memory/prefix_index.h"
 #include "memory/state_info.h"
+#include "model/model.h"
 
 namespace agentkv {
+static_assert(kSavePartialOnly == memory::kStatePartialOnly, "public and memory flag bits agree");
+
 namespace {
 
 constexpr size_t kFingerprintDataBytes = 64;  // leading bytes of every tensor that enter the hash
@@ -58,18 +64,18 @@ std::vector<uint8_t> save(const Context& ctx, memory::SeqId seq, const SaveOptio
   if (o.with_tokens) check_tokens(ctx, o.tokens, "state");
   memory::StateContents c;
   c.fingerprint = model_fingerprint(ctx.model());
-  c.memory = memory::memory_state_view(ctx.memory(), seq, o.flags);
+  c.memory = memory::memory_state_view(sequence_memory(ctx), seq, o.flags);
   c.has_tokens = o.with_tokens;
   c.tokens.assign(o.tokens.begin(), o.tokens.end());
   c.logits.assign(o.logits.begin(), o.logits.end());
-  c.checkpoints = o.checkpoints;
-  if (const memory::PrefixIndex* index = ctx.memory().prefix_index();
-      index && o.snapshots_salt && ctx.memory().rec() && o.with_tokens)
+  for (const SnapshotAt& cp : o.checkpoints) c.checkpoints.push_back({cp.pos, cp.snapshot->impl().snapshot.image()});
+  if (const memory::PrefixIndex* index = sequence_memory(ctx).prefix_index();
+      index && o.snapshots_salt && sequence_memory(ctx).rec() && o.with_tokens)
     for (const auto& [n_tokens, snap] : index->snapshots_along(o.tokens, *o.snapshots_salt))
       c.checkpoints.push_back({static_cast<memory::Pos>(n_tokens) - 1, snap->image()});
   // The sequence as a page chain, named as this memory's prefix index names pages (no salt: a
   // state file carries none), so a reader can tell which pages it already holds.
-  if (const memory::PrefixIndex* index = ctx.memory().prefix_index(); index && o.with_tokens && seq >= 0) {
+  if (const memory::PrefixIndex* index = sequence_memory(ctx).prefix_index(); index && o.with_tokens && seq >= 0) {
     c.page_tokens = index->config().page_tokens;
     c.page_hashes = index->chain_hashes(o.tokens, 0);
   }
@@ -97,8 +103,8 @@ LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest
     throw Error(what + ": " + std::to_string(c.logits.size()) + " logits, the model has " +
                 std::to_string(ctx.model().n_vocab()));
   check_tokens(ctx, c.tokens, what);
-  for (const memory::CheckpointImage& cp : c.checkpoints) memory::check_memory_layout(ctx.memory(), cp.image);
-  memory::PrefixIndex* index = ctx.memory().prefix_index();
+  for (const memory::CheckpointImage& cp : c.checkpoints) memory::check_memory_layout(sequence_memory(ctx), cp.image);
+  memory::PrefixIndex* index = sequence_memory(ctx).prefix_index();
   if (index && !c.page_hashes.empty() && c.page_tokens == index->config().page_tokens &&
       index->chain_hashes(std::span<const Token>(c.tokens).first(c.page_hashes.size() * c.page_tokens), 0) !=
           c.page_hashes)
@@ -114,17 +120,20 @@ LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest
   const memory::MemoryImage& restored = n_shared > 0 ? suffix : c.memory;
 
   // Everything that can be refused has been checked once the plan exists; only then change memory.
-  const memory::MemoryRestorePlan plan = memory::plan_memory_restore(ctx.memory(), restored, dest);
+  const memory::MemoryRestorePlan plan = memory::plan_memory_restore(sequence_memory(ctx), restored, dest);
   LoadedState out;
   out.saved_seq = c.memory.seq;
   out.flags = c.memory.flags;
   out.has_tokens = c.has_tokens;
   out.tokens = std::move(c.tokens);
   out.logits = std::move(c.logits);
-  for (const memory::CheckpointImage& cp : c.checkpoints)
-    out.checkpoints.push_back(LoadedCheckpoint{cp.pos, memory::MemorySnapshot::copy_of(cp.image)});
+  for (const memory::CheckpointImage& cp : c.checkpoints) {
+    LoadedCheckpoint loaded{cp.pos, SeqSnapshot()};
+    loaded.snapshot.impl().snapshot = memory::MemorySnapshot::copy_of(cp.image);
+    out.checkpoints.push_back(std::move(loaded));
+  }
   if (dest < 0 && index) index->clear();  // the whole memory is replaced: no cached page survives
-  memory::apply_memory_restore(ctx.memory(), restored, plan);
+  memory::apply_memory_restore(sequence_memory(ctx), restored, plan);
   if (n_shared > 0) index->attach_kv(dest, out.tokens, *share_salt, n_shared);
   out.n_shared = n_shared;
   return out;
@@ -146,7 +155,7 @@ uint64_t model_fingerprint(const Model& model) {
   for (int32_t v : c.rope_sections) h.pod(v);
   h.pod(static_cast<uint8_t>(c.tied_output));
   for (bool r : c.layer_recurrent) h.pod(static_cast<uint8_t>(r));
-  for (const gguf::TensorInfo& t : model.gguf().tensors()) {
+  for (const gguf::TensorInfo& t : ArchModel::of(model).gguf().tensors()) {
     h.str(t.name);
     h.pod(static_cast<uint32_t>(t.type));
     for (int64_t ne : t.ne) h.pod(ne);
@@ -178,12 +187,12 @@ LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::str
 
 size_t adopt_checkpoints(Context& ctx, std::span<const Token> tokens, uint64_t salt,
                          std::vector<LoadedCheckpoint> checkpoints) {
-  memory::PrefixIndex* index = ctx.memory().prefix_index();
-  if (!index || !ctx.memory().rec()) return 0;
+  memory::PrefixIndex* index = sequence_memory(ctx).prefix_index();
+  if (!index || !sequence_memory(ctx).rec()) return 0;
   size_t taken = 0;
   for (LoadedCheckpoint& c : checkpoints)
     if (c.pos >= 0 && static_cast<size_t>(c.pos) < tokens.size() &&
-        index->adopt_snapshot(tokens.first(static_cast<size_t>(c.pos) + 1), salt, std::move(c.snapshot)))
+        index->adopt_snapshot(tokens.first(static_cast<size_t>(c.pos) + 1), salt, std::move(c.snapshot.impl().snapshot)))
       ++taken;
   return taken;
 }

@@ -13,7 +13,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 
 namespace agentkv::gguf {
 

@@ -1,6 +1,6 @@
 #include "kernels/f16_row.h"
 
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/quant_simd_x86.h"
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 
 namespace agentkv {
 

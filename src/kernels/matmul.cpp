@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
-#include "core/op_profile.h"
+#include "agentkv/op_profile.h"
 #include "kernels/gemm_float.h"
 #include "kernels/gemm_q4_K.h"
 #include "kernels/gemm_q6_K.h"

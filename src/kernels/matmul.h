@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 #include "kernels/threadpool.h"
 
 namespace agentkv {

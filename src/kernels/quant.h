@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 #include "kernels/dispatch.h"
 
 namespace agentkv {

@@ -23,7 +23,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "kernels/quant_simd_x86.h"
 
 namespace agentkv::quant_detail {

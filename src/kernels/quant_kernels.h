@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/fp16.h"
-#include "core/ggml_type.h"
+#include "agentkv/fp16.h"
+#include "agentkv/ggml_type.h"
 #include "kernels/quant.h"
 #include "kernels/quant_blocks.h"
 

@@ -27,7 +27,7 @@ struct DiskTierConfig {
 };
 
 
-class DiskPageTier final : public PageTier {
+class DiskPageTier final : public DiskTier {
  public:
   // Creates the folder if needed and indexes the records in it. Throws agentkv::Error when the
   // folder cannot be created or read.
@@ -41,9 +41,9 @@ class DiskPageTier final : public PageTier {
   bool holds(uint64_t hash) const override;
   void forget(uint64_t hash) override;
 
-  DiskTierStats stats() const;
+  DiskTierStats stats() const override;
   // Waits until every queued record is on disk (or dropped): tests and shutdown.
-  void flush();
+  void flush() override;
   // The file a record of this hash lives in.
   std::filesystem::path record_path(uint64_t hash) const;
 

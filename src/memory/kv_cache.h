@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "agentkv/memory.h"
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 #include "memory/kv_cells.h"
 #include "memory/kv_row_rotation.h"
 #include "memory/ubatch.h"

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 
 namespace agentkv::memory {
 

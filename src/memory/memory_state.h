@@ -92,7 +92,7 @@ struct CheckpointImage {
 // Everything one blob can carry.
 struct StateContents {
   uint32_t version = kStateVersion;   // as read; written as kStateVersion, or 1 when asked (no pages then)
-  uint64_t fingerprint = 0;           // of the model (engine/session_state.h)
+  uint64_t fingerprint = 0;           // of the model (agentkv/session_state.h)
   MemoryImage memory;                 // header flags and seq come from here
   bool has_tokens = false;
   std::vector<int32_t> tokens;        // the sequence's tokens (or a session's), if saved

@@ -1,5 +1,5 @@
 // The queries a sequence asked most recently, per attention layer: the observation window that an
-// eviction policy in the manner of SnapKV scores keys with (engine/retention.h) when a context
+// eviction policy in the manner of SnapKV scores keys with (agentkv/retention.h) when a context
 // shift fires. The model records each token's query rows as the attention kernel sees them
 // (after RoPE, and after the KV rotation when the cache stores rotated rows, so that a query times
 // a stored key is the attention score). A ring of the last `window` tokens per sequence; it is

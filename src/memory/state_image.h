@@ -3,13 +3,13 @@
 // views in cell order, split into chunks: a live cache gives one chunk per contiguous cell range,
 // a parsed blob one chunk into the blob, a snapshot one chunk into its own vectors. Saving,
 // loading and snapshots all go through these images, so they share one validation and one
-// restore path. Row sizes follow the block arithmetic of core/ggml_type.h.
+// restore path. Row sizes follow the block arithmetic of agentkv/ggml_type.h.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <vector>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 #include "memory/kv_cells.h"
 #include "memory/kv_row_rotation.h"
 #include "memory/ubatch.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 #include "memory/kv_cache.h"
 
 namespace agentkv::memory {

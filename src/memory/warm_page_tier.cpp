@@ -97,6 +97,8 @@ bool WarmPageTier::erase(uint64_t hash) {
   return true;
 }
 
+std::string WarmPageTier::codec_name() const { return codec_->name(); }
+
 WarmTierStats WarmPageTier::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   WarmTierStats s = stats_;

@@ -30,7 +30,7 @@ struct WarmTierConfig {
 };
 
 
-class WarmPageTier final : public PageTier {
+class WarmPageTier final : public WarmTier {
  public:
   explicit WarmPageTier(WarmTierConfig cfg);
   ~WarmPageTier() override;
@@ -40,8 +40,9 @@ class WarmPageTier final : public PageTier {
   bool holds(uint64_t hash) const override;
   void forget(uint64_t hash) override;
 
-  WarmTierStats stats() const;
-  void flush();  // waits until every record put is compressed (tests, the bench)
+  WarmTierStats stats() const override;
+  void flush() override;  // waits until every record put is compressed (tests, the bench)
+  std::string codec_name() const override;
 
  private:
   void store(uint64_t hash, const std::vector<uint8_t>& record);  // on queue_'s thread

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/op_profile.h"
+#include "agentkv/op_profile.h"
 #include "kernels/ops.h"
 #include "kernels/hadamard.h"
 #include "kernels/quant.h"

@@ -52,7 +52,7 @@ int64_t uniform_layer_value(const gguf::Reader& g, const std::string& key, int64
 
 }  // namespace
 
-ModelConfig ModelConfig::from_gguf(const gguf::Reader& g) {
+ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   ModelConfig c;
   c.arch_key = g.require_string("general.architecture");
   if (c.arch_key == "qwen3") c.arch = Arch::Qwen3;

@@ -1,59 +1,12 @@
-// Hyperparameters of a model, read from GGUF metadata under the architecture's key prefix.
+// Reads a model's hyperparameters (agentkv/model_config.h) from its GGUF metadata.
 #pragma once
-#include <array>
-#include <cstdint>
-#include <string>
-#include <vector>
+#include "agentkv/model_config.h"
 
 namespace agentkv::gguf { class Reader; }
 
 namespace agentkv {
 
-enum class Arch { Qwen3, Qwen35, Qwen35Moe, Qwen3Next };
-const char* arch_name(Arch a);
-
-struct ModelConfig {
-  Arch arch = Arch::Qwen3;
-  std::string arch_key;  // GGUF spelling: "qwen3", "qwen35", ...
-  std::string name;      // general.name if present
-  int64_t n_vocab = 0;
-  int64_t n_embd = 0;
-  int n_layer = 0;       // trunk layers (block_count minus MTP layers)
-  int n_layer_file = 0;  // block_count as stored (includes MTP layers)
-  int n_head = 0;
-  int n_head_kv = 0;
-  int64_t head_dim_k = 0;  // attention.key_length
-  int64_t head_dim_v = 0;
-  int64_t n_ff = 0;
-  int64_t n_ctx_train = 0;
-  float rms_eps = 1e-6f;
-  float rope_freq_base = 10000.f;
-  float rope_freq_scale = 1.f;
-  int64_t n_rot = 0;  // rotary dims per head (partial rotary when < head_dim)
-  std::array<int32_t, 4> rope_sections{0, 0, 0, 0};
-  float attn_scale = 0.f;  // 0 → 1/sqrt(head_dim_k)
-  bool tied_output = false;
-
-  // Hybrid (Gated DeltaNet) parameters; empty / zero for dense models.
-  std::vector<bool> layer_recurrent;  // per trunk layer
-  int ssm_d_conv = 0;
-  int64_t ssm_d_state = 0;   // D_k = D_v
-  int ssm_n_v_heads = 0;     // time_step_rank = H_v
-  int ssm_n_k_heads = 0;     // group_count = H_k
-  int64_t ssm_d_inner = 0;   // H_v * D_v
-
-  // Mixture of experts.
-  int n_expert = 0;
-  int n_expert_used = 0;
-  int64_t n_ff_expert = 0;
-  int64_t n_ff_shared = 0;
-
-  bool is_hybrid() const;
-  bool is_recurrent(int il) const { return !layer_recurrent.empty() && layer_recurrent[il]; }
-  int n_attention_layers() const;
-
-  // Reads and checks the hyperparameters; throws agentkv::Error naming file and key.
-  static ModelConfig from_gguf(const gguf::Reader& gguf);
-};
+// Reads and checks the hyperparameters; throws agentkv::Error naming file and key.
+ModelConfig model_config_from_gguf(const gguf::Reader& gguf);
 
 }  // namespace agentkv

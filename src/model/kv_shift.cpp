@@ -63,7 +63,7 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
   return rotated;
 }
 
-int64_t Model::apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const {
+int64_t ArchModel::apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const {
   KeyRotation rope;
   rope.head_dim = config_.head_dim_k;
   rope.n_rot = config_.n_rot;

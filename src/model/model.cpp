@@ -11,8 +11,8 @@
 
 namespace agentkv {
 
-Model::Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config)
-    : gguf_(std::move(gguf)), config_(std::move(config)) {
+ArchModel::ArchModel(std::unique_ptr<gguf::Reader> gguf, ModelConfig config)
+    : Model(std::move(config)), gguf_(std::move(gguf)) {
   tokenizer_ = Tokenizer::from_gguf(*gguf_);
   // The tokenizer holds its own vocabulary now; the reader's copies would only cost memory.
   gguf_->release_metadata({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
@@ -26,10 +26,11 @@ Model::Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config)
 }
 
 Model::~Model() = default;
+ArchModel::~ArchModel() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
   auto reader = gguf::Reader::open(path);
-  ModelConfig config = ModelConfig::from_gguf(*reader);
+  ModelConfig config = model_config_from_gguf(*reader);
   switch (config.arch) {
     case Arch::Qwen3:
       return std::make_unique<Qwen3Model>(std::move(reader), std::move(config));
@@ -41,7 +42,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   }
 }
 
-memory::KvLayout Model::kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified,
+memory::KvLayout ArchModel::kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified,
                                   GgmlType type_k, GgmlType type_v, const memory::KvRotation& rotation) const {
   memory::KvLayout l;
   l.layer_has_kv.resize(config_.n_layer);
@@ -57,7 +58,7 @@ memory::KvLayout Model::kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool uni
   return l;
 }
 
-memory::RecurrentLayout Model::recurrent_layout(uint32_t n_seq_max) const {
+memory::RecurrentLayout ArchModel::recurrent_layout(uint32_t n_seq_max) const {
   memory::RecurrentLayout l;
   l.layer_recurrent.resize(config_.n_layer);
   for (int il = 0; il < config_.n_layer; ++il) l.layer_recurrent[il] = config_.is_recurrent(il);

@@ -1,5 +1,6 @@
-// A loaded model: its configuration, tokenizer, mapped weights and forward pass. One subclass per
-// architecture (src/model/<arch>.cpp); Model::load picks it from general.architecture.
+// What runs a loaded model (agentkv/model.h): its mapped weights, the layouts of the memory it needs
+// and its forward pass. One subclass per architecture (src/model/<arch>.cpp); Model::load picks it
+// from general.architecture, so every Model is an ArchModel (ArchModel::of).
 #pragma once
 #include <memory>
 #include <optional>
@@ -7,13 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 #include "kernels/threadpool.h"
 #include "memory/attention_view.h"
 #include "memory/kv_cache.h"
 #include "memory/query_window.h"
 #include "memory/recurrent.h"
 #include "memory/ubatch.h"
+#include "agentkv/model.h"
 #include "model/config.h"
 #include "model/kv_rotation.h"
 #include "agentkv/tokenizer.h"
@@ -70,24 +72,20 @@ struct ForwardBatch {
   // Set: the output rows' final hidden states (after the output norm, llama.cpp's "result_norm"),
   // output_rows.size() x n_embd, instead of logits (embedding models).
   float* embeddings = nullptr;
-  // Set: every attention layer records its query rows here (eviction scoring, engine/retention.h).
+  // Set: every attention layer records its query rows here (eviction scoring, agentkv/retention.h).
   memory::QueryWindow* queries = nullptr;
   // The memory's attention view of ub (memory::attention_groups), when the caller made it; null:
   // the attention layers make it once per id (every call when id is 0).
   const std::vector<memory::AttentionGroup>* attention = nullptr;
 };
 
-class Model {
+class ArchModel : public Model {
  public:
-  virtual ~Model();
-  // Maps the GGUF, reads the config, binds and checks every tensor. Throws agentkv::Error.
-  static std::unique_ptr<Model> load(const std::string& path);
+  ~ArchModel() override;
+  // Every Model is one (Model::load makes only ArchModels).
+  static const ArchModel& of(const Model& model) { return static_cast<const ArchModel&>(model); }
 
-  const ModelConfig& config() const { return config_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
   const gguf::Reader& gguf() const { return *gguf_; }
-  int64_t n_vocab() const { return config_.n_vocab; }
-  int64_t n_embd() const { return config_.n_embd; }
 
   // Layout of the attention KV cache this model needs.
   memory::KvLayout kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified, GgmlType type_k,
@@ -109,10 +107,8 @@ class Model {
   int64_t apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const;
 
  protected:
-  Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
+  ArchModel(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
   std::unique_ptr<gguf::Reader> gguf_;
-  ModelConfig config_;
-  std::unique_ptr<Tokenizer> tokenizer_;
 };
 
 }  // namespace agentkv

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "agentkv/error.h"
-#include "core/fp16.h"
+#include "agentkv/fp16.h"
 #include "gguf/gguf.h"
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"

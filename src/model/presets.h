@@ -1,7 +1,7 @@
-// Named model shapes and the random-weight GGUF builder behind `agentkv mkmodel`. The files carry
-// exactly the metadata keys, tensor names, shapes, order and types that llama.cpp's converter (and
-// llama-quantize, for quantized types) write, so they load in llama.cpp and in agentkv. Tests and
-// benchmarks call build_model() to get models in-process.
+// The random-weight GGUF builder behind `agentkv mkmodel` (shapes, plans and options:
+// agentkv/model_presets.h). The files carry exactly the metadata keys, tensor names, shapes, order
+// and types that llama.cpp's converter (and llama-quantize, for quantized types) write, so they load
+// in llama.cpp and in agentkv. Tests and benchmarks call build_model() to get models in-process.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -10,7 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
+#include "agentkv/model_presets.h"
 #include "model/quant_mix.h"
 #include "agentkv/tokenizer.h"
 
@@ -18,94 +19,8 @@ namespace agentkv::gguf { class Writer; }
 
 namespace agentkv::mkmodel {
 
-struct ModelShape {
-  std::string name;          // preset name; general.name is "random-<name>" (or general_name)
-  std::string general_name;  // general.name when set: a trained model is not "random-"
-  std::string description;   // one line for --list
-  std::string arch;          // general.architecture: "qwen3", "qwen35" or "qwen35moe"
-  int64_t n_embd = 0;
-  int64_t n_layer = 0;
-  int64_t n_head = 0;
-  int64_t n_head_kv = 0;
-  int64_t head_dim = 0;      // attention.key_length = value_length
-  int64_t n_ff = 0;          // dense FFN width; written as 0 for MoE models
-  int64_t n_vocab = 151936;  // tokenizer is padded with [PADn] tokens up to this
-  bool tied_output = true;   // no output.weight: the head reuses token_embd
-  // bos/eos ids from the model's config.json; the converter uses them when the tokenizer config
-  // names no such token (Qwen3's has no bos_token, its config.json says 151643).
-  int32_t config_bos_token_id = 151643;
-  int32_t config_eos_token_id = 151645;
-  float rope_freq_base = 1e6f;
-  float rms_eps = 1e-6f;
-  uint32_t context_length = 40960;
-
-  // Hybrid Qwen3.5 (Gated DeltaNet + gated attention); 0 = plain transformer.
-  uint32_t full_attention_interval = 0;  // layer il is full attention iff (il + 1) % interval == 0
-  uint32_t rope_dim = 0;                 // partial rotary dims (rope.dimension_count)
-  std::array<int32_t, 4> rope_sections{};
-  int64_t ssm_conv_kernel = 0;
-  int64_t ssm_state_size = 0;   // head_k_dim
-  int64_t ssm_group_count = 0;  // K heads
-  int64_t ssm_time_step_rank = 0;  // V heads
-  int64_t ssm_inner_size = 0;   // V heads * head_v_dim
-
-  // Mixture of experts (qwen35moe); 0 = dense FFN.
-  int64_t n_expert = 0;
-  int64_t n_expert_used = 0;
-  int64_t n_ff_exp = 0;
-  int64_t n_ff_shexp = 0;
-
-  bool is_hybrid() const { return full_attention_interval > 0; }
-  bool is_moe() const { return n_expert > 0; }
-  bool is_full_attention_layer(int64_t il) const {
-    return !is_hybrid() || (il + 1) % full_attention_interval == 0;
-  }
-};
-
-const std::vector<ModelShape>& presets();
-// Throws agentkv::Error listing the known names.
-const ModelShape& find_preset(std::string_view name);
-// A qwen3 shape from a JSON file (tools/train writes one beside the weights): the preset named by
-// "base" with the fields given overriding it. Throws agentkv::Error on an unknown field.
-ModelShape shape_from_json(const std::string& path);
-
-// How a tensor's values are drawn (the fixture recipe: matrices N(0, 0.1^2), embeddings and head
-// N(0, 0.4^2), norms 1, ssm_a uniform in [-16, -1), dt bias N(0, 0.1^2), routers N(0, 0.02^2)).
-enum class Init { Normal, Ones, Uniform };
-
-struct PlannedTensor {
-  std::string name;
-  std::vector<int64_t> ne;  // ggml order
-  GgmlType type = GgmlType::F32;  // type in the written file
-  GgmlType source_type = GgmlType::F32;  // the converter's type (values are rounded through it)
-  Init init = Init::Normal;
-  float a = 0.f, b = 0.f;  // Normal: stddev; Uniform: [a, b)
-  int64_t n_elements() const;
-};
-
-// Every tensor of the model with its final type, in file order (converter order for f32/f16,
-// llama-quantize order for quantized types).
-std::vector<PlannedTensor> plan_tensors(const ModelShape& shape, FileType type);
-
 // Writes general.*, <arch>.* and tokenizer.* keys. The vocabulary is padded to shape.n_vocab.
 void write_metadata(gguf::Writer& w, const ModelShape& shape, const VocabData& vocab, FileType type);
-
-struct BuildOptions {
-  FileType type = FileType::MostlyF16;
-  uint64_t seed = 42;
-  int n_threads = 0;  // 0: all hardware threads; the output does not depend on it
-  // Trained weights instead of random ones: tensor NAME's values are read from
-  // weights_dir/NAME.f32 (little-endian f32, ggml element order, as tools/train/export.py writes).
-  std::string weights_dir;
-  // Called before each tensor is generated (index, count, tensor).
-  std::function<void(size_t, size_t, const PlannedTensor&)> progress;
-};
-
-struct BuildStats {
-  uint64_t n_params = 0;
-  uint64_t tensor_bytes = 0;
-  size_t n_tensors = 0;
-};
 
 // Adds metadata and all tensors to `w` (which must be empty).
 BuildStats build_model(gguf::Writer& w, const ModelShape& shape, const VocabData& vocab,
@@ -114,13 +29,5 @@ BuildStats build_model(gguf::Writer& w, const ModelShape& shape, const VocabData
 // The values of one tensor before any type conversion (element i of the flattened tensor).
 // Exposed so tests can check the recipe; build_model uses the same function.
 void generate_values(const PlannedTensor& t, uint64_t seed, int64_t first, int64_t count, float* out);
-
-// Tokenizer lookup for mkmodel: `explicit_path` if given, else $AGENTKV_TOKENIZER (a tokenizer.json
-// or a folder holding one), else the fixture tokenizer of this source tree. Throws Error if none.
-std::string find_tokenizer_json(const std::string& explicit_path = "");
-// The tokenizer_config.json that belongs next to a tokenizer.json ("" when there is none).
-std::string sibling_tokenizer_config(const std::string& tokenizer_json);
-// Loads a Hugging Face tokenizer the way the converter reads it.
-VocabData load_vocab(const std::string& tokenizer_json, const std::string& tokenizer_config = "");
 
 }  // namespace agentkv::mkmodel

@@ -9,24 +9,11 @@
 #include <string_view>
 #include <vector>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
+#include "agentkv/model_presets.h"
 
 namespace agentkv::mkmodel {
 
-// llama_ftype ids (general.file_type).
-enum class FileType : uint32_t {
-  AllF32 = 0,
-  MostlyF16 = 1,
-  MostlyQ8_0 = 7,
-  MostlyQ4_K_M = 15,
-  MostlyQ5_K_M = 17,
-};
-
-// "f32", "f16", "q8_0", "q4_k_m", "q5_k_m" (case-insensitive); nullopt for anything else.
-std::optional<FileType> file_type_from_name(std::string_view name);
-std::string_view file_type_name(FileType t);
-// True for the types llama-quantize produces (they carry general.quantization_version).
-bool is_quantized_file_type(FileType t);
 
 // A tensor as the converter writes it: name, ggml shape (ne[0] = row length) and the converter's
 // type (F32 for 1-D tensors and the few 2-D tensors it keeps in F32, F16 otherwise).

@@ -24,7 +24,7 @@ int64_t ffn_block_rows(int64_t n_tokens, int64_t attn_width, int64_t n_ff) {
 }
 }  // namespace
 
-Qwen3Model::Qwen3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : Model(std::move(g), std::move(c)) {
+Qwen3Model::Qwen3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchModel(std::move(g), std::move(c)) {
   const auto& cfg = config_;
   WeightBinder w(*gguf_);
   const int64_t E = cfg.n_embd, D = cfg.head_dim_k;

@@ -7,7 +7,7 @@
 
 namespace agentkv {
 
-class Qwen3Model final : public Model {
+class Qwen3Model final : public ArchModel {
  public:
   Qwen3Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
   void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,

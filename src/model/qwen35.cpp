@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "agentkv/error.h"
-#include "core/op_profile.h"
+#include "agentkv/op_profile.h"
 #include "gguf/gguf.h"
 #include "kernels/ops.h"
 #include "model/attention_block.h"
@@ -20,7 +20,7 @@ namespace {
 enum Slot { kX, kCur, kOut, kQG, kQ, kK, kV, kAttn, kQKV, kZ, kBeta, kAlpha, kConv, kDnOut, kGate, kUp };
 }  // namespace
 
-Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : Model(std::move(g), std::move(c)) {
+Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchModel(std::move(g), std::move(c)) {
   const auto& cfg = config_;
   WeightBinder w(*gguf_);
   const int64_t E = cfg.n_embd, D = cfg.head_dim_k;

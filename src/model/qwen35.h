@@ -10,7 +10,7 @@
 
 namespace agentkv {
 
-class Qwen35Model final : public Model {
+class Qwen35Model final : public ArchModel {
  public:
   Qwen35Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
   void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,

@@ -45,7 +45,7 @@ struct CompletionParams {
   // BOS is added when the model uses one) and how many after them go (0: half of the rest).
   int32_t n_keep = 0;
   int32_t n_discard = 0;
-  std::string kv_evict;              // which positions a shift drops (engine/retention.h); empty: the server's --kv-evict
+  std::string kv_evict;              // which positions a shift drops (agentkv/retention.h); empty: the server's --kv-evict
   std::vector<std::string> stop;
   bool cache_prompt = true;          // reuse the slot's cached prefix
   int32_t n_fake_cached = 0;         // > 0: the first n positions are a metadata-only fake prefix

@@ -20,10 +20,10 @@
 #include <thread>
 
 #include "agentkv/error.h"
-#include "engine/context.h"
-#include "engine/page_tiers.h"
-#include "engine/retention.h"
-#include "engine/session_state.h"
+#include "agentkv/context.h"
+#include "agentkv/page_tiers.h"
+#include "agentkv/retention.h"
+#include "agentkv/session_state.h"
 #include "agentkv/numerics.h"
 #include "server/agent_request.h"
 #include "server/anthropic_messages.h"
@@ -149,7 +149,7 @@ std::vector<PromptPart> prompt_or_messages(const Engine& e, const Json& body) {
 // system prompt but not the question after it can share the system prompt only if a state after
 // it exists: its token count, when the leading system messages render to a prefix of the prompt.
 std::vector<size_t> system_prompt_end(const Engine& e, const Json& body, const std::vector<Token>& prompt) {
-  if (!e.ctx->memory().rec()) return {};
+  if (!e.ctx->has_recurrent_state()) return {};
   const std::optional<std::string> text = e.chat->apply_leading_system(body);
   if (!text) return {};
   const std::vector<Token> head = tokenize_prompt(e.model->tokenizer(), {{*text, -1}}, /*add_special=*/true);

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/ggml_type.h"
-#include "engine/context.h"  // KvRotationMode
+#include "agentkv/ggml_type.h"
+#include "agentkv/context.h"  // KvRotationMode
 
 namespace agentkv::server {
 
@@ -50,7 +50,7 @@ struct ServerConfig {
   uint64_t cache_warm_bytes = 0;     // --cache-warm: compressed page records kept in RAM; 0: no warm tier
   std::string cache_warm_type = "exact";  // --cache-warm-type: exact, or the KV type rows are requantized to
   bool context_shift = false;        // --context-shift: generation at n_ctx drops the middle and goes on
-  std::string kv_evict = "positional";  // --kv-evict: which positions a shift drops (engine/retention.h)
+  std::string kv_evict = "positional";  // --kv-evict: which positions a shift drops (agentkv/retention.h)
   uint32_t kv_budget = 0;            // --kv-budget TOKENS: shift a generating sequence at this size (0: at n_ctx)
   bool verbose = false;              // --verbose: OpenAI responses carry "__verbose" unless a request says no
   bool webui = true;                 // GET /: the web UI (--no-webui: a 404)

@@ -6,7 +6,7 @@
 #include "agentkv/error.h"
 #define XXH_INLINE_ALL
 #include <xxhash.h>
-#include "engine/session_state.h"
+#include "agentkv/session_state.h"
 #include "server/logprobs.h"
 #include "server/server_log.h"
 
@@ -904,7 +904,7 @@ void Scheduler::send_progress(Slot& slot) {
 
 bool Scheduler::shift_context(Slot& slot) {
   // llama-server's rule for how much: keep n_keep tokens (+ BOS), drop n_discard (default half of
-  // the rest); which ones is the policy's (engine/retention.h): the oldest after n_keep for
+  // the rest); which ones is the policy's (agentkv/retention.h): the oldest after n_keep for
   // positional, the least worth keeping for the scoring ones. The gaps close and the memory
   // re-rotates the moved keys before the next pass.
   const CompletionParams& p = slot.task->params;
@@ -933,7 +933,7 @@ bool Scheduler::shift_context(Slot& slot) {
     dropped = choose_evictions(ctx_, req);
   }
   if (dropped.empty()) return false;
-  const bool observed = ctx_.queries() && ctx_.queries()->count(slot.id) > 0;
+  const bool observed = ctx_.queries_recorded(slot.id) > 0;
   log_line("slot %d: context shift (%s%s): n_keep %d, n_left %d, n_discard %zu, dropped positions %d..%d", slot.id,
            evict_policy_name(req.policy), req.policy == EvictPolicy::SnapKV && !observed ? ", no recorded queries: keydiff scores" : "",
            n_keep, n_left, dropped.size(), dropped.front(), dropped.back());

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/context.h"
-#include "engine/session_state.h"
+#include "agentkv/context.h"
+#include "agentkv/session_state.h"
 #include "agentkv/page_tier.h"
 #include "agentkv/prefix_cache.h"
 #include "agentkv/grammar_matcher.h"
@@ -34,7 +34,7 @@
 #include "server/metrics.h"
 #include "server/slot.h"
 #include "agentkv/pooling.h"
-#include "engine/retention.h"
+#include "agentkv/retention.h"
 #include "server/slot_selection.h"
 #include "server/task.h"
 
@@ -59,7 +59,7 @@ struct SchedulerConfig {
   // --context-shift: a generation that reaches n_ctx drops the middle of its sequence (llama.cpp's
   // n_keep / n_discard) and goes on, instead of ending "truncated". Needs a memory that can shift.
   bool context_shift = false;
-  EvictPolicy kv_evict = EvictPolicy::Positional;  // which positions a shift drops (engine/retention.h)
+  EvictPolicy kv_evict = EvictPolicy::Positional;  // which positions a shift drops (agentkv/retention.h)
   // > 0: a generating sequence that reaches this many positions shifts (by policy) before the
   // context is full (--kv-budget; needs context_shift).
   uint32_t kv_budget = 0;

@@ -12,7 +12,7 @@
 #include <random>
 
 #include "agentkv/error.h"
-#include "engine/session_state.h"
+#include "agentkv/session_state.h"
 #include "server/server_error.h"
 
 namespace agentkv::server {

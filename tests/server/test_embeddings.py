@@ -33,16 +33,33 @@ def close(a, b, tol=2e-5):
     return len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) <= tol
 
 
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+# The reference is llama.cpp's AVX2 build, and agentkv's AVX2 path reproduces it (within the JSON's
+# rounding): that path is held to 2e-5. On an AVX-512 machine the native path (its kernels sum in
+# another order, as llama.cpp's AVX-512 build does) is held instead to a cross-machine bar, 5e-4
+# (measured on a Zen 4: 1.6e-4 at most, last pooling; the scalar path matches the AVX2 order, 8e-8).
+LEVELS = [("avx2", 2e-5), ("native", 5e-4)] if "avx512f" in cpu_flags() else [("native", 2e-5)]
+
+
 @pytest.mark.parametrize("pooling", ["mean", "last", "cls"])
-def test_pooled_vectors_are_llama_cpps(tmp_path, reference, pooling):
-    s = Server(tmp_path, "-np", "2", "--embedding", "--pooling", pooling)
+@pytest.mark.parametrize("level,tol", LEVELS)
+def test_pooled_vectors_are_llama_cpps(tmp_path, reference, pooling, level, tol):
+    env = {"AGENTKV_CPU": "avx2"} if level == "avx2" else None
+    s = Server(tmp_path, "-np", "2", "--embedding", "--pooling", pooling, env=env)
     try:
         texts = [c["text"] for c in reference["cases"]]
         out = embed(s, {"input": texts, "model": "any"})
         assert out["object"] == "list" and [d["index"] for d in out["data"]] == [0, 1]
         for case, item in zip(reference["cases"], out["data"]):
             assert item["object"] == "embedding"
-            assert close(item["embedding"], case["pooling"][pooling]), (pooling, case["text"][:20])
+            assert close(item["embedding"], case["pooling"][pooling], tol), (pooling, case["text"][:20])
         _, tok = s.post("/tokenize", {"content": texts[0]})
         _, tok2 = s.post("/tokenize", {"content": texts[1]})
         assert out["usage"] == {"prompt_tokens": len(tok["tokens"]) + len(tok2["tokens"]),
@@ -51,9 +68,9 @@ def test_pooled_vectors_are_llama_cpps(tmp_path, reference, pooling):
         for path in ("/embedding", "/embeddings"):
             native = embed(s, {"content": texts[0]}, path)
             assert len(native) == 1 and native[0]["index"] == 0 and len(native[0]["embedding"]) == 1
-            assert close(native[0]["embedding"][0], reference["cases"][0]["pooling"][pooling])
+            assert close(native[0]["embedding"][0], reference["cases"][0]["pooling"][pooling], tol)
         from_ids = embed(s, {"input": [tok["tokens"]]})
-        assert close(from_ids["data"][0]["embedding"], reference["cases"][0]["pooling"][pooling])
+        assert close(from_ids["data"][0]["embedding"], reference["cases"][0]["pooling"][pooling], tol)
         # base64: the float32 bytes of the same vector.
         b64 = embed(s, {"input": texts[0], "encoding_format": "base64"})["data"][0]["embedding"]
         raw = base64.b64decode(b64)

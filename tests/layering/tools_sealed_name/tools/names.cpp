@@ -1,3 +1,3 @@
 // A command's source that names a GGUF type it got through some other header: refused too.
-#include "engine/context.h"
+#include "agentkv/context.h"
 int tensors(const agentkv::gguf::Reader& r);

@@ -1,3 +1,3 @@
 // A server header that names a memory type it got through some other header: refused too.
-#include "engine/context.h"
+#include "agentkv/context.h"
 inline int cells(const agentkv::memory::KvCache* kv);

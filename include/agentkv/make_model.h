@@ -1,9 +1,9 @@
-// Writes a model of a named shape (model/presets.h: llama.cpp's metadata, tensor names, shapes and
+// Writes a model of a named shape (agentkv/model_presets.h: llama.cpp's metadata, tensor names, shapes and
 // types) to a GGUF file, with random weights from a seed or trained ones (`agentkv mkmodel`).
 #pragma once
 #include <string>
 
-#include "model/presets.h"
+#include "agentkv/model_presets.h"
 
 namespace agentkv {
 

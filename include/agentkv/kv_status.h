@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/ggml_type.h"
+#include "agentkv/ggml_type.h"
 
 namespace agentkv {
 

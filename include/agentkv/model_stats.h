@@ -2,7 +2,8 @@
 #pragma once
 #include <cstdint>
 
-#include "model/model.h"
+#include "agentkv/ggml_type.h"
+#include "agentkv/model.h"
 
 namespace agentkv {
 

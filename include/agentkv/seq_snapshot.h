@@ -1,16 +1,21 @@
 // A copy of one sequence, or of a context's whole memory, to go back to: benchmarks start every
-// run from one (a hybrid model's recurrent state cannot drop a suffix), and `agentkv prefill`
-// saves the recurrent state at the end of the prompt as a state blob's checkpoint.
+// run from one (a hybrid model's recurrent state cannot drop a suffix), `agentkv prefill` saves
+// the recurrent state at the end of the prompt as a state blob's checkpoint, and a loaded state
+// hands its checkpoints back as snapshots (agentkv/session_state.h).
 #pragma once
+#include <memory>
+
+#include "agentkv/context.h"
 #include "agentkv/memory.h"
-#include "engine/context.h"
-#include "memory/snapshot.h"
 
 namespace agentkv {
 
 class SeqSnapshot {
  public:
-  SeqSnapshot() = default;
+  SeqSnapshot();
+  ~SeqSnapshot();
+  SeqSnapshot(SeqSnapshot&&) noexcept;
+  SeqSnapshot& operator=(SeqSnapshot&&) noexcept;
 
   // Copies seq's cells and rows (seq = -1: the whole memory); recurrent_only: the recurrent part
   // only. Throws agentkv::Error for a bad seq id.
@@ -19,11 +24,13 @@ class SeqSnapshot {
   // memory. Throws agentkv::Error and leaves the memory unchanged when it does not fit.
   void restore(Context& ctx, MemorySeqId dest) const;
 
-  // As a checkpoint at pos for SaveOptions::checkpoints; valid while this snapshot lives.
-  memory::CheckpointImage checkpoint_at(MemoryPos pos) const { return {pos, snapshot_.image()}; }
+  // The memory's snapshot inside (src/engine/seq_snapshot_impl.h).
+  struct Impl;
+  Impl& impl() { return *impl_; }
+  const Impl& impl() const { return *impl_; }
 
  private:
-  memory::MemorySnapshot snapshot_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace agentkv

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "agentkv/page_tier.h"
-#include "engine/context.h"
+#include "agentkv/context.h"
 
 namespace agentkv {
 

@@ -4,9 +4,9 @@
 #pragma once
 #include <cstddef>
 
-#include "kernels/threadpool.h"
+#include "agentkv/context.h"
 
 namespace agentkv {
-// Reads a buffer of `megabytes` MiB repeatedly with all pool threads; returns the best GB/s.
-double measure_read_bandwidth_gbs(ThreadPool& pool, size_t megabytes = 1024, int repeats = 5);
+// Reads a buffer of `megabytes` MiB repeatedly with all of ctx's threads; returns the best GB/s.
+double measure_read_bandwidth_gbs(Context& ctx, size_t megabytes = 1024, int repeats = 5);
 }

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/context.h"
+#include "agentkv/context.h"
 
 namespace agentkv {
 

@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/context.h"
+#include "agentkv/context.h"
 #include "agentkv/evict_policy.h"
 
 namespace agentkv {
 
 struct EvictionRequest {
-  memory::SeqId seq = 0;
+  MemorySeqId seq = 0;
   int n_past = 0;     // the sequence holds positions [0, n_past)
   int n_keep = 0;     // never dropped: [0, n_keep)
   int n_discard = 0;  // how many positions go
@@ -45,7 +45,7 @@ struct EvictionRequest {
 // The positions to drop, ascending, exactly min(n_discard, candidates) of them. Reads the K rows
 // (and recorded queries) of req.seq; changes nothing. Throws agentkv::Error when the sequence's
 // positions are not exactly [0, n_past).
-std::vector<memory::Pos> choose_evictions(const Context& ctx, const EvictionRequest& req);
+std::vector<MemoryPos> choose_evictions(const Context& ctx, const EvictionRequest& req);
 // The policy's scores of the candidates [n_keep, n_past - the recent window) (higher: keep), for tests and
 // the bench; positional and sinks score by position.
 std::vector<float> retention_scores(const Context& ctx, const EvictionRequest& req);
@@ -54,6 +54,6 @@ std::vector<float> retention_scores(const Context& ctx, const EvictionRequest& r
 // over the gaps: seq then holds [0, n_past - dropped.size()). The keys are re-rotated at the next
 // decode (Context::apply_pending_shift). The recorded queries of seq are forgotten (their
 // positions changed).
-void evict_positions(Context& ctx, memory::SeqId seq, std::span<const memory::Pos> dropped, int n_past);
+void evict_positions(Context& ctx, MemorySeqId seq, std::span<const MemoryPos> dropped, int n_past);
 
 }  // namespace agentkv

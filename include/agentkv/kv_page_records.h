@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/context.h"
+#include "agentkv/context.h"
 
 namespace agentkv {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/context.h"
-#include "memory/memory_state.h"
-#include "memory/snapshot.h"
+#include "agentkv/context.h"
+#include "agentkv/memory.h"
+#include "agentkv/seq_snapshot.h"
 
 namespace agentkv {
 
@@ -23,27 +23,37 @@ namespace agentkv {
 // fine-tunes of one shape differ). Cheap: no full pass over the weights.
 uint64_t model_fingerprint(const Model& model);
 
+// SaveOptions::flags (llama.cpp's llama_state_seq_flags, same bit): only what cannot be recomputed
+// cheaply from the tokens, the recurrent part (docs/state-format.md).
+inline constexpr uint32_t kSavePartialOnly = 1;
+
+// A recurrent snapshot to carry in a state blob as the checkpoint at pos.
+struct SnapshotAt {
+  MemoryPos pos = -1;
+  const SeqSnapshot* snapshot = nullptr;  // must outlive the save
+};
+
 struct SaveOptions {
-  uint32_t flags = memory::kStateAll;  // or memory::kStatePartialOnly
+  uint32_t flags = 0;                  // 0: everything; or kSavePartialOnly
   bool with_tokens = false;
   std::span<const Token> tokens;       // the sequence's tokens (whole saves: any token list)
   std::span<const float> logits;       // n_vocab floats of the last token, or empty
-  // Checkpoints to carry along (e.g. MemorySnapshot::image() of each), in position order.
-  std::vector<memory::CheckpointImage> checkpoints;
+  // Checkpoints to carry along, in position order.
+  std::vector<SnapshotAt> checkpoints;
   // Hybrid models: also carry the recurrent snapshots the context's prefix cache holds along
   // `tokens`' page chain under this salt (after `checkpoints`).
   std::optional<uint64_t> snapshots_salt;
 };
 
 struct LoadedCheckpoint {
-  memory::Pos pos = -1;
-  memory::MemorySnapshot snapshot;
+  MemoryPos pos = -1;
+  SeqSnapshot snapshot;
 };
 
 // What a load hands back besides the restored memory.
 struct LoadedState {
-  memory::SeqId saved_seq = -1;  // the sequence the blob was saved from (-1: whole memory)
-  uint32_t flags = memory::kStateAll;
+  MemorySeqId saved_seq = -1;  // the sequence the blob was saved from (-1: whole memory)
+  uint32_t flags = 0;            // as saved (SaveOptions::flags)
   bool has_tokens = false;
   std::vector<Token> tokens;
   std::vector<float> logits;     // empty when the blob carried none
@@ -53,7 +63,7 @@ struct LoadedState {
 
 // One sequence (seq >= 0) or the whole memory. Throws agentkv::Error for a bad seq id, logits of
 // the wrong size, or tokens outside the vocabulary.
-std::vector<uint8_t> save_seq(const Context& ctx, memory::SeqId seq, const SaveOptions& options = {});
+std::vector<uint8_t> save_seq(const Context& ctx, MemorySeqId seq, const SaveOptions& options = {});
 std::vector<uint8_t> save_all(const Context& ctx, const SaveOptions& options = {});
 
 // Restores a sequence blob into dest (any sequence id, the cache may be fragmented) or a whole
@@ -61,7 +71,7 @@ std::vector<uint8_t> save_all(const Context& ctx, const SaveOptions& options = {
 // memory that has a prefix index, the leading tokens whose pages are cached (under that salt)
 // attach those pages instead of taking the blob's rows (LoadedState::n_shared): the blob's K/V
 // are restored only from there on, and its recurrent state as saved.
-LoadedState load_seq(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest,
+LoadedState load_seq(Context& ctx, std::span<const uint8_t> blob, MemorySeqId dest,
                      const std::string& what = "state", std::optional<uint64_t> share_salt = std::nullopt);
 LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::string& what = "state");
 

@@ -1,20 +1,22 @@
 // An inference context: a model, its sequence memory, a thread pool and scratch space.
 // decode() is llama_decode: it splits a batch into micro-batches, places each in memory
 // (transactionally) and runs the forward pass, keeping the logits of the requested tokens.
+// What it is made of (the sequence memory, thread pool, scratch space) is the engine's
+// (src/engine/context_impl.h): users see the memory through MemoryInterface.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "agentkv/batch.h"
+#include "agentkv/ggml_type.h"
+#include "agentkv/kv_rotation_mode.h"
+#include "agentkv/kv_status.h"
+#include "agentkv/memory.h"
+#include "agentkv/model.h"
 #include "agentkv/prefix_cache.h"
-#include "core/ggml_type.h"
-#include "engine/batch.h"
-#include "engine/kv_status.h"
-#include "kernels/threadpool.h"
-#include "memory/sequence_memory.h"
-#include "model/kv_rotation.h"
-#include "model/model.h"
 
 namespace agentkv {
 
@@ -26,7 +28,7 @@ struct ContextParams {
   int n_threads = 2;
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
-  KvRotationMode kv_rotation = KvRotationMode::Auto;  // model/kv_rotation.h
+  KvRotationMode kv_rotation = KvRotationMode::Auto;  // agentkv/kv_rotation_mode.h
   uint64_t kv_rotation_seed = 0;                      // 0: llama.cpp's plain Hadamard
   // Windowed KV residency (memory/kv_cache.h KvLayout::hot_cells): 0 = every cell's rows hot;
   // otherwise at most this many cells per stream keep type_k / type_v rows and the older ones
@@ -39,7 +41,7 @@ struct ContextParams {
   // as llama.cpp's llama_set_embeddings(ctx, true) with pooling left to the caller.
   bool embeddings = false;
   // > 0: the last this-many tokens' attention queries are kept per sequence (what the snapkv
-  // eviction policy scores keys with, engine/retention.h); 0: none kept.
+  // eviction policy scores keys with, agentkv/retention.h); 0: none kept.
   uint32_t query_window = 0;
 };
 
@@ -62,12 +64,15 @@ class Context {
  public:
   Context(const Model& model, const ContextParams& params);
   ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
 
-  const Model& model() const { return model_; }
-  const ContextParams& params() const { return params_; }
-  memory::SequenceMemory& memory() { return *memory_; }
-  const memory::SequenceMemory& memory() const { return *memory_; }
-  ThreadPool& pool() { return pool_; }
+  const Model& model() const;
+  const ContextParams& params() const;
+  // The sequence operations (llama.cpp's llama_memory_seq_*), on the KV cache, the recurrent
+  // state, or both in lockstep.
+  MemoryInterface& memory();
+  const MemoryInterface& memory() const;
 
   // Returns 0 on success; 1 when the memory has no room for the batch (nothing was changed by the
   // micro-batch that failed; earlier micro-batches of the same batch stay, as in llama.cpp).
@@ -76,7 +81,7 @@ class Context {
 
   // Logits of the i-th token of the last batch that asked for them (in batch order).
   const float* logits(int i) const;
-  int n_outputs() const { return static_cast<int>(output_index_.size()); }
+  int n_outputs() const;
   // Logits of the last token with output=true (the usual case in generation).
   const float* last_logits() const { return logits(n_outputs() - 1); }
   // Output i's final hidden state, n_embd floats (ContextParams::embeddings only).
@@ -86,56 +91,44 @@ class Context {
   // pass (decode() calls it first; call it yourself before saving state). No-op when nothing is
   // pending.
   void apply_pending_shift();
-  bool can_shift() const { return memory_->can_shift(); }
-  // memory().seq_fake_prefix(seq, n): see SequenceMemory.
-  void seq_fake_prefix(memory::SeqId seq, memory::Pos n) { memory_->seq_fake_prefix(seq, n); }
+  bool can_shift() const;
+  // Gives seq n positions of zero K/V rows (and a zero recurrent state), as if n tokens had been
+  // decoded: a depth for benchmarks without computing it (docs/memory-semantics.md).
+  void seq_fake_prefix(MemorySeqId seq, MemoryPos n);
 
   // The process's prefix cache over this context's memory (agentkv/prefix_cache.h): made once;
   // pages are named by cfg's model fingerprint together with this context's KV types and
   // rotation. Null when the memory cannot have one: no attention layers, or a KV cache of several
   // streams (not unified). Throws agentkv::Error for a holder outside n_seq_max.
   PrefixCache* enable_prefix_cache(const PrefixCacheConfig& cfg);
-  PrefixCache* prefix_cache() { return prefix_cache_.get(); }
-  const PrefixCache* prefix_cache() const { return prefix_cache_.get(); }
+  PrefixCache* prefix_cache();
+  const PrefixCache* prefix_cache() const;
 
   // Whether the memory has a recurrent part (hybrid models): it cannot drop a suffix.
-  bool has_recurrent_state() const { return memory_->rec() != nullptr; }
+  bool has_recurrent_state() const;
   KvStatus kv_status() const;
   // Cells of seq whose K/V rows are hot / in the tail (--kv-hot; {0, 0} when not windowed).
-  std::pair<uint64_t, uint64_t> seq_residency(memory::SeqId seq) const;
+  std::pair<uint64_t, uint64_t> seq_residency(MemorySeqId seq) const;
   // Touches every page of the KV rows, so a fake depth (seq_fake_prefix: rows zero) is backed by
   // memory as a computed one is. Nothing without a KV cache.
-  void prefault_kv() {
-    if (memory::KvCache* kv = memory_->kv()) kv->prefault();
-  }
+  void prefault_kv();
   // KV cells seq could use once its own positions were dropped (SIZE_MAX: no KV cache).
-  size_t cells_free_for(memory::SeqId seq) const;
+  size_t cells_free_for(MemorySeqId seq) const;
   // Bytes of K/V rows and recurrent states every sequence holds now (rows in their stored types).
   size_t memory_bytes() const;
+  // Queries recorded for seq (ContextParams::query_window; 0 without a window).
+  uint32_t queries_recorded(MemorySeqId seq) const;
 
-  // The recorded queries (ContextParams::query_window), or null.
-  const memory::QueryWindow* queries() const { return queries_.get(); }
-  memory::QueryWindow* queries() { return queries_.get(); }
+  const DecodeStats& stats() const;
+  void reset_stats();
 
-  const DecodeStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = {}; }
+  // The engine's side of the context (src/engine/context_impl.h).
+  struct Impl;
+  Impl& impl() { return *impl_; }
+  const Impl& impl() const { return *impl_; }
 
  private:
-  void validate(const Batch& batch) const;
-  void count_keys_attended(const memory::UBatch& ub);
-  const Model& model_;
-  ContextParams params_;
-  ThreadPool pool_;
-  std::unique_ptr<memory::SequenceMemory> memory_;
-  std::unique_ptr<memory::QueryWindow> queries_;
-  std::unique_ptr<PrefixCache> prefix_cache_;
-  std::vector<memory::AttentionGroup> attention_;  // the view of the micro-batch being decoded
-  Workspace ws_;
-  std::vector<float> logits_;
-  std::vector<float> embeddings_;
-  std::vector<int> output_index_;
-  DecodeStats stats_;
-  uint64_t next_ubatch_id_ = 0;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace agentkv
