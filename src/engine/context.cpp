@@ -15,7 +15,7 @@ namespace agentkv {
 Context::Context(const Model& model, const ContextParams& params) : impl_(std::make_unique<Impl>(model, params)) {}
 
 Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
-    : model(model_in), arch(ArchModel::of(model_in)), params(params_in), pool(params_in.n_threads) {
+    : model(ArchModel::of(model_in)), params(params_in), pool(params_in.n_threads) {
   if (params.n_seq_max < 1 || params.n_seq_max > memory::kMaxSeq)
     throw Error("n_seq_max must be in [1, " + std::to_string(memory::kMaxSeq) + "]");
   if (params.n_ubatch < 1) throw Error("n_ubatch must be positive");
@@ -31,7 +31,7 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
     auto rotation_type = [&](GgmlType hot, GgmlType tail) {
       return windowed && !ggml_type_info(hot).quantized ? tail : hot;
     };
-    memory::KvLayout layout = arch.kv_layout(
+    memory::KvLayout layout = model.kv_layout(
         params.n_ctx, params.n_seq_max, params.kv_unified, params.type_k, params.type_v,
         choose_kv_rotation(cfg, rotation_type(params.type_k, params.tail_type_k),
                            rotation_type(params.type_v, params.tail_type_v), params.kv_rotation,
@@ -44,13 +44,13 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
     }
     kv = std::make_unique<memory::KvCache>(layout);
   }
-  if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(arch.recurrent_layout(params.n_seq_max));
+  if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(model.recurrent_layout(params.n_seq_max));
   memory = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
-  memory->set_shift_supported(arch.can_shift());
+  memory->set_shift_supported(model.can_shift());
   if (params.query_window > 0 && memory->kv())
     queries = std::make_unique<memory::QueryWindow>(memory->kv()->layout().layer_has_kv,
-                                                     static_cast<int64_t>(cfg.n_head) * cfg.head_dim_k, params.n_seq_max,
-                                                     params.query_window);
+                                                    static_cast<int64_t>(cfg.n_head) * cfg.head_dim_k, params.n_seq_max,
+                                                    params.query_window);
 }
 
 void Context::apply_pending_shift() {
@@ -58,8 +58,8 @@ void Context::apply_pending_shift() {
   if (!kv || !kv->has_shift()) return;
   // A pending shift can only come from seq_add / seq_div, which SequenceMemory refuses unless the
   // model can re-rotate keys; a caller that shifted the KvCache directly must not reach here.
-  if (!impl_->arch.can_shift()) throw Error("context shift pending but this model cannot re-rotate stored keys");
-  impl_->stats.n_shifted_cells += impl_->arch.apply_kv_shift(*kv, impl_->pool);
+  if (!impl_->model.can_shift()) throw Error("context shift pending but this model cannot re-rotate stored keys");
+  impl_->stats.n_shifted_cells += impl_->model.apply_kv_shift(*kv, impl_->pool);
 }
 
 void Context::Impl::count_keys_attended(const memory::UBatch& ub) {
@@ -219,7 +219,7 @@ int Context::decode(const Batch& b) {
     if (impl_->memory->kv()) fb.attention = &impl_->attention;
     if (impl_->params.embeddings) fb.embeddings = impl_->embeddings.data() + out_base * n_embd;
     else fb.logits = impl_->logits.data() + out_base * n_vocab;
-    impl_->arch.forward(fb, mem, impl_->ws, impl_->pool);
+    impl_->model.forward(fb, mem, impl_->ws, impl_->pool);
     for (int r : out_rows) impl_->output_index.push_back(static_cast<int>(start) + r);
     out_base += out_rows.size();
     impl_->stats.n_tokens += static_cast<int64_t>(end - start);

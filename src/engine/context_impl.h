@@ -20,8 +20,7 @@ struct Context::Impl {
   void validate(const Batch& batch) const;
   void count_keys_attended(const memory::UBatch& ub);
 
-  const Model& model;
-  const ArchModel& arch;  // the same model, as its architecture runs it
+  const ArchModel& model;  // as its architecture runs it (every Model is one)
   ContextParams params;
   ThreadPool pool;
   std::unique_ptr<memory::SequenceMemory> memory;

@@ -1,7 +1,7 @@
 #include "agentkv/kv_page_records.h"
-#include "engine/context_impl.h"
 
 #include "agentkv/error.h"
+#include "engine/context_impl.h"
 #include "memory/page_record.h"
 
 namespace agentkv {

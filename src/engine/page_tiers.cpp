@@ -1,16 +1,14 @@
 #include "agentkv/page_tiers.h"
-#include "engine/context_impl.h"
 
 #include <cstdio>
 
 #include "agentkv/local_tiers.h"
+#include "engine/context_impl.h"
+#include "memory/disk_page_tier.h"
 #include "memory/page_tier_stack.h"
+#include "memory/warm_page_tier.h"
 
 namespace agentkv {
-
-namespace {
-constexpr uint64_t kMaxQueuedBytes = 256u << 20;  // records waiting to be stored beyond this are dropped
-}  // namespace
 
 struct PageTiers::Local {
   std::unique_ptr<WarmTier> warm;
@@ -26,14 +24,14 @@ PageTiers::PageTiers(const Context& ctx, const LocalTierOptions& o, std::vector<
     const std::optional<GgmlType> requantize =
         o.warm_type == "exact" || !sequence_memory(ctx).kv() ? std::nullopt
         : std::optional<GgmlType>(o.warm_type == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0);
-    local_->warm = make_warm_tier(ctx, requantize, o.warm_bytes, kMaxQueuedBytes);
+    local_->warm = make_warm_tier(ctx, requantize, o.warm_bytes, memory::WarmTierConfig{}.max_queued_bytes);
     std::snprintf(line, sizeof line, "warm page tier: up to %.0f MiB of page records in RAM, %s",
                   static_cast<double>(o.warm_bytes) / (1 << 20), local_->warm->codec_name().c_str());
     description_.emplace_back(line);
     stack.push_back(local_->warm.get());
   }
   if (!o.disk_dir.empty()) {
-    local_->disk = make_disk_tier(o.disk_dir, o.disk_bytes, kMaxQueuedBytes);
+    local_->disk = make_disk_tier(o.disk_dir, o.disk_bytes, memory::DiskTierConfig{}.max_queued_bytes);
     const DiskTierStats st = local_->disk->stats();
     std::snprintf(line, sizeof line,
                   "page tier on disk: %s (%llu page records, %.1f MiB, bound %.0f MiB; %llu unfinished writes removed)",

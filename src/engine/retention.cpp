@@ -1,11 +1,11 @@
 #include "agentkv/retention.h"
-#include "engine/context_impl.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "agentkv/error.h"
+#include "engine/context_impl.h"
 #include "kernels/quant.h"
 #include "memory/kv_cache.h"
 #include "memory/query_window.h"
@@ -170,7 +170,7 @@ std::vector<float> retention_scores(const Context& ctx, const EvictionRequest& r
     return s;
   }
   const std::vector<uint32_t> cells = cells_by_position(*sequence_memory(ctx).kv(), req.seq, req.n_past);
-  if (req.policy == EvictPolicy::SnapKV && recorded_queries(ctx) && recorded_queries(ctx)->count(req.seq) > 0)
+  if (req.policy == EvictPolicy::SnapKV && ctx.queries_recorded(req.seq) > 0)
     return snapkv_scores(ctx, req, cells, c0, c1);
   return keydiff_scores(ctx, req, cells, c0, c1);
 }
