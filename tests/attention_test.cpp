@@ -1095,7 +1095,7 @@ TEST(AttentionExact, ScatteredRowsGiveTheBitsOfKeysStoredInOrder) {
 
 // Timing of attention() alone on the Qwen3-0.6B shape (16 query heads, 8 KV heads, head dim 128,
 // F16 cache). Run with --gtest_also_run_disabled_tests --gtest_filter='*Timing*';
-// ATTN_BENCH_THREADS sets the pool size (default 1).
+// ATTN_BENCH_THREADS sets the pool size (default 1), ATTN_BENCH_ONLY=prefix runs the shapes named so.
 TEST(AttentionExact, DISABLED_Timing) {
   const char* env = std::getenv("ATTN_BENCH_THREADS");
   ThreadPool pool(env ? std::atoi(env) : 1);
@@ -1106,6 +1106,9 @@ TEST(AttentionExact, DISABLED_Timing) {
   for (const Shape& s : {Shape{"prefill 128 @ d2048", 128, 2048}, Shape{"batch 8 @ d2048", 8, 2048},
                          Shape{"batch 32 @ d8192", 32, 8192},
                          Shape{"decode 1 @ d4096", 1, 4096}}) {
+    if (const char* only = std::getenv("ATTN_BENCH_ONLY"); only && std::strncmp(s.name, only, std::strlen(only)) != 0) {
+      continue;
+    }
     Case c;
     c.n_head_kv = 8;
     c.n_head = 16;
@@ -1117,7 +1120,7 @@ TEST(AttentionExact, DISABLED_Timing) {
     std::vector<float> out, lse;
     const AttentionArgs a = args_for(p, out, lse);
     attention(a, pool);  // warm-up
-    const int reps = s.n_tokens == 1 ? 20 : 3;
+    const int reps = s.n_tokens == 1 ? 200 : 3;
     // CPU time of the calling thread (worker 0; all of the work with one thread): the machine is
     // shared, and wall time would count the time spent waiting for a core.
     auto cpu_now = [] {

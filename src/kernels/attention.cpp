@@ -376,23 +376,34 @@ void AxpyF16(uint16_t* y, const uint16_t* x, float v, int64_t n) {
 
 #if AGENTKV_ATTN_VECTOR_F16_STORE
 // The per-key online softmax of kRows rows over the same n keys (scores[r * score_stride + j])
-// with an F16 V: each row's running output is held in kVecs registers and rounded to F16 after
-// every scale and multiply-add exactly as ggml_vec_scale_f16 / ggml_vec_mad_f16 store it
-// (ScaleF16 / AxpyF16 above). The rows' chains are independent; each V row is converted once.
-template <int kVecs, int kRows>
+// with an F16 V: each row's running output is held in registers and rounded to F16 after every
+// scale and multiply-add exactly as ggml_vec_scale_f16 / ggml_vec_mad_f16 store it (ScaleF16 /
+// AxpyF16 above). Every element's chain over the keys is independent of the others', so the head
+// dimension is walked in blocks of kBlock vectors, all keys for one block before the next: the
+// rows' accumulators of a block fit the register file (16 registers on AVX2: a whole 128-wide
+// row pair would spill at every key), and each V row is converted once per block for all rows.
+// The V head slices of the next tile, asked for ahead of use a line or so per accumulation step:
+// spread over the whole softmax instead of a burst, so the loads overlap the conversions that
+// bound it (a burst fills the core's miss buffers and stalls, then the memory idles).
+struct RowPrefetch {
+  const uint8_t* const* rows = nullptr;  // rows[j] + offset: slice j
+  size_t offset = 0;
+  int64_t n = 0;
+};
+
+template <int kVecs, int kRows, int kBlock>
 void OnlineSoftmaxF16InRegisters(uint16_t* acc16, int64_t acc_stride, const float* scores, int64_t score_stride,
-                                 const uint8_t* const* v_rows, int64_t n, float* m_io, float* s_io) {
+                                 const uint8_t* const* v_rows, int64_t n, float* m_io, float* s_io,
+                                 const RowPrefetch& ahead) {
+  static_assert(kVecs % kBlock == 0, "whole blocks");
   const DF d;
   const DH dh;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> acc[kRows][kVecs];
   float m[kRows], s_sum[kRows];
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
     m[r] = m_io[r];
     s_sum[r] = s_io[r];
-#pragma GCC unroll 16
-    for (int i = 0; i < kVecs; ++i) acc[r][i] = LoadF16(acc16 + r * acc_stride + i * N);
   }
   // The running max, the exponentials and S depend on the scores only: they are worked out
   // first, so the accumulation loop below makes no calls (a call in it would spill every live
@@ -418,63 +429,116 @@ void OnlineSoftmaxF16InRegisters(uint16_t* acc16, int64_t acc_stride, const floa
       s_sum[r] = std::fma(s_sum[r], msj, vsj);
     }
   }
-  for (int64_t j = 0; j < n; ++j) {
-    const auto* v = reinterpret_cast<const uint16_t*>(v_rows[j]);
-    hn::Vec<DF> x[kVecs];
-#pragma GCC unroll 16
-    for (int i = 0; i < kVecs; ++i) x[i] = LoadF16(v + i * N);
+  for (int b = 0; b < kVecs; b += kBlock) {
+    hn::Vec<DF> acc[kRows][kBlock];
 #pragma GCC unroll 4
-    for (int r = 0; r < kRows; ++r) {
-      if (rescale[r][j]) {
-        const auto vms = hn::Set(d, ms[r][j]);
+    for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 16
-        for (int i = 0; i < kVecs; ++i) acc[r][i] = hn::PromoteTo(d, hn::DemoteTo(dh, hn::Mul(acc[r][i], vms)));
+      for (int i = 0; i < kBlock; ++i) acc[r][i] = LoadF16(acc16 + r * acc_stride + (b + i) * N);
+    // Bytes [first_byte, end_byte) of each slice ahead fall to this block's pass.
+    const size_t first_byte = static_cast<size_t>(b * N) * sizeof(uint16_t);
+    const size_t end_byte = static_cast<size_t>((b + kBlock) * N) * sizeof(uint16_t);
+    for (int64_t j = 0; j < n; ++j) {
+      const auto* v = reinterpret_cast<const uint16_t*>(v_rows[j]) + b * N;
+#if defined(__GNUC__)
+      if (j < ahead.n) {
+        const uint8_t* slice = ahead.rows[j] + ahead.offset;
+        for (size_t o = first_byte; o < end_byte; o += 64) __builtin_prefetch(slice + o);
       }
-      const auto vvs = hn::Set(d, vs[r][j]);
+#endif
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        if (rescale[r][j]) {
+          const auto vms = hn::Set(d, ms[r][j]);
 #pragma GCC unroll 16
-      for (int i = 0; i < kVecs; ++i) acc[r][i] = hn::PromoteTo(d, hn::DemoteTo(dh, hn::MulAdd(x[i], vvs, acc[r][i])));
+          for (int i = 0; i < kBlock; ++i) acc[r][i] = hn::PromoteTo(d, hn::DemoteTo(dh, hn::Mul(acc[r][i], vms)));
+        }
+      }
+#pragma GCC unroll 16
+      for (int i = 0; i < kBlock; ++i) {
+        const auto x = LoadF16(v + i * N);
+#pragma GCC unroll 4
+        for (int r = 0; r < kRows; ++r) {
+          acc[r][i] = hn::PromoteTo(d, hn::DemoteTo(dh, hn::MulAdd(x, hn::Set(d, vs[r][j]), acc[r][i])));
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 16
+      for (int i = 0; i < kBlock; ++i) {
+        hn::StoreU(hn::DemoteTo(dh, acc[r][i]), dh,
+                   reinterpret_cast<hwy::float16_t*>(acc16 + r * acc_stride + (b + i) * N));
+      }
+  }
+#if defined(__GNUC__)
+  for (int64_t j = n; j < ahead.n; ++j) {  // slices beyond the keys this row sees
+    for (size_t o = 0; o < static_cast<size_t>(kVecs * N) * sizeof(uint16_t); o += 64) {
+      __builtin_prefetch(ahead.rows[j] + ahead.offset + o);
     }
   }
+#endif
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kVecs; ++i) {
-      hn::StoreU(hn::DemoteTo(dh, acc[r][i]), dh, reinterpret_cast<hwy::float16_t*>(acc16 + r * acc_stride + i * N));
-    }
     m_io[r] = m[r];
     s_io[r] = s_sum[r];
   }
 }
 
-// Rows [0, n_rows) in register form, two at a time where registers allow; false when head_dim
-// has no register form (the caller then runs the plain loop).
-bool OnlineSoftmaxF16Fast(uint16_t* acc16, int64_t D, const float* scores, int64_t score_stride,
-                          const uint8_t* const* v_rows, int64_t n, int64_t n_rows, float* m, float* s) {
+// Accumulator vectors the register form keeps live: about half the register file (32 vector
+// registers on AVX-512, 16 on AVX2 and below), the rest holding V and the weights.
+constexpr int kSoftmaxAccVectors = HWY_TARGET <= HWY_AVX3 ? 16 : 8;
+
+template <int kVecs, int kRows>
+void OnlineSoftmaxF16Rows(uint16_t* acc16, int64_t D, const float* scores, int64_t score_stride,
+                          const uint8_t* const* v_rows, int64_t n, float* m, float* s, const RowPrefetch& ahead) {
+  constexpr int kBlock = std::min(kVecs, kSoftmaxAccVectors / kRows);
+  OnlineSoftmaxF16InRegisters<kVecs, kRows, kBlock>(acc16, D, scores, score_stride, v_rows, n, m, s, ahead);
+}
+
+// Whether a head dimension has the register form.
+bool HasF16RegisterForm(int64_t D) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   if (D % N != 0) return false;
   const int64_t vecs = D / N;
-  if (vecs != 2 && vecs != 4 && vecs != 8 && vecs != 16) return false;
+  return vecs == 2 || vecs == 4 || vecs == 8 || vecs == 16;
+}
+
+// Rows [0, n_rows) in register form, two at a time (the first call also asks for the slices
+// ahead); false when head_dim has no register form (the caller then runs the plain loop).
+bool OnlineSoftmaxF16Fast(uint16_t* acc16, int64_t D, const float* scores, int64_t score_stride,
+                          const uint8_t* const* v_rows, int64_t n, int64_t n_rows, float* m, float* s,
+                          RowPrefetch ahead) {
+  if (!HasF16RegisterForm(D)) return false;
+  const int64_t vecs = D / static_cast<int64_t>(hn::Lanes(DF()));
   int64_t r = 0;
-  for (; r < n_rows; ++r) {
+  for (; r < n_rows; ++r, ahead = RowPrefetch{}) {
     uint16_t* acc_r = acc16 + r * D;
     const float* sc_r = scores + r * score_stride;
-    const bool pair = r + 1 < n_rows && vecs <= 8;
+    const bool pair = r + 1 < n_rows;
     switch (vecs * 2 + (pair ? 1 : 0)) {
-      case 4: OnlineSoftmaxF16InRegisters<2, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
-      case 5: OnlineSoftmaxF16InRegisters<2, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
-      case 8: OnlineSoftmaxF16InRegisters<4, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
-      case 9: OnlineSoftmaxF16InRegisters<4, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
-      case 16: OnlineSoftmaxF16InRegisters<8, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
-      case 17: OnlineSoftmaxF16InRegisters<8, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
-      default: OnlineSoftmaxF16InRegisters<16, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r); break;
+      case 4: OnlineSoftmaxF16Rows<2, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r, ahead); break;
+      case 5: OnlineSoftmaxF16Rows<2, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r, ahead); break;
+      case 8: OnlineSoftmaxF16Rows<4, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r, ahead); break;
+      case 9: OnlineSoftmaxF16Rows<4, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r, ahead); break;
+      case 16: OnlineSoftmaxF16Rows<8, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r, ahead); break;
+      case 17: OnlineSoftmaxF16Rows<8, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r, ahead); break;
+      case 32: OnlineSoftmaxF16Rows<16, 1>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r, ahead); break;
+      default: OnlineSoftmaxF16Rows<16, 2>(acc_r, D, sc_r, score_stride, v_rows, n, m + r, s + r, ahead); break;
     }
     if (pair) ++r;
   }
   return true;
 }
 #else
+struct RowPrefetch {
+  const uint8_t* const* rows = nullptr;
+  size_t offset = 0;
+  int64_t n = 0;
+};
+bool HasF16RegisterForm(int64_t) { return false; }
 bool OnlineSoftmaxF16Fast(uint16_t*, int64_t, const float*, int64_t, const uint8_t* const*, int64_t, int64_t, float*,
-                          float*) {
+                          float*, RowPrefetch) {
   return false;
 }
 #endif
@@ -633,6 +697,10 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
       // are converted too; they are never read).
       bool v_tile_ready = v_f16 || v_f32;
       bool prefetched = false;
+      // The register form asks for the next tile's V slices itself, spread over its steps; the
+      // scoring loop then asks for the K slices only.
+      const bool v_ahead_in_softmax = v_f16 && HasF16RegisterForm(D);
+      RowPrefetch v_ahead;
       for (int64_t t = t0; t < t1; ++t) {
         const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
         const int64_t* visible = visible_all + (t - t0) * kKeyTile;
@@ -669,7 +737,7 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
                                               // (a burst would stall)
                   const int64_t c = c1 + j;
                   PrefetchRows(a.k_rows, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
-                  PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
+                  if (!v_ahead_in_softmax) PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
                 }
                 const auto* krow = reinterpret_cast<const uint16_t*>(k_rows[j]);
                 if (pair) {
@@ -685,8 +753,9 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
               }
               if (!prefetched && n_vis < c1 - c0) {  // rows the first token did not reach
                 PrefetchRows(a.k_rows, k_off, plan.k_head_bytes, c1 + n_vis, next_end);
-                PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c1 + n_vis, next_end);
+                if (!v_ahead_in_softmax) PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c1 + n_vis, next_end);
               }
+              if (!prefetched && v_ahead_in_softmax) v_ahead = RowPrefetch{a.v_rows + c1, v_off, next_end - c1};
               prefetched = true;
               break;
             }
@@ -702,7 +771,9 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
           }
         }
         if (v_f16 &&
-            OnlineSoftmaxF16Fast(acc16 + row0 * D, D, all_scores, kKeyTile, v_rows, n_vis, G, M + row0, S + row0)) {
+            OnlineSoftmaxF16Fast(acc16 + row0 * D, D, all_scores, kKeyTile, v_rows, n_vis, G, M + row0, S + row0,
+                                 v_ahead)) {
+          v_ahead = RowPrefetch{};  // asked for once, by the first token that sees keys
           continue;
         }
         for (int64_t r = 0; r < G; ++r) {

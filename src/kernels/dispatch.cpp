@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <hwy/targets.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define AGENTKV_X86 1
@@ -85,10 +87,31 @@ CpuLevel initial_level() {
   return level;
 }
 
+// Highway-dispatched kernels (attention, row ops) follow the level too: below the AVX-512 level
+// they run Highway's AVX2 target, not the AVX-512 code the CPU would allow, so AGENTKV_CPU=avx2 on
+// an AVX-512 machine runs (and measures) the code an AVX2-only machine runs. The scalar level
+// keeps the AVX2 target as well: Highway's targets below it have no fused multiply-add, and that
+// level reproduces the AVX2 build's fused orders.
+void apply_to_highway(CpuLevel level) {
+#ifdef AGENTKV_X86
+  hwy::DisableTargets(level == CpuLevel::Avx512 ? 0 : (HWY_AVX2 - 1));
+#else
+  (void)level;
+#endif
+}
+
 std::atomic<int>& level_slot() {
-  static std::atomic<int> slot{static_cast<int>(initial_level())};
+  static std::atomic<int> slot{[] {
+    const CpuLevel level = initial_level();
+    apply_to_highway(level);
+    return static_cast<int>(level);
+  }()};
   return slot;
 }
+
+// The level is settled before main(): a Highway kernel dispatched before any kernel asked for
+// the level must already see AGENTKV_CPU.
+[[maybe_unused]] const int settle_level_at_start_up = (level_slot(), 0);
 
 }  // namespace
 
@@ -108,6 +131,7 @@ bool avx512_vnni_active() { return active_cpu_level() == CpuLevel::Avx512 && cpu
 CpuLevel set_cpu_level(CpuLevel level) {
   const CpuLevel used = clamp(level);
   level_slot().store(static_cast<int>(used), std::memory_order_relaxed);
+  apply_to_highway(used);
   return used;
 }
 
