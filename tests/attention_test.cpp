@@ -1182,5 +1182,68 @@ TEST(AttentionExact, DISABLED_OwnTypeDecodeTiming) {
                 std::string(ggml_type_name(types[i].second)).c_str(),
                 best[i] * 1e3, best[0] / best[i]);
 }
+
+// The Qwen3-0.6B decode at depth as the model reads it: 28 layers, each with its own K and V rows
+// of exactly 2 KiB (row after row, as the cache stores them; 470 MB at 4096 keys, so DRAM serves
+// them), 4 tokens through every layer per round, min and median of 15 rounds. Run with
+// --gtest_also_run_disabled_tests --gtest_filter='*ModelDecodeTiming*'; ATTN_BENCH_THREADS (2),
+// ATTN_BENCH_KEYS (4096), ATTN_BENCH_LAYERS (28; 1 keeps the rows in cache: the arithmetic alone).
+TEST(AttentionExact, DISABLED_ModelDecodeTiming) {
+  const auto env_or = [](const char* name, int64_t fallback) {
+    const char* v = std::getenv(name);
+    return v ? std::atoll(v) : fallback;
+  };
+  ThreadPool pool(static_cast<int>(env_or("ATTN_BENCH_THREADS", 2)));
+  const int64_t n_kv = env_or("ATTN_BENCH_KEYS", 4096);
+  const int64_t layers = env_or("ATTN_BENCH_LAYERS", 28);
+  const int64_t H = 16, HK = 8, D = 128;
+  const size_t row_bytes = static_cast<size_t>(HK * D) * sizeof(uint16_t);
+  std::vector<std::vector<uint16_t>> k(static_cast<size_t>(layers)), v(k.size());
+  std::vector<std::vector<const uint8_t*>> k_rows(k.size()), v_rows(k.size());
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (size_t l = 0; l < k.size(); ++l) {
+    for (auto* kv : {&k[l], &v[l]}) {
+      kv->resize(static_cast<size_t>(n_kv * HK * D));
+      for (auto& x : *kv) x = fp32_to_fp16(nd(rng));
+    }
+    for (int64_t j = 0; j < n_kv; ++j) {
+      k_rows[l].push_back(reinterpret_cast<const uint8_t*>(k[l].data()) + j * row_bytes);
+      v_rows[l].push_back(reinterpret_cast<const uint8_t*>(v[l].data()) + j * row_bytes);
+    }
+  }
+  std::vector<float> q(static_cast<size_t>(H * D)), out(q.size());
+  for (auto& x : q) x = nd(rng);
+  std::vector<double> ms;
+  for (int round = 0; round < 15; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int token = 0; token < 4; ++token) {
+      for (size_t l = 0; l < k.size(); ++l) {
+        AttentionArgs a;
+        a.shape.n_head = H;
+        a.shape.n_head_kv = HK;
+        a.shape.head_dim = D;
+        a.shape.scale = 1.0f / std::sqrt(static_cast<float>(D));
+        a.n_tokens = 1;
+        a.q = q.data();
+        a.q_stride = H * D;
+        a.k_rows = k_rows[l].data();
+        a.v_rows = v_rows[l].data();
+        a.k_type = a.v_type = GgmlType::F16;
+        a.n_kv = n_kv;
+        a.out = out.data();
+        a.out_stride = H * D;
+        attention(a, pool);
+      }
+    }
+    ms.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 4 * 1e3);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double bytes = 2.0 * static_cast<double>(row_bytes) * static_cast<double>(n_kv * layers);
+  std::printf("%lld layers x %lld F16 keys: per token min %.2f ms, median %.2f ms (%.1f GB/s at the min)\n",
+              static_cast<long long>(layers), static_cast<long long>(n_kv), ms.front(), ms[ms.size() / 2],
+              bytes / (ms.front() * 1e-3) / 1e9);
+}
+
 }  // namespace
 }  // namespace agentkv

@@ -374,6 +374,35 @@ void AxpyF16(uint16_t* y, const uint16_t* x, float v, int64_t n) {
   for (; i < n; ++i) y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
 }
 
+// Lines of the next tile's K or V rows, asked for ahead of use a few at a time through the work
+// of the current tile: spread out, the loads overlap the arithmetic (a burst fills the core's
+// miss buffers and stalls, then the memory idles). Bytes [offset, offset + bytes) of each row.
+class PrefetchCursor {
+ public:
+  PrefetchCursor() = default;
+  PrefetchCursor(const uint8_t* const* rows, int64_t n_rows, size_t offset, size_t bytes)
+      : rows_(rows), n_rows_(std::max<int64_t>(n_rows, 0)), offset_(offset), bytes_(bytes),
+        left_(n_rows_ * static_cast<int64_t>((bytes + 63) / 64)) {}
+  // Lines per step for the lines left to be asked for in `steps` steps.
+  int64_t PerStep(int64_t steps) const { return steps > 0 ? (left_ + steps - 1) / steps : left_; }
+  HWY_INLINE void Issue(int64_t lines) {
+    for (; lines > 0 && left_ > 0; --lines, --left_) {
+#if defined(__GNUC__)
+      __builtin_prefetch(rows_[row_] + offset_ + byte_);
+#endif
+      byte_ += 64;
+      if (byte_ >= bytes_) byte_ = 0, ++row_;
+    }
+  }
+  void Finish() { Issue(left_); }
+
+ private:
+  const uint8_t* const* rows_ = nullptr;
+  int64_t n_rows_ = 0, row_ = 0;
+  size_t offset_ = 0, bytes_ = 0, byte_ = 0;
+  int64_t left_ = 0;
+};
+
 #if AGENTKV_ATTN_VECTOR_F16_STORE
 // The per-key online softmax of kRows rows over the same n keys (scores[r * score_stride + j])
 // with an F16 V: each row's running output is held in registers and rounded to F16 after every
@@ -382,19 +411,10 @@ void AxpyF16(uint16_t* y, const uint16_t* x, float v, int64_t n) {
 // dimension is walked in blocks of kBlock vectors, all keys for one block before the next: the
 // rows' accumulators of a block fit the register file (16 registers on AVX2: a whole 128-wide
 // row pair would spill at every key), and each V row is converted once per block for all rows.
-// The V head slices of the next tile, asked for ahead of use a line or so per accumulation step:
-// spread over the whole softmax instead of a burst, so the loads overlap the conversions that
-// bound it (a burst fills the core's miss buffers and stalls, then the memory idles).
-struct RowPrefetch {
-  const uint8_t* const* rows = nullptr;  // rows[j] + offset: slice j
-  size_t offset = 0;
-  int64_t n = 0;
-};
-
 template <int kVecs, int kRows, int kBlock>
 void OnlineSoftmaxF16InRegisters(uint16_t* acc16, int64_t acc_stride, const float* scores, int64_t score_stride,
                                  const uint8_t* const* v_rows, int64_t n, float* m_io, float* s_io,
-                                 const RowPrefetch& ahead) {
+                                 PrefetchCursor* ahead) {
   static_assert(kVecs % kBlock == 0, "whole blocks");
   const DF d;
   const DH dh;
@@ -435,17 +455,10 @@ void OnlineSoftmaxF16InRegisters(uint16_t* acc16, int64_t acc_stride, const floa
     for (int r = 0; r < kRows; ++r)
 #pragma GCC unroll 16
       for (int i = 0; i < kBlock; ++i) acc[r][i] = LoadF16(acc16 + r * acc_stride + (b + i) * N);
-    // Bytes [first_byte, end_byte) of each slice ahead fall to this block's pass.
-    const size_t first_byte = static_cast<size_t>(b * N) * sizeof(uint16_t);
-    const size_t end_byte = static_cast<size_t>((b + kBlock) * N) * sizeof(uint16_t);
+    const int64_t ahead_per_step = ahead ? ahead->PerStep((kVecs - b) / kBlock * n) : 0;
     for (int64_t j = 0; j < n; ++j) {
       const auto* v = reinterpret_cast<const uint16_t*>(v_rows[j]) + b * N;
-#if defined(__GNUC__)
-      if (j < ahead.n) {
-        const uint8_t* slice = ahead.rows[j] + ahead.offset;
-        for (size_t o = first_byte; o < end_byte; o += 64) __builtin_prefetch(slice + o);
-      }
-#endif
+      if (ahead) ahead->Issue(ahead_per_step);
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
         if (rescale[r][j]) {
@@ -471,13 +484,6 @@ void OnlineSoftmaxF16InRegisters(uint16_t* acc16, int64_t acc_stride, const floa
                    reinterpret_cast<hwy::float16_t*>(acc16 + r * acc_stride + (b + i) * N));
       }
   }
-#if defined(__GNUC__)
-  for (int64_t j = n; j < ahead.n; ++j) {  // slices beyond the keys this row sees
-    for (size_t o = 0; o < static_cast<size_t>(kVecs * N) * sizeof(uint16_t); o += 64) {
-      __builtin_prefetch(ahead.rows[j] + ahead.offset + o);
-    }
-  }
-#endif
 #pragma GCC unroll 4
   for (int r = 0; r < kRows; ++r) {
     m_io[r] = m[r];
@@ -491,7 +497,7 @@ constexpr int kSoftmaxAccVectors = HWY_TARGET <= HWY_AVX3 ? 16 : 8;
 
 template <int kVecs, int kRows>
 void OnlineSoftmaxF16Rows(uint16_t* acc16, int64_t D, const float* scores, int64_t score_stride,
-                          const uint8_t* const* v_rows, int64_t n, float* m, float* s, const RowPrefetch& ahead) {
+                          const uint8_t* const* v_rows, int64_t n, float* m, float* s, PrefetchCursor* ahead) {
   constexpr int kBlock = std::min(kVecs, kSoftmaxAccVectors / kRows);
   OnlineSoftmaxF16InRegisters<kVecs, kRows, kBlock>(acc16, D, scores, score_stride, v_rows, n, m, s, ahead);
 }
@@ -504,15 +510,16 @@ bool HasF16RegisterForm(int64_t D) {
   return vecs == 2 || vecs == 4 || vecs == 8 || vecs == 16;
 }
 
-// Rows [0, n_rows) in register form, two at a time (the first call also asks for the slices
-// ahead); false when head_dim has no register form (the caller then runs the plain loop).
+// Rows [0, n_rows) in register form, two at a time (the first pair also asks for the lines
+// ahead, when given); false when head_dim has no register form (the caller then runs the plain
+// loop).
 bool OnlineSoftmaxF16Fast(uint16_t* acc16, int64_t D, const float* scores, int64_t score_stride,
                           const uint8_t* const* v_rows, int64_t n, int64_t n_rows, float* m, float* s,
-                          RowPrefetch ahead) {
+                          PrefetchCursor* ahead) {
   if (!HasF16RegisterForm(D)) return false;
   const int64_t vecs = D / static_cast<int64_t>(hn::Lanes(DF()));
   int64_t r = 0;
-  for (; r < n_rows; ++r, ahead = RowPrefetch{}) {
+  for (; r < n_rows; ++r, ahead = nullptr) {
     uint16_t* acc_r = acc16 + r * D;
     const float* sc_r = scores + r * score_stride;
     const bool pair = r + 1 < n_rows;
@@ -531,14 +538,9 @@ bool OnlineSoftmaxF16Fast(uint16_t* acc16, int64_t D, const float* scores, int64
   return true;
 }
 #else
-struct RowPrefetch {
-  const uint8_t* const* rows = nullptr;
-  size_t offset = 0;
-  int64_t n = 0;
-};
 bool HasF16RegisterForm(int64_t) { return false; }
 bool OnlineSoftmaxF16Fast(uint16_t*, int64_t, const float*, int64_t, const uint8_t* const*, int64_t, int64_t, float*,
-                          float*, RowPrefetch) {
+                          float*, PrefetchCursor*) {
   return false;
 }
 #endif
@@ -696,11 +698,25 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
       // Quantized V: the tile's rows once for all tokens (rows no token sees
       // are converted too; they are never read).
       bool v_tile_ready = v_f16 || v_f32;
+      // The next tile's rows are asked for through this head's pass, by the first token that
+      // sees keys: K in the scoring loop, V in the register form's steps (else with K). A unit
+      // of every KV head asks for whole rows, an eighth of the tile (with 8 heads) per head, in
+      // address order: a row is then read from DRAM once, front to back (one head's slice of
+      // every row would open each DRAM page once per head). A unit of one head asks for its
+      // slices.
       bool prefetched = false;
-      // The register form asks for the next tile's V slices itself, spread over its steps; the
-      // scoring loop then asks for the K slices only.
+      PrefetchCursor k_ahead, v_ahead;
+      if (g0 == 0 && g1 == plan.n_head_kv && g1 > 1) {
+        const int64_t per_head = (next_end - c1 + (g1 - g0) - 1) / (g1 - g0);
+        const int64_t r0 = std::min(c1 + (g - g0) * per_head, next_end);
+        const int64_t r1 = std::min(r0 + per_head, next_end);
+        k_ahead = PrefetchCursor(a.k_rows + r0, r1 - r0, 0, plan.k_head_bytes * static_cast<size_t>(plan.n_head_kv));
+        v_ahead = PrefetchCursor(a.v_rows + r0, r1 - r0, 0, plan.v_head_bytes * static_cast<size_t>(plan.n_head_kv));
+      } else {
+        k_ahead = PrefetchCursor(a.k_rows + c1, next_end - c1, k_off, plan.k_head_bytes);
+        v_ahead = PrefetchCursor(a.v_rows + c1, next_end - c1, v_off, plan.v_head_bytes);
+      }
       const bool v_ahead_in_softmax = v_f16 && HasF16RegisterForm(D);
-      RowPrefetch v_ahead;
       for (int64_t t = t0; t < t1; ++t) {
         const float* mask_row = a.mask ? a.mask + t * a.mask_stride : nullptr;
         const int64_t* visible = visible_all + (t - t0) * kKeyTile;
@@ -732,13 +748,12 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
               if (r % 2 == 1) break;
               const bool pair = r + 1 < G;
               const float* q2[2] = {q_wide + (row0 + r) * D, q_wide + (row0 + r + 1) * D};
+              const bool ask = !prefetched && r == 0;
+              const int64_t k_per_key = ask ? k_ahead.PerStep(n_vis) : 0;
+              const int64_t v_per_key = ask && !v_ahead_in_softmax ? v_ahead.PerStep(n_vis) : 0;
               for (int64_t j = 0; j < n_vis; ++j) {
-                if (!prefetched && r == 0) {  // the next tile's rows, one per key
-                                              // (a burst would stall)
-                  const int64_t c = c1 + j;
-                  PrefetchRows(a.k_rows, k_off, plan.k_head_bytes, c, std::min(c + 1, next_end));
-                  if (!v_ahead_in_softmax) PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c, std::min(c + 1, next_end));
-                }
+                k_ahead.Issue(k_per_key);
+                v_ahead.Issue(v_per_key);
                 const auto* krow = reinterpret_cast<const uint16_t*>(k_rows[j]);
                 if (pair) {
                   float* out2[2] = {scores + j, scores + kKeyTile + j};
@@ -751,11 +766,10 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
                   scores[j] = avx2_order ? GgmlDot<F16Elems, 8>(krow, q2[0], D) : GgmlDot<F16Elems>(krow, q2[0], D);
                 }
               }
-              if (!prefetched && n_vis < c1 - c0) {  // rows the first token did not reach
-                PrefetchRows(a.k_rows, k_off, plan.k_head_bytes, c1 + n_vis, next_end);
-                if (!v_ahead_in_softmax) PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c1 + n_vis, next_end);
+              if (ask) {
+                k_ahead.Finish();
+                if (!v_ahead_in_softmax) v_ahead.Finish();
               }
-              if (!prefetched && v_ahead_in_softmax) v_ahead = RowPrefetch{a.v_rows + c1, v_off, next_end - c1};
               prefetched = true;
               break;
             }
@@ -772,8 +786,8 @@ void PerKeyUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g0, int64_t g1
         }
         if (v_f16 &&
             OnlineSoftmaxF16Fast(acc16 + row0 * D, D, all_scores, kKeyTile, v_rows, n_vis, G, M + row0, S + row0,
-                                 v_ahead)) {
-          v_ahead = RowPrefetch{};  // asked for once, by the first token that sees keys
+                                 &v_ahead)) {
+          v_ahead.Finish();  // a no-op after the first token
           continue;
         }
         for (int64_t r = 0; r < G; ++r) {
