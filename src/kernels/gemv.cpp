@@ -722,24 +722,35 @@ AGENTKV_AVX2_INLINE __m256i reduce8x4_avx2(const __m128i m[8]) {
 }
 
 AGENTKV_AVX2 void q4_K_group_avx2(const uint8_t* row0, size_t w_stride, int64_t nsb, const BlockQ8_K* y,
-                                  const Q4_KActAvx2* a, const uint8_t* pf, float* out) {
+                                  const Q4_KActAvx2* a, float* out) {
   // d and dmin of a row's superblock are one dword: gather the eight rows', then split the halves.
   const __m256i row_offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                                  _mm256_set1_epi32(static_cast<int>(w_stride)));
   const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
                                          0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  // The integer sums row by row, each row's superblocks in address order, then the float chains
+  // superblock by superblock, in dot_q4_K's order, for the eight rows at once. A matrix's rows are
+  // contiguous, so the reads are one forward stream, which the hardware prefetcher follows on its
+  // own: the superblock-major order (a row stride per step) needed a software prefetch 4 KiB
+  // ahead, and was 1.12-1.15x slower with it (Q4_K_M tg64 at the AVX2 level, Zen 4); software
+  // prefetch on top of the forward stream cost another ~7 %.
+  struct Sums {
+    __m256i sums[kQ4_KRows];
+    __m128i mins[kQ4_KRows];
+  };
+  auto* sb_sums = reinterpret_cast<Sums*>(thread_scratch_lines<Sums>(static_cast<size_t>(nsb) * sizeof(Sums)));
+  for (int i = 0; i < kQ4_KRows; ++i) {
+    const uint8_t* row = row0 + i * w_stride;
+    for (int64_t s = 0; s < nsb; ++s) {
+      const size_t at = static_cast<size_t>(s) * sizeof(BlockQ4_K);
+      q4_K_row_sums_avx2(*reinterpret_cast<const BlockQ4_K*>(row + at), y[s], a[s], &sb_sums[s].sums[i], &sb_sums[s].mins[i]);
+    }
+  }
   __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
   for (int64_t s = 0; s < nsb; ++s) {
     const size_t at = static_cast<size_t>(s) * sizeof(BlockQ4_K);
-    __m256i sums[kQ4_KRows];
-    __m128i mins[kQ4_KRows];
-    for (int i = 0; i < kQ4_KRows; ++i) {
-      const uint8_t* p = pf + i * w_stride + at;
-      prefetch(p);
-      prefetch(p + 64);
-      prefetch(p + 128);
-      q4_K_row_sums_avx2(*reinterpret_cast<const BlockQ4_K*>(row0 + i * w_stride + at), y[s], a[s], &sums[i], &mins[i]);
-    }
+    const __m256i* sums = sb_sums[s].sums;
+    const __m128i* mins = sb_sums[s].mins;
     const __m256i d_dmin = _mm256_i32gather_epi32(reinterpret_cast<const int*>(row0 + at), row_offsets, 1);
     // [d r0-3, dmin r0-3 | d r4-7, dmin r4-7] -> [d r0-7 | dmin r0-7]
     const __m256i halves = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(d_dmin, split), _MM_SHUFFLE(3, 1, 2, 0));
@@ -758,20 +769,16 @@ void q4_K_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const
   const auto* y8 = reinterpret_cast<const BlockQ8_K*>(act);
   Q4_KActAvx2* a = thread_scratch<Q4_KActAvx2>(static_cast<size_t>(nsb));
   q4_K_prepare_avx2(y8, nsb, a);
-  const int64_t ahead = rows_ahead(w_stride, kQ4_KRows);
   const bool offsets_fit = w_stride <= static_cast<size_t>(INT32_MAX / kQ4_KRows);  // the gather's int32 offsets
   const int64_t grouped_end = offsets_fit ? row_begin + (row_end - row_begin) / kQ4_KRows * kQ4_KRows : row_begin;
   int64_t r = row_begin;
-  for (; r < grouped_end; r += kQ4_KRows) {
-    q4_K_group_avx2(weights + static_cast<size_t>(r) * w_stride, w_stride, nsb, y8, a,
-                    prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ4_KRows), y + r);
-  }
+  for (; r < grouped_end; r += kQ4_KRows) q4_K_group_avx2(weights + static_cast<size_t>(r) * w_stride, w_stride, nsb, y8, a, y + r);
   const VecDotFn dot = vec_dot_fn(GgmlType::Q4_K);
   for (; r < row_end; ++r) y[r] = dot(n_in, weights + static_cast<size_t>(r) * w_stride, act);
 }
 
 // q4_K, a few tokens (vec_dot numerics, as q4_K_batch_rows): the group kernel once per token, the
-// rows read from memory (with the prefetch) for the first token and from L1 for the others.
+// rows read from memory for the first token and from L1 for the others.
 // Up to this many tokens it beats the AVX2 q4_K_gemm (thread CPU time streaming the model's
 // matrices, 1 thread: 2 tokens 56 vs 175 ms, 4: 106 vs 186, 8: 186 vs 217, 12: 251 vs 247,
 // 16: 364 vs 300).
@@ -782,16 +789,14 @@ void q4_K_batch_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in,
   Q4_KActAvx2* a = thread_scratch<Q4_KActAvx2>(static_cast<size_t>(nsb * n_tokens));
   for (int64_t t = 0; t < n_tokens; ++t)
     q4_K_prepare_avx2(reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride), nsb, a + t * nsb);
-  const int64_t ahead = rows_ahead(w_stride, kQ4_KRows);
   const bool offsets_fit = w_stride <= static_cast<size_t>(INT32_MAX / kQ4_KRows);
   const int64_t grouped_end = offsets_fit ? row_begin + (row_end - row_begin) / kQ4_KRows * kQ4_KRows : row_begin;
   int64_t r = row_begin;
   for (; r < grouped_end; r += kQ4_KRows) {
     const uint8_t* row0 = weights + static_cast<size_t>(r) * w_stride;
     for (int64_t t = 0; t < n_tokens; ++t) {
-      const uint8_t* pf = t == 0 ? prefetch_rows(weights, w_stride, r, ahead, grouped_end - kQ4_KRows) : row0;
       q4_K_group_avx2(row0, w_stride, nsb, reinterpret_cast<const BlockQ8_K*>(act + static_cast<size_t>(t) * act_stride),
-                      a + t * nsb, pf, y + t * y_stride + r);
+                      a + t * nsb, y + t * y_stride + r);
     }
   }
   batch_rows_by_dot(GgmlType::Q4_K, weights, w_stride, n_in, act, act_stride, n_tokens, r, row_end, y, y_stride);
