@@ -641,6 +641,37 @@ TEST(MergeAttentionPartials, EmptySidesAndWeights) {
   EXPECT_FLOAT_EQ(out[1], 3.5f);
 }
 
+// Hidden keys are skipped, not weighted by zero: a hidden cell's V may hold anything (a NaN from an
+// unwritten or reused cell), and the output must not see it. Prefill batches take the tiled path,
+// which drops the per-key zero test only for tiles without a zero weight; the causal diagonal tile,
+// a hidden block inside a tile and holes must still take it.
+TEST(Attention, HiddenKeysWithNanValuesAreSkipped) {
+  ThreadPool pool(2);
+  for (int64_t n_tokens : {int64_t{1}, int64_t{8}, int64_t{70}}) {
+    Case c;
+    c.n_head = 4;
+    c.n_head_kv = 2;
+    c.head_dim = 64;
+    c.k_type = c.v_type = GgmlType::F16;
+    c.n_tokens = n_tokens;
+    c.n_kv = 200 + n_tokens;
+    c.hidden_begin = 40;  // inside the first key tile
+    c.hidden_end = 50;
+    c.hole_every = 9;
+    Problem p = make_problem(c);
+    std::vector<float> want, want_lse, got, got_lse;
+    attention(args_for(p, want, want_lse), pool);
+    for (int64_t j = 0; j < c.n_kv; ++j) {
+      if (p.mask[static_cast<size_t>((c.n_tokens - 1) * c.n_kv + j)] != -INFINITY) continue;  // seen by the last token
+      auto* v = reinterpret_cast<uint16_t*>(p.v.data() + j * p.v_row_bytes);
+      for (int64_t i = 0; i < p.row_width; ++i) v[i] = 0x7E00;  // F16 NaN
+    }
+    attention(args_for(p, got, got_lse), pool);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << n_tokens << " tokens";
+    ASSERT_EQ(std::memcmp(got_lse.data(), want_lse.data(), got_lse.size() * sizeof(float)), 0);
+  }
+}
+
 TEST(Attention, RefusesBadShapesAndTypes) {
   ThreadPool pool(1);
   Case c;

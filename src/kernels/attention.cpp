@@ -381,8 +381,8 @@ class PrefetchCursor {
  public:
   PrefetchCursor() = default;
   PrefetchCursor(const uint8_t* const* rows, int64_t n_rows, size_t offset, size_t bytes)
-      : rows_(rows), n_rows_(std::max<int64_t>(n_rows, 0)), offset_(offset), bytes_(bytes),
-        left_(n_rows_ * static_cast<int64_t>((bytes + 63) / 64)) {}
+      : rows_(rows), offset_(offset), bytes_(bytes),
+        left_(std::max<int64_t>(n_rows, 0) * static_cast<int64_t>((bytes + 63) / 64)) {}
   // Lines per step for the lines left to be asked for in `steps` steps.
   int64_t PerStep(int64_t steps) const { return steps > 0 ? (left_ + steps - 1) / steps : left_; }
   HWY_INLINE void Issue(int64_t lines) {
@@ -398,7 +398,7 @@ class PrefetchCursor {
 
  private:
   const uint8_t* const* rows_ = nullptr;
-  int64_t n_rows_ = 0, row_ = 0;
+  int64_t row_ = 0;
   size_t offset_ = 0, bytes_ = 0, byte_ = 0;
   int64_t left_ = 0;
 };
@@ -1167,8 +1167,7 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     // Mask of every (key, token); keys past the end and padding tokens are hidden. A tile every
     // token sees whole (+0.0 mask values: the history before a batch) is written row-wise.
     bool any = false;
-    const bool whole_tile = !a.mask || MaskBlockIsZero(a.mask + t0 * a.mask_stride + c0, a.mask_stride, T, nk);
-    if (whole_tile) {
+    if (!a.mask || MaskBlockIsZero(a.mask + t0 * a.mask_stride + c0, a.mask_stride, T, nk)) {
       for (int64_t j = 0; j < kKeyTile; ++j) std::fill(MT + j * slots, MT + j * slots + T, j < nk ? 0.0f : -INFINITY);
       any = true;
     } else {
@@ -1233,14 +1232,21 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     }
     // ggml_vec_soft_max_f32: expf(s - max), summed per vector group of keys (AVX-512 build: 16,
     // _mm512_reduce_add_ps order; AVX2 build: 8, halves then (0 + 2) + (1 + 3)), in that build's
-    // expf form.
+    // expf form. Noted on the way: whether a real row (token < T) gives one of the tile's keys
+    // weight 0 (hidden, or underflowed), which ggml's accumulation skips.
+    bool zero_weight = false;
     for (int64_t r = 0; r < nr; r += N) {
       const auto vsub = hn::LoadU(d, sub + r);
+      const auto real = hn::FirstN(d, static_cast<size_t>(std::clamp<int64_t>(T - r % slots, 0, N)));
+      auto zero_seen = hn::FirstN(d, 0);
       for (int64_t j = 0; j < kKeyTile; ++j) {
         float* pj = P + j * nr + r;
         const auto x = hn::Sub(hn::LoadU(d, pj), vsub);
-        hn::StoreU(avx2_order ? ExpOrZeroAvx2(d, x) : ExpOrZero(d, x), d, pj);
+        const auto e = avx2_order ? ExpOrZeroAvx2(d, x) : ExpOrZero(d, x);
+        hn::StoreU(e, d, pj);
+        if (j < nk) zero_seen = hn::Or(zero_seen, hn::Eq(e, hn::Zero(d)));
       }
+      zero_weight |= !hn::AllFalse(d, hn::And(real, zero_seen));
       if (!avx2_order) {
         for (int64_t grp = 0; grp < kKeyTile / 16; ++grp) {
           const float* e = P + grp * 16 * nr + r;
@@ -1272,11 +1278,9 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     for (int64_t r = 0; r < G; ++r) {
       const int64_t row_end = r * slots + T;
       int64_t row = r * slots;
-      // Every key of a whole tile is a stored token's, with finite V: a weight that underflowed
-      // to 0 adds 0 x v = +0 to a sum that is never -0, so skipping it (ggml's order) and
-      // adding it give the same bits, and the per-key test is dropped (AVX2 prefill 128 @ d2048,
-      // 1 thread: 40 -> 36 ms).
-      if (plan.own_type || whole_tile) {
+      // Without a zero weight ggml's skip never fires: the per-key test is dropped, same bits
+      // (AVX2 prefill 128 @ d2048, 1 thread: 40 -> 36 ms).
+      if (plan.own_type || !zero_weight) {
         for (; row + kValueRows <= row_end; row += kValueRows)
           AccumulateRows<kValueRows, false>(acc, D, P, nr, row, values, nk);
       } else {
