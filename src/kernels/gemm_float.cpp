@@ -37,6 +37,7 @@ constexpr int kTileRows = 4;     // weight rows per register tile (tinyBLAS's RM
 constexpr int kTileTokens = 6;   // tokens per register tile: 24 accumulators + 4 + 1 live zmm
 constexpr int64_t kStep = 16;    // elements per fused multiply-add (one zmm of floats)
 constexpr size_t kPanelBytes = 768 * 1024;  // widened weight panel, kept in L2 while tokens pass
+constexpr size_t kAvx2PanelBytes = 320 * 1024;  // the AVX2 level's panel: Zen 3 has 512 KiB of L2 per core
 constexpr int64_t kPrefetchAhead = 384;      // floats (6 steps) of the panel stream asked of L1 ahead
 constexpr int64_t kMaxKBlock = 1024;        // k elements per block: a 6-token block is 24 KiB of L1
 
@@ -206,7 +207,6 @@ AGENTKV_GEMM_AVX512 void round_through_f16(const float* src, float* dst, int64_t
 constexpr int kAvx2TileRows = 4;
 constexpr int kAvx2TileTokens = 3;
 constexpr int64_t kAvx2Step = 8;
-constexpr size_t kAvx2PanelBytes = 320 * 1024;     // Zen 3 has 512 KiB of L2 per core
 constexpr int64_t kAvx2PrefetchAhead = 256;        // floats of the panel stream (16 steps)
 constexpr int64_t kAvx2MaxKBlock = 1024;           // 6 tokens x 1024 floats = 24 KiB of L1
 
@@ -413,7 +413,10 @@ void float_gemm(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t
   });
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : ggml_row_size(w.type, n_in);
   const int64_t n_quads = w.n_out / kTileRows;
-  pool.parallel_for(n_quads, [&](int64_t q0, int64_t q1) {
+  // A chunk is at most one widened panel of rows (rows_* widen each panel once).
+  const size_t panel_bytes = level == CpuLevel::Avx512 ? kPanelBytes : kAvx2PanelBytes;
+  const int64_t panel_quads = static_cast<int64_t>(panel_bytes / (static_cast<size_t>(n_in) * sizeof(float))) / kTileRows;
+  pool.parallel_chunks(n_quads, balanced_chunk(n_quads, 1, pool.size(), panel_quads), [&](int64_t q0, int64_t q1) {
     const int64_t r0 = q0 * kTileRows, r1 = q1 * kTileRows;
 #ifdef AGENTKV_GEMM_FLOAT_X86
     const auto* h = reinterpret_cast<const uint16_t*>(w.data);

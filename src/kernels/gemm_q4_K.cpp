@@ -382,8 +382,8 @@ void q4_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
   const bool vnni = avx512_vnni_active();  // otherwise the AVX2 kernels
   // A chunk of row groups (~256 KiB packed) meets every token tile while it is in cache.
   const int64_t chunk_groups = std::max<int64_t>(1, 256 * 1024 / (nsb * static_cast<int64_t>(sizeof(PackedRows))));
-  pool.parallel_for(
-      n_out,
+  pool.parallel_chunks(
+      n_out, balanced_chunk(n_out, kLanes, pool.size(), chunk_groups),
       [&](int64_t row_begin, int64_t row_end) {
         PackedRows* packed = thread_scratch<PackedRows>(static_cast<size_t>(chunk_groups * nsb));
         for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_groups * kLanes) {
@@ -415,8 +415,7 @@ void q4_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
               for (int64_t g = 0; g < groups; ++g) run_tile(g, t0, n_tokens);
           }
         }
-      },
-      kLanes);
+      });
 }
 
 #else

@@ -266,8 +266,8 @@ void q6_K_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
   const int64_t packed_row_bytes = nsb * (kQK_K + kGroups * 8 * 4 + 4);
   const int64_t chunk_rows =
       std::max<int64_t>(kTileRows, (256 * 1024 / packed_row_bytes) / kTileRows * kTileRows);
-  pool.parallel_for(
-      n_out,
+  pool.parallel_chunks(
+      n_out, balanced_chunk(n_out, kTileRows, pool.size(), chunk_rows / kTileRows),
       [&](int64_t row_begin, int64_t row_end) {
         const size_t q_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kQK_K));
         const size_t sc_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kGroups * 8) * sizeof(int32_t));
@@ -290,8 +290,7 @@ void q6_K_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
             }
           }
         }
-      },
-      kTileRows);
+      });
 }
 
 }  // namespace
@@ -316,8 +315,8 @@ void q6_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
   const int64_t chunk_rows =
       std::max<int64_t>(kTileRows, (256 * 1024 / packed_row_bytes) / kTileRows * kTileRows);
   const int64_t step = nsb <= kStepSupers * 3 / 2 ? nsb : kStepSupers;
-  pool.parallel_for(
-      n_out,
+  pool.parallel_chunks(
+      n_out, balanced_chunk(n_out, kTileRows, pool.size(), chunk_rows / kTileRows),
       [&](int64_t row_begin, int64_t row_end) {
         const size_t q_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kQK_K));
         const size_t sc_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kGroups * 8) * sizeof(int32_t));
@@ -346,8 +345,7 @@ void q6_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
             }
           }
         }
-      },
-      kTileRows);
+      });
 }
 
 #else

@@ -177,8 +177,8 @@ void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
   const int64_t chunk_rows =
       std::max<int64_t>(kTileRows, (static_cast<int64_t>(256 * 1024 / w_stride) / kTileRows) * kTileRows);
   const int64_t step_blocks = nb <= kStepBlocks * 3 / 2 ? nb : kStepBlocks;
-  pool.parallel_for(
-      n_out,
+  pool.parallel_chunks(
+      n_out, balanced_chunk(n_out, kTileRows, pool.size(), chunk_rows / kTileRows),
       [&](int64_t row_begin, int64_t row_end) {
         const int64_t chunk_tiles = chunk_rows / kTileRows;
         const size_t qs_bytes = static_cast<size_t>(chunk_rows * nb * 32);
@@ -204,8 +204,7 @@ void q8_0_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n
             }
           }
         }
-      },
-      kTileRows);
+      });
 }
 
 #else

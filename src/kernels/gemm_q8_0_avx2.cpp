@@ -192,8 +192,8 @@ void q8_0_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
   // 3072 inputs) staying in L1 while a chunk of token groups (~320 KiB of activations, in L2)
   // passes over them; each tile is packed again per chunk.
   const int64_t chunk_groups = std::max<int64_t>(1, 320 * 1024 / (group_vectors * 32));
-  pool.parallel_for(
-      n_out,
+  pool.parallel_chunks(
+      n_out, balanced_chunk(n_out, kTileRows, pool.size(), 16),
       [&](int64_t row_begin, int64_t row_end) {
         const size_t w_bytes = static_cast<size_t>(nb * kTileRows * 2) * sizeof(__m256i);
         const size_t d_bytes = static_cast<size_t>(kTileRows * nb_pad) * sizeof(float);
@@ -222,8 +222,7 @@ void q8_0_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
             }
           }
         }
-      },
-      kTileRows);
+      });
 }
 
 #else

@@ -97,4 +97,29 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   });
 }
 
+int64_t balanced_chunk(int64_t n, int64_t unit, int n_threads, int64_t cap_units) {
+  const int64_t units = (n + unit - 1) / unit;
+  const int64_t per_chunk = units / (8 * static_cast<int64_t>(std::max(1, n_threads)));
+  return std::clamp<int64_t>(per_chunk, 1, std::max<int64_t>(1, cap_units)) * unit;
+}
+
+void ThreadPool::parallel_chunks(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (chunk < 1) chunk = 1;
+  if (n_threads_ == 1 || n <= chunk) {
+    for (int64_t b = 0; b < n; b += chunk) fn(b, std::min(n, b + chunk));
+    return;
+  }
+  // Chunk i < nth goes to worker i without touching the counter; the rest are claimed. The
+  // counter has a cache line to itself: the claims bounce it between cores, nothing else should.
+  const int64_t n_chunks = (n + chunk - 1) / chunk;
+  struct alignas(64) Counter {
+    std::atomic<int64_t> next;
+  } counter{{n_threads_}};
+  run([&](int ith, int) {
+    for (int64_t c = ith; c < n_chunks; c = counter.next.fetch_add(1, std::memory_order_relaxed))
+      fn(c * chunk, std::min(n, (c + 1) * chunk));
+  });
+}
+
 }  // namespace agentkv

@@ -6,6 +6,10 @@
 
 namespace agentkv {
 
+// A chunk size for ThreadPool::parallel_chunks: about eight chunks per thread (a fast thread can
+// take up to an eighth of the slow one's share), a multiple of `unit`, at most `cap` units.
+int64_t balanced_chunk(int64_t n, int64_t unit, int n_threads, int64_t cap_units);
+
 class ThreadPool {
  public:
   explicit ThreadPool(int n_threads);  // n_threads >= 1; the caller's thread is worker 0
@@ -19,6 +23,12 @@ class ThreadPool {
   // Splits [0, n) into contiguous chunks (multiples of `grain` where possible), one per worker.
   void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
                     int64_t grain = 1);
+  // Hands [0, n) out in chunks of `chunk` items (the last may be shorter), each to whichever
+  // worker asks first. For work whose threads do not run at one speed (a busy core, a vCPU the
+  // host preempts, one thread's caches colder): a fixed split waits for the slowest thread.
+  // fn sees only whole chunks, so a kernel whose chunk is a multiple of its tile computes every
+  // output with the same tiles as under any other split.
+  void parallel_chunks(int64_t n, int64_t chunk, const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
   struct Impl;
