@@ -1228,19 +1228,33 @@ TEST(AttentionExact, DISABLED_ModelDecodeTiming) {
   const int64_t n_kv = env_or("ATTN_BENCH_KEYS", 4096);
   const int64_t layers = env_or("ATTN_BENCH_LAYERS", 28);
   const int64_t H = 16, HK = 8, D = 128;
-  const size_t row_bytes = static_cast<size_t>(HK * D) * sizeof(uint16_t);
-  std::vector<std::vector<uint16_t>> k(static_cast<size_t>(layers)), v(k.size());
+  // ATTN_BENCH_TYPE: the cache's K/V type (f16 by default; tq4, tq3, q8_0 take the own-type path).
+  const char* type_name = std::getenv("ATTN_BENCH_TYPE");
+  GgmlType type = GgmlType::F16;
+  for (GgmlType t : {GgmlType::TQ4, GgmlType::TQ3, GgmlType::Q8_0})
+    if (type_name && std::string(type_name) == ggml_type_name(t)) type = t;
+  const size_t row_bytes = ggml_row_size(type, HK * D);
+  // Layer 0's rows quantized once (the tq scale search is slow), copied to the other layers.
+  std::vector<std::vector<uint8_t>> k(static_cast<size_t>(layers)), v(k.size());
   std::vector<std::vector<const uint8_t*>> k_rows(k.size()), v_rows(k.size());
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(HK * D));
   for (size_t l = 0; l < k.size(); ++l) {
     for (auto* kv : {&k[l], &v[l]}) {
-      kv->resize(static_cast<size_t>(n_kv * HK * D));
-      for (auto& x : *kv) x = fp32_to_fp16(nd(rng));
+      if (l > 0) {
+        *kv = kv == &k[l] ? k[0] : v[0];
+        continue;
+      }
+      kv->resize(static_cast<size_t>(n_kv) * row_bytes);
+      for (int64_t j = 0; j < n_kv; ++j) {
+        for (auto& x : row) x = nd(rng);
+        quantize_row(type, row.data(), kv->data() + j * row_bytes, HK * D);
+      }
     }
     for (int64_t j = 0; j < n_kv; ++j) {
-      k_rows[l].push_back(reinterpret_cast<const uint8_t*>(k[l].data()) + j * row_bytes);
-      v_rows[l].push_back(reinterpret_cast<const uint8_t*>(v[l].data()) + j * row_bytes);
+      k_rows[l].push_back(k[l].data() + j * row_bytes);
+      v_rows[l].push_back(v[l].data() + j * row_bytes);
     }
   }
   std::vector<float> q(static_cast<size_t>(H * D)), out(q.size());
@@ -1260,7 +1274,7 @@ TEST(AttentionExact, DISABLED_ModelDecodeTiming) {
         a.q_stride = H * D;
         a.k_rows = k_rows[l].data();
         a.v_rows = v_rows[l].data();
-        a.k_type = a.v_type = GgmlType::F16;
+        a.k_type = a.v_type = type;
         a.n_kv = n_kv;
         a.out = out.data();
         a.out_stride = H * D;
@@ -1271,8 +1285,8 @@ TEST(AttentionExact, DISABLED_ModelDecodeTiming) {
   }
   std::sort(ms.begin(), ms.end());
   const double bytes = 2.0 * static_cast<double>(row_bytes) * static_cast<double>(n_kv * layers);
-  std::printf("%lld layers x %lld F16 keys: per token min %.2f ms, median %.2f ms (%.1f GB/s at the min)\n",
-              static_cast<long long>(layers), static_cast<long long>(n_kv), ms.front(), ms[ms.size() / 2],
+  std::printf("%lld layers x %lld %s keys: per token min %.2f ms, median %.2f ms (%.1f GB/s at the min)\n",
+              static_cast<long long>(layers), static_cast<long long>(n_kv), std::string(ggml_type_name(type)).c_str(), ms.front(), ms[ms.size() / 2],
               bytes / (ms.front() * 1e-3) / 1e9);
 }
 
