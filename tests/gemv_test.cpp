@@ -139,6 +139,11 @@ TEST(Gemv, AvailableAtAvx2AndAbove) {
     EXPECT_EQ(gemv_available(GgmlType::Q6_K), avx512_vnni_active() || active_cpu_level() == CpuLevel::Avx2);
     EXPECT_EQ(gemv_available(GgmlType::F16), active_cpu_level() == CpuLevel::Avx2);
     EXPECT_FALSE(gemv_available(GgmlType::Q5_K));
+    // One token takes the kernel wherever it exists, except AMD's AVX-512 q8_0 / q6_K (row by row).
+    for (GgmlType type : kOneTokenTypes) {
+      const bool row_by_row = avx512_vnni_active() && cpu_features().amd && (type == GgmlType::Q8_0 || type == GgmlType::Q6_K);
+      EXPECT_EQ(gemv_preferred(type), gemv_available(type) && !row_by_row) << ggml_type_name(type);
+    }
   }
   set_cpu_level(before);
 }

@@ -39,6 +39,8 @@ CpuFeatures detect() {
   CpuFeatures f;
 #ifdef AGENTKV_X86
   const unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  const CpuidRegs l0 = cpuid(0, 0);
+  f.amd = l0.b == 0x68747541 && l0.d == 0x69746E65 && l0.c == 0x444D4163;  // "Auth" "enti" "cAMD"
   if (max_leaf < 7) return f;
   const CpuidRegs l1 = cpuid(1, 0);
   const bool osxsave = (l1.c >> 27) & 1;

@@ -18,6 +18,10 @@ struct CpuFeatures {
   bool avx512 = false;  // F, BW, VL, DQ with OS support for the ZMM state
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
+  // AMD (cpuid vendor AuthenticAMD). Its cores stream one row front to back at close to full
+  // speed, where rows interleaved a stride apart hold the hardware prefetcher back; Intel's cores
+  // were the other way round (docs/performance.md, "Decode GEMVs and the CPU's prefetcher").
+  bool amd = false;
 };
 
 // What the machine offers (detected once).

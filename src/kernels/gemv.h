@@ -14,6 +14,11 @@ namespace agentkv {
 // (q8_0, q4_K, q6_K with AVX-512 VNNI; q4_K with AVX2); if not, use vec_dot row by row.
 bool gemv_available(GgmlType type);
 
+// Whether one token should take gemv_rows rather than vec_dot row by row on this machine: the
+// q8_0 and q6_K AVX-512 VNNI groups read their rows interleaved, a stride apart, which AMD's
+// prefetcher serves ~1.5 x slower than one row at a time (Zen 4); elsewhere gemv_available.
+bool gemv_preferred(GgmlType type);
+
 // Rows a thread's share should be a multiple of (the kernels' row group).
 int64_t gemv_row_grain(GgmlType type);
 

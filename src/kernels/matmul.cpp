@@ -112,7 +112,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   }
 
   // One token (decode): the multi-row GEMV kernels, same bits as the per-row loop below.
-  if (n_tokens == 1 && gemv_available(w.type)) {
+  if (n_tokens == 1 && gemv_preferred(w.type)) {
     const uint8_t* weights = w.data;
     pool.parallel_chunks(w.n_out, decode_chunk_rows(w, w_stride, pool), [&](int64_t row_begin, int64_t row_end) {
       gemv_rows(w.type, weights, w_stride, n_in, act, row_begin, row_end, y);
@@ -146,8 +146,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   }
 
   const uint8_t* weights = w.data;
-  pool.parallel_for(
-      w.n_out,
+  const int64_t cap_tiles = std::max<int64_t>(1, static_cast<int64_t>((256 * 1024) / w_stride) / kRowTile);
+  pool.parallel_chunks(
+      w.n_out, balanced_chunk(w.n_out, kRowTile, pool.size(), cap_tiles),
       [&](int64_t row_begin, int64_t row_end) {
         for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
           const int64_t r1 = std::min(r0 + kRowTile, row_end);
@@ -169,8 +170,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
             }
           }
         }
-      },
-      kRowTile);
+      });
 }
 
 void get_row(const WeightMatrix& w, int64_t row, float* dst) {
