@@ -145,10 +145,11 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
     return;
   }
 
+  // A fixed share per thread: here one token is vec_dot row by row over the whole matrix, which
+  // streams best as one long run per thread (chunks measured 0.96 x on Q8_0 decode, AVX2, Zen 4).
   const uint8_t* weights = w.data;
-  const int64_t cap_tiles = std::max<int64_t>(1, static_cast<int64_t>((256 * 1024) / w_stride) / kRowTile);
-  pool.parallel_chunks(
-      w.n_out, balanced_chunk(w.n_out, kRowTile, pool.size(), cap_tiles),
+  pool.parallel_for(
+      w.n_out,
       [&](int64_t row_begin, int64_t row_end) {
         for (int64_t r0 = row_begin; r0 < row_end; r0 += kRowTile) {
           const int64_t r1 = std::min(r0 + kRowTile, row_end);
@@ -170,7 +171,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
             }
           }
         }
-      });
+      },
+      kRowTile);
 }
 
 void get_row(const WeightMatrix& w, int64_t row, float* dst) {
