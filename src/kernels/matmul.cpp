@@ -58,14 +58,6 @@ std::vector<uint8_t>& activation_scratch(size_t bytes) {
   return scratch;
 }
 
-// Rows per work chunk of a decode GEMV: whole kernel groups, at most ~256 KiB of weights (a chunk
-// restarts the hardware prefetcher's stream, so not much smaller than that when rows allow).
-int64_t decode_chunk_rows(const WeightMatrix& w, size_t w_stride, const ThreadPool& pool) {
-  const int64_t grain = gemv_row_grain(w.type);
-  const int64_t cap_units = static_cast<int64_t>((256 * 1024) / w_stride) / grain;
-  return balanced_chunk(w.n_out, grain, pool.size(), cap_units);
-}
-
 }  // namespace
 
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_stride, float* y,
@@ -111,12 +103,15 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
     act = dst;
   }
 
-  // One token (decode): the multi-row GEMV kernels, same bits as the per-row loop below.
+  // One token (decode): the multi-row GEMV kernels, same bits as the per-row loop below. Decode
+  // streams the weights, and one long run of rows per thread streams best: a fixed share per
+  // thread here (chunks handed out on demand measured 0.91 x on Q4_K_M decode at the AVX2 level,
+  // Zen 4; docs/performance.md "Splitting work between threads").
   if (n_tokens == 1 && gemv_preferred(w.type)) {
     const uint8_t* weights = w.data;
-    pool.parallel_chunks(w.n_out, decode_chunk_rows(w, w_stride, pool), [&](int64_t row_begin, int64_t row_end) {
-      gemv_rows(w.type, weights, w_stride, n_in, act, row_begin, row_end, y);
-    });
+    pool.parallel_for(
+        w.n_out, [&](int64_t row_begin, int64_t row_end) { gemv_rows(w.type, weights, w_stride, n_in, act, row_begin, row_end, y); },
+        gemv_row_grain(w.type));
     return;
   }
 
@@ -125,9 +120,12 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   // take the row-group numerics (q4_K) stay on the paths below.
   if (n_tokens >= 2 && n_grouped == 0 && n_tokens <= gemv_batch_max_tokens(w.type)) {
     const uint8_t* weights = w.data;
-    pool.parallel_chunks(w.n_out, decode_chunk_rows(w, w_stride, pool), [&](int64_t row_begin, int64_t row_end) {
-      gemv_batch_rows(w.type, weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
-    });
+    pool.parallel_for(
+        w.n_out,
+        [&](int64_t row_begin, int64_t row_end) {
+          gemv_batch_rows(w.type, weights, w_stride, n_in, act, act_stride, n_tokens, row_begin, row_end, y, y_stride);
+        },
+        gemv_row_grain(w.type));
     return;
   }
 
@@ -145,8 +143,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
     return;
   }
 
-  // A fixed share per thread: here one token is vec_dot row by row over the whole matrix, which
-  // streams best as one long run per thread (chunks measured 0.96 x on Q8_0 decode, AVX2, Zen 4).
+  // A fixed share per thread, as for the GEMVs above (one token row by row streams; chunks
+  // measured 0.96 x on Q8_0 decode at the AVX2 level).
   const uint8_t* weights = w.data;
   pool.parallel_for(
       w.n_out,

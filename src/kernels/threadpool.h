@@ -6,8 +6,9 @@
 
 namespace agentkv {
 
-// A chunk size for ThreadPool::parallel_chunks: about eight chunks per thread (a fast thread can
-// take up to an eighth of the slow one's share), a multiple of `unit`, at most `cap` units.
+// A chunk size for ThreadPool::parallel_chunks: about eight chunks per thread (so the threads
+// finish at most one chunk, an eighth of a share, apart), a multiple of `unit`, at most
+// `cap_units` units (at least one).
 int64_t balanced_chunk(int64_t n, int64_t unit, int n_threads, int64_t cap_units);
 
 class ThreadPool {
