@@ -1240,17 +1240,17 @@ TEST(AttentionExact, DISABLED_ModelDecodeTiming) {
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> row(static_cast<size_t>(HK * D));
+  for (auto* kv : {&k[0], &v[0]}) {
+    kv->resize(static_cast<size_t>(n_kv) * row_bytes);
+    for (int64_t j = 0; j < n_kv; ++j) {
+      for (auto& x : row) x = nd(rng);
+      quantize_row(type, row.data(), kv->data() + j * row_bytes, HK * D);
+    }
+  }
   for (size_t l = 0; l < k.size(); ++l) {
-    for (auto* kv : {&k[l], &v[l]}) {
-      if (l > 0) {
-        *kv = kv == &k[l] ? k[0] : v[0];
-        continue;
-      }
-      kv->resize(static_cast<size_t>(n_kv) * row_bytes);
-      for (int64_t j = 0; j < n_kv; ++j) {
-        for (auto& x : row) x = nd(rng);
-        quantize_row(type, row.data(), kv->data() + j * row_bytes, HK * D);
-      }
+    if (l > 0) {
+      k[l] = k[0];
+      v[l] = v[0];
     }
     for (int64_t j = 0; j < n_kv; ++j) {
       k_rows[l].push_back(k[l].data() + j * row_bytes);

@@ -987,11 +987,10 @@ void RowToF32(const uint8_t* src, bool f16, float* dst, int64_t n) {
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// tq4 / tq3 rows as dequantize_row gives them (d * level, the same float products), 16 codebook
-// indices at a time: a byte shuffle looks the int8 levels up, then they are widened and scaled.
-// The tiled kernel converts every K/V row of a tile once per unit; the scalar table walk made
-// that a third of a tq prefill.
-using D8 = hn::CappedTag<uint8_t, 16>;
+// tq4 / tq3 rows as dequantize_row gives them (d * level, the same float products), 16 or 32
+// codebook indices at a time: a byte shuffle looks the int8 levels up, then they are widened and
+// scaled. The tiled kernel converts every K/V row of a tile once per unit; the scalar table walk
+// made that a third of a tq prefill.
 
 HWY_INLINE void ScaleLevels(const int8_t* levels, float d, float* dst) {
   const DF df;
@@ -1006,11 +1005,7 @@ HWY_INLINE void ScaleLevels(const int8_t* levels, float d, float* dst) {
 
 // A block's fp16 scale as float: the conversion instruction where the target has one (the
 // portable bit manipulation was a third of a tq row's unpacking).
-HWY_INLINE float ScaleOf(const uint16_t* h) {
-  const hn::CappedTag<float, 1> d1;
-  const hn::Rebind<hwy::float16_t, decltype(d1)> dh;
-  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(h))));
-}
+HWY_INLINE float ScaleOf(const uint16_t* h) { return hn::GetLane(F16Elems::LoadN<hn::CappedTag<float, 1>>(h)); }
 
 // The int8 codebook levels of n elements of a tq4 row and its per-block scales d: d * level is
 // the element (dequantize_row's product). Element j of a block is the low nibble of qs[j], j + 32
@@ -1038,68 +1033,64 @@ void LevelsTQ4(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
 // shuffle (spelling them out through memory stalled on store forwarding). 256-bit targets unpack
 // two groups per register: a tq3 decode step over 16,384 keys took ~10 % less time (one thread).
 void LevelsTQ3(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
-  const D8 d8;
+  using D8x32 = hn::CappedTag<uint8_t, 32>;  // 16 lanes, or 32 where the target has 256-bit vectors
+  const D8x32 d8;
   alignas(16) static constexpr uint8_t kTable[16] = {
       static_cast<uint8_t>(kTQ3Levels[0]), static_cast<uint8_t>(kTQ3Levels[1]), static_cast<uint8_t>(kTQ3Levels[2]),
       static_cast<uint8_t>(kTQ3Levels[3]), static_cast<uint8_t>(kTQ3Levels[4]), static_cast<uint8_t>(kTQ3Levels[5]),
       static_cast<uint8_t>(kTQ3Levels[6]), static_cast<uint8_t>(kTQ3Levels[7])};
   alignas(16) static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-  alignas(16) static constexpr uint8_t kHighBytes[4][16] = {
-      {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
-      {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-      {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
-      {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
-  const auto table = hn::Load(d8, kTable);
-  const auto bit = hn::Load(d8, kBit);
+  // Byte shuffles stay within a 128-bit half, so the constants and the block's bytes are loaded
+  // into both halves where there are two.
+  const auto table = hn::LoadDup128(d8, kTable);
+  const auto bit = hn::LoadDup128(d8, kBit);
   const auto two_bits = hn::Set(d8, uint8_t{3});
   const auto four = hn::Set(d8, uint8_t{4});
   const auto* blocks = reinterpret_cast<const BlockTQ3*>(src);
   static_assert(offsetof(BlockTQ3, qh) == offsetof(BlockTQ3, qs) + 16, "qh follows qs");
-  using D8x32 = hn::CappedTag<uint8_t, 32>;
   if constexpr (hn::MaxLanes(D8x32()) == 32) {
-    // 256-bit registers: two 16-element groups per vector, qs and qh repeated in both 128-bit
-    // halves (byte shuffles stay within a half). The upper half takes qs two bits further on.
-    const D8x32 d32;
+    // Two 16-element groups per vector: the upper half takes qs two bits further on.
     const hn::Repartition<uint16_t, D8x32> d16;
     alignas(32) static constexpr uint8_t kHighPairs[2][32] = {
         {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
         {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
          14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
-    const auto table2 = hn::LoadDup128(d32, kTable);
-    const auto bit2 = hn::LoadDup128(d32, kBit);
-    const auto three2 = hn::Set(d32, uint8_t{3});
-    const auto four2 = hn::Set(d32, uint8_t{4});
     for (int64_t b = 0; b < n / kQKTQ; ++b, levels += kQKTQ) {
       const auto& x = blocks[b];
-      const auto q = hn::LoadDup128(d32, x.qs);
-      const auto qh = hn::LoadDup128(d32, x.qs + 8);  // lanes 8..15 of each half: qh[0..8)
+      const auto q = hn::LoadDup128(d8, x.qs);
+      const auto qh = hn::LoadDup128(d8, x.qs + 8);  // lanes 8..15 of each half: qh[0..8)
       for (int p = 0; p < 2; ++p) {
         // groups 2p (lower half) and 2p + 1 (upper half): bits 4p and 4p + 2 of each qs byte.
         // The 16-bit shifts pull the next byte's bits into bits 6-7 at most; the mask drops them.
-        const auto base = p == 0 ? q : hn::BitCast(d32, hn::ShiftRight<4>(hn::BitCast(d16, q)));
-        const auto next = hn::BitCast(d32, hn::ShiftRight<2>(hn::BitCast(d16, base)));
-        const auto low2 = hn::And(hn::ConcatUpperLower(d32, next, base), three2);
-        const auto high = hn::TableLookupBytes(qh, hn::Load(d32, kHighPairs[p]));
-        const auto has_high = hn::Ne(hn::And(high, bit2), hn::Zero(d32));
-        const auto idx = hn::Or(low2, hn::IfThenElseZero(has_high, four2));
-        hn::StoreU(hn::TableLookupBytes(table2, idx), d32, reinterpret_cast<uint8_t*>(levels + 32 * p));
+        const auto base = p == 0 ? q : hn::BitCast(d8, hn::ShiftRight<4>(hn::BitCast(d16, q)));
+        const auto next = hn::BitCast(d8, hn::ShiftRight<2>(hn::BitCast(d16, base)));
+        const auto low2 = hn::And(hn::ConcatUpperLower(d8, next, base), two_bits);
+        const auto high = hn::TableLookupBytes(qh, hn::Load(d8, kHighPairs[p]));
+        const auto has_high = hn::Ne(hn::And(high, bit), hn::Zero(d8));
+        const auto idx = hn::Or(low2, hn::IfThenElseZero(has_high, four));
+        hn::StoreU(hn::TableLookupBytes(table, idx), d8, reinterpret_cast<uint8_t*>(levels + 32 * p));
       }
       scales[b] = ScaleOf(&x.d);
     }
-    return;
-  }
-  for (int64_t b = 0; b < n / kQKTQ; ++b, levels += kQKTQ) {
-    const auto& x = blocks[b];
-    auto q = hn::LoadU(d8, x.qs);
-    const auto qh = hn::LoadU(d8, x.qs + 8);  // lanes 8..15: qh[0..8)
-    for (int k = 0; k < 4; ++k) {
-      const auto high = hn::TableLookupBytes(qh, hn::Load(d8, kHighBytes[k]));
-      const auto has_high = hn::Ne(hn::And(high, bit), hn::Zero(d8));
-      const auto idx = hn::Or(hn::And(q, two_bits), hn::IfThenElseZero(has_high, four));
-      hn::StoreU(hn::TableLookupBytes(table, idx), d8, reinterpret_cast<uint8_t*>(levels + 16 * k));
-      q = hn::ShiftRight<2>(q);
+  } else {
+    alignas(16) static constexpr uint8_t kHighBytes[4][16] = {
+        {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+        {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+        {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+        {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+    for (int64_t b = 0; b < n / kQKTQ; ++b, levels += kQKTQ) {
+      const auto& x = blocks[b];
+      auto q = hn::LoadDup128(d8, x.qs);
+      const auto qh = hn::LoadDup128(d8, x.qs + 8);  // lanes 8..15: qh[0..8)
+      for (int k = 0; k < 4; ++k) {
+        const auto high = hn::TableLookupBytes(qh, hn::LoadDup128(d8, kHighBytes[k]));
+        const auto has_high = hn::Ne(hn::And(high, bit), hn::Zero(d8));
+        const auto idx = hn::Or(hn::And(q, two_bits), hn::IfThenElseZero(has_high, four));
+        hn::StoreU(hn::TableLookupBytes(table, idx), d8, reinterpret_cast<uint8_t*>(levels + 16 * k));
+        q = hn::ShiftRight<2>(q);
+      }
+      scales[b] = fp16_to_fp32(x.d);
     }
-    scales[b] = fp16_to_fp32(x.d);
   }
 }
 

@@ -41,6 +41,12 @@ constexpr size_t kAvx2PanelBytes = 320 * 1024;  // the AVX2 level's panel: Zen 3
 constexpr int64_t kPrefetchAhead = 384;      // floats (6 steps) of the panel stream asked of L1 ahead
 constexpr int64_t kMaxKBlock = 1024;        // k elements per block: a 6-token block is 24 KiB of L1
 
+// Weight rows per widened panel of panel_bytes: whole register tiles, at least one.
+int64_t panel_rows_of(size_t panel_bytes, int64_t n_in) {
+  const int64_t fit = static_cast<int64_t>(panel_bytes / (static_cast<size_t>(n_in) * sizeof(float)));
+  return std::max<int64_t>(kTileRows, fit / kTileRows * kTileRows);
+}
+
 // A thread's scratch buffer of at least n floats, 64-byte aligned: a zmm load that straddles two
 // cache lines costs two.
 float* aligned_scratch(std::vector<float>& scratch, size_t n) {
@@ -156,8 +162,7 @@ template <class WeightT>
 AGENTKV_GEMM_AVX512 void rows_avx512(const WeightT* w, int64_t w_stride, const float* b, int64_t b_stride,
                                      int64_t n_tokens, int64_t n_in, float* y, int64_t y_stride,
                                      int64_t row_begin, int64_t row_end) {
-  const int64_t fit = static_cast<int64_t>(kPanelBytes / (static_cast<size_t>(n_in) * sizeof(float)));
-  const int64_t panel_rows = std::max<int64_t>(kTileRows, fit / kTileRows * kTileRows);
+  const int64_t panel_rows = panel_rows_of(kPanelBytes, n_in);
   float* panel = panel_scratch(static_cast<size_t>(panel_rows * n_in));
   // Equal k blocks of at most kMaxKBlock elements (whole 16-element steps).
   const int64_t n_blocks = (n_in + kMaxKBlock - 1) / kMaxKBlock;
@@ -284,8 +289,7 @@ template <class WeightT>
 AGENTKV_GEMM_AVX2 void rows_avx2(const WeightT* w, int64_t w_stride, const float* b, int64_t b_stride,
                                  int64_t n_tokens, int64_t n_in, float* y, int64_t y_stride, int64_t row_begin,
                                  int64_t row_end) {
-  const int64_t fit = static_cast<int64_t>(kAvx2PanelBytes / (static_cast<size_t>(n_in) * sizeof(float)));
-  const int64_t panel_rows = std::max<int64_t>(kTileRows, fit / kTileRows * kTileRows);
+  const int64_t panel_rows = panel_rows_of(kAvx2PanelBytes, n_in);
   float* panel = panel_scratch(static_cast<size_t>(panel_rows * n_in));
   const int64_t n_blocks = (n_in + kAvx2MaxKBlock - 1) / kAvx2MaxKBlock;
   const int64_t k_block = (n_in / kAvx2Step + n_blocks - 1) / n_blocks * kAvx2Step;
@@ -414,8 +418,7 @@ void float_gemm(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t
   const size_t row_bytes = w.row_bytes != 0 ? w.row_bytes : ggml_row_size(w.type, n_in);
   const int64_t n_quads = w.n_out / kTileRows;
   // A chunk is at most one widened panel of rows (rows_* widen each panel once).
-  const size_t panel_bytes = level == CpuLevel::Avx512 ? kPanelBytes : kAvx2PanelBytes;
-  const int64_t panel_quads = static_cast<int64_t>(panel_bytes / (static_cast<size_t>(n_in) * sizeof(float))) / kTileRows;
+  const int64_t panel_quads = panel_rows_of(level == CpuLevel::Avx512 ? kPanelBytes : kAvx2PanelBytes, n_in) / kTileRows;
   pool.parallel_chunks(n_quads, balanced_chunk(n_quads, 1, pool.size(), panel_quads), [&](int64_t q0, int64_t q1) {
     const int64_t r0 = q0 * kTileRows, r1 = q1 * kTileRows;
 #ifdef AGENTKV_GEMM_FLOAT_X86
