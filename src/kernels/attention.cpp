@@ -1338,9 +1338,9 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
 // per-key dot products): their int8 values widened to int16 (q16) and their per-32 scales (dq).
 // Each 32 elements' integer sum is exact (pairwise int16 products, vpmaddwd on x86), then
 // scaled by d_key * d_query: sum over q8_0 blocks b of d_k(b) * d_q(b) * (q_b . levels_b).
-template <int kRows>
+template <int kRows, int kBlock>
 HWY_INLINE void ScoreLevels(const int16_t* const* q16, const float* const* dq, const int8_t* lv, const float* scales,
-                            int64_t block, int64_t D, float* out) {
+                            int64_t D, float* out) {
   const hn::CappedTag<int16_t, 16> d16;
   const hn::Rebind<int8_t, decltype(d16)> d8;
   const hn::Repartition<int32_t, decltype(d16)> d32;
@@ -1355,7 +1355,7 @@ HWY_INLINE void ScoreLevels(const int16_t* const* q16, const float* const* dq, c
       const auto x = hn::PromoteTo(d16, hn::LoadU(d8, lv + i));
       for (int r = 0; r < kRows; ++r) s0[r] = hn::ReorderWidenMulAccumulate(d32, x, hn::LoadU(d16, q16[r] + i), s0[r], s1[r]);
     }
-    const float dk = scales[b / block];
+    const float dk = scales[b / kBlock];  // a constant divisor (a run-time one was an idiv per block)
     for (int r = 0; r < kRows; ++r) {
       const auto isum = hn::RearrangeToOddPlusEven(s0[r], s1[r]);
       total[r] = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, dk * dq[r][b / kQK8_0]), total[r]);
@@ -1426,12 +1426,12 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
 
   Scratch& sc = ThreadScratch();
   const int64_t n_blocks = std::max<int64_t>(1, D / kQK8_0);  // V blocks at most (q8_0's 32 are the smallest)
-  float* f = Reserve(sc.f32, static_cast<size_t>(H * D + 2 * kKeyTile * D + G * tile + kKeyTile * n_blocks * G + 2 * H));
+  float* f = Reserve(sc.f32, static_cast<size_t>(H * D + 2 * kKeyTile * D + H * tile + kKeyTile * n_blocks * G + 2 * H));
   float* acc = f;                  // H x D
   float* kf = acc + H * D;         // kKeyTile x D: one head's keys of the tile, dequantized
   float* vf = kf + kKeyTile * D;   // kKeyTile x D: its values
-  float* P = vf + kKeyTile * D;    // G x tile: scores, then exponentials
-  float* PT = P + G * tile;        // kKeyTile x G: the exponentials key-major, for AccumulateRows
+  float* P = vf + kKeyTile * D;    // H x tile: scores, then exponentials (head h at h * tile)
+  float* PT = P + H * tile;        // kKeyTile x G: the exponentials key-major, for AccumulateRows
                                    // (levels: kKeyTile x blocks x G, times the V block scales)
   float* M = PT + kKeyTile * n_blocks * G;  // H
   float* S = M + H;                // H
@@ -1452,12 +1452,13 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
   [[maybe_unused]] const int64_t nb = D / v_block;  // V blocks
   [[maybe_unused]] const int64_t k_block = a.k_type == GgmlType::Q8_0 ? kQK8_0 : kQKTQ;
   [[maybe_unused]] const int64_t k_nb = D / k_block;
-  // levels of the tile's whole rows (every KV head): key j's head g at (j * HK + g) * D, its
-  // scales at (j * HK + g) * blocks
-  [[maybe_unused]] int8_t* lk = reinterpret_cast<int8_t*>(Reserve(sc.bytes, static_cast<size_t>(2 * kKeyTile * HK * D)));
-  [[maybe_unused]] int8_t* lv = lk + kKeyTile * HK * D;
-  [[maybe_unused]] float* sk = Reserve(sc.level_scales, static_cast<size_t>(2 * kKeyTile * HK * n_blocks));
-  [[maybe_unused]] float* sv = sk + kKeyTile * HK * n_blocks;
+  // V levels of the tile's whole rows (every KV head): key j's head g at (j * HK + g) * D, its
+  // scales at (j * HK + g) * blocks. K levels: one row at a time (scored as soon as unpacked, so
+  // they are read back from L1; a tile of them was 64 KiB).
+  [[maybe_unused]] int8_t* lv = reinterpret_cast<int8_t*>(Reserve(sc.bytes, static_cast<size_t>((kKeyTile + 1) * HK * D)));
+  [[maybe_unused]] int8_t* lk = lv + kKeyTile * HK * D;
+  [[maybe_unused]] float* sv = Reserve(sc.level_scales, static_cast<size_t>((kKeyTile + 1) * HK * n_blocks));
+  [[maybe_unused]] float* sk = sv + kKeyTile * HK * n_blocks;
   const size_t v_row_bytes = static_cast<size_t>(HK) * plan.v_head_bytes;
   // Keys read as levels take the query in their vec_dot_type, q8_0 (plan.query_*, prepared once
   // per call): its int8 values and scales. The scalar build reads those keys as f32 rows and takes
@@ -1479,8 +1480,33 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
           if (k_levels) PrefetchRows(a.k_rows, 0, k_row_bytes, c0 + nk + j, c0 + nk + j + 1);
           if (v_levels) PrefetchRows(a.v_rows, 0, v_row_bytes, c0 + nk + j, c0 + nk + j + 1);
         }
-        if (k_levels) RowLevels(a.k_type, a.k_rows[c0 + j], lk + j * HK * D, sk + j * HK * k_nb, HK * D);
         if (v_levels) RowLevels(a.v_type, a.v_rows[c0 + j], lv + j * HK * D, sv + j * HK * nb, HK * D);
+        if (!k_levels) continue;
+        if (a.mask && a.mask[c0 + j] == -INFINITY) {
+          for (int64_t h = 0; h < H; ++h) P[h * tile + j] = -INFINITY;
+          continue;
+        }
+        RowLevels(a.k_type, a.k_rows[c0 + j], lk, sk, HK * D);
+        // Scores of every query head, two at a time (each level widened once for both).
+        for (int64_t h = 0; h < H; h += 2) {
+          const int64_t g = h / G, h1 = std::min(h + 1, g * G + G - 1);
+          const int16_t* qs[2] = {q16 + h * D, q16 + h1 * D};
+          const float* ds[2] = {dq + h * (D / kQK8_0), dq + h1 * (D / kQK8_0)};
+          const int8_t* key = lk + g * D;
+          const float* key_scales = sk + g * k_nb;
+          float two[2];
+          if (h1 == h) {  // an odd group's last head
+            if (k_block == kQK8_0) ScoreLevels<1, kQK8_0>(qs, ds, key, key_scales, D, two);
+            else ScoreLevels<1, kQKTQ>(qs, ds, key, key_scales, D, two);
+            P[h * tile + j] = two[0];
+            h -= 1;  // the next pair starts at the next group's first head
+            continue;
+          }
+          if (k_block == kQK8_0) ScoreLevels<2, kQK8_0>(qs, ds, key, key_scales, D, two);
+          else ScoreLevels<2, kQKTQ>(qs, ds, key, key_scales, D, two);
+          P[h * tile + j] = two[0];
+          P[h1 * tile + j] = two[1];
+        }
       }
     }
 #endif
@@ -1497,37 +1523,16 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
         if (!k_levels) keys[j] = TileRow(a.k_type, a.k_rows[c0 + j] + k_off, kf + j * D, D);
         if (!v_levels) values[j] = TileRow(a.v_type, a.v_rows[c0 + j] + v_off, vf + j * D, D);
       }
-      // Scores of the group's heads, two at a time where levels are read (each level widened once).
-      for (int64_t r = 0; r < G; ++r) {
-        float* pr = P + r * tile;
+      // Scores of the group's heads (keys read as levels were scored above, key by key).
+      for (int64_t r = 0; r < G && !k_levels; ++r) {
+        float* pr = P + (g * G + r) * tile;
         for (int64_t j = 0; j < nk; ++j) {
-          if (a.mask && a.mask[c0 + j] == -INFINITY) {
-            pr[j] = -INFINITY;
-            continue;
-          }
-#if HWY_TARGET != HWY_SCALAR
-          if (k_levels) {
-            if (r % 2 == 1) continue;  // scored with row r - 1
-            const int64_t h0 = g * G + r, h1 = g * G + std::min(r + 1, G - 1);
-            const int16_t* qs[2] = {q16 + h0 * D, q16 + h1 * D};
-            const float* ds[2] = {dq + h0 * (D / kQK8_0), dq + h1 * (D / kQK8_0)};
-            float two[2];
-            if (r + 1 < G) {
-              ScoreLevels<2>(qs, ds, lk + (j * HK + g) * D, sk + (j * HK + g) * k_nb, k_block, D, two);
-              pr[j + tile] = two[1];
-            } else {
-              ScoreLevels<1>(qs, ds, lk + (j * HK + g) * D, sk + (j * HK + g) * k_nb, k_block, D, two);
-            }
-            pr[j] = two[0];
-            continue;
-          }
-#endif
-          pr[j] = GgmlDot<F32Elems>(keys[j], qf + (g * G + r) * D, D);
+          pr[j] = a.mask && a.mask[c0 + j] == -INFINITY ? -INFINITY : GgmlDot<F32Elems>(keys[j], qf + (g * G + r) * D, D);
         }
       }
       for (int64_t r = 0; r < G; ++r) {
         const int64_t h = g * G + r;
-        float* pr = P + r * tile;
+        float* pr = P + h * tile;
         float tmax = -INFINITY;
         for (int64_t j = 0; j < nk; ++j) {
           if (pr[j] != -INFINITY) pr[j] = std::fma(pr[j], a.shape.scale, a.mask ? a.mask[c0 + j] : 0.0f);
