@@ -1534,7 +1534,22 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
         const int64_t h = g * G + r;
         float* pr = P + h * tile;
         float tmax = -INFINITY;
-        for (int64_t j = 0; j < nk; ++j) {
+        int64_t j = 0;
+#if HWY_NATIVE_FMA
+        // score * scale + mask, fused as std::fma below, a vector at a time (hidden keys stay -inf)
+        const auto vscale = hn::Set(d, a.shape.scale);
+        const auto hidden = hn::Set(d, -INFINITY);
+        auto vmax = hidden;
+        for (; j + N <= nk; j += N) {
+          const auto p = hn::LoadU(d, pr + j);
+          const auto m = a.mask ? hn::LoadU(d, a.mask + c0 + j) : hn::Zero(d);
+          const auto scaled = hn::IfThenElse(hn::Eq(p, hidden), p, hn::MulAdd(p, vscale, m));
+          hn::StoreU(scaled, d, pr + j);
+          vmax = hn::Max(vmax, scaled);
+        }
+        tmax = hn::GetLane(hn::MaxOfLanes(d, vmax));
+#endif
+        for (; j < nk; ++j) {
           if (pr[j] != -INFINITY) pr[j] = std::fma(pr[j], a.shape.scale, a.mask ? a.mask[c0 + j] : 0.0f);
           tmax = std::max(tmax, pr[j]);
         }
@@ -1558,15 +1573,20 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
           }
           S[h] += hn::GetLane(hn::SumOfLanes(d, sum));
         }
-        for (int64_t j = 0; j < nk; ++j) PT[j * G + r] = pr[j];
+        if (!v_levels)
+          for (int64_t j = 0; j < nk; ++j) PT[j * G + r] = pr[j];
       }
       float* acc_g = acc + g * G * D;
       int64_t r = 0;
 #if HWY_TARGET != HWY_SCALAR
       if (v_levels) {
-        for (int64_t j = nk - 1; j >= 0; --j)  // weight x block scale, in place (back to front)
-          for (int64_t b = nb - 1; b >= 0; --b)
-            for (int64_t q = G - 1; q >= 0; --q) PT[(j * nb + b) * G + q] = PT[j * G + q] * sv[(j * HK + g) * nb + b];
+        // each key's weight x its V block scales, key-major (the exponentials are head-major in P)
+        const float* p_group = P + g * G * tile;
+        for (int64_t j = 0; j < nk; ++j)
+          for (int64_t b = 0; b < nb; ++b) {
+            const float scale = sv[(j * HK + g) * nb + b];
+            for (int64_t q = 0; q < G; ++q) PT[(j * nb + b) * G + q] = p_group[q * tile + j] * scale;
+          }
         // vectors per step: as many as divide the block (4 x 16 lanes exceed a q8_0 block)
         if (v_block % (4 * N) == 0) {
           for (; r + 2 <= G; r += 2) AccumulateLevels<2, 4>(acc_g, D, PT, G, r, lv + g * D, HK * D, nk, v_block);
