@@ -1364,18 +1364,19 @@ HWY_INLINE void ScoreLevels(const int16_t* const* q16, const float* const* dq, c
   for (int r = 0; r < kRows; ++r) out[r] = hn::GetLane(hn::SumOfLanes(df, total[r]));
 }
 
-// acc_r += sum over keys j of w[(j * nb + b) * G + r0 + r] * levels_j for kRows rows, where w is
-// the key's weight already multiplied by its block scale d_{j,b} (once per tile, not once per
-// vector): the V rows of a tile as int8 levels (lv: n_keys rows of D, lv_stride apart, blocks of `block` levels: 64 for
-// tq, 32 for q8_0), widened as they are read. kVecs * N must divide the block.
+// acc_r += sum over keys j of (p[(r0 + r) * p_stride + j] * d_{j,b}) * levels_j for kRows rows:
+// the key's weight times its V block scale (scales[j * scale_stride + b]), one float product per
+// key and block, then the V rows of a tile as int8 levels (lv: n_keys rows of D, lv_stride apart,
+// blocks of `block` levels: 64 for tq, 32 for q8_0), widened as they are read. kVecs * N must
+// divide the block.
 template <int kRows, int kVecs>
-void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t r0, const int8_t* lv,
-                      int64_t lv_stride, int64_t n_keys, int64_t block) {
+void AccumulateLevels(float* acc, int64_t D, const float* p, int64_t p_stride, const float* scales,
+                      int64_t scale_stride, int64_t r0, const int8_t* lv, int64_t lv_stride, int64_t n_keys,
+                      int64_t block) {
   const DF d;
   const hn::Rebind<int32_t, DF> di32;
   const hn::Rebind<int8_t, DF> di8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t nb = D / block;
   for (int64_t i0 = 0; i0 < D; i0 += kVecs * N) {
     const int64_t b = i0 / block;
     // the accumulators stay in registers only when these loops are unrolled (GCC kept them in
@@ -1386,13 +1387,13 @@ void AccumulateLevels(float* acc, int64_t D, const float* w, int64_t G, int64_t 
 #pragma GCC unroll 4
       for (int v = 0; v < kVecs; ++v) c[r][v] = hn::LoadU(d, acc + (r0 + r) * D + i0 + v * N);
     for (int64_t j = 0; j < n_keys; ++j) {
-      const float* wj = w + (j * nb + b) * G + r0;
+      const float scale = scales[j * scale_stride + b];
       hn::Vec<DF> x[kVecs];
 #pragma GCC unroll 4
       for (int v = 0; v < kVecs; ++v) x[v] = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, lv + j * lv_stride + i0 + v * N)));
 #pragma GCC unroll 4
       for (int r = 0; r < kRows; ++r) {
-        const auto wr = hn::Set(d, wj[r]);
+        const auto wr = hn::Set(d, p[(r0 + r) * p_stride + j] * scale);
 #pragma GCC unroll 4
         for (int v = 0; v < kVecs; ++v) c[r][v] = hn::MulAdd(x[v], wr, c[r][v]);
       }
@@ -1426,14 +1427,13 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
 
   Scratch& sc = ThreadScratch();
   const int64_t n_blocks = std::max<int64_t>(1, D / kQK8_0);  // V blocks at most (q8_0's 32 are the smallest)
-  float* f = Reserve(sc.f32, static_cast<size_t>(H * D + 2 * kKeyTile * D + H * tile + kKeyTile * n_blocks * G + 2 * H));
+  float* f = Reserve(sc.f32, static_cast<size_t>(H * D + 2 * kKeyTile * D + H * tile + kKeyTile * G + 2 * H));
   float* acc = f;                  // H x D
   float* kf = acc + H * D;         // kKeyTile x D: one head's keys of the tile, dequantized
   float* vf = kf + kKeyTile * D;   // kKeyTile x D: its values
   float* P = vf + kKeyTile * D;    // H x tile: scores, then exponentials (head h at h * tile)
   float* PT = P + H * tile;        // kKeyTile x G: the exponentials key-major, for AccumulateRows
-                                   // (levels: kKeyTile x blocks x G, times the V block scales)
-  float* M = PT + kKeyTile * n_blocks * G;  // H
+  float* M = PT + kKeyTile * G;    // H
   float* S = M + H;                // H
   const float** keys = Reserve(sc.key_rows, static_cast<size_t>(kKeyTile));
   const float** values = Reserve(sc.value_rows, static_cast<size_t>(kKeyTile));
@@ -1580,20 +1580,21 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
       int64_t r = 0;
 #if HWY_TARGET != HWY_SCALAR
       if (v_levels) {
-        // each key's weight x its V block scales, key-major (the exponentials are head-major in P)
+        // the exponentials (head-major in P) times the V block scales, as they are used
         const float* p_group = P + g * G * tile;
-        for (int64_t j = 0; j < nk; ++j)
-          for (int64_t b = 0; b < nb; ++b) {
-            const float scale = sv[(j * HK + g) * nb + b];
-            for (int64_t q = 0; q < G; ++q) PT[(j * nb + b) * G + q] = p_group[q * tile + j] * scale;
-          }
+        const float* scales = sv + g * nb;
+        const int64_t scale_stride = HK * nb;
         // vectors per step: as many as divide the block (4 x 16 lanes exceed a q8_0 block)
         if (v_block % (4 * N) == 0) {
-          for (; r + 2 <= G; r += 2) AccumulateLevels<2, 4>(acc_g, D, PT, G, r, lv + g * D, HK * D, nk, v_block);
-          for (; r < G; ++r) AccumulateLevels<1, 4>(acc_g, D, PT, G, r, lv + g * D, HK * D, nk, v_block);
+          for (; r + 2 <= G; r += 2)
+            AccumulateLevels<2, 4>(acc_g, D, p_group, tile, scales, scale_stride, r, lv + g * D, HK * D, nk, v_block);
+          for (; r < G; ++r)
+            AccumulateLevels<1, 4>(acc_g, D, p_group, tile, scales, scale_stride, r, lv + g * D, HK * D, nk, v_block);
         } else {
-          for (; r + 2 <= G; r += 2) AccumulateLevels<2, 2>(acc_g, D, PT, G, r, lv + g * D, HK * D, nk, v_block);
-          for (; r < G; ++r) AccumulateLevels<1, 2>(acc_g, D, PT, G, r, lv + g * D, HK * D, nk, v_block);
+          for (; r + 2 <= G; r += 2)
+            AccumulateLevels<2, 2>(acc_g, D, p_group, tile, scales, scale_stride, r, lv + g * D, HK * D, nk, v_block);
+          for (; r < G; ++r)
+            AccumulateLevels<1, 2>(acc_g, D, p_group, tile, scales, scale_stride, r, lv + g * D, HK * D, nk, v_block);
         }
       }
 #endif
