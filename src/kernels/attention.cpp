@@ -69,6 +69,10 @@ constexpr int64_t kSplitMinKeys = 512;   // llama.cpp splits single-row attentio
 constexpr int64_t kOwnDecodeMinChunk = 1024;  // own-type decoding: keys per chunk at least
 constexpr int64_t kTiledRowsPerUnit = 64;  // tiled units: about this many (token, head) rows,
 constexpr int64_t kTiledMinTokensPerUnit = 16;  // and at least this many tokens
+// Own types' tiled units: twice the rows. Each unit dequantizes its keys' rows again, and a tq3
+// row costs more than an f16 one (pp512 @ d16384 tq3 +5 %). A row's sums do not depend on the
+// unit's other rows once ggml's zero-weight skip is off, as it is for own types: same bits.
+constexpr int64_t kOwnTiledRowsPerUnit = 128;
 constexpr int64_t kPerKeyMaxTokensPerUnit = 16;  // per-key units: tokens sharing each K/V tile
 
 enum class Mode { kPerKey, kTiled, kSplitKeys, kOwnDecode };
@@ -1788,7 +1792,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   } else if ((args.n_tokens >= kTiledMinTokens || invariant || own_type) && tiled_kv) {
     plan.mode = Mode::kTiled;
     // Units of (token block, KV head); smaller blocks when that leaves threads idle.
-    int64_t tpu = std::max(kTiledMinTokensPerUnit, kTiledRowsPerUnit / plan.group);
+    int64_t tpu = std::max(kTiledMinTokensPerUnit, (own_type ? kOwnTiledRowsPerUnit : kTiledRowsPerUnit) / plan.group);
     while (tpu > 1 && (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv < 4 * pool.size()) tpu = (tpu + 1) / 2;
     plan.tokens_per_unit = tpu;
     plan.n_units = (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv;
