@@ -132,18 +132,19 @@ AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<fl
 bool uses_tiled_kernel(const Case& c) {
   const bool own_type = ggml_type_info(c.k_type).agentkv_only || ggml_type_info(c.v_type).agentkv_only || c.own_order;
   // agentkv's own types (and keys in own order) have no llama.cpp order to follow: batches of any
-  // size are tiled and a single row has its own kernel (attention.cpp, "own-type decoding"); the
-  // tiled one keeps Q in f32 (the decoding one: see query_precision)
+  // size are tiled and a single row has its own kernel (attention.cpp, "own-type decoding"); both
+  // take the query in q8_0 over keys read as levels, in f32 over other keys (query_precision)
   return own_type || (c.n_tokens >= 64 && c.k_type == c.v_type && (c.k_type == GgmlType::F16 || c.k_type == GgmlType::F32));
 }
 
 // The precision Q carries into the K dot products. Q8_1 holds the same values as Q8_0 (same
 // scale, same rounding; it only adds a block sum), so Q8_0 models both.
 GgmlType query_precision(const Case& c) {
-  // own-type decoding (one row) reads tq4 / tq3 / q8_0 keys as int8 levels dotted with a q8_0 query
+  // agentkv's own algorithms (decoding and tiled) read tq4 / tq3 / q8_0 keys as int8 levels dotted
+  // with a q8_0 query
   const bool own_type = ggml_type_info(c.k_type).agentkv_only || ggml_type_info(c.v_type).agentkv_only || c.own_order;
   const bool level_keys = c.k_type == GgmlType::TQ4 || c.k_type == GgmlType::TQ3 || c.k_type == GgmlType::Q8_0;
-  if (c.n_tokens == 1 && own_type && level_keys && !batch_invariant()) return GgmlType::Q8_0;
+  if (own_type && level_keys) return GgmlType::Q8_0;
   if (uses_tiled_kernel(c)) return GgmlType::F32;
   const GgmlType t = vec_dot_type(c.k_type);
   return t == GgmlType::Q8_1 ? GgmlType::Q8_0 : t;

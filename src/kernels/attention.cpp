@@ -19,8 +19,10 @@
 //  - own-type decoding: a single query row over a cache with one of agentkv's own types (tq4 /
 //    tq3, which llama.cpp does not have, so there is no order to follow) reads tq and q8_0 rows as
 //    int8 levels and block scales, widened inside the dot products and the V accumulation (no f32
-//    copy), f32 query, a tile's max and exponentials per tile; units are key chunks of every KV
-//    head, merged as split keys' are. Batches over these types are tiled whatever their size.
+//    copy), the query in q8_0 for keys read as levels (else f32), a tile's max and exponentials
+//    per tile; units are key chunks of every KV head, merged as split keys' are. Batches over these types are tiled whatever their size;
+//    there, keys read as levels (tq4, tq3, q8_0) meet the query rows in q8_0 in integer sums
+//    (level_scores.h), the same on every CPU level.
 // Work is spread over threads as (token or token block, KV head) units (all query heads of a GQA
 // group share the K/V rows they read), KV head by KV head so neighbouring units share cached rows,
 // taken dynamically since causal rows differ in length. tests/attention_test.cpp holds a scalar
@@ -54,6 +56,7 @@
 #include "agentkv/fp16.h"
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"
+#include "kernels/level_scores.h"
 #include "agentkv/numerics.h"
 #include "kernels/quant.h"
 #include "kernels/quant_blocks.h"
@@ -561,6 +564,11 @@ struct Scratch {
   std::vector<const uint8_t*> v_rows;
   std::vector<const float*> key_rows;  // tiled: the tile's keys and values as f32 rows
   std::vector<const float*> value_rows;
+  // tiled units over keys read as levels: the query rows in q8_0, the tile's key levels and scales
+  std::vector<BlockQ8_0> query_q8;
+  LevelQueries level_queries;
+  std::vector<int8_t> key_levels;
+  std::vector<float> key_level_scales;
 };
 
 Scratch& ThreadScratch() {
@@ -1014,10 +1022,11 @@ HWY_INLINE float ScaleOf(const uint16_t* h) { return hn::GetLane(F16Elems::LoadN
 // The int8 codebook levels of n elements of a tq4 row and its per-block scales d: d * level is
 // the element (dequantize_row's product). Element j of a block is the low nibble of qs[j], j + 32
 // the high nibble.
-void LevelsTQ4(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
+// `flip`: a byte every level is XORed with (level_scores.h: 0x80 where keys are read unsigned).
+void LevelsTQ4(const uint8_t* src, int8_t* levels, float* scales, int64_t n, uint8_t flip = 0) {
   const hn::CappedTag<uint8_t, 32> d8;  // 16 of a block's 32 bytes, or all of them
   const int64_t N = static_cast<int64_t>(hn::Lanes(d8));
-  const auto table = hn::LoadDup128(d8, reinterpret_cast<const uint8_t*>(kTQ4Levels));
+  const auto table = hn::Xor(hn::LoadDup128(d8, reinterpret_cast<const uint8_t*>(kTQ4Levels)), hn::Set(d8, flip));
   const auto low = hn::Set(d8, uint8_t{0x0F});
   const auto* blocks = reinterpret_cast<const BlockTQ4*>(src);
   for (int64_t b = 0; b < n / kQKTQ; ++b, levels += kQKTQ) {
@@ -1036,7 +1045,7 @@ void LevelsTQ4(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
 // qs + 8 (inside the block), and each 16-element group's two qh bytes are broadcast by a byte
 // shuffle (spelling them out through memory stalled on store forwarding). 256-bit targets unpack
 // two groups per register: a tq3 decode step over 16,384 keys took ~10 % less time (one thread).
-void LevelsTQ3(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
+void LevelsTQ3(const uint8_t* src, int8_t* levels, float* scales, int64_t n, uint8_t flip = 0) {
   using D8x32 = hn::CappedTag<uint8_t, 32>;  // 16 lanes, or 32 where the target has 256-bit vectors
   const D8x32 d8;
   alignas(16) static constexpr uint8_t kTable[16] = {
@@ -1046,7 +1055,7 @@ void LevelsTQ3(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
   alignas(16) static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
   // Byte shuffles stay within a 128-bit half, so the constants and the block's bytes are loaded
   // into both halves where there are two.
-  const auto table = hn::LoadDup128(d8, kTable);
+  const auto table = hn::Xor(hn::LoadDup128(d8, kTable), hn::Set(d8, flip));
   const auto bit = hn::LoadDup128(d8, kBit);
   const auto two_bits = hn::Set(d8, uint8_t{3});
   const auto four = hn::Set(d8, uint8_t{4});
@@ -1098,18 +1107,24 @@ void LevelsTQ3(const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
   }
 }
 
-// A tq or q8_0 row's levels and scales (q8_0: its int8 values and per-32 scales).
-HWY_INLINE void RowLevels(GgmlType type, const uint8_t* src, int8_t* levels, float* scales, int64_t n) {
+// A tq or q8_0 row's levels (XORed with flip) and scales (q8_0: its int8 values and per-32 scales).
+HWY_INLINE void RowLevels(GgmlType type, const uint8_t* src, int8_t* levels, float* scales, int64_t n,
+                          uint8_t flip = 0) {
   if (type == GgmlType::Q8_0) {
+    const hn::CappedTag<uint8_t, kQK8_0> d8;
+    const int64_t N = static_cast<int64_t>(hn::Lanes(d8));
     const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
     for (int64_t b = 0; b < n / kQK8_0; ++b) {
-      std::memcpy(levels + b * kQK8_0, blocks[b].qs, kQK8_0);
+      for (int64_t i = 0; i < kQK8_0; i += N) {
+        const auto x = hn::Xor(hn::LoadU(d8, reinterpret_cast<const uint8_t*>(blocks[b].qs) + i), hn::Set(d8, flip));
+        hn::StoreU(x, d8, reinterpret_cast<uint8_t*>(levels + b * kQK8_0 + i));
+      }
       scales[b] = fp16_to_fp32(blocks[b].d);
     }
   } else if (type == GgmlType::TQ4) {
-    LevelsTQ4(src, levels, scales, n);
+    LevelsTQ4(src, levels, scales, n, flip);
   } else {
-    LevelsTQ3(src, levels, scales, n);
+    LevelsTQ3(src, levels, scales, n, flip);
   }
 }
 
@@ -1182,11 +1197,38 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   const float** keys = Reserve(sc.key_rows, static_cast<size_t>(key_slots));
   const float** values = Reserve(sc.value_rows, static_cast<size_t>(key_slots));
 
-  std::fill(qt, qt + D * nr, 0.0f);
-  for (int64_t r = 0; r < G; ++r) {
-    for (int64_t t = 0; t < T; ++t) {
-      const float* q = a.q + (t0 + t) * a.q_stride + (g * G + r) * D;
-      for (int64_t i = 0; i < D; ++i) qt[i * nr + r * slots + t] = q[i];
+  // Keys stored as int8 levels (tq4, tq3, q8_0 in agentkv's own order) meet the query in q8_0,
+  // their vec_dot_type, in integer sums (level_scores.h): a quarter of the float work per score
+  // where the CPU has VNNI. Other keys meet the f32 query (ggml's simd_gemm order).
+  const bool level_keys = plan.own_type && LevelType(a.k_type);
+  const int64_t k_block = a.k_type == GgmlType::Q8_0 ? kQK8_0 : kQKTQ;
+  const int64_t k_blocks = level_keys ? D / k_block : 0;
+  LevelQueries& level_queries = sc.level_queries;
+  uint8_t key_flip = 0;
+  int8_t* key_levels = nullptr;
+  float* key_level_scales = nullptr;
+  if (level_keys) {
+    const int64_t qb = D / kQK8_0;
+    BlockQ8_0* q8 = Reserve(sc.query_q8, static_cast<size_t>(nr * qb));
+    std::memset(static_cast<void*>(q8), 0, static_cast<size_t>(nr * qb) * sizeof(BlockQ8_0));  // padding rows: 0
+    for (int64_t r = 0; r < G; ++r) {
+      for (int64_t t = 0; t < T; ++t) {
+        quantize_row(GgmlType::Q8_0, a.q + (t0 + t) * a.q_stride + (g * G + r) * D,
+                     reinterpret_cast<uint8_t*>(q8 + (r * slots + t) * qb), D);
+      }
+    }
+    pack_level_queries(q8, nr, D, &level_queries);
+    key_flip = level_key_flip(level_queries);
+    key_levels = Reserve(sc.key_levels, static_cast<size_t>(kKeyTile * D));
+    key_level_scales = Reserve(sc.key_level_scales, static_cast<size_t>(kKeyTile * k_blocks));
+    static_assert(kKeyTile % kLevelScoreKeyGroup == 0, "a tile is whole key groups");
+  } else {
+    std::fill(qt, qt + D * nr, 0.0f);
+    for (int64_t r = 0; r < G; ++r) {
+      for (int64_t t = 0; t < T; ++t) {
+        const float* q = a.q + (t0 + t) * a.q_stride + (g * G + r) * D;
+        for (int64_t i = 0; i < D; ++i) qt[i * nr + r * slots + t] = q[i];
+      }
     }
   }
   std::fill(acc, acc + nr * D, 0.0f);
@@ -1223,13 +1265,34 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     for (int64_t j = 0; j < nk; ++j) {
       const uint8_t* kb = a.k_rows[c0 + j] + k_off;
       const uint8_t* vb = a.v_rows[c0 + j] + v_off;
-      keys[j] = TileRow(a.k_type, kb, kf + j * D, D);
+      if (level_keys) {
+        if (c0 + nk + j < next_end) {  // the next tile's rows, one per key
+          PrefetchRows(a.k_rows, k_off, plan.k_head_bytes, c0 + nk + j, c0 + nk + j + 1);
+          PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c0 + nk + j, c0 + nk + j + 1);
+        }
+#if HWY_TARGET != HWY_SCALAR
+        RowLevels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D, key_flip);
+#else
+        unpack_levels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D);
+        for (int64_t i = 0; i < D; ++i) key_levels[j * D + i] = static_cast<int8_t>(key_levels[j * D + i] ^ key_flip);
+#endif
+      } else {
+        keys[j] = TileRow(a.k_type, kb, kf + j * D, D);
+      }
       values[j] = TileRow(a.v_type, vb, vf + j * D, D);
     }
     for (int64_t j = nk; j < key_slots; ++j) keys[j] = kf + kKeyTile * D;  // zeros
 
     // Scores (whole groups of 8 keys; the padding keys are hidden by the mask).
-    for (int64_t j = 0; j < nk; j += 8) {
+    if (level_keys) {
+      // whole key groups: the padding keys (level 0, scale 0) are hidden by the mask
+      const int64_t n_scored = (nk + kLevelScoreKeyGroup - 1) / kLevelScoreKeyGroup * kLevelScoreKeyGroup;
+      std::fill(key_levels + nk * D, key_levels + n_scored * D, static_cast<int8_t>(key_flip));
+      std::fill(key_level_scales + nk * k_blocks, key_level_scales + n_scored * k_blocks, 0.0f);
+      level_scores(level_queries, reinterpret_cast<const uint8_t*>(key_levels), key_level_scales, k_block, n_scored,
+                   a.shape.scale, P);
+    }
+    for (int64_t j = 0; j < nk && !level_keys; j += 8) {
       // the next tile's rows, a few at a time (a burst would stall on the line fill buffers)
       const int64_t p0 = std::min(c0 + nk + j, next_end), p1 = std::min(p0 + 8, next_end);
       PrefetchRows(a.k_rows, k_off, plan.k_head_bytes, p0, p1);
