@@ -20,9 +20,9 @@
 //    tq3, which llama.cpp does not have, so there is no order to follow) reads tq and q8_0 rows as
 //    int8 levels and block scales, widened inside the dot products and the V accumulation (no f32
 //    copy), the query in q8_0 for keys read as levels (else f32), a tile's max and exponentials
-//    per tile; units are key chunks of every KV head, merged as split keys' are. Batches over these types are tiled whatever their size;
-//    there, keys read as levels (tq4, tq3, q8_0) meet the query rows in q8_0 in integer sums
-//    (level_scores.h), the same on every CPU level.
+//    per tile; units are key chunks of every KV head, merged as split keys' are. Batches over
+//    these types are tiled whatever their size; there, keys read as levels (tq4, tq3, q8_0) meet
+//    the query rows in q8_0 in integer sums (level_scores.h), the same on every CPU level.
 // Work is spread over threads as (token or token block, KV head) units (all query heads of a GQA
 // group share the K/V rows they read), KV head by KV head so neighbouring units share cached rows,
 // taken dynamically since causal rows differ in length. tests/attention_test.cpp holds a scalar
