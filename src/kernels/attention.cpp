@@ -136,9 +136,10 @@ struct Plan {
   const int16_t* query_q16 = nullptr;
   const float* query_scales = nullptr;
   const float* query_rounded = nullptr;
-  // Tiled: whether every mask value of a (token block, key tile) is +0.0 — 0 not known yet, 1 yes,
-  // 2 no — asked once for all KV heads' units instead of once per unit (8 x on Qwen3-0.6B: the
-  // scan was 2-3 % of a prefill at depth). Units racing on an entry store the same value.
+  // Tiled with a mask: whether every mask value of a (token block, key tile) is +0.0 — 0 not
+  // known yet, 1 yes, 2 no — asked once for all KV heads' units instead of once per unit (8 x on
+  // Qwen3-0.6B: the scan was 2-3 % of a prefill at depth). Units racing on an entry store the
+  // same value.
   std::atomic<uint8_t>* mask_tile_zero = nullptr;
   int64_t mask_tiles = 0;  // key tiles per token block in mask_tile_zero
 };
@@ -1253,7 +1254,7 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
     // token sees whole (+0.0 mask values: the history before a batch) is written row-wise.
     bool any = false;
     bool zero_mask = !a.mask;
-    if (!zero_mask && plan.mask_tile_zero) {
+    if (!zero_mask) {
       std::atomic<uint8_t>& known = plan.mask_tile_zero[t0 / plan.tokens_per_unit * plan.mask_tiles + c0 / kKeyTile];
       uint8_t state = known.load(std::memory_order_relaxed);
       if (state == 0) {
@@ -1261,8 +1262,6 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
         known.store(state, std::memory_order_relaxed);
       }
       zero_mask = state == 1;
-    } else if (!zero_mask) {
-      zero_mask = MaskBlockIsZero(a.mask + t0 * a.mask_stride + c0, a.mask_stride, T, nk);
     }
     if (zero_mask) {
       for (int64_t j = 0; j < kKeyTile; ++j) std::fill(MT + j * slots, MT + j * slots + T, j < nk ? 0.0f : -INFINITY);
@@ -1298,7 +1297,8 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
       }
       values[j] = TileRow(a.v_type, vb, vf + j * D, D);
     }
-    for (int64_t j = nk; j < key_slots; ++j) keys[j] = kf + kKeyTile * D;  // zeros
+    if (!level_keys)
+      for (int64_t j = nk; j < key_slots; ++j) keys[j] = kf + kKeyTile * D;  // zeros
 
     // Scores (whole groups of 8 keys; the padding keys are hidden by the mask).
     if (level_keys) {
@@ -1877,7 +1877,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
     while (tpu > 1 && (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv < 4 * pool.size()) tpu = (tpu + 1) / 2;
     plan.tokens_per_unit = tpu;
     plan.n_units = (args.n_tokens + tpu - 1) / tpu * plan.n_head_kv;
-    if (args.mask && plan.n_head_kv > 1) {
+    if (args.mask) {
       plan.mask_tiles = (args.n_kv + kKeyTile - 1) / kKeyTile;
       mask_tile_zero = std::vector<std::atomic<uint8_t>>(static_cast<size_t>((args.n_tokens + tpu - 1) / tpu * plan.mask_tiles));
       plan.mask_tile_zero = mask_tile_zero.data();

@@ -15,6 +15,7 @@
 #include "agentkv/error.h"
 #include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
+#include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
 
 // GCC 12 reports the undefined upper half in its own AVX-512 intrinsics as uninitialized.
@@ -256,12 +257,8 @@ void unpack_levels(GgmlType type, const uint8_t* src, int8_t* levels, float* sca
     if (type != GgmlType::TQ3) throw Error("unpack_levels: tq4, tq3 or q8_0 rows only");
     const auto* blocks = reinterpret_cast<const BlockTQ3*>(src);
     for (int64_t b = 0; b < n / kQKTQ; ++b, levels += kQKTQ) {
-      const BlockTQ3& x = blocks[b];
-      for (int j = 0; j < kQKTQ; ++j) {
-        const int index = ((x.qs[j % 16] >> (2 * (j / 16))) & 3) | (((x.qh[j / 8] >> (j % 8)) & 1) << 2);
-        levels[j] = kTQ3Levels[index];
-      }
-      scales[b] = fp16_to_fp32(x.d);
+      for (int j = 0; j < kQKTQ; ++j) levels[j] = kTQ3Levels[quant_detail::tq3_index(blocks[b], j)];
+      scales[b] = fp16_to_fp32(blocks[b].d);
     }
   }
 }
