@@ -28,44 +28,14 @@
 #include "kernels/hadamard.h"
 #include "kernels/quant.h"
 #include "memory/kv_cache.h"
+#include "memory/kv_code_fit.h"
 
 namespace agentkv {
 namespace {
 
-// Eigenvalues of a symmetric n x n matrix (cyclic Jacobi rotations) in no particular order, and
-// with `vectors`, the eigenvectors as its columns (vectors[k * n + i]: component k of vector i).
+// memory/kv_code_fit.h's Jacobi eigen-solver (the calibrated code fits V's basis with it).
 std::vector<double> jacobi_eigen(std::vector<double> a, int n, std::vector<double>* vectors = nullptr) {
-  if (vectors) {
-    vectors->assign(static_cast<size_t>(n * n), 0.0);
-    for (int i = 0; i < n; ++i) (*vectors)[static_cast<size_t>(i * n + i)] = 1.0;
-  }
-  for (int sweep = 0; sweep < 100; ++sweep) {
-    double off = 0, total = 0;
-    for (int p = 0; p < n; ++p)
-      for (int q = 0; q < n; ++q) (p == q ? total : off) += a[p * n + q] * a[p * n + q];
-    if (off <= 1e-28 * std::max(total, 1e-300)) break;
-    for (int p = 0; p < n; ++p) {
-      for (int q = p + 1; q < n; ++q) {
-        const double apq = a[p * n + q];
-        if (apq == 0) continue;
-        const double theta = (a[q * n + q] - a[p * n + p]) / (2 * apq);
-        const double t = (theta >= 0 ? 1 : -1) / (std::fabs(theta) + std::sqrt(theta * theta + 1));
-        const double c = 1 / std::sqrt(t * t + 1), s = t * c;
-        const auto rotate = [&](double& x, double& y) {
-          const double x0 = x, y0 = y;
-          x = c * x0 - s * y0;
-          y = s * x0 + c * y0;
-        };
-        for (int k = 0; k < n; ++k) rotate(a[k * n + p], a[k * n + q]);
-        for (int k = 0; k < n; ++k) rotate(a[p * n + k], a[q * n + k]);
-        if (vectors)
-          for (int k = 0; k < n; ++k) rotate((*vectors)[static_cast<size_t>(k * n + p)], (*vectors)[static_cast<size_t>(k * n + q)]);
-      }
-    }
-  }
-  std::vector<double> e(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) e[static_cast<size_t>(i)] = a[i * n + i];
-  return e;
+  return memory::symmetric_eigen(std::move(a), n, vectors);
 }
 
 // Eigenvalues, largest first.

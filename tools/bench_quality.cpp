@@ -459,6 +459,7 @@ int bench_quality(Args& a) {
     cp.type_v = row.kv.v;
     cp.kv_rotation = row.kv.rotation;
     cp.kv_rotation_seed = kv_flags.rotation_seed;
+    cp.kv_code = kv_flags.code;
     cp.kv_hot_cells = row.kv.tail ? kv_flags.hot_cells : 0;
     if (row.kv.tail) {
       if (kv_flags.hot_cells == 0) throw std::invalid_argument("--kv-types " + row.kv.label() + " needs --kv-hot N");

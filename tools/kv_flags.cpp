@@ -1,5 +1,7 @@
 #include "tools/kv_flags.h"
 
+#include "agentkv/kv_code.h"
+
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -7,11 +9,11 @@
 namespace agentkv::tools {
 
 GgmlType parse_kv_cache_type(const std::string& name, const char* option) {
-  static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1", "tq4", "tq3"};
+  static const std::set<std::string> kAllowed = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1", "tq4", "tq3", "tqc3"};
   const auto type = ggml_type_from_name(name);
   if (!type || !kAllowed.count(name))
     throw std::invalid_argument(std::string(option) + ": unsupported cache type '" + name +
-                                "' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, tq4, tq3)");
+                                "' (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, tq4, tq3, tqc3)");
   return *type;
 }
 
@@ -31,15 +33,21 @@ KvFlags read_kv_flags(Args& a) {
   f.tail_type_v = tail.empty() ? f.type_v : parse_kv_cache_type(tail, "--kv-tail-type");
   if (!tail.empty() && hot == 0) throw std::invalid_argument("--kv-tail-type needs --kv-hot N (the rows that stay hot)");
   f.tail_dir = a.str("--kv-tail-dir", "", "");
+  const std::string code = a.str("--kv-code", "", "");
+  if (!code.empty()) f.code = load_kv_code(code);
+  if ((f.type_k == GgmlType::TQC3 || f.type_v == GgmlType::TQC3) && !f.code)
+    throw std::invalid_argument("tqc3 needs --kv-code FILE (a calibrated code: agentkv kv-calibrate)");
   if (!f.tail_dir.empty() && hot == 0) throw std::invalid_argument("--kv-tail-dir needs --kv-hot N (the rows that stay hot)");
   return f;
 }
 
 const char* const kKvFlagsUsage =
-    "  -ctk, --cache-type-k T          K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 tq4 tq3 (default f16)\n"
+    "  -ctk, --cache-type-k T          K cache type: f32 f16 bf16 q8_0 q4_0 q4_1 iq4_nl q5_0 q5_1 tq4 tq3 tqc3\n"
+    "                                  (default f16)\n"
     "  -ctv, --cache-type-v T          V cache type (same choices, default f16)\n"
     "  --kv-rotation auto|on|off       Hadamard-rotate K/V rows: auto = the quantized ones, as llama.cpp (default)\n"
     "  --kv-rotation-seed N            random signs of the rotation (default 0: none, llama.cpp's matrix)\n"
+    "  --kv-code FILE                  the calibrated code tqc3 rows are written under (agentkv kv-calibrate)\n"
     "  --kv-hot N                      keep at most N cells' K/V rows hot (-ctk/-ctv); older positions move to\n"
     "                                  the tail and attention reads both, merged by log-sum-exp (default 0: all hot)\n"
     "  --kv-tail-type T                the tail's K and V type (same choices; default: -ctk / -ctv, exact)\n"

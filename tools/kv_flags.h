@@ -1,11 +1,13 @@
 // The KV-cache options every command shares: -ctk / -ctv (element types), --kv-rotation and
-// --kv-rotation-seed (agentkv/context.h), --kv-hot and --kv-tail-type (windowed residency). One parser, so the commands agree on names and errors.
+// --kv-rotation-seed (agentkv/context.h), --kv-code (tqc3), --kv-hot and --kv-tail-type (windowed residency). One parser, so the commands agree on names and errors.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "agentkv/ggml_type.h"
 #include "agentkv/context.h"
+#include "agentkv/kv_code.h"
 #include "tools/args.h"
 
 namespace agentkv::tools {
@@ -19,8 +21,10 @@ struct KvFlags {
   GgmlType tail_type_k = GgmlType::F16;
   GgmlType tail_type_v = GgmlType::F16;
   std::string tail_dir;  // --kv-tail-dir
+  KvCodePtr code;  // --kv-code (tqc3's calibrated code)
 
   void apply_to(ContextParams& cp) const {
+    cp.kv_code = code;
     cp.type_k = type_k;
     cp.type_v = type_v;
     cp.kv_rotation = rotation;

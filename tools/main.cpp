@@ -18,6 +18,7 @@ void usage() {
                "  logits    top-k logprobs and greedy tokens for a prompts file (JSON)\n"
                "  state     inspect and validate a saved state file (state info FILE)\n"
                "  serve     llama.cpp- and OpenAI-compatible HTTP server\n"
+               "  kv-calibrate  fit the calibrated code of the tqc3 KV type to a model\n"
                "run 'agentkv <command> --help' for its options\n");
 }
 }  // namespace

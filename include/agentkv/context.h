@@ -20,6 +20,10 @@
 
 namespace agentkv {
 
+namespace memory {
+class KvCode;
+}
+
 struct ContextParams {
   uint32_t n_ctx = 4096;     // KV cells (per stream when not unified)
   uint32_t n_ubatch = 512;   // tokens per forward pass
@@ -30,6 +34,9 @@ struct ContextParams {
   GgmlType type_v = GgmlType::F16;
   KvRotationMode kv_rotation = KvRotationMode::Auto;  // agentkv/kv_rotation_mode.h
   uint64_t kv_rotation_seed = 0;                      // 0: llama.cpp's plain Hadamard
+  // The calibrated code tqc3 rows are written under (agentkv/kv_code.h: load_kv_code); required
+  // when type_k or type_v is tqc3, unused otherwise.
+  std::shared_ptr<const memory::KvCode> kv_code;
   // Windowed KV residency (memory/kv_cache.h KvLayout::hot_cells): 0 = every cell's rows hot;
   // otherwise at most this many cells per stream keep type_k / type_v rows and the older ones
   // move to the tail, stored as tail_type_k / tail_type_v. Must be >= n_ubatch.

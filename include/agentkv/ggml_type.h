@@ -16,7 +16,9 @@ enum class GgmlType : uint32_t {
   // (kAgentkvTypeBase + n), valid only in agentkv KV caches and state files, never in GGUF tensors.
   // tq4 is 0x4003: 0x4001 was its first codebook (no zero level), retired so that state files and
   // cached pages made with it are refused rather than decoded with the wrong levels.
-  TQ4 = 0x4003, TQ3 = 0x4002,
+  // tqc3 (0x4004): a calibrated code (kernels/coded_rows.h, memory/kv_code.h): its rows mean
+  // something only together with the code file they were written under.
+  TQ4 = 0x4003, TQ3 = 0x4002, TQC3 = 0x4004,
 };
 inline constexpr uint32_t kAgentkvTypeBase = 0x4000;
 

@@ -20,6 +20,7 @@ struct KvStatus {
   uint32_t rotation_k_block = 0, rotation_v_block = 0;
   uint64_t rotation_seed = 0;
   std::string rotation;
+  uint64_t code_id = 0;  // the calibrated code tqc3 rows are written under (agentkv/kv_code.h); 0: none
   // Windowed residency (--kv-hot): hot rows per stream, the tail's types and folder ("": RAM).
   bool windowed = false;
   uint32_t hot_cells = 0;

@@ -7,7 +7,7 @@
 
 namespace agentkv {
 namespace {
-constexpr std::array<GgmlTypeInfo, 23> kTypes = {{
+constexpr std::array<GgmlTypeInfo, 24> kTypes = {{
     {GgmlType::F32, "f32", 1, 4, false},
     {GgmlType::F16, "f16", 1, 2, false},
     {GgmlType::Q4_0, "q4_0", 32, 18, true},
@@ -31,6 +31,7 @@ constexpr std::array<GgmlTypeInfo, 23> kTypes = {{
     {GgmlType::BF16, "bf16", 1, 2, false},
     {GgmlType::TQ4, "tq4", 64, 34, true, true},
     {GgmlType::TQ3, "tq3", 64, 26, true, true},
+    {GgmlType::TQC3, "tqc3", 32, 13, true, true},
 }};
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "agentkv/error.h"
+#include "agentkv/kv_code.h"
 #include "memory/attention_view.h"
 #include "memory/kv_row_rotation.h"
 #include "memory/memory_state.h"
@@ -36,6 +37,15 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
         choose_kv_rotation(cfg, rotation_type(params.type_k, params.tail_type_k),
                            rotation_type(params.type_v, params.tail_type_v), params.kv_rotation,
                            params.kv_rotation_seed));
+    const bool coded = params.type_k == GgmlType::TQC3 || params.type_v == GgmlType::TQC3;
+    if (coded) {
+      if (!params.kv_code)
+        throw Error("KV type tqc3 needs a calibrated KV code (--kv-code FILE, made by `agentkv kv-calibrate`)");
+      check_kv_code(*params.kv_code, model_in);
+      if (windowed || params.tail_type_k == GgmlType::TQC3 || params.tail_type_v == GgmlType::TQC3)
+        throw Error("KV type tqc3 cannot be used with a windowed cache (--kv-hot)");
+      layout.code = params.kv_code;
+    }
     if (windowed) {
       layout.hot_cells = params.kv_hot_cells;
       layout.tail_type_k = params.tail_type_k;
@@ -96,7 +106,8 @@ PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
                    (kl.rotation.active() ? (kl.rotation.seed * 0x9e3779b97f4a7c15ull) ^
                                                (static_cast<uint64_t>(kl.rotation.k_block) << 20) ^
                                                (static_cast<uint64_t>(kl.rotation.v_block) << 34) ^ 1
-                                         : 0);
+                                         : 0) ^
+                   (kl.code ? kl.code->id() * 0xc2b2ae3d27d4eb4full : 0);
   ic.snapshot_bytes = cfg.snapshot_bytes;
   memory::PrefixIndex& index = impl_->memory->prefix_index() ? *impl_->memory->prefix_index() : impl_->memory->enable_prefix_index(ic);
   impl_->prefix_cache = std::make_unique<memory::TieredPrefixCache>(*impl_->memory, index);
@@ -118,6 +129,7 @@ KvStatus Context::kv_status() const {
   s.rotation_v_block = l.rotation.v_block;
   s.rotation_seed = l.rotation.seed;
   s.rotation = memory::describe(l.rotation);
+  s.code_id = l.code ? l.code->id() : 0;
   const memory::KvResidency r = kv->residency();
   s.windowed = r.windowed;
   s.hot_cells = l.hot_cells;

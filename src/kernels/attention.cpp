@@ -1154,8 +1154,10 @@ void DequantizeTQ(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
 
 // One head slice of a K or V row as f32 for the tile loop: F32 rows are read in place, F16 rows
 // widened, quantized rows (agentkv's own types: see tiled_kv in attention()) dequantized into `scratch`.
-HWY_INLINE const float* TileRow(GgmlType type, const uint8_t* src, float* scratch, int64_t n) {
+HWY_INLINE const float* TileRow(GgmlType type, const uint8_t* src, float* scratch, int64_t n,
+                                const CodedHeads* code = nullptr, int64_t head = 0) {
   switch (type) {
+    case GgmlType::TQC3: code->decode(head, src, scratch); break;  // in code units (AttentionArgs)
     case GgmlType::F32: return reinterpret_cast<const float*>(src);
     case GgmlType::F16: RowToF32(src, true, scratch, n); break;
 #if HWY_TARGET != HWY_SCALAR
@@ -1293,9 +1295,9 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
         for (int64_t i = 0; i < D; ++i) key_levels[j * D + i] = static_cast<int8_t>(key_levels[j * D + i] ^ key_flip);
 #endif
       } else {
-        keys[j] = TileRow(a.k_type, kb, kf + j * D, D);
+        keys[j] = TileRow(a.k_type, kb, kf + j * D, D, a.k_code, g);
       }
-      values[j] = TileRow(a.v_type, vb, vf + j * D, D);
+      values[j] = TileRow(a.v_type, vb, vf + j * D, D, a.v_code, g);
     }
     if (!level_keys)
       for (int64_t j = nk; j < key_slots; ++j) keys[j] = kf + kKeyTile * D;  // zeros
@@ -1604,8 +1606,8 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
         if (!v_levels) PrefetchRows(a.v_rows, 0, v_row_bytes, p0, p1);
       }
       for (int64_t j = 0; j < nk; ++j) {
-        if (!k_levels) keys[j] = TileRow(a.k_type, a.k_rows[c0 + j] + k_off, kf + j * D, D);
-        if (!v_levels) values[j] = TileRow(a.v_type, a.v_rows[c0 + j] + v_off, vf + j * D, D);
+        if (!k_levels) keys[j] = TileRow(a.k_type, a.k_rows[c0 + j] + k_off, kf + j * D, D, a.k_code, g);
+        if (!v_levels) values[j] = TileRow(a.v_type, a.v_rows[c0 + j] + v_off, vf + j * D, D, a.v_code, g);
       }
       // Scores of the group's heads (keys read as levels were scored above, key by key).
       for (int64_t r = 0; r < G && !k_levels; ++r) {
@@ -1759,7 +1761,8 @@ bool supported_kv_type(GgmlType t) {
     case GgmlType::Q5_1:
     case GgmlType::IQ4_NL:
     case GgmlType::TQ4:
-    case GgmlType::TQ3: return true;
+    case GgmlType::TQ3:
+    case GgmlType::TQC3: return true;
     default: return false;
   }
 }
@@ -1785,6 +1788,9 @@ void validate(const AttentionArgs& a) {
              std::string(ggml_type_name(t)) + " block size " + std::to_string(block));
     }
   }
+  for (const auto& [t, code] : {std::pair{a.k_type, a.k_code}, std::pair{a.v_type, a.v_code}})
+    if (t == GgmlType::TQC3 && (!code || code->n_heads() != s.n_head_kv || code->head_dim() != s.head_dim))
+      refuse("tqc3 rows need their code's widths for " + std::to_string(s.n_head_kv) + " heads of " + std::to_string(s.head_dim));
   const int64_t q_width = static_cast<int64_t>(s.n_head) * s.head_dim;
   if (a.n_tokens > 0) {
     if (!a.q || !a.out) refuse("q and out must be set");

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "agentkv/ggml_type.h"
+#include "kernels/coded_rows.h"
 #include "kernels/threadpool.h"
 
 namespace agentkv {
@@ -35,6 +36,10 @@ struct AttentionArgs {
   const uint8_t* const* v_rows = nullptr;
   GgmlType k_type = GgmlType::F16;
   GgmlType v_type = GgmlType::F16;
+  // tqc3 rows: the coordinates' widths per KV head (kernels/coded_rows.h), required for that type.
+  // The kernel reads them in code units: the caller maps the query (K) and the output (V).
+  const CodedHeads* k_code = nullptr;
+  const CodedHeads* v_code = nullptr;
   int64_t n_kv = 0;
   const float* mask = nullptr;
   int64_t mask_stride = 0;

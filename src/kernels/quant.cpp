@@ -37,7 +37,8 @@ Block* as(void* p) {
 
 GgmlType vec_dot_type(GgmlType weight_type) {
   switch (weight_type) {
-    case GgmlType::F32: return GgmlType::F32;
+    case GgmlType::F32:
+    case GgmlType::TQC3: return GgmlType::F32;  // read through its code's widths (kernels/coded_rows.h)
     case GgmlType::F16: return GgmlType::F16;
     case GgmlType::BF16: return GgmlType::BF16;
     case GgmlType::Q4_0:

@@ -23,12 +23,12 @@ constexpr Pos kPosEnd = std::numeric_limits<Pos>::max();  // "no upper bound" of
 constexpr Pos kPosMax = kPosEnd - 1;                        // largest storable position
 constexpr size_t kStorageAlign = 64;                        // cache line / AVX-512 vector
 
-// The KV cache types llama.cpp accepts for -ctk / -ctv, and agentkv's tq4 / tq3.
+// The KV cache types llama.cpp accepts for -ctk / -ctv, and agentkv's tq4 / tq3 / tqc3.
 bool kv_type_supported(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
-    case GgmlType::IQ4_NL: case GgmlType::TQ4: case GgmlType::TQ3:
+    case GgmlType::IQ4_NL: case GgmlType::TQ4: case GgmlType::TQ3: case GgmlType::TQC3:
       return true;
     default:
       return false;
@@ -43,7 +43,7 @@ std::string type_name(GgmlType t) {
 size_t checked_row_bytes(GgmlType t, int64_t n_embd, const char* which) {
   if (!kv_type_supported(t))
     throw Error(std::string("kv cache: ") + which + " type " + type_name(t) +
-                " is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, tq4, tq3)");
+                " is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, tq4, tq3, tqc3)");
   if (n_embd <= 0)
     throw Error(std::string("kv cache: ") + which + " width " + std::to_string(n_embd) +
                 " must be positive");
@@ -357,6 +357,14 @@ KvCache::KvCache(const KvLayout& layout) : impl_(std::make_unique<Impl>()) {
   m.row_k = checked_row_bytes(layout.type_k, layout.n_embd_k, "K");
   m.row_v = checked_row_bytes(layout.type_v, layout.n_embd_v, "V");
   m.n_streams = layout.unified ? 1 : layout.n_seq_max;
+  if (layout.type_k == GgmlType::TQC3 || layout.type_v == GgmlType::TQC3) {
+    if (!layout.code) throw Error("kv cache: tqc3 rows need their calibrated code (KvLayout::code)");
+    if (layout.code->n_head_kv() * layout.code->head_dim() != layout.n_embd_k || layout.n_embd_k != layout.n_embd_v)
+      throw Error("kv cache: the KV code's heads do not make rows of " + std::to_string(layout.n_embd_k));
+  }
+  for (GgmlType t : {layout.tail_type_k, layout.tail_type_v})
+    if (t == GgmlType::TQC3 && layout.hot_cells > 0 && layout.hot_cells < layout.n_cells)
+      throw Error("kv cache: a windowed cache's tail cannot be tqc3");
 
   m.cells.reserve(m.n_streams);
   for (uint32_t s = 0; s < m.n_streams; ++s) m.cells.emplace_back(layout.n_cells, layout.n_seq_max);
@@ -491,11 +499,24 @@ void KvCache::write_v(int layer, uint32_t stream, uint32_t cell, const uint8_t* 
 }
 void KvCache::dequantize_k(int layer, uint32_t stream, uint32_t cell, float* out) const {
   const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
+  if (type == GgmlType::TQC3) {  // through the code's maps: the key as the model wrote it, give or take the code's error
+    impl_->layout.code->decode_row(*coded_layer(layer), false, row, out);
+    return;
+  }
   dequantize_kv_row(type, row, out, impl_->layout.n_embd_k);
 }
 void KvCache::quantize_k(int layer, uint32_t stream, uint32_t cell, const float* src) {
   const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
+  if (type == GgmlType::TQC3) {
+    impl_->layout.code->encode_row(*coded_layer(layer), false, src, row);
+    return;
+  }
   quantize_kv_row(type, src, row, impl_->layout.n_embd_k);
+}
+const KvCodeLayer* KvCache::coded_layer(int layer) const {
+  const KvCodeLayer* l = impl_->layout.code ? impl_->layout.code->layer(layer) : nullptr;
+  if (!l) throw Error("kv cache: the KV code has no entry for layer " + std::to_string(layer));
+  return l;
 }
 bool KvCache::is_hot(uint32_t stream, uint32_t cell) const {
   impl_->check_cell(stream, cell);

@@ -12,6 +12,7 @@
 #include "agentkv/memory.h"
 #include "agentkv/ggml_type.h"
 #include "memory/kv_cells.h"
+#include "memory/kv_code.h"
 #include "memory/kv_row_rotation.h"
 #include "memory/ubatch.h"
 
@@ -24,6 +25,8 @@ struct KvLayout {
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
   KvRotation rotation;
+  // The calibrated code tqc3 rows are written under (memory/kv_code.h); set when either type is tqc3.
+  std::shared_ptr<const KvCode> code;
   uint32_t n_cells = 0;   // cells per stream
   uint32_t n_seq_max = 1;
   bool unified = true;    // one stream shared by all sequences, else one stream per sequence
@@ -108,6 +111,8 @@ class KvCache final : public MemoryInterface {
   void write_v(int layer, uint32_t stream, uint32_t cell, const uint8_t* row);
   void dequantize_k(int layer, uint32_t stream, uint32_t cell, float* out) const;
   void quantize_k(int layer, uint32_t stream, uint32_t cell, const float* row);
+  // tqc3 caches: the code's entry for `layer` (throws when it has none).
+  const KvCodeLayer* coded_layer(int layer) const;
   // Windowed residency: whether a cell's rows are hot, a tail cell's stored rows (tail_type_k /
   // tail_type_v; std::logic_error for a hot cell), and the counts.
   bool is_hot(uint32_t stream, uint32_t cell) const;

@@ -47,6 +47,7 @@ KvImage kv_state_view(const KvCache& kv, SeqId seq) {
   img.layout.type_k = L.type_k;
   img.layout.type_v = L.type_v;
   img.layout.rotation = L.rotation;
+  img.layout.code_id = L.code ? L.code->id() : 0;
   img.layout.n_embd_k = L.n_embd_k;
   img.layout.n_embd_v = L.n_embd_v;
   for (size_t il = 0; il < L.layer_has_kv.size(); ++il)
@@ -255,6 +256,21 @@ KvImage read_kv_section(StateReader& r, bool per_sequence) {
   return img;
 }
 
+std::string hex_id(uint64_t id) {
+  char s[17];
+  std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(id));
+  return s;
+}
+
+void write_kv_code_section(StateWriter& w, uint64_t code_id) { w.u64(code_id); }
+
+uint64_t read_kv_code_section(StateReader& r) {
+  const uint64_t id = r.u64("KV code id");
+  r.expect_end("KV code section");
+  if (id == 0) r.fail("KV code section naming no code");
+  return id;
+}
+
 void write_kv_rotation_section(StateWriter& w, const KvRotation& rot) {
   w.u32(rot.k_block);
   w.u32(rot.v_block);
@@ -278,6 +294,11 @@ void check_kv_layout(const KvCache& kv, const KvImageLayout& L) {
   if (!(L.rotation == mine.rotation))
     throw Error("state: made with " + describe(L.rotation) + ", but this cache stores rows with " +
                 describe(mine.rotation) + " (the same --kv-rotation and seed are needed to restore it)");
+  const uint64_t my_code = mine.code ? mine.code->id() : 0;
+  if (L.code_id != my_code)
+    throw Error("state: rows written under " + (L.code_id ? "KV code " + hex_id(L.code_id) : std::string("no KV code")) +
+                ", but this cache has " + (my_code ? "KV code " + hex_id(my_code) : std::string("none")) +
+                " (tqc3 rows are read only under the --kv-code they were written under)");
   if (L.type_k != mine.type_k || L.type_v != mine.type_v)
     throw Error("state: KV types K=" + type_label(L.type_k) + " V=" + type_label(L.type_v) +
                 " in the state, but this cache stores K=" + type_label(mine.type_k) + " V=" +

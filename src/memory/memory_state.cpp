@@ -72,6 +72,8 @@ void write_image_sections(SectionListWriter& list, const MemoryImage& img) {
   if (img.kv) list.add(kSectionKv, [&](StateWriter& w) { write_kv_section(w, *img.kv); });
   if (img.kv && img.kv->layout.rotation.active())
     list.add(kSectionKvRotation, [&](StateWriter& w) { write_kv_rotation_section(w, img.kv->layout.rotation); });
+  if (img.kv && img.kv->layout.code_id != 0)
+    list.add(kSectionKvCode, [&](StateWriter& w) { write_kv_code_section(w, img.kv->layout.code_id); });
   if (img.rec) list.add(kSectionRecurrent, [&](StateWriter& w) { write_rec_section(w, *img.rec); });
 }
 
@@ -93,8 +95,9 @@ MemoryImage image_from_sections(std::vector<Section>& sections, SeqId seq, uint3
     if (flags & kStatePartialOnly) r.fail(where + ": a partial state carries a KV section");
     img.kv = read_kv_section(*kv, seq >= 0);
     if (StateReader* rot = find_section(sections, kSectionKvRotation)) img.kv->layout.rotation = read_kv_rotation_section(*rot);
-  } else if (find_section(sections, kSectionKvRotation)) {
-    r.fail(where + ": a KV rotation section without a KV section");
+    if (StateReader* code = find_section(sections, kSectionKvCode)) img.kv->layout.code_id = read_kv_code_section(*code);
+  } else if (find_section(sections, kSectionKvRotation) || find_section(sections, kSectionKvCode)) {
+    r.fail(where + ": a KV rotation or code section without a KV section");
   }
   if (StateReader* rec = find_section(sections, kSectionRecurrent)) img.rec = read_rec_section(*rec, seq >= 0);
   return img;
@@ -290,7 +293,7 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
   StateReader content = r.sub(body - r.offset(), "sections");
   std::vector<uint32_t> known = {kSectionKv, kSectionRecurrent, kSectionTokens, kSectionLogits, kSectionCheckpoints};
   if (c.version >= 2) known.push_back(kSectionPages);
-  if (c.version >= 3) known.push_back(kSectionKvRotation);
+  if (c.version >= 3) known.insert(known.end(), {kSectionKvRotation, kSectionKvCode});
   std::vector<Section> sections = read_section_list(content, known, "state");
   content.expect_end("sections");
   c.memory = image_from_sections(sections, seq, flags, content, "state");
@@ -314,7 +317,7 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
   if (StateReader* k = find_section(sections, kSectionCheckpoints)) {
     // A checkpoint's KV image carries its rotation beside it from version 3 on.
     std::vector<uint32_t> checkpoint_sections = {kSectionKv, kSectionRecurrent};
-    if (c.version >= 3) checkpoint_sections.push_back(kSectionKvRotation);
+    if (c.version >= 3) checkpoint_sections.insert(checkpoint_sections.end(), {kSectionKvRotation, kSectionKvCode});
     const uint32_t n = k->u32("checkpoint count");
     if (n > k->remaining() / 16) k->fail("checkpoint count " + std::to_string(n) + " cannot fit the section");
     for (uint32_t i = 0; i < n; ++i) {

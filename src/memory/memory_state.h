@@ -44,6 +44,7 @@ inline constexpr uint32_t kSectionLogits = state_tag("LOGT");
 inline constexpr uint32_t kSectionCheckpoints = state_tag("CKPT");
 inline constexpr uint32_t kSectionPages = state_tag("PAGE");
 inline constexpr uint32_t kSectionKvRotation = state_tag("KVRT");
+inline constexpr uint32_t kSectionKvCode = state_tag("KVCD");  // version 3 blobs of tqc3 caches
 std::string state_tag_name(uint32_t tag);
 
 // One sequence's memory (seq >= 0) or the whole memory (seq = -1), as views.

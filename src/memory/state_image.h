@@ -54,6 +54,7 @@ struct KvImageLayout {
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
   KvRotation rotation;  // its own section (kSectionKvRotation), present only when active
+  uint64_t code_id = 0;  // tqc3's calibrated code (memory/kv_code.h): its own section (kSectionKvCode), else 0
   int64_t n_embd_k = 0;
   int64_t n_embd_v = 0;
   std::vector<int32_t> kv_layers;  // model layer index of every KV layer, ascending

@@ -89,6 +89,8 @@ std::unique_ptr<WarmCodec> make_requantizing_warm_codec(const KvCache& kv, GgmlT
   const KvLayout& l = kv.layout();
   const int64_t block = ggml_type_info(type).block_size;
   if (type == l.type_k) throw Error("--cache-warm-type: the KV cache already holds " + std::string(ggml_type_name(type)));
+  if (type == GgmlType::TQC3 || l.type_k == GgmlType::TQC3 || l.type_v == GgmlType::TQC3)
+    throw Error("--cache-warm-type: tqc3 rows are not requantized (their code maps them; use the exact warm tier)");
   if (l.n_embd_k % block || l.n_embd_v % block)
     throw Error("--cache-warm-type " + std::string(ggml_type_name(type)) + ": blocks of " + std::to_string(block) +
                 " do not divide the K/V rows");

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "agentkv/error.h"
 #include "agentkv/op_profile.h"
 #include "kernels/ops.h"
 #include "kernels/hadamard.h"
@@ -55,9 +57,18 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
   const int n_store_threads = n_tokens > 1 ? pool.size() : 1;
   float* rotated_rows =
       rot ? ws.get(kAttentionWorkspaceSlot + 3, static_cast<size_t>(n_embd_k) * static_cast<size_t>(n_store_threads)) : nullptr;
+  // tqc3 rows are written through the calibrated code's maps instead (memory/kv_code.h): it has
+  // its own basis, so a side it codes is never Hadamard-rotated (model/kv_rotation.cpp).
+  const memory::KvCodeLayer* code_layer = layout.code ? layout.code->layer(layer) : nullptr;
+  if ((layout.type_k == GgmlType::TQC3 || layout.type_v == GgmlType::TQC3) && !code_layer)
+    throw Error("attention layer " + std::to_string(layer) + ": the KV code has no entry for it");
   auto store_rows = [&](int ith, int nth) {
     float* rotated_row = rotated_rows ? rotated_rows + static_cast<size_t>(ith) * static_cast<size_t>(n_embd_k) : nullptr;
-    auto store = [&](const HadamardRotation* r, GgmlType type, const float* row, uint8_t* cell_row) {
+    auto store = [&](const HadamardRotation* r, bool is_v, GgmlType type, const float* row, uint8_t* cell_row) {
+      if (type == GgmlType::TQC3) {
+        layout.code->encode_row(*code_layer, is_v, row, cell_row);
+        return;
+      }
       if (r && r->active()) {
         std::copy(row, row + n_embd_k, rotated_row);
         r->apply(rotated_row, n_embd_k);
@@ -67,8 +78,8 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     };
     for (int64_t t = ith; t < n_tokens; t += nth) {
       const auto& ref = placement[t];
-      store(rot ? &rot->k : nullptr, layout.type_k, k + t * n_embd_k, kv.k_row(layer, ref.stream, ref.cell));
-      store(rot ? &rot->v : nullptr, layout.type_v, v + t * n_embd_k, kv.v_row(layer, ref.stream, ref.cell));
+      store(rot ? &rot->k : nullptr, false, layout.type_k, k + t * n_embd_k, kv.k_row(layer, ref.stream, ref.cell));
+      store(rot ? &rot->v : nullptr, true, layout.type_v, v + t * n_embd_k, kv.v_row(layer, ref.stream, ref.cell));
     }
   };
   if (n_store_threads > 1) {
@@ -76,18 +87,29 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
   } else {
     store_rows(0, 1);
   }
-  if (rot && rot->k.active()) {  // rotated queries, so that scores equal the unrotated ones
+  // Recorded queries are in the space KvCache::dequantize_k gives keys in (memory/query_window.h):
+  // after the Hadamard rotation, before a calibrated code's map.
+  const bool coded_k = layout.type_k == GgmlType::TQC3;
+  const auto record_queries = [&] {
+    if (batch.queries)
+      for (int64_t t = 0; t < n_tokens; ++t)
+        for (memory::SeqId s : ub.seq[static_cast<size_t>(t)]) batch.queries->record(layer, s, ub.pos[static_cast<size_t>(t)], q + t * q_stride);
+  };
+  if (coded_k) record_queries();
+  if ((rot && rot->k.active()) || coded_k) {  // rotated (mapped) queries, so that scores equal the plain ones
     float* q_rot = ws.get(kAttentionWorkspaceSlot + 4, static_cast<size_t>(n_tokens * n_q));
     for (int64_t t = 0; t < n_tokens; ++t) {
       std::copy(q + t * q_stride, q + t * q_stride + n_q, q_rot + t * n_q);
-      rot->k.apply(q_rot + t * n_q, n_q);
+      if (coded_k) {
+        layout.code->map_query(*code_layer, q_rot + t * n_q, shape.n_head);
+      } else {
+        rot->k.apply(q_rot + t * n_q, n_q);
+      }
     }
     q = q_rot;
     q_stride = n_q;
   }
-  if (batch.queries)
-    for (int64_t t = 0; t < n_tokens; ++t)
-      for (memory::SeqId s : ub.seq[static_cast<size_t>(t)]) batch.queries->record(layer, s, ub.pos[static_cast<size_t>(t)], q + t * q_stride);
+  if (!coded_k) record_queries();
 
   // 2. Attention per group of tokens that see one sequence's keys, listed by position: the sums
   //    do not depend on which cells hold the keys (memory/attention_view.h).
@@ -120,6 +142,8 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     a.v_rows = ws.key_v_rows.data();
     a.k_type = layout.type_k;
     a.v_type = layout.type_v;
+    if (coded_k) a.k_code = &code_layer->k_rows;
+    if (layout.type_v == GgmlType::TQC3) a.v_code = &code_layer->v_rows;
     a.n_kv = static_cast<int64_t>(g.rows.size());
     a.mask = g.mask.empty() ? nullptr : g.mask.data();  // empty: every token sees every key
     a.mask_stride = a.n_kv;
@@ -163,6 +187,8 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
   }
   if (rot && rot->v.active())
     for (int64_t t = 0; t < n_tokens; ++t) rot->v.apply_inverse(out + t * n_q, n_q);
+  if (layout.type_v == GgmlType::TQC3)  // the output mixes V rows in code units: map it back once
+    for (int64_t t = 0; t < n_tokens; ++t) layout.code->map_output(*code_layer, out + t * n_q, shape.n_head);
 }
 
 }  // namespace agentkv

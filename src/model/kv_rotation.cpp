@@ -24,8 +24,9 @@ memory::KvRotation choose_kv_rotation(const ModelConfig& config, GgmlType type_k
                                       KvRotationMode mode, uint64_t seed) {
   memory::KvRotation r;
   if (mode == KvRotationMode::Off || config.n_attention_layers() == 0) return r;
-  const bool rotate_k = mode == KvRotationMode::On || ggml_type_info(type_k).quantized;
-  const bool rotate_v = mode == KvRotationMode::On || ggml_type_info(type_v).quantized;
+  // A tqc3 side is never rotated: its calibrated code has its own basis (memory/kv_code.h).
+  const bool rotate_k = type_k != GgmlType::TQC3 && (mode == KvRotationMode::On || ggml_type_info(type_k).quantized);
+  const bool rotate_v = type_v != GgmlType::TQC3 && (mode == KvRotationMode::On || ggml_type_info(type_v).quantized);
   if (rotate_k && config.head_dim_k % 64 == 0) {
     uint32_t block = 64;
     while (config.head_dim_k % (2 * block) == 0) block *= 2;

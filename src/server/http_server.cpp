@@ -445,6 +445,7 @@ bool HttpServer::load() {
     cp.type_v = cfg_.type_v;
     cp.kv_rotation = cfg_.kv_rotation;
     cp.kv_rotation_seed = cfg_.kv_rotation_seed;
+    cp.kv_code = cfg_.kv_code;
     cp.kv_hot_cells = cfg_.kv_hot_cells;
     cp.tail_type_k = cfg_.tail_type_k;
     cp.tail_type_v = cfg_.tail_type_v;
@@ -1289,7 +1290,8 @@ Json HttpServer::kv_cache_props() const {
               {"rotation", kv_rotation_mode_name(cfg_.kv_rotation)},
               {"rotation_k_block", kv.rotation_k_block},
               {"rotation_v_block", kv.rotation_v_block},
-              {"rotation_seed", kv.rotation_seed}};
+              {"rotation_seed", kv.rotation_seed},
+              {"code_id", kv.code_id}};  // tqc3's calibrated code (0: none)
 }
 
 void HttpServer::props(Response& res) {

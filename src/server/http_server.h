@@ -4,11 +4,13 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "agentkv/ggml_type.h"
 #include "agentkv/context.h"  // KvRotationMode
+#include "agentkv/kv_code.h"
 
 namespace agentkv::server {
 
@@ -32,6 +34,7 @@ struct ServerConfig {
   GgmlType tail_type_k = GgmlType::F16;               // --kv-tail-type
   GgmlType tail_type_v = GgmlType::F16;
   std::string kv_tail_dir;                            // --kv-tail-dir: the tail in files mapped from it
+  KvCodePtr kv_code;                                  // --kv-code: tqc3's calibrated code
   size_t max_body_bytes = 16u << 20;
   double slot_similarity = 0.10;     // llama-server's --slot-prompt-similarity
   int http_threads = 0;              // connections served at once, one thread each; 0: 256
