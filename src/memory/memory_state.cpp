@@ -293,7 +293,8 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
   StateReader content = r.sub(body - r.offset(), "sections");
   std::vector<uint32_t> known = {kSectionKv, kSectionRecurrent, kSectionTokens, kSectionLogits, kSectionCheckpoints};
   if (c.version >= 2) known.push_back(kSectionPages);
-  if (c.version >= 3) known.insert(known.end(), {kSectionKvRotation, kSectionKvCode});
+  if (c.version >= 3) known.push_back(kSectionKvRotation);
+  if (c.version >= 4) known.push_back(kSectionKvCode);
   std::vector<Section> sections = read_section_list(content, known, "state");
   content.expect_end("sections");
   c.memory = image_from_sections(sections, seq, flags, content, "state");
@@ -317,7 +318,8 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
   if (StateReader* k = find_section(sections, kSectionCheckpoints)) {
     // A checkpoint's KV image carries its rotation beside it from version 3 on.
     std::vector<uint32_t> checkpoint_sections = {kSectionKv, kSectionRecurrent};
-    if (c.version >= 3) checkpoint_sections.insert(checkpoint_sections.end(), {kSectionKvRotation, kSectionKvCode});
+    if (c.version >= 3) checkpoint_sections.push_back(kSectionKvRotation);
+    if (c.version >= 4) checkpoint_sections.push_back(kSectionKvCode);
     const uint32_t n = k->u32("checkpoint count");
     if (n > k->remaining() / 16) k->fail("checkpoint count " + std::to_string(n) + " cannot fit the section");
     for (uint32_t i = 0; i < n; ++i) {

@@ -19,7 +19,7 @@ namespace agentkv::memory {
 inline constexpr uint32_t kStateMagic = 0x53564b41;  // "AKVS" as bytes
 // Version 2 adds the page chain section (PAGE); version 1 blobs are still read (and written on
 // request, for peers that only read version 1).
-inline constexpr uint32_t kStateVersion = 3;  // 3: KVRT (KV rotation); 2: PAGE
+inline constexpr uint32_t kStateVersion = 4;  // 4: KVCD (KV code); 3: KVRT (KV rotation); 2: PAGE
 inline constexpr uint32_t kStateOldestVersion = 1;
 
 // Save flags (llama.cpp's llama_state_seq_flags, same bit for PARTIAL_ONLY).
@@ -44,7 +44,7 @@ inline constexpr uint32_t kSectionLogits = state_tag("LOGT");
 inline constexpr uint32_t kSectionCheckpoints = state_tag("CKPT");
 inline constexpr uint32_t kSectionPages = state_tag("PAGE");
 inline constexpr uint32_t kSectionKvRotation = state_tag("KVRT");
-inline constexpr uint32_t kSectionKvCode = state_tag("KVCD");  // version 3 blobs of tqc3 caches
+inline constexpr uint32_t kSectionKvCode = state_tag("KVCD");  // version 4: tqc3 caches
 std::string state_tag_name(uint32_t tag);
 
 // One sequence's memory (seq >= 0) or the whole memory (seq = -1), as views.

@@ -298,7 +298,7 @@ def test_restoring_a_state_whose_pages_are_cached_shares_them(tmp_path, save_dir
     info = subprocess.run([_find_binary(), "state", "info", os.path.join(save_dir, "shared.state")],
                           capture_output=True, text=True, timeout=60)
     assert info.returncode == 0, info.stderr
-    assert "version 3" in info.stdout and "page chain: %d pages of 16 tokens" % ((len(prompt) + 3) // 16) in info.stdout, \
+    assert "version 4" in info.stdout and "page chain: %d pages of 16 tokens" % ((len(prompt) + 3) // 16) in info.stdout, \
         info.stdout
     other = Server(tmp_path / "alone", "-np", "1", "--slot-save-path", save_dir)
     try:
