@@ -23,6 +23,8 @@
 #include "engine/context_impl.h"
 #include "kernels/attention.h"
 #include "kernels/coded_rows.h"
+#include "kernels/dispatch.h"
+#include "kernels/quant.h"
 #include "kernels/threadpool.h"
 #include "memory/kv_code.h"
 #include "memory/kv_code_fit.h"
@@ -53,11 +55,22 @@ float reference_level(float u, int w) {
   return static_cast<float>(c) - 0.5f * static_cast<float>(top);
 }
 
-TEST(CodedRows, RoundTripIsTheNearestLevelAtThreePointTwoFiveBits) {
+// Every level's unpacking (portable, AVX2 in-lane shuffles, AVX-512 VBMI permutes) gives the same floats.
+class CodedRows : public ::testing::TestWithParam<CpuLevel> {
+ protected:
+  void SetUp() override {
+    if (set_cpu_level(GetParam()) != GetParam()) GTEST_SKIP() << "the CPU lacks this level";
+  }
+  void TearDown() override { set_cpu_level(detected_cpu_level()); }
+};
+INSTANTIATE_TEST_SUITE_P(Levels, CodedRows, ::testing::Values(CpuLevel::Scalar, CpuLevel::Avx2, CpuLevel::Avx512),
+                         [](const auto& info) { return std::string(cpu_level_name(info.param)); });
+
+TEST_P(CodedRows, RoundTripIsTheNearestLevelAtThreePointTwoFiveBits) {
   EXPECT_EQ(ggml_row_size(GgmlType::TQC3, 64), 26u);  // 3.25 bits per element, nothing else stored
   EXPECT_EQ(ggml_row_size(GgmlType::TQC3, 128) * 8, 128u * 13 / 4);
   std::mt19937 rng(7);
-  for (int64_t hd : {32, 64, 128}) {
+  for (int64_t hd : {32, 64, 128, 256}) {
     std::vector<std::vector<uint8_t>> widths;
     for (int h = 0; h < 3; ++h) widths.push_back(random_widths(hd, rng));
     widths.push_back(std::vector<uint8_t>(static_cast<size_t>(hd), 0));
@@ -68,20 +81,27 @@ TEST(CodedRows, RoundTripIsTheNearestLevelAtThreePointTwoFiveBits) {
     std::normal_distribution<float> nd(0.f, 40.f);
     std::vector<float> u(static_cast<size_t>(hd)), back(static_cast<size_t>(hd));
     std::vector<uint8_t> bytes(heads.head_bytes() + 8, 0xAB);
+    std::vector<int8_t> levels(static_cast<size_t>(hd));
     for (int trial = 0; trial < 200; ++trial)
       for (int64_t h = 0; h < heads.n_heads(); ++h) {
         for (auto& x : u) x = trial % 3 == 0 ? nd(rng) * 0.05f : nd(rng);  // inside and far outside the range
         heads.encode(h, u.data(), bytes.data());
         EXPECT_EQ(bytes[heads.head_bytes()], 0xAB) << "wrote past the head's bytes";
         heads.decode(h, bytes.data(), back.data());
-        for (int64_t i = 0; i < hd; ++i)
-          ASSERT_EQ(back[static_cast<size_t>(i)], reference_level(u[static_cast<size_t>(i)], heads.widths(h)[static_cast<size_t>(i)]))
+        const uint8_t flip = trial % 2 ? 0x80 : 0;
+        heads.levels(h, bytes.data(), levels.data(), flip);
+        for (int64_t i = 0; i < hd; ++i) {
+          const float want = reference_level(u[static_cast<size_t>(i)], heads.widths(h)[static_cast<size_t>(i)]);
+          ASSERT_EQ(back[static_cast<size_t>(i)], want)
               << "hd " << hd << " head " << h << " coordinate " << i << " u " << u[static_cast<size_t>(i)];
+          ASSERT_EQ(static_cast<int8_t>(static_cast<uint8_t>(levels[static_cast<size_t>(i)]) ^ flip), static_cast<int>(2 * want))
+              << "doubled int8 level, hd " << hd << " coordinate " << i;
+        }
       }
   }
 }
 
-TEST(CodedRows, RefusesProfilesThatDoNotFillTheType) {
+TEST(CodedRowsProfile, RefusesProfilesThatDoNotFillTheType) {
   std::vector<uint8_t> w(64, 3);
   w[0] = w[1] = w[2] = w[3] = 7;
   w[4] = 4;  // 4*7 + 4 + 59*3 = 209 bits: one too many
@@ -281,7 +301,9 @@ TEST(KvCodeFile, RoundTripsAndRefusesDamage) {
 }
 
 // Attention over tqc3 rows equals attention over f32 rows holding the decoded levels (both tiled,
-// agentkv's order), for a prefill batch and for one decoded token over many keys.
+// agentkv's order), for a prefill batch and for one decoded token over many keys. tqc3 keys are
+// scored as integer levels against the query in q8_0 (their vec_dot_type, as tq3's), so the f32
+// reference reads the query rounded to q8_0.
 TEST(KvCodeAttention, CodedRowsReadAsTheirLevels) {
   std::mt19937 rng(5);
   const int64_t hd = 64, hk = 2, hq = 4, n_kv = 2300;
@@ -318,7 +340,12 @@ TEST(KvCodeAttention, CodedRowsReadAsTheirLevels) {
     std::vector<float> mask(static_cast<size_t>(n_tokens * n_kv), 0.0f);
     for (int64_t t = 0; t < n_tokens; ++t)
       for (int64_t j = n_kv - n_tokens + t + 1; j < n_kv; ++j) mask[static_cast<size_t>(t * n_kv + j)] = -INFINITY;
-    std::vector<float> got(q.size()), want(q.size());
+    std::vector<float> got(q.size()), want(q.size()), q_rounded(q.size());
+    std::vector<uint8_t> q8(ggml_row_size(GgmlType::Q8_0, hd));
+    for (int64_t r = 0; r < n_tokens * hq; ++r) {
+      quantize_row(GgmlType::Q8_0, q.data() + r * hd, q8.data(), hd);
+      dequantize_row(GgmlType::Q8_0, q8.data(), q_rounded.data() + r * hd, hd);
+    }
     AttentionArgs a;
     a.shape = {static_cast<int>(hq), static_cast<int>(hk), static_cast<int>(hd), 0.125f};
     a.n_tokens = n_tokens;
@@ -333,6 +360,7 @@ TEST(KvCodeAttention, CodedRowsReadAsTheirLevels) {
     a.k_rows = kcp.data(), a.v_rows = vcp.data(), a.k_type = a.v_type = GgmlType::TQC3;
     a.k_code = &k_code, a.v_code = &v_code, a.out = got.data();
     f.k_rows = kfp.data(), f.v_rows = vfp.data(), f.k_type = f.v_type = GgmlType::F32, f.out = want.data();
+    f.q = q_rounded.data();
     attention(a, pool);
     attention(f, pool);
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << n_tokens << " tokens, " << i;

@@ -85,7 +85,14 @@ enum class Mode { kPerKey, kTiled, kSplitKeys, kOwnDecode };
 // and still a function of the key count alone.
 constexpr int64_t kKeySpanPad = 32;
 // Types own-type decoding reads as int8 levels and block scales.
-constexpr bool LevelType(GgmlType t) { return t == GgmlType::TQ4 || t == GgmlType::TQ3 || t == GgmlType::Q8_0; }
+constexpr bool LevelType(GgmlType t) {
+  return t == GgmlType::TQ4 || t == GgmlType::TQ3 || t == GgmlType::Q8_0 || t == GgmlType::TQC3;
+}
+// Elements per level scale: q8_0's blocks are 32, tq's 64; tqc3's levels all have the scale 0.5,
+// so its blocks are as long as the head allows (64 when it divides it: fewer scale steps).
+constexpr int64_t LevelBlock(GgmlType t, int64_t head_dim) {
+  return t == GgmlType::Q8_0 || (t == GgmlType::TQC3 && head_dim % 64 != 0) ? 32 : 64;
+}
 
 inline int64_t KeySpan(int64_t n_kv) { return (n_kv + kKeySpanPad - 1) / kKeySpanPad * kKeySpanPad; }
 
@@ -1113,10 +1120,14 @@ void LevelsTQ3(const uint8_t* src, int8_t* levels, float* scales, int64_t n, uin
   }
 }
 
-// A tq or q8_0 row's levels (XORed with flip) and scales (q8_0: its int8 values and per-32 scales).
+// A tq or q8_0 row's levels (XORed with flip) and scales (q8_0: its int8 values and per-32 scales;
+// tqc3: its doubled levels, scale 0.5, heads from first_head on, kernels/coded_rows.h).
 HWY_INLINE void RowLevels(GgmlType type, const uint8_t* src, int8_t* levels, float* scales, int64_t n,
-                          uint8_t flip = 0) {
-  if (type == GgmlType::Q8_0) {
+                          uint8_t flip = 0, const CodedHeads* code = nullptr, int64_t first_head = 0) {
+  if (type == GgmlType::TQC3) {
+    code->levels(first_head, n / code->head_dim(), src, levels, flip);
+    std::fill(scales, scales + n / attention_detail::LevelBlock(type, code->head_dim()), 0.5f);
+  } else if (type == GgmlType::Q8_0) {
     const hn::CappedTag<uint8_t, kQK8_0> d8;
     const int64_t N = static_cast<int64_t>(hn::Lanes(d8));
     const auto* blocks = reinterpret_cast<const BlockQ8_0*>(src);
@@ -1209,7 +1220,7 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
   // their vec_dot_type, in integer sums (level_scores.h): a quarter of the float work per score
   // where the CPU has VNNI. Other keys meet the f32 query (ggml's simd_gemm order).
   const bool level_keys = plan.own_type && LevelType(a.k_type);
-  const int64_t k_block = a.k_type == GgmlType::Q8_0 ? kQK8_0 : kQKTQ;
+  const int64_t k_block = attention_detail::LevelBlock(a.k_type, D);
   const int64_t k_blocks = level_keys ? D / k_block : 0;
   LevelQueries& level_queries = sc.level_queries;
   uint8_t key_flip = 0;
@@ -1289,10 +1300,15 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
           PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c0 + nk + j, c0 + nk + j + 1);
         }
 #if HWY_TARGET != HWY_SCALAR
-        RowLevels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D, key_flip);
+        RowLevels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D, key_flip, a.k_code, g);
 #else
-        unpack_levels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D);
-        for (int64_t i = 0; i < D; ++i) key_levels[j * D + i] = static_cast<int8_t>(key_levels[j * D + i] ^ key_flip);
+        if (a.k_type == GgmlType::TQC3) {
+          a.k_code->levels(g, kb, key_levels + j * D, key_flip);  // k_blocks scales of 0.5
+          std::fill(key_level_scales + j * k_blocks, key_level_scales + (j + 1) * k_blocks, 0.5f);
+        } else {
+          unpack_levels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D);
+          for (int64_t i = 0; i < D; ++i) key_levels[j * D + i] = static_cast<int8_t>(key_levels[j * D + i] ^ key_flip);
+        }
 #endif
       } else {
         keys[j] = TileRow(a.k_type, kb, kf + j * D, D, a.k_code, g);
@@ -1534,9 +1550,9 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
 #else
   constexpr bool k_levels = false, v_levels = false;
 #endif
-  [[maybe_unused]] const int64_t v_block = a.v_type == GgmlType::Q8_0 ? kQK8_0 : kQKTQ;
+  [[maybe_unused]] const int64_t v_block = attention_detail::LevelBlock(a.v_type, D);
   [[maybe_unused]] const int64_t nb = D / v_block;  // V blocks
-  [[maybe_unused]] const int64_t k_block = a.k_type == GgmlType::Q8_0 ? kQK8_0 : kQKTQ;
+  [[maybe_unused]] const int64_t k_block = attention_detail::LevelBlock(a.k_type, D);
   [[maybe_unused]] const int64_t k_nb = D / k_block;
   // V levels of the tile's whole rows (every KV head): key j's head g at (j * HK + g) * D, its
   // scales at (j * HK + g) * blocks. K levels: one row at a time (scored as soon as unpacked, so
@@ -1566,13 +1582,13 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
           if (k_levels) PrefetchRows(a.k_rows, 0, k_row_bytes, c0 + nk + j, c0 + nk + j + 1);
           if (v_levels) PrefetchRows(a.v_rows, 0, v_row_bytes, c0 + nk + j, c0 + nk + j + 1);
         }
-        if (v_levels) RowLevels(a.v_type, a.v_rows[c0 + j], lv + j * HK * D, sv + j * HK * nb, HK * D);
+        if (v_levels) RowLevels(a.v_type, a.v_rows[c0 + j], lv + j * HK * D, sv + j * HK * nb, HK * D, 0, a.v_code);
         if (!k_levels) continue;
         if (a.mask && a.mask[c0 + j] == -INFINITY) {
           for (int64_t h = 0; h < H; ++h) P[h * tile + j] = -INFINITY;
           continue;
         }
-        RowLevels(a.k_type, a.k_rows[c0 + j], lk, sk, HK * D);
+        RowLevels(a.k_type, a.k_rows[c0 + j], lk, sk, HK * D, 0, a.k_code);
         // Scores of every query head, two at a time (each level widened once for both).
         for (int64_t h = 0; h < H; h += 2) {
           const int64_t g = h / G, h1 = std::min(h + 1, g * G + G - 1);

@@ -6,8 +6,158 @@
 #include <string>
 
 #include "agentkv/error.h"
+#include "kernels/dispatch.h"
+#include "kernels/quant_simd_x86.h"
 
 namespace agentkv {
+namespace {
+
+CodedHeads::Unpacking plan_unpacking(const std::vector<uint8_t>& widths) {
+  const size_t n = widths.size();
+  CodedHeads::Unpacking u;
+  u.shuffle16.resize(2 * n);
+  u.permute32.resize(2 * n);
+  u.shift.resize(n);
+  u.mask.resize(n);
+  u.shift16.resize(n);
+  u.mask16.resize(n);
+  u.half.resize(n);
+  u.mul16.resize(n);
+  u.odd16.resize(n);
+  u.window64.resize(n);
+  u.bit64.resize(n);
+  u.mask8.resize(n);
+  size_t bit = 0, group8 = 0;  // group8: the first byte of the current group of 8's window
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 64 == 0) u.start64.push_back(static_cast<uint16_t>(bit / 8));
+    if (i % 8 == 0) group8 = bit / 8;
+    u.window64[i] = static_cast<uint8_t>(group8 - u.start64.back() + i % 8);  // <= 56 + 7
+    u.bit64[i] = static_cast<uint8_t>(bit - 8 * group8);                      // <= 7 + 49
+    u.mask8[i] = static_cast<uint8_t>((1u << widths[i]) - 1);
+    if (i % 16 == 0) u.start16.push_back(static_cast<uint16_t>(bit / 8));
+    if (i % 32 == 0) u.start32.push_back(static_cast<uint16_t>(bit / 8));
+    const int w = widths[i];
+    // A width-0 coordinate reads byte 0 under an empty mask: its window may lie past the row.
+    const size_t byte = w ? bit / 8 : u.start32.back();
+    const size_t in16 = w ? byte - u.start16.back() : 0, in32 = byte - u.start32.back();
+    u.shuffle16[2 * i] = static_cast<uint8_t>(in16);  // <= 14 (16 codes of <= 7 bits span <= 15 bytes)
+    u.shuffle16[2 * i + 1] = static_cast<uint8_t>(in16 + 1);
+    u.permute32[2 * i] = static_cast<uint8_t>(in32);  // <= 28
+    u.permute32[2 * i + 1] = static_cast<uint8_t>(in32 + 1);
+    u.shift[i] = u.shift16[i] = static_cast<uint16_t>(w ? bit % 8 : 0);
+    u.mask[i] = u.mask16[i] = static_cast<uint16_t>((1u << w) - 1);
+    u.half[i] = 0.5f * static_cast<float>((1 << w) - 1);
+    u.mul16[i] = static_cast<uint16_t>(1u << (8 - u.shift[i]));
+    u.odd16[i] = static_cast<uint16_t>((1u << w) - 1);
+    bit += static_cast<size_t>(w);
+  }
+  return u;
+}
+
+// The definition: each code read from its 16-bit window (bytes past the row read as 0).
+uint32_t code_at(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t i);
+
+void decode_portable(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(code_at(u, src, n_bytes, i)) - u.half[static_cast<size_t>(i)];
+}
+
+uint32_t code_at(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t i) {
+  const size_t g = static_cast<size_t>(i / 32), b = u.start32[g] + u.permute32[static_cast<size_t>(2 * i)];
+  const uint32_t window = (b < n_bytes ? src[b] : 0u) | (b + 1 < n_bytes ? uint32_t{src[b + 1]} << 8 : 0u);
+  return (window >> u.shift[static_cast<size_t>(i)]) & u.mask[static_cast<size_t>(i)];
+}
+
+void levels_portable(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, int8_t* dst, uint8_t flip) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int level = 2 * static_cast<int>(code_at(u, src, n_bytes, i)) - u.odd16[static_cast<size_t>(i)];
+    dst[i] = static_cast<int8_t>(static_cast<uint8_t>(level) ^ flip);
+  }
+}
+
+#ifdef AGENTKV_HAVE_X86_SIMD
+// 16 doubled levels per step, in 16-bit lanes throughout: the variable shift as a multiply by
+// 2^(8 - s) and a shift by 8 (the code's bits land in the high byte), then packed to bytes.
+AGENTKV_AVX2 void levels_avx2(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, int8_t* dst,
+                              uint8_t flip) {
+  alignas(32) uint8_t row[1024 + 32] = {};
+  std::memcpy(row, src, n_bytes);
+  const __m256i vflip = _mm256_set1_epi8(static_cast<char>(flip));
+  for (int64_t g = 0; g < n / 16; ++g) {
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + u.start16[static_cast<size_t>(g)])));
+    const __m256i windows = _mm256_shuffle_epi8(bytes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.shuffle16.data() + 32 * g)));
+    const __m256i up = _mm256_mullo_epi16(windows, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.mul16.data() + 16 * g)));
+    const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(up, 8), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.mask16.data() + 16 * g)));
+    const __m256i lv = _mm256_sub_epi16(_mm256_add_epi16(codes, codes), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.odd16.data() + 16 * g)));
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(lv, lv), 0x08);  // lanes' low halves together
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16 * g), _mm256_castsi256_si128(_mm256_xor_si256(packed, vflip)));
+  }
+}
+
+// 64 doubled levels per step (vpmultishiftqb): each group of 8's window into a qword, each byte
+// its code's bits, masked, doubled, less 2^w - 1 (the mask itself), all in bytes. Heads
+// [h0, h0 + n_heads) of a row, one after the other.
+AGENTKV_AVX512_VBMI void levels_vbmi(const std::vector<CodedHeads::Unpacking>& plans, int64_t h0, int64_t n_heads,
+                                     const uint8_t* src, size_t n_bytes, int64_t n, int8_t* dst, uint8_t flip) {
+  const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
+  for (int64_t h = 0; h < n_heads; ++h, src += n_bytes, dst += n) {
+    const CodedHeads::Unpacking& u = plans[static_cast<size_t>(h0 + h)];
+    const uint16_t* start64 = u.start64.data();
+    const uint8_t* window64 = u.window64.data();
+    const uint8_t* bit64 = u.bit64.data();
+    const uint8_t* mask8 = u.mask8.data();
+    for (int64_t c = 0; c < n / 64; ++c) {
+      const size_t start = start64[c];
+      const size_t avail = std::min<size_t>(64, n_bytes - start);
+      const __mmask64 load = avail == 64 ? ~__mmask64{0} : (__mmask64{1} << avail) - 1;
+      const __m512i bytes = _mm512_maskz_loadu_epi8(load, src + start);
+      const __m512i windows = _mm512_permutexvar_epi8(_mm512_loadu_si512(window64 + 64 * c), bytes);
+      const __m512i fields = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(bit64 + 64 * c), windows);
+      const __m512i mask = _mm512_loadu_si512(mask8 + 64 * c);
+      const __m512i codes = _mm512_and_si512(fields, mask);
+      _mm512_storeu_si512(dst + 64 * c, _mm512_xor_si512(_mm512_sub_epi8(_mm512_add_epi8(codes, codes), mask), vflip));
+    }
+  }
+}
+
+// 16 codes per step: their 16 bytes broadcast to both lanes, one in-lane shuffle into 16-bit
+// windows, widened to 32 bits for the variable shifts AVX2 has.
+AGENTKV_AVX2 void decode_avx2(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, float* dst) {
+  alignas(32) uint8_t row[1024 + 32] = {};
+  std::memcpy(row, src, n_bytes);
+  for (int64_t g = 0; g < n / 16; ++g) {
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + u.start16[static_cast<size_t>(g)])));
+    const __m256i windows = _mm256_shuffle_epi8(bytes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.shuffle16.data() + 32 * g)));
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = 16 * g + 8 * half;
+      const __m256i w32 = _mm256_cvtepu16_epi32(half ? _mm256_extracti128_si256(windows, 1) : _mm256_castsi256_si128(windows));
+      const __m256i codes = _mm256_and_si256(
+          _mm256_srlv_epi32(w32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.shift.data() + i))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.mask.data() + i)));
+      _mm256_storeu_ps(dst + i, _mm256_sub_ps(_mm256_cvtepi32_ps(codes), _mm256_loadu_ps(u.half.data() + i)));
+    }
+  }
+}
+
+// 32 codes per step: one byte permute across the register into 16-bit windows, 16-bit shifts.
+AGENTKV_AVX512_VBMI void decode_vbmi(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, float* dst) {
+  for (int64_t g = 0; g < n / 32; ++g) {
+    const size_t start = u.start32[static_cast<size_t>(g)];
+    const size_t avail = std::min<size_t>(64, n_bytes - start);
+    const __mmask64 load = avail == 64 ? ~__mmask64{0} : (__mmask64{1} << avail) - 1;
+    const __m512i bytes = _mm512_maskz_loadu_epi8(load, src + start);
+    const __m512i windows = _mm512_permutexvar_epi8(_mm512_loadu_si512(u.permute32.data() + 64 * g), bytes);
+    const __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(windows, _mm512_loadu_si512(u.shift16.data() + 32 * g)),
+                                           _mm512_loadu_si512(u.mask16.data() + 32 * g));
+    for (int half = 0; half < 2; ++half) {
+      const int64_t i = 32 * g + 16 * half;
+      const __m512i c32 = _mm512_cvtepu16_epi32(half ? _mm512_extracti64x4_epi64(codes, 1) : _mm512_castsi512_si256(codes));
+      _mm512_storeu_ps(dst + i, _mm512_sub_ps(_mm512_cvtepi32_ps(c32), _mm512_loadu_ps(u.half.data() + i)));
+    }
+  }
+}
+#endif
+
+}  // namespace
 
 CodedHeads::CodedHeads(int64_t head_dim, std::vector<std::vector<uint8_t>> widths)
     : head_dim_(head_dim), widths_(std::move(widths)) {
@@ -23,6 +173,7 @@ CodedHeads::CodedHeads(int64_t head_dim, std::vector<std::vector<uint8_t>> width
       sum += w[i];
     }
     if (sum != bits) throw Error("coded rows: head " + std::to_string(h) + " spends " + std::to_string(sum) + " bits, the type holds " + std::to_string(bits));
+    unpacking_.push_back(plan_unpacking(w));
   }
 }
 
@@ -50,27 +201,35 @@ void CodedHeads::encode(int64_t head, const float* u, uint8_t* dst) const {
   if (filled > 0) dst[out] = static_cast<uint8_t>(acc);
 }
 
-void CodedHeads::decode(int64_t head, const uint8_t* src, float* dst) const {
-  const auto& w = widths_[static_cast<size_t>(head)];
-  uint64_t acc = 0;
-  int filled = 0;
-  size_t in = 0;
+void CodedHeads::levels(int64_t head, const uint8_t* src, int8_t* dst, uint8_t flip) const {
+  levels(head, 1, src, dst, flip);
+}
+
+void CodedHeads::levels(int64_t first_head, int64_t n, const uint8_t* src, int8_t* dst, uint8_t flip) const {
   const size_t n_bytes = head_bytes();
-  for (int64_t i = 0; i < head_dim_; ++i) {
-    const int width = w[static_cast<size_t>(i)];
-    if (width == 0) {
-      dst[i] = 0.0f;
+#ifdef AGENTKV_HAVE_X86_SIMD
+  if (avx512_vbmi_active() && head_dim_ % 64 == 0) return levels_vbmi(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
+#endif
+  for (int64_t h = 0; h < n; ++h, src += n_bytes, dst += head_dim_) {
+    const Unpacking& u = unpacking_[static_cast<size_t>(first_head + h)];
+#ifdef AGENTKV_HAVE_X86_SIMD
+    if (active_cpu_level() >= CpuLevel::Avx2 && n_bytes <= 1024) {
+      levels_avx2(u, src, n_bytes, head_dim_, dst, flip);
       continue;
     }
-    while (filled < width && in < n_bytes) {
-      acc |= static_cast<uint64_t>(src[in++]) << filled;
-      filled += 8;
-    }
-    const int c = static_cast<int>(acc & ((1u << width) - 1));
-    acc >>= width;
-    filled -= width;
-    dst[i] = static_cast<float>(c) - 0.5f * static_cast<float>((1 << width) - 1);
+#endif
+    levels_portable(u, src, n_bytes, head_dim_, dst, flip);
   }
+}
+
+void CodedHeads::decode(int64_t head, const uint8_t* src, float* dst) const {
+  const Unpacking& u = unpacking_[static_cast<size_t>(head)];
+  const size_t n_bytes = head_bytes();
+#ifdef AGENTKV_HAVE_X86_SIMD
+  if (avx512_vbmi_active()) return decode_vbmi(u, src, n_bytes, head_dim_, dst);
+  if (active_cpu_level() >= CpuLevel::Avx2 && n_bytes <= 1024) return decode_avx2(u, src, n_bytes, head_dim_, dst);
+#endif
+  decode_portable(u, src, n_bytes, head_dim_, dst);
 }
 
 }  // namespace agentkv

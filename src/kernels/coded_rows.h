@@ -28,12 +28,37 @@ class CodedHeads {
 
   // u: head_dim values in code units; each is rounded to its width's nearest level (clamped).
   void encode(int64_t head, const float* u, uint8_t* dst) const;
-  // The levels a head slice holds, as floats in code units.
+  // The levels a head slice holds, as floats in code units (the same floats at every CPU level).
   void decode(int64_t head, const uint8_t* src, float* dst) const;
+  // The same levels doubled, as int8 (2c - (2^w - 1): odd, within +-127), each XORed with `flip`:
+  // what the integer K.Q sums read (level_scores.h), with a scale of 0.5 per 32 elements.
+  void levels(int64_t head, const uint8_t* src, int8_t* dst, uint8_t flip = 0) const;
+  // Heads [first_head, first_head + n) of a row, their slices back to back in src and dst.
+  void levels(int64_t first_head, int64_t n, const uint8_t* src, int8_t* dst, uint8_t flip = 0) const;
+
+  // Where each coordinate's code lies, worked out once per head for the vector unpacking: a
+  // coordinate's code sits in the 16-bit window at byte `window` of its group's first byte,
+  // `shift` bits up, `mask` wide (groups of 16 coordinates for AVX2's in-lane shuffles, of 32 for
+  // AVX-512 VBMI's whole-register byte permute).
+  struct Unpacking {
+    std::vector<uint16_t> start16, start32;  // per group: its first byte
+    std::vector<uint8_t> shuffle16, permute32;  // per coordinate: its window's two byte indices
+    std::vector<uint32_t> shift, mask;          // per coordinate
+    std::vector<uint16_t> shift16, mask16;      // the same, 16-bit lanes
+    std::vector<uint16_t> mul16;                // 2^(8 - shift): AVX2's 16-bit shift, as a multiply
+    std::vector<uint16_t> odd16;                // 2^w - 1: 2c minus it is the doubled level
+    // VBMI's bit-field extraction (vpmultishiftqb), 64 coordinates per chunk: eight codes lie in
+    // one 8-byte window (8 x 7 bits + a start within a byte < 64 bits), so a byte permute puts
+    // each group of 8's window in a qword, and each byte takes its code's bits from its qword.
+    std::vector<uint16_t> start64;                    // per chunk: its first byte
+    std::vector<uint8_t> window64, bit64, mask8;  // per coordinate (the mask, 2^w - 1, is also the odd offset)
+    std::vector<float> half;                    // (2^w - 1) / 2, what a code's level is below it
+  };
 
  private:
   int64_t head_dim_ = 0;
   std::vector<std::vector<uint8_t>> widths_;
+  std::vector<Unpacking> unpacking_;
 };
 
 }  // namespace agentkv

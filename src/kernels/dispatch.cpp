@@ -59,6 +59,7 @@ CpuFeatures detect() {
   const bool avx512bw = (l7.b >> 30) & 1, avx512vl = (l7.b >> 31) & 1;
   f.avx512 = f.avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
   f.avx512_vnni = f.avx512 && ((l7.c >> 11) & 1);
+  f.avx512_vbmi = f.avx512 && ((l7.c >> 1) & 1);
   const CpuidRegs l7_1 = cpuid(7, 1);
   f.avx512_bf16 = f.avx512 && ((l7_1.a >> 5) & 1);
 #endif
@@ -129,6 +130,7 @@ CpuLevel active_cpu_level() {
 }
 
 bool avx512_vnni_active() { return active_cpu_level() == CpuLevel::Avx512 && cpu_features().avx512_vnni; }
+bool avx512_vbmi_active() { return active_cpu_level() == CpuLevel::Avx512 && cpu_features().avx512_vbmi; }
 
 CpuLevel set_cpu_level(CpuLevel level) {
   const CpuLevel used = clamp(level);

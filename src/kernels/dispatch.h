@@ -17,6 +17,7 @@ struct CpuFeatures {
   bool avx2 = false;  // with FMA, F16C and BMI2
   bool avx512 = false;  // F, BW, VL, DQ with OS support for the ZMM state
   bool avx512_vnni = false;
+  bool avx512_vbmi = false;  // byte permutes across the register (vpermb): tqc3's unpacking
   bool avx512_bf16 = false;
   // AMD (cpuid vendor AuthenticAMD). Its cores stream one row front to back at close to full
   // speed, where rows interleaved a stride apart hold the hardware prefetcher back; Intel's cores
@@ -32,6 +33,8 @@ CpuLevel detected_cpu_level();
 CpuLevel active_cpu_level();
 // The AVX-512 level is active and the CPU has VNNI (what the int8 GEMM kernels need).
 bool avx512_vnni_active();
+// The AVX-512 level is active and the CPU has VBMI.
+bool avx512_vbmi_active();
 // Forces a level for this process (clamped to what the CPU supports); returns the level now in use.
 // Not thread-safe with kernels running: call it at start-up or between tests.
 CpuLevel set_cpu_level(CpuLevel level);

@@ -15,6 +15,7 @@
 #define AGENTKV_AVX2 __attribute__((target(AGENTKV_TARGET_AVX2)))
 #define AGENTKV_AVX2_INLINE static inline __attribute__((target(AGENTKV_TARGET_AVX2), always_inline))
 #define AGENTKV_AVX512_VNNI __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vnni")))
+#define AGENTKV_AVX512_VBMI __attribute__((target(AGENTKV_TARGET_AVX512 ",avx512vbmi")))
 
 namespace agentkv::quant_detail::x86 {
 

@@ -17,23 +17,22 @@ namespace {
 constexpr char kMagic[8] = {'A', 'K', 'V', 'C', 'O', 'D', 'E', '1'};
 constexpr uint32_t kVersion = 1;
 
-// y = m x for an n x n row-major m.
-void mat_vec(const std::vector<float>& m, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float s = 0.0f;
-    const float* r = m.data() + i * n;
-    for (int64_t k = 0; k < n; ++k) s += r[k] * x[k];
-    y[i] = s;
-  }
-}
-
-// y = m^T x.
+// y = m^T x for an n x n row-major m: a sum of m's rows (axpy order, which vectorizes). y = m x
+// is the same with m's transpose.
 void mat_t_vec(const std::vector<float>& m, const float* x, float* y, int64_t n) {
   for (int64_t k = 0; k < n; ++k) y[k] = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     const float* r = m.data() + i * n;
-    for (int64_t k = 0; k < n; ++k) y[k] += r[k] * x[i];
+    const float xi = x[i];
+    for (int64_t k = 0; k < n; ++k) y[k] += r[k] * xi;
   }
+}
+
+std::vector<float> transposed(const std::vector<float>& m, int64_t n) {
+  std::vector<float> t(m.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < n; ++k) t[static_cast<size_t>(k * n + i)] = m[static_cast<size_t>(i * n + k)];
+  return t;
 }
 
 }  // namespace
@@ -43,6 +42,13 @@ KvCode::KvCode(int64_t head_dim, int64_t n_head_kv, std::vector<KvCodeLayer> lay
   if (head_dim_ <= 0 || head_dim_ % 32 != 0 || n_head_kv_ <= 0)
     throw Error("KV code: head_dim " + std::to_string(head_dim_) + " / " + std::to_string(n_head_kv_) + " KV heads are not a tqc3 shape");
   const size_t n2 = static_cast<size_t>(head_dim_ * head_dim_);
+  for (KvCodeLayer& l : layers_)
+    for (auto* maps : {&l.k, &l.v})
+      for (KvCodeMaps& m : *maps)
+        if (m.to_code.size() == n2 && m.from_code.size() == n2) {
+          m.to_code_t = transposed(m.to_code, head_dim_);
+          m.from_code_t = transposed(m.from_code, head_dim_);
+        }
   for (const KvCodeLayer& l : layers_) {
     if (l.layer < 0 || l.layer > 4096) throw Error("KV code: layer id " + std::to_string(l.layer));
     if (static_cast<int64_t>(l.k.size()) != n_head_kv_ || static_cast<int64_t>(l.v.size()) != n_head_kv_ ||
@@ -158,7 +164,7 @@ void KvCode::encode_row(const KvCodeLayer& l, bool v, const float* row, uint8_t*
   thread_local std::vector<float> u;
   u.resize(static_cast<size_t>(head_dim_));
   for (int64_t h = 0; h < n_head_kv_; ++h) {
-    mat_vec(maps[static_cast<size_t>(h)].to_code, row + h * head_dim_, u.data(), head_dim_);
+    mat_t_vec(maps[static_cast<size_t>(h)].to_code_t, row + h * head_dim_, u.data(), head_dim_);
     rows.encode(h, u.data(), dst + static_cast<size_t>(h) * rows.head_bytes());
   }
 }
@@ -170,7 +176,7 @@ void KvCode::decode_row(const KvCodeLayer& l, bool v, const uint8_t* src, float*
   u.resize(static_cast<size_t>(head_dim_));
   for (int64_t h = 0; h < n_head_kv_; ++h) {
     rows.decode(h, src + static_cast<size_t>(h) * rows.head_bytes(), u.data());
-    mat_vec(maps[static_cast<size_t>(h)].from_code, u.data(), row + h * head_dim_, head_dim_);
+    mat_t_vec(maps[static_cast<size_t>(h)].from_code_t, u.data(), row + h * head_dim_, head_dim_);
   }
 }
 
@@ -189,7 +195,7 @@ void KvCode::map_output(const KvCodeLayer& l, float* o, int64_t n_head) const {
   t.resize(static_cast<size_t>(head_dim_));
   const int64_t group = n_head / n_head_kv_;
   for (int64_t h = 0; h < n_head; ++h) {
-    mat_vec(l.v[static_cast<size_t>(h / group)].from_code, o + h * head_dim_, t.data(), head_dim_);
+    mat_t_vec(l.v[static_cast<size_t>(h / group)].from_code_t, o + h * head_dim_, t.data(), head_dim_);
     std::copy(t.begin(), t.end(), o + h * head_dim_);
   }
 }

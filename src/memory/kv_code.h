@@ -19,6 +19,8 @@ namespace agentkv::memory {
 struct KvCodeMaps {
   std::vector<float> to_code;
   std::vector<float> from_code;
+  // Their transposes, derived when a KvCode is made (products as column sums vectorize).
+  std::vector<float> to_code_t, from_code_t;
 };
 
 struct KvCodeLayer {
