@@ -128,6 +128,7 @@ struct Plan {
   int64_t group = 0;  // query heads per KV head
   int64_t n_head_kv = 0;
   size_t k_head_bytes = 0;  // bytes of one head's slice of a K row
+  CodedUnpack coded_unpack = CodedUnpack::kPortable;  // how tqc3 rows are unpacked (once per call)
   size_t v_head_bytes = 0;
   GgmlType q_type = GgmlType::F32;  // vec_dot_type(k_type) for the per-key algorithm
   size_t q_head_bytes = 0;
@@ -1123,9 +1124,10 @@ void LevelsTQ3(const uint8_t* src, int8_t* levels, float* scales, int64_t n, uin
 // A tq or q8_0 row's levels (XORed with flip) and scales (q8_0: its int8 values and per-32 scales;
 // tqc3: its doubled levels, scale 0.5, heads from first_head on, kernels/coded_rows.h).
 HWY_INLINE void RowLevels(GgmlType type, const uint8_t* src, int8_t* levels, float* scales, int64_t n,
-                          uint8_t flip = 0, const CodedHeads* code = nullptr, int64_t first_head = 0) {
+                          uint8_t flip = 0, const CodedHeads* code = nullptr, int64_t first_head = 0,
+                          CodedUnpack how = CodedUnpack::kPortable) {
   if (type == GgmlType::TQC3) {
-    code->levels(first_head, n / code->head_dim(), src, levels, flip);
+    code->levels(how, first_head, n / code->head_dim(), src, levels, flip);
     std::fill(scales, scales + n / attention_detail::LevelBlock(type, code->head_dim()), 0.5f);
   } else if (type == GgmlType::Q8_0) {
     const hn::CappedTag<uint8_t, kQK8_0> d8;
@@ -1166,9 +1168,10 @@ void DequantizeTQ(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
 // One head slice of a K or V row as f32 for the tile loop: F32 rows are read in place, F16 rows
 // widened, quantized rows (agentkv's own types: see tiled_kv in attention()) dequantized into `scratch`.
 HWY_INLINE const float* TileRow(GgmlType type, const uint8_t* src, float* scratch, int64_t n,
-                                const CodedHeads* code = nullptr, int64_t head = 0) {
+                                const CodedHeads* code = nullptr, int64_t head = 0,
+                                CodedUnpack how = CodedUnpack::kPortable) {
   switch (type) {
-    case GgmlType::TQC3: code->decode(head, src, scratch); break;  // in code units (AttentionArgs)
+    case GgmlType::TQC3: code->decode(how, head, src, scratch); break;  // in code units (AttentionArgs)
     case GgmlType::F32: return reinterpret_cast<const float*>(src);
     case GgmlType::F16: RowToF32(src, true, scratch, n); break;
 #if HWY_TARGET != HWY_SCALAR
@@ -1300,10 +1303,10 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
           PrefetchRows(a.v_rows, v_off, plan.v_head_bytes, c0 + nk + j, c0 + nk + j + 1);
         }
 #if HWY_TARGET != HWY_SCALAR
-        RowLevels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D, key_flip, a.k_code, g);
+        RowLevels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D, key_flip, a.k_code, g, plan.coded_unpack);
 #else
         if (a.k_type == GgmlType::TQC3) {
-          a.k_code->levels(g, kb, key_levels + j * D, key_flip);  // k_blocks scales of 0.5
+          a.k_code->levels(plan.coded_unpack, g, 1, kb, key_levels + j * D, key_flip);  // k_blocks scales of 0.5
           std::fill(key_level_scales + j * k_blocks, key_level_scales + (j + 1) * k_blocks, 0.5f);
         } else {
           unpack_levels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D);
@@ -1311,9 +1314,9 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
         }
 #endif
       } else {
-        keys[j] = TileRow(a.k_type, kb, kf + j * D, D, a.k_code, g);
+        keys[j] = TileRow(a.k_type, kb, kf + j * D, D, a.k_code, g, plan.coded_unpack);
       }
-      values[j] = TileRow(a.v_type, vb, vf + j * D, D, a.v_code, g);
+      values[j] = TileRow(a.v_type, vb, vf + j * D, D, a.v_code, g, plan.coded_unpack);
     }
     if (!level_keys)
       for (int64_t j = nk; j < key_slots; ++j) keys[j] = kf + kKeyTile * D;  // zeros
@@ -1582,13 +1585,13 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
           if (k_levels) PrefetchRows(a.k_rows, 0, k_row_bytes, c0 + nk + j, c0 + nk + j + 1);
           if (v_levels) PrefetchRows(a.v_rows, 0, v_row_bytes, c0 + nk + j, c0 + nk + j + 1);
         }
-        if (v_levels) RowLevels(a.v_type, a.v_rows[c0 + j], lv + j * HK * D, sv + j * HK * nb, HK * D, 0, a.v_code);
+        if (v_levels) RowLevels(a.v_type, a.v_rows[c0 + j], lv + j * HK * D, sv + j * HK * nb, HK * D, 0, a.v_code, 0, plan.coded_unpack);
         if (!k_levels) continue;
         if (a.mask && a.mask[c0 + j] == -INFINITY) {
           for (int64_t h = 0; h < H; ++h) P[h * tile + j] = -INFINITY;
           continue;
         }
-        RowLevels(a.k_type, a.k_rows[c0 + j], lk, sk, HK * D, 0, a.k_code);
+        RowLevels(a.k_type, a.k_rows[c0 + j], lk, sk, HK * D, 0, a.k_code, 0, plan.coded_unpack);
         // Scores of every query head, two at a time (each level widened once for both).
         for (int64_t h = 0; h < H; h += 2) {
           const int64_t g = h / G, h1 = std::min(h + 1, g * G + G - 1);
@@ -1622,8 +1625,8 @@ void OwnTypeDecodeUnit(const Plan& plan, int64_t k0, int64_t k1, int64_t chunk) 
         if (!v_levels) PrefetchRows(a.v_rows, 0, v_row_bytes, p0, p1);
       }
       for (int64_t j = 0; j < nk; ++j) {
-        if (!k_levels) keys[j] = TileRow(a.k_type, a.k_rows[c0 + j] + k_off, kf + j * D, D, a.k_code, g);
-        if (!v_levels) values[j] = TileRow(a.v_type, a.v_rows[c0 + j] + v_off, vf + j * D, D, a.v_code, g);
+        if (!k_levels) keys[j] = TileRow(a.k_type, a.k_rows[c0 + j] + k_off, kf + j * D, D, a.k_code, g, plan.coded_unpack);
+        if (!v_levels) values[j] = TileRow(a.v_type, a.v_rows[c0 + j] + v_off, vf + j * D, D, a.v_code, g, plan.coded_unpack);
       }
       // Scores of the group's heads (keys read as levels were scored above, key by key).
       for (int64_t r = 0; r < G && !k_levels; ++r) {
@@ -1861,6 +1864,7 @@ void attention(const AttentionArgs& args, ThreadPool& pool) {
   plan.n_head_kv = args.shape.n_head_kv;
   plan.group = args.shape.n_head / args.shape.n_head_kv;
   plan.k_head_bytes = ggml_row_size(args.k_type, plan.head_dim);
+  plan.coded_unpack = CodedHeads::active_unpack();
   plan.v_head_bytes = ggml_row_size(args.v_type, plan.head_dim);
   plan.q_type = vec_dot_type(args.k_type);
   plan.q_head_bytes = ggml_row_size(plan.q_type, plan.head_dim);

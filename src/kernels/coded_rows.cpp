@@ -99,6 +99,7 @@ AGENTKV_AVX2 void levels_avx2(const CodedHeads::Unpacking& u, const uint8_t* src
 AGENTKV_AVX512_VBMI void levels_vbmi(const std::vector<CodedHeads::Unpacking>& plans, int64_t h0, int64_t n_heads,
                                      const uint8_t* src, size_t n_bytes, int64_t n, int8_t* dst, uint8_t flip) {
   const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
+  const uint8_t* row_end = src + static_cast<size_t>(n_heads) * n_bytes;  // the later heads' bytes are readable
   for (int64_t h = 0; h < n_heads; ++h, src += n_bytes, dst += n) {
     const CodedHeads::Unpacking& u = plans[static_cast<size_t>(h0 + h)];
     const uint16_t* start64 = u.start64.data();
@@ -106,10 +107,13 @@ AGENTKV_AVX512_VBMI void levels_vbmi(const std::vector<CodedHeads::Unpacking>& p
     const uint8_t* bit64 = u.bit64.data();
     const uint8_t* mask8 = u.mask8.data();
     for (int64_t c = 0; c < n / 64; ++c) {
-      const size_t start = start64[c];
-      const size_t avail = std::min<size_t>(64, n_bytes - start);
-      const __mmask64 load = avail == 64 ? ~__mmask64{0} : (__mmask64{1} << avail) - 1;
-      const __m512i bytes = _mm512_maskz_loadu_epi8(load, src + start);
+      const uint8_t* at = src + start64[c];
+      __m512i bytes;
+      if (row_end - at >= 64) {
+        bytes = _mm512_loadu_si512(at);
+      } else {
+        bytes = _mm512_maskz_loadu_epi8((__mmask64{1} << (row_end - at)) - 1, at);
+      }
       const __m512i windows = _mm512_permutexvar_epi8(_mm512_loadu_si512(window64 + 64 * c), bytes);
       const __m512i fields = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(bit64 + 64 * c), windows);
       const __m512i mask = _mm512_loadu_si512(mask8 + 64 * c);
@@ -201,19 +205,23 @@ void CodedHeads::encode(int64_t head, const float* u, uint8_t* dst) const {
   if (filled > 0) dst[out] = static_cast<uint8_t>(acc);
 }
 
-void CodedHeads::levels(int64_t head, const uint8_t* src, int8_t* dst, uint8_t flip) const {
-  levels(head, 1, src, dst, flip);
+CodedUnpack CodedHeads::active_unpack() {
+#ifdef AGENTKV_HAVE_X86_SIMD
+  if (avx512_vbmi_active()) return CodedUnpack::kVbmi;
+  if (active_cpu_level() >= CpuLevel::Avx2) return CodedUnpack::kAvx2;
+#endif
+  return CodedUnpack::kPortable;
 }
 
-void CodedHeads::levels(int64_t first_head, int64_t n, const uint8_t* src, int8_t* dst, uint8_t flip) const {
+void CodedHeads::levels(CodedUnpack how, int64_t first_head, int64_t n, const uint8_t* src, int8_t* dst, uint8_t flip) const {
   const size_t n_bytes = head_bytes();
 #ifdef AGENTKV_HAVE_X86_SIMD
-  if (avx512_vbmi_active() && head_dim_ % 64 == 0) return levels_vbmi(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
+  if (how == CodedUnpack::kVbmi && head_dim_ % 64 == 0) return levels_vbmi(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
 #endif
   for (int64_t h = 0; h < n; ++h, src += n_bytes, dst += head_dim_) {
     const Unpacking& u = unpacking_[static_cast<size_t>(first_head + h)];
 #ifdef AGENTKV_HAVE_X86_SIMD
-    if (active_cpu_level() >= CpuLevel::Avx2 && n_bytes <= 1024) {
+    if (how != CodedUnpack::kPortable && n_bytes <= 1024) {
       levels_avx2(u, src, n_bytes, head_dim_, dst, flip);
       continue;
     }
@@ -222,12 +230,12 @@ void CodedHeads::levels(int64_t first_head, int64_t n, const uint8_t* src, int8_
   }
 }
 
-void CodedHeads::decode(int64_t head, const uint8_t* src, float* dst) const {
+void CodedHeads::decode(CodedUnpack how, int64_t head, const uint8_t* src, float* dst) const {
   const Unpacking& u = unpacking_[static_cast<size_t>(head)];
   const size_t n_bytes = head_bytes();
 #ifdef AGENTKV_HAVE_X86_SIMD
-  if (avx512_vbmi_active()) return decode_vbmi(u, src, n_bytes, head_dim_, dst);
-  if (active_cpu_level() >= CpuLevel::Avx2 && n_bytes <= 1024) return decode_avx2(u, src, n_bytes, head_dim_, dst);
+  if (how == CodedUnpack::kVbmi) return decode_vbmi(u, src, n_bytes, head_dim_, dst);
+  if (how == CodedUnpack::kAvx2 && n_bytes <= 1024) return decode_avx2(u, src, n_bytes, head_dim_, dst);
 #endif
   decode_portable(u, src, n_bytes, head_dim_, dst);
 }

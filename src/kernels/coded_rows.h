@@ -11,6 +11,10 @@
 
 namespace agentkv {
 
+// How rows are unpacked at the active CPU level (every way gives the same values). Kernels pick it
+// once per call (CodedHeads::active_unpack) rather than once per row.
+enum class CodedUnpack { kPortable, kAvx2, kVbmi };
+
 inline constexpr int kCodedMaxWidth = 7;          // bits per coordinate at most
 inline constexpr int64_t kCodedBitsPer32 = 104;   // tqc3: 3.25 bits per element, all included
 
@@ -28,13 +32,18 @@ class CodedHeads {
 
   // u: head_dim values in code units; each is rounded to its width's nearest level (clamped).
   void encode(int64_t head, const float* u, uint8_t* dst) const;
+  static CodedUnpack active_unpack();
+
   // The levels a head slice holds, as floats in code units (the same floats at every CPU level).
-  void decode(int64_t head, const uint8_t* src, float* dst) const;
+  void decode(int64_t head, const uint8_t* src, float* dst) const { decode(active_unpack(), head, src, dst); }
+  void decode(CodedUnpack how, int64_t head, const uint8_t* src, float* dst) const;
   // The same levels doubled, as int8 (2c - (2^w - 1): odd, within +-127), each XORed with `flip`:
   // what the integer K.Q sums read (level_scores.h), with a scale of 0.5 per 32 elements.
-  void levels(int64_t head, const uint8_t* src, int8_t* dst, uint8_t flip = 0) const;
+  void levels(int64_t head, const uint8_t* src, int8_t* dst, uint8_t flip = 0) const {
+    levels(active_unpack(), head, 1, src, dst, flip);
+  }
   // Heads [first_head, first_head + n) of a row, their slices back to back in src and dst.
-  void levels(int64_t first_head, int64_t n, const uint8_t* src, int8_t* dst, uint8_t flip = 0) const;
+  void levels(CodedUnpack how, int64_t first_head, int64_t n, const uint8_t* src, int8_t* dst, uint8_t flip = 0) const;
 
   // Where each coordinate's code lies, worked out once per head for the vector unpacking: a
   // coordinate's code sits in the 16-bit window at byte `window` of its group's first byte,

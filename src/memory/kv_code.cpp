@@ -1,5 +1,6 @@
 #include "memory/kv_code.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -28,6 +29,33 @@ void mat_t_vec(const std::vector<float>& m, const float* x, float* y, int64_t n)
   }
 }
 
+// For a matrix with at most one nonzero per row: each row's column and value (column 0, value 0
+// for an empty row); false otherwise.
+bool monomial(const std::vector<float>& m, int64_t n, std::vector<int32_t>& index, std::vector<float>& scale) {
+  index.assign(static_cast<size_t>(n), 0);
+  scale.assign(static_cast<size_t>(n), 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < n; ++k) {
+      const float v = m[static_cast<size_t>(i * n + k)];
+      if (v == 0.0f) continue;
+      if (scale[static_cast<size_t>(i)] != 0.0f) return false;
+      index[static_cast<size_t>(i)] = static_cast<int32_t>(k);
+      scale[static_cast<size_t>(i)] = v;
+    }
+  return true;
+}
+
+// y = m x through a monomial map's index / scale.
+void monomial_apply(const std::vector<int32_t>& index, const std::vector<float>& scale, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = scale[static_cast<size_t>(i)] * x[index[static_cast<size_t>(i)]];
+}
+
+// y = m^T x through a monomial map's index / scale.
+void monomial_apply_t(const std::vector<int32_t>& index, const std::vector<float>& scale, const float* x, float* y, int64_t n) {
+  std::fill(y, y + n, 0.0f);
+  for (int64_t i = 0; i < n; ++i) y[index[static_cast<size_t>(i)]] += scale[static_cast<size_t>(i)] * x[i];
+}
+
 std::vector<float> transposed(const std::vector<float>& m, int64_t n) {
   std::vector<float> t(m.size());
   for (int64_t i = 0; i < n; ++i)
@@ -48,6 +76,10 @@ KvCode::KvCode(int64_t head_dim, int64_t n_head_kv, std::vector<KvCodeLayer> lay
         if (m.to_code.size() == n2 && m.from_code.size() == n2) {
           m.to_code_t = transposed(m.to_code, head_dim_);
           m.from_code_t = transposed(m.from_code, head_dim_);
+          if (!monomial(m.to_code, head_dim_, m.to_index, m.to_scale) ||
+              !monomial(m.from_code, head_dim_, m.from_index, m.from_scale)) {
+            m.to_index.clear(), m.from_index.clear(), m.to_scale.clear(), m.from_scale.clear();
+          }
         }
   for (const KvCodeLayer& l : layers_) {
     if (l.layer < 0 || l.layer > 4096) throw Error("KV code: layer id " + std::to_string(l.layer));
@@ -164,7 +196,12 @@ void KvCode::encode_row(const KvCodeLayer& l, bool v, const float* row, uint8_t*
   thread_local std::vector<float> u;
   u.resize(static_cast<size_t>(head_dim_));
   for (int64_t h = 0; h < n_head_kv_; ++h) {
-    mat_t_vec(maps[static_cast<size_t>(h)].to_code_t, row + h * head_dim_, u.data(), head_dim_);
+    const KvCodeMaps& m = maps[static_cast<size_t>(h)];
+    if (!m.to_index.empty()) {
+      monomial_apply(m.to_index, m.to_scale, row + h * head_dim_, u.data(), head_dim_);
+    } else {
+      mat_t_vec(m.to_code_t, row + h * head_dim_, u.data(), head_dim_);
+    }
     rows.encode(h, u.data(), dst + static_cast<size_t>(h) * rows.head_bytes());
   }
 }
@@ -176,7 +213,12 @@ void KvCode::decode_row(const KvCodeLayer& l, bool v, const uint8_t* src, float*
   u.resize(static_cast<size_t>(head_dim_));
   for (int64_t h = 0; h < n_head_kv_; ++h) {
     rows.decode(h, src + static_cast<size_t>(h) * rows.head_bytes(), u.data());
-    mat_t_vec(maps[static_cast<size_t>(h)].from_code_t, u.data(), row + h * head_dim_, head_dim_);
+    const KvCodeMaps& m = maps[static_cast<size_t>(h)];
+    if (!m.from_index.empty()) {
+      monomial_apply(m.from_index, m.from_scale, u.data(), row + h * head_dim_, head_dim_);
+    } else {
+      mat_t_vec(m.from_code_t, u.data(), row + h * head_dim_, head_dim_);
+    }
   }
 }
 
@@ -185,7 +227,12 @@ void KvCode::map_query(const KvCodeLayer& l, float* q, int64_t n_head) const {
   t.resize(static_cast<size_t>(head_dim_));
   const int64_t group = n_head / n_head_kv_;
   for (int64_t h = 0; h < n_head; ++h) {
-    mat_t_vec(l.k[static_cast<size_t>(h / group)].from_code, q + h * head_dim_, t.data(), head_dim_);
+    const KvCodeMaps& m = l.k[static_cast<size_t>(h / group)];
+    if (!m.from_index.empty()) {
+      monomial_apply_t(m.from_index, m.from_scale, q + h * head_dim_, t.data(), head_dim_);
+    } else {
+      mat_t_vec(m.from_code, q + h * head_dim_, t.data(), head_dim_);
+    }
     std::copy(t.begin(), t.end(), q + h * head_dim_);
   }
 }
@@ -195,7 +242,12 @@ void KvCode::map_output(const KvCodeLayer& l, float* o, int64_t n_head) const {
   t.resize(static_cast<size_t>(head_dim_));
   const int64_t group = n_head / n_head_kv_;
   for (int64_t h = 0; h < n_head; ++h) {
-    mat_t_vec(l.v[static_cast<size_t>(h / group)].from_code_t, o + h * head_dim_, t.data(), head_dim_);
+    const KvCodeMaps& m = l.v[static_cast<size_t>(h / group)];
+    if (!m.from_index.empty()) {
+      monomial_apply(m.from_index, m.from_scale, o + h * head_dim_, t.data(), head_dim_);
+    } else {
+      mat_t_vec(m.from_code_t, o + h * head_dim_, t.data(), head_dim_);
+    }
     std::copy(t.begin(), t.end(), o + h * head_dim_);
   }
 }

@@ -21,6 +21,10 @@ struct KvCodeMaps {
   std::vector<float> from_code;
   // Their transposes, derived when a KvCode is made (products as column sums vectorize).
   std::vector<float> to_code_t, from_code_t;
+  // K's maps scale and reorder coordinates (one nonzero per row): then, derived too, u[i] =
+  // to_scale[i] * x[to_index[i]] and x[k] = from_scale[k] * u[from_index[k]] (O(head_dim)).
+  std::vector<int32_t> to_index, from_index;
+  std::vector<float> to_scale, from_scale;
 };
 
 struct KvCodeLayer {
