@@ -75,21 +75,38 @@ void levels_portable(const CodedHeads::Unpacking& u, const uint8_t* src, size_t 
 }
 
 #ifdef AGENTKV_HAVE_X86_SIMD
+// 16 bytes from `at`, zeros past row_end (the row's later heads are readable; only its end is not).
+AGENTKV_AVX2_INLINE __m128i load16_within(const uint8_t* at, const uint8_t* row_end) {
+  if (row_end - at >= 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+  alignas(16) uint8_t tail[16] = {};
+  std::memcpy(tail, at, static_cast<size_t>(row_end - at));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(tail));
+}
+
 // 16 doubled levels per step, in 16-bit lanes throughout: the variable shift as a multiply by
 // 2^(8 - s) and a shift by 8 (the code's bits land in the high byte), then packed to bytes.
-AGENTKV_AVX2 void levels_avx2(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, int8_t* dst,
-                              uint8_t flip) {
-  alignas(32) uint8_t row[1024 + 32] = {};
-  std::memcpy(row, src, n_bytes);
+// Heads [h0, h0 + n_heads) of a row.
+AGENTKV_AVX2 void levels_avx2(const std::vector<CodedHeads::Unpacking>& plans, int64_t h0, int64_t n_heads, const uint8_t* src,
+                              size_t n_bytes, int64_t n, int8_t* dst, uint8_t flip) {
   const __m256i vflip = _mm256_set1_epi8(static_cast<char>(flip));
-  for (int64_t g = 0; g < n / 16; ++g) {
-    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + u.start16[static_cast<size_t>(g)])));
-    const __m256i windows = _mm256_shuffle_epi8(bytes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.shuffle16.data() + 32 * g)));
-    const __m256i up = _mm256_mullo_epi16(windows, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.mul16.data() + 16 * g)));
-    const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(up, 8), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.mask16.data() + 16 * g)));
-    const __m256i lv = _mm256_sub_epi16(_mm256_add_epi16(codes, codes), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.odd16.data() + 16 * g)));
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(lv, lv), 0x08);  // lanes' low halves together
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16 * g), _mm256_castsi256_si128(_mm256_xor_si256(packed, vflip)));
+  const uint8_t* row_end = src + static_cast<size_t>(n_heads) * n_bytes;
+  for (int64_t h = 0; h < n_heads; ++h, src += n_bytes, dst += n) {
+    const CodedHeads::Unpacking& u = plans[static_cast<size_t>(h0 + h)];
+    // The tables' addresses in registers (the stores below could alias them for the compiler).
+    const uint16_t* const start16 = u.start16.data();
+    const uint8_t* const shuffle16 = u.shuffle16.data();
+    const uint16_t* const mul16 = u.mul16.data();
+    const uint16_t* const mask16 = u.mask16.data();
+    for (int64_t g = 0; g < n / 16; ++g) {
+      const __m256i bytes = _mm256_broadcastsi128_si256(load16_within(src + start16[g], row_end));
+      const __m256i windows = _mm256_shuffle_epi8(bytes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shuffle16 + 32 * g)));
+      const __m256i up = _mm256_mullo_epi16(windows, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mul16 + 16 * g)));
+      const __m256i mask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mask16 + 16 * g));
+      const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(up, 8), mask);
+      const __m256i lv = _mm256_sub_epi16(_mm256_add_epi16(codes, codes), mask);  // the mask is 2^w - 1
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(lv, lv), 0x08);  // lanes' low halves together
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16 * g), _mm256_castsi256_si128(_mm256_xor_si256(packed, vflip)));
+    }
   }
 }
 
@@ -126,10 +143,9 @@ AGENTKV_AVX512_VBMI void levels_vbmi(const std::vector<CodedHeads::Unpacking>& p
 // 16 codes per step: their 16 bytes broadcast to both lanes, one in-lane shuffle into 16-bit
 // windows, widened to 32 bits for the variable shifts AVX2 has.
 AGENTKV_AVX2 void decode_avx2(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, float* dst) {
-  alignas(32) uint8_t row[1024 + 32] = {};
-  std::memcpy(row, src, n_bytes);
+  const uint8_t* row_end = src + n_bytes;
   for (int64_t g = 0; g < n / 16; ++g) {
-    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + u.start16[static_cast<size_t>(g)])));
+    const __m256i bytes = _mm256_broadcastsi128_si256(load16_within(src + u.start16[static_cast<size_t>(g)], row_end));
     const __m256i windows = _mm256_shuffle_epi8(bytes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.shuffle16.data() + 32 * g)));
     for (int half = 0; half < 2; ++half) {
       const int64_t i = 16 * g + 8 * half;
@@ -218,16 +234,11 @@ void CodedHeads::levels(CodedUnpack how, int64_t first_head, int64_t n, const ui
 #ifdef AGENTKV_HAVE_X86_SIMD
   if (how == CodedUnpack::kVbmi && head_dim_ % 64 == 0) return levels_vbmi(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
 #endif
-  for (int64_t h = 0; h < n; ++h, src += n_bytes, dst += head_dim_) {
-    const Unpacking& u = unpacking_[static_cast<size_t>(first_head + h)];
 #ifdef AGENTKV_HAVE_X86_SIMD
-    if (how != CodedUnpack::kPortable && n_bytes <= 1024) {
-      levels_avx2(u, src, n_bytes, head_dim_, dst, flip);
-      continue;
-    }
+  if (how != CodedUnpack::kPortable) return levels_avx2(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
 #endif
-    levels_portable(u, src, n_bytes, head_dim_, dst, flip);
-  }
+  for (int64_t h = 0; h < n; ++h, src += n_bytes, dst += head_dim_)
+    levels_portable(unpacking_[static_cast<size_t>(first_head + h)], src, n_bytes, head_dim_, dst, flip);
 }
 
 void CodedHeads::decode(CodedUnpack how, int64_t head, const uint8_t* src, float* dst) const {
@@ -235,7 +246,7 @@ void CodedHeads::decode(CodedUnpack how, int64_t head, const uint8_t* src, float
   const size_t n_bytes = head_bytes();
 #ifdef AGENTKV_HAVE_X86_SIMD
   if (how == CodedUnpack::kVbmi) return decode_vbmi(u, src, n_bytes, head_dim_, dst);
-  if (how == CodedUnpack::kAvx2 && n_bytes <= 1024) return decode_avx2(u, src, n_bytes, head_dim_, dst);
+  if (how == CodedUnpack::kAvx2) return decode_avx2(u, src, n_bytes, head_dim_, dst);
 #endif
   decode_portable(u, src, n_bytes, head_dim_, dst);
 }
