@@ -1,4 +1,6 @@
-// libFuzzer target for the state-file reader (docs/state-format.md): what a restore or adopt reads
+// libFuzzer target for the state-file reader (docs/state-format.md) and the KV code file reader
+// (memory/kv_code.h, what --kv-code reads: refused with agentkv::Error or read back to the same
+// bytes): what a restore or adopt reads
 // from a file or a request; and for the page tiers' records (memory/page_record.h,
 // memory/snapshot_record.h: what a Redis or disk tier hands back), decoded for a dense and a hybrid
 // memory and, when accepted, written into it. Any input is decoded or refused with agentkv::Error; a decoded state is
@@ -22,6 +24,8 @@
 #include <xxhash.h>
 
 #include "agentkv/error.h"
+#include "memory/kv_code.h"
+#include "memory/kv_code_fit.h"
 #include "memory/memory_state.h"
 #include "memory/page_record.h"
 #include "memory/sequence_memory.h"
@@ -110,14 +114,45 @@ void write_seeds(const std::string& dir) {
 
 }  // namespace
 
+// A KV code fitted to a few made-up rows (1 layer, 1 KV head of 32: 16 KiB, under the fuzzer's
+// max_len), as a seed.
+void write_code_seed(const std::string& dir) {
+  KvMoments m({2}, 32, 2, 1);
+  std::vector<float> q(64), k(32), v(32);
+  for (int t = 0; t < 50; ++t) {
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((t * 7 + i * 3) % 11) - 5.0f;
+    for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>((t * 5 + i * i) % 13) - 6.0f, v[i] = static_cast<float>((t + i) % 7) - 3.0f;
+    m.add(2, q.data(), k.data(), v.data());
+  }
+  const std::vector<uint8_t> bytes = fit_kv_code(m, 16, 32)->serialize();
+  if (FILE* f = std::fopen((dir + "/code.kvcode").c_str(), "wb")) {
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+  }
+}
+
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* dir = std::getenv("AGENTKV_FUZZ_WRITE_SEEDS")) write_seeds(dir);
+  if (const char* dir = std::getenv("AGENTKV_FUZZ_WRITE_SEEDS")) {
+    write_seeds(dir);
+    write_code_seed(dir);
+  }
   return 0;
 }
 
 namespace {
 void fuzz_one(std::span<const uint8_t> blob);
 void fuzz_tier_record(std::span<const uint8_t> bytes);
+
+// A KV code file: refused, or read into a code whose bytes are the input's.
+void fuzz_kv_code(const std::vector<uint8_t>& bytes) {
+  std::shared_ptr<const KvCode> code;
+  try {
+    code = KvCode::parse(bytes, "fuzz code");
+  } catch (const Error&) {
+    return;
+  }
+  FUZZ_CHECK(code->serialize() == bytes);
+}
 
 // A length field and checksum that match at `at` (a state container's start), so that mutations
 // reach the section parser (a random change fails the checksum otherwise).
@@ -135,6 +170,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz_one({data, size});
   if (size >= 24) fuzz_one(with_valid_frame({data, size}, 0));
   fuzz_tier_record({data, size});
+  std::vector<uint8_t> code(data, data + size);
+  fuzz_kv_code(code);
+  if (size >= 16) {  // its trailing checksum made to match, so that mutations reach the fields
+    const uint64_t sum = XXH64(code.data(), size - 8, 0);
+    std::memcpy(code.data() + size - 8, &sum, sizeof sum);
+    fuzz_kv_code(code);
+  }
   if (size >= 24 + 24) fuzz_tier_record(with_valid_frame({data, size}, 24));  // a snapshot record's container
   if (size >= 40) {  // a page record's trailing checksum made to match
     std::vector<uint8_t> fixed(data, data + size);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes with libFuzzer (ASan + UBSan): the GGUF reader, the server's JSON request layer (request
-# parsing + chat formatting) and the state-file reader, for N seconds in all (split between the three
+# parsing + chat formatting) and the state-file reader (with the KV code file reader), for N seconds in all (split between the three
 # targets); exits non-zero if one finds a crash.
 # Builds build-fuzz/ with clang first if needed. Usage: scripts/fuzz.sh [SECONDS]   (default 60)
 set -euo pipefail
