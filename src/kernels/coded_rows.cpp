@@ -26,14 +26,19 @@ CodedHeads::Unpacking plan_unpacking(const std::vector<uint8_t>& widths) {
   u.odd16.resize(n);
   u.window64.resize(n);
   u.bit64.resize(n);
-  u.mask8.resize(n);
+  u.mask2.resize(n);
+  u.offset0.resize(n);
+  u.offset80.resize(n);
   size_t bit = 0, group8 = 0;  // group8: the first byte of the current group of 8's window
   for (size_t i = 0; i < n; ++i) {
     if (i % 64 == 0) u.start64.push_back(static_cast<uint16_t>(bit / 8));
     if (i % 8 == 0) group8 = bit / 8;
     u.window64[i] = static_cast<uint8_t>(group8 - u.start64.back() + i % 8);  // <= 56 + 7
-    u.bit64[i] = static_cast<uint8_t>(bit - 8 * group8);                      // <= 7 + 49
-    u.mask8[i] = static_cast<uint8_t>((1u << widths[i]) - 1);
+    u.bit64[i] = static_cast<uint8_t>((bit - 8 * group8 + 63) % 64);          // one below its code
+    const unsigned odd = (1u << widths[i]) - 1;
+    u.mask2[i] = static_cast<uint8_t>(odd << 1);
+    u.offset0[i] = static_cast<uint8_t>(-static_cast<int>(odd));
+    u.offset80[i] = static_cast<uint8_t>(128 - static_cast<int>(odd));
     if (i % 16 == 0) u.start16.push_back(static_cast<uint16_t>(bit / 8));
     if (i % 32 == 0) u.start32.push_back(static_cast<uint16_t>(bit / 8));
     const int w = widths[i];
@@ -115,6 +120,8 @@ AGENTKV_AVX2 void levels_avx2(const std::vector<CodedHeads::Unpacking>& plans, i
 // [h0, h0 + n_heads) of a row, one after the other.
 AGENTKV_AVX512_VBMI void levels_vbmi(const std::vector<CodedHeads::Unpacking>& plans, int64_t h0, int64_t n_heads,
                                      const uint8_t* src, size_t n_bytes, int64_t n, int8_t* dst, uint8_t flip) {
+  // Only flips 0 and 0x80 occur (level_scores.h); any other is applied after.
+  const bool other_flip = flip != 0 && flip != 0x80;
   const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
   const uint8_t* row_end = src + static_cast<size_t>(n_heads) * n_bytes;  // the later heads' bytes are readable
   for (int64_t h = 0; h < n_heads; ++h, src += n_bytes, dst += n) {
@@ -122,7 +129,8 @@ AGENTKV_AVX512_VBMI void levels_vbmi(const std::vector<CodedHeads::Unpacking>& p
     const uint16_t* start64 = u.start64.data();
     const uint8_t* window64 = u.window64.data();
     const uint8_t* bit64 = u.bit64.data();
-    const uint8_t* mask8 = u.mask8.data();
+    const uint8_t* mask2 = u.mask2.data();
+    const uint8_t* offset = flip == 0x80 ? u.offset80.data() : u.offset0.data();
     for (int64_t c = 0; c < n / 64; ++c) {
       const uint8_t* at = src + start64[c];
       __m512i bytes;
@@ -133,9 +141,9 @@ AGENTKV_AVX512_VBMI void levels_vbmi(const std::vector<CodedHeads::Unpacking>& p
       }
       const __m512i windows = _mm512_permutexvar_epi8(_mm512_loadu_si512(window64 + 64 * c), bytes);
       const __m512i fields = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(bit64 + 64 * c), windows);
-      const __m512i mask = _mm512_loadu_si512(mask8 + 64 * c);
-      const __m512i codes = _mm512_and_si512(fields, mask);
-      _mm512_storeu_si512(dst + 64 * c, _mm512_xor_si512(_mm512_sub_epi8(_mm512_add_epi8(codes, codes), mask), vflip));
+      __m512i lv = _mm512_add_epi8(_mm512_and_si512(fields, _mm512_loadu_si512(mask2 + 64 * c)), _mm512_loadu_si512(offset + 64 * c));
+      if (other_flip) lv = _mm512_xor_si512(lv, vflip);
+      _mm512_storeu_si512(dst + 64 * c, lv);
     }
   }
 }

@@ -59,8 +59,11 @@ class CodedHeads {
     // VBMI's bit-field extraction (vpmultishiftqb), 64 coordinates per chunk: eight codes lie in
     // one 8-byte window (8 x 7 bits + a start within a byte < 64 bits), so a byte permute puts
     // each group of 8's window in a qword, and each byte takes its code's bits from its qword.
+    // Each byte takes its code's bits from one below (bit - 1, mod 64), so the field is the code
+    // doubled under mask2 = (2^w - 1) << 1; adding offset[flip] (-(2^w - 1), or 128 - (2^w - 1)
+    // for flip 0x80) gives the doubled level, XORed with flip.
     std::vector<uint16_t> start64;                    // per chunk: its first byte
-    std::vector<uint8_t> window64, bit64, mask8;  // per coordinate (the mask, 2^w - 1, is also the odd offset)
+    std::vector<uint8_t> window64, bit64, mask2, offset0, offset80;  // per coordinate
     std::vector<float> half;                    // (2^w - 1) / 2, what a code's level is below it
   };
 
