@@ -42,8 +42,6 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
       if (!params.kv_code)
         throw Error("KV type tqc3 needs a calibrated KV code (--kv-code FILE, made by `agentkv kv-calibrate`)");
       check_kv_code(*params.kv_code, model_in);
-      if (windowed)
-        throw Error("KV type tqc3 cannot be used with a windowed cache (--kv-hot)");
       layout.code = params.kv_code;
     }
     if (windowed) {

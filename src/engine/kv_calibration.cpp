@@ -2,7 +2,6 @@
 #include "agentkv/kv_code.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
 #include "agentkv/batch.h"
@@ -13,6 +12,7 @@
 #include "memory/kv_code.h"
 #include "memory/kv_code_fit.h"
 #include "memory/query_window.h"
+#include "memory/state_io.h"
 
 namespace agentkv {
 
@@ -35,6 +35,8 @@ std::shared_ptr<const memory::KvCode> calibrate_kv_code(const Model& model, cons
   memory::KvMoments moments(layers, D, cfg.n_head, cfg.n_head_kv);
   const int64_t n_embd = cfg.n_head_kv * D;
   std::vector<float> k(static_cast<size_t>(n_embd)), v(static_cast<size_t>(n_embd));
+  // Windows spread evenly over the text: one stretch of it (a table, a listing) is not the rest.
+  const size_t stride = tokens.size() / windows;
   for (size_t w = 0; w < windows; ++w) {
     ContextParams cp;
     cp.n_ctx = params.window;
@@ -42,8 +44,6 @@ std::shared_ptr<const memory::KvCode> calibrate_kv_code(const Model& model, cons
     cp.kv_rotation = KvRotationMode::Off;  // the rows as the model writes them
     cp.query_window = params.window;
     Context ctx(model, cp);
-    // Windows spread evenly over the text: one stretch of it (a table, a listing) is not the rest.
-    const size_t stride = tokens.size() / windows;
     const Token* first = tokens.data() + w * stride;
     for (uint32_t p0 = 0; p0 < params.window; p0 += cp.n_ubatch) {
       const uint32_t n = std::min(cp.n_ubatch, params.window - p0);
@@ -75,10 +75,8 @@ void save_kv_code(const memory::KvCode& code, const std::string& path) { code.sa
 uint64_t kv_code_id(const memory::KvCode& code) { return code.id(); }
 
 std::string describe_kv_code(const memory::KvCode& code) {
-  char id[17];
-  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(code.id()));
   return std::to_string(code.layers().size()) + " layers, " + std::to_string(code.n_head_kv()) + " KV heads of " +
-         std::to_string(code.head_dim()) + ", code id " + id;
+         std::to_string(code.head_dim()) + ", code id " + memory::hex64(code.id());
 }
 
 void check_kv_code(const memory::KvCode& code, const Model& model) {

@@ -19,6 +19,7 @@
 #include "memory/memory_state.h"
 #include "memory/prefix_index.h"
 #include "memory/state_info.h"
+#include "memory/state_io.h"
 #include "model/model.h"
 
 namespace agentkv {
@@ -82,19 +83,13 @@ std::vector<uint8_t> save(const Context& ctx, memory::SeqId seq, const SaveOptio
   return memory::encode_state(c);
 }
 
-std::string hex64(uint64_t v) {
-  char buf[19];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest, const std::string& what,
                  std::optional<uint64_t> share_salt) {
   memory::StateContents c = memory::decode_state(blob, what);
   const uint64_t mine = model_fingerprint(ctx.model());
   if (c.fingerprint != mine)
-    throw Error(what + ": saved by another model (fingerprint " + hex64(c.fingerprint) + ", this model " +
-                hex64(mine) + ")");
+    throw Error(what + ": saved by another model (fingerprint " + memory::hex64(c.fingerprint) + ", this model " +
+                memory::hex64(mine) + ")");
   if (dest >= 0 && !c.memory.per_sequence())
     throw Error(what + ": holds the whole memory, not one sequence");
   if (dest < 0 && c.memory.per_sequence())

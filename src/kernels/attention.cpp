@@ -1012,6 +1012,14 @@ void RowToF32(const uint8_t* src, bool f16, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
 }
 
+// A tqc3 row's heads [first_head, first_head + n / head_dim) as doubled levels (XORed with flip)
+// and their scale, 0.5, for every level block (kernels/coded_rows.h).
+HWY_INLINE void CodedRowLevels(const CodedHeads& code, CodedUnpack how, int64_t first_head, const uint8_t* src,
+                               int8_t* levels, float* scales, int64_t n, uint8_t flip) {
+  code.levels(how, first_head, n / code.head_dim(), src, levels, flip);
+  std::fill(scales, scales + n / attention_detail::LevelBlock(GgmlType::TQC3, code.head_dim()), 0.5f);
+}
+
 #if HWY_TARGET != HWY_SCALAR
 // tq4 / tq3 rows as dequantize_row gives them (d * level, the same float products), 16 or 32
 // codebook indices at a time: a byte shuffle looks the int8 levels up, then they are widened and
@@ -1127,8 +1135,7 @@ HWY_INLINE void RowLevels(GgmlType type, const uint8_t* src, int8_t* levels, flo
                           uint8_t flip = 0, const CodedHeads* code = nullptr, int64_t first_head = 0,
                           CodedUnpack how = CodedUnpack::kPortable) {
   if (type == GgmlType::TQC3) {
-    code->levels(how, first_head, n / code->head_dim(), src, levels, flip);
-    std::fill(scales, scales + n / attention_detail::LevelBlock(type, code->head_dim()), 0.5f);
+    CodedRowLevels(*code, how, first_head, src, levels, scales, n, flip);
   } else if (type == GgmlType::Q8_0) {
     const hn::CappedTag<uint8_t, kQK8_0> d8;
     const int64_t N = static_cast<int64_t>(hn::Lanes(d8));
@@ -1306,8 +1313,7 @@ void TiledUnit(const Plan& plan, int64_t t0, int64_t t1, int64_t g) {
         RowLevels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D, key_flip, a.k_code, g, plan.coded_unpack);
 #else
         if (a.k_type == GgmlType::TQC3) {
-          a.k_code->levels(plan.coded_unpack, g, 1, kb, key_levels + j * D, key_flip);  // k_blocks scales of 0.5
-          std::fill(key_level_scales + j * k_blocks, key_level_scales + (j + 1) * k_blocks, 0.5f);
+          CodedRowLevels(*a.k_code, plan.coded_unpack, g, kb, key_levels + j * D, key_level_scales + j * k_blocks, D, key_flip);
         } else {
           unpack_levels(a.k_type, kb, key_levels + j * D, key_level_scales + j * k_blocks, D);
           for (int64_t i = 0; i < D; ++i) key_levels[j * D + i] = static_cast<int8_t>(key_levels[j * D + i] ^ key_flip);

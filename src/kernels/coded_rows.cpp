@@ -23,7 +23,6 @@ CodedHeads::Unpacking plan_unpacking(const std::vector<uint8_t>& widths) {
   u.mask16.resize(n);
   u.half.resize(n);
   u.mul16.resize(n);
-  u.odd16.resize(n);
   u.window64.resize(n);
   u.bit64.resize(n);
   u.mask2.resize(n);
@@ -53,28 +52,26 @@ CodedHeads::Unpacking plan_unpacking(const std::vector<uint8_t>& widths) {
     u.mask[i] = u.mask16[i] = static_cast<uint16_t>((1u << w) - 1);
     u.half[i] = 0.5f * static_cast<float>((1 << w) - 1);
     u.mul16[i] = static_cast<uint16_t>(1u << (8 - u.shift[i]));
-    u.odd16[i] = static_cast<uint16_t>((1u << w) - 1);
     bit += static_cast<size_t>(w);
   }
   return u;
 }
 
 // The definition: each code read from its 16-bit window (bytes past the row read as 0).
-uint32_t code_at(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t i);
-
-void decode_portable(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, float* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(code_at(u, src, n_bytes, i)) - u.half[static_cast<size_t>(i)];
-}
-
 uint32_t code_at(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t i) {
   const size_t g = static_cast<size_t>(i / 32), b = u.start32[g] + u.permute32[static_cast<size_t>(2 * i)];
   const uint32_t window = (b < n_bytes ? src[b] : 0u) | (b + 1 < n_bytes ? uint32_t{src[b + 1]} << 8 : 0u);
   return (window >> u.shift[static_cast<size_t>(i)]) & u.mask[static_cast<size_t>(i)];
 }
 
+void decode_portable(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(code_at(u, src, n_bytes, i)) - u.half[static_cast<size_t>(i)];
+}
+
+// Doubled levels: 2c - (2^w - 1), the mask being 2^w - 1.
 void levels_portable(const CodedHeads::Unpacking& u, const uint8_t* src, size_t n_bytes, int64_t n, int8_t* dst, uint8_t flip) {
   for (int64_t i = 0; i < n; ++i) {
-    const int level = 2 * static_cast<int>(code_at(u, src, n_bytes, i)) - u.odd16[static_cast<size_t>(i)];
+    const int level = 2 * static_cast<int>(code_at(u, src, n_bytes, i)) - static_cast<int>(u.mask[static_cast<size_t>(i)]);
     dst[i] = static_cast<int8_t>(static_cast<uint8_t>(level) ^ flip);
   }
 }
@@ -241,8 +238,6 @@ void CodedHeads::levels(CodedUnpack how, int64_t first_head, int64_t n, const ui
   const size_t n_bytes = head_bytes();
 #ifdef AGENTKV_HAVE_X86_SIMD
   if (how == CodedUnpack::kVbmi && head_dim_ % 64 == 0) return levels_vbmi(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
-#endif
-#ifdef AGENTKV_HAVE_X86_SIMD
   if (how != CodedUnpack::kPortable) return levels_avx2(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
 #endif
   for (int64_t h = 0; h < n; ++h, src += n_bytes, dst += head_dim_)

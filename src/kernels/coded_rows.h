@@ -38,7 +38,7 @@ class CodedHeads {
   void decode(int64_t head, const uint8_t* src, float* dst) const { decode(active_unpack(), head, src, dst); }
   void decode(CodedUnpack how, int64_t head, const uint8_t* src, float* dst) const;
   // The same levels doubled, as int8 (2c - (2^w - 1): odd, within +-127), each XORed with `flip`:
-  // what the integer K.Q sums read (level_scores.h), with a scale of 0.5 per 32 elements.
+  // what the integer K.Q sums read (level_scores.h), with a scale of 0.5 for every element.
   void levels(int64_t head, const uint8_t* src, int8_t* dst, uint8_t flip = 0) const {
     levels(active_unpack(), head, 1, src, dst, flip);
   }
@@ -55,7 +55,7 @@ class CodedHeads {
     std::vector<uint32_t> shift, mask;          // per coordinate
     std::vector<uint16_t> shift16, mask16;      // the same, 16-bit lanes
     std::vector<uint16_t> mul16;                // 2^(8 - shift): AVX2's 16-bit shift, as a multiply
-    std::vector<uint16_t> odd16;                // 2^w - 1: 2c minus it is the doubled level
+    // (the mask, 2^w - 1, is also what 2c less gives the doubled level)
     // VBMI's bit-field extraction (vpmultishiftqb), 64 coordinates per chunk: eight codes lie in
     // one 8-byte window (8 x 7 bits + a start within a byte < 64 bits), so a byte permute puts
     // each group of 8's window in a qword, and each byte takes its code's bits from its qword.

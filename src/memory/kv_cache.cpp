@@ -362,9 +362,11 @@ KvCache::KvCache(const KvLayout& layout) : impl_(std::make_unique<Impl>()) {
     if (layout.code->n_head_kv() * layout.code->head_dim() != layout.n_embd_k || layout.n_embd_k != layout.n_embd_v)
       throw Error("kv cache: the KV code's heads do not make rows of " + std::to_string(layout.n_embd_k));
   }
-  for (GgmlType t : {layout.tail_type_k, layout.tail_type_v})
-    if (t == GgmlType::TQC3 && layout.hot_cells > 0 && layout.hot_cells < layout.n_cells)
-      throw Error("kv cache: a windowed cache's tail cannot be tqc3");
+  // Moving rows to a window's tail converts them through floats, which tqc3 rows reach only with
+  // their code's maps.
+  if (layout.hot_cells > 0 && layout.hot_cells < layout.n_cells)
+    for (GgmlType t : {layout.type_k, layout.type_v, layout.tail_type_k, layout.tail_type_v})
+      if (t == GgmlType::TQC3) throw Error("kv cache: tqc3 rows cannot be in a windowed cache (--kv-hot)");
 
   m.cells.reserve(m.n_streams);
   for (uint32_t s = 0; s < m.n_streams; ++s) m.cells.emplace_back(layout.n_cells, layout.n_seq_max);

@@ -45,22 +45,33 @@ bool monomial(const std::vector<float>& m, int64_t n, std::vector<int32_t>& inde
   return true;
 }
 
-// y = m x through a monomial map's index / scale.
-void monomial_apply(const std::vector<int32_t>& index, const std::vector<float>& scale, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = scale[static_cast<size_t>(i)] * x[index[static_cast<size_t>(i)]];
-}
-
-// y = m^T x through a monomial map's index / scale.
-void monomial_apply_t(const std::vector<int32_t>& index, const std::vector<float>& scale, const float* x, float* y, int64_t n) {
-  std::fill(y, y + n, 0.0f);
-  for (int64_t i = 0; i < n; ++i) y[index[static_cast<size_t>(i)]] += scale[static_cast<size_t>(i)] * x[i];
-}
-
 std::vector<float> transposed(const std::vector<float>& m, int64_t n) {
   std::vector<float> t(m.size());
   for (int64_t i = 0; i < n; ++i)
     for (int64_t k = 0; k < n; ++k) t[static_cast<size_t>(k * n + i)] = m[static_cast<size_t>(i * n + k)];
   return t;
+}
+
+// The three products a code takes: into code units, back, and back transposed (the query's).
+enum class Product { kToCode, kFromCode, kFromCodeTransposed };
+
+// y = (to_code | from_code | from_code^T) x, through the scaled permutation when the maps are one
+// (KvCodeMaps: to_index / from_index), else through the dense transposes.
+void apply(const KvCodeMaps& m, Product p, const float* x, float* y, int64_t n) {
+  const bool to = p == Product::kToCode;
+  const std::vector<int32_t>& index = to ? m.to_index : m.from_index;
+  const std::vector<float>& scale = to ? m.to_scale : m.from_scale;
+  if (!index.empty()) {
+    if (p == Product::kFromCodeTransposed) {
+      std::fill(y, y + n, 0.0f);
+      for (int64_t i = 0; i < n; ++i) y[index[static_cast<size_t>(i)]] += scale[static_cast<size_t>(i)] * x[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) y[i] = scale[static_cast<size_t>(i)] * x[index[static_cast<size_t>(i)]];
+    }
+    return;
+  }
+  // y = M x is M^T's rows summed; y = M^T x is M's.
+  mat_t_vec(p == Product::kToCode ? m.to_code_t : p == Product::kFromCode ? m.from_code_t : m.from_code, x, y, n);
 }
 
 }  // namespace
@@ -70,17 +81,6 @@ KvCode::KvCode(int64_t head_dim, int64_t n_head_kv, std::vector<KvCodeLayer> lay
   if (head_dim_ <= 0 || head_dim_ % 32 != 0 || n_head_kv_ <= 0)
     throw Error("KV code: head_dim " + std::to_string(head_dim_) + " / " + std::to_string(n_head_kv_) + " KV heads are not a tqc3 shape");
   const size_t n2 = static_cast<size_t>(head_dim_ * head_dim_);
-  for (KvCodeLayer& l : layers_)
-    for (auto* maps : {&l.k, &l.v})
-      for (KvCodeMaps& m : *maps)
-        if (m.to_code.size() == n2 && m.from_code.size() == n2) {
-          m.to_code_t = transposed(m.to_code, head_dim_);
-          m.from_code_t = transposed(m.from_code, head_dim_);
-          if (!monomial(m.to_code, head_dim_, m.to_index, m.to_scale) ||
-              !monomial(m.from_code, head_dim_, m.from_index, m.from_scale)) {
-            m.to_index.clear(), m.from_index.clear(), m.to_scale.clear(), m.from_scale.clear();
-          }
-        }
   for (const KvCodeLayer& l : layers_) {
     if (l.layer < 0 || l.layer > 4096) throw Error("KV code: layer id " + std::to_string(l.layer));
     if (static_cast<int64_t>(l.k.size()) != n_head_kv_ || static_cast<int64_t>(l.v.size()) != n_head_kv_ ||
@@ -98,6 +98,16 @@ KvCode::KvCode(int64_t head_dim, int64_t n_head_kv, std::vector<KvCodeLayer> lay
     if (by_model_layer_[static_cast<size_t>(l.layer)] >= 0) throw Error("KV code: layer " + std::to_string(l.layer) + " appears twice");
     by_model_layer_[static_cast<size_t>(l.layer)] = static_cast<int>(&l - layers_.data());
   }
+  // Derived: a scaled permutation (K's maps) as index / scale, any other map's transposes.
+  for (KvCodeLayer& l : layers_)
+    for (auto* maps : {&l.k, &l.v})
+      for (KvCodeMaps& m : *maps) {
+        if (monomial(m.to_code, head_dim_, m.to_index, m.to_scale) && monomial(m.from_code, head_dim_, m.from_index, m.from_scale))
+          continue;
+        m.to_index.clear(), m.from_index.clear(), m.to_scale.clear(), m.from_scale.clear();
+        m.to_code_t = transposed(m.to_code, head_dim_);
+        m.from_code_t = transposed(m.from_code, head_dim_);
+      }
   const std::vector<uint8_t> bytes = serialize();
   std::memcpy(&id_, bytes.data() + bytes.size() - 8, 8);
 }
@@ -176,11 +186,7 @@ std::shared_ptr<const KvCode> KvCode::load(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error("cannot open KV code file " + path);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  try {
-    return parse(bytes, "KV code file " + path);
-  } catch (const Error&) {
-    throw;
-  }
+  return parse(bytes, "KV code file " + path);
 }
 
 void KvCode::save(const std::string& path) const {
@@ -196,12 +202,7 @@ void KvCode::encode_row(const KvCodeLayer& l, bool v, const float* row, uint8_t*
   thread_local std::vector<float> u;
   u.resize(static_cast<size_t>(head_dim_));
   for (int64_t h = 0; h < n_head_kv_; ++h) {
-    const KvCodeMaps& m = maps[static_cast<size_t>(h)];
-    if (!m.to_index.empty()) {
-      monomial_apply(m.to_index, m.to_scale, row + h * head_dim_, u.data(), head_dim_);
-    } else {
-      mat_t_vec(m.to_code_t, row + h * head_dim_, u.data(), head_dim_);
-    }
+    apply(maps[static_cast<size_t>(h)], Product::kToCode, row + h * head_dim_, u.data(), head_dim_);
     rows.encode(h, u.data(), dst + static_cast<size_t>(h) * rows.head_bytes());
   }
 }
@@ -213,43 +214,24 @@ void KvCode::decode_row(const KvCodeLayer& l, bool v, const uint8_t* src, float*
   u.resize(static_cast<size_t>(head_dim_));
   for (int64_t h = 0; h < n_head_kv_; ++h) {
     rows.decode(h, src + static_cast<size_t>(h) * rows.head_bytes(), u.data());
-    const KvCodeMaps& m = maps[static_cast<size_t>(h)];
-    if (!m.from_index.empty()) {
-      monomial_apply(m.from_index, m.from_scale, u.data(), row + h * head_dim_, head_dim_);
-    } else {
-      mat_t_vec(m.from_code_t, u.data(), row + h * head_dim_, head_dim_);
-    }
+    apply(maps[static_cast<size_t>(h)], Product::kFromCode, u.data(), row + h * head_dim_, head_dim_);
   }
 }
 
-void KvCode::map_query(const KvCodeLayer& l, float* q, int64_t n_head) const {
+// Each of n_head heads of one token, in place, through its KV head's map (GQA groups).
+void KvCode::map_heads(const std::vector<KvCodeMaps>& maps, bool transposed_from, float* x, int64_t n_head) const {
   thread_local std::vector<float> t;
   t.resize(static_cast<size_t>(head_dim_));
   const int64_t group = n_head / n_head_kv_;
+  const Product p = transposed_from ? Product::kFromCodeTransposed : Product::kFromCode;
   for (int64_t h = 0; h < n_head; ++h) {
-    const KvCodeMaps& m = l.k[static_cast<size_t>(h / group)];
-    if (!m.from_index.empty()) {
-      monomial_apply_t(m.from_index, m.from_scale, q + h * head_dim_, t.data(), head_dim_);
-    } else {
-      mat_t_vec(m.from_code, q + h * head_dim_, t.data(), head_dim_);
-    }
-    std::copy(t.begin(), t.end(), q + h * head_dim_);
+    apply(maps[static_cast<size_t>(h / group)], p, x + h * head_dim_, t.data(), head_dim_);
+    std::copy(t.begin(), t.end(), x + h * head_dim_);
   }
 }
 
-void KvCode::map_output(const KvCodeLayer& l, float* o, int64_t n_head) const {
-  thread_local std::vector<float> t;
-  t.resize(static_cast<size_t>(head_dim_));
-  const int64_t group = n_head / n_head_kv_;
-  for (int64_t h = 0; h < n_head; ++h) {
-    const KvCodeMaps& m = l.v[static_cast<size_t>(h / group)];
-    if (!m.from_index.empty()) {
-      monomial_apply(m.from_index, m.from_scale, o + h * head_dim_, t.data(), head_dim_);
-    } else {
-      mat_t_vec(m.from_code_t, o + h * head_dim_, t.data(), head_dim_);
-    }
-    std::copy(t.begin(), t.end(), o + h * head_dim_);
-  }
-}
+void KvCode::map_query(const KvCodeLayer& l, float* q, int64_t n_head) const { map_heads(l.k, true, q, n_head); }
+
+void KvCode::map_output(const KvCodeLayer& l, float* o, int64_t n_head) const { map_heads(l.v, false, o, n_head); }
 
 }  // namespace agentkv::memory

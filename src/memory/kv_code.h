@@ -19,12 +19,12 @@ namespace agentkv::memory {
 struct KvCodeMaps {
   std::vector<float> to_code;
   std::vector<float> from_code;
-  // Their transposes, derived when a KvCode is made (products as column sums vectorize).
-  std::vector<float> to_code_t, from_code_t;
-  // K's maps scale and reorder coordinates (one nonzero per row): then, derived too, u[i] =
-  // to_scale[i] * x[to_index[i]] and x[k] = from_scale[k] * u[from_index[k]] (O(head_dim)).
+  // Derived when a KvCode is made, one of the two: maps that scale and reorder coordinates (K's:
+  // one nonzero per row) as u[i] = to_scale[i] * x[to_index[i]] and x[k] = from_scale[k] *
+  // u[from_index[k]] (O(head_dim)); any other maps' transposes (products as row sums vectorize).
   std::vector<int32_t> to_index, from_index;
   std::vector<float> to_scale, from_scale;
+  std::vector<float> to_code_t, from_code_t;
 };
 
 struct KvCodeLayer {
@@ -68,6 +68,7 @@ class KvCode {
   int64_t n_head_kv_;
   std::vector<KvCodeLayer> layers_;
   std::vector<int> by_model_layer_;  // index into layers_, -1 for none
+  void map_heads(const std::vector<KvCodeMaps>& maps, bool transposed_from, float* x, int64_t n_head) const;
   uint64_t id_ = 0;
 };
 

@@ -35,6 +35,38 @@ std::vector<double> deviations(const std::vector<double>& variance) {
   return sd;
 }
 
+// One side (K or V) of one KV head: its maps and its stored widths.
+struct CodedSide {
+  KvCodeMaps maps;
+  std::vector<uint8_t> widths;  // in storage order
+};
+
+// Coordinates y = B^T x in the basis B (columns: basis[k * D + c] is component k of vector c; null:
+// the coordinates themselves) get widths by `importance`, and code units of their deviation (from
+// `variance`) times their width's step; stored widest first.
+CodedSide code_side(const std::vector<double>* basis, const std::vector<double>& importance,
+                    const std::vector<double>& variance, int64_t D) {
+  const std::vector<uint8_t> widths = allocate_widths(importance, D / 32 * kCodedBitsPer32);
+  const std::vector<int> order = storage_order(widths, importance);
+  const std::vector<double> sd = deviations(variance);
+  CodedSide side;
+  side.maps.to_code.assign(static_cast<size_t>(D * D), 0.0f);
+  side.maps.from_code.assign(static_cast<size_t>(D * D), 0.0f);
+  side.widths.resize(static_cast<size_t>(D));
+  for (int64_t i = 0; i < D; ++i) {
+    const int c = order[static_cast<size_t>(i)], w = widths[static_cast<size_t>(c)];
+    side.widths[static_cast<size_t>(i)] = static_cast<uint8_t>(w);
+    const double unit = w > 0 ? sd[static_cast<size_t>(c)] * kStep[w] : 1.0;
+    for (int64_t k = 0; k < D; ++k) {
+      const double e = basis ? (*basis)[static_cast<size_t>(k * D + c)] : (k == c ? 1.0 : 0.0);
+      if (e == 0.0) continue;
+      side.maps.to_code[static_cast<size_t>(i * D + k)] = static_cast<float>(e / unit);
+      if (w > 0) side.maps.from_code[static_cast<size_t>(k * D + i)] = static_cast<float>(e * unit);
+    }
+  }
+  return side;
+}
+
 }  // namespace
 
 double uniform_step(int width) { return kStep[std::clamp(width, 0, kCodedMaxWidth)]; }
@@ -148,8 +180,6 @@ std::vector<double> symmetric_eigen(std::vector<double> a, int n, std::vector<do
 
 std::shared_ptr<const KvCode> fit_kv_code(const KvMoments& m, int64_t rope_pair, int64_t n_rot) {
   const int64_t D = m.head_dim(), H = m.n_head_kv();
-  const int64_t bits = D / 32 * kCodedBitsPer32;
-  const size_t D2 = static_cast<size_t>(D * D);
   std::vector<KvCodeLayer> layers;
   for (size_t li = 0; li < m.layers().size(); ++li) {
     if (m.tokens(m.layers()[li]) == 0) throw Error("KV code: no rows of layer " + std::to_string(m.layers()[li]) + " to fit");
@@ -172,46 +202,17 @@ std::shared_ptr<const KvCode> fit_kv_code(const KvMoments& m, int64_t rope_pair,
       pair_mean(qe);
       std::vector<double> importance(static_cast<size_t>(D));
       for (int64_t i = 0; i < D; ++i) importance[static_cast<size_t>(i)] = kv[static_cast<size_t>(i)] * qe[static_cast<size_t>(i)];
-      std::vector<uint8_t> widths = allocate_widths(importance, bits);
-      std::vector<int> order = storage_order(widths, importance);
-      const std::vector<double> sd = deviations(kv);
-      KvCodeMaps km;
-      km.to_code.assign(D2, 0.0f);
-      km.from_code.assign(D2, 0.0f);
-      std::vector<uint8_t> stored(static_cast<size_t>(D));
-      for (int64_t i = 0; i < D; ++i) {
-        const int c = order[static_cast<size_t>(i)], w = widths[static_cast<size_t>(c)];
-        stored[static_cast<size_t>(i)] = static_cast<uint8_t>(w);
-        const double unit = w > 0 ? sd[static_cast<size_t>(c)] * kStep[w] : 1.0;
-        km.to_code[static_cast<size_t>(i * D + c)] = static_cast<float>(1.0 / unit);
-        if (w > 0) km.from_code[static_cast<size_t>(c * D + i)] = static_cast<float>(unit);
-      }
-      l.k.push_back(std::move(km));
-      k_widths.push_back(std::move(stored));
+      const CodedSide k_side = code_side(nullptr, importance, kv, D);
+      l.k.push_back(k_side.maps);
+      k_widths.push_back(k_side.widths);
 
       // V: the eigenbasis of its second moment, importance = eigenvalue.
       std::vector<double> basis;
       std::vector<double> lam = symmetric_eigen(m.v_moment(li, g), static_cast<int>(D), &basis);
       for (double& x : lam) x = std::max(x, 0.0);
-      widths = allocate_widths(lam, bits);
-      order = storage_order(widths, lam);
-      const std::vector<double> vsd = deviations(lam);
-      KvCodeMaps vm;
-      vm.to_code.assign(D2, 0.0f);
-      vm.from_code.assign(D2, 0.0f);
-      stored.assign(static_cast<size_t>(D), 0);
-      for (int64_t i = 0; i < D; ++i) {
-        const int c = order[static_cast<size_t>(i)], w = widths[static_cast<size_t>(c)];
-        stored[static_cast<size_t>(i)] = static_cast<uint8_t>(w);
-        const double unit = w > 0 ? vsd[static_cast<size_t>(c)] * kStep[w] : 1.0;
-        for (int64_t k = 0; k < D; ++k) {
-          const double e = basis[static_cast<size_t>(k * D + c)];  // component k of eigenvector c
-          vm.to_code[static_cast<size_t>(i * D + k)] = static_cast<float>(e / unit);
-          if (w > 0) vm.from_code[static_cast<size_t>(k * D + i)] = static_cast<float>(e * unit);
-        }
-      }
-      l.v.push_back(std::move(vm));
-      v_widths.push_back(std::move(stored));
+      const CodedSide v_side = code_side(&basis, lam, lam, D);
+      l.v.push_back(v_side.maps);
+      v_widths.push_back(v_side.widths);
     }
     l.k_rows = CodedHeads(D, std::move(k_widths));
     l.v_rows = CodedHeads(D, std::move(v_widths));

@@ -256,12 +256,6 @@ KvImage read_kv_section(StateReader& r, bool per_sequence) {
   return img;
 }
 
-std::string hex_id(uint64_t id) {
-  char s[17];
-  std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(id));
-  return s;
-}
-
 void write_kv_code_section(StateWriter& w, uint64_t code_id) { w.u64(code_id); }
 
 uint64_t read_kv_code_section(StateReader& r) {
@@ -296,8 +290,8 @@ void check_kv_layout(const KvCache& kv, const KvImageLayout& L) {
                 describe(mine.rotation) + " (the same --kv-rotation and seed are needed to restore it)");
   const uint64_t my_code = mine.code ? mine.code->id() : 0;
   if (L.code_id != my_code)
-    throw Error("state: rows written under " + (L.code_id ? "KV code " + hex_id(L.code_id) : std::string("no KV code")) +
-                ", but this cache has " + (my_code ? "KV code " + hex_id(my_code) : std::string("none")) +
+    throw Error("state: rows written under " + (L.code_id ? "KV code " + hex64(L.code_id) : std::string("no KV code")) +
+                ", but this cache has " + (my_code ? "KV code " + hex64(my_code) : std::string("none")) +
                 " (tqc3 rows are read only under the --kv-code they were written under)");
   if (L.type_k != mine.type_k || L.type_v != mine.type_v)
     throw Error("state: KV types K=" + type_label(L.type_k) + " V=" + type_label(L.type_v) +

@@ -24,7 +24,6 @@ KvRotation read_kv_rotation_section(StateReader& r);
 // The KV code section: the id of the calibrated code tqc3 rows were written under.
 void write_kv_code_section(StateWriter& w, uint64_t code_id);
 uint64_t read_kv_code_section(StateReader& r);
-std::string hex_id(uint64_t id);  // 16 hex digits
 
 // Throws agentkv::Error unless the image's rows fit this cache: same K/V types and widths, same
 // KV layers.

@@ -103,12 +103,6 @@ MemoryImage image_from_sections(std::vector<Section>& sections, SeqId seq, uint3
   return img;
 }
 
-std::string hex64(uint64_t v) {
-  char buf[19];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 // Sequence ids of the memory are [0, n_seq_max); seq = -1 means the whole memory.
 void check_seq_id(const SequenceMemory& mem, SeqId seq, const char* what) {
   const uint32_t n_seq_max = mem.kv() ? mem.kv()->layout().n_seq_max : mem.rec() ? mem.rec()->layout().n_seq_max : 0;

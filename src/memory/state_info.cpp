@@ -42,7 +42,7 @@ void describe_kv(std::string& out, const KvImage& kv, const std::string& indent)
          std::to_string(L.n_seq_max) + "\n";
   if (L.rotation.active())
     out += indent + "  rows stored under " + describe(L.rotation) + "\n";
-  if (L.code_id != 0) out += indent + "  tqc3 rows written under KV code " + hex_id(L.code_id) + "\n";
+  if (L.code_id != 0) out += indent + "  tqc3 rows written under KV code " + hex64(L.code_id) + "\n";
   std::string ranges;
   size_t n_ranges = 0;
   Pos lo = -1, hi = -1;

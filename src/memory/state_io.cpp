@@ -1,5 +1,7 @@
 #include "memory/state_io.h"
 
+#include <cstdio>
+
 #include <cstring>
 
 #include "agentkv/error.h"
@@ -65,6 +67,12 @@ void StateReader::expect_end(std::string_view field) const {
   if (remaining() != 0)
     fail(std::string(field) + ": " + std::to_string(remaining()) + " unexpected bytes at offset " +
          std::to_string(offset()) + " (corrupt)");
+}
+
+std::string hex64(uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 }  // namespace agentkv::memory

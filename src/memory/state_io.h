@@ -77,4 +77,7 @@ class StateReader {
   size_t pos_ = 0;
 };
 
+// 16 hex digits: how checksums, fingerprints and code ids read in messages.
+std::string hex64(uint64_t v);
+
 }  // namespace agentkv::memory
