@@ -98,6 +98,24 @@ TEST_P(CodedRows, RoundTripIsTheNearestLevelAtThreePointTwoFiveBits) {
               << "doubled int8 level, hd " << hd << " coordinate " << i;
         }
       }
+    // A whole row (every head's slice back to back, nothing readable past it) unpacks as its heads
+    // do one by one, from any first head on.
+    const size_t hb = heads.head_bytes();
+    const int64_t nh = heads.n_heads();
+    std::vector<uint8_t> row(static_cast<size_t>(nh) * hb);
+    std::vector<int8_t> whole(static_cast<size_t>(nh * hd)), one(static_cast<size_t>(hd));
+    for (int64_t h = 0; h < nh; ++h) {
+      for (auto& x : u) x = nd(rng);
+      heads.encode(h, u.data(), row.data() + h * hb);
+    }
+    for (int64_t first = 0; first < nh; ++first)
+      for (const uint8_t flip : {uint8_t{0}, uint8_t{0x80}}) {
+        heads.levels(CodedHeads::active_unpack(), first, nh - first, row.data() + first * hb, whole.data(), flip);
+        for (int64_t h = first; h < nh; ++h) {
+          heads.levels(CodedUnpack::kPortable, h, 1, row.data() + h * hb, one.data(), flip);
+          ASSERT_TRUE(std::equal(one.begin(), one.end(), whole.begin() + (h - first) * hd)) << "hd " << hd << " heads " << first << ".. head " << h;
+        }
+      }
   }
 }
 

@@ -23,21 +23,8 @@ CodedHeads::Unpacking plan_unpacking(const std::vector<uint8_t>& widths) {
   u.mask16.resize(n);
   u.half.resize(n);
   u.mul16.resize(n);
-  u.window64.resize(n);
-  u.bit64.resize(n);
-  u.mask2.resize(n);
-  u.offset0.resize(n);
-  u.offset80.resize(n);
-  size_t bit = 0, group8 = 0;  // group8: the first byte of the current group of 8's window
+  size_t bit = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (i % 64 == 0) u.start64.push_back(static_cast<uint16_t>(bit / 8));
-    if (i % 8 == 0) group8 = bit / 8;
-    u.window64[i] = static_cast<uint8_t>(group8 - u.start64.back() + i % 8);  // <= 56 + 7
-    u.bit64[i] = static_cast<uint8_t>((bit - 8 * group8 + 63) % 64);          // one below its code
-    const unsigned odd = (1u << widths[i]) - 1;
-    u.mask2[i] = static_cast<uint8_t>(odd << 1);
-    u.offset0[i] = static_cast<uint8_t>(-static_cast<int>(odd));
-    u.offset80[i] = static_cast<uint8_t>(128 - static_cast<int>(odd));
     if (i % 16 == 0) u.start16.push_back(static_cast<uint16_t>(bit / 8));
     if (i % 32 == 0) u.start32.push_back(static_cast<uint16_t>(bit / 8));
     const int w = widths[i];
@@ -55,6 +42,30 @@ CodedHeads::Unpacking plan_unpacking(const std::vector<uint8_t>& widths) {
     bit += static_cast<size_t>(w);
   }
   return u;
+}
+
+// One head's VBMI chunk records (CodedHeads::VbmiChunk), appended; `first_byte`: the head's
+// slice's first byte in the row.
+void plan_vbmi(const std::vector<uint8_t>& widths, uint32_t first_byte, std::vector<CodedHeads::VbmiChunk>& chunks,
+               std::vector<uint32_t>& starts) {
+  size_t bit = 0, group8 = 0, start = 0;  // group8: the first byte of the current group of 8's window
+  for (size_t i = 0; i < widths.size(); ++i) {
+    if (i % 64 == 0) {
+      start = bit / 8;
+      starts.push_back(first_byte + static_cast<uint32_t>(start));
+      chunks.emplace_back();
+    }
+    CodedHeads::VbmiChunk& c = chunks.back();
+    const size_t k = i % 64;
+    if (i % 8 == 0) group8 = bit / 8;
+    c.window[k] = static_cast<uint8_t>(group8 - start + i % 8);     // <= 56 + 7
+    c.bit[k] = static_cast<uint8_t>((bit - 8 * group8 + 63) % 64);  // one below its code
+    const unsigned odd = (1u << widths[i]) - 1;
+    c.mask2[k] = static_cast<uint8_t>(odd << 1);
+    c.offset0[k] = static_cast<uint8_t>(-static_cast<int>(odd));
+    c.offset80[k] = static_cast<uint8_t>(128 - static_cast<int>(odd));
+    bit += widths[i];
+  }
 }
 
 // The definition: each code read from its 16-bit window (bytes past the row read as 0).
@@ -113,35 +124,28 @@ AGENTKV_AVX2 void levels_avx2(const std::vector<CodedHeads::Unpacking>& plans, i
 }
 
 // 64 doubled levels per step (vpmultishiftqb): each group of 8's window into a qword, each byte
-// its code's bits, masked, doubled, less 2^w - 1 (the mask itself), all in bytes. Heads
-// [h0, h0 + n_heads) of a row, one after the other.
-AGENTKV_AVX512_VBMI void levels_vbmi(const std::vector<CodedHeads::Unpacking>& plans, int64_t h0, int64_t n_heads,
-                                     const uint8_t* src, size_t n_bytes, int64_t n, int8_t* dst, uint8_t flip) {
+// its code's bits, masked, doubled, less 2^w - 1 (the mask itself), all in bytes. Chunks
+// [c0, c1) of a row (the chunks of consecutive heads), src holding its bytes from byte `first` on.
+AGENTKV_AVX512_VBMI void levels_vbmi(const CodedHeads::VbmiChunk* chunks, const uint32_t* starts, size_t c0, size_t c1,
+                                     const uint8_t* src, uint32_t first, const uint8_t* row_end, int8_t* dst, uint8_t flip) {
   // Only flips 0 and 0x80 occur (level_scores.h); any other is applied after.
   const bool other_flip = flip != 0 && flip != 0x80;
   const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
-  const uint8_t* row_end = src + static_cast<size_t>(n_heads) * n_bytes;  // the later heads' bytes are readable
-  for (int64_t h = 0; h < n_heads; ++h, src += n_bytes, dst += n) {
-    const CodedHeads::Unpacking& u = plans[static_cast<size_t>(h0 + h)];
-    const uint16_t* start64 = u.start64.data();
-    const uint8_t* window64 = u.window64.data();
-    const uint8_t* bit64 = u.bit64.data();
-    const uint8_t* mask2 = u.mask2.data();
-    const uint8_t* offset = flip == 0x80 ? u.offset80.data() : u.offset0.data();
-    for (int64_t c = 0; c < n / 64; ++c) {
-      const uint8_t* at = src + start64[c];
-      __m512i bytes;
-      if (row_end - at >= 64) {
-        bytes = _mm512_loadu_si512(at);
-      } else {
-        bytes = _mm512_maskz_loadu_epi8((__mmask64{1} << (row_end - at)) - 1, at);
-      }
-      const __m512i windows = _mm512_permutexvar_epi8(_mm512_loadu_si512(window64 + 64 * c), bytes);
-      const __m512i fields = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(bit64 + 64 * c), windows);
-      __m512i lv = _mm512_add_epi8(_mm512_and_si512(fields, _mm512_loadu_si512(mask2 + 64 * c)), _mm512_loadu_si512(offset + 64 * c));
-      if (other_flip) lv = _mm512_xor_si512(lv, vflip);
-      _mm512_storeu_si512(dst + 64 * c, lv);
+  for (size_t c = c0; c < c1; ++c, dst += 64) {
+    const CodedHeads::VbmiChunk& t = chunks[c];
+    const uint8_t* at = src + (starts[c] - first);
+    __m512i bytes;
+    if (row_end - at >= 64) {
+      bytes = _mm512_loadu_si512(at);
+    } else {  // the row's last bytes (its later heads' bytes are readable)
+      bytes = _mm512_maskz_loadu_epi8((__mmask64{1} << (row_end - at)) - 1, at);
     }
+    const __m512i windows = _mm512_permutexvar_epi8(_mm512_load_si512(t.window), bytes);
+    const __m512i fields = _mm512_multishift_epi64_epi8(_mm512_load_si512(t.bit), windows);
+    const __m512i offset = _mm512_load_si512(flip == 0x80 ? t.offset80 : t.offset0);
+    __m512i lv = _mm512_add_epi8(_mm512_and_si512(fields, _mm512_load_si512(t.mask2)), offset);
+    if (other_flip) lv = _mm512_xor_si512(lv, vflip);
+    _mm512_storeu_si512(dst, lv);
   }
 }
 
@@ -199,6 +203,7 @@ CodedHeads::CodedHeads(int64_t head_dim, std::vector<std::vector<uint8_t>> width
     }
     if (sum != bits) throw Error("coded rows: head " + std::to_string(h) + " spends " + std::to_string(sum) + " bits, the type holds " + std::to_string(bits));
     unpacking_.push_back(plan_unpacking(w));
+    plan_vbmi(w, static_cast<uint32_t>(h * head_bytes()), vbmi_chunks_, vbmi_start_);
   }
 }
 
@@ -237,7 +242,12 @@ CodedUnpack CodedHeads::active_unpack() {
 void CodedHeads::levels(CodedUnpack how, int64_t first_head, int64_t n, const uint8_t* src, int8_t* dst, uint8_t flip) const {
   const size_t n_bytes = head_bytes();
 #ifdef AGENTKV_HAVE_X86_SIMD
-  if (how == CodedUnpack::kVbmi && head_dim_ % 64 == 0) return levels_vbmi(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
+  if (how == CodedUnpack::kVbmi && head_dim_ % 64 == 0) {
+    const size_t per_head = static_cast<size_t>(head_dim_ / 64);
+    return levels_vbmi(vbmi_chunks_.data(), vbmi_start_.data(), static_cast<size_t>(first_head) * per_head,
+                       static_cast<size_t>(first_head + n) * per_head, src, static_cast<uint32_t>(first_head * n_bytes),
+                       src + static_cast<size_t>(n) * n_bytes, dst, flip);
+  }
   if (how != CodedUnpack::kPortable) return levels_avx2(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
 #endif
   for (int64_t h = 0; h < n; ++h, src += n_bytes, dst += head_dim_)

@@ -56,21 +56,27 @@ class CodedHeads {
     std::vector<uint16_t> shift16, mask16;      // the same, 16-bit lanes
     std::vector<uint16_t> mul16;                // 2^(8 - shift): AVX2's 16-bit shift, as a multiply
     // (the mask, 2^w - 1, is also what 2c less gives the doubled level)
-    // VBMI's bit-field extraction (vpmultishiftqb), 64 coordinates per chunk: eight codes lie in
-    // one 8-byte window (8 x 7 bits + a start within a byte < 64 bits), so a byte permute puts
-    // each group of 8's window in a qword, and each byte takes its code's bits from its qword.
-    // Each byte takes its code's bits from one below (bit - 1, mod 64), so the field is the code
-    // doubled under mask2 = (2^w - 1) << 1; adding offset[flip] (-(2^w - 1), or 128 - (2^w - 1)
-    // for flip 0x80) gives the doubled level, XORed with flip.
-    std::vector<uint16_t> start64;                    // per chunk: its first byte
-    std::vector<uint8_t> window64, bit64, mask2, offset0, offset80;  // per coordinate
     std::vector<float> half;                    // (2^w - 1) / 2, what a code's level is below it
+  };
+
+  // VBMI's bit-field extraction (vpmultishiftqb), 64 coordinates per chunk: eight codes lie in one
+  // 8-byte window (8 x 7 bits + a start within a byte < 64 bits), so a byte permute puts each group
+  // of 8's window in a qword, and each byte takes its code's bits from its qword. Each byte takes
+  // its code's bits from one below (bit - 1, mod 64), so the field is the code doubled under mask2
+  // = (2^w - 1) << 1; adding offset[flip] (-(2^w - 1), or 128 - (2^w - 1) for flip 0x80) gives the
+  // doubled level, XORed with flip. One cache-line-aligned record per chunk, every head's chunks in
+  // one array (head h's chunk c at h * head_dim / 64 + c): a row's unpacking reads its tables front
+  // to back, and no load splits a line (separate unaligned tables per head cost 2x the unpacking).
+  struct alignas(64) VbmiChunk {
+    uint8_t window[64], bit[64], mask2[64], offset0[64], offset80[64];  // per coordinate
   };
 
  private:
   int64_t head_dim_ = 0;
   std::vector<std::vector<uint8_t>> widths_;
   std::vector<Unpacking> unpacking_;
+  std::vector<VbmiChunk> vbmi_chunks_;
+  std::vector<uint32_t> vbmi_start_;  // per chunk: its first byte in the row (all heads')
 };
 
 }  // namespace agentkv
