@@ -25,6 +25,7 @@
 #include "kernels/coded_rows.h"
 #include "kernels/dispatch.h"
 #include "kernels/quant.h"
+#include "kernels/small_matvec.h"
 #include "kernels/threadpool.h"
 #include "memory/kv_code.h"
 #include "memory/kv_code_fit.h"
@@ -116,6 +117,25 @@ TEST_P(CodedRows, RoundTripIsTheNearestLevelAtThreePointTwoFiveBits) {
           ASSERT_TRUE(std::equal(one.begin(), one.end(), whole.begin() + (h - first) * hd)) << "hd " << hd << " heads " << first << ".. head " << h;
         }
       }
+  }
+}
+
+// The maps' product (kernels/small_matvec.h) at every level: a double-precision sum of the rows,
+// for widths that fill whole register strips, part of one, or no vector at all.
+TEST_P(CodedRows, SmallMatrixProductIsTheRowsSum) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t n : {20, 40, 64, 96, 128, 160, 256}) {
+    std::vector<float> m(static_cast<size_t>(n * n)), x(static_cast<size_t>(n)), y(x.size() + 1, 7.0f);
+    for (auto& v : m) v = nd(rng);
+    for (auto& v : x) v = nd(rng);
+    small_mat_t_vec(m.data(), x.data(), y.data(), n);
+    for (int64_t k = 0; k < n; ++k) {
+      double want = 0;
+      for (int64_t i = 0; i < n; ++i) want += static_cast<double>(m[static_cast<size_t>(i * n + k)]) * x[static_cast<size_t>(i)];
+      ASSERT_NEAR(y[static_cast<size_t>(k)], want, 1e-4 * std::sqrt(static_cast<double>(n))) << "n " << n << " column " << k;
+    }
+    EXPECT_EQ(y[static_cast<size_t>(n)], 7.0f) << "wrote past y";
   }
 }
 

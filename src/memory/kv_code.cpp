@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "agentkv/error.h"
+#include "kernels/small_matvec.h"
 #include "memory/state_io.h"
 
 namespace agentkv::memory {
@@ -20,15 +21,6 @@ constexpr uint32_t kVersion = 1;
 
 // y = m^T x for an n x n row-major m: a sum of m's rows (axpy order, which vectorizes). y = m x
 // is the same with m's transpose.
-void mat_t_vec(const std::vector<float>& m, const float* x, float* y, int64_t n) {
-  for (int64_t k = 0; k < n; ++k) y[k] = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* r = m.data() + i * n;
-    const float xi = x[i];
-    for (int64_t k = 0; k < n; ++k) y[k] += r[k] * xi;
-  }
-}
-
 // For a matrix with at most one nonzero per row: each row's column and value (column 0, value 0
 // for an empty row); false otherwise.
 bool monomial(const std::vector<float>& m, int64_t n, std::vector<int32_t>& index, std::vector<float>& scale) {
@@ -71,7 +63,7 @@ void apply(const KvCodeMaps& m, Product p, const float* x, float* y, int64_t n) 
     return;
   }
   // y = M x is M^T's rows summed; y = M^T x is M's.
-  mat_t_vec(p == Product::kToCode ? m.to_code_t : p == Product::kFromCode ? m.from_code_t : m.from_code, x, y, n);
+  small_mat_t_vec((p == Product::kToCode ? m.to_code_t : p == Product::kFromCode ? m.from_code_t : m.from_code).data(), x, y, n);
 }
 
 }  // namespace
