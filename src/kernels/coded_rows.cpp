@@ -123,29 +123,31 @@ AGENTKV_AVX2 void levels_avx2(const std::vector<CodedHeads::Unpacking>& plans, i
   }
 }
 
-// 64 doubled levels per step (vpmultishiftqb): each group of 8's window into a qword, each byte
-// its code's bits, masked, doubled, less 2^w - 1 (the mask itself), all in bytes. Chunks
-// [c0, c1) of a row (the chunks of consecutive heads), src holding its bytes from byte `first` on.
+// One chunk of 64 doubled levels (vpmultishiftqb): each group of 8's window into a qword, each
+// byte its code's bits, masked, doubled, less 2^w - 1 (the mask itself), all in bytes; offset80
+// adds the flip 0x80 in the same step.
+template <bool kFlip80>
+AGENTKV_AVX512_VBMI inline __attribute__((always_inline)) __m512i chunk_levels(const CodedHeads::VbmiChunk& t, __m512i bytes) {
+  const __m512i windows = _mm512_permutexvar_epi8(_mm512_load_si512(t.window), bytes);
+  const __m512i fields = _mm512_multishift_epi64_epi8(_mm512_load_si512(t.bit), windows);
+  return _mm512_add_epi8(_mm512_and_si512(fields, _mm512_load_si512(t.mask2)), _mm512_load_si512(kFlip80 ? t.offset80 : t.offset0));
+}
+
+// Chunks [c0, c1) of a row (the chunks of consecutive heads), src holding its bytes from byte
+// `first` on, n_bytes of them: whole 64-byte loads up to the chunks that reach past the row's
+// end, masked loads for those (worked out once per call, not per chunk).
+template <bool kFlip80>
 AGENTKV_AVX512_VBMI void levels_vbmi(const CodedHeads::VbmiChunk* chunks, const uint32_t* starts, size_t c0, size_t c1,
-                                     const uint8_t* src, uint32_t first, const uint8_t* row_end, int8_t* dst, uint8_t flip) {
-  // Only flips 0 and 0x80 occur (level_scores.h); any other is applied after.
-  const bool other_flip = flip != 0 && flip != 0x80;
-  const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
-  for (size_t c = c0; c < c1; ++c, dst += 64) {
-    const CodedHeads::VbmiChunk& t = chunks[c];
-    const uint8_t* at = src + (starts[c] - first);
-    __m512i bytes;
-    if (row_end - at >= 64) {
-      bytes = _mm512_loadu_si512(at);
-    } else {  // the row's last bytes (its later heads' bytes are readable)
-      bytes = _mm512_maskz_loadu_epi8((__mmask64{1} << (row_end - at)) - 1, at);
-    }
-    const __m512i windows = _mm512_permutexvar_epi8(_mm512_load_si512(t.window), bytes);
-    const __m512i fields = _mm512_multishift_epi64_epi8(_mm512_load_si512(t.bit), windows);
-    const __m512i offset = _mm512_load_si512(flip == 0x80 ? t.offset80 : t.offset0);
-    __m512i lv = _mm512_add_epi8(_mm512_and_si512(fields, _mm512_load_si512(t.mask2)), offset);
-    if (other_flip) lv = _mm512_xor_si512(lv, vflip);
-    _mm512_storeu_si512(dst, lv);
+                                     const uint8_t* src, uint32_t first, size_t n_bytes, int8_t* dst) {
+  size_t whole = c1;  // chunks before it load 64 bytes within the row (starts only grow)
+  while (whole > c0 && starts[whole - 1] - first + 64 > n_bytes) --whole;
+  size_t c = c0;
+  for (; c < whole; ++c, dst += 64)
+    _mm512_storeu_si512(dst, chunk_levels<kFlip80>(chunks[c], _mm512_loadu_si512(src + (starts[c] - first))));
+  for (; c < c1; ++c, dst += 64) {
+    const size_t at = starts[c] - first;
+    const __m512i bytes = _mm512_maskz_loadu_epi8((__mmask64{1} << (n_bytes - at)) - 1, src + at);
+    _mm512_storeu_si512(dst, chunk_levels<kFlip80>(chunks[c], bytes));
   }
 }
 
@@ -244,9 +246,15 @@ void CodedHeads::levels(CodedUnpack how, int64_t first_head, int64_t n, const ui
 #ifdef AGENTKV_HAVE_X86_SIMD
   if (how == CodedUnpack::kVbmi && head_dim_ % 64 == 0) {
     const size_t per_head = static_cast<size_t>(head_dim_ / 64);
-    return levels_vbmi(vbmi_chunks_.data(), vbmi_start_.data(), static_cast<size_t>(first_head) * per_head,
-                       static_cast<size_t>(first_head + n) * per_head, src, static_cast<uint32_t>(first_head * n_bytes),
-                       src + static_cast<size_t>(n) * n_bytes, dst, flip);
+    const size_t c0 = static_cast<size_t>(first_head) * per_head, c1 = static_cast<size_t>(first_head + n) * per_head;
+    const uint32_t first = static_cast<uint32_t>(first_head * n_bytes);
+    const size_t bytes = static_cast<size_t>(n) * n_bytes;
+    if (flip == 0x80) return levels_vbmi<true>(vbmi_chunks_.data(), vbmi_start_.data(), c0, c1, src, first, bytes, dst);
+    levels_vbmi<false>(vbmi_chunks_.data(), vbmi_start_.data(), c0, c1, src, first, bytes, dst);
+    // Only flips 0 and 0x80 occur (level_scores.h); any other is applied after.
+    if (flip != 0)
+      for (int64_t i = 0; i < n * head_dim_; ++i) dst[i] = static_cast<int8_t>(static_cast<uint8_t>(dst[i]) ^ flip);
+    return;
   }
   if (how != CodedUnpack::kPortable) return levels_avx2(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
 #endif
