@@ -22,7 +22,6 @@ CodedHeads::Unpacking plan_unpacking(const std::vector<uint8_t>& widths) {
   u.shift16.resize(n);
   u.mask16.resize(n);
   u.half.resize(n);
-  u.mul16.resize(n);
   size_t bit = 0;
   for (size_t i = 0; i < n; ++i) {
     if (i % 16 == 0) u.start16.push_back(static_cast<uint16_t>(bit / 8));
@@ -38,10 +37,27 @@ CodedHeads::Unpacking plan_unpacking(const std::vector<uint8_t>& widths) {
     u.shift[i] = u.shift16[i] = static_cast<uint16_t>(w ? bit % 8 : 0);
     u.mask[i] = u.mask16[i] = static_cast<uint16_t>((1u << w) - 1);
     u.half[i] = 0.5f * static_cast<float>((1 << w) - 1);
-    u.mul16[i] = static_cast<uint16_t>(1u << (8 - u.shift[i]));
     bit += static_cast<size_t>(w);
   }
   return u;
+}
+
+// One head's AVX2 records (CodedHeads::Avx2Pair), appended from its Unpacking; `first_byte`: the
+// head's slice's first byte in the row.
+void plan_avx2(const CodedHeads::Unpacking& u, const std::vector<uint8_t>& widths, uint32_t first_byte,
+               std::vector<CodedHeads::Avx2Pair>& pairs, std::vector<uint32_t>& starts) {
+  for (size_t g = 0; g < u.start16.size(); ++g) {
+    if (g % 2 == 0) pairs.emplace_back();
+    CodedHeads::Avx2Pair& p = pairs.back();
+    starts.push_back(first_byte + u.start16[g]);
+    for (size_t k = 0; k < 16; ++k) {
+      const size_t i = 16 * g + k;
+      p.shuffle[g % 2][2 * k] = u.shuffle16[2 * i];
+      p.shuffle[g % 2][2 * k + 1] = u.shuffle16[2 * i + 1];
+      p.mul[g % 2][k] = static_cast<uint16_t>(1u << (9 - u.shift[i]));
+      p.mask2[g % 2][k] = static_cast<uint16_t>(((1u << widths[i]) - 1) << 1);
+    }
+  }
 }
 
 // One head's VBMI chunk records (CodedHeads::VbmiChunk), appended; `first_byte`: the head's
@@ -96,30 +112,52 @@ AGENTKV_AVX2_INLINE __m128i load16_within(const uint8_t* at, const uint8_t* row_
   return _mm_load_si128(reinterpret_cast<const __m128i*>(tail));
 }
 
-// 16 doubled levels per step, in 16-bit lanes throughout: the variable shift as a multiply by
-// 2^(8 - s) and a shift by 8 (the code's bits land in the high byte), then packed to bytes.
-// Heads [h0, h0 + n_heads) of a row.
-AGENTKV_AVX2 void levels_avx2(const std::vector<CodedHeads::Unpacking>& plans, int64_t h0, int64_t n_heads, const uint8_t* src,
-                              size_t n_bytes, int64_t n, int8_t* dst, uint8_t flip) {
-  const __m256i vflip = _mm256_set1_epi8(static_cast<char>(flip));
-  const uint8_t* row_end = src + static_cast<size_t>(n_heads) * n_bytes;
-  for (int64_t h = 0; h < n_heads; ++h, src += n_bytes, dst += n) {
-    const CodedHeads::Unpacking& u = plans[static_cast<size_t>(h0 + h)];
-    // The tables' addresses in registers (the stores below could alias them for the compiler).
-    const uint16_t* const start16 = u.start16.data();
-    const uint8_t* const shuffle16 = u.shuffle16.data();
-    const uint16_t* const mul16 = u.mul16.data();
-    const uint16_t* const mask16 = u.mask16.data();
-    for (int64_t g = 0; g < n / 16; ++g) {
-      const __m256i bytes = _mm256_broadcastsi128_si256(load16_within(src + start16[g], row_end));
-      const __m256i windows = _mm256_shuffle_epi8(bytes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(shuffle16 + 32 * g)));
-      const __m256i up = _mm256_mullo_epi16(windows, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mul16 + 16 * g)));
-      const __m256i mask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mask16 + 16 * g));
-      const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(up, 8), mask);
-      const __m256i lv = _mm256_sub_epi16(_mm256_add_epi16(codes, codes), mask);  // the mask is 2^w - 1
-      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(lv, lv), 0x08);  // lanes' low halves together
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16 * g), _mm256_castsi256_si128(_mm256_xor_si256(packed, vflip)));
-    }
+// 16 doubled levels in 16-bit lanes: the group's 16 bytes broadcast to both lanes, one in-lane
+// shuffle into 16-bit windows, the multiply that puts the code one bit above the high byte's start,
+// a shift by 8, mask2 (the doubled code), less mask2 / 2 = 2^w - 1.
+AGENTKV_AVX2_INLINE __m256i group_levels(__m128i bytes, __m256i shuffle, const uint16_t* mul, const uint16_t* mask2) {
+  const __m256i windows = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(bytes), shuffle);
+  const __m256i up = _mm256_mullo_epi16(windows, _mm256_load_si256(reinterpret_cast<const __m256i*>(mul)));
+  const __m256i m2 = _mm256_load_si256(reinterpret_cast<const __m256i*>(mask2));
+  return _mm256_sub_epi16(_mm256_and_si256(_mm256_srli_epi16(up, 8), m2), _mm256_srli_epi16(m2, 1));
+}
+
+// A group's 16 bytes from `at` and its shuffle: for a group whose 16 bytes would pass the row's
+// end, the row's last 16 bytes and the shuffle's indices moved up by as much (a code's bits all lie
+// in the row; what an index past 15 wraps to lands under an empty mask). Rows of fewer than 16
+// bytes are copied out.
+AGENTKV_AVX2_INLINE __m256i group_bytes(const uint8_t* at, const uint8_t* row_begin, const uint8_t* row_end, const uint8_t* shuffle,
+                                        __m128i& bytes) {
+  const __m256i sh = _mm256_load_si256(reinterpret_cast<const __m256i*>(shuffle));
+  if (row_end - at >= 16) {
+    bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+    return sh;
+  }
+  if (row_end - row_begin < 16) {
+    bytes = load16_within(at, row_end);
+    return sh;
+  }
+  bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row_end - 16));
+  return _mm256_add_epi8(sh, _mm256_set1_epi8(static_cast<char>(at - (row_end - 16))));
+}
+
+// Groups [2 p0, 2 p1) of a row (the groups of consecutive heads, two per record), src holding its
+// bytes from byte `first` on, n_bytes of them; 32 levels per store.
+template <bool kFlip80>
+AGENTKV_AVX2 void levels_avx2(const CodedHeads::Avx2Pair* pairs, const uint32_t* starts, size_t p0, size_t p1, const uint8_t* src,
+                              uint32_t first, size_t n_bytes, int8_t* dst) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const uint8_t* row_end = src + n_bytes;
+  for (size_t p = p0; p < p1; ++p, dst += 32) {
+    const CodedHeads::Avx2Pair& t = pairs[p];
+    __m128i bytes0, bytes1;
+    const __m256i sh0 = group_bytes(src + (starts[2 * p] - first), src, row_end, t.shuffle[0], bytes0);
+    const __m256i sh1 = group_bytes(src + (starts[2 * p + 1] - first), src, row_end, t.shuffle[1], bytes1);
+    const __m256i a = group_levels(bytes0, sh0, t.mul[0], t.mask2[0]);
+    const __m256i b = group_levels(bytes1, sh1, t.mul[1], t.mask2[1]);
+    __m256i lv = _mm256_permute4x64_epi64(_mm256_packs_epi16(a, b), 0xD8);  // a's 16, then b's
+    if (kFlip80) lv = _mm256_xor_si256(lv, flip);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), lv);
   }
 }
 
@@ -205,6 +243,7 @@ CodedHeads::CodedHeads(int64_t head_dim, std::vector<std::vector<uint8_t>> width
     }
     if (sum != bits) throw Error("coded rows: head " + std::to_string(h) + " spends " + std::to_string(sum) + " bits, the type holds " + std::to_string(bits));
     unpacking_.push_back(plan_unpacking(w));
+    plan_avx2(unpacking_.back(), w, static_cast<uint32_t>(h * head_bytes()), avx2_pairs_, avx2_start_);
     plan_vbmi(w, static_cast<uint32_t>(h * head_bytes()), vbmi_chunks_, vbmi_start_);
   }
 }
@@ -244,19 +283,22 @@ CodedUnpack CodedHeads::active_unpack() {
 void CodedHeads::levels(CodedUnpack how, int64_t first_head, int64_t n, const uint8_t* src, int8_t* dst, uint8_t flip) const {
   const size_t n_bytes = head_bytes();
 #ifdef AGENTKV_HAVE_X86_SIMD
-  if (how == CodedUnpack::kVbmi && head_dim_ % 64 == 0) {
-    const size_t per_head = static_cast<size_t>(head_dim_ / 64);
-    const size_t c0 = static_cast<size_t>(first_head) * per_head, c1 = static_cast<size_t>(first_head + n) * per_head;
-    const uint32_t first = static_cast<uint32_t>(first_head * n_bytes);
+  if (how != CodedUnpack::kPortable) {
+    const bool vbmi = how == CodedUnpack::kVbmi && head_dim_ % 64 == 0;
+    const size_t per_head = static_cast<size_t>(head_dim_ / (vbmi ? 64 : 32));  // records per head
+    const size_t r0 = static_cast<size_t>(first_head) * per_head, r1 = static_cast<size_t>(first_head + n) * per_head;
+    const uint32_t first = static_cast<uint32_t>(static_cast<size_t>(first_head) * n_bytes);
     const size_t bytes = static_cast<size_t>(n) * n_bytes;
-    if (flip == 0x80) return levels_vbmi<true>(vbmi_chunks_.data(), vbmi_start_.data(), c0, c1, src, first, bytes, dst);
-    levels_vbmi<false>(vbmi_chunks_.data(), vbmi_start_.data(), c0, c1, src, first, bytes, dst);
+    const bool flip80 = flip == 0x80;
+    if (vbmi && flip80) levels_vbmi<true>(vbmi_chunks_.data(), vbmi_start_.data(), r0, r1, src, first, bytes, dst);
+    if (vbmi && !flip80) levels_vbmi<false>(vbmi_chunks_.data(), vbmi_start_.data(), r0, r1, src, first, bytes, dst);
+    if (!vbmi && flip80) levels_avx2<true>(avx2_pairs_.data(), avx2_start_.data(), r0, r1, src, first, bytes, dst);
+    if (!vbmi && !flip80) levels_avx2<false>(avx2_pairs_.data(), avx2_start_.data(), r0, r1, src, first, bytes, dst);
     // Only flips 0 and 0x80 occur (level_scores.h); any other is applied after.
-    if (flip != 0)
+    if (flip != 0 && !flip80)
       for (int64_t i = 0; i < n * head_dim_; ++i) dst[i] = static_cast<int8_t>(static_cast<uint8_t>(dst[i]) ^ flip);
     return;
   }
-  if (how != CodedUnpack::kPortable) return levels_avx2(unpacking_, first_head, n, src, n_bytes, head_dim_, dst, flip);
 #endif
   for (int64_t h = 0; h < n; ++h, src += n_bytes, dst += head_dim_)
     levels_portable(unpacking_[static_cast<size_t>(first_head + h)], src, n_bytes, head_dim_, dst, flip);

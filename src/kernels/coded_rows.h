@@ -54,8 +54,6 @@ class CodedHeads {
     std::vector<uint8_t> shuffle16, permute32;  // per coordinate: its window's two byte indices
     std::vector<uint32_t> shift, mask;          // per coordinate
     std::vector<uint16_t> shift16, mask16;      // the same, 16-bit lanes
-    std::vector<uint16_t> mul16;                // 2^(8 - shift): AVX2's 16-bit shift, as a multiply
-    // (the mask, 2^w - 1, is also what 2c less gives the doubled level)
     std::vector<float> half;                    // (2^w - 1) / 2, what a code's level is below it
   };
 
@@ -71,10 +69,22 @@ class CodedHeads {
     uint8_t window[64], bit[64], mask2[64], offset0[64], offset80[64];  // per coordinate
   };
 
+  // AVX2's doubled levels, 32 coordinates (two groups of 16) per record, every head's records in one
+  // array as VBMI's: per group, the in-lane shuffle into 16-bit windows, the multiply by
+  // 2^(9 - shift) that puts the code one bit above the high byte's start (AVX2 has no variable
+  // 16-bit shift), and mask2 = (2^w - 1) << 1, which takes the doubled code after a shift by 8 and,
+  // shifted right once, is what the doubled code less gives the level.
+  struct alignas(64) Avx2Pair {
+    uint8_t shuffle[2][32];
+    uint16_t mul[2][16], mask2[2][16];
+  };
+
  private:
   int64_t head_dim_ = 0;
   std::vector<std::vector<uint8_t>> widths_;
   std::vector<Unpacking> unpacking_;
+  std::vector<Avx2Pair> avx2_pairs_;
+  std::vector<uint32_t> avx2_start_;  // per group of 16: its first byte in the row (all heads')
   std::vector<VbmiChunk> vbmi_chunks_;
   std::vector<uint32_t> vbmi_start_;  // per chunk: its first byte in the row (all heads')
 };
