@@ -1,5 +1,6 @@
 """Issue 16's shared compressed pool: 16 sessions on one 8,192-token prefix hold one copy of it, in
-whatever KV type the cache stores (tq4 / tq3 and the PolyKV split `-ctk q8_0 -ctv tq3` included).
+whatever KV type the cache stores (tq4 / tq3, the calibrated tqc3 and the PolyKV splits `-ctk q8_0
+-ctv tq3` / `tqc3` included).
 
 Per KV type the server (the fixture qwen3-tiny: 4 layers, 2 KV heads of width 64) answers 16
 sessions that send the same prefix and their own short question; /metrics' memory_bytes (K/V rows
@@ -13,6 +14,7 @@ import os
 import pytest
 
 from conftest import FIXTURES, Server
+from test_kv_code import calibrate
 from test_shared_prefix import metric, system_prompt, text, tokenize
 
 MODEL = os.path.join(FIXTURES, "models", "qwen3-tiny-q4_k_m.gguf")
@@ -20,8 +22,8 @@ PREFIX = 8192
 SESSIONS = 16
 N_LAYER, N_EMBD_KV = 4, 2 * 64  # the fixture's attention layers and K (= V) row width
 # Bytes of a row of 64 elements per type (docs/quant-types.md).
-ROW64 = {"f16": 128, "q8_0": 68, "q4_0": 36, "tq4": 34, "tq3": 26}
-TYPES = ["f16", "q8_0", "q4_0", "tq4", "tq3", "q8_0/tq3"]
+ROW64 = {"f16": 128, "q8_0": 68, "q4_0": 36, "tq4": 34, "tq3": 26, "tqc3": 26}
+TYPES = ["f16", "q8_0", "q4_0", "tq4", "tq3", "q8_0/tq3", "tqc3", "q8_0/tqc3"]
 RESULTS = {}
 
 
@@ -30,11 +32,18 @@ def cell_bytes(kv):
     return N_LAYER * (ROW64[k] + ROW64[v]) * N_EMBD_KV // 64
 
 
+@pytest.fixture(scope="module")
+def kv_code(tmp_path_factory):
+    """tqc3's code for the fixture, fitted once for the module."""
+    return calibrate(tmp_path_factory.mktemp("code"))[0]
+
+
 @pytest.mark.parametrize("kv", TYPES)
-def test_sixteen_sessions_hold_one_compressed_copy_of_their_prefix(kv, tmp_path):
+def test_sixteen_sessions_hold_one_compressed_copy_of_their_prefix(kv, tmp_path, request):
     k, v = kv.split("/") if "/" in kv else (kv, kv)
+    code = ["--kv-code", str(request.getfixturevalue("kv_code"))] if "tqc3" in kv else []
     server = Server(tmp_path, "-np", str(SESSIONS), "-c", str(PREFIX + SESSIONS * 256), "--metrics",
-                    "-ctk", k, "-ctv", v, model=MODEL)
+                    "-ctk", k, "-ctv", v, *code, model=MODEL)
     try:
         prefix = system_prompt(server, 3, PREFIX)
         first = None
