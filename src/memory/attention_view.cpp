@@ -110,7 +110,7 @@ void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<Attention
       const Pos p = ub.pos[static_cast<size_t>(g.tokens[i])];
       g.keys_visible[i] = 0;
       // Keys are sorted by position (each part when split): the visible ones are a prefix of each.
-      for (const auto [begin, end] : {std::pair<size_t, size_t>{0, g.n_tail}, std::pair<size_t, size_t>{g.n_tail, n}}) {
+      for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, g.n_tail}, std::pair<size_t, size_t>{g.n_tail, n}}) {
         const auto first = key_pos.begin() + static_cast<std::ptrdiff_t>(begin);
         const size_t n_visible = static_cast<size_t>(
             std::upper_bound(first, key_pos.begin() + static_cast<std::ptrdiff_t>(end), p) - first);
