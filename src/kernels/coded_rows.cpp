@@ -52,9 +52,15 @@ void plan_avx2(const CodedHeads::Unpacking& u, const std::vector<uint8_t>& width
     starts.push_back(first_byte + u.start16[g]);
     for (size_t k = 0; k < 16; ++k) {
       const size_t i = 16 * g + k;
-      p.shuffle[g % 2][2 * k] = u.shuffle16[2 * i];
-      p.shuffle[g % 2][2 * k + 1] = u.shuffle16[2 * i + 1];
-      p.mul[g % 2][k] = static_cast<uint16_t>(1u << (9 - u.shift[i]));
+      // The high half of window * 2^(17 - s) is the window shifted right by s - 1: the code doubled.
+      // A code starting at bit 0 or 1 of its byte takes the window one byte earlier (the code at bit
+      // 8 or 9: 9 + 7 bits still fit), its low byte zero (index 0x80) before the group's first byte.
+      const int s = u.shift[i];
+      const uint8_t at = u.shuffle16[2 * i];
+      const bool earlier = s <= 1;
+      p.shuffle[g % 2][2 * k] = earlier ? (at > 0 ? static_cast<uint8_t>(at - 1) : uint8_t{0x80}) : at;
+      p.shuffle[g % 2][2 * k + 1] = earlier ? at : u.shuffle16[2 * i + 1];
+      p.mul[g % 2][k] = static_cast<uint16_t>(1u << (17 - (earlier ? s + 8 : s)));
       p.mask2[g % 2][k] = static_cast<uint16_t>(((1u << widths[i]) - 1) << 1);
     }
   }
@@ -113,13 +119,13 @@ AGENTKV_AVX2_INLINE __m128i load16_within(const uint8_t* at, const uint8_t* row_
 }
 
 // 16 doubled levels in 16-bit lanes: the group's 16 bytes broadcast to both lanes, one in-lane
-// shuffle into 16-bit windows, the multiply that puts the code one bit above the high byte's start,
-// a shift by 8, mask2 (the doubled code), less mask2 / 2 = 2^w - 1.
+// shuffle into 16-bit windows, the high half of a multiply (the window shifted right to one bit
+// below its code), mask2 (the doubled code), less mask2 / 2 = 2^w - 1.
 AGENTKV_AVX2_INLINE __m256i group_levels(__m128i bytes, __m256i shuffle, const uint16_t* mul, const uint16_t* mask2) {
   const __m256i windows = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(bytes), shuffle);
-  const __m256i up = _mm256_mullo_epi16(windows, _mm256_load_si256(reinterpret_cast<const __m256i*>(mul)));
+  const __m256i shifted = _mm256_mulhi_epu16(windows, _mm256_load_si256(reinterpret_cast<const __m256i*>(mul)));
   const __m256i m2 = _mm256_load_si256(reinterpret_cast<const __m256i*>(mask2));
-  return _mm256_sub_epi16(_mm256_and_si256(_mm256_srli_epi16(up, 8), m2), _mm256_srli_epi16(m2, 1));
+  return _mm256_sub_epi16(_mm256_and_si256(shifted, m2), _mm256_srli_epi16(m2, 1));
 }
 
 // A group's 16 bytes from `at` and its shuffle: for a group whose 16 bytes would pass the row's

@@ -70,10 +70,10 @@ class CodedHeads {
   };
 
   // AVX2's doubled levels, 32 coordinates (two groups of 16) per record, every head's records in one
-  // array as VBMI's: per group, the in-lane shuffle into 16-bit windows, the multiply by
-  // 2^(9 - shift) that puts the code one bit above the high byte's start (AVX2 has no variable
-  // 16-bit shift), and mask2 = (2^w - 1) << 1, which takes the doubled code after a shift by 8 and,
-  // shifted right once, is what the doubled code less gives the level.
+  // array as VBMI's: per group, the in-lane shuffle into 16-bit windows, the multiplier 2^(17 - s)
+  // whose high product half is the window shifted right by s - 1 (AVX2 has no variable 16-bit
+  // shift; s, the code's start in its window, is 2..9), and mask2 = (2^w - 1) << 1, which takes
+  // the doubled code from it and, shifted right once, is what the doubled code less gives the level.
   struct alignas(64) Avx2Pair {
     uint8_t shuffle[2][32];
     uint16_t mul[2][16], mask2[2][16];
