@@ -42,13 +42,23 @@ test("chat in the web UI, streamed, with the memory view", async () => {
     await page.fill("#temperature", "0");
     await page.dispatchEvent("#temperature", "change");
 
-    // Every state the answer passes through while it streams.
+    // Every state the answer passes through while it streams: each streamed chunk renders a fresh
+    // content span, so the spans the mutation records added hold the states in order, even when a
+    // fast server's whole stream arrives in one read and the observer runs once after all of them
+    // (reading the page's last span then saw only the final text: a flaky count).
     await page.evaluate(() => {
       window.seen = [];
-      new MutationObserver(() => {
-        const c = [...document.querySelectorAll('[data-testid="assistant"] [data-testid="content"]')].at(-1);
-        if (c && window.seen.at(-1) !== c.textContent) window.seen.push(c.textContent);
-      }).observe(document.getElementById("messages"), { childList: true, subtree: true, characterData: true });
+      new MutationObserver((records) => {
+        for (const r of records)
+          for (const node of r.addedNodes) {
+            if (!(node instanceof Element)) continue;
+            const spans = node.matches('[data-testid="content"]') ? [node] : [...node.querySelectorAll('[data-testid="content"]')];
+            for (const c of spans) {
+              if (!c.closest('[data-testid="assistant"]') && !r.target.closest?.('[data-testid="assistant"]')) continue;
+              if (window.seen.at(-1) !== c.textContent) window.seen.push(c.textContent);
+            }
+          }
+      }).observe(document.getElementById("messages"), { childList: true, subtree: true });
     });
 
     const turns = page.locator('[data-testid="turn"]');
