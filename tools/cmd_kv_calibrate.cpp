@@ -2,13 +2,12 @@
 // Fits the calibrated code the tqc3 KV type writes its rows under (agentkv/kv_code.h) to the
 // model's own K / V rows and queries over TEXT, and writes it to CODE.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "agentkv/error.h"
 #include "agentkv/kv_code.h"
 #include "agentkv/model.h"
 #include "tools/args.h"
+#include "tools/bench_common.h"
 #include "tools/commands.h"
 
 namespace agentkv::tools {
@@ -37,11 +36,7 @@ int cmd_kv_calibrate(const std::vector<std::string>& argv) {
   p.window = static_cast<uint32_t>(window);
   p.max_windows = static_cast<uint32_t>(windows);
   auto model = Model::load(model_path);
-  std::ifstream f(text_path);
-  if (!f) throw std::invalid_argument("cannot read " + text_path);
-  std::stringstream text;
-  text << f.rdbuf();
-  std::vector<Token> tokens = model->tokenizer().encode(text.str(), false, false);
+  std::vector<Token> tokens = model->tokenizer().encode(read_text_file(text_path), false, false);
   if (static_cast<size_t>(skip) >= tokens.size()) throw std::invalid_argument("--skip is past the text's " + std::to_string(tokens.size()) + " tokens");
   tokens.erase(tokens.begin(), tokens.begin() + skip);
   const auto code = calibrate_kv_code(*model, tokens, p);

@@ -7,10 +7,10 @@
 #include "agentkv/batch.h"
 #include "agentkv/context.h"
 #include "agentkv/error.h"
-#include "agentkv/fp16.h"
 #include "engine/context_impl.h"
 #include "memory/kv_code.h"
 #include "memory/kv_code_fit.h"
+#include "memory/kv_row_convert.h"
 #include "memory/query_window.h"
 #include "memory/state_io.h"
 
@@ -56,12 +56,8 @@ std::shared_ptr<const memory::KvCode> calibrate_kv_code(const Model& model, cons
     const uint32_t n_rows = std::min(qw.count(0), params.window);
     for (int il : layers)
       for (uint32_t i = 0; i < n_rows; ++i) {  // cell i and query i need not be one token: sums only
-        const auto* kr = reinterpret_cast<const uint16_t*>(kv.k_row(il, 0, i));
-        const auto* vr = reinterpret_cast<const uint16_t*>(kv.v_row(il, 0, i));
-        for (int64_t j = 0; j < n_embd; ++j) {
-          k[static_cast<size_t>(j)] = fp16_to_fp32(kr[j]);
-          v[static_cast<size_t>(j)] = fp16_to_fp32(vr[j]);
-        }
+        kv.dequantize_k(il, 0, i, k.data());
+        memory::dequantize_kv_row(kv.layout().type_v, kv.v_row(il, 0, i), v.data(), n_embd);
         moments.add(il, qw.row(il, 0, i), k.data(), v.data());
       }
   }

@@ -52,8 +52,7 @@ class CodedHeads {
   struct Unpacking {
     std::vector<uint16_t> start16, start32;  // per group: its first byte
     std::vector<uint8_t> shuffle16, permute32;  // per coordinate: its window's two byte indices
-    std::vector<uint32_t> shift, mask;          // per coordinate
-    std::vector<uint16_t> shift16, mask16;      // the same, 16-bit lanes
+    std::vector<uint16_t> shift, mask;          // per coordinate
     std::vector<float> half;                    // (2^w - 1) / 2, what a code's level is below it
   };
 

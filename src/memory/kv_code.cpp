@@ -19,8 +19,6 @@ namespace {
 constexpr char kMagic[8] = {'A', 'K', 'V', 'C', 'O', 'D', 'E', '1'};
 constexpr uint32_t kVersion = 1;
 
-// y = m^T x for an n x n row-major m: a sum of m's rows (axpy order, which vectorizes). y = m x
-// is the same with m's transpose.
 // For a matrix with at most one nonzero per row: each row's column and value (column 0, value 0
 // for an empty row); false otherwise.
 bool monomial(const std::vector<float>& m, int64_t n, std::vector<int32_t>& index, std::vector<float>& scale) {
