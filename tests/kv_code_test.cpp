@@ -168,9 +168,12 @@ TEST(KvCodeFit, WidthsFollowImportanceAndSpendTheBudget) {
     EXPECT_EQ(sum, 208);
     for (size_t i = 0; i < w.size(); ++i)
       for (size_t j = 0; j < w.size(); ++j)
-        if (imp[i] > imp[j]) EXPECT_GE(w[i], w[j]) << "more important coordinate got fewer bits";
-    if (trial % 5 == 0)  // 24 loud coordinates x 7 bits = 168 < 208: the rest spill to silent ones only then
+        if (imp[i] > imp[j]) {
+          EXPECT_GE(w[i], w[j]) << "more important coordinate got fewer bits";
+        }
+    if (trial % 5 == 0) {  // 24 loud coordinates x 7 bits = 168 < 208: the rest spill to silent ones only then
       for (size_t i = 40; i < 64; ++i) EXPECT_EQ(w[i], kCodedMaxWidth);
+    }
   }
   // The tabulated steps are the uniform quantizer's optimum: a step 2 % off either way does worse.
   for (int b = 1; b <= kCodedMaxWidth; ++b) {
@@ -443,6 +446,16 @@ ContextParams coded(GgmlType k, GgmlType v, std::shared_ptr<const KvCode> code) 
   return cp;
 }
 
+// A logits row's log-softmax, in double.
+std::vector<double> log_softmax(const float* l, int64_t nv) {
+  double m = -1e300, s = 0;
+  for (int64_t j = 0; j < nv; ++j) m = std::max(m, double(l[j]));
+  for (int64_t j = 0; j < nv; ++j) s += std::exp(double(l[j]) - m);
+  std::vector<double> lp(static_cast<size_t>(nv));
+  for (int64_t j = 0; j < nv; ++j) lp[static_cast<size_t>(j)] = double(l[j]) - m - std::log(s);
+  return lp;
+}
+
 // Log-softmax of the last 512 positions of a 1,024-token window (as `bench quality -c 1024` scores).
 std::vector<std::vector<double>> window_logprobs(Context& ctx, size_t first) {
   const auto& t = trained();
@@ -453,15 +466,7 @@ std::vector<std::vector<double>> window_logprobs(Context& ctx, size_t first) {
   EXPECT_EQ(ctx.decode(tail), 0);
   std::vector<std::vector<double>> out;
   const int64_t nv = ctx.model().n_vocab();
-  for (int i = 0; i < ctx.n_outputs(); ++i) {
-    const float* l = ctx.logits(i);
-    double m = -1e300, s = 0;
-    for (int64_t j = 0; j < nv; ++j) m = std::max(m, double(l[j]));
-    for (int64_t j = 0; j < nv; ++j) s += std::exp(double(l[j]) - m);
-    std::vector<double> lp(static_cast<size_t>(nv));
-    for (int64_t j = 0; j < nv; ++j) lp[static_cast<size_t>(j)] = double(l[j]) - m - std::log(s);
-    out.push_back(std::move(lp));
-  }
+  for (int i = 0; i < ctx.n_outputs(); ++i) out.push_back(log_softmax(ctx.logits(i), nv));
   return out;
 }
 
@@ -541,14 +546,7 @@ TEST(KvCodeModel, ShiftedKeysStayCloseToKeysComputedThere) {
       Batch n;
       n.add(t.tokens[800 + static_cast<size_t>(i)], 300 + shift + i, {0}, true);
       EXPECT_EQ(ctx.decode(n), 0);
-      const float* l = ctx.last_logits();
-      const int64_t nv = ctx.model().n_vocab();
-      double m = -1e300, s = 0;
-      for (int64_t j = 0; j < nv; ++j) m = std::max(m, double(l[j]));
-      for (int64_t j = 0; j < nv; ++j) s += std::exp(double(l[j]) - m);
-      std::vector<double> row(static_cast<size_t>(nv));
-      for (int64_t j = 0; j < nv; ++j) row[static_cast<size_t>(j)] = double(l[j]) - m - std::log(s);
-      lp.push_back(std::move(row));
+      lp.push_back(log_softmax(ctx.last_logits(), ctx.model().n_vocab()));
     }
     return lp;
   };
