@@ -33,14 +33,9 @@
 namespace agentkv {
 namespace {
 
-// memory/kv_code_fit.h's Jacobi eigen-solver (the calibrated code fits V's basis with it).
-std::vector<double> jacobi_eigen(std::vector<double> a, int n, std::vector<double>* vectors = nullptr) {
-  return memory::symmetric_eigen(std::move(a), n, vectors);
-}
-
 // Eigenvalues, largest first.
 std::vector<double> symmetric_eigenvalues(const std::vector<double>& a, int n) {
-  std::vector<double> e = jacobi_eigen(a, n);
+  std::vector<double> e = memory::symmetric_eigen(a, n);
   std::sort(e.rbegin(), e.rend());
   return e;
 }
@@ -100,7 +95,7 @@ TEST(KvSpectrum, JacobiRecoversAKnownSpectrum) {
   std::mt19937 rng2(5);
   const std::vector<double> a = with_spectrum(l, rng2);
   std::vector<double> v;
-  const std::vector<double> lv = jacobi_eigen(a, 24, &v);
+  const std::vector<double> lv = memory::symmetric_eigen(a, 24, &v);
   for (int i = 0; i < 24; ++i)
     for (int r = 0; r < 24; ++r) {
       double av = 0;
@@ -245,7 +240,7 @@ TEST(KvSpectrum, DISABLED_FittedBasisErrorReport) {
         for (int c = 0; c < half; ++c)
           for (int64_t i = 0; i < hd; ++i)
             for (int64_t j = 0; j < hd; ++j) m[static_cast<size_t>(i * hd + j)] += x[static_cast<size_t>(c * hd + i)] * x[static_cast<size_t>(c * hd + j)] / half;
-        std::vector<double> lam = jacobi_eigen(m, static_cast<int>(hd), &basis);
+        std::vector<double> lam = memory::symmetric_eigen(m, static_cast<int>(hd), &basis);
         for (double& l : lam) l = std::max(l, 0.0);
         std::vector<int> bits(static_cast<size_t>(hd), 0);
         for (int64_t spent = 0; spent < hd * 13 / 4; ++spent) {
