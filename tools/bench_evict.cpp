@@ -21,7 +21,10 @@
 // window), then each policy's choice of D / 2 positions to drop, timed: the ratio of the two.
 // docs/quality-bench.md, "Eviction".
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -31,6 +34,7 @@
 
 #include "agentkv/error.h"
 #include "agentkv/retention.h"
+#include "agentkv/retrieval_heads.h"
 #include "tools/args.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
@@ -61,18 +65,64 @@ struct Setting {
   std::optional<EvictPolicy> policy;
   double budget = 1.0;
   bool oracle = false;  // snapkv scored with the scored tokens' own queries
+  // Retrieval heads instead of a policy: a windowed cache whose tail keeps these KV heads' rows
+  // (ContextParams::kv_tail_heads), its window sized so that the rows held are `budget` of the
+  // full cache's.
+  int retrieval_heads = 0;
   std::string label() const {
-    if (!policy) return "full cache";
     std::ostringstream o;
+    if (retrieval_heads > 0) {
+      o << "retrieval heads (" << retrieval_heads << ") @ " << static_cast<int>(std::lround(budget * 100)) << " %";
+      return o.str();
+    }
+    if (!policy) return "full cache";
     o << evict_policy_name(*policy) << (oracle ? " (oracle)" : "") << " @ " << static_cast<int>(std::lround(budget * 100)) << " %";
     return o.str();
   }
+  std::string name() const { return retrieval_heads > 0 ? "retrieval-heads" : policy ? evict_policy_name(*policy) : "full"; }
+};
+
+// The contexts of the retrieval-head settings: one per window size, all with the same kept heads.
+class RetrievalHeadContexts {
+ public:
+  RetrievalHeadContexts(const Model& model, const ContextParams& base, std::vector<uint64_t> masks)
+      : model_(model), base_(base), masks_(std::move(masks)) {
+    for (uint64_t m : masks_) kept_ += std::popcount(m);
+    const ModelConfig& cfg = model.config();
+    total_ = cfg.n_attention_layers() * static_cast<int>(cfg.n_head_kv);
+  }
+  int kept() const { return kept_; }
+  // The context whose window makes n positions cost `budget` of their full rows: W rows of every
+  // head and n - W rows of the kept ones, W = n (budget H - k) / (H - k).
+  Context& for_budget(double budget, int64_t n) {
+    const double w = double(n) * (budget * total_ - kept_) / double(total_ - kept_);
+    const auto hot = static_cast<uint32_t>(std::max<int64_t>(1, std::lround(w)));
+    auto& slot = contexts_[hot];
+    if (!slot) {
+      ContextParams cp = base_;
+      cp.kv_hot_cells = hot;
+      cp.n_ubatch = std::min(cp.n_ubatch, std::max(1u, hot / 8));
+      cp.tail_type_k = cp.type_k;
+      cp.tail_type_v = cp.type_v;
+      cp.kv_tail_heads = masks_;
+      cp.query_window = 0;
+      slot = std::make_unique<Context>(model_, cp);
+    }
+    return *slot;
+  }
+
+ private:
+  const Model& model_;
+  ContextParams base_;
+  std::vector<uint64_t> masks_;
+  int kept_ = 0, total_ = 0;
+  std::map<uint32_t, std::unique_ptr<Context>> contexts_;
 };
 
 // Drops positions of sequence 0 (holding [0, n_past)) by the setting until budget × n_past remain;
 // returns what it then holds.
 MemoryPos evict_to_budget(Context& ctx, const Setting& s, MemoryPos n_past) {
-  if (!s.policy) return n_past;
+  if (!s.policy || s.retrieval_heads > 0) return n_past;
   EvictionRequest r;
   r.seq = 0;
   r.n_past = n_past;
@@ -125,7 +175,7 @@ void print_table(const std::vector<Row>& rows, const std::vector<long long>& dep
   for (size_t d = 0; d < depths.size(); ++d) std::printf(" ---: |");
   std::printf("\n");
   for (const Row& r : rows) {
-    const bool ref = !r.setting.policy;
+    const bool ref = !r.setting.policy && r.setting.retrieval_heads == 0;
     std::printf("| %s | %.3f | %+.3f | %s | %s | %s |", r.setting.label().c_str(), r.ppl, 100.0 * (r.ppl / full_ppl - 1),
                 ref ? "—" : std::to_string(r.divergence.mean_kl()).c_str(),
                 ref ? "—" : std::to_string(r.divergence.kl_quantile(0.99)).c_str(),
@@ -172,9 +222,10 @@ constexpr const char* kUsage =
     "usage: agentkv bench evict -m MODEL -f TEXT [-c 1024] [--chunks 12] [--score 64]\n"
     "         [--budgets 0.5,0.25] [--policies positional,sinks,keydiff,snapkv]\n"
     "         [--passkey-depths 512,1024] [--passkey-cases 4] [--seed 1] [-ctk f16 -ctv f16]\n"
-    "         [--oracle] [-t 2] [--plot FILE.svg] [--json FILE] | [--cost-depth D]\n"
+    "         [--oracle] [--retrieval-heads 0.125] [-t 2] [--plot FILE.svg] [--json FILE] | [--cost-depth D]\n"
     "  quality: windows of -c tokens, the last --score scored after the eviction, against the full cache\n"
     "  --oracle: per budget, snapkv scored with the scored tokens' own queries (the ceiling)\n"
+    "  --retrieval-heads F: per budget, a window whose tail keeps the probe's best F of the KV heads (0: none)\n"
     "  --cost-depth D: time each policy's choice at a D-token sequence against the D-token prefill\n"
     "  docs/quality-bench.md, \"Eviction\"";
 
@@ -203,6 +254,7 @@ int bench_evict(Args& a) {
   const uint64_t seed = static_cast<uint64_t>(a.num("--seed", "", 1));
   const int64_t cost_depth = a.num("--cost-depth", "", 0);
   const bool oracle = a.flag("--oracle");
+  const double retrieval_fraction = std::stod(a.str("--retrieval-heads", "", "0.125"));
   const std::string plot_path = a.str("--plot", "", "");
   const std::string json_path = a.str("--json", "", "");
   const KvFlags kv_flags = read_kv_flags(a);
@@ -239,10 +291,29 @@ int bench_evict(Args& a) {
     for (long long d : depths)
       for (int64_t i = 0; i < n_cases; ++i) cases.push_back(builder.build(d, i, seed));
   }
+  std::optional<RetrievalHeadContexts> retrieval;
+  if (retrieval_fraction > 0) {
+    const RetrievalHeadScores scores = find_retrieval_heads(*model, cp.n_threads);
+    retrieval.emplace(*model, cp, top_retrieval_heads(scores, retrieval_fraction));
+    std::printf("retrieval-head probe (per attention layer, per KV head; the kept ones starred):\n");
+    const std::vector<uint64_t> kept = top_retrieval_heads(scores, retrieval_fraction);
+    for (size_t l = 0; l < scores.by_layer.size(); ++l) {
+      if (scores.by_layer[l].empty()) continue;
+      std::printf("  layer %zu:", l);
+      for (size_t h = 0; h < scores.by_layer[l].size(); ++h) std::printf(" %.3f%s", scores.by_layer[l][h], (kept[l] >> h & 1) ? "*" : "");
+      std::printf("\n");
+    }
+    std::printf("\n");
+  }
   std::vector<Setting> settings = {Setting{}};
   for (double b : budgets) {
     for (EvictPolicy p : policies) settings.push_back(Setting{p, b});
     if (oracle) settings.push_back(Setting{EvictPolicy::SnapKV, b, true});
+    if (retrieval && retrieval->kept() > 0) {
+      Setting r{std::nullopt, b};
+      r.retrieval_heads = retrieval->kept();
+      settings.push_back(r);
+    }
   }
 
   const int64_t n_vocab = model->n_vocab();
@@ -255,8 +326,9 @@ int bench_evict(Args& a) {
     double nll = 0;
     for (int64_t w = 0; w < n_windows; ++w) {
       const std::span<const Token> window(tokens.data() + w * n_ctx, static_cast<size_t>(n_ctx));
-      std::vector<uint16_t> run = score_window(s.oracle ? *oracle_ctx : ctx, s, window, n_score, &nll);
-      if (!s.policy) {
+      Context& run_ctx = s.retrieval_heads > 0 ? retrieval->for_budget(s.budget, n_ctx - n_score - 1) : s.oracle ? *oracle_ctx : ctx;
+      std::vector<uint16_t> run = score_window(run_ctx, s, window, n_score, &nll);
+      if (!s.policy && s.retrieval_heads == 0) {
         reference[static_cast<size_t>(w)] = std::move(run);
         continue;
       }
@@ -267,9 +339,9 @@ int bench_evict(Args& a) {
     if (!s.oracle) {  // the oracle's answers would be the queries it scores with
       std::vector<std::string> answers;
       for (const PasskeyCase& c : cases)
-        answers.push_back(answer_passkey(ctx, c, [&](Context& cx) {
-          return evict_to_budget(cx, s, static_cast<MemoryPos>(c.prompt.size() - 1));
-        }));
+        answers.push_back(answer_passkey(
+            s.retrieval_heads > 0 ? retrieval->for_budget(s.budget, static_cast<int64_t>(c.prompt.size()) - 1) : ctx, c,
+            [&](Context& cx) { return evict_to_budget(cx, s, static_cast<MemoryPos>(c.prompt.size() - 1)); }));
       row.recall = recall_by_depth(cases, answers, depths);
     }
     std::fprintf(stderr, "%s: PPL %.3f (%.0f s)\n", s.label().c_str(), row.ppl, seconds_since(t0));
@@ -297,18 +369,19 @@ int bench_evict(Args& a) {
     for (EvictPolicy p : policies)
       add_series(evict_policy_name(p), [&](const Setting& st) { return st.policy == p && !st.oracle; });
     if (oracle) add_series("snapkv (oracle)", [](const Setting& st) { return st.oracle; });
+    if (retrieval && retrieval->kept() > 0) add_series("retrieval heads", [](const Setting& st) { return st.retrieval_heads > 0; });
     write_svg(plot_path, plot);
   }
   if (!json_path.empty()) {
     nlohmann::json j = nlohmann::json::array();
     for (const Row& r : rows)
       j.push_back({{"setting", r.setting.label()},
-                   {"policy", r.setting.policy ? evict_policy_name(*r.setting.policy) : "full"},
+                   {"policy", r.setting.name()},
                    {"oracle", r.setting.oracle},
                    {"budget", r.setting.budget},
                    {"ppl", r.ppl},
-                   {"mean_kl", r.setting.policy ? r.divergence.mean_kl() : 0.0},
-                   {"top1", r.setting.policy ? r.divergence.top1_agreement() : 1.0},
+                   {"mean_kl", r.setting.name() != "full" ? r.divergence.mean_kl() : 0.0},
+                   {"top1", r.setting.name() != "full" ? r.divergence.top1_agreement() : 1.0},
                    {"recall", r.recall}});
     std::ofstream(json_path) << j.dump(2) << "\n";
   }

@@ -44,6 +44,13 @@ struct ContextParams {
   GgmlType tail_type_k = GgmlType::F16;
   GgmlType tail_type_v = GgmlType::F16;
   std::string kv_tail_dir;  // "": the tail in RAM; a folder: in files mapped from it (KvLayout::tail_dir)
+  // Retrieval heads (agentkv/retrieval_heads.h; memory/kv_cache.h KvLayout::tail_heads): with a
+  // window, the tail keeps the rows of only this fraction of the KV heads — the best scored by the
+  // retrieval probe, run once at creation — and every other head attends over the window alone.
+  // 1: every head's rows (no probe). kv_tail_heads, when not empty, names the heads instead (a mask
+  // per model layer, bit h = KV head h).
+  double kv_retrieval_heads = 1.0;
+  std::vector<uint64_t> kv_tail_heads;
   // decode() keeps each output token's final hidden state (embeddings(i)) instead of its logits,
   // as llama.cpp's llama_set_embeddings(ctx, true) with pooling left to the caller.
   bool embeddings = false;

@@ -6,6 +6,7 @@
 
 #include "agentkv/error.h"
 #include "agentkv/kv_code.h"
+#include "agentkv/retrieval_heads.h"
 #include "memory/attention_view.h"
 #include "memory/kv_row_rotation.h"
 #include "memory/memory_state.h"
@@ -49,6 +50,14 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
       layout.tail_type_k = params.tail_type_k;
       layout.tail_type_v = params.tail_type_v;
       layout.tail_dir = params.kv_tail_dir;
+      if (!params.kv_tail_heads.empty() || params.kv_retrieval_heads < 1.0) {
+        layout.tail_heads = !params.kv_tail_heads.empty()
+                                ? params.kv_tail_heads
+                                : top_retrieval_heads(find_retrieval_heads(model_in, params.n_threads), params.kv_retrieval_heads);
+        layout.n_head_kv = static_cast<uint32_t>(cfg.n_head_kv);
+      }
+    } else if (!params.kv_tail_heads.empty() || params.kv_retrieval_heads < 1.0) {
+      throw Error("retrieval heads (--kv-retrieval-heads) keep a tail's rows: they need a window (--kv-hot below the context)");
     }
     kv = std::make_unique<memory::KvCache>(layout);
   }

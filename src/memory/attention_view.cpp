@@ -73,8 +73,9 @@ void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<Attention
   }
   groups.resize(n_groups);
   const KvLayout& layout = kv.layout();
-  const bool split_tail = kv.windowed() &&
-                          (layout.tail_type_k != layout.type_k || layout.tail_type_v != layout.type_v);
+  // A tail of another type, or one without every head's rows, is attended apart from the window.
+  const bool split_tail = kv.windowed() && (layout.tail_type_k != layout.type_k || layout.tail_type_v != layout.type_v ||
+                                            kv.tail_drops_heads());
   thread_local std::vector<Pos> key_pos;  // positions of a group's keys (kept: grown once)
   for (AttentionGroup& g : groups) {
     Pos max_pos = -1;

@@ -139,8 +139,14 @@ struct KvCache::Impl {
   // tk / tv buffers of n_streams * n_cells rows indexed by cell), cell_of the reverse (-1: free).
   bool windowed = false;
   uint32_t n_hot = 0;
-  size_t row_tk = 0, row_tv = 0;
+  std::vector<size_t> row_tk, row_tv;  // tail row bytes per KV layer
   std::vector<Storage> tk, tv;
+  // Retrieval heads (KvLayout::tail_heads): per KV layer whether its tail keeps only some heads,
+  // and which (ascending, maybe none); a tail row then holds those heads' rows back to back.
+  std::vector<char> tail_partial;
+  std::vector<std::vector<int>> tail_keep;
+  bool drops_heads = false;
+  int64_t head_k = 0, head_v = 0;  // elements per head (with tail_heads)
   std::vector<std::vector<int32_t>> slot_of, cell_of;
   uint64_t demotions = 0;
 
@@ -152,26 +158,53 @@ struct KvCache::Impl {
     return bufs[static_cast<size_t>(kv_layer)].data() +
            (static_cast<size_t>(stream) * n_hot + static_cast<size_t>(slot)) * row_bytes;
   }
-  uint8_t* tail(const std::vector<Storage>& bufs, size_t row_bytes, int kv_layer, uint32_t stream,
-                uint32_t cell) const {
-    return bufs[static_cast<size_t>(kv_layer)].data() +
-           (static_cast<size_t>(stream) * layout.n_cells + cell) * row_bytes;
+  size_t tail_row_bytes(bool is_k, int kv_layer) const { return (is_k ? row_tk : row_tv)[static_cast<size_t>(kv_layer)]; }
+  uint8_t* tail(bool is_k, int kv_layer, uint32_t stream, uint32_t cell) const {
+    return (is_k ? tk : tv)[static_cast<size_t>(kv_layer)].data() +
+           (static_cast<size_t>(stream) * layout.n_cells + cell) * tail_row_bytes(is_k, kv_layer);
   }
-  // Cell `cell`'s K (or V) row of one KV layer and the type it is stored in.
-  std::pair<uint8_t*, GgmlType> stored(bool is_k, int kl, uint32_t stream, uint32_t cell) const {
+  // Where one K (or V) row of a cell is stored: its bytes, their type, and whether it holds only the
+  // kept heads (a tail row of a layer that drops heads).
+  struct StoredRow {
+    uint8_t* row;
+    GgmlType type;
+    size_t bytes;
+    bool partial;
+  };
+  StoredRow stored(bool is_k, int kl, uint32_t stream, uint32_t cell) const {
     const int32_t sl = slot(stream, cell);
     if (sl >= 0)
-      return {is_k ? hot(k, row_k, kl, stream, sl) : hot(v, row_v, kl, stream, sl), is_k ? layout.type_k : layout.type_v};
-    return {is_k ? tail(tk, row_tk, kl, stream, cell) : tail(tv, row_tv, kl, stream, cell),
-            is_k ? layout.tail_type_k : layout.tail_type_v};
+      return {is_k ? hot(k, row_k, kl, stream, sl) : hot(v, row_v, kl, stream, sl), is_k ? layout.type_k : layout.type_v,
+              is_k ? row_k : row_v, false};
+    return {tail(is_k, kl, stream, cell), is_k ? layout.tail_type_k : layout.tail_type_v, tail_row_bytes(is_k, kl),
+            tail_partial[static_cast<size_t>(kl)] != 0};
   }
   int64_t width(bool is_k) const { return is_k ? layout.n_embd_k : layout.n_embd_v; }
+  // A whole row of type `from` into its stored place (the kept heads only, for a partial row).
+  void put(const StoredRow& to, bool is_k, int kl, GgmlType from, const uint8_t* src) const {
+    if (!to.partial) {
+      convert_row(from, src, to.type, to.row, width(is_k));
+      return;
+    }
+    const int64_t hd = is_k ? head_k : head_v;
+    const size_t from_head = ggml_row_size(from, hd), to_head = ggml_row_size(to.type, hd);
+    const std::vector<int>& keep = tail_keep[static_cast<size_t>(kl)];
+    for (size_t i = 0; i < keep.size(); ++i)
+      convert_row(from, src + static_cast<size_t>(keep[i]) * from_head, to.type, to.row + i * to_head, hd);
+  }
+  // A hot cell's rows give up their slot (its rows are about to be overwritten with tail rows).
+  void release_hot(uint32_t stream, uint32_t cell) {
+    const int32_t sl = slot_of[stream][cell];
+    if (sl < 0) return;
+    cell_of[stream][static_cast<size_t>(sl)] = -1;
+    slot_of[stream][cell] = -1;
+  }
   void check_cell(uint32_t stream, uint32_t cell) const {
     check_stream(stream);
     if (cell >= layout.n_cells) throw std::logic_error("kv cache: cell " + std::to_string(cell) + " out of range");
   }
   // stored() of a model layer, stream and cell checked (std::logic_error / agentkv::Error).
-  std::pair<uint8_t*, GgmlType> checked_stored(bool is_k, int layer, uint32_t stream, uint32_t cell) const {
+  StoredRow checked_stored(bool is_k, int layer, uint32_t stream, uint32_t cell) const {
     const int kl = kv_layer(layer);
     check_cell(stream, cell);
     return stored(is_k, kl, stream, cell);
@@ -186,13 +219,19 @@ struct KvCache::Impl {
                              ", which is not hot");
     return is_k ? hot(k, row_k, kl, stream, sl) : hot(v, row_v, kl, stream, sl);
   }
-  // Every layer's rows of one cell into another cell's place (either may be hot or in the tail).
-  void copy_cell(uint32_t src_stream, uint32_t src, uint32_t dst_stream, uint32_t dst) const {
+  // Every layer's rows of one cell into another cell's place (either may be hot or in the tail). A
+  // tail cell whose rows lack the dropped heads makes a tail cell: its copy cannot be hot either.
+  void copy_cell(uint32_t src_stream, uint32_t src, uint32_t dst_stream, uint32_t dst) {
+    if (drops_heads && slot(src_stream, src) < 0) release_hot(dst_stream, dst);
     for (size_t l = 0; l < k.size(); ++l)
       for (bool is_k : {true, false}) {
-        const auto [from, from_type] = stored(is_k, static_cast<int>(l), src_stream, src);
-        const auto [to, to_type] = stored(is_k, static_cast<int>(l), dst_stream, dst);
-        convert_row(from_type, from, to_type, to, width(is_k));
+        const int kl = static_cast<int>(l);
+        const StoredRow from = stored(is_k, kl, src_stream, src), to = stored(is_k, kl, dst_stream, dst);
+        if (from.partial) {
+          std::memcpy(to.row, from.row, from.bytes);  // same layer, same kept heads, same type
+        } else {
+          put(to, is_k, kl, from.type, from.row);
+        }
       }
   }
   // Gives every target cell (one stream, ascending) a hot row: free rows first, then those of the hot cells
@@ -243,6 +282,7 @@ struct KvCache::Impl {
   }
 
   std::optional<std::vector<Placement>> plan(const UBatch* ubs, size_t n_ubs) const;
+  void check_tail_heads();
   void copy_rows(uint32_t src_stream, uint32_t dst_stream, uint32_t cell0, uint32_t n);
 };
 
@@ -275,10 +315,11 @@ void KvCache::Impl::make_hot(uint32_t stream, const std::vector<uint32_t>& targe
     if (owner >= 0) {  // its rows move to the tail (an empty cell's rows are never read again)
       const auto oc = static_cast<uint32_t>(owner);
       if (!c.is_empty(oc)) {
+        slots[oc] = -1;  // stored() now names its tail rows
         for (size_t l = 0; l < k.size(); ++l) {
           const int kl = static_cast<int>(l);
-          convert_row(layout.type_k, hot(k, row_k, kl, stream, sl), layout.tail_type_k, tail(tk, row_tk, kl, stream, oc), layout.n_embd_k);
-          convert_row(layout.type_v, hot(v, row_v, kl, stream, sl), layout.tail_type_v, tail(tv, row_tv, kl, stream, oc), layout.n_embd_v);
+          put(stored(true, kl, stream, oc), true, kl, layout.type_k, hot(k, row_k, kl, stream, sl));
+          put(stored(false, kl, stream, oc), false, kl, layout.type_v, hot(v, row_v, kl, stream, sl));
         }
         ++demotions;
       }
@@ -346,6 +387,29 @@ void KvCache::Impl::copy_rows(uint32_t src_stream, uint32_t dst_stream, uint32_t
   }
 }
 
+// KvLayout::tail_heads is usable: a window, a mask per model layer over n_head_kv heads, and heads
+// whole blocks of every row type and of the rotation (a head's rows are cut out of a row as bytes).
+void KvCache::Impl::check_tail_heads() {
+  Impl& m = *this;
+  const KvLayout& l = m.layout;
+  if (!m.windowed) throw Error("kv cache: retrieval heads (tail_heads) need a window (--kv-hot below the context)");
+  if (l.tail_heads.size() != l.layer_has_kv.size())
+    throw Error("kv cache: tail_heads has " + std::to_string(l.tail_heads.size()) + " masks for " +
+                std::to_string(l.layer_has_kv.size()) + " layers");
+  if (l.n_head_kv == 0 || l.n_head_kv > 64 || l.n_embd_k % l.n_head_kv != 0 || l.n_embd_v % l.n_head_kv != 0)
+    throw Error("kv cache: tail_heads needs n_head_kv in [1, 64] dividing the row widths");
+  m.head_k = l.n_embd_k / l.n_head_kv;
+  m.head_v = l.n_embd_v / l.n_head_kv;
+  for (uint64_t mask : l.tail_heads)
+    if (l.n_head_kv < 64 && (mask >> l.n_head_kv) != 0) throw Error("kv cache: a tail_heads mask names a head past n_head_kv");
+  checked_row_bytes(l.type_k, m.head_k, "K head");
+  checked_row_bytes(l.type_v, m.head_v, "V head");
+  checked_row_bytes(l.tail_type_k, m.head_k, "tail K head");
+  checked_row_bytes(l.tail_type_v, m.head_v, "tail V head");
+  if ((l.rotation.k_block > 0 && m.head_k % l.rotation.k_block != 0) || (l.rotation.v_block > 0 && m.head_v % l.rotation.v_block != 0))
+    throw Error("kv cache: tail_heads needs rotation blocks within a head (" + describe(l.rotation) + ")");
+}
+
 KvCache::KvCache(const KvLayout& layout) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.layout = layout;
@@ -373,9 +437,8 @@ KvCache::KvCache(const KvLayout& layout) : impl_(std::make_unique<Impl>()) {
 
   m.windowed = layout.hot_cells > 0 && layout.hot_cells < layout.n_cells;
   m.n_hot = m.windowed ? layout.hot_cells : layout.n_cells;
+  if (!layout.tail_heads.empty()) m.check_tail_heads();
   if (m.windowed) {
-    m.row_tk = checked_row_bytes(layout.tail_type_k, layout.n_embd_k, "tail K");
-    m.row_tv = checked_row_bytes(layout.tail_type_v, layout.n_embd_v, "tail V");
     m.slot_of.assign(m.n_streams, std::vector<int32_t>(layout.n_cells, -1));
     m.cell_of.assign(m.n_streams, std::vector<int32_t>(m.n_hot, -1));
   }
@@ -389,8 +452,21 @@ KvCache::KvCache(const KvLayout& layout) : impl_(std::make_unique<Impl>()) {
     m.k.emplace_back(hot_rows * m.row_k);
     m.v.emplace_back(hot_rows * m.row_v);
     if (m.windowed) {
-      m.tk.emplace_back(tail_rows * m.row_tk, layout.tail_dir);
-      m.tv.emplace_back(tail_rows * m.row_tv, layout.tail_dir);
+      std::vector<int> keep;
+      if (!layout.tail_heads.empty())
+        for (int h = 0; h < static_cast<int>(layout.n_head_kv); ++h)
+          if (layout.tail_heads[il] >> h & 1) keep.push_back(h);
+      const bool partial = !layout.tail_heads.empty() && keep.size() < layout.n_head_kv;
+      const auto kept = static_cast<int64_t>(keep.size());
+      m.row_tk.push_back(partial ? ggml_row_size(layout.tail_type_k, kept * m.head_k)
+                                 : checked_row_bytes(layout.tail_type_k, layout.n_embd_k, "tail K"));
+      m.row_tv.push_back(partial ? ggml_row_size(layout.tail_type_v, kept * m.head_v)
+                                 : checked_row_bytes(layout.tail_type_v, layout.n_embd_v, "tail V"));
+      m.drops_heads = m.drops_heads || partial;
+      m.tail_partial.push_back(partial ? 1 : 0);
+      m.tail_keep.push_back(partial ? std::move(keep) : std::vector<int>{});
+      m.tk.emplace_back(tail_rows * m.row_tk.back(), layout.tail_dir);
+      m.tv.emplace_back(tail_rows * m.row_tv.back(), layout.tail_dir);
     }
   }
 }
@@ -483,38 +559,70 @@ const uint8_t* KvCache::v_row(int layer, uint32_t stream, uint32_t cell) const {
   return impl_->hot_row(false, layer, stream, cell);
 }
 
+namespace {
+Error dropped_heads_error(uint32_t cell) {
+  return Error("kv cache: cell " + std::to_string(cell) +
+               " is in a tail that keeps only the retrieval heads' rows (--kv-retrieval-heads): its whole rows are gone, "
+               "so it cannot be saved, exported or copied out");
+}
+}  // namespace
+
 void KvCache::read_k(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const {
-  const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
-  convert_row(type, row, impl_->layout.type_k, out, impl_->layout.n_embd_k);
+  const Impl::StoredRow r = impl_->checked_stored(true, layer, stream, cell);
+  if (r.partial) throw dropped_heads_error(cell);
+  convert_row(r.type, r.row, impl_->layout.type_k, out, impl_->layout.n_embd_k);
 }
 void KvCache::read_v(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const {
-  const auto [row, type] = impl_->checked_stored(false, layer, stream, cell);
-  convert_row(type, row, impl_->layout.type_v, out, impl_->layout.n_embd_v);
+  const Impl::StoredRow r = impl_->checked_stored(false, layer, stream, cell);
+  if (r.partial) throw dropped_heads_error(cell);
+  convert_row(r.type, r.row, impl_->layout.type_v, out, impl_->layout.n_embd_v);
 }
 void KvCache::write_k(int layer, uint32_t stream, uint32_t cell, const uint8_t* src) {
-  const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
-  convert_row(impl_->layout.type_k, src, type, row, impl_->layout.n_embd_k);
+  impl_->put(impl_->checked_stored(true, layer, stream, cell), true, impl_->kv_layer(layer), impl_->layout.type_k, src);
 }
 void KvCache::write_v(int layer, uint32_t stream, uint32_t cell, const uint8_t* src) {
-  const auto [row, type] = impl_->checked_stored(false, layer, stream, cell);
-  convert_row(impl_->layout.type_v, src, type, row, impl_->layout.n_embd_v);
+  impl_->put(impl_->checked_stored(false, layer, stream, cell), false, impl_->kv_layer(layer), impl_->layout.type_v, src);
 }
 void KvCache::dequantize_k(int layer, uint32_t stream, uint32_t cell, float* out) const {
-  const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
-  if (type == GgmlType::TQC3) {  // through the code's maps: the key as the model wrote it, give or take the code's error
-    impl_->layout.code->decode_row(*coded_layer(layer), false, row, out);
+  const Impl::StoredRow r = impl_->checked_stored(true, layer, stream, cell);
+  if (r.type == GgmlType::TQC3) {  // through the code's maps: the key as the model wrote it, give or take the code's error
+    impl_->layout.code->decode_row(*coded_layer(layer), false, r.row, out);
     return;
   }
-  dequantize_kv_row(type, row, out, impl_->layout.n_embd_k);
+  if (!r.partial) {
+    dequantize_kv_row(r.type, r.row, out, impl_->layout.n_embd_k);
+    return;
+  }
+  const Impl& m = *impl_;
+  std::fill(out, out + m.layout.n_embd_k, 0.f);
+  const std::vector<int>& keep = m.tail_keep[static_cast<size_t>(m.kv_layer(layer))];
+  const size_t head_bytes = ggml_row_size(r.type, m.head_k);
+  for (size_t i = 0; i < keep.size(); ++i)
+    dequantize_kv_row(r.type, r.row + i * head_bytes, out + keep[i] * m.head_k, m.head_k);
 }
 void KvCache::quantize_k(int layer, uint32_t stream, uint32_t cell, const float* src) {
-  const auto [row, type] = impl_->checked_stored(true, layer, stream, cell);
-  if (type == GgmlType::TQC3) {
-    impl_->layout.code->encode_row(*coded_layer(layer), false, src, row);
+  const Impl::StoredRow r = impl_->checked_stored(true, layer, stream, cell);
+  if (r.type == GgmlType::TQC3) {
+    impl_->layout.code->encode_row(*coded_layer(layer), false, src, r.row);
     return;
   }
-  quantize_kv_row(type, src, row, impl_->layout.n_embd_k);
+  if (!r.partial) {
+    quantize_kv_row(r.type, src, r.row, impl_->layout.n_embd_k);
+    return;
+  }
+  const Impl& m = *impl_;
+  const std::vector<int>& keep = m.tail_keep[static_cast<size_t>(m.kv_layer(layer))];
+  const size_t head_bytes = ggml_row_size(r.type, m.head_k);
+  for (size_t i = 0; i < keep.size(); ++i)
+    quantize_kv_row(r.type, src + keep[i] * m.head_k, r.row + i * head_bytes, m.head_k);
 }
+const std::vector<int>* KvCache::tail_kept_heads(int layer) const {
+  const Impl& m = *impl_;
+  const int kl = m.kv_layer(layer);
+  if (!m.windowed || !m.tail_partial[static_cast<size_t>(kl)]) return nullptr;
+  return &m.tail_keep[static_cast<size_t>(kl)];
+}
+bool KvCache::tail_drops_heads() const { return impl_->drops_heads; }
 const KvCodeLayer* KvCache::coded_layer(int layer) const {
   const KvCodeLayer* l = impl_->layout.code ? impl_->layout.code->layer(layer) : nullptr;
   if (!l) throw Error("kv cache: the KV code has no entry for layer " + std::to_string(layer));
@@ -526,11 +634,11 @@ bool KvCache::is_hot(uint32_t stream, uint32_t cell) const {
 }
 const uint8_t* KvCache::tail_k_row(int layer, uint32_t stream, uint32_t cell) const {
   if (is_hot(stream, cell)) throw std::logic_error("kv cache: tail_k_row of a hot cell");
-  return impl_->tail(impl_->tk, impl_->row_tk, impl_->kv_layer(layer), stream, cell);
+  return impl_->tail(true, impl_->kv_layer(layer), stream, cell);
 }
 const uint8_t* KvCache::tail_v_row(int layer, uint32_t stream, uint32_t cell) const {
   if (is_hot(stream, cell)) throw std::logic_error("kv cache: tail_v_row of a hot cell");
-  return impl_->tail(impl_->tv, impl_->row_tv, impl_->kv_layer(layer), stream, cell);
+  return impl_->tail(false, impl_->kv_layer(layer), stream, cell);
 }
 void KvCache::row_pointers(int layer, uint32_t stream, const int32_t* cells, size_t n, const uint8_t** k,
                            const uint8_t** v) const {
@@ -547,13 +655,14 @@ void KvCache::row_pointers(int layer, uint32_t stream, const int32_t* cells, siz
     }
     return;
   }
-  const uint8_t* k_tail = m.tail(m.tk, m.row_tk, kl, stream, 0);
-  const uint8_t* v_tail = m.tail(m.tv, m.row_tv, kl, stream, 0);
+  const uint8_t* k_tail = m.tail(true, kl, stream, 0);
+  const uint8_t* v_tail = m.tail(false, kl, stream, 0);
+  const size_t row_tk = m.tail_row_bytes(true, kl), row_tv = m.tail_row_bytes(false, kl);
   const int32_t* slots = m.slot_of[stream].data();
   for (size_t j = 0; j < n; ++j) {
     const int32_t cell = cells[j], sl = slots[cell];
-    k[j] = sl >= 0 ? k_hot + static_cast<size_t>(sl) * m.row_k : k_tail + static_cast<size_t>(cell) * m.row_tk;
-    v[j] = sl >= 0 ? v_hot + static_cast<size_t>(sl) * m.row_v : v_tail + static_cast<size_t>(cell) * m.row_tv;
+    k[j] = sl >= 0 ? k_hot + static_cast<size_t>(sl) * m.row_k : k_tail + static_cast<size_t>(cell) * row_tk;
+    v[j] = sl >= 0 ? v_hot + static_cast<size_t>(sl) * m.row_v : v_tail + static_cast<size_t>(cell) * row_tv;
   }
 }
 
@@ -585,7 +694,8 @@ KvResidency KvCache::residency() const {
     for (uint32_t i = 0; i < c.used_max_p1(); ++i)
       if (!c.is_empty(i)) (m.slot(s, i) >= 0 ? r.hot_used : r.tail_used) += 1;
   }
-  r.held_bytes = m.k.size() * (r.hot_used * (m.row_k + m.row_v) + r.tail_used * (m.row_tk + m.row_tv));
+  r.held_bytes = m.k.size() * r.hot_used * (m.row_k + m.row_v);
+  for (size_t l = 0; l < m.row_tk.size(); ++l) r.held_bytes += r.tail_used * (m.row_tk[l] + m.row_tv[l]);
   return r;
 }
 size_t KvCache::row_bytes_k() const { return impl_->row_k; }
@@ -884,8 +994,8 @@ void KvCache::seq_fake_prefix(SeqId seq, Pos n) {
       if (c.known_zero(cell)) continue;
       for (size_t l = 0; l < m.k.size(); ++l)
         for (bool is_k : {true, false}) {
-          const auto [row, type] = m.stored(is_k, static_cast<int>(l), s, cell);
-          std::memset(row, 0, ggml_row_size(type, m.width(is_k)));
+          const Impl::StoredRow r = m.stored(is_k, static_cast<int>(l), s, cell);
+          std::memset(r.row, 0, r.bytes);
         }
       c.mark_zero(cell);
     }

@@ -41,6 +41,12 @@ struct KvLayout {
   // Where the tail's rows live: "" = RAM; a folder = files mapped from it (created and unlinked at
   // once, so nothing is left behind), which the OS pages to disk: a context beyond RAM.
   std::string tail_dir;
+  // Retrieval heads (DuoAttention's split, docs/memory-semantics.md §9): per model layer, a mask
+  // of the KV heads whose rows the tail keeps (bit h: head h). A cell leaving the hot window keeps
+  // only those heads' rows; every other head then attends over the hot window alone (a streaming
+  // head). Empty: the tail keeps every head (the default). Needs a window and n_head_kv.
+  std::vector<uint64_t> tail_heads;
+  uint32_t n_head_kv = 0;  // heads per row, for tail_heads: a head is n_embd / n_head_kv elements
 };
 
 // Where the rows of a windowed cache live (KvCache::residency).
@@ -104,7 +110,9 @@ class KvCache final : public MemoryInterface {
   const uint8_t* v_row(int layer, uint32_t stream, uint32_t cell) const;
   // Any cell's rows, wherever they live, as type_k / type_v bytes (read_*: converted from the
   // tail type when the cell is in the tail) or floats; write_* / quantize_k store them in the
-  // cell's current place (converted to the tail type there).
+  // cell's current place (converted to the tail type there). A tail that keeps only some heads
+  // (tail_kept_heads): read_* throw agentkv::Error for its cells, dequantize_k gives the dropped
+  // heads as zeros, write_* / quantize_k store the kept heads.
   void read_k(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const;
   void read_v(int layer, uint32_t stream, uint32_t cell, uint8_t* out) const;
   void write_k(int layer, uint32_t stream, uint32_t cell, const uint8_t* row);
@@ -118,6 +126,13 @@ class KvCache final : public MemoryInterface {
   bool is_hot(uint32_t stream, uint32_t cell) const;
   const uint8_t* tail_k_row(int layer, uint32_t stream, uint32_t cell) const;
   const uint8_t* tail_v_row(int layer, uint32_t stream, uint32_t cell) const;
+  // The KV heads whose rows a layer's tail keeps, ascending, when it keeps only some
+  // (KvLayout::tail_heads); nullptr when it keeps every head. Its tail rows hold those heads'
+  // rows back to back (what row_pointers hands out for a tail cell).
+  const std::vector<int>* tail_kept_heads(int layer) const;
+  // Whether some layer's tail keeps only some heads: its tail cells' full rows are gone, so
+  // read_k / read_v (state files, page records) refuse them with agentkv::Error.
+  bool tail_drops_heads() const;
   // Whether the cache has a window (KvLayout::hot_cells below n_cells); residency() also counts
   // cells, a scan of the cell table.
   bool windowed() const;

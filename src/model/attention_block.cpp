@@ -152,33 +152,57 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     if (g.n_tail == 0) {
       attention(a, pool);
     } else {
-      // Windowed cache, tail in another type: attention over the tail keys and over the hot
-      // ones, each with its log-sum-exp, merged per head (memory/attention_view.h).
+      // Windowed cache, tail in another type or without every head's rows: attention over the
+      // tail keys and over the hot ones, each with its log-sum-exp, merged per head
+      // (memory/attention_view.h). A head whose rows the tail dropped (a streaming head) reads
+      // the hot window alone.
       const auto n_tail = static_cast<int64_t>(g.n_tail);
       const int64_t n_heads = shape.n_head;
-      float* tail_out = ws.get(kAttentionWorkspaceSlot + 5, static_cast<size_t>(nt * n_q));
-      float* lse = ws.get(kAttentionWorkspaceSlot + 6, static_cast<size_t>(2 * nt * n_heads));
-      AttentionArgs tail = a;
-      tail.k_type = layout.tail_type_k;
-      tail.v_type = layout.tail_type_v;
-      tail.n_kv = n_tail;
-      tail.out = tail_out;
-      tail.out_stride = n_q;
-      tail.lse = lse;
-      tail.own_order = true;  // no llama.cpp order exists for a tail of another type
-      attention(tail, pool);
+      const int64_t hd = shape.head_dim;
+      const std::vector<int>* kept = kv.tail_kept_heads(layer);
+      const int group = shape.n_head / shape.n_head_kv;
+      // Query heads the tail answers, in the order of its rows' heads: all, or the kept heads' groups.
+      std::vector<int>& tail_heads = ws.tail_query_heads;
+      tail_heads.clear();
+      for (int hk = 0; hk < shape.n_head_kv; ++hk)
+        if (!kept || std::binary_search(kept->begin(), kept->end(), hk))
+          for (int j = 0; j < group; ++j) tail_heads.push_back(hk * group + j);
+      const auto n_tail_heads = static_cast<int64_t>(tail_heads.size());
+      const int64_t tail_q = n_tail_heads * hd;
+      float* tail_out = ws.get(kAttentionWorkspaceSlot + 5, static_cast<size_t>(nt * tail_q));
+      float* lse = ws.get(kAttentionWorkspaceSlot + 6, static_cast<size_t>(nt * (n_tail_heads + n_heads)));
+      if (n_tail_heads > 0) {
+        AttentionArgs tail = a;
+        tail.k_type = layout.tail_type_k;
+        tail.v_type = layout.tail_type_v;
+        tail.n_kv = n_tail;
+        tail.out = tail_out;
+        tail.out_stride = tail_q;
+        tail.lse = lse;
+        tail.own_order = true;  // no llama.cpp order exists for a tail of another type
+        if (kept) {  // the kept heads' query rows, back to back as their K/V rows are
+          float* q_kept = ws.get(kAttentionWorkspaceSlot + 7, static_cast<size_t>(nt * tail_q));
+          for (int64_t i = 0; i < nt; ++i)
+            for (int64_t j = 0; j < n_tail_heads; ++j)
+              std::copy_n(q_rows + i * q_rows_stride + tail_heads[static_cast<size_t>(j)] * hd, hd, q_kept + i * tail_q + j * hd);
+          tail.shape.n_head_kv = static_cast<int>(kept->size());
+          tail.shape.n_head = static_cast<int>(n_tail_heads);
+          tail.q = q_kept;
+          tail.q_stride = tail_q;
+        }
+        attention(tail, pool);
+      }
       a.k_rows += n_tail;
       a.v_rows += n_tail;
       a.n_kv -= n_tail;
       if (a.mask) a.mask += n_tail;
-      a.lse = lse + nt * n_heads;
+      a.lse = lse + nt * n_tail_heads;
       attention(a, pool);
-      const int64_t hd = shape.head_dim;
       for (int64_t i = 0; i < nt; ++i)
-        for (int64_t h = 0; h < n_heads; ++h) {
+        for (int64_t j = 0; j < n_tail_heads; ++j) {
+          const int64_t h = tail_heads[static_cast<size_t>(j)];
           float* o = out_rows + i * n_q + h * hd;
-          merge_attention_partials(tail_out + i * n_q + h * hd, lse[i * n_heads + h], o,
-                                   a.lse[i * n_heads + h], o, hd);
+          merge_attention_partials(tail_out + i * tail_q + j * hd, lse[i * n_tail_heads + j], o, a.lse[i * n_heads + h], o, hd);
         }
     }
     if (!contiguous)

@@ -35,6 +35,7 @@ class Workspace {
   // Every attention layer of a micro-batch reads the same keys, so its attention groups (keys by
   // position, masks) are built once per micro-batch, not once per layer.
   std::vector<memory::AttentionGroup> attention_groups;
+  std::vector<int> tail_query_heads;  // the query heads a windowed cache's tail answers (attention_block.cpp)
   uint64_t groups_batch_id = 0;
   // One layer's K / V row pointers of the group being attended (reused, not reallocated).
   std::vector<const uint8_t*> key_k_rows, key_v_rows;

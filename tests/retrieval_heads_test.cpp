@@ -1,0 +1,282 @@
+// Retrieval heads (agentkv/retrieval_heads.h, KvLayout::tail_heads): a windowed cache whose tail
+// keeps only some KV heads' rows. Checked at the cache level (what a demoted cell keeps, what
+// reading it gives or refuses, copies), at the model level against references built without the
+// feature (a head whose rows the tail dropped attends exactly over the window), and on the trained
+// model: the probe singles out its induction head, and keeping that head's rows keeps the output.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "agentkv/context.h"
+#include "agentkv/error.h"
+#include "agentkv/fp16.h"
+#include "agentkv/retrieval_heads.h"
+#include "memory/kv_cache.h"
+#include "model/model.h"
+
+namespace agentkv {
+namespace {
+
+using memory::KvCache;
+using memory::KvLayout;
+using memory::UBatch;
+
+constexpr int kHeads = 4, kHeadDim = 32;
+constexpr uint32_t kCells = 32, kHot = 8;
+
+// Two attention layers around a recurrent one; layer 0's tail keeps heads 1 and 3, layer 2's none.
+KvLayout tail_heads_layout() {
+  KvLayout l;
+  l.layer_has_kv = {true, false, true};
+  l.n_embd_k = l.n_embd_v = kHeads * kHeadDim;
+  l.n_cells = kCells;
+  l.hot_cells = kHot;
+  l.n_head_kv = kHeads;
+  l.tail_heads = {0b1010, 0, 0};
+  return l;
+}
+
+// Cell c's row of one layer: element i of head h is c + h / 8 + layer / 64 + i / 1024 (exact in f16).
+std::vector<uint16_t> row_of(uint32_t cell, int layer) {
+  std::vector<uint16_t> r(static_cast<size_t>(kHeads * kHeadDim));
+  for (int h = 0; h < kHeads; ++h)
+    for (int i = 0; i < kHeadDim; ++i)
+      r[static_cast<size_t>(h * kHeadDim + i)] = fp32_to_fp16(static_cast<float>(cell) + h / 8.f + layer / 64.f + i / 1024.f);
+  return r;
+}
+
+// Places positions [0, n) of sequence 0 one at a time, writing each cell's rows while it is hot.
+void fill(KvCache& kv, int n) {
+  for (int p = 0; p < n; ++p) {
+    UBatch ub;
+    ub.add(p, {0});
+    const auto placement = kv.find_slot(ub);
+    ASSERT_TRUE(placement);
+    kv.apply(ub, *placement);
+    const uint32_t cell = (*placement)[0].cell;
+    for (int layer : {0, 2}) {
+      const std::vector<uint16_t> r = row_of(cell, layer);
+      std::memcpy(kv.k_row(layer, 0, cell), r.data(), r.size() * 2);
+      std::memcpy(kv.v_row(layer, 0, cell), r.data(), r.size() * 2);
+    }
+  }
+}
+
+TEST(KvTailHeads, ADemotedCellKeepsTheKeptHeadsRowsOnly) {
+  KvCache kv(tail_heads_layout());
+  fill(kv, 20);
+  ASSERT_TRUE(kv.tail_drops_heads());
+  ASSERT_NE(kv.tail_kept_heads(0), nullptr);
+  EXPECT_EQ(*kv.tail_kept_heads(0), (std::vector<int>{1, 3}));
+  ASSERT_NE(kv.tail_kept_heads(2), nullptr);
+  EXPECT_TRUE(kv.tail_kept_heads(2)->empty());
+  const memory::KvResidency r = kv.residency();
+  EXPECT_EQ(r.hot_used, kHot);
+  EXPECT_EQ(r.tail_used, 20u - kHot);
+  // Tail storage: layer 0 keeps 2 of 4 heads (K and V), layer 2 none.
+  EXPECT_EQ(r.tail_bytes, size_t{2} * kCells * 2 * kHeadDim * 2);
+  EXPECT_EQ(r.held_bytes, size_t{2} * kHot * 2 * kHeads * kHeadDim * 2 + size_t{20 - kHot} * 2 * 2 * kHeadDim * 2);
+  int tail_cells = 0;
+  for (uint32_t cell = 0; cell < 20; ++cell) {
+    if (kv.is_hot(0, cell)) continue;
+    ++tail_cells;
+    std::vector<float> k(kHeads * kHeadDim);
+    kv.dequantize_k(0, 0, cell, k.data());
+    const std::vector<uint16_t> want = row_of(cell, 0);
+    for (int h = 0; h < kHeads; ++h)
+      for (int i = 0; i < kHeadDim; ++i) {
+        const size_t at = static_cast<size_t>(h * kHeadDim + i);
+        EXPECT_EQ(k[at], (h == 1 || h == 3) ? fp16_to_fp32(want[at]) : 0.f) << "cell " << cell << " head " << h;
+      }
+    // What attention reads: the kept heads' rows back to back.
+    const uint8_t* stored = kv.tail_k_row(0, 0, cell);
+    EXPECT_EQ(std::memcmp(stored, want.data() + kHeadDim, kHeadDim * 2), 0);
+    EXPECT_EQ(std::memcmp(stored + kHeadDim * 2, want.data() + 3 * kHeadDim, kHeadDim * 2), 0);
+    std::vector<uint8_t> whole(kv.row_bytes_k());
+    EXPECT_THROW(kv.read_k(0, 0, cell, whole.data()), Error) << "a row without its dropped heads cannot be saved";
+    EXPECT_THROW(kv.read_v(2, 0, cell, whole.data()), Error);
+  }
+  EXPECT_EQ(tail_cells, 20 - static_cast<int>(kHot));
+}
+
+TEST(KvTailHeads, WritesAndCopiesOfATailCellKeepItsShape) {
+  KvCache kv(tail_heads_layout());
+  fill(kv, 12);
+  const uint32_t tail_cell = 0;
+  ASSERT_FALSE(kv.is_hot(0, tail_cell));
+  // A write into a tail cell stores the kept heads.
+  std::vector<float> k(kHeads * kHeadDim);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i % 97) / 8.f;
+  kv.quantize_k(0, 0, tail_cell, k.data());
+  std::vector<float> back(k.size());
+  kv.dequantize_k(0, 0, tail_cell, back.data());
+  for (int h = 0; h < kHeads; ++h)
+    for (int i = 0; i < kHeadDim; ++i) {
+      const size_t at = static_cast<size_t>(h * kHeadDim + i);
+      EXPECT_EQ(back[at], (h == 1 || h == 3) ? k[at] : 0.f);
+    }
+  // Copying it into a cell that holds a hot row makes that cell a tail cell with the same rows:
+  // a hot copy would show the dropped heads as zero keys to every head.
+  const uint32_t hot_cell = 11;
+  ASSERT_TRUE(kv.is_hot(0, hot_cell));
+  kv.copy_cell_rows(0, tail_cell, hot_cell);
+  EXPECT_FALSE(kv.is_hot(0, hot_cell));
+  EXPECT_EQ(std::memcmp(kv.tail_k_row(0, 0, hot_cell), kv.tail_k_row(0, 0, tail_cell), 2 * kHeadDim * 2), 0);
+  // The freed hot row is taken by the next placement without demoting anything.
+  const uint64_t demotions = kv.residency().demotions;
+  fill(kv, 0);
+  UBatch ub;
+  ub.add(12, {0});
+  const auto placement = kv.find_slot(ub);
+  ASSERT_TRUE(placement);
+  kv.apply(ub, *placement);
+  EXPECT_EQ(kv.residency().demotions, demotions);
+}
+
+TEST(KvTailHeads, RefusesMasksItCannotServe) {
+  KvLayout no_window = tail_heads_layout();
+  no_window.hot_cells = 0;
+  EXPECT_THROW(KvCache{no_window}, Error);
+  KvLayout past = tail_heads_layout();
+  past.tail_heads = {0b10000, 0, 0};
+  EXPECT_THROW(KvCache{past}, Error);
+  KvLayout short_list = tail_heads_layout();
+  short_list.tail_heads = {1};
+  EXPECT_THROW(KvCache{short_list}, Error);
+  KvLayout split_block = tail_heads_layout();  // q8_0 blocks are 32 wide: a 16-wide head would split one
+  split_block.n_head_kv = 8;
+  split_block.tail_type_k = split_block.tail_type_v = GgmlType::Q8_0;
+  EXPECT_THROW(KvCache{split_block}, Error);
+}
+
+// ---- the model level: the trained model (trained/agentkv-tiny: 4 layers, 2 KV heads of 64) ----
+
+struct Trained {
+  std::unique_ptr<Model> model;
+  std::vector<Token> tokens;
+  Trained() {
+    const std::string dir = std::string(AGENTKV_SOURCE_DIR) + "/trained/agentkv-tiny";
+    model = Model::load(dir + "/model.gguf");
+    std::ifstream f(dir + "/heldout.txt");
+    std::stringstream text;
+    text << f.rdbuf();
+    tokens = model->tokenizer().encode(text.str(), false, false);
+  }
+};
+
+const Trained& trained() {
+  static const Trained t;
+  return t;
+}
+
+TEST(RetrievalHeads, TheProbeSinglesOutTheTrainedModelsInductionHead) {
+  const RetrievalHeadScores s = find_retrieval_heads(*trained().model, 2);
+  ASSERT_EQ(s.by_layer.size(), 4u);
+  // Layer 1's KV head 0 carries the model's copying circuit (docs/trained-model.md): its queries
+  // put nearly all their attention on the earlier occurrence or what followed it.
+  for (size_t l = 0; l < 4; ++l)
+    for (size_t h = 0; h < 2; ++h) {
+      if (l == 1 && h == 0) {
+        EXPECT_GT(s.by_layer[l][h], 0.8f);
+      } else {
+        EXPECT_LT(s.by_layer[l][h], 0.1f) << "layer " << l << " head " << h;
+      }
+    }
+  EXPECT_EQ(top_retrieval_heads(s, 0.125), (std::vector<uint64_t>{0, 1, 0, 0}));
+  EXPECT_EQ(top_retrieval_heads(s, 0.0), (std::vector<uint64_t>{0, 0, 0, 0}));
+  EXPECT_EQ(top_retrieval_heads(s, 1.0), (std::vector<uint64_t>{3, 3, 3, 3}));
+  EXPECT_THROW(top_retrieval_heads(s, 1.5), Error);
+}
+
+ContextParams window_params(uint32_t hot, std::vector<uint64_t> heads) {
+  ContextParams cp;
+  cp.n_ctx = 512;
+  cp.n_ubatch = 8;
+  cp.n_threads = 2;
+  cp.kv_hot_cells = hot;
+  cp.kv_tail_heads = std::move(heads);
+  return cp;
+}
+
+// Token-by-token decode of tokens[0, n): every step's logits. before(p) runs before position p.
+template <typename Before>
+std::vector<std::vector<float>> decode_steps(Context& ctx, int n, Before before) {
+  const std::vector<Token>& tokens = trained().tokens;
+  const auto n_vocab = static_cast<size_t>(ctx.model().n_vocab());
+  std::vector<std::vector<float>> out;
+  for (int p = 0; p < n; ++p) {
+    before(p);
+    Batch b;
+    b.add(tokens[static_cast<size_t>(p)], p, {0}, true);
+    if (ctx.decode(b) != 0) throw Error("decode failed");
+    out.emplace_back(ctx.logits(0), ctx.logits(0) + n_vocab);
+  }
+  return out;
+}
+
+TEST(RetrievalHeads, AHeadWhoseRowsTheTailDroppedAttendsOverTheWindowExactly) {
+  // Every head streaming: each step attends over the newest kWindow positions (its own included),
+  // which a full cache gives when everything older is removed before the step.
+  constexpr uint32_t kWindow = 24;
+  constexpr int kSteps = 80;
+  Context windowed(*trained().model, window_params(kWindow, {0, 0, 0, 0}));
+  Context reference(*trained().model, window_params(0, {}));
+  const auto got = decode_steps(windowed, kSteps, [](int) {});
+  const auto want = decode_steps(reference, kSteps, [&](int p) {
+    if (p >= static_cast<int>(kWindow)) reference.memory().seq_rm(0, 0, p - static_cast<int>(kWindow) + 1);
+  });
+  for (int p = 0; p < kSteps; ++p)
+    for (size_t i = 0; i < got[static_cast<size_t>(p)].size(); ++i)
+      ASSERT_NEAR(got[static_cast<size_t>(p)][i], want[static_cast<size_t>(p)][i], 1e-4f) << "step " << p << " logit " << i;
+}
+
+double mean_kl(const std::vector<std::vector<float>>& ref, const std::vector<std::vector<float>>& run, size_t from) {
+  double total = 0;
+  for (size_t t = from; t < ref.size(); ++t) {
+    auto log_softmax = [](const std::vector<float>& x) {
+      const float mx = *std::max_element(x.begin(), x.end());
+      double sum = 0;
+      for (float v : x) sum += std::exp(double(v) - mx);
+      std::vector<double> out(x.size());
+      for (size_t i = 0; i < x.size(); ++i) out[i] = double(x[i]) - mx - std::log(sum);
+      return out;
+    };
+    const auto p = log_softmax(ref[t]), q = log_softmax(run[t]);
+    for (size_t i = 0; i < p.size(); ++i) total += std::exp(p[i]) * (p[i] - q[i]);
+  }
+  return total / double(ref.size() - from);
+}
+
+TEST(RetrievalHeads, KeepingTheInductionHeadsRowsKeepsTheOutput) {
+  // 320 positions through a 64-cell window: the tail keeps the induction head's rows, or the other
+  // head's of the same layer, or none. KL against the full cache over the last 128 steps.
+  constexpr int kSteps = 320;
+  Context full(*trained().model, window_params(0, {}));
+  const auto want = decode_steps(full, kSteps, [](int) {});
+  auto kl_keeping = [&](std::vector<uint64_t> heads) {
+    Context ctx(*trained().model, window_params(64, std::move(heads)));
+    return mean_kl(want, decode_steps(ctx, kSteps, [](int) {}), kSteps - 128);
+  };
+  const double induction = kl_keeping({0, 1, 0, 0}), other = kl_keeping({0, 2, 0, 0}), none = kl_keeping({0, 0, 0, 0});
+  EXPECT_LT(induction, 0.5 * other) << "induction head kept " << induction << ", the other head " << other;
+  EXPECT_LT(induction, 0.5 * none) << "induction head kept " << induction << ", none " << none;
+  EXPECT_LT(kl_keeping({3, 3, 3, 3}), 1e-6) << "every head kept: the exact windowed cache";
+}
+
+TEST(RetrievalHeads, TheContextRefusesThemWithoutAWindow) {
+  ContextParams cp = window_params(0, {0, 1, 0, 0});
+  EXPECT_THROW(Context(*trained().model, cp), Error);
+  cp.kv_tail_heads.clear();
+  cp.kv_retrieval_heads = 0.5;
+  EXPECT_THROW(Context(*trained().model, cp), Error);
+}
+
+}  // namespace
+}  // namespace agentkv
