@@ -129,6 +129,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.tail_type_v = kv.tail_type_v;
   cfg.kv_tail_dir = kv.tail_dir;
   cfg.kv_code = kv.code;
+  cfg.kv_retrieval_heads = kv.retrieval_heads;
   cfg.host = a.str("--host", "", "127.0.0.1");
   const long long port = a.num("--port", "", 8080);
   cfg.api_key = a.str("--api-key", "", "");

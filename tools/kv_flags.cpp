@@ -38,6 +38,11 @@ KvFlags read_kv_flags(Args& a) {
   if ((f.type_k == GgmlType::TQC3 || f.type_v == GgmlType::TQC3) && !f.code)
     throw std::invalid_argument("tqc3 needs --kv-code FILE (a calibrated code: agentkv kv-calibrate)");
   if (!f.tail_dir.empty() && hot == 0) throw std::invalid_argument("--kv-tail-dir needs --kv-hot N (the rows that stay hot)");
+  f.retrieval_heads = a.real("--kv-retrieval-heads", "", 1.0);
+  if (!(f.retrieval_heads >= 0 && f.retrieval_heads <= 1))
+    throw std::invalid_argument("--kv-retrieval-heads must be a fraction in [0, 1]");
+  if (f.retrieval_heads < 1 && hot == 0)
+    throw std::invalid_argument("--kv-retrieval-heads needs --kv-hot N (the window the other heads attend over)");
   return f;
 }
 
@@ -52,6 +57,9 @@ const char* const kKvFlagsUsage =
     "                                  the tail and attention reads both, merged by log-sum-exp (default 0: all hot)\n"
     "  --kv-tail-type T                the tail's K and V type (same choices; default: -ctk / -ctv, exact)\n"
     "  --kv-tail-dir DIR               keep the tail in files mapped from DIR (paged to disk by the OS: a\n"
-    "                                  context beyond RAM; the files are unlinked at once)\n";
+    "                                  context beyond RAM; the files are unlinked at once)\n"
+    "  --kv-retrieval-heads F          the tail keeps only the rows of this fraction of the KV heads, those a\n"
+    "                                  probe finds retrieving (DuoAttention); the others attend over the\n"
+    "                                  --kv-hot window alone (default 1: every head)\n";
 
 }  // namespace agentkv::tools

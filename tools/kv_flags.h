@@ -1,5 +1,5 @@
 // The KV-cache options every command shares: -ctk / -ctv (element types), --kv-rotation and
-// --kv-rotation-seed (agentkv/context.h), --kv-code (tqc3), --kv-hot and --kv-tail-type (windowed residency). One parser, so the commands agree on names and errors.
+// --kv-rotation-seed (agentkv/context.h), --kv-code (tqc3), --kv-hot, --kv-tail-type, --kv-tail-dir and --kv-retrieval-heads (windowed residency). One parser, so the commands agree on names and errors.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,6 +21,7 @@ struct KvFlags {
   GgmlType tail_type_k = GgmlType::F16;
   GgmlType tail_type_v = GgmlType::F16;
   std::string tail_dir;  // --kv-tail-dir
+  double retrieval_heads = 1.0;  // --kv-retrieval-heads (ContextParams::kv_retrieval_heads)
   KvCodePtr code;  // --kv-code (tqc3's calibrated code)
 
   void apply_to(ContextParams& cp) const {
@@ -33,6 +34,7 @@ struct KvFlags {
     cp.tail_type_k = tail_type_k;
     cp.tail_type_v = tail_type_v;
     cp.kv_tail_dir = tail_dir;
+    cp.kv_retrieval_heads = retrieval_heads;
   }
 };
 

@@ -31,6 +31,10 @@ struct KvStatus {
   size_t hot_bytes = 0;   // hot K/V storage reserved, all layers and streams
   size_t tail_bytes = 0;  // tail K/V storage reserved (pages touched only when written)
   size_t held_bytes = 0;  // K/V rows of the used cells, each in the type it is stored in
+  // Retrieval heads (ContextParams::kv_retrieval_heads): the KV heads of all attention layers whose
+  // rows the tail keeps (kept == total without them) and which, as "layer.head" separated by commas.
+  uint32_t tail_heads_kept = 0, tail_heads_total = 0;
+  std::string tail_heads;
 };
 
 }  // namespace agentkv

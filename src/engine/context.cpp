@@ -149,6 +149,15 @@ KvStatus Context::kv_status() const {
   s.tail_bytes = r.tail_bytes;
   s.demotions = r.demotions;
   s.held_bytes = r.held_bytes;
+  const auto n_head_kv = static_cast<uint32_t>(impl_->model.config().n_head_kv);
+  for (int layer = 0; layer < static_cast<int>(l.layer_has_kv.size()); ++layer) {
+    if (!kv->layer_has_kv(layer)) continue;
+    s.tail_heads_total += n_head_kv;
+    const std::vector<int>* kept = kv->tail_kept_heads(layer);
+    s.tail_heads_kept += kept ? static_cast<uint32_t>(kept->size()) : n_head_kv;
+    if (!kept) continue;
+    for (int h : *kept) s.tail_heads += (s.tail_heads.empty() ? "" : ",") + std::to_string(layer) + "." + std::to_string(h);
+  }
   return s;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "memory/kv_cache.h"
+#include "agentkv/error.h"
 #include "memory/page_record.h"
 #include "memory/snapshot_record.h"
 
@@ -52,6 +53,13 @@ std::vector<size_t> TieredPrefixCache::snapshot_points(std::span<const CacheToke
   std::vector<size_t> out;
   for (const auto& [n_tokens, snap] : index_.snapshots_along(tokens, salt)) out.push_back(n_tokens);
   return out;
+}
+
+void TieredPrefixCache::set_tier(PageTier* tier) {
+  if (tier && mem_.kv() && mem_.kv()->tail_drops_heads())
+    throw Error("page tiers need every head's rows, and this KV cache's tail keeps only the retrieval heads' "
+                "(--kv-retrieval-heads): use one or the other");
+  tier_ = tier;
 }
 
 size_t TieredPrefixCache::send_pages(std::span<const CacheToken> tokens, uint64_t salt, bool with_tail,

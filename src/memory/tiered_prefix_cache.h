@@ -26,7 +26,9 @@ class TieredPrefixCache final : public PrefixCache {
   SequencePages pages_of(MemorySeqId seq) const override;
   std::vector<size_t> snapshot_points(std::span<const CacheToken> tokens, uint64_t salt) const override;
 
-  void set_tier(PageTier* tier) override { tier_ = tier; }
+  // A cache whose tail keeps only some heads' rows (retrieval heads) cannot send pages: their old
+  // cells lack the other heads' rows (agentkv::Error).
+  void set_tier(PageTier* tier) override;
   bool has_tier() const override { return tier_ != nullptr; }
   size_t send_pages(std::span<const CacheToken> tokens, uint64_t salt, bool with_tail, size_t& sent_through) override;
   bool send_snapshot(std::span<const CacheToken> tokens, uint64_t salt) override;

@@ -450,6 +450,7 @@ bool HttpServer::load() {
     cp.tail_type_k = cfg_.tail_type_k;
     cp.tail_type_v = cfg_.tail_type_v;
     cp.kv_tail_dir = cfg_.kv_tail_dir;
+    cp.kv_retrieval_heads = cfg_.kv_retrieval_heads;
     cp.embeddings = cfg_.embeddings;
     if (cfg_.context_shift && !cfg_.embeddings) cp.query_window = kSnapKvWindow;  // what the snapkv policy scores with
     const uint32_t n_positions = cp.n_ctx;
@@ -469,6 +470,10 @@ bool HttpServer::load() {
                "log-sum-exp when its type differs)", kv.hot_cells, std::string(ggml_type_name(kv.tail_type_k)).c_str(),
                std::string(ggml_type_name(kv.tail_type_v)).c_str(),
                place.c_str());
+      if (kv.tail_heads_kept < kv.tail_heads_total)
+        log_line("KV retrieval heads: the tail keeps the rows of %u of %u KV heads (%s, by the retrieval probe); "
+                 "the others attend over the %u-cell window alone", kv.tail_heads_kept, kv.tail_heads_total,
+                 kv.tail_heads.empty() ? "none" : kv.tail_heads.c_str(), kv.hot_cells);
     }
     if (kv.rotated)
       log_line("KV rows Hadamard-rotated: %s (--kv-rotation %s)", kv.rotation.c_str(), kv_rotation_mode_name(cp.kv_rotation));
@@ -1291,7 +1296,11 @@ Json HttpServer::kv_cache_props() const {
               {"rotation_k_block", kv.rotation_k_block},
               {"rotation_v_block", kv.rotation_v_block},
               {"rotation_seed", kv.rotation_seed},
-              {"code_id", kv.code_id}};  // tqc3's calibrated code (0: none)
+              {"code_id", kv.code_id},  // tqc3's calibrated code (0: none)
+              {"hot_cells", kv.windowed ? kv.hot_cells : 0},
+              {"tail_heads_kept", kv.tail_heads_kept},  // retrieval heads: KV heads whose rows the tail keeps
+              {"tail_heads_total", kv.tail_heads_total},
+              {"tail_heads", kv.tail_heads}};
 }
 
 void HttpServer::props(Response& res) {

@@ -35,6 +35,7 @@ struct ServerConfig {
   GgmlType tail_type_v = GgmlType::F16;
   std::string kv_tail_dir;                            // --kv-tail-dir: the tail in files mapped from it
   KvCodePtr kv_code;                                  // --kv-code: tqc3's calibrated code
+  double kv_retrieval_heads = 1.0;                    // --kv-retrieval-heads: the tail keeps these heads' rows
   size_t max_body_bytes = 16u << 20;
   double slot_similarity = 0.10;     // llama-server's --slot-prompt-similarity
   int http_threads = 0;              // connections served at once, one thread each; 0: 256
