@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -154,6 +155,99 @@ TEST(KvTailHeads, RefusesMasksItCannotServe) {
   split_block.n_head_kv = 8;
   split_block.tail_type_k = split_block.tail_type_v = GgmlType::Q8_0;
   EXPECT_THROW(KvCache{split_block}, Error);
+}
+
+// Random operation sequences (appends with random rows, removals, sequence copies, copy-on-write
+// copies) on a cache whose tail keeps some heads and, in lockstep, on one whose tail keeps every
+// head: the same cells; the kept heads' K and V rows always the reference's, the dropped heads'
+// the reference's while the cell is hot and gone (zero, not listed to attention) once it is in the
+// tail; the newest rows hot and at most kHot of them.
+TEST(KvTailHeads, RandomOperationsKeepTheKeptHeadsRowsExactly) {
+  constexpr int kSeqs = 3;
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    std::mt19937 rng(seed);
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
+    KvLayout full_layout = tail_heads_layout(), heads_layout = tail_heads_layout();
+    full_layout.tail_heads.clear();
+    full_layout.n_seq_max = heads_layout.n_seq_max = kSeqs;
+    KvCache ref(full_layout), kv(heads_layout);
+    const size_t row_bytes = ref.row_bytes_k(), head_bytes = kHeadDim * 2;
+    std::vector<uint16_t> row(kHeads * kHeadDim);
+    for (int op = 0; op < 300; ++op) {
+      const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op);
+      const int s = pick(kSeqs), kind = pick(8);
+      std::vector<uint32_t> placed;
+      if (kind < 5) {
+        UBatch ub;
+        const memory::Pos p0 = ref.seq_pos_max(s) + 1;
+        for (int i = 0, n = 1 + pick(4); i < n; ++i) ub.add(p0 + i, {s});
+        const auto pa = ref.find_slot(ub), pb = kv.find_slot(ub);
+        ASSERT_EQ(pa.has_value(), pb.has_value()) << where;
+        if (!pa) continue;
+        ref.apply(ub, *pa);
+        kv.apply(ub, *pb);
+        for (size_t t = 0; t < ub.size(); ++t) {
+          ASSERT_EQ((*pa)[t].cell, (*pb)[t].cell) << where;
+          placed.push_back((*pa)[t].cell);
+          for (int layer : {0, 2})
+            for (bool k : {true, false}) {
+              for (uint16_t& x : row) x = fp32_to_fp16(static_cast<float>(pick(2001) - 1000) / 256.f);
+              std::memcpy(k ? ref.k_row(layer, 0, placed.back()) : ref.v_row(layer, 0, placed.back()), row.data(), row_bytes);
+              std::memcpy(k ? kv.k_row(layer, 0, placed.back()) : kv.v_row(layer, 0, placed.back()), row.data(), row_bytes);
+            }
+        }
+      } else if (kind == 5) {
+        const memory::Pos hi = ref.seq_pos_max(s);
+        if (hi < 0) continue;
+        const memory::Pos p0 = pick(static_cast<int>(hi) + 1), p1 = pick(2) ? -1 : p0 + 1 + pick(4);
+        ref.seq_rm(s, p0, p1);
+        kv.seq_rm(s, p0, p1);
+      } else if (kind == 6) {
+        const int d = pick(kSeqs);
+        if (d == s) continue;
+        ref.seq_rm(d, -1, -1), kv.seq_rm(d, -1, -1);
+        ref.seq_cp(s, d, -1, -1), kv.seq_cp(s, d, -1, -1);
+      } else {  // copy-on-write: a used cell's rows over an empty cell's
+        std::vector<uint32_t> used, empty;
+        for (uint32_t c = 0; c < kCells; ++c) (ref.cells(0).is_empty(c) ? empty : used).push_back(c);
+        if (used.empty() || empty.empty()) continue;
+        const uint32_t a = used[static_cast<size_t>(pick(static_cast<int>(used.size())))];
+        const uint32_t b = empty[static_cast<size_t>(pick(static_cast<int>(empty.size())))];
+        ref.copy_cell_rows(0, a, b);
+        kv.copy_cell_rows(0, a, b);
+        if (!kv.is_hot(0, a)) ASSERT_FALSE(kv.is_hot(0, b)) << where << ": a copy of a tail cell must not be hot";
+      }
+      ASSERT_LE(kv.residency().hot_used, kHot) << where;
+      for (uint32_t c : placed) ASSERT_TRUE(kv.is_hot(0, c)) << where;
+      for (uint32_t c = 0; c < kCells; ++c) {
+        ASSERT_EQ(ref.cells(0).pos(c), kv.cells(0).pos(c)) << where;
+        ASSERT_EQ(ref.cells(0).seqs(c), kv.cells(0).seqs(c)) << where;
+        if (ref.cells(0).is_empty(c)) continue;
+        const int32_t cell = static_cast<int32_t>(c);
+        for (int layer : {0, 2}) {
+          const uint8_t *rk = nullptr, *rv = nullptr, *k = nullptr, *v = nullptr;
+          ref.row_pointers(layer, 0, &cell, 1, &rk, &rv);
+          kv.row_pointers(layer, 0, &cell, 1, &k, &v);
+          if (kv.is_hot(0, c)) {
+            ASSERT_EQ(std::memcmp(rk, k, row_bytes), 0) << where << " hot cell " << c;
+            ASSERT_EQ(std::memcmp(rv, v, row_bytes), 0) << where << " hot cell " << c;
+            continue;
+          }
+          const std::vector<int>& kept = *kv.tail_kept_heads(layer);
+          for (size_t i = 0; i < kept.size(); ++i) {
+            ASSERT_EQ(std::memcmp(rk + static_cast<size_t>(kept[i]) * head_bytes, k + i * head_bytes, head_bytes), 0) << where;
+            ASSERT_EQ(std::memcmp(rv + static_cast<size_t>(kept[i]) * head_bytes, v + i * head_bytes, head_bytes), 0) << where;
+          }
+          std::vector<float> deq(kHeads * kHeadDim);
+          kv.dequantize_k(layer, 0, c, deq.data());
+          for (int h = 0; h < kHeads; ++h)
+            if (std::find(kept.begin(), kept.end(), h) == kept.end())
+              for (int i = 0; i < kHeadDim; ++i) ASSERT_EQ(deq[static_cast<size_t>(h * kHeadDim + i)], 0.f) << where;
+        }
+      }
+    }
+    EXPECT_GT(kv.residency().demotions, 0u) << "seed " << seed;
+  }
 }
 
 // ---- the model level: the trained model (trained/agentkv-tiny: 4 layers, 2 KV heads of 64) ----

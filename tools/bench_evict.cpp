@@ -92,6 +92,8 @@ class RetrievalHeadContexts {
     total_ = cfg.n_attention_layers() * static_cast<int>(cfg.n_head_kv);
   }
   int kept() const { return kept_; }
+  // A window exists for the budget: below the full cache, above what the kept heads alone hold.
+  bool fits(double budget) const { return kept_ > 0 && budget < 1 && budget * total_ > kept_; }
   // The context whose window makes n positions cost `budget` of their full rows: W rows of every
   // head and n - W rows of the kept ones, W = n (budget H - k) / (H - k).
   Context& for_budget(double budget, int64_t n) {
@@ -215,6 +217,12 @@ int measure_cost(Context& ctx, const std::vector<Token>& text, int64_t depth, co
     std::printf("| %s | %.3f s | %.2f %% |\n", evict_policy_name(p), s, 100.0 * s / prefill_s);
     if (dropped.empty()) throw Error("cost: nothing chosen");
   }
+  // Retrieval heads choose once, at context creation (the probe's own small context), not per shift.
+  const auto t2 = Clock::now();
+  const RetrievalHeadScores scores = find_retrieval_heads(ctx.model(), ctx.params().n_threads);
+  const double probe_s = seconds_since(t2);
+  std::printf("| retrieval-head probe (once per context) | %.3f s | %.2f %% |\n", probe_s, 100.0 * probe_s / prefill_s);
+  if (scores.by_layer.empty()) throw Error("cost: no probe scores");
   return 0;
 }
 
@@ -309,7 +317,7 @@ int bench_evict(Args& a) {
   for (double b : budgets) {
     for (EvictPolicy p : policies) settings.push_back(Setting{p, b});
     if (oracle) settings.push_back(Setting{EvictPolicy::SnapKV, b, true});
-    if (retrieval && retrieval->kept() > 0) {
+    if (retrieval && retrieval->fits(b)) {
       Setting r{std::nullopt, b};
       r.retrieval_heads = retrieval->kept();
       settings.push_back(r);

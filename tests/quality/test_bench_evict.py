@@ -52,11 +52,30 @@ def test_the_oracle_row_scores_with_the_next_tokens_queries(tmp_path):
     assert "| snapkv (oracle) @ 50 % |" in r.stdout
 
 
+def test_the_retrieval_heads_row_keeps_a_window_and_the_kept_heads_tail(tmp_path):
+    """--retrieval-heads F adds a row per budget below 1 that the kept heads alone do not exceed: no
+    position dropped, a window of every head and the probe's kept heads beyond it. qwen3-micro has 2
+    KV heads: F = 0.5 keeps one, so a 75 % budget leaves a window of half the context and 25 % none."""
+    out = tmp_path / "evict.json"
+    r = evict("-c", "256", "--chunks", "3", "--score", "32", "--budgets", "1,0.75,0.25", "--policies", "positional",
+              "--passkey-depths", "128", "--passkey-cases", "1", "--retrieval-heads", "0.5", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())
+    heads = [x for x in rows if x["policy"] == "retrieval-heads"]
+    assert [x["budget"] for x in heads] == [0.75], rows
+    assert heads[0]["mean_kl"] > 0 and len(heads[0]["recall"]) == 1
+    assert "retrieval-head probe" in r.stdout and "| retrieval heads (1) @ 75 % |" in r.stdout
+    none = evict("-c", "256", "--chunks", "1", "--score", "32", "--budgets", "0.75", "--policies", "positional",
+                 "--passkey-cases", "0", "--retrieval-heads", "0")
+    assert none.returncode == 0 and "retrieval" not in none.stdout
+
+
 def test_the_cost_mode_times_each_policy_against_the_prefill():
     r = evict("--cost-depth", "256", "--policies", "keydiff,snapkv")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "prefill of 256 tokens" in r.stdout
     assert "| keydiff |" in r.stdout and "| snapkv |" in r.stdout
+    assert "| retrieval-head probe (once per context) |" in r.stdout
 
 
 def test_bad_options_are_refused():
