@@ -61,14 +61,18 @@ void check(const KvCache& kv, const UBatch& ub, const std::vector<AttentionGroup
         const bool sees = keys[j].first <= ub.pos[t];
         visible += sees;
         all_see_all = all_see_all && sees;
-        if (!g.mask.empty()) ASSERT_EQ(g.mask[i * keys.size() + j], sees ? 0.0f : -INFINITY) << where;
+        if (!g.mask.empty()) {
+          ASSERT_EQ(g.mask[i * keys.size() + j], sees ? 0.0f : -INFINITY) << where;
+        }
       }
       ASSERT_EQ(g.keys_visible[i], visible) << where;
       ASSERT_EQ(seen[t], visible) << where;
     }
     // No mask exactly when it would hide nothing.
     ASSERT_EQ(g.mask.empty(), all_see_all) << where;
-    if (!g.mask.empty()) ASSERT_EQ(g.mask.size(), g.tokens.size() * keys.size()) << where;
+    if (!g.mask.empty()) {
+      ASSERT_EQ(g.mask.size(), g.tokens.size() * keys.size()) << where;
+    }
   }
   for (size_t t = 0; t < ub.size(); ++t) ASSERT_TRUE(covered[t]) << where << " token " << t;
 }

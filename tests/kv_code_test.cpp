@@ -29,6 +29,7 @@
 #include "kernels/threadpool.h"
 #include "memory/kv_code.h"
 #include "memory/kv_code_fit.h"
+#include "trained_model.h"
 
 namespace agentkv {
 namespace {
@@ -412,30 +413,16 @@ TEST(KvCodeAttention, CodedRowsReadAsTheirLevels) {
 
 // ---- the trained model (trained/agentkv-tiny: head width 64, 2 KV heads) ----
 
-struct Trained {
-  std::unique_ptr<Model> model;
-  std::vector<Token> tokens;
-  Trained() {
-    const std::string dir = std::string(AGENTKV_SOURCE_DIR) + "/trained/agentkv-tiny";
-    model = Model::load(dir + "/model.gguf");
-    std::ifstream f(dir + "/heldout.txt");
-    std::stringstream text;
-    text << f.rdbuf();
-    tokens = model->tokenizer().encode(text.str(), false, false);
-  }
-  // Calibrated on the held-out text's second half (the checks below read its first tokens).
-  std::shared_ptr<const KvCode> code(uint32_t windows, size_t from) const {
-    KvCalibrationParams p;
-    p.window = 512;
-    p.max_windows = windows;
-    return calibrate_kv_code(*model, std::vector<Token>(tokens.begin() + static_cast<std::ptrdiff_t>(from), tokens.end()), p);
-  }
-};
-
-const Trained& trained() {
-  static const Trained t;
-  return t;
+// Calibrated on the held-out text's second half (the checks below read its first tokens).
+std::shared_ptr<const KvCode> trained_code(uint32_t windows, size_t from) {
+  const auto& t = testing_support::trained_model();
+  KvCalibrationParams p;
+  p.window = 512;
+  p.max_windows = windows;
+  return calibrate_kv_code(*t.model, std::vector<Token>(t.tokens.begin() + static_cast<std::ptrdiff_t>(from), t.tokens.end()), p);
 }
+
+const testing_support::TrainedModel& trained() { return testing_support::trained_model(); }
 
 ContextParams coded(GgmlType k, GgmlType v, std::shared_ptr<const KvCode> code) {
   ContextParams cp;
@@ -479,7 +466,7 @@ double mean_kl(const std::vector<std::vector<double>>& ref, const std::vector<st
 
 TEST(KvCodeModel, BeatsTq3AndRotatedQ4_0OnTheTrainedModel) {
   const auto& t = trained();
-  const auto code = t.code(16, t.tokens.size() / 2);
+  const auto code = trained_code(16, t.tokens.size() / 2);
   Context f16(*t.model, coded(GgmlType::F16, GgmlType::F16, nullptr));
   Context c(*t.model, coded(GgmlType::TQC3, GgmlType::TQC3, code));
   Context tq3(*t.model, coded(GgmlType::TQ3, GgmlType::TQ3, nullptr));
@@ -502,7 +489,7 @@ TEST(KvCodeModel, BeatsTq3AndRotatedQ4_0OnTheTrainedModel) {
 TEST(KvCodeModel, NeedsItsCodeAndRestoresOnlyUnderIt) {
   const auto& t = trained();
   EXPECT_THROW(Context(*t.model, coded(GgmlType::TQC3, GgmlType::F16, nullptr)), Error);
-  const auto code = t.code(4, t.tokens.size() / 2), other = t.code(4, t.tokens.size() / 2 + 20000);
+  const auto code = trained_code(4, t.tokens.size() / 2), other = trained_code(4, t.tokens.size() / 2 + 20000);
   ASSERT_NE(code->id(), other->id());
   Context src(*t.model, coded(GgmlType::Q8_0, GgmlType::TQC3, code));
   Batch b;
@@ -534,7 +521,7 @@ TEST(KvCodeModel, NeedsItsCodeAndRestoresOnlyUnderIt) {
 // as close to f16 KV computed at the new positions as unshifted coded keys are.
 TEST(KvCodeModel, ShiftedKeysStayCloseToKeysComputedThere) {
   const auto& t = trained();
-  const auto code = t.code(8, t.tokens.size() / 2);
+  const auto code = trained_code(8, t.tokens.size() / 2);
   const auto after = [&](GgmlType type, int shift) {
     Context ctx(*t.model, coded(type, type, type == GgmlType::TQC3 ? code : nullptr));
     Batch b;

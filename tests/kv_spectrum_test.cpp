@@ -29,6 +29,7 @@
 #include "kernels/quant.h"
 #include "memory/kv_cache.h"
 #include "memory/kv_code_fit.h"
+#include "trained_model.h"
 
 namespace agentkv {
 namespace {
@@ -116,7 +117,7 @@ TEST(KvSpectrum, WaterFillingGainIsOneForIsotropicRowsAndAmOverGmWhenEveryCompon
 // The trained model after prefilling n held-out tokens, f16 KV unrotated (the rows as the model
 // writes them).
 struct TrainedRows {
-  std::unique_ptr<Model> model;
+  const Model* model = nullptr;
   std::unique_ptr<Context> ctx;
   int64_t hd = 0, heads = 0;
   // Head h's slice of K (which = 0) or V rows at cells [0, n) of `layer`, n x hd.
@@ -132,13 +133,9 @@ struct TrainedRows {
 };
 
 TrainedRows prefill_trained(int n) {
-  const std::string dir = std::string(AGENTKV_SOURCE_DIR) + "/trained/agentkv-tiny";
   TrainedRows t;
-  t.model = Model::load(dir + "/model.gguf");
-  std::ifstream f(dir + "/heldout.txt");
-  std::stringstream text;
-  text << f.rdbuf();
-  const std::vector<Token> tokens = t.model->tokenizer().encode(text.str(), false, false);
+  t.model = testing_support::trained_model().model.get();
+  const std::vector<Token>& tokens = testing_support::trained_model().tokens;
   EXPECT_GE(static_cast<int>(tokens.size()), n);
   ContextParams cp;
   cp.n_ctx = static_cast<uint32_t>(n + 16);

@@ -120,8 +120,9 @@ void check_views(const KvCache& ref, const KvCache& win, GgmlType tail, const st
     for (size_t j = 0; j < b[g].rows.size(); ++j) {
       const auto cell = static_cast<uint32_t>(b[g].rows[j]);
       ASSERT_EQ(win.is_hot(0, cell), j >= b[g].n_tail) << where << ": key " << j;
-      if (j > 0 && j != b[g].n_tail)  // each part by position
+      if (j > 0 && j != b[g].n_tail) {  // each part by position
         ASSERT_LT(win.cells(0).pos(static_cast<uint32_t>(b[g].rows[j - 1])), win.cells(0).pos(cell)) << where;
+      }
     }
     std::vector<const uint8_t*> k, v;
     memory::layer_key_rows(win, b[g], 2, k, v);

@@ -189,7 +189,9 @@ TEST(Retention, SnapKvKeepsTheKeyTheRecentQueriesAttendTo) {
   ASSERT_EQ(dropped.size(), 45u);
   EXPECT_FALSE(std::binary_search(dropped.begin(), dropped.end(), star));
   for (Pos p = 4; p < 55; ++p)
-    if (!std::binary_search(dropped.begin(), dropped.end(), p)) EXPECT_TRUE(p >= star - 1 && p <= star + 8) << p;
+    if (!std::binary_search(dropped.begin(), dropped.end(), p)) {
+      EXPECT_TRUE(p >= star - 1 && p <= star + 8) << p;
+    }
   // keydiff, which reads no queries, does not single it out the same way: the choice differs.
   const auto by_keys = choose_evictions(*f.ctx, request(EvictPolicy::KeyDiff, 4, 45, 8));
   EXPECT_NE(dropped, by_keys);

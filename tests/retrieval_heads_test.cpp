@@ -8,10 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +19,7 @@
 #include "agentkv/retrieval_heads.h"
 #include "memory/kv_cache.h"
 #include "model/model.h"
+#include "trained_model.h"
 
 namespace agentkv {
 namespace {
@@ -215,7 +214,9 @@ TEST(KvTailHeads, RandomOperationsKeepTheKeptHeadsRowsExactly) {
         const uint32_t b = empty[static_cast<size_t>(pick(static_cast<int>(empty.size())))];
         ref.copy_cell_rows(0, a, b);
         kv.copy_cell_rows(0, a, b);
-        if (!kv.is_hot(0, a)) ASSERT_FALSE(kv.is_hot(0, b)) << where << ": a copy of a tail cell must not be hot";
+        if (!kv.is_hot(0, a)) {
+          ASSERT_FALSE(kv.is_hot(0, b)) << where << ": a copy of a tail cell must not be hot";
+        }
       }
       ASSERT_LE(kv.residency().hot_used, kHot) << where;
       for (uint32_t c : placed) ASSERT_TRUE(kv.is_hot(0, c)) << where;
@@ -241,8 +242,9 @@ TEST(KvTailHeads, RandomOperationsKeepTheKeptHeadsRowsExactly) {
           std::vector<float> deq(kHeads * kHeadDim);
           kv.dequantize_k(layer, 0, c, deq.data());
           for (int h = 0; h < kHeads; ++h)
-            if (std::find(kept.begin(), kept.end(), h) == kept.end())
+            if (std::find(kept.begin(), kept.end(), h) == kept.end()) {
               for (int i = 0; i < kHeadDim; ++i) ASSERT_EQ(deq[static_cast<size_t>(h * kHeadDim + i)], 0.f) << where;
+            }
         }
       }
     }
@@ -252,23 +254,7 @@ TEST(KvTailHeads, RandomOperationsKeepTheKeptHeadsRowsExactly) {
 
 // ---- the model level: the trained model (trained/agentkv-tiny: 4 layers, 2 KV heads of 64) ----
 
-struct Trained {
-  std::unique_ptr<Model> model;
-  std::vector<Token> tokens;
-  Trained() {
-    const std::string dir = std::string(AGENTKV_SOURCE_DIR) + "/trained/agentkv-tiny";
-    model = Model::load(dir + "/model.gguf");
-    std::ifstream f(dir + "/heldout.txt");
-    std::stringstream text;
-    text << f.rdbuf();
-    tokens = model->tokenizer().encode(text.str(), false, false);
-  }
-};
-
-const Trained& trained() {
-  static const Trained t;
-  return t;
-}
+const testing_support::TrainedModel& trained() { return testing_support::trained_model(); }
 
 TEST(RetrievalHeads, TheProbeSinglesOutTheTrainedModelsInductionHead) {
   const RetrievalHeadScores s = find_retrieval_heads(*trained().model, 2);
