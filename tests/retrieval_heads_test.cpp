@@ -16,9 +16,11 @@
 #include "agentkv/context.h"
 #include "agentkv/error.h"
 #include "agentkv/fp16.h"
+#include "agentkv/kv_status.h"
 #include "agentkv/retrieval_heads.h"
 #include "memory/kv_cache.h"
 #include "model/model.h"
+#include "fixture_models.h"
 #include "trained_model.h"
 
 namespace agentkv {
@@ -348,6 +350,38 @@ TEST(RetrievalHeads, KeepingTheInductionHeadsRowsKeepsTheOutput) {
   EXPECT_LT(induction, 0.5 * other) << "induction head kept " << induction << ", the other head " << other;
   EXPECT_LT(induction, 0.5 * none) << "induction head kept " << induction << ", none " << none;
   EXPECT_LT(kl_keeping({3, 3, 3, 3}), 1e-6) << "every head kept: the exact windowed cache";
+}
+
+TEST(RetrievalHeads, AHybridModelKeepsItsRecurrentStateAndDropsOnlyAttentionRows) {
+  // qwen35moe-micro: one attention layer (layer 3) of one KV head among Gated-DeltaNet layers. With
+  // a tail that keeps no head, the steps before the window fills are the exact window's bit for bit
+  // (nothing is in the tail yet, the recurrent state is the same), and the later ones differ.
+  const Model& m = testing_support::fixture_model("qwen35moe-micro");
+  constexpr uint32_t kWindow = 16;
+  constexpr int kSteps = 40;
+  auto run = [&](std::vector<uint64_t> heads) {
+    ContextParams cp = window_params(kWindow, std::move(heads));
+    Context ctx(m, cp);
+    std::vector<std::vector<float>> out;
+    for (int p = 0; p < kSteps; ++p) {
+      Batch b;
+      b.add(static_cast<Token>(100 + (p * 37) % 500), p, {0}, true);
+      if (ctx.decode(b) != 0) throw Error("decode failed");
+      out.emplace_back(ctx.logits(0), ctx.logits(0) + m.n_vocab());
+    }
+    const KvStatus st = ctx.kv_status();
+    return std::make_pair(out, st);
+  };
+  const auto [exact, exact_status] = run({});
+  const auto [streaming, status] = run({0, 0, 0, 0});
+  EXPECT_EQ(status.tail_heads_kept, 0u);
+  EXPECT_EQ(status.tail_heads_total, 1u);
+  EXPECT_EQ(status.tail_bytes, 0u);
+  EXPECT_GT(exact_status.tail_bytes, 0u);
+  for (int p = 0; p < static_cast<int>(kWindow); ++p) ASSERT_EQ(streaming[static_cast<size_t>(p)], exact[static_cast<size_t>(p)]) << p;
+  bool differs = false;
+  for (int p = kWindow; p < kSteps; ++p) differs = differs || streaming[static_cast<size_t>(p)] != exact[static_cast<size_t>(p)];
+  EXPECT_TRUE(differs) << "the tail's keys were read with no head keeping them";
 }
 
 TEST(RetrievalHeads, TheContextRefusesThemWithoutAWindow) {
