@@ -17,6 +17,7 @@
 #include "agentkv/error.h"
 #include "agentkv/fp16.h"
 #include "agentkv/kv_status.h"
+#include "agentkv/retention.h"
 #include "agentkv/retrieval_heads.h"
 #include "memory/kv_cache.h"
 #include "model/model.h"
@@ -382,6 +383,51 @@ TEST(RetrievalHeads, AHybridModelKeepsItsRecurrentStateAndDropsOnlyAttentionRows
   bool differs = false;
   for (int p = kWindow; p < kSteps; ++p) differs = differs || streaming[static_cast<size_t>(p)] != exact[static_cast<size_t>(p)];
   EXPECT_TRUE(differs) << "the tail's keys were read with no head keeping them";
+}
+
+TEST(RetrievalHeads, EvictionScoresSkipKeysAHeadNoLongerHolds) {
+  // A context shift's scoring reads the keys back; a tail cell's dropped heads are zeros there, which
+  // no head attends. With no head kept, snapkv's raw attention on every tail position is exactly 0
+  // and keydiff gives them no cosine; the window's positions score as usual.
+  constexpr uint32_t kWindow = 64;
+  constexpr int kPast = 200;
+  ContextParams cp = window_params(kWindow, {0, 0, 0, 0});
+  cp.query_window = 32;
+  Context ctx(*trained().model, cp);
+  Batch b;
+  b.add_sequence(trained().tokens.data(), kPast, 0, 0, false);
+  ASSERT_EQ(ctx.decode(b), 0);
+  EvictionRequest r;
+  r.n_past = kPast;
+  r.n_keep = 4;
+  r.n_discard = 50;
+  r.n_recent = 32;
+  r.policy = EvictPolicy::SnapKV;
+  r.raw_attention = true;
+  const std::vector<float> attention = retention_scores(ctx, r);  // candidates [4, 168)
+  ASSERT_EQ(attention.size(), static_cast<size_t>(kPast - 32 - 4));
+  const int first_hot = kPast - static_cast<int>(kWindow);
+  float hot_total = 0.f;
+  for (int p = 4; p < kPast - 32; ++p) {
+    const float a = attention[static_cast<size_t>(p - 4)];
+    if (p < first_hot) {
+      ASSERT_EQ(a, 0.f) << "position " << p << " is in a tail no head keeps";
+    } else {
+      hot_total += a;
+    }
+  }
+  EXPECT_GT(hot_total, 0.f);
+  r.policy = EvictPolicy::KeyDiff;
+  r.raw_attention = false;
+  const std::vector<float> cosines = retention_scores(ctx, r);
+  for (size_t i = 0; i < cosines.size(); ++i) {
+    const int p = r.n_keep + static_cast<int>(i);
+    if (p < first_hot) {
+      EXPECT_EQ(cosines[i], 0.f) << p;
+    } else {
+      EXPECT_NE(cosines[i], 0.f) << p;
+    }
+  }
 }
 
 TEST(RetrievalHeads, TheContextRefusesThemWithoutAWindow) {

@@ -56,6 +56,18 @@ void load_keys(const memory::KvCache& kv, int layer, uint32_t stream, const std:
     kv.dequantize_k(layer, stream, cells[static_cast<size_t>(p)], out.data() + static_cast<size_t>(p - p0) * static_cast<size_t>(n));
 }
 
+// Whether each position's key of `layer` is there for KV head h: always, unless the cell is in a
+// tail that dropped the head's rows (retrieval heads, memory/kv_cache.h): that head never reads it,
+// and its stored key is zeros.
+std::vector<char> keys_present(const memory::KvCache& kv, int layer, int64_t h, uint32_t stream, const std::vector<uint32_t>& cells,
+                               int p0, int p1) {
+  std::vector<char> out(static_cast<size_t>(p1 - p0), 1);
+  const std::vector<int>* kept = kv.tail_kept_heads(layer);
+  if (!kept || std::find(kept->begin(), kept->end(), static_cast<int>(h)) != kept->end()) return out;
+  for (int p = p0; p < p1; ++p) out[static_cast<size_t>(p - p0)] = kv.is_hot(stream, cells[static_cast<size_t>(p)]) ? 1 : 0;
+  return out;
+}
+
 // The kernels' f32 dot product (SIMD at the CPU's level): scoring reads every key once per query.
 float dot(const float* a, const float* b, int64_t n) {
   static const VecDotFn f32_dot = vec_dot_fn(GgmlType::F32);
@@ -69,12 +81,12 @@ std::vector<float> keydiff_scores(const Context& ctx, const EvictionRequest& r, 
   const uint32_t stream = kv.stream_of(r.seq);
   const size_t n = static_cast<size_t>(c1 - c0);
   std::vector<float> cos_sum(n, 0.f), keys, mean(static_cast<size_t>(hd));
-  int n_layers = 0;
+  std::vector<int> n_cos(n, 0);  // (layer, head) pairs that hold the key
   for (int layer = 0; layer < static_cast<int>(kv.layout().layer_has_kv.size()); ++layer) {
     if (!kv.layer_has_kv(layer)) continue;
-    ++n_layers;
     load_keys(kv, layer, stream, cells, c0, c1, keys);
     for (int64_t h = 0; h < n_kv; ++h) {
+      const std::vector<char> present = keys_present(kv, layer, h, stream, cells, c0, c1);  // absent keys are zeros: no cosine
       std::fill(mean.begin(), mean.end(), 0.f);
       for (size_t i = 0; i < n; ++i) {  // unit keys, then their mean
         float* k = keys.data() + i * static_cast<size_t>(n_kv * hd) + static_cast<size_t>(h * hd);
@@ -85,12 +97,14 @@ std::vector<float> keydiff_scores(const Context& ctx, const EvictionRequest& r, 
       const float mnorm = std::sqrt(dot(mean.data(), mean.data(), hd));
       if (mnorm == 0.f) continue;
       for (size_t i = 0; i < n; ++i)
-        cos_sum[i] += dot(keys.data() + i * static_cast<size_t>(n_kv * hd) + static_cast<size_t>(h * hd), mean.data(), hd) / mnorm;
+        if (present[i]) {
+          cos_sum[i] += dot(keys.data() + i * static_cast<size_t>(n_kv * hd) + static_cast<size_t>(h * hd), mean.data(), hd) / mnorm;
+          ++n_cos[i];
+        }
     }
   }
   // Distinctive keys are kept: the score is minus the mean cosine to the mean key.
-  const float denom = static_cast<float>(std::max<int64_t>(1, n_layers * n_kv));
-  for (float& s : cos_sum) s = -s / denom;
+  for (size_t i = 0; i < n; ++i) cos_sum[i] = -cos_sum[i] / static_cast<float>(std::max(1, n_cos[i]));
   return cos_sum;
 }
 
@@ -109,6 +123,8 @@ std::vector<float> snapkv_scores(const Context& ctx, const EvictionRequest& r, c
   for (int layer = 0; layer < static_cast<int>(kv.layout().layer_has_kv.size()); ++layer) {
     if (!kv.layer_has_kv(layer)) continue;
     load_keys(kv, layer, stream, cells, 0, r.n_past, keys);
+    std::vector<std::vector<char>> present(static_cast<size_t>(n_kv));  // a head does not see keys its tail dropped
+    for (int64_t h = 0; h < n_kv; ++h) present[static_cast<size_t>(h)] = keys_present(kv, layer, h, stream, cells, 0, r.n_past);
     // Key-major passes: each key is read once while the window's queries stay in cache.
     logits.assign(static_cast<size_t>(r.n_past) * n_rows, -INFINITY);
     std::fill(mx.begin(), mx.end(), -INFINITY);
@@ -120,6 +136,7 @@ std::vector<float> snapkv_scores(const Context& ctx, const EvictionRequest& r, c
         const float* q = qw.row(layer, r.seq, j);
         for (int64_t h = 0; h < n_head; ++h) {
           const size_t at = static_cast<size_t>(j) * static_cast<size_t>(n_head) + static_cast<size_t>(h);
+          if (!present[static_cast<size_t>(h / rep)][static_cast<size_t>(i)]) continue;  // stays -inf
           row[at] = scale * dot(q + h * hd, k + (h / rep) * hd, hd);
           mx[at] = std::max(mx[at], row[at]);
         }
