@@ -245,6 +245,59 @@ TEST(KvWindow, ATailInMappedFilesAgreesAndLeavesNoFile) {
   EXPECT_THROW(KvCache(layout(kHot, GgmlType::F16, (dir / "missing").string())), Error);
 }
 
+// Appends n tokens to seq (after its newest position), a micro-batch of `step` at a time.
+void append(KvCache& kv, SeqId seq, int n, int step = 4) {
+  for (int done = 0; done < n; done += step) {
+    UBatch ub;
+    const Pos p0 = kv.seq_pos_max(seq) + 1;
+    for (int i = 0; i < std::min(step, n - done); ++i) ub.add(p0 + i, {seq});
+    const auto placement = kv.find_slot(ub);
+    ASSERT_TRUE(placement);
+    kv.apply(ub, *placement);
+  }
+}
+
+// Cells of seq at positions >= from that are hot / all of them.
+std::pair<int, int> hot_from(const KvCache& kv, SeqId seq, Pos from) {
+  std::pair<int, int> out{0, 0};
+  for (uint32_t c = 0; c < kCells; ++c)
+    if (kv.cells(0).has_seq(c, seq) && kv.cells(0).pos(c) >= from) out.first += kv.is_hot(0, c), ++out.second;
+  return out;
+}
+
+TEST(KvWindow, EachSequenceKeepsItsNewestRowsHot) {
+  // A short sequence beside a long one: the window gives up the cells furthest behind their own
+  // sequence's newest position, not the lowest positions (which would be all of the short one's).
+  KvCache kv(layout(kHot, GgmlType::F16));
+  append(kv, 0, 60);
+  append(kv, 1, 8);
+  append(kv, 0, 4);
+  EXPECT_EQ(hot_from(kv, 1, 0), std::make_pair(8, 8));
+  EXPECT_EQ(hot_from(kv, 0, 64 - 12), std::make_pair(12, 12));
+  EXPECT_EQ(kv.residency().hot_used, kHot);
+}
+
+TEST(KvWindow, TheBackgroundSequencesCellsLeaveTheWindowFirst) {
+  // The prefix index's holder keeps pages for later (set_window_background): cells only it holds
+  // go before any of a sequence that is being read, however recent their positions look.
+  for (bool background : {false, true}) {
+    KvCache kv(layout(kHot, GgmlType::F16));
+    if (background) kv.set_window_background(2);
+    append(kv, 2, 8);
+    append(kv, 0, 20);
+    const auto seq0 = hot_from(kv, 0, 0), holder = hot_from(kv, 2, 0);
+    if (background) {
+      EXPECT_EQ(seq0, std::make_pair(20, 20));
+      EXPECT_EQ(holder, std::make_pair(4, 8));
+    } else {  // two sequences like any others: each gives up its oldest
+      EXPECT_LT(seq0.first, 20);
+      EXPECT_GT(holder.first, 4);
+    }
+  }
+  KvCache kv(layout(kHot, GgmlType::F16));
+  EXPECT_THROW(kv.set_window_background(static_cast<SeqId>(kSeqs)), Error);
+}
+
 TEST(KvWindow, RefusesABatchLargerThanTheHotRows) {
   KvCache win(layout(kHot, GgmlType::F16));
   UBatch ub;

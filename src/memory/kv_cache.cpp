@@ -11,6 +11,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "agentkv/error.h"
@@ -149,6 +150,7 @@ struct KvCache::Impl {
   int64_t head_k = 0, head_v = 0;  // elements per head (with tail_heads)
   std::vector<std::vector<int32_t>> slot_of, cell_of;
   uint64_t demotions = 0;
+  SeqId window_background = -1;  // set_window_background
 
   int32_t slot(uint32_t stream, uint32_t cell) const {
     return windowed ? slot_of[stream][cell] : static_cast<int32_t>(cell);
@@ -295,22 +297,44 @@ void KvCache::Impl::make_hot(uint32_t stream, const std::vector<uint32_t>& targe
   if (targets.size() > n_hot)
     throw std::logic_error("kv cache: a batch of " + std::to_string(targets.size()) + " cells does not fit " +
                            std::to_string(n_hot) + " hot rows");
-  // Candidates by (position, slot): free rows (-2), empty cells (-1), then the lowest positions.
+  // Candidates in order: free rows, empty cells, cells only the background sequence holds (pages
+  // cached for later, by position), then the cells furthest behind their own sequence's newest
+  // position (for a cell several sequences share, the nearest of them): each sequence keeps its
+  // newest rows, whatever the others' lengths. One sequence: the lowest positions go first.
   // (targets are ascending: apply sorts them)
   const KvCells& c = cells[stream];
-  std::vector<std::pair<int64_t, int32_t>> order;
+  std::vector<Pos> newest(c.n_seq());
+  for (uint32_t s = 0; s < c.n_seq(); ++s) newest[s] = c.seq_pos_max(static_cast<SeqId>(s));
+  enum : int { kFree, kEmpty, kBackground, kActive };
+  std::vector<std::tuple<int, int64_t, int32_t>> order;  // (kind, key, slot)
   order.reserve(n_hot);
   for (int32_t sl = 0; sl < static_cast<int32_t>(n_hot); ++sl) {
     const int32_t owner = owners[static_cast<size_t>(sl)];
-    if (owner >= 0 && std::binary_search(targets.begin(), targets.end(), static_cast<uint32_t>(owner))) continue;
-    const int64_t key = owner < 0 ? -2 : c.is_empty(static_cast<uint32_t>(owner)) ? -1 : c.pos(static_cast<uint32_t>(owner));
-    order.emplace_back(key, sl);
+    if (owner < 0) {
+      order.emplace_back(kFree, 0, sl);
+      continue;
+    }
+    const auto oc = static_cast<uint32_t>(owner);
+    if (std::binary_search(targets.begin(), targets.end(), oc)) continue;
+    if (c.is_empty(oc)) {
+      order.emplace_back(kEmpty, 0, sl);
+      continue;
+    }
+    int64_t behind = std::numeric_limits<int64_t>::max();
+    for_each_seq(c.seqs(oc), [&](SeqId s) {
+      if (s != window_background) behind = std::min<int64_t>(behind, int64_t{newest[static_cast<size_t>(s)]} - c.pos(oc));
+    });
+    if (behind == std::numeric_limits<int64_t>::max()) {
+      order.emplace_back(kBackground, c.pos(oc), sl);
+    } else {
+      order.emplace_back(kActive, -behind, sl);
+    }
   }
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(needed), order.end());
   size_t next = 0;
   for (uint32_t cell : targets) {
     if (slots[cell] >= 0) continue;
-    const int32_t sl = order[next++].second;
+    const int32_t sl = std::get<2>(order[next++]);
     const int32_t owner = owners[static_cast<size_t>(sl)];
     if (owner >= 0) {  // its rows move to the tail (an empty cell's rows are never read again)
       const auto oc = static_cast<uint32_t>(owner);
@@ -623,6 +647,10 @@ const std::vector<int>* KvCache::tail_kept_heads(int layer) const {
   return &m.tail_keep[static_cast<size_t>(kl)];
 }
 bool KvCache::tail_drops_heads() const { return impl_->drops_heads; }
+void KvCache::set_window_background(SeqId seq) {
+  if (seq >= 0) impl_->check_seq(seq, "set_window_background");
+  impl_->window_background = seq;
+}
 const KvCodeLayer* KvCache::coded_layer(int layer) const {
   const KvCodeLayer* l = impl_->layout.code ? impl_->layout.code->layer(layer) : nullptr;
   if (!l) throw Error("kv cache: the KV code has no entry for layer " + std::to_string(layer));

@@ -33,8 +33,8 @@ struct KvLayout {
   // Windowed residency (docs/memory-semantics.md §9). 0 or >= n_cells: every cell's rows are hot
   // (type_k / type_v). Otherwise at most hot_cells cells per stream hold hot rows and every other
   // cell holds its rows in the tail, as tail_type_k / tail_type_v: a cell being written takes a hot
-  // row, and when none is free the hot cell with the lowest position moves to the tail
-  // (converted: exact when the tail type equals the hot type). Attention reads both.
+  // row, and when none is free the hot cell furthest behind its sequence's newest position moves to
+  // the tail (converted: exact when the tail type equals the hot type). Attention reads both.
   uint32_t hot_cells = 0;
   GgmlType tail_type_k = GgmlType::F16;
   GgmlType tail_type_v = GgmlType::F16;
@@ -133,6 +133,10 @@ class KvCache final : public MemoryInterface {
   // Whether some layer's tail keeps only some heads: its tail cells' full rows are gone, so
   // read_k / read_v (state files, page records) refuse them with agentkv::Error.
   bool tail_drops_heads() const;
+  // Windowed residency: the sequence whose cells are kept for later, not read now (the prefix
+  // index's holder): a cell only it holds leaves the window before any other sequence's. -1: none.
+  // Otherwise the window gives up the cells furthest behind their own sequence's newest position.
+  void set_window_background(SeqId seq);
   // Whether the cache has a window (KvLayout::hot_cells below n_cells); residency() also counts
   // cells, a scan of the cell table.
   bool windowed() const;

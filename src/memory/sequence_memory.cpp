@@ -36,6 +36,7 @@ void SequenceMemory::apply(const UBatch& ub, const MemoryPlacement& placement) {
 PrefixIndex& SequenceMemory::enable_prefix_index(const PrefixIndexConfig& cfg) {
   if (index_) throw Error("sequence memory: the prefix index is already enabled");
   index_ = std::make_unique<PrefixIndex>(*this, cfg);
+  if (kv_) kv_->set_window_background(cfg.holder);  // cached pages leave a --kv-hot window first
   return *index_;
 }
 
