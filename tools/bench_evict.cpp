@@ -302,9 +302,9 @@ int bench_evict(Args& a) {
   std::optional<RetrievalHeadContexts> retrieval;
   if (retrieval_fraction > 0) {
     const RetrievalHeadScores scores = find_retrieval_heads(*model, cp.n_threads);
-    retrieval.emplace(*model, cp, top_retrieval_heads(scores, retrieval_fraction));
-    std::printf("retrieval-head probe (per attention layer, per KV head; the kept ones starred):\n");
     const std::vector<uint64_t> kept = top_retrieval_heads(scores, retrieval_fraction);
+    retrieval.emplace(*model, cp, kept);
+    std::printf("retrieval-head probe (per attention layer, per KV head; the kept ones starred):\n");
     for (size_t l = 0; l < scores.by_layer.size(); ++l) {
       if (scores.by_layer[l].empty()) continue;
       std::printf("  layer %zu:", l);

@@ -50,6 +50,8 @@ struct ModelConfig {
   bool is_hybrid() const;
   bool is_recurrent(int il) const { return !layer_recurrent.empty() && layer_recurrent[il]; }
   int n_attention_layers() const;
+  // The scale of attention scores: attn_scale, or 1/sqrt(head_dim_k) when the model names none.
+  float attention_scale() const;
 };
 
 }  // namespace agentkv

@@ -6,7 +6,7 @@
 
 #include "agentkv/error.h"
 #include "engine/context_impl.h"
-#include "kernels/quant.h"
+#include "engine/key_scoring.h"
 #include "memory/kv_cache.h"
 #include "memory/query_window.h"
 
@@ -30,32 +30,6 @@ constexpr float kOwnShare = 1e-3f;
 // cache 0.100 with it, 0.126 without, at a 50 % budget).
 constexpr double kRecentShare = 0.5;
 
-// The cell of every position of seq, which must hold exactly [0, n_past).
-std::vector<uint32_t> cells_by_position(const memory::KvCache& kv, memory::SeqId seq, int n_past) {
-  const uint32_t stream = kv.stream_of(seq);
-  const memory::KvCells& c = kv.cells(stream);
-  std::vector<uint32_t> out(static_cast<size_t>(n_past), UINT32_MAX);
-  for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
-    if (c.is_empty(i) || !c.has_seq(i, seq)) continue;
-    const memory::Pos p = c.pos(i);
-    if (p < 0 || p >= n_past || out[static_cast<size_t>(p)] != UINT32_MAX)
-      throw Error("eviction: sequence " + std::to_string(seq) + " does not hold exactly positions [0, " + std::to_string(n_past) + ")");
-    out[static_cast<size_t>(p)] = i;
-  }
-  if (std::find(out.begin(), out.end(), UINT32_MAX) != out.end())
-    throw Error("eviction: sequence " + std::to_string(seq) + " misses positions below " + std::to_string(n_past));
-  return out;
-}
-
-// The K rows of positions [p0, p1) of one layer, as floats (as stored: rotated when the cache is).
-void load_keys(const memory::KvCache& kv, int layer, uint32_t stream, const std::vector<uint32_t>& cells, int p0, int p1,
-               std::vector<float>& out) {
-  const int64_t n = kv.layout().n_embd_k;
-  out.resize(static_cast<size_t>(p1 - p0) * static_cast<size_t>(n));
-  for (int p = p0; p < p1; ++p)
-    kv.dequantize_k(layer, stream, cells[static_cast<size_t>(p)], out.data() + static_cast<size_t>(p - p0) * static_cast<size_t>(n));
-}
-
 // Whether each position's key of `layer` is there for KV head h: always, unless the cell is in a
 // tail that dropped the head's rows (retrieval heads, memory/kv_cache.h): that head never reads it,
 // and its stored key is zeros.
@@ -66,12 +40,6 @@ std::vector<char> keys_present(const memory::KvCache& kv, int layer, int64_t h, 
   if (!kept || std::find(kept->begin(), kept->end(), static_cast<int>(h)) != kept->end()) return out;
   for (int p = p0; p < p1; ++p) out[static_cast<size_t>(p - p0)] = kv.is_hot(stream, cells[static_cast<size_t>(p)]) ? 1 : 0;
   return out;
-}
-
-// The kernels' f32 dot product (SIMD at the CPU's level): scoring reads every key once per query.
-float dot(const float* a, const float* b, int64_t n) {
-  static const VecDotFn f32_dot = vec_dot_fn(GgmlType::F32);
-  return f32_dot(n, a, b);
 }
 
 std::vector<float> keydiff_scores(const Context& ctx, const EvictionRequest& r, const std::vector<uint32_t>& cells, int c0, int c1) {
@@ -113,7 +81,7 @@ std::vector<float> snapkv_scores(const Context& ctx, const EvictionRequest& r, c
   const memory::QueryWindow& qw = *recorded_queries(ctx);
   const ModelConfig& cfg = ctx.model().config();
   const int64_t hd = cfg.head_dim_k, n_head = cfg.n_head, n_kv = cfg.n_head_kv, rep = n_head / n_kv;
-  const float scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
+  const float scale = cfg.attention_scale();
   const uint32_t stream = kv.stream_of(r.seq);
   const uint32_t n_q = qw.count(r.seq);
   const size_t n_rows = static_cast<size_t>(n_q) * static_cast<size_t>(n_head);  // one softmax per (query, head)

@@ -8,6 +8,7 @@
 #include "agentkv/context.h"
 #include "agentkv/error.h"
 #include "engine/context_impl.h"
+#include "engine/key_scoring.h"
 #include "memory/kv_cache.h"
 #include "memory/query_window.h"
 
@@ -48,19 +49,16 @@ RetrievalHeadScores find_retrieval_heads(const Model& model, int n_threads, int 
   const memory::KvCache& kv = *sequence_memory(ctx).kv();
   const memory::QueryWindow& qw = *recorded_queries(ctx);
   const int64_t hd = cfg.head_dim_k, n_head = cfg.n_head, n_kv = cfg.n_head_kv, rep = n_head / n_kv;
-  const float scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
+  const float scale = cfg.attention_scale();
   const int n_past = 2 * span;
-  std::vector<uint32_t> cell_of(static_cast<size_t>(n_past));
-  const memory::KvCells& cells = kv.cells(0);
-  for (uint32_t i = 0; i < cells.used_max_p1(); ++i)
-    if (!cells.is_empty(i)) cell_of[static_cast<size_t>(cells.pos(i))] = i;
+  const std::vector<uint32_t> cells = cells_by_position(kv, 0, n_past);
 
   RetrievalHeadScores out;
   out.by_layer.resize(kv.layout().layer_has_kv.size());
-  std::vector<float> keys(static_cast<size_t>(n_past * n_kv * hd)), logits(static_cast<size_t>(n_past));
+  std::vector<float> keys, logits(static_cast<size_t>(n_past));
   for (int layer = 0; layer < static_cast<int>(out.by_layer.size()); ++layer) {
     if (!kv.layer_has_kv(layer)) continue;
-    for (int p = 0; p < n_past; ++p) kv.dequantize_k(layer, 0, cell_of[static_cast<size_t>(p)], keys.data() + static_cast<size_t>(p * n_kv * hd));
+    load_keys(kv, layer, 0, cells, 0, n_past, keys);
     std::vector<float> head_score(static_cast<size_t>(n_head), 0.f);
     for (uint32_t j = 0; j < qw.count(0); ++j) {
       const int p = static_cast<int>(qw.pos(0, j));  // p - span: the earlier occurrence, p - span + 1: what followed it
@@ -68,10 +66,7 @@ RetrievalHeadScores find_retrieval_heads(const Model& model, int n_threads, int 
       for (int64_t h = 0; h < n_head; ++h) {
         float mx = -INFINITY;
         for (int i = 0; i <= p; ++i) {
-          const float* k = keys.data() + static_cast<size_t>(i * n_kv * hd + (h / rep) * hd);
-          float s = 0.f;
-          for (int64_t d = 0; d < hd; ++d) s += q[h * hd + d] * k[d];
-          logits[static_cast<size_t>(i)] = scale * s;
+          logits[static_cast<size_t>(i)] = scale * dot(q + h * hd, keys.data() + static_cast<size_t>(i * n_kv * hd + (h / rep) * hd), hd);
           mx = std::max(mx, logits[static_cast<size_t>(i)]);
         }
         double sum = 0;

@@ -23,6 +23,10 @@ bool ModelConfig::is_hybrid() const {
   return false;
 }
 
+float ModelConfig::attention_scale() const {
+  return attn_scale != 0.f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim_k));
+}
+
 int ModelConfig::n_attention_layers() const {
   int n = 0;
   for (int il = 0; il < n_layer; ++il) n += is_recurrent(il) ? 0 : 1;

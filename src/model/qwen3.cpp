@@ -59,7 +59,7 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
   shape.n_head = cfg.n_head;
   shape.n_head_kv = cfg.n_head_kv;
   shape.head_dim = static_cast<int>(D);
-  shape.scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  shape.scale = cfg.attention_scale();
 
   // Prefill scratch is sized by the attention half of a layer: q | k | v, with the attention
   // output written over k | v once they are in the cache, and the output projection over q once

@@ -122,7 +122,7 @@ void Qwen35Model::attention_layer(int il, const ForwardBatch& b, ModelMemory& me
   shape.n_head = cfg.n_head;
   shape.n_head_kv = cfg.n_head_kv;
   shape.head_dim = static_cast<int>(D);
-  shape.scale = cfg.attn_scale != 0.f ? cfg.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  shape.scale = cfg.attention_scale();
   cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {
