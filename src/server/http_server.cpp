@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -58,6 +59,9 @@ using httplib::Request;
 using httplib::Response;
 
 constexpr const char* kBuildInfo = "agentkv";
+// Connections the kernel queues before accept: a burst of agents connecting at once (nginx's and
+// llama-server's default listen queues are 511 / SOMAXCONN).
+constexpr int kListenBacklog = 1024;
 
 // A router pins sessions by a header (nginx: hash $http_x_session_id consistent), so the header
 // names the session too when the body does not.
@@ -420,8 +424,21 @@ HttpServer::HttpServer(const ServerConfig& cfg) : cfg_(cfg), svr_(transport_limi
 }
 
 int HttpServer::bind() {
-  if (cfg_.port == 0) return svr_.bind_to_any_port(cfg_.host);
-  return svr_.bind_to_port(cfg_.host, cfg_.port) ? cfg_.port : -1;
+  // httplib's default options add SO_REUSEPORT, with which a second server on a busy port also
+  // listens and the kernel splits the connections between the two: only SO_REUSEADDR (a restart
+  // need not wait for TIME_WAIT), so a busy port fails to bind. The callback also hands us the
+  // listening socket: Debian's compiled httplib listens with a backlog of 5, which a burst of
+  // agents overflows, so it is raised once bound (listen() again on Linux resizes the queue).
+  int listening_fd = -1;
+  svr_.set_socket_options([&listening_fd](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listening_fd = sock;
+  });
+  const int port = cfg_.port == 0 ? svr_.bind_to_any_port(cfg_.host)
+                                  : (svr_.bind_to_port(cfg_.host, cfg_.port) ? cfg_.port : -1);
+  if (port >= 0 && listening_fd >= 0) ::listen(listening_fd, kListenBacklog);
+  return port;
 }
 
 bool HttpServer::load() {
@@ -1560,7 +1577,8 @@ int run_server(const ServerConfig& cfg) {
   HttpServer server(cfg);
   const int port = server.bind();
   if (port < 0) {
-    log_line("error: cannot listen on %s:%d", cfg.host.c_str(), cfg.port);
+    log_line("error: cannot listen on %s:%d: the port is in use (another server?) or not available to this user",
+             cfg.host.c_str(), cfg.port);
     return 1;
   }
   log_line("listening on http://%s:%d", cfg.host.c_str(), port);
