@@ -5,7 +5,8 @@
 // tier as records and coming back (memory/page_record.h, memory/snapshot_record.h), over many seeds (42,000 attention and 28,000 hybrid operations). The "model" writes into every K row a digest of the tokens up to
 // its position (and, hybrid, into the recurrent state a digest of everything absorbed), so a
 // cell attached to the wrong chain, a freed cell still named by a page, or a snapshot restored at
-// the wrong place shows up as wrong contents. After every operation: the index's own invariants
+// the wrong place shows up as wrong contents; and at random points everything is evicted, which
+// must leave only pages some sequence uses (an idle memory can always give its room back). After every operation: the index's own invariants
 // (per-cell reference counts equal the pages naming the cell, the holder sequence in exactly
 // those cells, the hash table names exactly the full pages), each sequence's positions and
 // contents equal the reference, and at the end everything is freed.
@@ -146,7 +147,7 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
   Harness h(hybrid, page_tokens);
   auto pick_seq = [&] { return std::uniform_int_distribution<SeqId>(0, kSeqs - 1)(rng); };
   for (int op = 0; op < n_ops; ++op) {
-    int kind = std::uniform_int_distribution<int>(0, 12)(rng);
+    int kind = std::uniform_int_distribution<int>(0, 13)(rng);
     if (hybrid && kind == 2 && rng() % 2 == 0) kind = 3;
     if (hybrid && kind == 10) kind = 4;  // a hybrid memory cannot shift
     const SeqId s = pick_seq();
@@ -356,6 +357,12 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
         }
         break;
       }
+      case 13: {  // liveness: evicting everything leaves only pages some sequence uses
+        h.index->evict(SIZE_MAX);
+        const PrefixIndexStats st = h.index->stats();
+        ASSERT_EQ(st.pages, st.pages_in_use) << "op " << op << ": pages no sequence uses survived eviction";
+        break;
+      }
     }
     ASSERT_NO_FATAL_FAILURE(h.verify()) << "seed " << seed << " op " << op << " kind " << kind;
   }
@@ -422,6 +429,64 @@ TEST(PrefixIndex, PartialPageMatchesTokenExact) {
   EXPECT_EQ(h.mem->kv()->cells(0).used(), 16u);
   EXPECT_EQ(h.index->evict(SIZE_MAX), 16u);
   EXPECT_EQ(h.mem->kv()->cells(0).used(), 0u);
+}
+
+// A hybrid prompt diverging where no snapshot is evaluates from the start, computing pages the
+// cache holds again: the pages take the new cells (one copy, snapshots kept), so the cache's old
+// copy cannot sit above the sequence's new pages where no eviction reaches it (issue 46).
+TEST(PrefixIndex, PagesComputedAgainTakeTheNewCells) {
+  Harness h(true, 8);
+  std::vector<TokenId> x(40), y(40);
+  for (int i = 0; i < 40; ++i) x[static_cast<size_t>(i)] = i, y[static_cast<size_t>(i)] = i < 20 ? i : 100 + i;
+  ASSERT_TRUE(h.append(0, x));
+  ASSERT_TRUE(h.index->snapshot(0, x, 0));
+  ASSERT_TRUE(h.mem->seq_rm(0, -1, -1));
+  h.ref[0].clear();
+  EXPECT_EQ(h.index->lookup(y, 0, y.size()), 0u);  // the only snapshot is at 40: y starts over
+  ASSERT_TRUE(h.append(1, y));
+  h.index->publish(1, y, 0, /*with_tail=*/false);
+  h.verify();
+  // x's first two pages now name y's cells: 40 (y) + 24 (x's own last pages) cells, not 56 + 24.
+  EXPECT_EQ(h.mem->kv()->cells(0).used(), 64u);
+  EXPECT_EQ(h.index->lookup(x, 0, x.size()), x.size());  // x's snapshot still attaches
+  // With y running, everything else can go: nothing pins cells y does not use.
+  h.index->evict(SIZE_MAX);
+  EXPECT_EQ(h.mem->kv()->cells(0).used(), 40u);
+  h.verify();
+}
+
+// The spacing of snapshots inside long prompts follows the budget: half of it holds the pool's
+// worth of them, within [512, 8192] tokens in steps of 256; none when one snapshot is over it.
+TEST(PrefixIndex, SnapshotSpacingFollowsTheBudget) {
+  auto spacing = [](uint32_t n_cells, size_t budget, size_t* each) {
+    KvLayout kl;
+    kl.layer_has_kv = {true, false};
+    kl.n_embd_k = kl.n_embd_v = kEmbd;
+    kl.type_k = kl.type_v = GgmlType::F32;
+    kl.n_cells = n_cells;
+    kl.n_seq_max = 2;
+    RecurrentLayout rl;
+    rl.layer_recurrent = {false, true};
+    rl.n_conv = 1000;
+    rl.n_ssm = 24000;  // 100,000 bytes of state a snapshot
+    rl.n_seq_max = 2;
+    SequenceMemory mem(std::make_unique<KvCache>(kl), std::make_unique<RecurrentMemory>(rl));
+    PrefixIndexConfig cfg;
+    cfg.holder = 1;
+    cfg.snapshot_bytes = budget;
+    PrefixIndex& index = mem.enable_prefix_index(cfg);
+    *each = index.snapshot_bytes_each();
+    return index.snapshot_spacing();
+  };
+  size_t each = 0;
+  EXPECT_EQ(spacing(16384, 256u << 20, &each), 512u);  // room for thousands: the floor
+  EXPECT_GE(each, 100000u);
+  EXPECT_LT(each, 101000u);
+  const size_t s = spacing(32768, 40 * each, &each);  // 40 snapshots: 20 span the pool
+  EXPECT_EQ(s, 32768u / 20 / 256 * 256 + 256);
+  EXPECT_LE((32768 + s - 1) / s * each, 20 * each);
+  EXPECT_EQ(spacing(32768, 3 * each, &each), 8192u);  // the ceiling
+  EXPECT_EQ(spacing(32768, each - 1, &each), 0u);      // not even one
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ struct PrefixCacheStats {
   size_t pages_in_use = 0;   // ... that some sequence uses now
   size_t pages_shared = 0;   // ... that two or more sequences use (stored once)
   size_t pages_free = 0;     // room for this many more pages in the KV pool
+  size_t cached_cells = 0;   // KV cells the cache holds (whether or not a sequence uses them too)
   size_t snapshots = 0;      // hybrid: recurrent snapshots held
   size_t snapshot_bytes = 0;
   uint64_t query_tokens = 0;  // tokens of the prompts attach() was asked for
@@ -62,6 +63,11 @@ class PrefixCache {
   virtual ~PrefixCache() = default;
 
   virtual uint32_t page_tokens() const = 0;
+  // Hybrid: tokens between the recurrent snapshots a long prompt leaves behind (so a prompt
+  // diverging inside it evaluates at most this many tokens before the divergence), following the
+  // snapshot budget; and what one snapshot costs. 0 and 0 for attention-only memory.
+  virtual size_t snapshot_spacing() const = 0;
+  virtual size_t snapshot_bytes_each() const = 0;
 
   // How many leading tokens of `tokens` (at most max_tokens) attach() would give, without changing
   // anything. Hybrid models: only up to the latest snapshot inside the cached prefix.
@@ -84,6 +90,9 @@ class PrefixCache {
   virtual SequencePages pages_of(MemorySeqId seq) const = 0;
   // The recurrent snapshots along `tokens`' chain: how many tokens each follows, in order.
   virtual std::vector<size_t> snapshot_points(std::span<const CacheToken> tokens, uint64_t salt) const = 0;
+  // Test support: throws std::logic_error naming the first broken invariant of the cache's
+  // bookkeeping (page reference counts, cells holding their pages' positions, snapshot bytes).
+  virtual void verify() const = 0;
 
   // Page tiers. Null: none. The tier outlives this cache's use of it.
   virtual void set_tier(PageTier* tier) = 0;

@@ -30,6 +30,22 @@ PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixIndexConfig cfg) : mem_(mem)
     throw Error("prefix index: holder sequence " + std::to_string(cfg_.holder) + " out of range");
   if (cfg_.page_tokens < 1) throw Error("prefix index: page_tokens must be positive");
   pins_.assign(mem_.kv()->layout().n_cells, 0);
+  const size_t each = snapshot_bytes_each();
+  if (each > 0 && each <= cfg_.snapshot_bytes) {
+    const size_t affordable = cfg_.snapshot_bytes / each;
+    const size_t pool = mem_.kv()->layout().n_cells;
+    const size_t wanted = (2 * pool + affordable - 1) / affordable;  // half the budget spans the pool
+    const size_t stepped = (wanted + kSnapshotSpacingStep - 1) / kSnapshotSpacingStep * kSnapshotSpacingStep;
+    snapshot_spacing_ = std::clamp(stepped, kMinSnapshotSpacing, kMaxSnapshotSpacing);
+  }
+}
+
+size_t PrefixIndex::snapshot_bytes_each() const {
+  const RecurrentMemory* rec = mem_.rec();
+  if (!rec) return 0;
+  const RecurrentLayout& l = rec->layout();
+  const auto layers = static_cast<size_t>(std::count(l.layer_recurrent.begin(), l.layer_recurrent.end(), true));
+  return layers * static_cast<size_t>(l.n_conv + l.n_ssm) * sizeof(float) + sizeof(Snapshot);
 }
 
 uint64_t PrefixIndex::root_seed(uint64_t salt) const {
@@ -95,6 +111,14 @@ PrefixIndex::Match PrefixIndex::match(std::span<const TokenId> tokens, uint64_t 
   return m;
 }
 
+bool PrefixIndex::on_path(const Match& m, const Snapshot& s) const {
+  // A path holds each page once, in position order: the snapshot's page is at the index its
+  // position gives (O(1) per snapshot; long prompts carry many spaced snapshots).
+  const size_t k = nodes_[static_cast<size_t>(s.node)].first_pos / cfg_.page_tokens;
+  if (k >= m.path.size() || m.path[k] != s.node) return false;
+  return k + 1 < m.path.size() || s.n_in_node <= m.last_used_tokens;
+}
+
 size_t PrefixIndex::usable(const Match& m, size_t max_tokens, int* snapshot) const {
   *snapshot = -1;
   const size_t n = std::min(m.n_tokens, max_tokens);
@@ -104,10 +128,7 @@ size_t PrefixIndex::usable(const Match& m, size_t max_tokens, int* snapshot) con
   size_t best = 0;
   for (size_t i = 0; i < snapshots_.size(); ++i) {
     const Snapshot& s = snapshots_[i];
-    const auto at = std::find(m.path.begin(), m.path.end(), s.node);
-    if (at == m.path.end()) continue;
-    const bool last = at + 1 == m.path.end();
-    if (last && s.n_in_node > m.last_used_tokens) continue;
+    if (!on_path(m, s)) continue;
     const size_t covered = nodes_[static_cast<size_t>(s.node)].first_pos + s.n_in_node;
     if (covered <= n && covered > best) best = covered, *snapshot = static_cast<int>(i);
   }
@@ -336,6 +357,28 @@ void PrefixIndex::unpin(uint32_t cell) {
   kv.restore_cell(0, cell, seqs.none() ? -1 : c.pos(cell), seqs, c.shift(cell));
 }
 
+bool PrefixIndex::only_holder_uses(const Node& n) const {
+  const KvCells& c = mem_.kv()->cells(0);
+  SeqSet only_holder;
+  only_holder.set(static_cast<size_t>(cfg_.holder));
+  return std::all_of(n.cells.begin(), n.cells.end(),
+                     [&](uint32_t cell) { return c.is_empty(cell) || c.seqs(cell) == only_holder; });
+}
+
+void PrefixIndex::take_cells_if_unused(int32_t id, std::span<const uint32_t> seq_cells) {
+  Node& n = nodes_[static_cast<size_t>(id)];
+  const std::span<const uint32_t> mine = seq_cells.first(n.cells.size());
+  if (std::equal(n.cells.begin(), n.cells.end(), mine.begin()) || !only_holder_uses(n)) return;
+  // A sequence computed this page again (a hybrid prompt with no snapshot inside its cached
+  // prefix starts over): the page names the sequence's cells and the old copy is freed. Kept, it
+  // would be an ancestor of the sequence's next pages that no leaf-first eviction can reach.
+  for (size_t j = 0; j < n.cells.size(); ++j) {
+    pin(mine[j]);
+    unpin(n.cells[j]);
+    n.cells[j] = mine[j];
+  }
+}
+
 void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, bool with_tail) {
   if (tokens.empty() || seq == cfg_.holder) return;
   const std::vector<uint32_t> cells = cells_of(seq, 0, static_cast<Pos>(tokens.size()));
@@ -357,6 +400,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
         Node& n = nodes_[static_cast<size_t>(f->second)];
         if (n.parent == cur && std::equal(t.begin(), t.end(), n.tokens.begin())) {
           if (node_valid(f->second)) {
+            take_cells_if_unused(f->second, c);
             n.last_used = ++tick_;
             cur = f->second;
             continue;
@@ -372,6 +416,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
       Node& n = nodes_[static_cast<size_t>(child)];
       const size_t k = common_prefix(n.tokens, t);
       if (len < P && k == len && node_valid(child)) {
+        if (n.tokens.size() == len) take_cells_if_unused(child, c);
         n.last_used = ++tick_;
         covered = true;
         break;
@@ -431,8 +476,7 @@ std::vector<std::pair<size_t, const MemorySnapshot*>> PrefixIndex::snapshots_alo
   std::vector<std::pair<size_t, const MemorySnapshot*>> out;
   const Match m = match(tokens, salt);
   for (const Snapshot& s : snapshots_) {
-    const auto at = std::find(m.path.begin(), m.path.end(), s.node);
-    if (at == m.path.end() || (at + 1 == m.path.end() && s.n_in_node > m.last_used_tokens)) continue;
+    if (!on_path(m, s)) continue;
     out.emplace_back(nodes_[static_cast<size_t>(s.node)].first_pos + s.n_in_node, &s.state);
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -476,23 +520,26 @@ size_t PrefixIndex::evict(size_t n_cells) {
   const KvCache& kv = *mem_.kv();
   const KvCells& c = kv.cells(0);
   const size_t used_before = c.used();
-  SeqSet only_holder;
-  only_holder.set(static_cast<size_t>(cfg_.holder));
   while (used_before - c.used() < n_cells) {
     // The least recently used leaf page whose cells nobody but the index uses; a root left
-    // without pages goes too.
-    int32_t lru = -1;
+    // without pages goes too. When no leaf is unused, the least recently used unused page goes
+    // with everything below it: a page no sequence uses, above pages a sequence computed on its
+    // own (its copy of this page is not the cached one), must not pin its cells for ever —
+    // that sequence keeps its cells and indexes them again when it next publishes.
+    int32_t lru_leaf = -1, lru_inner = -1;
+    auto older = [&](int32_t candidate, size_t i) {
+      return candidate < 0 || nodes_[i].last_used < nodes_[static_cast<size_t>(candidate)].last_used;
+    };
     for (size_t i = 0; i < nodes_.size(); ++i) {
       const Node& n = nodes_[i];
-      if (!n.alive || !n.children.empty() || n.parent < 0) continue;
-      const bool unused = std::all_of(n.cells.begin(), n.cells.end(), [&](uint32_t cell) {
-        return c.is_empty(cell) || c.seqs(cell) == only_holder;
-      });
-      if (unused && (lru < 0 || n.last_used < nodes_[static_cast<size_t>(lru)].last_used)) lru = static_cast<int32_t>(i);
+      if (!n.alive || n.parent < 0 || !only_holder_uses(n)) continue;
+      int32_t& lru = n.children.empty() ? lru_leaf : lru_inner;
+      if (older(lru, i)) lru = static_cast<int32_t>(i);
     }
-    if (lru < 0) break;
-    const int32_t parent = nodes_[static_cast<size_t>(lru)].parent;
-    remove_node(lru);
+    const int32_t victim = lru_leaf >= 0 ? lru_leaf : lru_inner;
+    if (victim < 0) break;
+    const int32_t parent = nodes_[static_cast<size_t>(victim)].parent;
+    remove_subtree(victim);
     if (nodes_[static_cast<size_t>(parent)].parent < 0 && nodes_[static_cast<size_t>(parent)].children.empty())
       remove_node(parent);
   }
@@ -667,8 +714,10 @@ void PrefixIndex::check() const {
     bytes += s.bytes;
     if (s.node < 0 || !nodes_[static_cast<size_t>(s.node)].alive) fail("snapshot of a removed page");
     if (s.n_in_node < 1 || s.n_in_node > nodes_[static_cast<size_t>(s.node)].tokens.size()) fail("snapshot offset");
+    if (s.bytes != snapshot_bytes_each()) fail("a snapshot's bytes differ from snapshot_bytes_each()");
   }
   if (bytes != snapshot_bytes_) fail("snapshot bytes");
+  if (snapshot_bytes_ > cfg_.snapshot_bytes) fail("snapshots over their budget");
 }
 
 }  // namespace agentkv::memory

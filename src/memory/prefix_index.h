@@ -63,6 +63,16 @@ class PrefixIndex {
   PrefixIndex& operator=(const PrefixIndex&) = delete;
 
   const PrefixIndexConfig& config() const { return cfg_; }
+  // Hybrid memory: what one snapshot costs (its states and bookkeeping; 0 without a recurrent
+  // part), and the spacing of the snapshots taken inside long prompts, which follows from the
+  // budget (docs/memory-semantics.md §4): half of it holds a whole KV pool's worth of them, at
+  // least kMinSnapshotSpacing and at most kMaxSnapshotSpacing tokens apart, in steps of
+  // kSnapshotSpacingStep. 0: no room in the budget for even one snapshot, or no recurrent part.
+  size_t snapshot_bytes_each() const;
+  size_t snapshot_spacing() const { return snapshot_spacing_; }
+  static constexpr size_t kMinSnapshotSpacing = 512;
+  static constexpr size_t kMaxSnapshotSpacing = 8192;  // llama.cpp's server: a checkpoint every 8,192 at most
+  static constexpr size_t kSnapshotSpacingStep = 256;
 
   // How many leading tokens of `tokens` attach() would provide, at most max_tokens: the
   // token-exact match for attention-only memory; for hybrid memory the position of the latest
@@ -138,7 +148,8 @@ class PrefixIndex {
   size_t unshare(SeqId seq, Pos p0, Pos p1);
 
   // Frees cells only the index holds, evicting least recently used leaf pages that no other
-  // sequence uses, until at least n_cells cells were freed or none is left. Returns cells freed.
+  // sequence uses (when none is left, the least recently used unused page with what hangs below
+  // it), until at least n_cells cells were freed or no page is unused. Returns cells freed.
   size_t evict(size_t n_cells);
   // Forgets the pages whose cells no sequence but seq (and the index) uses, leaves first, so that
   // dropping seq next frees them: a sequence recomputed from scratch takes the same cells again.
@@ -190,6 +201,7 @@ class PrefixIndex {
   // the snapshot that goes with it (-1 for none).
   size_t usable(const Match& m, size_t max_tokens, int* snapshot) const;
   bool node_valid(int32_t id) const;
+  bool on_path(const Match& m, const Snapshot& s) const;  // s lies inside the matched tokens
   void join(const Match& m, SeqId seq, size_t n);  // seq joins the cells of m's first n positions
   bool reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells);
   bool commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells);
@@ -197,6 +209,10 @@ class PrefixIndex {
   int32_t root_for(uint64_t salt);
   void pin(uint32_t cell);
   void unpin(uint32_t cell);
+  bool only_holder_uses(const Node& n) const;  // no sequence but the holder uses its cells
+  // When no sequence but the holder uses page id's cells and seq_cells (the publishing sequence's
+  // cells at the page's positions) are others, the page takes them and frees its old ones.
+  void take_cells_if_unused(int32_t id, std::span<const uint32_t> seq_cells);
   void remove_node(int32_t id);  // a leaf
   void remove_subtree(int32_t id);
   std::vector<uint32_t> cells_of(SeqId seq, Pos p0, Pos p1) const;  // by position; UINT32_MAX where none
@@ -211,6 +227,7 @@ class PrefixIndex {
   std::vector<uint16_t> pins_;                     // per cell: pages naming it
   std::vector<Snapshot> snapshots_;                // few: linear scans
   size_t snapshot_bytes_ = 0;
+  size_t snapshot_spacing_ = 0;
   uint64_t tick_ = 0;
   uint64_t query_tokens_ = 0;
   uint64_t hit_tokens_ = 0;

@@ -36,6 +36,7 @@ PrefixCacheStats TieredPrefixCache::stats() const {
   out.pages = st.pages;
   out.pages_in_use = st.pages_in_use;
   out.pages_shared = st.pages_shared;
+  out.cached_cells = st.cached_cells;
   if (const KvCache* kv = mem_.kv()) out.pages_free = (kv->layout().n_cells - kv->usage().cells_used) / page_tokens();
   out.snapshots = st.snapshots;
   out.snapshot_bytes = st.snapshot_bytes;

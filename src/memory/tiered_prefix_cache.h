@@ -16,6 +16,9 @@ class TieredPrefixCache final : public PrefixCache {
   TieredPrefixCache(SequenceMemory& mem, PrefixIndex& index) : mem_(mem), index_(index) {}
 
   uint32_t page_tokens() const override { return index_.config().page_tokens; }
+  size_t snapshot_spacing() const override { return index_.snapshot_spacing(); }
+  size_t snapshot_bytes_each() const override { return index_.snapshot_bytes_each(); }
+  void verify() const override { index_.check(); }
   size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) const override;
   size_t attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) override;
   void publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail) override;

@@ -1352,6 +1352,7 @@ void HttpServer::props(Response& res) {
                      {"share_prefixes", cfg_.share_prefixes},
                      {"batch_invariant", batch_invariant()},
                      {"kv_cache", kv_cache_props()},
+                     {"memory", e.scheduler->memory_json()},
                  });
 }
 

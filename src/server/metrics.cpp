@@ -57,6 +57,8 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "gauge", "pages_shared", "Cached KV pages two or more slots use (stored once).",
              static_cast<double>(m.pages_shared));
   add_metric(out, "gauge", "pages_free", "Empty KV cells, in pages.", static_cast<double>(m.pages_free));
+  add_metric(out, "gauge", "kv_cells_cached", "KV cells the prefix cache holds (slots may use them too).",
+             static_cast<double>(m.kv_cells_cached));
   add_metric(out, "counter", "context_shifts_total", "Context shifts (--context-shift) of generations that reached n_ctx.",
              static_cast<double>(m.context_shifts_total));
   for (EvictPolicy p : {EvictPolicy::Positional, EvictPolicy::Sinks, EvictPolicy::KeyDiff, EvictPolicy::SnapKV}) {

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 
 #include "agentkv/error.h"
@@ -54,6 +55,8 @@ Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
   }
   slots_.resize(static_cast<size_t>(cfg_.n_slots));
   for (int i = 0; i < cfg_.n_slots; ++i) slots_[static_cast<size_t>(i)].id = i;
+  const char* check = std::getenv("AGENTKV_CHECK_MEMORY");
+  verify_memory_ = check && *check && std::string(check) != "0";
 }
 
 Scheduler::~Scheduler() { stop(); }
@@ -333,6 +336,11 @@ size_t Scheduler::tail_checkpoint_at(const Slot& slot) const {
   return n - kTailTokens;
 }
 
+bool Scheduler::on_snapshot_spacing(size_t n_tokens) const {
+  const size_t spacing = hybrid() && prefix_cache_ ? prefix_cache_->snapshot_spacing() : 0;
+  return spacing > 0 && n_tokens % spacing == 0;
+}
+
 size_t Scheduler::next_snapshot_point(const Slot& slot) const {
   if (!hybrid() || slot.fake_prefix) return 0;
   size_t next = 0;
@@ -341,6 +349,8 @@ size_t Scheduler::next_snapshot_point(const Slot& slot) const {
   };
   consider(tail_checkpoint_at(slot));
   for (size_t at : slot.task->snapshot_points) consider(at);
+  if (const size_t spacing = prefix_cache_ ? prefix_cache_->snapshot_spacing() : 0)
+    consider((slot.n_prompt_done / spacing + 1) * spacing);
   return next;
 }
 
@@ -388,11 +398,19 @@ MetricsSnapshot Scheduler::metrics() const {
     m.pages_in_use = st.pages_in_use;
     m.pages_shared = st.pages_shared;
     m.pages_free = st.pages_free;
+    m.kv_cells_cached = st.cached_cells;
     m.snapshot_count = st.snapshots;
     m.checkpoint_bytes = st.snapshot_bytes;
     m.checkpoint_count = st.snapshots;
   }
   return m;
+}
+
+Json Scheduler::memory_json() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return Json{{"snapshot_spacing", prefix_cache_ ? prefix_cache_->snapshot_spacing() : 0},
+              {"snapshot_bytes", prefix_cache_ ? prefix_cache_->snapshot_bytes_each() : 0},
+              {"snapshot_budget_bytes", cfg_.checkpoint_bytes}};
 }
 
 Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) const {
@@ -442,6 +460,7 @@ void Scheduler::run() {
     drop_cancelled();
     run_jobs();
     assign_queued();
+    verify_memory();
     Batch batch;
     if (!build_batch(batch)) {
       // Only tasks waiting for a busy slot that is not decoding: nothing to do until woken.
@@ -459,6 +478,17 @@ void Scheduler::run() {
     }
     lock.lock();
     after_decode(batch, status, error);
+    verify_memory();
+  }
+}
+
+void Scheduler::verify_memory() const {
+  if (!verify_memory_ || !prefix_cache_) return;
+  try {
+    prefix_cache_->verify();
+  } catch (const std::exception& e) {
+    log_line("AGENTKV_CHECK_MEMORY: memory invariant broken: %s", e.what());
+    std::abort();
   }
 }
 
@@ -729,9 +759,13 @@ void Scheduler::on_memory_full() {
   } else if (largest) {
     log_line("slot %d: memory is full (n_ctx %u shared by all slots): generation ends here", largest->id, cfg_.n_ctx);
     finish(*largest, StopType::Limit, /*truncated=*/true);
-  } else if (reading) {  // cannot happen: a prompt shorter than n_ctx fits once the others are gone
+  } else if (reading) {
+    // Should not happen: a prompt shorter than n_ctx fits once idle caches and unused pages are
+    // gone (tests/server/test_liveness.py). Should it, it is a capacity condition, not a fault.
+    log_line("slot %d: no room in memory for the prompt (%u cells, %zu free)", reading->id, cfg_.n_ctx,
+             cells_free_for(reading->id));
     wipe(*reading);
-    fail(*reading, HttpError(ErrorType::Server, "no room in memory for the prompt"));
+    fail(*reading, HttpError(ErrorType::Unavailable, "no room in memory for the prompt; retry later"));
   }
 }
 
@@ -776,6 +810,8 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
       else if (s.n_prompt_done == tail_checkpoint_at(s)) take_checkpoint(s);  // kTailTokens before it
       else if (std::count(s.task->snapshot_points.begin(), s.task->snapshot_points.end(), s.n_prompt_done))
         take_checkpoint(s);  // where other prompts are likely to diverge
+      else if (on_snapshot_spacing(s.n_prompt_done))
+        take_checkpoint(s);  // inside a long prompt: a divergence re-evaluates at most one spacing
     }
     publish(s, /*with_tail=*/false);
     metrics_.n_tokens_max = std::max<uint64_t>(metrics_.n_tokens_max, s.cache.size());

@@ -93,6 +93,9 @@ class Scheduler {
   Json slots_json(const CompletionParams& defaults, bool show_prompts = true) const;
   bool has_idle_slot() const;
   MetricsSnapshot metrics() const;
+  // GET /props "memory": the spacing of hybrid snapshots inside long prompts, what one costs and
+  // their budget.
+  Json memory_json() const;
   // The tokens every slot's cache holds (chat prompts are aligned to them, prompt_align.h).
   std::vector<std::vector<Token>> cached_sequences() const;
 
@@ -161,7 +164,12 @@ class Scheduler {
   // What the slot's own cache would keep of the prompt (hybrid: down to its latest snapshot).
   size_t own_reuse_estimate(const Slot& slot, std::span<const Token> prompt) const;
   size_t next_snapshot_point(const Slot& slot) const;  // 0: none ahead in this slot's prompt
+  bool on_snapshot_spacing(size_t n_tokens) const;     // a spaced snapshot belongs after n_tokens
   bool hybrid() const { return ctx_.has_recurrent_state(); }
+  // AGENTKV_CHECK_MEMORY=1 (tests): the prefix cache's bookkeeping is verified after every step,
+  // and a broken invariant aborts the server with its name in the log.
+  void verify_memory() const;
+  bool verify_memory_ = false;
 
   struct Job {
     std::function<void()> fn;
