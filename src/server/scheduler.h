@@ -169,7 +169,6 @@ class Scheduler {
   // AGENTKV_CHECK_MEMORY=1 (tests): the prefix cache's bookkeeping is verified after every step,
   // and a broken invariant aborts the server with its name in the log.
   void verify_memory() const;
-  bool verify_memory_ = false;
 
   struct Job {
     std::function<void()> fn;
@@ -193,6 +192,7 @@ class Scheduler {
   std::unique_ptr<grammar::TokenTrie> token_trie_;  // built when the first grammar comes
   MatcherCache matchers_;
   bool stopping_ = false;
+  bool verify_memory_ = false;  // AGENTKV_CHECK_MEMORY
   std::thread thread_;
 };
 
