@@ -526,17 +526,18 @@ size_t PrefixIndex::evict(size_t n_cells) {
     // with everything below it: a page no sequence uses, above pages a sequence computed on its
     // own (its copy of this page is not the cached one), must not pin its cells for ever —
     // that sequence keeps its cells and indexes them again when it next publishes.
-    int32_t lru_leaf = -1, lru_inner = -1;
-    auto older = [&](int32_t candidate, size_t i) {
-      return candidate < 0 || nodes_[i].last_used < nodes_[static_cast<size_t>(candidate)].last_used;
+    auto lru_unused = [&](bool leaves) {
+      int32_t lru = -1;
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        const Node& n = nodes_[i];
+        if (!n.alive || n.parent < 0 || n.children.empty() != leaves) continue;
+        if ((lru < 0 || n.last_used < nodes_[static_cast<size_t>(lru)].last_used) && only_holder_uses(n))
+          lru = static_cast<int32_t>(i);
+      }
+      return lru;
     };
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      const Node& n = nodes_[i];
-      if (!n.alive || n.parent < 0 || !only_holder_uses(n)) continue;
-      int32_t& lru = n.children.empty() ? lru_leaf : lru_inner;
-      if (older(lru, i)) lru = static_cast<int32_t>(i);
-    }
-    const int32_t victim = lru_leaf >= 0 ? lru_leaf : lru_inner;
+    int32_t victim = lru_unused(/*leaves=*/true);
+    if (victim < 0) victim = lru_unused(/*leaves=*/false);
     if (victim < 0) break;
     const int32_t parent = nodes_[static_cast<size_t>(victim)].parent;
     remove_subtree(victim);
