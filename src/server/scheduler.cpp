@@ -167,6 +167,13 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     const size_t needed = decoded.kv_cells;
     while (needed > cells_free_for(slot.id) && free_idle_memory(slot.id)) {
     }
+    if (needed > cells_free_for(slot.id) && slot.cache.size() > 0) {
+      // The slot's own cells are cached pages too (held for the cache even once the slot lets
+      // them go): the state replaces them anyway, so the slot lets go and they become evictable.
+      wipe(slot);
+      while (needed > cells_free_for(slot.id) && free_idle_memory(slot.id)) {
+      }
+    }
     if (needed > cells_free_for(slot.id))
       throw HttpError(ErrorType::Unavailable, what + ": needs " + std::to_string(needed) + " memory cells, " +
                                                   std::to_string(cells_free_for(slot.id)) +
