@@ -6,7 +6,7 @@
 // its position (and, hybrid, into the recurrent state a digest of everything absorbed), so a
 // cell attached to the wrong chain, a freed cell still named by a page, or a snapshot restored at
 // the wrong place shows up as wrong contents; and at random points everything is evicted, which
-// must leave only pages some sequence uses (an idle memory can always give its room back). After every operation: the index's own invariants
+// must leave no cell that only the index holds (an idle memory can always give its room back). After every operation: the index's own invariants
 // (per-cell reference counts equal the pages naming the cell, the holder sequence in exactly
 // those cells, the hash table names exactly the full pages), each sequence's positions and
 // contents equal the reference, and at the end everything is freed.
@@ -357,10 +357,15 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
         }
         break;
       }
-      case 13: {  // liveness: evicting everything leaves only pages some sequence uses
+      case 13: {  // liveness: evicting everything leaves no cell that only the cache holds
         h.index->evict(SIZE_MAX);
         const PrefixIndexStats st = h.index->stats();
         ASSERT_EQ(st.pages, st.pages_in_use) << "op " << op << ": pages no sequence uses survived eviction";
+        const KvCells& c = h.mem->kv()->cells(0);
+        SeqSet only_holder;
+        only_holder.set(static_cast<size_t>(kHolder));
+        for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+          ASSERT_FALSE(!c.is_empty(i) && c.seqs(i) == only_holder) << "op " << op << ": cell " << i << " still pinned";
         break;
       }
     }

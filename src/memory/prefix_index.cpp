@@ -365,6 +365,14 @@ bool PrefixIndex::only_holder_uses(const Node& n) const {
                      [&](uint32_t cell) { return c.is_empty(cell) || c.seqs(cell) == only_holder; });
 }
 
+bool PrefixIndex::holds_unused_cell(const Node& n) const {
+  const KvCells& c = mem_.kv()->cells(0);
+  SeqSet only_holder;
+  only_holder.set(static_cast<size_t>(cfg_.holder));
+  return std::any_of(n.cells.begin(), n.cells.end(),
+                     [&](uint32_t cell) { return !c.is_empty(cell) && c.seqs(cell) == only_holder; });
+}
+
 void PrefixIndex::take_cells_if_unused(int32_t id, std::span<const uint32_t> seq_cells) {
   Node& n = nodes_[static_cast<size_t>(id)];
   const std::span<const uint32_t> mine = seq_cells.first(n.cells.size());
@@ -526,18 +534,22 @@ size_t PrefixIndex::evict(size_t n_cells) {
     // with everything below it: a page no sequence uses, above pages a sequence computed on its
     // own (its copy of this page is not the cached one), must not pin its cells for ever —
     // that sequence keeps its cells and indexes them again when it next publishes.
-    auto lru_unused = [&](bool leaves) {
+    // Last, a page a sequence uses only in part (it attached the page's first tokens): the page
+    // is forgotten, the sequence keeps its cells, and the rest are freed.
+    enum class Kind { UnusedLeaf, Unused, PartlyUsed };
+    auto lru_of = [&](Kind kind) {
       int32_t lru = -1;
       for (size_t i = 0; i < nodes_.size(); ++i) {
         const Node& n = nodes_[i];
-        if (!n.alive || n.parent < 0 || n.children.empty() != leaves) continue;
-        if ((lru < 0 || n.last_used < nodes_[static_cast<size_t>(lru)].last_used) && only_holder_uses(n))
-          lru = static_cast<int32_t>(i);
+        if (!n.alive || n.parent < 0 || (kind == Kind::UnusedLeaf && !n.children.empty())) continue;
+        if (lru >= 0 && n.last_used >= nodes_[static_cast<size_t>(lru)].last_used) continue;
+        if (kind == Kind::PartlyUsed ? holds_unused_cell(n) : only_holder_uses(n)) lru = static_cast<int32_t>(i);
       }
       return lru;
     };
-    int32_t victim = lru_unused(/*leaves=*/true);
-    if (victim < 0) victim = lru_unused(/*leaves=*/false);
+    int32_t victim = lru_of(Kind::UnusedLeaf);
+    if (victim < 0) victim = lru_of(Kind::Unused);
+    if (victim < 0) victim = lru_of(Kind::PartlyUsed);
     if (victim < 0) break;
     const int32_t parent = nodes_[static_cast<size_t>(victim)].parent;
     remove_subtree(victim);

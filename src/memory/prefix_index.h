@@ -149,7 +149,8 @@ class PrefixIndex {
 
   // Frees cells only the index holds, evicting least recently used leaf pages that no other
   // sequence uses (when none is left, the least recently used unused page with what hangs below
-  // it), until at least n_cells cells were freed or no page is unused. Returns cells freed.
+  // it; then pages sequences use only in part: forgotten, their unused cells freed), until at
+  // least n_cells cells were freed or no cell only the index holds is left. Returns cells freed.
   size_t evict(size_t n_cells);
   // Forgets the pages whose cells no sequence but seq (and the index) uses, leaves first, so that
   // dropping seq next frees them: a sequence recomputed from scratch takes the same cells again.
@@ -210,6 +211,7 @@ class PrefixIndex {
   void pin(uint32_t cell);
   void unpin(uint32_t cell);
   bool only_holder_uses(const Node& n) const;  // no sequence but the holder uses its cells
+  bool holds_unused_cell(const Node& n) const;  // some cell of it only the holder uses
   // When no sequence but the holder uses page id's cells and seq_cells (the publishing sequence's
   // cells at the page's positions) are others, the page takes them and frees its old ones.
   void take_cells_if_unused(int32_t id, std::span<const uint32_t> seq_cells);
