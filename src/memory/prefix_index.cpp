@@ -357,20 +357,21 @@ void PrefixIndex::unpin(uint32_t cell) {
   kv.restore_cell(0, cell, seqs.none() ? -1 : c.pos(cell), seqs, c.shift(cell));
 }
 
+bool PrefixIndex::held_by_index_only(uint32_t cell) const {
+  const KvCells& c = mem_.kv()->cells(0);
+  SeqSet holder;
+  holder.set(static_cast<size_t>(cfg_.holder));
+  return !c.is_empty(cell) && c.seqs(cell) == holder;
+}
+
 bool PrefixIndex::only_holder_uses(const Node& n) const {
   const KvCells& c = mem_.kv()->cells(0);
-  SeqSet only_holder;
-  only_holder.set(static_cast<size_t>(cfg_.holder));
   return std::all_of(n.cells.begin(), n.cells.end(),
-                     [&](uint32_t cell) { return c.is_empty(cell) || c.seqs(cell) == only_holder; });
+                     [&](uint32_t cell) { return c.is_empty(cell) || held_by_index_only(cell); });
 }
 
 bool PrefixIndex::holds_unused_cell(const Node& n) const {
-  const KvCells& c = mem_.kv()->cells(0);
-  SeqSet only_holder;
-  only_holder.set(static_cast<size_t>(cfg_.holder));
-  return std::any_of(n.cells.begin(), n.cells.end(),
-                     [&](uint32_t cell) { return !c.is_empty(cell) && c.seqs(cell) == only_holder; });
+  return std::any_of(n.cells.begin(), n.cells.end(), [&](uint32_t cell) { return held_by_index_only(cell); });
 }
 
 void PrefixIndex::take_cells_if_unused(int32_t id, std::span<const uint32_t> seq_cells) {

@@ -65,7 +65,7 @@ class PrefixIndex {
   const PrefixIndexConfig& config() const { return cfg_; }
   // Hybrid memory: what one snapshot costs (its states and bookkeeping; 0 without a recurrent
   // part), and the spacing of the snapshots taken inside long prompts, which follows from the
-  // budget (docs/memory-semantics.md §4): half of it holds a whole KV pool's worth of them, at
+  // budget (docs/memory-semantics.md §7): half of it holds a whole KV pool's worth of them, at
   // least kMinSnapshotSpacing and at most kMaxSnapshotSpacing tokens apart, in steps of
   // kSnapshotSpacingStep. 0: no room in the budget for even one snapshot, or no recurrent part.
   size_t snapshot_bytes_each() const;
@@ -210,6 +210,7 @@ class PrefixIndex {
   int32_t root_for(uint64_t salt);
   void pin(uint32_t cell);
   void unpin(uint32_t cell);
+  bool held_by_index_only(uint32_t cell) const;  // a cell no sequence but the holder uses
   bool only_holder_uses(const Node& n) const;  // no sequence but the holder uses its cells
   bool holds_unused_cell(const Node& n) const;  // some cell of it only the holder uses
   // When no sequence but the holder uses page id's cells and seq_cells (the publishing sequence's
@@ -227,7 +228,7 @@ class PrefixIndex {
   std::unordered_map<uint64_t, int32_t> roots_;    // salt seed -> root node
   std::unordered_map<uint64_t, int32_t> by_hash_;  // full pages
   std::vector<uint16_t> pins_;                     // per cell: pages naming it
-  std::vector<Snapshot> snapshots_;                // few: linear scans
+  std::vector<Snapshot> snapshots_;                // a few per pool spacing: linear scans
   size_t snapshot_bytes_ = 0;
   size_t snapshot_spacing_ = 0;
   uint64_t tick_ = 0;

@@ -165,14 +165,16 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     // Room: idle slots' caches go first, as for a prompt; cells held by busy slots are a
     // capacity condition of the server (503), not a fault of the request.
     const size_t needed = decoded.kv_cells;
-    while (needed > cells_free_for(slot.id) && free_idle_memory(slot.id)) {
-    }
+    auto make_room = [&] {
+      while (needed > cells_free_for(slot.id) && free_idle_memory(slot.id)) {
+      }
+    };
+    make_room();
     if (needed > cells_free_for(slot.id) && slot.cache.size() > 0) {
       // The slot's own cells are cached pages too (held for the cache even once the slot lets
       // them go): the state replaces them anyway, so the slot lets go and they become evictable.
       wipe(slot);
-      while (needed > cells_free_for(slot.id) && free_idle_memory(slot.id)) {
-      }
+      make_room();
     }
     if (needed > cells_free_for(slot.id))
       throw HttpError(ErrorType::Unavailable, what + ": needs " + std::to_string(needed) + " memory cells, " +
@@ -343,9 +345,15 @@ size_t Scheduler::tail_checkpoint_at(const Slot& slot) const {
   return n - kTailTokens;
 }
 
-bool Scheduler::on_snapshot_spacing(size_t n_tokens) const {
-  const size_t spacing = hybrid() && prefix_cache_ ? prefix_cache_->snapshot_spacing() : 0;
-  return spacing > 0 && n_tokens % spacing == 0;
+size_t Scheduler::snapshot_spacing() const {
+  return hybrid() && prefix_cache_ ? prefix_cache_->snapshot_spacing() : 0;
+}
+
+bool Scheduler::snapshot_point_at(const Slot& slot, size_t n) const {
+  const size_t spacing = snapshot_spacing();
+  return n == tail_checkpoint_at(slot) ||  // kTailTokens before the end
+         std::count(slot.task->snapshot_points.begin(), slot.task->snapshot_points.end(), n) ||  // where prompts diverge
+         (spacing > 0 && n % spacing == 0);  // inside a long prompt: a divergence re-evaluates at most one spacing
 }
 
 size_t Scheduler::next_snapshot_point(const Slot& slot) const {
@@ -356,8 +364,7 @@ size_t Scheduler::next_snapshot_point(const Slot& slot) const {
   };
   consider(tail_checkpoint_at(slot));
   for (size_t at : slot.task->snapshot_points) consider(at);
-  if (const size_t spacing = prefix_cache_ ? prefix_cache_->snapshot_spacing() : 0)
-    consider((slot.n_prompt_done / spacing + 1) * spacing);
+  if (const size_t spacing = snapshot_spacing()) consider((slot.n_prompt_done / spacing + 1) * spacing);
   return next;
 }
 
@@ -813,12 +820,8 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
       for (size_t i = 0; i < s.batch_prompt_tokens; ++i) s.cache.append(prompt[s.n_prompt_done + i]);
       s.n_prompt_done += s.batch_prompt_tokens;
       send_progress(s);
-      if (s.n_prompt_done == prompt.size()) take_checkpoint(s);  // the end of this turn's prompt
-      else if (s.n_prompt_done == tail_checkpoint_at(s)) take_checkpoint(s);  // kTailTokens before it
-      else if (std::count(s.task->snapshot_points.begin(), s.task->snapshot_points.end(), s.n_prompt_done))
-        take_checkpoint(s);  // where other prompts are likely to diverge
-      else if (on_snapshot_spacing(s.n_prompt_done))
-        take_checkpoint(s);  // inside a long prompt: a divergence re-evaluates at most one spacing
+      // The end of this turn's prompt, and the points next_snapshot_point cut the batches at.
+      if (s.n_prompt_done == prompt.size() || snapshot_point_at(s, s.n_prompt_done)) take_checkpoint(s);
     }
     publish(s, /*with_tail=*/false);
     metrics_.n_tokens_max = std::max<uint64_t>(metrics_.n_tokens_max, s.cache.size());

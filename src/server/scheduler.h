@@ -164,7 +164,8 @@ class Scheduler {
   // What the slot's own cache would keep of the prompt (hybrid: down to its latest snapshot).
   size_t own_reuse_estimate(const Slot& slot, std::span<const Token> prompt) const;
   size_t next_snapshot_point(const Slot& slot) const;  // 0: none ahead in this slot's prompt
-  bool on_snapshot_spacing(size_t n_tokens) const;     // a spaced snapshot belongs after n_tokens
+  bool snapshot_point_at(const Slot& slot, size_t n) const;  // a snapshot belongs after n prompt tokens
+  size_t snapshot_spacing() const;  // hybrid: the memory's spacing of snapshots in long prompts (0: none)
   bool hybrid() const { return ctx_.has_recurrent_state(); }
   // AGENTKV_CHECK_MEMORY=1 (tests): the prefix cache's bookkeeping is verified after every step,
   // and a broken invariant aborts the server with its name in the log.
