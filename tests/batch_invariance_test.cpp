@@ -85,6 +85,9 @@ TEST_F(BatchInvariance, DenseLongContextDecode) {
 }
 TEST_F(BatchInvariance, HybridMoe) { check_splits("qwen35moe-micro", 100, {1, 5, 64, 99}); }
 TEST_F(BatchInvariance, HybridDense) { check_splits("qwen35-micro", 100, {1, 5, 64, 99}); }
+// Micro-batches of 512+ tokens take the chunked delta-rule form by default, whose rounding follows
+// the chunks' places in the batch: the recurrent layers must not depend on where a prompt splits.
+TEST_F(BatchInvariance, HybridLongBatches) { check_splits("qwen35moe-micro", 700, {1, 100, 513, 600}); }
 
 // The default numerics keep the layout part: the same batches in scattered cells, same bits.
 TEST(LayoutInvariance, ScatteredCellsSameBatches) {

@@ -11,7 +11,8 @@
 // Batch-invariant numerics (SGLang's deterministic inference, vLLM's batch-invariant mode) give
 // every row the same algorithm whatever the batch: tiled attention for F16 / F32 caches at any
 // batch size and never split (other cache types: key by key, never split), tinyBLAS order for
-// F16 / F32 matmuls of any token count, q4_K rows one by one. Then cached and uncached runs, runs
+// F16 / F32 matmuls of any token count, q4_K rows one by one, the gated delta rule token by
+// token (its chunked form rounds by where the chunks fall in the batch). Then cached and uncached runs, runs
 // under load and quiet runs give bit-identical outputs. It stays as close to llama.cpp as llama.cpp
 // is to itself on the fidelity fixtures' means, not always on their maxima, and decoding over long
 // contexts uses fewer threads per row (docs/memory-semantics.md, "Batch invariance").

@@ -13,6 +13,7 @@
 #endif
 
 #include "agentkv/error.h"
+#include "agentkv/numerics.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "kernels/ggml_expf-inl.h"
@@ -1154,7 +1155,9 @@ void gated_delta_rule(const DeltaNetShape& shape, const DeltaNetIO& io, float* s
   // as for decoding; only the step form rounds as it does (the chunked form differs in the last
   // bits, which the fidelity fixtures resolve). Long runs of one sequence take the chunked form,
   // about twice as fast per layer from a few dozen tokens on (see kDeltaNetChunkedMinTokens).
-  if (io.n_tokens >= kDeltaNetChunkedMinTokens) {
+  // Batch-invariant numerics keep the step form: the chunked form rounds by where its chunks fall
+  // in the micro-batch, so a prefix evaluated in another split (a cached one) would differ.
+  if (io.n_tokens >= kDeltaNetChunkedMinTokens && !batch_invariant()) {
     gated_delta_rule_chunked(shape, io, state, pool, kDeltaNetChunk);
   } else {
     gated_delta_rule_step(shape, io, state, pool);
