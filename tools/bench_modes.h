@@ -12,5 +12,6 @@ int bench_grammar(Args& args);     // agentkv bench grammar (constrained decodin
 int bench_quality(Args& args);     // agentkv bench quality (PPL, KL, pass-key recall per KV type)
 int bench_tiers(Args& args);       // agentkv bench tiers (page tiers: store and load bandwidth against a cold prefill)
 int bench_evict(Args& args);       // agentkv bench evict (eviction policies: KL, recall at KV budgets; scoring cost)
+int bench_prefix_index(Args& args);  // agentkv bench prefix-index (the prefix cache's bookkeeping at 10 k .. 1 M pages)
 
 }  // namespace agentkv::tools

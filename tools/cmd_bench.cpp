@@ -154,6 +154,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
     if (argv[0] == "quality") return bench_quality(sub);
     return argv[0] == "evict" ? bench_evict(sub) : bench_tiers(sub);
   }
+  if (!argv.empty() && argv[0] == "prefix-index") {
+    Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));
+    return bench_prefix_index(sub);
+  }
   if (!argv.empty() && (argv[0] == "fakeprefix" || argv[0] == "turns" || argv[0] == "handoff")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));  // measurement benches: bench_*.cpp
     return argv[0] == "fakeprefix" ? bench_fakeprefix(sub) : argv[0] == "turns" ? bench_turns(sub) : bench_handoff(sub);
@@ -175,7 +179,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
               "       agentkv bench grammar -m MODEL [--json-schema F | --grammar F] [-n 128] [-r 3] [-t 2]\n"
               "       agentkv bench quality -m MODEL -f TEXT [--kv-types all] ...   (--help; docs/quality-bench.md)\n"
               "       agentkv bench evict -m MODEL -f TEXT [--budgets 0.5,0.25] | --cost-depth D   (--help; docs/quality-bench.md)\n"
-              "       agentkv bench tiers -m MODEL [-d 2048] [--drop-caches]   (page tiers' store / load bandwidth; --help)");
+              "       agentkv bench tiers -m MODEL [-d 2048] [--drop-caches]   (page tiers' store / load bandwidth; --help)\n"
+              "       agentkv bench prefix-index [--pages 10000,100000,1000000]   (the prefix cache's bookkeeping; --help)");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");

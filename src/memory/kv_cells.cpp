@@ -88,9 +88,19 @@ void KvCells::release(uint32_t i) {
 }
 
 void KvCells::assign(uint32_t i, Pos p, const SeqSet& seqs, Pos shift) {
-  if (pos_[i] >= 0) release(i);
-  if (p < 0) return;
-  occupy(i, p, seqs);
+  if (pos_[i] >= 0 && p >= 0) {
+    // Stays used (a sequence joins or leaves a cached cell): released and occupied again, the
+    // cell would become the lowest hole and mark_used would walk the used cells above it.
+    assert(seqs.any());
+    index_remove(i);
+    pos_[i] = p;
+    seq_[i] = seqs;
+    index_add(i);
+  } else {
+    if (pos_[i] >= 0) release(i);
+    if (p < 0) return;
+    occupy(i, p, seqs);
+  }
   shift_[i] = shift;
   if (shift != 0) has_shift_ = true;
 }

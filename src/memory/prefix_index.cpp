@@ -164,7 +164,7 @@ void PrefixIndex::join(const Match& m, SeqId seq, size_t n) {
   const KvCells& c = kv.cells(0);
   for (int32_t id : m.path) {
     Node& node = nodes_[static_cast<size_t>(id)];
-    node.last_used = ++tick_;
+    touch(id);
     for (size_t j = 0; j < node.cells.size() && node.first_pos + j < n; ++j) {
       const uint32_t cell = node.cells[j];
       SeqSet seqs = c.seqs(cell);
@@ -324,8 +324,21 @@ int32_t PrefixIndex::new_node(int32_t parent, uint32_t first_pos) {
   n.parent = parent;
   n.first_pos = first_pos;
   n.last_used = ++tick_;
-  if (parent >= 0) nodes_[static_cast<size_t>(parent)].children.push_back(id);
+  if (parent >= 0) {
+    Node& p = nodes_[static_cast<size_t>(parent)];
+    if (p.parent >= 0 && p.children.empty()) lru_leaves_.erase({p.last_used, parent});
+    p.children.push_back(id);
+    lru_leaves_.emplace(n.last_used, id);
+  }
   return id;
+}
+
+void PrefixIndex::touch(int32_t id) {
+  Node& n = nodes_[static_cast<size_t>(id)];
+  const bool leaf = n.parent >= 0 && n.children.empty();
+  if (leaf) lru_leaves_.erase({n.last_used, id});
+  n.last_used = ++tick_;
+  if (leaf) lru_leaves_.emplace(n.last_used, id);
 }
 
 int32_t PrefixIndex::root_for(uint64_t salt) {
@@ -410,7 +423,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
         if (n.parent == cur && std::equal(t.begin(), t.end(), n.tokens.begin())) {
           if (node_valid(f->second)) {
             take_cells_if_unused(f->second, c);
-            n.last_used = ++tick_;
+            touch(f->second);
             cur = f->second;
             continue;
           }
@@ -426,7 +439,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
       const size_t k = common_prefix(n.tokens, t);
       if (len < P && k == len && node_valid(child)) {
         if (n.tokens.size() == len) take_cells_if_unused(child, c);
-        n.last_used = ++tick_;
+        touch(child);
         covered = true;
         break;
       }
@@ -443,7 +456,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
       n.cells.push_back(c[j]);
       pin(c[j]);
     }
-    n.last_used = ++tick_;
+    touch(id);
     if (len < P) break;
     n.hash = h;
     by_hash_[h] = id;
@@ -470,11 +483,11 @@ bool PrefixIndex::adopt_snapshot(std::span<const TokenId> tokens, uint64_t salt,
   s.last_used = ++tick_;
   for (size_t i = 0; i < snapshots_.size(); ++i)
     if (snapshots_[i].node == s.node && snapshots_[i].n_in_node == s.n_in_node) {
-      snapshot_bytes_ -= snapshots_[i].bytes;
-      snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
+      drop_snapshot(i);
       break;
     }
   snapshot_bytes_ += s.bytes;
+  ++nodes_[static_cast<size_t>(s.node)].n_snapshots;
   snapshots_.push_back(std::move(s));
   evict_snapshots_to_budget();
   return true;
@@ -497,25 +510,32 @@ void PrefixIndex::evict_snapshots_to_budget() {
     size_t lru = 0;
     for (size_t i = 1; i < snapshots_.size(); ++i)
       if (snapshots_[i].last_used < snapshots_[lru].last_used) lru = i;
-    snapshot_bytes_ -= snapshots_[lru].bytes;
-    snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(lru));
+    drop_snapshot(lru);
   }
+}
+
+void PrefixIndex::drop_snapshot(size_t i) {
+  snapshot_bytes_ -= snapshots_[i].bytes;
+  --nodes_[static_cast<size_t>(snapshots_[i].node)].n_snapshots;
+  snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 void PrefixIndex::remove_node(int32_t id) {
   Node& n = nodes_[static_cast<size_t>(id)];
   for (uint32_t cell : n.cells) unpin(cell);
-  if (n.parent >= 0) std::erase(nodes_[static_cast<size_t>(n.parent)].children, id);
+  if (n.parent >= 0) {
+    lru_leaves_.erase({n.last_used, id});
+    Node& p = nodes_[static_cast<size_t>(n.parent)];
+    std::erase(p.children, id);
+    if (p.parent >= 0 && p.children.empty()) lru_leaves_.emplace(p.last_used, n.parent);
+  }
   if (n.tokens.size() == cfg_.page_tokens) {
     const auto f = by_hash_.find(n.hash);
     if (f != by_hash_.end() && f->second == id) by_hash_.erase(f);
   }
   if (n.parent < 0) roots_.erase(n.hash);
-  for (size_t i = snapshots_.size(); i-- > 0;)
-    if (snapshots_[i].node == id) {
-      snapshot_bytes_ -= snapshots_[i].bytes;
-      snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
-    }
+  for (size_t i = snapshots_.size(); i-- > 0 && n.n_snapshots > 0;)
+    if (snapshots_[i].node == id) drop_snapshot(i);
   n = Node{};
   free_nodes_.push_back(id);
 }
@@ -523,6 +543,25 @@ void PrefixIndex::remove_node(int32_t id) {
 void PrefixIndex::remove_subtree(int32_t id) {
   while (!nodes_[static_cast<size_t>(id)].children.empty()) remove_subtree(nodes_[static_cast<size_t>(id)].children.back());
   remove_node(id);
+}
+
+int32_t PrefixIndex::lru_unused_leaf() const {
+  // Leaves in least-recently-used order; the ones skipped are in use, a few per running sequence
+  // (the end of its chain), so a victim costs O(log n) plus those.
+  for (const auto& [last_used, id] : lru_leaves_)
+    if (only_holder_uses(nodes_[static_cast<size_t>(id)])) return id;
+  return -1;
+}
+
+int32_t PrefixIndex::lru_page_where(bool (PrefixIndex::*eligible)(const Node&) const) const {
+  int32_t lru = -1;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.alive || n.parent < 0) continue;
+    if (lru >= 0 && n.last_used >= nodes_[static_cast<size_t>(lru)].last_used) continue;
+    if ((this->*eligible)(n)) lru = static_cast<int32_t>(i);
+  }
+  return lru;
 }
 
 size_t PrefixIndex::evict(size_t n_cells) {
@@ -536,21 +575,12 @@ size_t PrefixIndex::evict(size_t n_cells) {
     // own (its copy of this page is not the cached one), must not pin its cells for ever —
     // that sequence keeps its cells and indexes them again when it next publishes.
     // Last, a page a sequence uses only in part (it attached the page's first tokens): the page
-    // is forgotten, the sequence keeps its cells, and the rest are freed.
-    enum class Kind { UnusedLeaf, Unused, PartlyUsed };
-    auto lru_of = [&](Kind kind) {
-      int32_t lru = -1;
-      for (size_t i = 0; i < nodes_.size(); ++i) {
-        const Node& n = nodes_[i];
-        if (!n.alive || n.parent < 0 || (kind == Kind::UnusedLeaf && !n.children.empty())) continue;
-        if (lru >= 0 && n.last_used >= nodes_[static_cast<size_t>(lru)].last_used) continue;
-        if (kind == Kind::PartlyUsed ? holds_unused_cell(n) : only_holder_uses(n)) lru = static_cast<int32_t>(i);
-      }
-      return lru;
-    };
-    int32_t victim = lru_of(Kind::UnusedLeaf);
-    if (victim < 0) victim = lru_of(Kind::Unused);
-    if (victim < 0) victim = lru_of(Kind::PartlyUsed);
+    // is forgotten, the sequence keeps its cells, and the rest are freed. The two fallbacks scan
+    // every page; they run only when every leaf is in use (the index is then mostly the running
+    // sequences' own pages).
+    int32_t victim = lru_unused_leaf();
+    if (victim < 0) victim = lru_page_where(&PrefixIndex::only_holder_uses);
+    if (victim < 0) victim = lru_page_where(&PrefixIndex::holds_unused_cell);
     if (victim < 0) break;
     const int32_t parent = nodes_[static_cast<size_t>(victim)].parent;
     remove_subtree(victim);
@@ -631,6 +661,7 @@ void PrefixIndex::clear() {
   free_nodes_.clear();
   roots_.clear();
   by_hash_.clear();
+  lru_leaves_.clear();
   snapshots_.clear();
   snapshot_bytes_ = 0;
   std::fill(pins_.begin(), pins_.end(), 0);
@@ -718,6 +749,14 @@ void PrefixIndex::check() const {
     for (uint32_t cell : n.cells) ++counted[cell];
   }
   if (full != by_hash_.size()) fail("hash table names pages that are gone");
+  size_t leaves = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.alive || n.parent < 0 || !n.children.empty()) continue;
+    ++leaves;
+    if (!lru_leaves_.count({n.last_used, static_cast<int32_t>(i)})) fail("leaf " + std::to_string(i) + " not in the LRU set");
+  }
+  if (leaves != lru_leaves_.size()) fail("the LRU set names pages that are no leaves");
   for (size_t cell = 0; cell < pins_.size(); ++cell) {
     if (counted[cell] != pins_[cell]) fail("cell " + std::to_string(cell) + " reference count");
     const bool held = !c.is_empty(static_cast<uint32_t>(cell)) && c.has_seq(static_cast<uint32_t>(cell), cfg_.holder);
@@ -731,6 +770,10 @@ void PrefixIndex::check() const {
     if (s.bytes != snapshot_bytes_each()) fail("a snapshot's bytes differ from snapshot_bytes_each()");
   }
   if (bytes != snapshot_bytes_) fail("snapshot bytes");
+  std::vector<uint32_t> held(nodes_.size(), 0);
+  for (const Snapshot& sn : snapshots_) ++held[static_cast<size_t>(sn.node)];
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].alive && held[i] != nodes_[i].n_snapshots) fail("page " + std::to_string(i) + " snapshot count");
   if (snapshot_bytes_ > cfg_.snapshot_bytes) fail("snapshots over their budget");
 }
 

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -181,6 +182,7 @@ class PrefixIndex {
     std::vector<uint32_t> cells;
     std::vector<int32_t> children;
     uint64_t last_used = 0;
+    uint32_t n_snapshots = 0;  // snapshots attached to this page
   };
   struct Snapshot {
     int32_t node = -1;
@@ -216,6 +218,11 @@ class PrefixIndex {
   // When no sequence but the holder uses page id's cells and seq_cells (the publishing sequence's
   // cells at the page's positions) are others, the page takes them and frees its old ones.
   void take_cells_if_unused(int32_t id, std::span<const uint32_t> seq_cells);
+  void touch(int32_t id);  // the page was used now (its place in the LRU order of leaves)
+  int32_t lru_unused_leaf() const;  // -1: every leaf is in use
+  // The least recently used page (any, not only leaves) for which eligible holds; -1: none.
+  int32_t lru_page_where(bool (PrefixIndex::*eligible)(const Node&) const) const;
+  void drop_snapshot(size_t i);
   void remove_node(int32_t id);  // a leaf
   void remove_subtree(int32_t id);
   std::vector<uint32_t> cells_of(SeqId seq, Pos p0, Pos p1) const;  // by position; UINT32_MAX where none
@@ -227,6 +234,7 @@ class PrefixIndex {
   std::vector<int32_t> free_nodes_;
   std::unordered_map<uint64_t, int32_t> roots_;    // salt seed -> root node
   std::unordered_map<uint64_t, int32_t> by_hash_;  // full pages
+  std::set<std::pair<uint64_t, int32_t>> lru_leaves_;  // pages without children, by (last_used, id)
   std::vector<uint16_t> pins_;                     // per cell: pages naming it
   std::vector<Snapshot> snapshots_;                // a few per pool spacing: linear scans
   size_t snapshot_bytes_ = 0;
