@@ -595,22 +595,27 @@ size_t PrefixIndex::forget_own(SeqId seq) {
   SeqSet own;
   own.set(static_cast<size_t>(cfg_.holder));
   own.set(static_cast<size_t>(seq));
+  auto mine = [&](const Node& n) {
+    return std::all_of(n.cells.begin(), n.cells.end(), [&](uint32_t cell) {
+      return !c.is_empty(cell) && c.has_seq(cell, seq) && (c.seqs(cell) & ~own).none();
+    });
+  };
+  // From each leaf up its chain while the pages are seq's alone: O(leaves + pages forgotten).
+  std::vector<int32_t> leaves;
+  leaves.reserve(lru_leaves_.size());
+  for (const auto& entry : lru_leaves_) leaves.push_back(entry.second);
   size_t forgotten = 0;
-  for (bool again = true; again;) {
-    again = false;
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      const Node& n = nodes_[i];
-      if (!n.alive || n.parent < 0 || !n.children.empty()) continue;
-      const bool mine = std::all_of(n.cells.begin(), n.cells.end(), [&](uint32_t cell) {
-        return !c.is_empty(cell) && c.has_seq(cell, seq) && (c.seqs(cell) & ~own).none();
-      });
-      if (!mine) continue;
-      const int32_t parent = n.parent;
-      remove_node(static_cast<int32_t>(i));
-      if (nodes_[static_cast<size_t>(parent)].parent < 0 && nodes_[static_cast<size_t>(parent)].children.empty())
-        remove_node(parent);
+  for (int32_t id : leaves) {
+    while (nodes_[static_cast<size_t>(id)].alive && nodes_[static_cast<size_t>(id)].parent >= 0 &&
+           nodes_[static_cast<size_t>(id)].children.empty() && mine(nodes_[static_cast<size_t>(id)])) {
+      const int32_t parent = nodes_[static_cast<size_t>(id)].parent;
+      remove_node(id);
       ++forgotten;
-      again = true;
+      if (nodes_[static_cast<size_t>(parent)].parent < 0) {
+        if (nodes_[static_cast<size_t>(parent)].children.empty()) remove_node(parent);
+        break;
+      }
+      id = parent;
     }
   }
   return forgotten;
