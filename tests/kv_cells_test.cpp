@@ -100,6 +100,25 @@ TEST(KvCells, AssignRestoresACellExactly) {
   EXPECT_EQ(c.used(), 0u);
 }
 
+TEST(KvCells, NotesWhichCellTookAPosition) {
+  KvCells c(8, 3);
+  c.occupy(4, 10, seqs_of({0}));
+  EXPECT_EQ(c.noted_cell(0, 10), 4u);
+  EXPECT_EQ(c.noted_cell(1, 10), UINT32_MAX);
+  c.add_seq(4, 1);
+  EXPECT_EQ(c.noted_cell(1, 10), 4u);
+  c.add_pos(4, 2);  // moved: noted at its new position, the old note no longer holds
+  EXPECT_EQ(c.noted_cell(0, 10), UINT32_MAX);
+  EXPECT_EQ(c.noted_cell(0, 12), 4u);
+  c.occupy(6, 10, seqs_of({0}));
+  c.div_pos(6, 5);  // to position 2: one cell of seq 0 at each position still
+  EXPECT_EQ(c.seq_pos_max_count(0, 0, 100), 1u);
+  c.release(4);
+  EXPECT_EQ(c.noted_cell(0, 12), UINT32_MAX);
+  c.release(6);
+  EXPECT_EQ(c.seq_pos_max_count(0, 0, 100), 0u);
+}
+
 TEST(KvCells, KeepOnly) {
   KvCells c(3, 3);
   c.occupy(0, 0, seqs_of({0, 1}));
@@ -307,6 +326,13 @@ struct Harness {
         for (SeqId q : r.seqs) want.set(static_cast<size_t>(q));
         ASSERT_EQ(c.seqs(i), want) << "stream " << s << " cell " << i;
         if (r.shift != 0) any_shift = true;
+        // A cell the table noted for (sequence, position) holds them: never another one.
+        for (SeqId q : r.seqs) {
+          const uint32_t noted = c.noted_cell(q, r.pos);
+          ASSERT_TRUE(noted == UINT32_MAX || (c.pos(noted) == r.pos && c.has_seq(noted, q)))
+              << "stream " << s << " seq " << q << " pos " << r.pos;
+          if (c.seq_pos_count(q, r.pos) == 1 && noted != UINT32_MAX) ASSERT_EQ(noted, i) << "seq " << q << " pos " << r.pos;
+        }
         for (int layer : {0, 2}) {
           ASSERT_EQ(tag_at(layer, true, s, i), r.tag * 4 + layer) << "K row, cell " << i;
           ASSERT_EQ(tag_at(layer, false, s, i), r.tag * 4 + layer + 1) << "V row, cell " << i;

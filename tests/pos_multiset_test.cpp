@@ -2,6 +2,7 @@
 // operation sequences, plus the run counts that make it cheap.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <string>
@@ -59,6 +60,10 @@ TEST(PosMultiset, RandomOperationsMatchStdMultiset) {
       ASSERT_EQ(m.max(), ref.empty() ? -1 : *ref.rbegin()) << trace;
       ASSERT_EQ(m.n_runs(), reference_runs(ref)) << trace;  // runs are always maximal
       for (Pos p = -1; p <= span + 10; ++p) ASSERT_EQ(m.count(p), ref.count(p)) << "pos " << p << trace;
+      const Pos q0 = static_cast<Pos>(rng() % (span + 8)) - 2, q1 = q0 + static_cast<Pos>(rng() % 12);
+      size_t most = 0;
+      for (Pos p = q0; p < q1; ++p) most = std::max(most, ref.count(p));
+      ASSERT_EQ(m.max_count(q0, q1), most) << "[" << q0 << "," << q1 << ")" << trace;
     }
   }
 }

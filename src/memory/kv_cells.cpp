@@ -6,7 +6,7 @@
 namespace agentkv::memory {
 
 KvCells::KvCells(uint32_t n_cells, uint32_t n_seq)
-    : pos_(n_cells, -1), shift_(n_cells, 0), seq_(n_cells), known_zero_(n_cells, 1), seq_pos_(n_seq) {
+    : pos_(n_cells, -1), shift_(n_cells, 0), seq_(n_cells), known_zero_(n_cells, 1), seq_pos_(n_seq), noted_(n_seq) {
   assert(n_seq <= kMaxSeq);
 }
 
@@ -15,6 +15,7 @@ void KvCells::reset() {
   std::fill(shift_.begin(), shift_.end(), 0);
   for (auto& s : seq_) s.reset();
   for (auto& m : seq_pos_) m.clear();
+  for (auto& n : noted_) n.clear();
   used_ = 0;
   used_max_p1_ = 0;
   first_free_ = 0;
@@ -37,7 +38,23 @@ void KvCells::index_add(uint32_t i) {
   for_each_seq(seq_[i], [&](SeqId s) {
     assert(static_cast<uint32_t>(s) < seq_pos_.size());
     seq_pos_[static_cast<size_t>(s)].add(p);
+    note_cell(s, p, i);
   });
+}
+
+void KvCells::note_cell(SeqId s, Pos p, uint32_t i) {
+  // Positions far beyond the table (a shifted or fake context) are not noted: bounded memory.
+  if (p < 0 || static_cast<size_t>(p) >= 2 * pos_.size() + 65536) return;
+  std::vector<uint32_t>& noted = noted_[static_cast<size_t>(s)];
+  if (noted.size() <= static_cast<size_t>(p)) noted.resize(static_cast<size_t>(p) + 1, UINT32_MAX);
+  noted[static_cast<size_t>(p)] = i;
+}
+
+uint32_t KvCells::noted_cell(SeqId s, Pos p) const {
+  const std::vector<uint32_t>& noted = noted_[static_cast<size_t>(s)];
+  if (p < 0 || static_cast<size_t>(p) >= noted.size()) return UINT32_MAX;
+  const uint32_t i = noted[static_cast<size_t>(p)];
+  return i < pos_.size() && pos_[i] == p && seq_[i].test(static_cast<size_t>(s)) ? i : UINT32_MAX;
 }
 
 void KvCells::index_remove(uint32_t i) {
@@ -110,6 +127,7 @@ void KvCells::add_seq(uint32_t i, SeqId s) {
   if (seq_[i].test(static_cast<size_t>(s))) return;
   seq_[i].set(static_cast<size_t>(s));
   seq_pos_[static_cast<size_t>(s)].add(pos_[i]);
+  note_cell(s, pos_[i], i);
 }
 
 bool KvCells::remove_seq(uint32_t i, SeqId s) {

@@ -60,6 +60,13 @@ class KvCells {
   Pos seq_pos_min(SeqId s) const;
   Pos seq_pos_max(SeqId s) const;
 
+  // How many of sequence s's cells hold position p; the most any position of [p0, p1) has.
+  uint32_t seq_pos_count(SeqId s, Pos p) const { return seq_pos_[static_cast<size_t>(s)].count(p); }
+  uint32_t seq_pos_max_count(SeqId s, Pos p0, Pos p1) const { return seq_pos_[static_cast<size_t>(s)].max_count(p0, p1); }
+  // The cell that last took position p for sequence s, if it still holds p for s; UINT32_MAX
+  // otherwise (never noted, moved, freed). Where s has one cell at p, a cell returned is that one.
+  uint32_t noted_cell(SeqId s, Pos p) const;
+
   // Empties every cell and forgets pending shifts.
   void reset();
 
@@ -106,6 +113,7 @@ class KvCells {
   void index_remove(uint32_t i);  // the reverse
   void mark_used(uint32_t i);
   void mark_empty(uint32_t i);
+  void note_cell(SeqId s, Pos p, uint32_t i);
 
   std::vector<Pos> pos_;
   std::vector<Pos> shift_;
@@ -114,6 +122,9 @@ class KvCells {
   // seq_pos_[s]: the positions of sequence s's cells, a multiset (after seq_div or a shared
   // batch two cells of one sequence may have the same position), stored as runs.
   std::vector<PosMultiset> seq_pos_;
+  // noted_[s][p]: the cell that last took position p for s (checked when read), so a sequence's
+  // cells are found by position without a scan of the table (PrefixIndex::publish).
+  std::vector<std::vector<uint32_t>> noted_;
   uint32_t used_ = 0;
   uint32_t used_max_p1_ = 0;
   uint32_t first_free_ = 0;

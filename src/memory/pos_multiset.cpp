@@ -1,5 +1,6 @@
 #include "memory/pos_multiset.h"
 
+#include <algorithm>
 #include <cassert>
 #include <iterator>
 
@@ -10,6 +11,16 @@ uint32_t PosMultiset::count(Pos p) const {
   if (it == runs_.begin()) return 0;
   --it;
   return p < it->second.end ? it->second.count : 0;
+}
+
+uint32_t PosMultiset::max_count(Pos p0, Pos p1) const {
+  uint32_t most = 0;
+  if (p0 >= p1) return 0;
+  auto it = runs_.upper_bound(p0);
+  if (it != runs_.begin()) --it;
+  for (; it != runs_.end() && it->first < p1; ++it)
+    if (it->second.end > p0) most = std::max(most, it->second.count);
+  return most;
 }
 
 void PosMultiset::merge_around(Map::iterator it) {

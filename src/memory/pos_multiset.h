@@ -19,6 +19,8 @@ class PosMultiset {
   Pos max() const { return runs_.empty() ? -1 : runs_.rbegin()->second.end - 1; }
   // Multiplicity of p (0 when absent).
   uint32_t count(Pos p) const;
+  // The largest multiplicity of a position in [p0, p1) (0: none there): O(log runs + runs in range).
+  uint32_t max_count(Pos p0, Pos p1) const;
   // Number of runs (for tests: a dense sequence is one run).
   size_t n_runs() const { return runs_.size(); }
 

@@ -301,6 +301,16 @@ std::vector<uint64_t> PrefixIndex::chain_hashes(std::span<const TokenId> tokens,
 std::vector<uint32_t> PrefixIndex::cells_of(SeqId seq, Pos p0, Pos p1) const {
   std::vector<uint32_t> out(static_cast<size_t>(p1 - p0), UINT32_MAX);
   const KvCells& c = mem_.kv()->cells(0);
+  // By the cells the table noted per position, when each position has at most one cell of seq
+  // (then the noted one, checked, is it); otherwise a scan of the used cells, lowest cell first.
+  bool found_all = c.seq_pos_max_count(seq, p0, p1) <= 1;
+  for (Pos p = p0; p < p1 && found_all; ++p) {
+    const uint32_t cell = c.noted_cell(seq, p);
+    if (cell == UINT32_MAX) found_all = c.seq_pos_count(seq, p) == 0;
+    else if (c.shift(cell) == 0) out[static_cast<size_t>(p - p0)] = cell;
+  }
+  if (found_all) return out;
+  std::fill(out.begin(), out.end(), UINT32_MAX);
   for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
     if (!c.has_seq(i, seq) || !c.pos_in(i, p0, p1) || c.shift(i) != 0) continue;
     uint32_t& slot = out[static_cast<size_t>(c.pos(i) - p0)];
