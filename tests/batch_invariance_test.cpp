@@ -64,7 +64,10 @@ void check_splits(const std::string& name, size_t n_prompt, std::vector<size_t> 
 
 class BatchInvariance : public ::testing::Test {
  protected:
-  void SetUp() override { set_batch_invariant(true); }
+  void SetUp() override {
+    AGENTKV_NEEDS_FIXTURES();
+    set_batch_invariant(true);
+  }
   void TearDown() override { set_batch_invariant(false); }
 };
 
@@ -91,6 +94,7 @@ TEST_F(BatchInvariance, HybridLongBatches) { check_splits("qwen35moe-micro", 700
 
 // The default numerics keep the layout part: the same batches in scattered cells, same bits.
 TEST(LayoutInvariance, ScatteredCellsSameBatches) {
+  AGENTKV_NEEDS_FIXTURES();
   const Model& m = model("qwen3-micro");
   std::vector<Token> prompt;
   for (size_t i = 0; i < 200; ++i) prompt.push_back(static_cast<Token>((i * 7919 + 13) % 1000 + 100));

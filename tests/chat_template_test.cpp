@@ -15,6 +15,7 @@
 
 #include "agentkv/error.h"
 #include "agentkv/chat_template.h"
+#include "fixtures.h"
 
 namespace {
 
@@ -557,6 +558,7 @@ class QwenTemplate : public testing::TestWithParam<Scenario> {};
 
 TEST_P(QwenTemplate, RendersLikeTransformers) {
   const Scenario& s = GetParam();
+  if (s.which == Which::kQwen3) AGENTKV_NEEDS_FIXTURES();
   const std::string source = s.which == Which::kQwen3 ? qwen3_template() : std::string(kQwen35Template);
   EXPECT_EQ(render(source, Json::parse(s.context)), s.expected);
 }
@@ -565,6 +567,7 @@ INSTANTIATE_TEST_SUITE_P(Scenarios, QwenTemplate, testing::ValuesIn(kScenarios),
                          [](const testing::TestParamInfo<Scenario>& info) { return std::string(info.param.name); });
 
 TEST(QwenTemplate, SystemUserWithGenerationPrompt) {
+  AGENTKV_NEEDS_FIXTURES();
   ChatTemplateInputs inputs;
   inputs.messages = Json::parse(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])");
   inputs.add_generation_prompt = true;
@@ -584,6 +587,7 @@ TEST(QwenTemplate, ParsedOnceRendersRepeatedly) {
 }
 
 TEST(QwenTemplate, ToolKeysKeepTheClientsOrder) {
+  AGENTKV_NEEDS_FIXTURES();
   // Hugging Face serialises tools in insertion order; alphabetical order would put
   // "function" before "type" and change the prompt.
   ChatTemplateInputs inputs;
@@ -594,6 +598,7 @@ TEST(QwenTemplate, ToolKeysKeepTheClientsOrder) {
 }
 
 TEST(QwenTemplate, TemplateErrorsSurfaceAsAgentkvError) {
+  AGENTKV_NEEDS_FIXTURES();
   // Qwen3.5 refuses a conversation without a user turn through raise_exception().
   const std::string message =
       render_error(kQwen35Template, Json::parse(R"({"messages": [{"role": "assistant", "content": "x"}]})"));
@@ -1344,6 +1349,7 @@ ChatTemplateInputs sample_conversation() {
 }
 
 TEST(ChatTemplateRobustness, MutatedTemplatesNeverCrash) {
+  AGENTKV_NEEDS_FIXTURES();
   const std::string bases[] = {qwen3_template(), kQwen35Template};
   const char* fragments[] = {"{%", "%}", "{{", "}}", "{#", "#}", "-", "(", ")", "[", "]", "'", "\"", "|", ".",
                              "endif", "endfor", "for x in", "if", "else", "loop", "[::-1]", "ns", "~", "*",
@@ -1385,6 +1391,7 @@ TEST(ChatTemplateRobustness, RandomInputNeverCrashes) {
 }
 
 TEST(ChatTemplateRobustness, ResourceLimits) {
+  AGENTKV_NEEDS_FIXTURES();
   const ChatTemplateInputs inputs;
   const auto started = std::chrono::steady_clock::now();
   const char* bombs[] = {

@@ -15,6 +15,7 @@
 #include "agentkv/local_tiers.h"
 #include "agentkv/seq_snapshot.h"
 #include "agentkv/session_state.h"
+#include "fixtures.h"
 
 namespace agentkv {
 namespace {
@@ -35,6 +36,7 @@ void decode(Context& ctx, MemoryPos p0, int n) {
 }
 
 TEST(CommandEngineApi, SnapshotRestoresTheSequenceOfAHybridModel) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen35-micro.gguf");
   auto ctx = context_of(*model);
   ASSERT_TRUE(ctx->has_recurrent_state());  // it cannot drop a suffix: only a snapshot goes back
@@ -50,6 +52,7 @@ TEST(CommandEngineApi, SnapshotRestoresTheSequenceOfAHybridModel) {
 }
 
 TEST(CommandEngineApi, DescriptionsOfAGgufAndAStateBlob) {
+  AGENTKV_NEEDS_FIXTURES();
   const std::string path = kFixtures + "/models/qwen3-micro.gguf";
   const std::string info = describe_gguf(path, false);
   EXPECT_EQ(info.rfind("file:      " + path, 0), 0u);
@@ -67,6 +70,7 @@ TEST(CommandEngineApi, DescriptionsOfAGgufAndAStateBlob) {
 }
 
 TEST(CommandEngineApi, PageRecordsGoThroughTheLocalTiersAndBack) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   auto ctx = context_of(*model);
   decode(*ctx, 0, 32);

@@ -23,6 +23,7 @@
 #include "memory/kv_cache.h"
 #include "model/kv_shift.h"
 #include "model/model.h"
+#include "fixtures.h"
 
 namespace agentkv {
 namespace {
@@ -407,6 +408,7 @@ ShiftOutcome shift_whole_prompt(const Model& model, GgmlType type_k, Pos K) {
 }
 
 TEST(ContextShiftModel, ShiftedSequencePredictsLikeTheUnshiftedOne) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kModels + "qwen3-micro.gguf");
   ASSERT_TRUE(ArchModel::of(*model).can_shift());
   // f32 K: only the float rounding of rotation angles separates the two.
@@ -422,6 +424,7 @@ TEST(ContextShiftModel, ShiftedSequencePredictsLikeTheUnshiftedOne) {
 }
 
 TEST(ContextShiftModel, ClosingAGapMovesPositionsAndRotatesOnce) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kModels + "qwen3-micro.gguf");
   Context ctx(*model, params(GgmlType::F16));
   decode_prompt(ctx, prompt_tokens(20, 3), 0);
@@ -458,6 +461,7 @@ TEST(ContextShiftModel, ClosingAGapMovesPositionsAndRotatesOnce) {
 }
 
 TEST(ContextShiftModel, HybridAndImropeModelsRefuseShifts) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kModels + "qwen35moe-micro.gguf");
   EXPECT_FALSE(ArchModel::of(*model).can_shift());
   Context ctx(*model, params(GgmlType::F16));

@@ -17,6 +17,7 @@
 #include "memory/recurrent.h"
 #include "memory/sequence_memory.h"
 #include "model/model.h"
+#include "fixtures.h"
 
 namespace agentkv {
 namespace {
@@ -246,9 +247,13 @@ void check_model(const std::string& file) {
   for (int64_t i = 0; i < model->n_vocab(); ++i) ASSERT_TRUE(std::isfinite(l[i]));
 }
 
-TEST(FakePrefixModel, DenseQwen3) { check_model("qwen3-micro.gguf"); }
+TEST(FakePrefixModel, DenseQwen3) {
+  AGENTKV_NEEDS_FIXTURES();
+  check_model("qwen3-micro.gguf");
+}
 
 TEST(FakePrefixModel, HybridQwen35MoeKeepsBothHalvesInLockstep) {
+  AGENTKV_NEEDS_FIXTURES();
   check_model("qwen35moe-micro.gguf");
   auto model = Model::load(kModels + "qwen35moe-micro.gguf");
   ContextParams cp = params();

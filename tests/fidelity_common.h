@@ -10,6 +10,7 @@
 #include "agentkv/context.h"
 #include "kernels/dispatch.h"
 #include "agentkv/logits_report.h"
+#include "fixtures.h"
 #include "model/model.h"
 
 namespace agentkv::testing {
@@ -49,6 +50,7 @@ inline bool lower_level_run_is_redundant(std::string* why) {
 }
 
 inline void check_model(const std::string& name, Slack slack = {}) {
+  AGENTKV_NEEDS_FIXTURES();  // the whole test: each TEST body is one check_model()
   if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
   auto model = Model::load(kFixtures + "/models/" + name + ".gguf");
   const auto ref = load_logits_report(reference_dir() + name + ".json");

@@ -1,9 +1,11 @@
-// The fixture models (../shared/fixtures/models/NAME.gguf), each loaded once per test binary.
+// The fixture models (../shared/fixtures/models/NAME.gguf), each loaded once per test binary; a test
+// that uses them starts with AGENTKV_NEEDS_FIXTURES() (fixtures.h).
 #pragma once
 #include <map>
 #include <memory>
 #include <string>
 
+#include "fixtures.h"
 #include "model/model.h"
 
 namespace agentkv::testing_support {

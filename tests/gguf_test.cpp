@@ -13,6 +13,7 @@
 #include "agentkv/error.h"
 #include "agentkv/fp16.h"
 #include "gguf/gguf.h"
+#include "fixtures.h"
 
 using agentkv::Error;
 using agentkv::GgmlType;
@@ -55,6 +56,7 @@ const std::vector<FixtureFacts>& fixtures() {
 }
 
 TEST(GgufFixtures, OpensEveryModelWithKnownValues) {
+  AGENTKV_NEEDS_FIXTURES();
   for (const auto& f : fixtures()) {
     SCOPED_TRACE(f.file);
     auto r = Reader::open(kModels + f.file);
@@ -96,6 +98,7 @@ TEST(GgufFixtures, OpensEveryModelWithKnownValues) {
 }
 
 TEST(GgufFixtures, QuantizedTypesAndSizes) {
+  AGENTKV_NEEDS_FIXTURES();
   auto r = Reader::open(kModels + "qwen3-tiny-q4_k_m.gguf");
   const TensorInfo* embd = r->find_tensor("token_embd.weight");
   ASSERT_NE(embd, nullptr);
@@ -118,6 +121,7 @@ TEST(GgufFixtures, QuantizedTypesAndSizes) {
 }
 
 TEST(GgufFixtures, RequireTensorShapeMismatchAndMissing) {
+  AGENTKV_NEEDS_FIXTURES();
   auto r = Reader::open(kModels + "qwen3-micro.gguf");
   try {
     r->require_tensor("blk.0.attn_q.weight", std::vector<int64_t>{64, 128});
@@ -721,6 +725,7 @@ TEST(GgufBadFile, MissingRequiredKey) {
 // Releasing consumed metadata (the model does it for the tokenizer arrays) removes exactly those
 // keys and keeps every other key and tensor reachable.
 TEST(GgufRelease, ReleasedKeysReadAsAbsentOthersStay) {
+  AGENTKV_NEEDS_FIXTURES();
   auto r = agentkv::gguf::Reader::open(std::string(AGENTKV_FIXTURES_DIR) + "/models/qwen3-micro.gguf");
   const size_t n_before = r->metadata().size();
   ASSERT_TRUE(r->has("tokenizer.ggml.tokens"));

@@ -18,6 +18,7 @@
 #include "model/kv_rotation.h"
 #include "model/model.h"
 #include "model/presets.h"
+#include "fixtures.h"
 
 namespace agentkv {
 namespace {
@@ -212,6 +213,7 @@ double rounding_bound(const std::vector<float>& logits) {
 }
 
 TEST(KvRotationModel, RotatedF32CacheGivesThePlainLogits) {
+  AGENTKV_NEEDS_FIXTURES();
   Context plain(head64_model(), params(GgmlType::F32, KvRotationMode::Off));
   const auto want = run(plain);
   for (uint64_t seed : {0ull, 9ull}) {
@@ -226,6 +228,7 @@ TEST(KvRotationModel, RotatedF32CacheGivesThePlainLogits) {
 }
 
 TEST(KvRotationModel, QuantizedCacheIsRotatedByDefaultAndChangesItsRounding) {
+  AGENTKV_NEEDS_FIXTURES();
   Context exact(head64_model(), params(GgmlType::F32, KvRotationMode::Off));
   const auto want = run(exact);
   Context rotated(head64_model(), params(GgmlType::Q4_0, KvRotationMode::Auto));
@@ -240,6 +243,7 @@ TEST(KvRotationModel, QuantizedCacheIsRotatedByDefaultAndChangesItsRounding) {
 }
 
 TEST(KvRotationModel, ShiftOfRotatedKeysEqualsKeysComputedThere) {
+  AGENTKV_NEEDS_FIXTURES();
   Context plain(head64_model(), params(GgmlType::F32, KvRotationMode::On));
   const auto toks = prompt(24);
   Batch b;
@@ -267,6 +271,7 @@ TEST(KvRotationModel, ShiftOfRotatedKeysEqualsKeysComputedThere) {
 }
 
 TEST(KvRotationState, RestoredOnlyUnderTheSameRotation) {
+  AGENTKV_NEEDS_FIXTURES();
   Context src(head64_model(), params(GgmlType::Q8_0, KvRotationMode::Auto, 4));
   const auto toks = prompt(30);
   Batch b;

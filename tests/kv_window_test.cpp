@@ -367,7 +367,10 @@ Gate compare(const std::vector<std::vector<float>>& a, const std::vector<std::ve
   return g;
 }
 
-class KvWindowGate : public ::testing::TestWithParam<std::string> {};
+class KvWindowGate : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { AGENTKV_NEEDS_FIXTURES(); }
+};
 
 // A quarter of the context hot, the tail in the hot type: keys are read in one position order
 // wherever they live, so the logits are the all-hot ones, bit for bit.

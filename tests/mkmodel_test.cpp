@@ -13,6 +13,7 @@
 #include "kernels/quant.h"
 #include "model/presets.h"
 #include "model/quant_mix.h"
+#include "fixtures.h"
 
 namespace agentkv::mkmodel {
 namespace {
@@ -115,28 +116,34 @@ void expect_generated_matches(const std::string& preset, FileType type, const st
 }
 
 TEST(MkModel, Qwen3MicroF16MatchesFixture) {
+  AGENTKV_NEEDS_FIXTURES();
   expect_generated_matches("qwen3-micro", FileType::MostlyF16, "qwen3-micro.gguf");
 }
 
 TEST(MkModel, Qwen3MicroQ8_0MatchesLlamaQuantize) {
+  AGENTKV_NEEDS_FIXTURES();
   expect_generated_matches("qwen3-micro", FileType::MostlyQ8_0, "qwen3-micro-q8_0.gguf");
 }
 
 TEST(MkModel, Qwen35MicroF16MatchesFixture) {
+  AGENTKV_NEEDS_FIXTURES();
   expect_generated_matches("qwen35-micro", FileType::MostlyF16, "qwen35-micro.gguf");
 }
 
 TEST(MkModel, Qwen35MoeMicroF16MatchesFixture) {
+  AGENTKV_NEEDS_FIXTURES();
   expect_generated_matches("qwen35moe-micro", FileType::MostlyF16, "qwen35moe-micro.gguf");
 }
 
 TEST(MkModel, Qwen35MoeMicroQ8_0MatchesLlamaQuantize) {
+  AGENTKV_NEEDS_FIXTURES();
   expect_generated_matches("qwen35moe-micro", FileType::MostlyQ8_0, "qwen35moe-micro-q8_0.gguf");
 }
 
 // The Q4_K_M mix (q6_K head, q6_K attn_v / ffn_down on "more bits" layers) without generating
 // the 39M-element embedding: the plan is what build_model writes.
 TEST(MkModel, Qwen3TinyQ4KMPlanMatchesLlamaQuantize) {
+  AGENTKV_NEEDS_FIXTURES();
   const auto plan = plan_tensors(find_preset("qwen3-tiny"), FileType::MostlyQ4_K_M);
   auto fixture = open_fixture("qwen3-tiny-q4_k_m.gguf");
   ASSERT_EQ(plan.size(), fixture->tensors().size());
@@ -150,12 +157,14 @@ TEST(MkModel, Qwen3TinyQ4KMPlanMatchesLlamaQuantize) {
 }
 
 TEST(MkModel, SameSeedSameBytesWhateverTheThreadCount) {
+  AGENTKV_NEEDS_FIXTURES();
   const auto one_thread = build_bytes("qwen3-test", FileType::MostlyF16, 7, 1);
   const auto two_threads = build_bytes("qwen3-test", FileType::MostlyF16, 7, 2);
   EXPECT_TRUE(one_thread == two_threads);
 }
 
 TEST(MkModel, DifferentSeedDifferentWeights) {
+  AGENTKV_NEEDS_FIXTURES();
   const auto a_bytes = build_bytes("qwen3-test", FileType::MostlyQ8_0, 1);
   const auto b_bytes = build_bytes("qwen3-test", FileType::MostlyQ8_0, 2);
   auto a = gguf::Reader::from_memory(a_bytes, "seed1");
@@ -208,6 +217,7 @@ Moments moments(const std::vector<float>& v) {
 // The weights follow the fixtures' recipe: per tensor, same spread as the fixture's and the same
 // sign / constant constraints.
 TEST(MkModel, WeightRecipeMatchesFixture) {
+  AGENTKV_NEEDS_FIXTURES();
   const auto bytes = build_bytes("qwen35moe-micro", FileType::MostlyF16);
   auto ours = gguf::Reader::from_memory(bytes, "qwen35moe-micro");
   auto fixture = open_fixture("qwen35moe-micro.gguf");
@@ -393,6 +403,7 @@ TEST(MkModel, RefusesBadInput) {
 
 // The command's path: the Hugging Face tokenizer files give the vocabulary the fixtures carry.
 TEST(MkModel, HfTokenizerGivesTheFixtureVocabulary) {
+  AGENTKV_NEEDS_FIXTURES();
   const std::string json = find_tokenizer_json(kFixtures + "/tokenizer");
   const VocabData hf = load_vocab(json, sibling_tokenizer_config(json));
   gguf::Writer w;
@@ -409,6 +420,7 @@ TEST(MkModel, HfTokenizerGivesTheFixtureVocabulary) {
 }
 
 TEST(MkModel, FindsTheFixtureTokenizerAndItsConfig) {
+  AGENTKV_NEEDS_FIXTURES();
   const std::string json = find_tokenizer_json(kFixtures + "/tokenizer");
   EXPECT_NE(json.find("qwen3-tokenizer.json"), std::string::npos);
   EXPECT_NE(sibling_tokenizer_config(json).find("qwen3-tokenizer_config.json"), std::string::npos);

@@ -13,6 +13,7 @@
 #include "agentkv/prefix_cache.h"
 #include "agentkv/context.h"
 #include "model/model.h"
+#include "fixtures.h"
 
 namespace agentkv {
 namespace {
@@ -76,6 +77,7 @@ Tokens prompt_of(size_t n) {
 }
 
 TEST(PrefixCacheTiers, PagesAndTailReachAnotherContextThroughATier) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   const Tokens prompt = prompt_of(37);  // two full pages and a tail of 5
   MapTier tier;
@@ -115,6 +117,7 @@ TEST(PrefixCacheTiers, PagesAndTailReachAnotherContextThroughATier) {
 }
 
 TEST(PrefixCacheTiers, OnlyAUnifiedKvCacheHasOne) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   ContextParams split = params();
   split.kv_unified = false;  // one stream per sequence: pages could not be shared
@@ -133,6 +136,7 @@ TEST(PrefixCacheTiers, OnlyAUnifiedKvCacheHasOne) {
 }
 
 TEST(PrefixCacheTiers, ARecordThatIsNotTheExpectedPageIsRefusedAndForgotten) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   const Tokens prompt = prompt_of(48);  // three full pages
   MapTier tier;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "agentkv/error.h"
+#include "fixtures.h"
 #include "model/model.h"
 
 using namespace agentkv;
@@ -21,12 +22,14 @@ namespace {
 class PasskeyTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    if (!::agentkv::testing_support::fixtures_present()) return;  // SetUp() skips each test
     model_ = Model::load(std::string(AGENTKV_FIXTURES_DIR) + "/models/qwen3-micro.gguf").release();
     std::ifstream f(std::string(AGENTKV_SOURCE_DIR) + "/tests/data/quality-heldout.txt", std::ios::binary);
     std::stringstream ss;
     ss << f.rdbuf();
     text_ = new std::string(ss.str());
   }
+  void SetUp() override { AGENTKV_NEEDS_FIXTURES(); }
   static void TearDownTestSuite() {
     delete model_;
     delete text_;

@@ -17,6 +17,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/quant.h"
 #include "kernels/quant_blocks.h"
+#include "fixtures.h"
 
 namespace agentkv {
 namespace {
@@ -69,12 +70,14 @@ const Fixtures& fixtures() {
 }
 
 TEST(QuantFixtures, IndexCoversTheWeightTypes) {
+  AGENTKV_NEEDS_FIXTURES();
   const auto& fx = fixtures();
   EXPECT_EQ(fx.input.size(), static_cast<size_t>(fx.n_rows * fx.n_per_row));
   EXPECT_EQ(fx.types.size(), 13u);
 }
 
 TEST(QuantFixtures, DequantizeMatchesGgmlBitForBit) {
+  AGENTKV_NEEDS_FIXTURES();
   const auto& fx = fixtures();
   for (const auto& t : fx.types) {
     const auto q = read_file(kQuantDir + t.name + ".quant.bin");
@@ -93,6 +96,7 @@ TEST(QuantFixtures, DequantizeMatchesGgmlBitForBit) {
 }
 
 TEST(QuantFixtures, QuantizeReproducesGgmlBytes) {
+  AGENTKV_NEEDS_FIXTURES();
   const auto& fx = fixtures();
   for (const auto& t : fx.types) {
     const auto want = read_file(kQuantDir + t.name + ".quant.bin");

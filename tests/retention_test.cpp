@@ -21,6 +21,7 @@
 #include "memory/kv_cache.h"
 #include "memory/query_window.h"
 #include "model/model.h"
+#include "fixtures.h"
 
 namespace agentkv {
 namespace {
@@ -109,6 +110,7 @@ TEST(QueryWindow, KeepsTheLastQueriesOfEveryLayerInOrder) {
 }
 
 TEST(Retention, EveryPolicyDropsExactlyItsCountWithinItsCandidates) {
+  AGENTKV_NEEDS_FIXTURES();
   Fixture f;
   ASSERT_EQ(recorded_queries(*f.ctx)->count(0), static_cast<uint32_t>(kWindow));
   for (EvictPolicy p : {EvictPolicy::Positional, EvictPolicy::Sinks, EvictPolicy::KeyDiff, EvictPolicy::SnapKV}) {
@@ -146,6 +148,7 @@ TEST(Retention, EveryPolicyDropsExactlyItsCountWithinItsCandidates) {
 }
 
 TEST(Retention, KeyDiffDropsTheLeastDistinctiveKeys) {
+  AGENTKV_NEEDS_FIXTURES();
   Fixture f;
   const int n_embd_k = static_cast<int>(f.kv().layout().n_embd_k);
   // Ten candidates get one and the same key in every layer: together they pull the mean key
@@ -162,6 +165,7 @@ TEST(Retention, KeyDiffDropsTheLeastDistinctiveKeys) {
 }
 
 TEST(Retention, SnapKvKeepsTheKeyTheRecentQueriesAttendTo) {
+  AGENTKV_NEEDS_FIXTURES();
   Fixture f;
   const ModelConfig& cfg = f.model->config();
   const int64_t hd = cfg.head_dim_k, rep = cfg.n_head / cfg.n_head_kv;
@@ -198,6 +202,7 @@ TEST(Retention, SnapKvKeepsTheKeyTheRecentQueriesAttendTo) {
 }
 
 TEST(Retention, EvictionClosesTheGapsAndRotatesEachKeptKeyByItsMove) {
+  AGENTKV_NEEDS_FIXTURES();
   Fixture f;
   const int layer = f.first_kv_layer();
   const int n_embd_k = static_cast<int>(f.kv().layout().n_embd_k);

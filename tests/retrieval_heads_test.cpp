@@ -354,6 +354,7 @@ TEST(RetrievalHeads, KeepingTheInductionHeadsRowsKeepsTheOutput) {
 }
 
 TEST(RetrievalHeads, AHybridModelKeepsItsRecurrentStateAndDropsOnlyAttentionRows) {
+  AGENTKV_NEEDS_FIXTURES();
   // qwen35moe-micro: one attention layer (layer 3) of one KV head among Gated-DeltaNet layers. With
   // a tail that keeps no head, the steps before the window fills are the exact window's bit for bit
   // (nothing is in the tail yet, the recurrent state is the same), and the later ones differ.

@@ -13,6 +13,7 @@
 #include "server/base64.h"
 #include "server/prompt_cache.h"
 #include "server/slot_selection.h"
+#include "fixtures.h"
 
 namespace agentkv::server {
 namespace {
@@ -54,6 +55,7 @@ ContextParams small_context() {
 }
 
 TEST(PromptReuse, DenseMemoryKeepsThePrefixAndDropsTheRest) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   Context ctx(*model, small_context());
   PromptCache cache;
@@ -96,6 +98,7 @@ std::vector<float> fresh_logits(const Model& model, const Tokens& tokens, const 
 }
 
 TEST(PromptReuse, HybridMemoryRollsBackToTheSnapshotBeforeTheDivergence) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen35moe-micro.gguf");
   Context ctx(*model, small_context());
   PrefixCacheConfig pc;
@@ -130,6 +133,7 @@ TEST(PromptReuse, HybridMemoryRollsBackToTheSnapshotBeforeTheDivergence) {
 }
 
 TEST(PromptReuse, SavedLogitsAnswerTheSamePromptWithoutEvaluation) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   Context ctx(*model, small_context());
   PromptCache cache;
@@ -165,6 +169,7 @@ TEST(Base64, Rfc4648Vectors) {
 }
 
 TEST(PromptReuse, HybridMemoryReusesExtensionsButRestartsOnDivergence) {
+  AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen35-micro.gguf");
   Context ctx(*model, small_context());
   PromptCache cache;

@@ -17,6 +17,7 @@
 #include "server/server_error.h"
 #include "server/task.h"
 #include "server/utf8.h"
+#include "fixtures.h"
 
 namespace agentkv::server {
 namespace {
@@ -174,6 +175,7 @@ TEST(ServerPrompt, ListsOfPromptsAreArraysWithoutTokenIds) {
 }
 
 TEST(ServerPrompt, TokenizesLikeLlamaCpp) {
+  AGENTKV_NEEDS_FIXTURES();
   // llama.cpp's tokenization of the first reference prompt (fixtures/reference).
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   std::ifstream in(kFixtures + "/reference/qwen3-micro.json");

@@ -14,6 +14,7 @@
 #include "engine/context_impl.h"
 #include "memory/prefix_index.h"
 #include "model/model.h"
+#include "fixtures.h"
 
 namespace agentkv {
 namespace {
@@ -66,7 +67,11 @@ std::vector<float> decode(Context& ctx, const std::vector<Token>& toks, memory::
 
 class SnapshotRollback : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { model_ = Model::load(kModels + "qwen35moe-micro.gguf").release(); }
+  static void SetUpTestSuite() {
+    if (!::agentkv::testing_support::fixtures_present()) return;  // SetUp() skips each test
+    model_ = Model::load(kModels + "qwen35moe-micro.gguf").release();
+  }
+  void SetUp() override { AGENTKV_NEEDS_FIXTURES(); }
   static void TearDownTestSuite() { delete model_; }
   static Model* model_;
 };

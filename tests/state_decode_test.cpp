@@ -174,7 +174,10 @@ void check_three_ways(const std::string& name, const ContextParams& cp) {
   }
 }
 
-class DenseAllTypes : public ::testing::TestWithParam<GgmlType> {};
+class DenseAllTypes : public ::testing::TestWithParam<GgmlType> {
+ protected:
+  void SetUp() override { AGENTKV_NEEDS_FIXTURES(); }
+};
 
 TEST_P(DenseAllTypes, ThreeWaysGiveIdenticalLogits) { check_three_ways("qwen3-micro", params(GetParam())); }
 
@@ -184,15 +187,28 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, DenseAllTypes,
                                            GgmlType::IQ4_NL),
                          [](const auto& info) { return std::string(ggml_type_name(info.param)); });
 
-TEST(StateDecode, DensePerSequenceStreams) { check_three_ways("qwen3-micro", params(GgmlType::F16, false)); }
+TEST(StateDecode, DensePerSequenceStreams) {
+  AGENTKV_NEEDS_FIXTURES();
+  check_three_ways("qwen3-micro", params(GgmlType::F16, false));
+}
 
-TEST(StateDecode, HybridMoeThreeWays) { check_three_ways("qwen35moe-micro", params(GgmlType::F16)); }
-TEST(StateDecode, HybridMoeQuantizedKv) { check_three_ways("qwen35moe-micro", params(GgmlType::Q8_0)); }
-TEST(StateDecode, HybridDenseThreeWays) { check_three_ways("qwen35-micro", params(GgmlType::BF16)); }
+TEST(StateDecode, HybridMoeThreeWays) {
+  AGENTKV_NEEDS_FIXTURES();
+  check_three_ways("qwen35moe-micro", params(GgmlType::F16));
+}
+TEST(StateDecode, HybridMoeQuantizedKv) {
+  AGENTKV_NEEDS_FIXTURES();
+  check_three_ways("qwen35moe-micro", params(GgmlType::Q8_0));
+}
+TEST(StateDecode, HybridDenseThreeWays) {
+  AGENTKV_NEEDS_FIXTURES();
+  check_three_ways("qwen35-micro", params(GgmlType::BF16));
+}
 
 // The checkpoint pattern: a partial save (recurrent part only) at the end of the prompt, more
 // tokens, then back to the prompt's end: restore the state, drop the later attention cells.
 TEST(StateDecode, HybridPartialRestoreRollsBack) {
+  AGENTKV_NEEDS_FIXTURES();
   const Model& m = model("qwen35moe-micro");
   const std::vector<Token> prompt = prompt_tokens(m);
   Context ctx(m, params(GgmlType::F16));
@@ -215,6 +231,7 @@ TEST(StateDecode, HybridPartialRestoreRollsBack) {
 }
 
 TEST(StateDecode, WholeMemoryThroughAFile) {
+  AGENTKV_NEEDS_FIXTURES();
   const Model& m = model("qwen35-micro");
   const std::vector<Token> prompt = prompt_tokens(m);
   Context ctx(m, params(GgmlType::Q4_0));
@@ -250,6 +267,7 @@ TEST(StateDecode, WholeMemoryThroughAFile) {
 }
 
 TEST(StateDecode, ForeignBlobsAreRefusedWithMemoryUnchanged) {
+  AGENTKV_NEEDS_FIXTURES();
   const Model& dense = model("qwen3-micro");
   const std::vector<Token> prompt = prompt_tokens(dense);
   Context f16(dense, params(GgmlType::F16));

@@ -15,6 +15,7 @@
 #include "tokenizer/pretokenizer.h"
 #include "agentkv/tokenizer.h"
 #include "tokenizer/unicode.h"
+#include "fixtures.h"
 
 using agentkv::Token;
 using agentkv::Tokenizer;
@@ -88,12 +89,14 @@ std::vector<ReferencePrompt> reference_prompts() {
 class TokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    if (!::agentkv::testing_support::fixtures_present()) return;  // SetUp() skips each test
     hf_ = Tokenizer::from_hf_files(kFixtures + "/tokenizer/qwen3-tokenizer.json",
                                    kFixtures + "/tokenizer/qwen3-tokenizer_config.json")
               .release();
     reader_ = agentkv::gguf::Reader::open(kFixtures + "/models/qwen3-micro.gguf").release();
     gguf_ = Tokenizer::from_gguf(*reader_).release();
   }
+  void SetUp() override { AGENTKV_NEEDS_FIXTURES(); }
   static void TearDownTestSuite() {
     delete hf_;
     delete gguf_;
@@ -346,6 +349,7 @@ void expect_same_split(const agentkv::tokenizer::PreTokenizer& a, const agentkv:
 }
 
 TEST(PreTokenizer, Qwen2MatchesTheRegex) {
+  AGENTKV_NEEDS_FIXTURES();
   auto hand = agentkv::tokenizer::make_qwen2_pretokenizer(false);
   auto regex = agentkv::tokenizer::make_regex_pretokenizer(
       {"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "

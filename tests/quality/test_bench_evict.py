@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 
-from test_bench_quality import MODEL, REPO, TEXT
+from test_bench_quality import MODEL, REPO, TEXT, needs_fixtures
 
 
 def evict(*args):
@@ -15,6 +15,7 @@ def evict(*args):
                           capture_output=True, text=True, timeout=120)
 
 
+@needs_fixtures
 def test_every_policy_and_budget_is_measured_against_the_full_cache(tmp_path):
     out = tmp_path / "evict.json"
     plot = tmp_path / "kl.svg"
@@ -33,6 +34,7 @@ def test_every_policy_and_budget_is_measured_against_the_full_cache(tmp_path):
     assert plot.read_text().startswith("<svg")
 
 
+@needs_fixtures
 def test_the_oracle_row_scores_with_the_next_tokens_queries(tmp_path):
     """--oracle adds snapkv scored by the scored tokens' own queries: a row per budget, exact at 100 %
     (the window cut back to its context is the full cache's), a choice of its own below that, and no
@@ -52,6 +54,7 @@ def test_the_oracle_row_scores_with_the_next_tokens_queries(tmp_path):
     assert "| snapkv (oracle) @ 50 % |" in r.stdout
 
 
+@needs_fixtures
 def test_the_retrieval_heads_row_keeps_a_window_and_the_kept_heads_tail(tmp_path):
     """--retrieval-heads F adds a row per budget below 1 that the kept heads alone do not exceed: no
     position dropped, a window of every head and the probe's kept heads beyond it. qwen3-micro has 2
@@ -70,6 +73,7 @@ def test_the_retrieval_heads_row_keeps_a_window_and_the_kept_heads_tail(tmp_path
     assert none.returncode == 0 and "retrieval" not in none.stdout
 
 
+@needs_fixtures
 def test_the_cost_mode_times_each_policy_against_the_prefill():
     r = evict("--cost-depth", "256", "--policies", "keydiff,snapkv")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -15,6 +15,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIXTURES = os.environ.get("AGENTKV_FIXTURES", os.path.join(os.path.dirname(REPO), "shared", "fixtures"))
 MODEL = os.path.join(FIXTURES, "models", "qwen3-micro.gguf")
 OTHER_MODEL = os.path.join(FIXTURES, "models", "qwen3-micro-q8_0.gguf")
+# Without the fixtures (a clone on its own) the tests on them are skipped, as in tests/server/conftest.py.
+needs_fixtures = pytest.mark.skipif(not os.path.isdir(FIXTURES), reason="fixtures not found at %s: the full "
+                                    "suite needs them beside the clone (README)" % FIXTURES)
 TEXT = os.path.join(REPO, "tests", "data", "quality-heldout.txt")
 DEPTHS = [96, 160]
 # Small windows and few cases keep the whole file well under 30 s on 2 cores.
@@ -40,6 +43,7 @@ def reference(tmp_path_factory):
     return path, report
 
 
+@needs_fixtures
 def test_saving_a_reference_reports_its_run(reference):
     path, report = reference
     assert path.stat().st_size > 0
@@ -52,6 +56,7 @@ def test_saving_a_reference_reports_its_run(reference):
     assert row["ppl_delta_pct"] == 0 and row["kl_mean"] is None
 
 
+@needs_fixtures
 def test_reference_reproduced_exactly_and_q8_0_close(reference, tmp_path):
     path, saved = reference
     plot = tmp_path / "recall.svg"
@@ -87,6 +92,7 @@ def test_reference_reproduced_exactly_and_q8_0_close(reference, tmp_path):
     xml.dom.minidom.parse(str(plot))
 
 
+@needs_fixtures
 def test_in_process_reference_table(tmp_path):
     r = quality("--kv-types", "f16,q4_0/f16")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -102,6 +108,7 @@ def test_in_process_reference_table(tmp_path):
     ("text", "was made on another text file"),
     ("model", "was made with another model"),
 ])
+@needs_fixtures
 def test_mismatched_reference_is_refused(reference, tmp_path, change, message):
     path, _ = reference
     kw = {}
@@ -119,6 +126,7 @@ def test_mismatched_reference_is_refused(reference, tmp_path, change, message):
     assert "save it again with --save-reference" in r.stderr
 
 
+@needs_fixtures
 def test_bad_reference_files_are_refused(tmp_path):
     junk = tmp_path / "junk.ref"
     junk.write_bytes(b"not a reference file at all, just bytes" * 4)

@@ -3,6 +3,11 @@
 AGENTKV_BIN names the agentkv binary (default: the first build*/agentkv found under the repo);
 AGENTKV_FIXTURES the fixtures folder (default: ../shared/fixtures beside the repo). Only the
 standard library is used, so any Python 3 with pytest runs them.
+
+Without the fixtures folder (a clone on its own) a test that needs it is skipped by name with
+FIXTURES_MISSING as its reason, not failed: at run time where a server starts on a fixture model
+(Server) or the reference is read, by the needs_fixtures mark where a test runs the binary on a
+fixture itself. Tests on the built-in or the trained model keep running.
 """
 
 import glob
@@ -19,6 +24,9 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.environ.get("AGENTKV_FIXTURES", os.path.join(os.path.dirname(REPO), "shared", "fixtures"))
 MODEL = os.path.join(FIXTURES, "models", "qwen3-micro.gguf")
+# tests/fixtures_note.cmake counts this reason in pytest's -rs summary.
+FIXTURES_MISSING = "fixtures not found at %s: the full suite needs them beside the clone (README)" % FIXTURES
+needs_fixtures = pytest.mark.skipif(not os.path.isdir(FIXTURES), reason=FIXTURES_MISSING)
 
 
 def _find_binary():
@@ -45,6 +53,10 @@ class Server:
         self._wait_until_ready()
 
     def _wait_for_port(self, timeout=30.0):
+        # Here rather than in __init__, so that subclasses starting their own process are covered.
+        if not os.path.isdir(FIXTURES) and any(str(a).startswith(FIXTURES) for a in self.proc.args):
+            self.stop()  # its model is a fixture: the test is skipped, not failed
+            pytest.skip(FIXTURES_MISSING)
         deadline = time.time() + timeout
         while time.time() < deadline:
             match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log())
@@ -175,5 +187,7 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def reference():
     """llama.cpp's tokenization and greedy generation for the fixture prompts (qwen3-micro)."""
+    if not os.path.isdir(FIXTURES):
+        pytest.skip(FIXTURES_MISSING)
     with open(os.path.join(FIXTURES, "reference", "qwen3-micro.json")) as f:
         return json.load(f)["cases"]

@@ -9,7 +9,7 @@ import xml.dom.minidom
 
 import pytest
 
-from conftest import FIXTURES, MODEL, Server, _find_binary
+from conftest import FIXTURES, MODEL, Server, _find_binary, needs_fixtures
 
 HYBRID = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
 
@@ -60,6 +60,7 @@ def test_turns_reuse_exactly_what_the_slot_kept(dense_server, hybrid_server, tmp
         xml.dom.minidom.parse(str(out / name))
 
 
+@needs_fixtures
 @pytest.mark.parametrize("model", [MODEL, HYBRID], ids=["dense", "hybrid"])
 def test_handoff_in_process(model):
     r = bench("handoff", "-m", model, "--prompt", "48", "--extension", "6", "--gen", "5", "--json")
@@ -100,6 +101,7 @@ def test_handoff_across_servers(model, tmp_path):
         dec.stop()
 
 
+@needs_fixtures
 @pytest.mark.parametrize("model", [MODEL, HYBRID], ids=["dense", "hybrid"])
 def test_fakeprefix_in_process_evaluates_only_new_tokens(model, tmp_path):
     out = tmp_path / "fp"
@@ -147,6 +149,7 @@ def test_fakeprefix_trace_errors_name_the_line(tmp_path):
     assert "bad.jsonl:2" in r.stderr and "new_tokens" in r.stderr
 
 
+@needs_fixtures
 @pytest.mark.parametrize("model", [MODEL, HYBRID], ids=["dense", "hybrid"])
 def test_speed_bench_reports_median_and_time_split(model):
     r = bench("-m", model, "-p", "32", "-n", "4", "-d", "0,16", "-r", "3", "-o", "json", "--split")
@@ -164,6 +167,7 @@ def test_speed_bench_reports_median_and_time_split(model):
         assert (x["recurrent_fraction"] > 0) == (model == HYBRID)
 
 
+@needs_fixtures
 def test_speed_bench_without_split_reports_no_fractions():
     r = bench("-m", MODEL, "-p", "8", "-n", "0", "-r", "1", "-o", "json")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -171,6 +175,7 @@ def test_speed_bench_without_split_reports_no_fractions():
     assert "matmul_fraction" not in x
 
 
+@needs_fixtures
 def test_speed_bench_at_a_fake_depth_with_a_windowed_tail(tmp_path):
     # --fake-depth: d keys without a prefill; every run decodes over all of them (keys read per
     # token = depth + the tokens before it), with the tail in files mapped from a folder
@@ -184,6 +189,7 @@ def test_speed_bench_at_a_fake_depth_with_a_windowed_tail(tmp_path):
     assert r.returncode != 0 and "dense models only" in r.stderr
 
 
+@needs_fixtures
 def test_tiers_give_every_page_back_and_report_each_tier(tmp_path):
     r = bench("tiers", "-m", MODEL, "-d", "256", "--dir", str(tmp_path / "pages"))
     # It fails by itself when an exact tier's page does not come back byte for byte, or its probe moved.

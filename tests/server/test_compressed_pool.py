@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from conftest import FIXTURES, Server
+from conftest import FIXTURES, Server, needs_fixtures
 from test_kv_code import calibrate
 from test_shared_prefix import metric, system_prompt, text, tokenize
 
@@ -38,6 +38,7 @@ def kv_code(tmp_path_factory):
     return calibrate(tmp_path_factory.mktemp("code"))[0]
 
 
+@needs_fixtures
 @pytest.mark.parametrize("kv", TYPES)
 def test_sixteen_sessions_hold_one_compressed_copy_of_their_prefix(kv, tmp_path, request):
     k, v = kv.split("/") if "/" in kv else (kv, kv)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, MODEL, Server, _find_binary
+from conftest import FIXTURES, MODEL, Server, _find_binary, needs_fixtures
 
 GREEDY = {"temperature": 0, "repeat_penalty": 2.0, "repeat_last_n": 64, "return_tokens": True}
 HYBRID = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
@@ -132,6 +132,7 @@ def test_adopt_a_state_prefilled_by_another_process(tmp_path, save_dir, referenc
         decoder.stop()
 
 
+@needs_fixtures
 def test_cli_prefill_is_adopted(tmp_path, save_dir):
     text = "You are an agent. Read the tool output and answer briefly."
     path = os.path.join(save_dir, "cli.state")

@@ -7,12 +7,13 @@ import os
 import re
 import subprocess
 
-from conftest import FIXTURES, REPO, Server, _find_binary
+from conftest import FIXTURES, REPO, Server, _find_binary, needs_fixtures
 from test_shared_prefix import metric, system_prompt, text, tokenize
 
 MODEL = os.path.join(FIXTURES, "models", "qwen3-tiny-q4_k_m.gguf")  # 4 layers, 2 KV heads of width 64
 TEXT = os.path.join(REPO, "trained", "agentkv-tiny", "heldout.txt")
 CELL_BYTES = 4 * 2 * 2 * 26  # layers x (K + V) x heads x 26 bytes per 64-wide tqc3 head row
+pytestmark = needs_fixtures  # every test calibrates a code on the fixture model
 
 
 def calibrate(tmp_path):
