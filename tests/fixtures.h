@@ -7,11 +7,25 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <filesystem>
+#include <string>
 
 namespace agentkv::testing_support {
 
 inline bool fixtures_present() { return std::filesystem::is_directory(AGENTKV_FIXTURES_DIR); }
+
+// A suite's one-time set-up, run so that an exception is kept, not thrown: gtest skips every test
+// of a suite whose SetUpTestSuite() throws, and ctest shows those "Skipped", hiding the failure.
+// The suite's SetUp() fails each test with the error instead (AGENTKV_SUITE_SETUP_OK).
+template <typename F>
+void run_suite_setup(F&& setup, std::string& error) {
+  try {
+    setup();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+}
 
 }  // namespace agentkv::testing_support
 
@@ -21,6 +35,11 @@ inline bool fixtures_present() { return std::filesystem::is_directory(AGENTKV_FI
 
 // GTEST_SKIP() returns from the enclosing function: use it in a test body or SetUp(), not in a helper
 // that the test goes on from (nor in SetUpTestSuite(), which gtest 1.12 does not skip from).
+#define AGENTKV_SUITE_SETUP_OK(error) \
+  do {                                \
+    if (!(error).empty()) FAIL() << "the suite's set-up failed: " << (error); \
+  } while (0)
+
 #define AGENTKV_NEEDS_FIXTURES()                             \
   do {                                                       \
     if (!::agentkv::testing_support::fixtures_present())     \

@@ -23,13 +23,19 @@ class PasskeyTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!::agentkv::testing_support::fixtures_present()) return;  // SetUp() skips each test
-    model_ = Model::load(std::string(AGENTKV_FIXTURES_DIR) + "/models/qwen3-micro.gguf").release();
-    std::ifstream f(std::string(AGENTKV_SOURCE_DIR) + "/tests/data/quality-heldout.txt", std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text_ = new std::string(ss.str());
+    ::agentkv::testing_support::run_suite_setup([] {
+      model_ = Model::load(std::string(AGENTKV_FIXTURES_DIR) + "/models/qwen3-micro.gguf").release();
+      std::ifstream f(std::string(AGENTKV_SOURCE_DIR) + "/tests/data/quality-heldout.txt", std::ios::binary);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      text_ = new std::string(ss.str());
+    }, setup_error_);
   }
-  void SetUp() override { AGENTKV_NEEDS_FIXTURES(); }
+  void SetUp() override {
+    AGENTKV_NEEDS_FIXTURES();
+    AGENTKV_SUITE_SETUP_OK(setup_error_);
+  }
+  static inline std::string setup_error_;
   static void TearDownTestSuite() {
     delete model_;
     delete text_;

@@ -69,9 +69,14 @@ class SnapshotRollback : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!::agentkv::testing_support::fixtures_present()) return;  // SetUp() skips each test
-    model_ = Model::load(kModels + "qwen35moe-micro.gguf").release();
+    ::agentkv::testing_support::run_suite_setup([] { model_ = Model::load(kModels + "qwen35moe-micro.gguf").release(); },
+                                                setup_error_);
   }
-  void SetUp() override { AGENTKV_NEEDS_FIXTURES(); }
+  void SetUp() override {
+    AGENTKV_NEEDS_FIXTURES();
+    AGENTKV_SUITE_SETUP_OK(setup_error_);
+  }
+  static inline std::string setup_error_;
   static void TearDownTestSuite() { delete model_; }
   static Model* model_;
 };

@@ -90,13 +90,19 @@ class TokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!::agentkv::testing_support::fixtures_present()) return;  // SetUp() skips each test
-    hf_ = Tokenizer::from_hf_files(kFixtures + "/tokenizer/qwen3-tokenizer.json",
-                                   kFixtures + "/tokenizer/qwen3-tokenizer_config.json")
-              .release();
-    reader_ = agentkv::gguf::Reader::open(kFixtures + "/models/qwen3-micro.gguf").release();
-    gguf_ = Tokenizer::from_gguf(*reader_).release();
+    ::agentkv::testing_support::run_suite_setup([] {
+      hf_ = Tokenizer::from_hf_files(kFixtures + "/tokenizer/qwen3-tokenizer.json",
+                                     kFixtures + "/tokenizer/qwen3-tokenizer_config.json")
+                .release();
+      reader_ = agentkv::gguf::Reader::open(kFixtures + "/models/qwen3-micro.gguf").release();
+      gguf_ = Tokenizer::from_gguf(*reader_).release();
+    }, setup_error_);
   }
-  void SetUp() override { AGENTKV_NEEDS_FIXTURES(); }
+  void SetUp() override {
+    AGENTKV_NEEDS_FIXTURES();
+    AGENTKV_SUITE_SETUP_OK(setup_error_);
+  }
+  static inline std::string setup_error_;
   static void TearDownTestSuite() {
     delete hf_;
     delete gguf_;
