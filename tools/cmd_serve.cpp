@@ -24,7 +24,7 @@
 #ifdef AGENTKV_HAVE_HTTPLIB
 #include "server/builtin_chat_templates.h"
 #include "server/http_server.h"
-#include "server/redis_page_tier.h"
+#include "agentkv/redis_page_tier.h"
 #endif
 
 namespace agentkv::tools {
@@ -227,7 +227,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
     throw std::invalid_argument("--cache-warm-type " + cfg.cache_warm_type + " needs --cache-warm MiB");
   if (cache_dir_mib < 1 || cache_dir_mib > (1ll << 30)) throw std::invalid_argument("--cache-dir-mib must be in [1, 1073741824]");
   cfg.cache_dir_bytes = static_cast<uint64_t>(cache_dir_mib) << 20;
-  if (!cfg.cache_redis.empty()) agentkv::server::parse_redis_url(cfg.cache_redis);  // a bad URL fails here, not later
+  if (!cfg.cache_redis.empty()) agentkv::parse_redis_url(cfg.cache_redis);  // a bad URL fails here, not later
 
   if (checkpoint_mib < 0 || checkpoint_mib > (1ll << 20)) throw std::invalid_argument("--ctx-checkpoint-mib must be in [0, 1048576]");
   cfg.checkpoint_bytes = static_cast<size_t>(checkpoint_mib) << 20;

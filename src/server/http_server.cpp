@@ -23,6 +23,7 @@
 #include "agentkv/error.h"
 #include "agentkv/context.h"
 #include "agentkv/page_tiers.h"
+#include "agentkv/redis_page_tier.h"
 #include "agentkv/retention.h"
 #include "agentkv/session_state.h"
 #include "agentkv/numerics.h"
@@ -41,7 +42,6 @@
 #include "server/prompt_align.h"
 #include "server/embeddings.h"
 #include "server/infill.h"
-#include "server/redis_page_tier.h"
 #include "server/response_format.h"
 #include "server/scheduler.h"
 #include "server/server_error.h"
@@ -534,7 +534,11 @@ bool HttpServer::load() {
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty() || cfg_.cache_warm_bytes > 0) {
       // Hybrid models' recurrent snapshots go to the same tiers as their pages.
-      if (!cfg_.cache_redis.empty()) e->redis_tier = std::make_unique<RedisPageTier>(parse_redis_url(cfg_.cache_redis));
+      if (!cfg_.cache_redis.empty()) {
+        RedisTierConfig rc = parse_redis_url(cfg_.cache_redis);
+        rc.log = [](const std::string& line) { log_line("%s", line.c_str()); };
+        e->redis_tier = open_redis_page_tier(std::move(rc));
+      }
       LocalTierOptions lo;
       lo.warm_bytes = cfg_.cache_warm_bytes;
       lo.warm_type = cfg_.cache_warm_type;

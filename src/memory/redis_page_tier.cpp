@@ -1,14 +1,14 @@
-#include "server/redis_page_tier.h"
+#include "memory/redis_page_tier.h"
 
 #include <hiredis/hiredis.h>
 
 #include <cinttypes>
+#include <cstdarg>
 #include <cstdio>
 #include <stdexcept>
 
-#include "server/server_log.h"
 
-namespace agentkv::server {
+namespace agentkv {
 namespace {
 
 constexpr auto kRetryPause = std::chrono::seconds(1);
@@ -51,11 +51,15 @@ RedisTierConfig parse_redis_url(const std::string& url) {
   return c;
 }
 
-RedisPageTier::RedisPageTier(RedisTierConfig cfg) : cfg_(std::move(cfg)) {
+}  // namespace agentkv
+
+namespace agentkv::memory {
+
+RedisTier::RedisTier(RedisTierConfig cfg) : cfg_(std::move(cfg)) {
   thread_ = std::thread([this] { writer(); });
 }
 
-RedisPageTier::~RedisPageTier() {
+RedisTier::~RedisTier() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -65,14 +69,14 @@ RedisPageTier::~RedisPageTier() {
   if (reader_.ctx) redisFree(reader_.ctx);
 }
 
-bool RedisPageTier::ensure(Connection& c, const char* who) {
+bool RedisTier::ensure(Connection& c, const char* who) {
   if (c.ctx) return true;
   const auto now = std::chrono::steady_clock::now();
   if (now < c.retry_at) return false;
   c.retry_at = now + kRetryPause;
   redisContext* ctx = redisConnectWithTimeout(cfg_.host.c_str(), cfg_.port, to_timeval(cfg_.timeout_ms));
   if (!ctx || ctx->err) {
-    log_line("redis page tier (%s): cannot connect to %s:%d (%s); computing instead, retrying in 1 s", who,
+    log("redis page tier (%s): cannot connect to %s:%d (%s); computing instead, retrying in 1 s", who,
              cfg_.host.c_str(), cfg_.port, ctx ? ctx->errstr : "out of memory");
     if (ctx) redisFree(ctx);
     return false;
@@ -88,18 +92,18 @@ bool RedisPageTier::ensure(Connection& c, const char* who) {
     }
   }
   c.ctx = ctx;
-  log_line("redis page tier (%s): connected to %s:%d/%d", who, cfg_.host.c_str(), cfg_.port, cfg_.db);
+  log("redis page tier (%s): connected to %s:%d/%d", who, cfg_.host.c_str(), cfg_.port, cfg_.db);
   return true;
 }
 
-void RedisPageTier::drop(Connection& c, const char* who, const char* why) {
-  log_line("redis page tier (%s): %s; computing instead, retrying in 1 s", who, why);
+void RedisTier::drop(Connection& c, const char* who, const char* why) {
+  log("redis page tier (%s): %s; computing instead, retrying in 1 s", who, why);
   if (c.ctx) redisFree(c.ctx);
   c.ctx = nullptr;
   c.retry_at = std::chrono::steady_clock::now() + kRetryPause;
 }
 
-void RedisPageTier::put(uint64_t hash, std::vector<uint8_t> record) {
+void RedisTier::put(uint64_t hash, std::vector<uint8_t> record) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (held_.count(hash)) return;
@@ -115,7 +119,7 @@ void RedisPageTier::put(uint64_t hash, std::vector<uint8_t> record) {
   cv_.notify_all();
 }
 
-void RedisPageTier::writer() {
+void RedisTier::writer() {
   Connection conn;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -161,12 +165,12 @@ void RedisPageTier::writer() {
   if (conn.ctx) redisFree(conn.ctx);
 }
 
-void RedisPageTier::flush() {
+void RedisTier::flush() {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
 }
 
-std::vector<std::optional<std::vector<uint8_t>>> RedisPageTier::get(std::span<const uint64_t> hashes) {
+std::vector<std::optional<std::vector<uint8_t>>> RedisTier::get(std::span<const uint64_t> hashes) {
   std::vector<std::optional<std::vector<uint8_t>>> out(hashes.size());
   if (hashes.empty() || !ensure(reader_, "reader")) {
     reader_up_ = reader_.ctx != nullptr;
@@ -202,21 +206,39 @@ std::vector<std::optional<std::vector<uint8_t>>> RedisPageTier::get(std::span<co
   return out;
 }
 
-bool RedisPageTier::holds(uint64_t hash) const {
+bool RedisTier::holds(uint64_t hash) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return held_.count(hash) > 0;
 }
 
-void RedisPageTier::forget(uint64_t hash) {
+void RedisTier::forget(uint64_t hash) {
   std::lock_guard<std::mutex> lock(mutex_);
   held_.erase(hash);
 }
 
-RedisTierStats RedisPageTier::stats() const {
+RedisTierStats RedisTier::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   RedisTierStats s = stats_;
   s.connected = reader_up_ || writer_up_;
   return s;
 }
 
-}  // namespace agentkv::server
+void RedisTier::log(const char* fmt, ...) const {
+  if (!cfg_.log) return;
+  char line[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(line, sizeof line, fmt, args);
+  va_end(args);
+  cfg_.log(line);
+}
+
+}  // namespace agentkv::memory
+
+namespace agentkv {
+
+std::unique_ptr<RedisPageTier> open_redis_page_tier(RedisTierConfig cfg) {
+  return std::make_unique<memory::RedisTier>(std::move(cfg));
+}
+
+}  // namespace agentkv
