@@ -22,6 +22,7 @@
 #include "memory/prefix_index.h"
 #include "memory/sequence_memory.h"
 #include "memory/snapshot_record.h"
+#include "memory/tiered_prefix_cache.h"
 
 namespace agentkv::memory {
 namespace {
@@ -492,6 +493,52 @@ TEST(PrefixIndex, SnapshotSpacingFollowsTheBudget) {
   EXPECT_LE((32768 + s - 1) / s * each, 20 * each);
   EXPECT_EQ(spacing(32768, 3 * each, &each), 8192u);  // the ceiling
   EXPECT_EQ(spacing(32768, each - 1, &each), 0u);      // not even one
+}
+
+// Where a prompt leaves snapshots is the memory's call (PrefixCache::next_snapshot_point): the
+// spacing, kTailSnapshotTokens before the end of a long prompt, the caller's divergence points; the
+// chunks a scheduler cuts there and the points it asks about agree.
+TEST(PrefixIndex, SnapshotPointsOfAPrompt) {
+  auto make = [](bool hybrid) {
+    KvLayout kl;
+    kl.layer_has_kv = hybrid ? std::vector<bool>{true, false} : std::vector<bool>{true};
+    kl.n_embd_k = kl.n_embd_v = kEmbd;
+    kl.type_k = kl.type_v = GgmlType::F32;
+    kl.n_cells = 16384;
+    kl.n_seq_max = 2;
+    std::unique_ptr<RecurrentMemory> rec;
+    if (hybrid) {
+      RecurrentLayout rl;
+      rl.layer_recurrent = {false, true};
+      rl.n_conv = 4;
+      rl.n_ssm = 4;
+      rl.n_seq_max = 2;
+      rec = std::make_unique<RecurrentMemory>(rl);
+    }
+    auto mem = std::make_unique<SequenceMemory>(std::make_unique<KvCache>(kl), std::move(rec));
+    PrefixIndexConfig cfg;
+    cfg.holder = 1;
+    mem->enable_prefix_index(cfg);
+    return mem;
+  };
+  auto mem = make(true);
+  TieredPrefixCache cache(*mem, *mem->prefix_index());
+  const size_t spacing = cache.snapshot_spacing();
+  ASSERT_EQ(spacing, PrefixIndex::kMinSnapshotSpacing);
+  const size_t len = 1300;
+  const std::vector<size_t> divergences = {100, 700};
+  // Walking the prompt chunk by chunk visits exactly the points snapshot_belongs_at names.
+  std::vector<size_t> cut;
+  for (size_t done = 0, next; (next = cache.next_snapshot_point(done, len, divergences)) != 0; done = next) cut.push_back(next);
+  EXPECT_EQ(cut, (std::vector<size_t>{100, 512, 700, 1024, len - PrefixCache::kTailSnapshotTokens}));
+  for (size_t n = 1; n < len; ++n)
+    EXPECT_EQ(cache.snapshot_belongs_at(n, len, divergences), std::count(cut.begin(), cut.end(), n) == 1) << n;
+  // A short prompt has no tail point; an attention-only memory has none at all.
+  EXPECT_EQ(cache.next_snapshot_point(0, 100, {}), 0u);
+  auto dense = make(false);
+  TieredPrefixCache dense_cache(*dense, *dense->prefix_index());
+  EXPECT_EQ(dense_cache.next_snapshot_point(0, len, divergences), 0u);
+  EXPECT_FALSE(dense_cache.snapshot_belongs_at(512, len, divergences));
 }
 
 }  // namespace

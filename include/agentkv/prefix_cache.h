@@ -68,6 +68,16 @@ class PrefixCache {
   // snapshot budget; and what one snapshot costs. 0 and 0 for attention-only memory.
   virtual size_t snapshot_spacing() const = 0;
   virtual size_t snapshot_bytes_each() const = 0;
+  // Hybrid: where a prompt of prompt_len tokens leaves snapshots as it is evaluated — every
+  // snapshot_spacing() tokens, kTailSnapshotTokens before the end of a long prompt (a chat
+  // template re-renders the end of a turn), and at the points in `divergences` (where the caller
+  // knows later prompts part, e.g. after a system prompt). snapshot_belongs_at: one belongs after n
+  // tokens; next_snapshot_point: the first one after `done` and before the end (0: none), where a
+  // prompt chunk stops so that the state there can be kept. Always false / 0 without a recurrent
+  // state.
+  static constexpr size_t kTailSnapshotTokens = 64;
+  virtual bool snapshot_belongs_at(size_t n, size_t prompt_len, std::span<const size_t> divergences) const = 0;
+  virtual size_t next_snapshot_point(size_t done, size_t prompt_len, std::span<const size_t> divergences) const = 0;
 
   // How many leading tokens of `tokens` (at most max_tokens) attach() would give, without changing
   // anything. Hybrid models: only up to the latest snapshot inside the cached prefix.

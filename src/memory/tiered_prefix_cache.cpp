@@ -50,6 +50,35 @@ SequencePages TieredPrefixCache::pages_of(MemorySeqId seq) const {
   return {p.pages, p.shared};
 }
 
+// Chat templates often render the end of a turn differently once it is history: Qwen's drop the
+// thinking block that the generation prompt opened, so the next turn differs from the cache a few
+// tokens before the end of the previous prompt, where no end-of-prompt snapshot can help a
+// recurrent state. As llama-server does, the last kTailSnapshotTokens of a long prompt are
+// evaluated in a step of their own, with a snapshot before them: such a turn then re-evaluates at
+// most this many old tokens instead of the whole conversation.
+size_t TieredPrefixCache::tail_snapshot_at(size_t prompt_len) const {
+  return !mem_.rec() || prompt_len <= 2 * kTailSnapshotTokens ? 0 : prompt_len - kTailSnapshotTokens;
+}
+
+bool TieredPrefixCache::snapshot_belongs_at(size_t n, size_t prompt_len, std::span<const size_t> divergences) const {
+  if (!mem_.rec() || n == 0) return false;
+  const size_t spacing = index_.snapshot_spacing();
+  return n == tail_snapshot_at(prompt_len) || std::find(divergences.begin(), divergences.end(), n) != divergences.end() ||
+         (spacing > 0 && n % spacing == 0);  // inside a long prompt: a divergence re-evaluates at most one spacing
+}
+
+size_t TieredPrefixCache::next_snapshot_point(size_t done, size_t prompt_len, std::span<const size_t> divergences) const {
+  if (!mem_.rec()) return 0;
+  size_t next = 0;
+  auto consider = [&](size_t at) {
+    if (at > done && at < prompt_len && (next == 0 || at < next)) next = at;
+  };
+  consider(tail_snapshot_at(prompt_len));
+  for (size_t at : divergences) consider(at);
+  if (const size_t spacing = index_.snapshot_spacing()) consider((done / spacing + 1) * spacing);
+  return next;
+}
+
 std::vector<size_t> TieredPrefixCache::snapshot_points(std::span<const CacheToken> tokens, uint64_t salt) const {
   std::vector<size_t> out;
   for (const auto& [n_tokens, snap] : index_.snapshots_along(tokens, salt)) out.push_back(n_tokens);

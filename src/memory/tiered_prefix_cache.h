@@ -18,6 +18,8 @@ class TieredPrefixCache final : public PrefixCache {
   uint32_t page_tokens() const override { return index_.config().page_tokens; }
   size_t snapshot_spacing() const override { return index_.snapshot_spacing(); }
   size_t snapshot_bytes_each() const override { return index_.snapshot_bytes_each(); }
+  bool snapshot_belongs_at(size_t n, size_t prompt_len, std::span<const size_t> divergences) const override;
+  size_t next_snapshot_point(size_t done, size_t prompt_len, std::span<const size_t> divergences) const override;
   void verify() const override { index_.check(); }
   size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) const override;
   size_t attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) override;
@@ -45,6 +47,7 @@ class TieredPrefixCache final : public PrefixCache {
   // The furthest snapshot the K/V reach (out.kv_through, set by the caller) that the tier holds.
   void fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, TierFetch& out);
   void refuse(uint64_t key, const char* why, TierFetch& out);
+  size_t tail_snapshot_at(size_t prompt_len) const;  // 0: none for a prompt this short
 
   SequenceMemory& mem_;
   PrefixIndex& index_;

@@ -331,41 +331,16 @@ void Scheduler::take_checkpoint(Slot& slot) {
   slot.published = slot.cache.size();
 }
 
-// Chat templates often render the end of a turn differently once it is history: Qwen's drop the
-// thinking block that the generation prompt opened, so the next turn differs from the cache a few
-// tokens before the end of the previous prompt, where no end-of-prompt checkpoint can help a
-// recurrent state. As llama-server does, the last kTailTokens of a long prompt are evaluated in a
-// step of their own, with a checkpoint before them: such a turn then re-evaluates at most this
-// many old tokens instead of the whole conversation.
-constexpr size_t kTailTokens = 64;
-
-size_t Scheduler::tail_checkpoint_at(const Slot& slot) const {
-  const size_t n = slot.task->prompt.size();
-  if (!hybrid() || slot.fake_prefix || n <= 2 * kTailTokens) return 0;
-  return n - kTailTokens;
-}
-
-size_t Scheduler::snapshot_spacing() const {
-  return hybrid() && prefix_cache_ ? prefix_cache_->snapshot_spacing() : 0;
+// Where a slot's prompt leaves hybrid snapshots is the memory's decision (PrefixCache::
+// next_snapshot_point); the scheduler cuts its prompt chunks there. A fake prefix has no state.
+size_t Scheduler::next_snapshot_point(const Slot& slot) const {
+  if (!hybrid() || !prefix_cache_ || slot.fake_prefix) return 0;
+  return prefix_cache_->next_snapshot_point(slot.n_prompt_done, slot.task->prompt.size(), slot.task->snapshot_points);
 }
 
 bool Scheduler::snapshot_point_at(const Slot& slot, size_t n) const {
-  const size_t spacing = snapshot_spacing();
-  return n == tail_checkpoint_at(slot) ||  // kTailTokens before the end
-         std::count(slot.task->snapshot_points.begin(), slot.task->snapshot_points.end(), n) ||  // where prompts diverge
-         (spacing > 0 && n % spacing == 0);  // inside a long prompt: a divergence re-evaluates at most one spacing
-}
-
-size_t Scheduler::next_snapshot_point(const Slot& slot) const {
-  if (!hybrid() || slot.fake_prefix) return 0;
-  size_t next = 0;
-  auto consider = [&](size_t at) {
-    if (at > slot.n_prompt_done && at < slot.task->prompt.size() && (next == 0 || at < next)) next = at;
-  };
-  consider(tail_checkpoint_at(slot));
-  for (size_t at : slot.task->snapshot_points) consider(at);
-  if (const size_t spacing = snapshot_spacing()) consider((slot.n_prompt_done / spacing + 1) * spacing);
-  return next;
+  if (!hybrid() || !prefix_cache_ || slot.fake_prefix) return false;
+  return prefix_cache_->snapshot_belongs_at(n, slot.task->prompt.size(), slot.task->snapshot_points);
 }
 
 void Scheduler::submit(std::shared_ptr<Task> task) {

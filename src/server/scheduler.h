@@ -140,7 +140,6 @@ class Scheduler {
   std::vector<uint8_t> save_state(const Slot& slot) const;
   void wipe(Slot& slot);                   // the slot's sequence leaves memory
   void take_checkpoint(Slot& slot);
-  size_t tail_checkpoint_at(const Slot& slot) const;  // 0: none for this slot's prompt
   // Offers the slot's cached tokens to the prefix cache: full pages, and the tail when with_tail.
   void publish(Slot& slot, bool with_tail);
   // Attaches the prompt's longest cached prefix from the cache when it beats what the slot keeps
@@ -165,7 +164,6 @@ class Scheduler {
   size_t own_reuse_estimate(const Slot& slot, std::span<const Token> prompt) const;
   size_t next_snapshot_point(const Slot& slot) const;  // 0: none ahead in this slot's prompt
   bool snapshot_point_at(const Slot& slot, size_t n) const;  // a snapshot belongs after n prompt tokens
-  size_t snapshot_spacing() const;  // hybrid: the memory's spacing of snapshots in long prompts (0: none)
   bool hybrid() const { return ctx_.has_recurrent_state(); }
   // AGENTKV_CHECK_MEMORY=1 (tests): the prefix cache's bookkeeping is verified after every step,
   // and a broken invariant aborts the server with its name in the log.
