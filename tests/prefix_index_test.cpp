@@ -541,5 +541,19 @@ TEST(PrefixIndex, SnapshotPointsOfAPrompt) {
   EXPECT_FALSE(dense_cache.snapshot_belongs_at(512, len, divergences));
 }
 
+// The salt a sequence's pages are named with (agentkv/prefix_cache.h): tenants apart, and slots
+// apart only without sharing.
+TEST(PrefixIndex, PageSaltsKeepNamespacesApart) {
+  EXPECT_EQ(cache_namespace(""), 0u);
+  EXPECT_NE(cache_namespace("tenant-a"), 0u);
+  EXPECT_NE(cache_namespace("tenant-a"), cache_namespace("tenant-b"));
+  EXPECT_EQ(cache_namespace("tenant-a"), cache_namespace("tenant-a"));
+  const uint64_t a = cache_namespace("tenant-a");
+  EXPECT_EQ(page_salt(a, 0, true), page_salt(a, 3, true));
+  EXPECT_EQ(page_salt(a, 0, true), a);
+  EXPECT_NE(page_salt(a, 0, false), page_salt(a, 3, false));
+  EXPECT_NE(page_salt(0, 0, false), page_salt(a, 0, false));
+}
+
 }  // namespace
 }  // namespace agentkv::memory

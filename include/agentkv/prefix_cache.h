@@ -58,6 +58,13 @@ struct TierFetch {
   std::vector<std::string> refused;  // one line per record dropped (damaged, foreign, not this page)
 };
 
+// The namespace of a request's cache_salt: "" is 0 (the shared one); pages under one are never
+// found under another.
+uint64_t cache_namespace(const std::string& cache_salt);
+// The salt a sequence's pages are named with: its request's namespace, and the sequence itself
+// when pages are not shared across sequences (--no-share-prefixes).
+uint64_t page_salt(uint64_t cache_namespace, MemorySeqId seq, bool share_across_sequences);
+
 class PrefixCache {
  public:
   virtual ~PrefixCache() = default;

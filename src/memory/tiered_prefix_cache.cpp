@@ -8,6 +8,9 @@
 #include "memory/page_record.h"
 #include "memory/snapshot_record.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace agentkv::memory {
 
 size_t TieredPrefixCache::lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) const {
@@ -49,6 +52,23 @@ SequencePages TieredPrefixCache::pages_of(MemorySeqId seq) const {
   const PrefixIndex::SeqPages p = index_.pages_of(seq);
   return {p.pages, p.shared};
 }
+
+}  // namespace agentkv::memory
+
+namespace agentkv {
+
+uint64_t cache_namespace(const std::string& cache_salt) {
+  return cache_salt.empty() ? 0 : XXH3_64bits(cache_salt.data(), cache_salt.size()) | 1;
+}
+
+uint64_t page_salt(uint64_t cache_namespace, MemorySeqId seq, bool share_across_sequences) {
+  if (share_across_sequences) return cache_namespace;
+  return cache_namespace ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(seq + 1));
+}
+
+}  // namespace agentkv
+
+namespace agentkv::memory {
 
 // Chat templates often render the end of a turn differently once it is history: Qwen's drop the
 // thinking block that the generation prompt opened, so the next turn differs from the cache a few

@@ -5,8 +5,6 @@
 #include <random>
 
 #include "agentkv/error.h"
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 #include "agentkv/session_state.h"
 #include "server/logprobs.h"
 #include "server/server_log.h"
@@ -14,9 +12,6 @@
 namespace agentkv::server {
 
 namespace {
-
-// The page namespace of a request's cache_salt (0: none).
-uint64_t salt_of(const std::string& salt) { return salt.empty() ? 0 : XXH3_64bits(salt.data(), salt.size()) | 1; }
 
 double ms_between(Slot::Clock::time_point a, Slot::Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -147,7 +142,7 @@ size_t Scheduler::cached_prefix(std::span<const Token> prompt, const std::string
   size_t best = 0;
   run_job([&] {
     if (!prefix_cache_) return;
-    const uint64_t salt = salt_of(cache_salt);
+    const uint64_t salt = cache_namespace(cache_salt);
     for (int id = 0; id < (cfg_.share_prefixes ? 1 : cfg_.n_slots); ++id)
       best = std::max(best, prefix_cache_->lookup(prompt, page_salt_for(id, salt), prompt.size()));
   });
@@ -279,8 +274,7 @@ size_t Scheduler::fetch_from_tier(Slot& slot, std::span<const Token> prompt) {
 }
 
 uint64_t Scheduler::page_salt_for(int slot_id, uint64_t cache_salt) const {
-  if (cfg_.share_prefixes) return cache_salt;
-  return cache_salt ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(slot_id + 1));
+  return agentkv::page_salt(cache_salt, slot_id, cfg_.share_prefixes);
 }
 
 uint64_t Scheduler::page_salt(const Slot& slot) const { return page_salt_for(slot.id, slot.cache_salt); }
@@ -503,7 +497,7 @@ void Scheduler::assign_queued() {
     for (const Slot& s : slots_) {
       // A cache of another cache_salt is no candidate for prefix similarity.
       const std::span<const Token> cached =
-          s.cache_salt == salt_of(task.params.cache_salt) ? s.cache.tokens() : std::span<const Token>();
+          s.cache_salt == cache_namespace(task.params.cache_salt) ? s.cache.tokens() : std::span<const Token>();
       candidates.push_back({s.id, s.idle(), cached, s.last_used, s.session_id});
     }
     const SlotChoice choice =
@@ -544,7 +538,7 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   }
 
   // A cache filled under another cache_salt is another tenant's: it is not reused.
-  const uint64_t salt = salt_of(p.cache_salt);
+  const uint64_t salt = cache_namespace(p.cache_salt);
   if (slot.cache_salt != salt) {
     if (slot.cache.size() > 0) wipe(slot);
     slot.cache_salt = salt;
