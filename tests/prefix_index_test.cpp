@@ -45,6 +45,28 @@ void put_digest(float* row, uint32_t d) {
 }
 uint32_t get_digest(const float* row) { return static_cast<uint32_t>(row[0]) | (static_cast<uint32_t>(row[1]) << 16); }
 
+// A memory of one attention layer (F32 rows of kEmbd) and, hybrid, one recurrent layer whose
+// state is n_conv + n_ssm floats a sequence.
+std::unique_ptr<SequenceMemory> make_memory(bool hybrid, uint32_t n_cells, uint32_t n_seq, int64_t n_conv = 4,
+                                            int64_t n_ssm = 4) {
+  KvLayout kl;
+  kl.layer_has_kv = hybrid ? std::vector<bool>{true, false} : std::vector<bool>{true};
+  kl.n_embd_k = kl.n_embd_v = kEmbd;
+  kl.type_k = kl.type_v = GgmlType::F32;
+  kl.n_cells = n_cells;
+  kl.n_seq_max = n_seq;
+  std::unique_ptr<RecurrentMemory> rec;
+  if (hybrid) {
+    RecurrentLayout rl;
+    rl.layer_recurrent = {false, true};
+    rl.n_conv = n_conv;
+    rl.n_ssm = n_ssm;
+    rl.n_seq_max = n_seq;
+    rec = std::make_unique<RecurrentMemory>(rl);
+  }
+  return std::make_unique<SequenceMemory>(std::make_unique<KvCache>(kl), std::move(rec));
+}
+
 struct Harness {
   bool hybrid;
   std::unique_ptr<SequenceMemory> mem;
@@ -52,23 +74,7 @@ struct Harness {
   std::map<SeqId, std::vector<TokenId>> ref;  // what every sequence holds
   std::map<SeqId, uint64_t> salt;
 
-  Harness(bool hybrid_, uint32_t page_tokens) : hybrid(hybrid_) {
-    KvLayout kl;
-    kl.layer_has_kv = hybrid ? std::vector<bool>{true, false} : std::vector<bool>{true};
-    kl.n_embd_k = kl.n_embd_v = kEmbd;
-    kl.type_k = kl.type_v = GgmlType::F32;
-    kl.n_cells = kCells;
-    kl.n_seq_max = kSeqs + 1;
-    std::unique_ptr<RecurrentMemory> rec;
-    if (hybrid) {
-      RecurrentLayout rl;
-      rl.layer_recurrent = {false, true};
-      rl.n_conv = 4;
-      rl.n_ssm = 4;
-      rl.n_seq_max = kSeqs + 1;
-      rec = std::make_unique<RecurrentMemory>(rl);
-    }
-    mem = std::make_unique<SequenceMemory>(std::make_unique<KvCache>(kl), std::move(rec));
+  Harness(bool hybrid_, uint32_t page_tokens) : hybrid(hybrid_), mem(make_memory(hybrid_, kCells, kSeqs + 1)) {
     PrefixIndexConfig cfg;
     cfg.page_tokens = page_tokens;
     cfg.holder = kHolder;
@@ -465,22 +471,11 @@ TEST(PrefixIndex, PagesComputedAgainTakeTheNewCells) {
 // worth of them, within [512, 8192] tokens in steps of 256; none when one snapshot is over it.
 TEST(PrefixIndex, SnapshotSpacingFollowsTheBudget) {
   auto spacing = [](uint32_t n_cells, size_t budget, size_t* each) {
-    KvLayout kl;
-    kl.layer_has_kv = {true, false};
-    kl.n_embd_k = kl.n_embd_v = kEmbd;
-    kl.type_k = kl.type_v = GgmlType::F32;
-    kl.n_cells = n_cells;
-    kl.n_seq_max = 2;
-    RecurrentLayout rl;
-    rl.layer_recurrent = {false, true};
-    rl.n_conv = 1000;
-    rl.n_ssm = 24000;  // 100,000 bytes of state a snapshot
-    rl.n_seq_max = 2;
-    SequenceMemory mem(std::make_unique<KvCache>(kl), std::make_unique<RecurrentMemory>(rl));
+    auto mem = make_memory(true, n_cells, 2, 1000, 24000);  // 100,000 bytes of state a snapshot
     PrefixIndexConfig cfg;
     cfg.holder = 1;
     cfg.snapshot_bytes = budget;
-    PrefixIndex& index = mem.enable_prefix_index(cfg);
+    PrefixIndex& index = mem->enable_prefix_index(cfg);
     *each = index.snapshot_bytes_each();
     return index.snapshot_spacing();
   };
@@ -500,22 +495,7 @@ TEST(PrefixIndex, SnapshotSpacingFollowsTheBudget) {
 // chunks a scheduler cuts there and the points it asks about agree.
 TEST(PrefixIndex, SnapshotPointsOfAPrompt) {
   auto make = [](bool hybrid) {
-    KvLayout kl;
-    kl.layer_has_kv = hybrid ? std::vector<bool>{true, false} : std::vector<bool>{true};
-    kl.n_embd_k = kl.n_embd_v = kEmbd;
-    kl.type_k = kl.type_v = GgmlType::F32;
-    kl.n_cells = 16384;
-    kl.n_seq_max = 2;
-    std::unique_ptr<RecurrentMemory> rec;
-    if (hybrid) {
-      RecurrentLayout rl;
-      rl.layer_recurrent = {false, true};
-      rl.n_conv = 4;
-      rl.n_ssm = 4;
-      rl.n_seq_max = 2;
-      rec = std::make_unique<RecurrentMemory>(rl);
-    }
-    auto mem = std::make_unique<SequenceMemory>(std::make_unique<KvCache>(kl), std::move(rec));
+    auto mem = make_memory(hybrid, 16384, 2);
     PrefixIndexConfig cfg;
     cfg.holder = 1;
     mem->enable_prefix_index(cfg);

@@ -550,6 +550,14 @@ void PrefixIndex::remove_node(int32_t id) {
   free_nodes_.push_back(id);
 }
 
+int32_t PrefixIndex::forget_page(int32_t id) {
+  const int32_t parent = nodes_[static_cast<size_t>(id)].parent;
+  remove_subtree(id);
+  if (nodes_[static_cast<size_t>(parent)].parent < 0 && nodes_[static_cast<size_t>(parent)].children.empty())
+    remove_node(parent);
+  return parent;
+}
+
 void PrefixIndex::remove_subtree(int32_t id) {
   while (!nodes_[static_cast<size_t>(id)].children.empty()) remove_subtree(nodes_[static_cast<size_t>(id)].children.back());
   remove_node(id);
@@ -592,10 +600,7 @@ size_t PrefixIndex::evict(size_t n_cells) {
     if (victim < 0) victim = lru_page_where(&PrefixIndex::only_holder_uses);
     if (victim < 0) victim = lru_page_where(&PrefixIndex::holds_unused_cell);
     if (victim < 0) break;
-    const int32_t parent = nodes_[static_cast<size_t>(victim)].parent;
-    remove_subtree(victim);
-    if (nodes_[static_cast<size_t>(parent)].parent < 0 && nodes_[static_cast<size_t>(parent)].children.empty())
-      remove_node(parent);
+    forget_page(victim);
   }
   return used_before - c.used();
 }
@@ -616,16 +621,11 @@ size_t PrefixIndex::forget_own(SeqId seq) {
   for (const auto& entry : lru_leaves_) leaves.push_back(entry.second);
   size_t forgotten = 0;
   for (int32_t id : leaves) {
-    while (nodes_[static_cast<size_t>(id)].alive && nodes_[static_cast<size_t>(id)].parent >= 0 &&
-           nodes_[static_cast<size_t>(id)].children.empty() && mine(nodes_[static_cast<size_t>(id)])) {
-      const int32_t parent = nodes_[static_cast<size_t>(id)].parent;
-      remove_node(id);
+    // A page is taken once it is a leaf of seq's alone; its parent may then be one. A root is no page.
+    for (const Node* n = &nodes_[static_cast<size_t>(id)]; n->alive && n->parent >= 0 && n->children.empty() && mine(*n);
+         n = &nodes_[static_cast<size_t>(id)]) {
+      id = forget_page(id);
       ++forgotten;
-      if (nodes_[static_cast<size_t>(parent)].parent < 0) {
-        if (nodes_[static_cast<size_t>(parent)].children.empty()) remove_node(parent);
-        break;
-      }
-      id = parent;
     }
   }
   return forgotten;

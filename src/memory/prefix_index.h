@@ -225,6 +225,9 @@ class PrefixIndex {
   void drop_snapshot(size_t i);
   void remove_node(int32_t id);  // a leaf
   void remove_subtree(int32_t id);
+  // Removes page id with what hangs below it, and its root when no page is left under it;
+  // returns the parent (a removed root is no longer alive).
+  int32_t forget_page(int32_t id);
   std::vector<uint32_t> cells_of(SeqId seq, Pos p0, Pos p1) const;  // by position; UINT32_MAX where none
   void evict_snapshots_to_budget();
 

@@ -3,6 +3,7 @@
 // costs, not what placing micro-batches would.
 #include "agentkv/prefix_index_timing.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <random>
@@ -71,11 +72,11 @@ struct Bench {
   }
 
   // The cells the index gives kSeq for the first n tokens (after an attach).
-  std::vector<uint32_t> attached_cells(const std::vector<TokenId>& tokens, size_t n) const {
+  std::vector<uint32_t> attached_cells(std::span<const TokenId> tokens, size_t n) const {
     std::vector<uint32_t> cells;
-    for (const auto& page : index->full_pages_along(std::span<const TokenId>(tokens).first(n), 0))
+    for (const auto& page : index->full_pages_along(tokens.first(n), 0))
       cells.insert(cells.end(), page.cells.begin(), page.cells.end());
-    if (auto tail = index->tail_along(std::span<const TokenId>(tokens).first(n), 0))
+    if (auto tail = index->tail_along(tokens.first(n), 0))
       cells.insert(cells.end(), tail->cells.begin(), tail->cells.end());
     return cells;
   }
@@ -84,8 +85,9 @@ struct Bench {
 }  // namespace
 
 PrefixIndexTiming time_prefix_index(size_t n_pages, uint32_t seed) {
-  const size_t n_chains = std::max<size_t>(1, (n_pages - kSharedPages + kChainPages - kSharedPages - 1) /
-                                                   (kChainPages - kSharedPages));
+  // The first chain brings kChainPages pages, each later one kChainPages - kSharedPages new ones.
+  const size_t beyond_first = n_pages > kChainPages ? n_pages - kChainPages : 0;
+  const size_t n_chains = 1 + (beyond_first + kChainPages - kSharedPages - 1) / (kChainPages - kSharedPages);
   const size_t new_per_chain = (kChainPages - kSharedPages) * kPageTokens;
   const size_t n_cells = kSharedPages * kPageTokens + n_chains * new_per_chain + 64;
   Bench b(static_cast<uint32_t>(n_cells));
@@ -136,7 +138,7 @@ PrefixIndexTiming time_prefix_index(size_t n_pages, uint32_t seed) {
     const size_t got = b.index->attach(kSeq, q, 0, found);
     attach_s += seconds_since(a0);
     attached_pages += got / kPageTokens;
-    b.release(b.attached_cells(std::vector<TokenId>(q.begin(), q.end()), got));
+    b.release(b.attached_cells(q, got));
   }
   t.lookup_us = lookup_s * 1e6 / kRounds;
   t.attach_us_per_page = attach_s * 1e6 / static_cast<double>(std::max<size_t>(1, attached_pages));

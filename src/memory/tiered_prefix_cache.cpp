@@ -77,7 +77,7 @@ namespace agentkv::memory {
 // evaluated in a step of their own, with a snapshot before them: such a turn then re-evaluates at
 // most this many old tokens instead of the whole conversation.
 size_t TieredPrefixCache::tail_snapshot_at(size_t prompt_len) const {
-  return !mem_.rec() || prompt_len <= 2 * kTailSnapshotTokens ? 0 : prompt_len - kTailSnapshotTokens;
+  return prompt_len <= 2 * kTailSnapshotTokens ? 0 : prompt_len - kTailSnapshotTokens;
 }
 
 bool TieredPrefixCache::snapshot_belongs_at(size_t n, size_t prompt_len, std::span<const size_t> divergences) const {

@@ -47,7 +47,7 @@ class TieredPrefixCache final : public PrefixCache {
   // The furthest snapshot the K/V reach (out.kv_through, set by the caller) that the tier holds.
   void fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, TierFetch& out);
   void refuse(uint64_t key, const char* why, TierFetch& out);
-  size_t tail_snapshot_at(size_t prompt_len) const;  // 0: none for a prompt this short
+  size_t tail_snapshot_at(size_t prompt_len) const;  // hybrid; 0: none for a prompt this short
 
   SequenceMemory& mem_;
   PrefixIndex& index_;

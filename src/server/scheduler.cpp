@@ -161,8 +161,7 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     // capacity condition of the server (503), not a fault of the request.
     const size_t needed = decoded.kv_cells;
     auto make_room = [&] {
-      while (needed > cells_free_for(slot.id) && free_idle_memory(slot.id)) {
-      }
+      while (needed > cells_free_for(slot.id) && free_idle_memory(slot.id)) continue;
     };
     make_room();
     if (needed > cells_free_for(slot.id) && slot.cache.size() > 0) {
@@ -326,14 +325,15 @@ void Scheduler::take_checkpoint(Slot& slot) {
 }
 
 // Where a slot's prompt leaves hybrid snapshots is the memory's decision (PrefixCache::
-// next_snapshot_point); the scheduler cuts its prompt chunks there. A fake prefix has no state.
+// next_snapshot_point, none without a recurrent state); the scheduler cuts its prompt chunks
+// there. A fake prefix has no state.
 size_t Scheduler::next_snapshot_point(const Slot& slot) const {
-  if (!hybrid() || !prefix_cache_ || slot.fake_prefix) return 0;
+  if (!prefix_cache_ || slot.fake_prefix) return 0;
   return prefix_cache_->next_snapshot_point(slot.n_prompt_done, slot.task->prompt.size(), slot.task->snapshot_points);
 }
 
 bool Scheduler::snapshot_point_at(const Slot& slot, size_t n) const {
-  if (!hybrid() || !prefix_cache_ || slot.fake_prefix) return false;
+  if (!prefix_cache_ || slot.fake_prefix) return false;
   return prefix_cache_->snapshot_belongs_at(n, slot.task->prompt.size(), slot.task->snapshot_points);
 }
 
