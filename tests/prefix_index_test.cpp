@@ -75,12 +75,12 @@ struct Harness {
   std::map<SeqId, uint64_t> salt;
 
   Harness(bool hybrid_, uint32_t page_tokens) : hybrid(hybrid_), mem(make_memory(hybrid_, kCells, kSeqs + 1)) {
-    PrefixIndexConfig cfg;
+    PrefixCacheConfig cfg;
     cfg.page_tokens = page_tokens;
     cfg.holder = kHolder;
-    cfg.fingerprint = 42;
+    cfg.model_fingerprint = 42;
     cfg.snapshot_bytes = 40 * (sizeof(float) * 8 + 256);  // room for a few dozen snapshots
-    index = &mem->enable_prefix_index(cfg);
+    index = &enable_prefix_index(*mem, cfg);
     for (SeqId s = 0; s < kSeqs; ++s) ref[s] = {}, salt[s] = static_cast<uint64_t>(s % 2);
   }
 
@@ -366,7 +366,7 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
       }
       case 13: {  // liveness: evicting everything leaves no cell that only the cache holds
         h.index->evict(SIZE_MAX);
-        const PrefixIndexStats st = h.index->stats();
+        const PrefixCacheStats st = h.index->stats();
         ASSERT_EQ(st.pages, st.pages_in_use) << "op " << op << ": pages no sequence uses survived eviction";
         const KvCells& c = h.mem->kv()->cells(0);
         SeqSet only_holder;
@@ -472,10 +472,10 @@ TEST(PrefixIndex, PagesComputedAgainTakeTheNewCells) {
 TEST(PrefixIndex, SnapshotSpacingFollowsTheBudget) {
   auto spacing = [](uint32_t n_cells, size_t budget, size_t* each) {
     auto mem = make_memory(true, n_cells, 2, 1000, 24000);  // 100,000 bytes of state a snapshot
-    PrefixIndexConfig cfg;
+    PrefixCacheConfig cfg;
     cfg.holder = 1;
     cfg.snapshot_bytes = budget;
-    PrefixIndex& index = mem->enable_prefix_index(cfg);
+    PrefixIndex& index = enable_prefix_index(*mem, cfg);
     *each = index.snapshot_bytes_each();
     return index.snapshot_spacing();
   };
@@ -496,13 +496,13 @@ TEST(PrefixIndex, SnapshotSpacingFollowsTheBudget) {
 TEST(PrefixIndex, SnapshotPointsOfAPrompt) {
   auto make = [](bool hybrid) {
     auto mem = make_memory(hybrid, 16384, 2);
-    PrefixIndexConfig cfg;
+    PrefixCacheConfig cfg;
     cfg.holder = 1;
-    mem->enable_prefix_index(cfg);
+    enable_prefix_index(*mem, cfg);
     return mem;
   };
   auto mem = make(true);
-  TieredPrefixCache cache(*mem, *mem->prefix_index());
+  TieredPrefixCache cache(*mem, *prefix_index_of(*mem));
   const size_t spacing = cache.snapshot_spacing();
   ASSERT_EQ(spacing, PrefixIndex::kMinSnapshotSpacing);
   const size_t len = 1300;
@@ -516,7 +516,7 @@ TEST(PrefixIndex, SnapshotPointsOfAPrompt) {
   // A short prompt has no tail point; an attention-only memory has none at all.
   EXPECT_EQ(cache.next_snapshot_point(0, 100, {}), 0u);
   auto dense = make(false);
-  TieredPrefixCache dense_cache(*dense, *dense->prefix_index());
+  TieredPrefixCache dense_cache(*dense, *prefix_index_of(*dense));
   EXPECT_EQ(dense_cache.next_snapshot_point(0, len, divergences), 0u);
   EXPECT_FALSE(dense_cache.snapshot_belongs_at(512, len, divergences));
 }

@@ -2,7 +2,7 @@
 // (qwen35moe-micro): a sequence dropped and attached again up to a snapshot, then continued,
 // gives exactly (bit for bit) the logits of a fresh context that evaluated the same tokens in the
 // same batches, and the forward pass saw only the tokens after the snapshot. This is how a slot
-// rolls back after its prompt diverges (PromptCache::reuse_for) and how another slot starts from
+// rolls back after its prompt diverges (RequestMemory::begin) and how another slot starts from
 // pages it did not compute; it replaced the per-slot checkpoint store.
 #include <gtest/gtest.h>
 
@@ -46,10 +46,10 @@ ContextParams params() {
 }
 
 memory::PrefixIndex& enable_index(Context& ctx) {
-  memory::PrefixIndexConfig ic;
+  PrefixCacheConfig ic;
   ic.page_tokens = 4;
   ic.holder = kHolder;
-  return sequence_memory(ctx).enable_prefix_index(ic);
+  return memory::enable_prefix_index(sequence_memory(ctx), ic);
 }
 
 // Decodes toks as one batch for sequence s from the sequence's next position; returns the logits

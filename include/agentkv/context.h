@@ -5,6 +5,7 @@
 // (src/engine/context_impl.h): users see the memory through MemoryInterface.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "agentkv/memory.h"
 #include "agentkv/model.h"
 #include "agentkv/prefix_cache.h"
+#include "agentkv/request_memory.h"
 
 namespace agentkv {
 
@@ -115,6 +117,11 @@ class Context {
   // rotation. Null when the memory cannot have one: no attention layers, or a KV cache of several
   // streams (not unified). Throws agentkv::Error for a holder outside n_seq_max.
   PrefixCache* enable_prefix_cache(const PrefixCacheConfig& cfg);
+  // The memory a scheduler serves requests from (agentkv/request_memory.h), for cfg.n_seqs
+  // sequences; with the prefix cache when the memory can have one (a unified KV cache and a spare
+  // sequence, n_seq_max > n_seqs, to hold cached pages). log: its decisions worth a log line.
+  std::unique_ptr<RequestMemory> open_request_memory(const RequestMemoryConfig& cfg,
+                                                     std::function<void(MemorySeqId, const std::string&)> log = {});
   PrefixCache* prefix_cache();
   const PrefixCache* prefix_cache() const;
 

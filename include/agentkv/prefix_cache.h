@@ -34,6 +34,7 @@ struct PrefixCacheConfig {
 
 struct PrefixCacheStats {
   size_t pages = 0;          // pages indexed (full and partial)
+  size_t full_pages = 0;     // ... of page_tokens tokens
   size_t pages_in_use = 0;   // ... that some sequence uses now
   size_t pages_shared = 0;   // ... that two or more sequences use (stored once)
   size_t pages_free = 0;     // room for this many more pages in the KV pool
@@ -92,6 +93,13 @@ class PrefixCache {
   // Makes the empty sequence `seq` hold that prefix (no compute, no copy of whole pages); returns
   // its length (0: nothing attached, seq unchanged).
   virtual size_t attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) = 0;
+  // Lookup and attach on one match of `tokens` (one hash pass, one walk): choose(usable) is given
+  // what attaching at most n tokens would give (usable(n), as lookup) and returns how many to
+  // attach at most (0: none); when it returns more, seq must be empty by then.
+  using UsablePrefix = std::function<size_t(size_t)>;
+  using AttachChoice = std::function<size_t(const UsablePrefix& usable)>;
+  virtual size_t attach_chosen(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt,
+                               const AttachChoice& choose) = 0;
   // seq holds exactly `tokens` (token i at position i): its full pages, and its tail when
   // with_tail, become findable.
   virtual void publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail) = 0;

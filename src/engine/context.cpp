@@ -103,12 +103,12 @@ PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
   if (cfg.holder < 0 || static_cast<uint32_t>(cfg.holder) >= impl_->params.n_seq_max)
     throw Error("prefix cache: holder sequence " + std::to_string(cfg.holder) + " outside n_seq_max " +
                 std::to_string(impl_->params.n_seq_max));
-  memory::PrefixIndexConfig ic;
+  PrefixCacheConfig ic;
   ic.page_tokens = cfg.page_tokens;
   ic.holder = cfg.holder;
   const memory::KvLayout& kl = kv->layout();
   // Pages name what their rows hold: the model, the KV types and the rotation they are stored under.
-  ic.fingerprint = cfg.model_fingerprint ^ (static_cast<uint64_t>(kl.type_k) << 48) ^
+  ic.model_fingerprint = cfg.model_fingerprint ^ (static_cast<uint64_t>(kl.type_k) << 48) ^
                    (static_cast<uint64_t>(kl.type_v) << 56) ^
                    (kl.rotation.active() ? (kl.rotation.seed * 0x9e3779b97f4a7c15ull) ^
                                                (static_cast<uint64_t>(kl.rotation.k_block) << 20) ^
@@ -116,7 +116,8 @@ PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
                                          : 0) ^
                    (kl.code ? kl.code->id() * 0xc2b2ae3d27d4eb4full : 0);
   ic.snapshot_bytes = cfg.snapshot_bytes;
-  memory::PrefixIndex& index = impl_->memory->prefix_index() ? *impl_->memory->prefix_index() : impl_->memory->enable_prefix_index(ic);
+  memory::PrefixIndex* existing = memory::prefix_index_of(*impl_->memory);
+  memory::PrefixIndex& index = existing ? *existing : memory::enable_prefix_index(*impl_->memory, ic);
   impl_->prefix_cache = std::make_unique<memory::TieredPrefixCache>(*impl_->memory, index);
   return impl_->prefix_cache.get();
 }
@@ -273,6 +274,28 @@ const MemoryInterface& Context::memory() const { return *impl_->memory; }
 int Context::n_outputs() const { return static_cast<int>(impl_->output_index.size()); }
 bool Context::can_shift() const { return impl_->memory->can_shift(); }
 void Context::seq_fake_prefix(MemorySeqId seq, MemoryPos n) { impl_->memory->seq_fake_prefix(seq, n); }
+std::unique_ptr<RequestMemory> Context::open_request_memory(const RequestMemoryConfig& cfg,
+                                                            std::function<void(MemorySeqId, const std::string&)> log) {
+  if (cfg.n_seqs < 1 || static_cast<uint32_t>(cfg.n_seqs) > impl_->params.n_seq_max)
+    throw Error("request memory: " + std::to_string(cfg.n_seqs) + " sequences need a context with as many (n_seq_max " +
+                std::to_string(impl_->params.n_seq_max) + ")");
+  RequestMemoryHooks hooks;
+  hooks.memory = &memory();
+  if (impl_->params.n_seq_max > static_cast<uint32_t>(cfg.n_seqs)) {
+    PrefixCacheConfig pc;
+    pc.page_tokens = cfg.page_tokens;
+    pc.holder = cfg.n_seqs;  // the first sequence no request uses
+    pc.model_fingerprint = cfg.model_fingerprint;
+    pc.snapshot_bytes = cfg.snapshot_bytes;
+    hooks.cache = enable_prefix_cache(pc);  // null without a unified KV cache
+  }
+  hooks.recurrent = has_recurrent_state();
+  hooks.cells_free_for = [this](MemorySeqId seq) { return cells_free_for(seq); };
+  hooks.fake_prefix = [this](MemorySeqId seq, MemoryPos n) { seq_fake_prefix(seq, n); };
+  hooks.log = std::move(log);
+  return std::make_unique<RequestMemory>(std::move(hooks), cfg);
+}
+
 PrefixCache* Context::prefix_cache() { return impl_->prefix_cache.get(); }
 const PrefixCache* Context::prefix_cache() const { return impl_->prefix_cache.get(); }
 bool Context::has_recurrent_state() const { return impl_->memory->rec() != nullptr; }

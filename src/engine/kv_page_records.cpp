@@ -2,6 +2,7 @@
 
 #include "agentkv/error.h"
 #include "engine/context_impl.h"
+#include "memory/cell_positions.h"
 #include "memory/page_record.h"
 
 namespace agentkv {
@@ -17,11 +18,7 @@ auto& kv_of(Ctx& ctx) {
 }  // namespace
 
 std::vector<uint32_t> kv_cells_of_positions(const Context& ctx, int64_t n_pos) {
-  std::vector<uint32_t> cell_of(static_cast<size_t>(n_pos));
-  const memory::KvCells& cells = kv_of(ctx).cells(0);
-  for (uint32_t i = 0; i < cells.size(); ++i)
-    if (!cells.is_empty(i) && cells.pos(i) < n_pos) cell_of[static_cast<size_t>(cells.pos(i))] = i;
-  return cell_of;
+  return memory::cells_holding_positions(kv_of(ctx), static_cast<memory::Pos>(n_pos));
 }
 
 std::vector<uint8_t> encode_kv_page(const Context& ctx, uint64_t hash, uint32_t first_pos,

@@ -70,13 +70,13 @@ std::vector<uint8_t> save(const Context& ctx, memory::SeqId seq, const SaveOptio
   c.tokens.assign(o.tokens.begin(), o.tokens.end());
   c.logits.assign(o.logits.begin(), o.logits.end());
   for (const SnapshotAt& cp : o.checkpoints) c.checkpoints.push_back({cp.pos, cp.snapshot->impl().snapshot.image()});
-  if (const memory::PrefixIndex* index = sequence_memory(ctx).prefix_index();
+  if (const memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx));
       index && o.snapshots_salt && sequence_memory(ctx).rec() && o.with_tokens)
     for (const auto& [n_tokens, snap] : index->snapshots_along(o.tokens, *o.snapshots_salt))
       c.checkpoints.push_back({static_cast<memory::Pos>(n_tokens) - 1, snap->image()});
   // The sequence as a page chain, named as this memory's prefix index names pages (no salt: a
   // state file carries none), so a reader can tell which pages it already holds.
-  if (const memory::PrefixIndex* index = sequence_memory(ctx).prefix_index(); index && o.with_tokens && seq >= 0) {
+  if (const memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx)); index && o.with_tokens && seq >= 0) {
     c.page_tokens = index->config().page_tokens;
     c.page_hashes = index->chain_hashes(o.tokens, 0);
   }
@@ -99,7 +99,7 @@ LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest
                 std::to_string(ctx.model().n_vocab()));
   check_tokens(ctx, c.tokens, what);
   for (const memory::CheckpointImage& cp : c.checkpoints) memory::check_memory_layout(sequence_memory(ctx), cp.image);
-  memory::PrefixIndex* index = sequence_memory(ctx).prefix_index();
+  memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx));
   if (index && !c.page_hashes.empty() && c.page_tokens == index->config().page_tokens &&
       index->chain_hashes(std::span<const Token>(c.tokens).first(c.page_hashes.size() * c.page_tokens), 0) !=
           c.page_hashes)
@@ -182,7 +182,7 @@ LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::str
 
 size_t adopt_checkpoints(Context& ctx, std::span<const Token> tokens, uint64_t salt,
                          std::vector<LoadedCheckpoint> checkpoints) {
-  memory::PrefixIndex* index = sequence_memory(ctx).prefix_index();
+  memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx));
   if (!index || !sequence_memory(ctx).rec()) return 0;
   size_t taken = 0;
   for (LoadedCheckpoint& c : checkpoints)

@@ -841,11 +841,33 @@ void KvCache::clear(bool zero_data) {
   }
 }
 
+namespace {
+
+// Removes seq from its cells at positions [p0, p1) found through the cell table's note of each
+// (sequence, position): O(positions), not O(pool) — a request's sequence leaving a pool of
+// millions of cached cells. False (some or none removed) when a position holds several cells of
+// seq or one not noted: the caller scans for the rest.
+bool remove_by_position(KvCells& c, SeqId seq, Pos p0, Pos p1) {
+  const Pos lo = std::max(p0, c.seq_pos_min(seq));
+  const Pos hi = c.seq_pos_max(seq) < p1 ? c.seq_pos_max(seq) + 1 : p1;
+  if (c.seq_pos_min(seq) < 0 || lo >= hi) return true;
+  if (c.seq_pos_max_count(seq, lo, hi) > 1) return false;
+  for (Pos p = lo; p < hi; ++p) {
+    const uint32_t i = c.noted_cell(seq, p);
+    if (i != UINT32_MAX) c.remove_seq(i, seq);
+    else if (c.seq_pos_count(seq, p) > 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool KvCache::seq_rm(SeqId seq, Pos p0, Pos p1) {
   Impl& m = *impl_;
   if (seq >= 0) m.check_seq(seq, "seq_rm");
   const Range r = normalize(p0, p1);
   if (r.empty()) return true;
+  if (seq >= 0 && remove_by_position(m.cells[m.stream_of(seq)], seq, r.p0, r.p1)) return true;
   for (uint32_t s = 0; s < m.n_streams; ++s) {
     if (seq >= 0 && s != m.stream_of(seq)) continue;
     KvCells& c = m.cells[s];

@@ -6,24 +6,15 @@
 #include <string>
 
 #include "agentkv/error.h"
+#include "agentkv/request_memory.h"
 #include "memory/memory_state.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 namespace agentkv::memory {
-namespace {
 
-size_t common_prefix(std::span<const TokenId> a, std::span<const TokenId> b) {
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return i;
-}
-
-}  // namespace
-
-PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixIndexConfig cfg) : mem_(mem), cfg_(cfg) {
+PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg) : mem_(mem), cfg_(cfg) {
   if (!mem_.kv()) throw Error("prefix index: the memory has no KV cache");
   if (mem_.kv()->n_streams() != 1) throw Error("prefix index: needs a unified KV cache (one stream)");
   if (cfg_.holder < 0 || cfg_.holder >= static_cast<SeqId>(mem_.kv()->layout().n_seq_max))
@@ -49,7 +40,7 @@ size_t PrefixIndex::snapshot_bytes_each() const {
 }
 
 uint64_t PrefixIndex::root_seed(uint64_t salt) const {
-  const uint64_t key[3] = {cfg_.fingerprint, cfg_.page_tokens, salt};
+  const uint64_t key[3] = {cfg_.model_fingerprint, cfg_.page_tokens, salt};
   return XXH3_64bits(key, sizeof key);
 }
 
@@ -141,8 +132,11 @@ size_t PrefixIndex::lookup(std::span<const TokenId> tokens, uint64_t salt, size_
 }
 
 size_t PrefixIndex::attach(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) {
-  query_tokens_ += tokens.size();
-  const Match m = match(tokens, salt);
+  return attach_matched(seq, match(tokens, salt), tokens.size(), max_tokens);
+}
+
+size_t PrefixIndex::attach_matched(SeqId seq, const Match& m, size_t n_query, size_t max_tokens) {
+  query_tokens_ += n_query;
   int snapshot = -1;
   const size_t n = usable(m, max_tokens, &snapshot);
   if (n == 0) return 0;
@@ -682,9 +676,10 @@ void PrefixIndex::clear() {
   std::fill(pins_.begin(), pins_.end(), 0);
 }
 
-PrefixIndexStats PrefixIndex::stats() const {
-  PrefixIndexStats s;
+PrefixCacheStats PrefixIndex::stats() const {
+  PrefixCacheStats s;
   const KvCells& c = mem_.kv()->cells(0);
+  s.pages_free = (mem_.kv()->layout().n_cells - c.used()) / cfg_.page_tokens;
   for (const Node& n : nodes_) {
     if (!n.alive || n.parent < 0) continue;
     ++s.pages;
@@ -712,8 +707,8 @@ PrefixIndexStats PrefixIndex::stats() const {
   return s;
 }
 
-PrefixIndex::SeqPages PrefixIndex::pages_of(SeqId seq) const {
-  SeqPages out;
+SequencePages PrefixIndex::pages_of(SeqId seq) const {
+  SequencePages out;
   const KvCells& c = mem_.kv()->cells(0);
   for (const Node& n : nodes_) {
     if (!n.alive || n.parent < 0) continue;
@@ -790,6 +785,21 @@ void PrefixIndex::check() const {
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].alive && held[i] != nodes_[i].n_snapshots) fail("page " + std::to_string(i) + " snapshot count");
   if (snapshot_bytes_ > cfg_.snapshot_bytes) fail("snapshots over their budget");
+}
+
+PrefixIndex& enable_prefix_index(SequenceMemory& mem, const PrefixCacheConfig& cfg) {
+  if (mem.cell_keeper()) throw Error("sequence memory: the prefix index is already enabled");
+  auto index = std::make_unique<PrefixIndex>(mem, cfg);
+  PrefixIndex& out = *index;
+  mem.set_cell_keeper(std::move(index));
+  if (mem.kv()) mem.kv()->set_window_background(cfg.holder);  // cached pages leave a --kv-hot window first
+  return out;
+}
+
+PrefixIndex* prefix_index_of(SequenceMemory& mem) { return dynamic_cast<PrefixIndex*>(mem.cell_keeper()); }
+
+const PrefixIndex* prefix_index_of(const SequenceMemory& mem) {
+  return dynamic_cast<const PrefixIndex*>(mem.cell_keeper());
 }
 
 }  // namespace agentkv::memory

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "agentkv/prefix_cache.h"
+#include "memory/cell_keeper.h"
 #include "memory/sequence_memory.h"
 #include "memory/snapshot.h"
 
@@ -36,34 +38,23 @@ namespace agentkv::memory {
 
 using TokenId = int32_t;
 
-struct PrefixIndexConfig {
-  uint32_t page_tokens = 16;         // P: tokens per page
-  SeqId holder = -1;                 // sequence id the index holds cached cells under (unused otherwise)
-  uint64_t fingerprint = 0;          // model and KV types: part of every page's hash
-  size_t snapshot_bytes = 256u << 20;  // hybrid: budget for recurrent snapshots, least recently used go first
-};
+// The index is configured and reports with the public types (agentkv/prefix_cache.h):
+// PrefixCacheConfig (its model_fingerprint here names the model, the KV types and rotation
+// together: Context::enable_prefix_cache combines them), PrefixCacheStats, SequencePages.
 
-struct PrefixIndexStats {
-  size_t pages = 0;          // pages indexed (full and partial)
-  size_t full_pages = 0;
-  size_t pages_in_use = 0;   // pages whose cells some sequence other than the holder uses now
-  size_t pages_shared = 0;   // ... that two or more such sequences use (stored once)
-  size_t cached_cells = 0;   // cells the index holds
-  size_t snapshots = 0;
-  size_t snapshot_bytes = 0;
-  uint64_t query_tokens = 0;  // tokens of the prompts attach() was asked for
-  uint64_t hit_tokens = 0;    // tokens attach() provided
-};
-
-class PrefixIndex {
+class PrefixIndex final : public CellKeeper {
  public:
   // mem must have a KV cache with one stream (unified) in which `holder` is a valid sequence id.
-  // SequenceMemory::enable_prefix_index makes the memory own its index.
-  PrefixIndex(SequenceMemory& mem, PrefixIndexConfig cfg);
+  // enable_prefix_index (below) makes the memory own its index.
+  PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg);
+  // CellKeeper: what the memory's sequence operations respect.
+  SeqId keeper_seq() const override { return cfg_.holder; }
+  void forget_all() override { clear(); }
+  void before_move(SeqId seq, Pos p0, Pos p1) override { unshare(seq, p0, p1); }
   PrefixIndex(const PrefixIndex&) = delete;
   PrefixIndex& operator=(const PrefixIndex&) = delete;
 
-  const PrefixIndexConfig& config() const { return cfg_; }
+  const PrefixCacheConfig& config() const { return cfg_; }
   // Hybrid memory: what one snapshot costs (its states and bookkeeping; 0 without a recurrent
   // part), and the spacing of the snapshots taken inside long prompts, which follows from the
   // budget (docs/memory-semantics.md §7): half of it holds a whole KV pool's worth of them, at
@@ -83,6 +74,15 @@ class PrefixIndex {
   // pages' cells and (hybrid) its recurrent state is restored from the snapshot. Returns the
   // number of tokens seq now holds (0: nothing attached, seq unchanged).
   size_t attach(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens);
+  // Both on one match: choose(usable) gets lookup's answer for any max_tokens and returns the
+  // max_tokens to attach with (0: none; seq must be empty by then otherwise).
+  template <typename Choose>
+  size_t attach_chosen(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, Choose&& choose) {
+    const Match m = match(tokens, salt);
+    int snapshot = -1;
+    const size_t max_tokens = choose([&](size_t n) { return usable(m, n, &snapshot); });
+    return max_tokens == 0 ? 0 : attach_matched(seq, m, tokens.size(), max_tokens);
+  }
 
   // Attention part only: how many leading tokens of `tokens` cached pages hold (token-exact,
   // snapshots ignored), at most max_tokens. For restoring a state whose recurrent state and later
@@ -160,13 +160,9 @@ class PrefixIndex {
   // Forgets every page and snapshot (their cells are freed unless a sequence uses them).
   void clear();
 
-  PrefixIndexStats stats() const;
+  PrefixCacheStats stats() const;
   // The cached pages whose cells seq uses, and how many of them another sequence uses too.
-  struct SeqPages {
-    size_t pages = 0;
-    size_t shared = 0;
-  };
-  SeqPages pages_of(SeqId seq) const;
+  SequencePages pages_of(SeqId seq) const;
   // Test support: throws std::logic_error when an invariant is broken (cell reference counts
   // equal the pages naming each cell, the holder is in exactly the counted cells, every page's
   // cells hold its positions, the hash table names exactly the full pages).
@@ -206,6 +202,7 @@ class PrefixIndex {
   bool node_valid(int32_t id) const;
   bool on_path(const Match& m, const Snapshot& s) const;  // s lies inside the matched tokens
   void join(const Match& m, SeqId seq, size_t n);  // seq joins the cells of m's first n positions
+  size_t attach_matched(SeqId seq, const Match& m, size_t n_query, size_t max_tokens);
   bool reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells);
   bool commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells);
   int32_t new_node(int32_t parent, uint32_t first_pos);
@@ -232,7 +229,7 @@ class PrefixIndex {
   void evict_snapshots_to_budget();
 
   SequenceMemory& mem_;
-  PrefixIndexConfig cfg_;
+  PrefixCacheConfig cfg_;
   std::vector<Node> nodes_;
   std::vector<int32_t> free_nodes_;
   std::unordered_map<uint64_t, int32_t> roots_;    // salt seed -> root node
@@ -246,5 +243,11 @@ class PrefixIndex {
   uint64_t query_tokens_ = 0;
   uint64_t hit_tokens_ = 0;
 };
+
+// Gives mem its prefix index (owned by mem, which then keeps it consistent: SequenceMemory::
+// set_cell_keeper); throws agentkv::Error when it has one. prefix_index_of: mem's, or null.
+PrefixIndex& enable_prefix_index(SequenceMemory& mem, const PrefixCacheConfig& cfg);
+PrefixIndex* prefix_index_of(SequenceMemory& mem);
+const PrefixIndex* prefix_index_of(const SequenceMemory& mem);
 
 }  // namespace agentkv::memory

@@ -44,10 +44,10 @@ struct Bench {
     kl.n_cells = n_cells;
     kl.n_seq_max = 2;
     mem = std::make_unique<memory::SequenceMemory>(std::make_unique<memory::KvCache>(kl), nullptr);
-    memory::PrefixIndexConfig cfg;
+    PrefixCacheConfig cfg;
     cfg.page_tokens = kPageTokens;
     cfg.holder = kHolder;
-    index = &mem->enable_prefix_index(cfg);
+    index = &enable_prefix_index(*mem, cfg);
   }
 
   // kSeq holds tokens[from, to) in fresh cells (as if it had evaluated them).

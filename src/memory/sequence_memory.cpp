@@ -4,7 +4,6 @@
 #include <string>
 
 #include "agentkv/error.h"
-#include "memory/prefix_index.h"
 
 namespace agentkv::memory {
 
@@ -33,15 +32,13 @@ void SequenceMemory::apply(const UBatch& ub, const MemoryPlacement& placement) {
   if (kv_) kv_->apply(ub, placement.kv);
 }
 
-PrefixIndex& SequenceMemory::enable_prefix_index(const PrefixIndexConfig& cfg) {
-  if (index_) throw Error("sequence memory: the prefix index is already enabled");
-  index_ = std::make_unique<PrefixIndex>(*this, cfg);
-  if (kv_) kv_->set_window_background(cfg.holder);  // cached pages leave a --kv-hot window first
-  return *index_;
+void SequenceMemory::set_cell_keeper(std::unique_ptr<CellKeeper> keeper) {
+  if (keeper_) throw Error("sequence memory: a cache already keeps this memory's cells");
+  keeper_ = std::move(keeper);
 }
 
 void SequenceMemory::clear() {
-  if (index_) index_->clear();
+  if (keeper_) keeper_->forget_all();
   if (kv_) kv_->clear();
   if (rec_) rec_->clear();
 }
@@ -49,10 +46,10 @@ void SequenceMemory::clear() {
 bool SequenceMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
   if (rec_ && !rec_->seq_rm(seq, p0, p1)) return false;
   if (!kv_) return true;
-  if (seq >= 0 || !index_) return kv_->seq_rm(seq, p0, p1);
-  // Every sequence, but not the cached pages.
+  if (seq >= 0 || !keeper_) return kv_->seq_rm(seq, p0, p1);
+  // Every sequence, but not the kept cells.
   for (SeqId s = 0; s < static_cast<SeqId>(kv_->layout().n_seq_max); ++s)
-    if (s != index_->config().holder) kv_->seq_rm(s, p0, p1);
+    if (s != keeper_->keeper_seq()) kv_->seq_rm(s, p0, p1);
   return true;
 }
 
@@ -62,11 +59,11 @@ void SequenceMemory::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
 }
 
 void SequenceMemory::seq_keep(SeqId seq) {
-  if (kv_ && index_) {
+  if (kv_ && keeper_) {
     if (seq < 0 || seq >= static_cast<SeqId>(kv_->layout().n_seq_max))
       throw Error("sequence memory: seq_keep: sequence id " + std::to_string(seq) + " out of range");
     for (SeqId s = 0; s < static_cast<SeqId>(kv_->layout().n_seq_max); ++s)
-      if (s != seq && s != index_->config().holder) kv_->seq_rm(s, -1, -1);
+      if (s != seq && s != keeper_->keeper_seq()) kv_->seq_rm(s, -1, -1);
   } else if (kv_) {
     kv_->seq_keep(seq);
   }
@@ -88,13 +85,13 @@ void refuse_shift(const char* op, bool has_kv, bool has_rec) {
 
 void SequenceMemory::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
   if (!can_shift()) refuse_shift("seq_add", kv_ != nullptr, rec_ != nullptr);
-  if (index_) index_->unshare(seq, p0, p1);
+  if (keeper_) keeper_->before_move(seq, p0, p1);
   kv_->seq_add(seq, p0, p1, delta);
 }
 
 void SequenceMemory::seq_div(SeqId seq, Pos p0, Pos p1, int d) {
   if (!can_shift()) refuse_shift("seq_div", kv_ != nullptr, rec_ != nullptr);
-  if (index_) index_->unshare(seq, p0, p1);
+  if (keeper_) keeper_->before_move(seq, p0, p1);
   kv_->seq_div(seq, p0, p1, d);
 }
 

@@ -7,14 +7,12 @@
 #include <optional>
 
 #include "agentkv/memory.h"
+#include "memory/cell_keeper.h"
 #include "memory/kv_cache.h"
 #include "memory/recurrent.h"
 #include "memory/ubatch.h"
 
 namespace agentkv::memory {
-
-class PrefixIndex;
-struct PrefixIndexConfig;
 
 struct MemoryPlacement {
   Placement kv;               // empty when there is no KV cache
@@ -32,15 +30,14 @@ class SequenceMemory final : public MemoryInterface {
   const KvCache* kv() const { return kv_.get(); }
   const RecurrentMemory* rec() const { return rec_.get(); }
 
-  // The prefix index of this memory (prefix_index.h): KV pages named by content, shared by every
-  // sequence. Null until enabled (it needs a unified KV cache and a spare sequence id, its
-  // holder). Once enabled the sequence operations keep it consistent: clear() forgets every
-  // page, seq_rm(-1, ...) and seq_keep leave the holder's cached pages alone (they belong to the
-  // memory, not to a sequence), and seq_add / seq_div first give the moving sequence its own copy
-  // of every cell a cached page names (copy-on-write, PrefixIndex::unshare).
-  PrefixIndex& enable_prefix_index(const PrefixIndexConfig& cfg);
-  PrefixIndex* prefix_index() { return index_.get(); }
-  const PrefixIndex* prefix_index() const { return index_.get(); }
+  // The cache that keeps cells of this memory alive (cell_keeper.h; the prefix index:
+  // enable_prefix_index in prefix_index.h), owned by the memory; set once. The sequence
+  // operations then keep it consistent: clear() forgets every kept cell, seq_rm(-1, ...) and
+  // seq_keep leave its sequence alone (its cells belong to the memory, not to a request), and
+  // seq_add / seq_div first give the moving sequence its own copy of every kept cell.
+  void set_cell_keeper(std::unique_ptr<CellKeeper> keeper);
+  CellKeeper* cell_keeper() { return keeper_.get(); }
+  const CellKeeper* cell_keeper() const { return keeper_.get(); }
 
   std::optional<MemoryPlacement> prepare(const UBatch& ub) const;
   void apply(const UBatch& ub, const MemoryPlacement& placement);
@@ -76,7 +73,7 @@ class SequenceMemory final : public MemoryInterface {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<RecurrentMemory> rec_;
   bool shift_supported_ = true;
-  std::unique_ptr<PrefixIndex> index_;  // after kv_ and rec_: destroyed first, it refers to them
+  std::unique_ptr<CellKeeper> keeper_;  // after kv_ and rec_: destroyed first, it refers to them
 };
 
 }  // namespace agentkv::memory

@@ -21,6 +21,11 @@ size_t TieredPrefixCache::attach(MemorySeqId seq, std::span<const CacheToken> to
   return index_.attach(seq, tokens, salt, max_tokens);
 }
 
+size_t TieredPrefixCache::attach_chosen(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt,
+                                        const AttachChoice& choose) {
+  return index_.attach_chosen(seq, tokens, salt, choose);
+}
+
 void TieredPrefixCache::publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail) {
   index_.publish(seq, tokens, salt, with_tail);
 }
@@ -33,25 +38,9 @@ size_t TieredPrefixCache::evict(size_t n_cells) { return index_.evict(n_cells); 
 
 size_t TieredPrefixCache::forget_own(MemorySeqId seq) { return index_.forget_own(seq); }
 
-PrefixCacheStats TieredPrefixCache::stats() const {
-  const PrefixIndexStats st = index_.stats();
-  PrefixCacheStats out;
-  out.pages = st.pages;
-  out.pages_in_use = st.pages_in_use;
-  out.pages_shared = st.pages_shared;
-  out.cached_cells = st.cached_cells;
-  if (const KvCache* kv = mem_.kv()) out.pages_free = (kv->layout().n_cells - kv->usage().cells_used) / page_tokens();
-  out.snapshots = st.snapshots;
-  out.snapshot_bytes = st.snapshot_bytes;
-  out.query_tokens = st.query_tokens;
-  out.hit_tokens = st.hit_tokens;
-  return out;
-}
+PrefixCacheStats TieredPrefixCache::stats() const { return index_.stats(); }
 
-SequencePages TieredPrefixCache::pages_of(MemorySeqId seq) const {
-  const PrefixIndex::SeqPages p = index_.pages_of(seq);
-  return {p.pages, p.shared};
-}
+SequencePages TieredPrefixCache::pages_of(MemorySeqId seq) const { return index_.pages_of(seq); }
 
 }  // namespace agentkv::memory
 

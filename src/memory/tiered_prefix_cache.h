@@ -12,7 +12,7 @@ namespace agentkv::memory {
 
 class TieredPrefixCache final : public PrefixCache {
  public:
-  // index must belong to mem (SequenceMemory::enable_prefix_index) and outlive this.
+  // index must belong to mem (enable_prefix_index) and outlive this.
   TieredPrefixCache(SequenceMemory& mem, PrefixIndex& index) : mem_(mem), index_(index) {}
 
   uint32_t page_tokens() const override { return index_.config().page_tokens; }
@@ -23,6 +23,8 @@ class TieredPrefixCache final : public PrefixCache {
   void verify() const override { index_.check(); }
   size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) const override;
   size_t attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) override;
+  size_t attach_chosen(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt,
+                       const AttachChoice& choose) override;
   void publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail) override;
   bool snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt) override;
   size_t evict(size_t n_cells) override;

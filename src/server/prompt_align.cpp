@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "server/prompt_cache.h"
+#include "agentkv/request_memory.h"
 
 namespace agentkv::server {
 

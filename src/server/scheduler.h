@@ -1,15 +1,15 @@
 // The scheduler: one thread that owns the Context and serves every request with continuous
 // batching. Each step it
-//   1. drops cancelled tasks and gives queued tasks to idle slots (slot_selection.h), reusing
-//      each slot's cached prefix (prompt_cache.h);
+//   1. drops cancelled tasks and gives queued tasks to idle slots (slot_selection.h); the memory
+//      puts what it holds of each prompt in place (agentkv/request_memory.h);
 //   2. builds ONE batch: the pending token of every generating slot, then prompt chunks of the
 //      slots still reading their prompt, up to n_batch tokens;
 //   3. decodes it once, then samples for every slot whose logits came out.
 // Requests beyond the slots wait in a FIFO queue (a request waiting for a busy slot of its own
 // does not hold back the others).
 //
-// The slots share one memory of n_ctx cells. When a batch finds no room: idle slots' caches are
-// dropped first (least recently used first); if none is left, a slot still reading its prompt
+// The slots share one memory of n_ctx cells. When a batch finds no room the memory frees unused
+// pages and idle slots' caches (RequestMemory::make_room); if none is left, a slot still reading its prompt
 // (it has produced nothing yet) goes back to the front of the queue and waits until the other
 // slots are done; if all are generating, the one holding the most memory ends as llama-server
 // ends a slot whose context is full (stop_type "limit", truncated).
@@ -29,6 +29,7 @@
 #include "agentkv/session_state.h"
 #include "agentkv/page_tier.h"
 #include "agentkv/prefix_cache.h"
+#include "agentkv/request_memory.h"
 #include "agentkv/grammar_matcher.h"
 #include "server/grammar_run.h"
 #include "server/metrics.h"
@@ -130,41 +131,16 @@ class Scheduler {
   void fail(Slot& slot, const HttpError& error);
   void release(Slot& slot);
   void requeue(Slot& slot);
+  // The batch found no room: the memory frees what it may; then a slot still reading its prompt
+  // waits, or a generating one shifts or ends (scheduling, not caching).
   void on_memory_full();
-  bool free_idle_memory(int except_slot = -1);
-  size_t cells_free_for(int slot_id) const;  // KV cells the slot could use once its own cache is dropped
   Timings timings_of(const Slot& slot, Slot::Clock::time_point now) const;
   void run_job(std::function<void()> fn);  // on the scheduler thread; rethrows its exception here
   void run_jobs();
   Slot& idle_slot(int id);                 // throws HttpError when unknown or busy
   std::vector<uint8_t> save_state(const Slot& slot) const;
-  void wipe(Slot& slot);                   // the slot's sequence leaves memory
-  void take_checkpoint(Slot& slot);
-  // Offers the slot's cached tokens to the prefix cache: full pages, and the tail when with_tail.
-  void publish(Slot& slot, bool with_tail);
-  // Attaches the prompt's longest cached prefix from the cache when it beats what the slot keeps
-  // itself (own_keep tokens); returns the tokens attached (0: the slot is left as it was).
-  size_t attach_shared(Slot& slot, std::span<const Token> prompt, size_t own_keep);
-  // The salt the slot's pages are indexed under: the request's cache_salt, and with sharing off
-  // the slot's own namespace too (the cache then serves each slot only what it computed).
-  uint64_t page_salt(const Slot& slot) const;
-  // The page tiers (--cache-redis, --cache-dir, --cache-warm), through the prefix cache: the slot's
-  // new pages (and tail when with_tail) go out; a prompt's pages beyond the local ones come in
-  // before the attach (PrefixCache::fetch), the slot's own cache let go when the tier gives more.
-  // Returns the pages fetched.
-  void send_to_tier(Slot& slot, bool with_tail);
-  void send_snapshot_to_tier(Slot& slot);  // hybrid: the snapshot just taken at the slot's end, with its pages
-  size_t fetch_from_tier(Slot& slot, std::span<const Token> prompt);
   void finish_embedding(Slot& slot);  // embedding servers: the prompt is read; pool and answer
-  uint64_t page_salt_for(int slot_id, uint64_t cache_salt) const;
-  // A state was loaded into the slot: its pages go into the cache and (hybrid) its checkpoints
-  // become snapshots on them.
-  void adopt_restored(Slot& slot, std::vector<LoadedCheckpoint> checkpoints);
-  // What the slot's own cache would keep of the prompt (hybrid: down to its latest snapshot).
-  size_t own_reuse_estimate(const Slot& slot, std::span<const Token> prompt) const;
-  size_t next_snapshot_point(const Slot& slot) const;  // 0: none ahead in this slot's prompt
-  bool snapshot_point_at(const Slot& slot, size_t n) const;  // a snapshot belongs after n prompt tokens
-  bool hybrid() const { return ctx_.has_recurrent_state(); }
+  std::span<const Token> cached(const Slot& slot) const { return memory_->tokens(slot.id); }
   // AGENTKV_CHECK_MEMORY=1 (tests): the prefix cache's bookkeeping is verified after every step,
   // and a broken invariant aborts the server with its name in the log.
   void verify_memory() const;
@@ -182,7 +158,10 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
   std::deque<std::shared_ptr<Job>> jobs_;
-  PrefixCache* prefix_cache_ = nullptr;  // the context's (Context::prefix_cache); null for models without attention
+  // Every cache decision (agentkv/request_memory.h); its prefix cache is null for models without
+  // attention or without a unified KV cache.
+  std::unique_ptr<RequestMemory> memory_;
+  PrefixCache* prefix_cache_ = nullptr;  // memory_'s, for stats and state files
   size_t memory_bytes_ = 0;  // K/V rows and recurrent states all sequences hold (after the last task)
   std::vector<Slot> slots_;
   uint64_t use_counter_ = 0;

@@ -1,5 +1,5 @@
-// A slot: one sequence of the shared memory (slot id == sequence id), its prompt cache, and the
-// task it is serving, if any. Owned and touched by the scheduler thread only (the HTTP threads
+// A slot: one sequence of the shared memory (slot id == sequence id) and the task it is serving,
+// if any. Owned and touched by the scheduler thread only (the HTTP threads
 // read it under the scheduler's lock).
 #pragma once
 #include <algorithm>
@@ -13,7 +13,6 @@
 #include "agentkv/sampling.h"
 #include "agentkv/pooling.h"
 #include "server/grammar_run.h"
-#include "server/prompt_cache.h"
 #include "server/task.h"
 
 namespace agentkv::server {
@@ -23,26 +22,12 @@ enum class SlotState { Idle, Prompt, Generating };
 struct Slot {
   using Clock = std::chrono::steady_clock;
 
-  int id = 0;
-  PromptCache cache;
+  int id = 0;  // also its sequence in the memory, which keeps its cache (agentkv/request_memory.h)
   SlotState state = SlotState::Idle;
   uint64_t last_used = 0;   // scheduler's use counter when the slot last finished a task
   std::string session_id;   // session bound to this slot ("" if none)
-  bool fake_prefix = false; // the sequence starts with a metadata-only prefix: wiped when released
-  // A context shift dropped tokens from the middle: positions from shift_keep on hold keys no
-  // prefill of these tokens would compute, so they are never published and go when released.
-  bool shifted = false;
-  size_t shift_keep = 0;
   uint64_t n_shifts = 0;    // context shifts of this slot since the server started (/slots)
   uint64_t n_evicted = 0;   // ... and the positions they dropped
-  uint64_t cache_salt = 0;  // salt of the task that filled the cache (prefix index and reuse)
-  size_t published = 0;     // tokens of the cache already offered to the prefix index
-  size_t tier_sent = 0;     // tokens of the cache whose full pages the page tier is known to hold
-  // The cache changed from token n on: what was published or sent beyond it must be again.
-  void forget_sent_beyond(size_t n) {
-    published = std::min(published, n);
-    tier_sent = std::min(tier_sent, n);
-  }
 
   // The task being served (state != Idle).
   std::shared_ptr<Task> task;
@@ -77,5 +62,9 @@ struct Slot {
 
   bool idle() const { return state == SlotState::Idle; }
 };
+
+inline double ms_between(Slot::Clock::time_point a, Slot::Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 }  // namespace agentkv::server

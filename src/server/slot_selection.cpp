@@ -1,6 +1,6 @@
 #include "server/slot_selection.h"
 
-#include "server/prompt_cache.h"
+#include "agentkv/request_memory.h"
 
 namespace agentkv::server {
 

@@ -1,0 +1,105 @@
+// What the scheduler reports: /metrics, /slots, /props' memory, and the slots' cached tokens.
+#include "server/scheduler.h"
+
+#include <algorithm>
+
+namespace agentkv::server {
+
+MetricsSnapshot Scheduler::metrics() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  MetricsSnapshot m = metrics_;
+  m.requests_processing = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.idle(); }));
+  m.requests_deferred = static_cast<int>(queue_.size());
+  for (const Slot& s : slots_) m.cached_tokens += cached(s).size();
+  const RequestMemoryCounters c = memory_->counters();
+  m.prefix_attaches_total = c.shared_attaches;
+  m.checkpoints_taken_total = c.snapshots_taken;
+  m.checkpoints_restored_total = c.snapshots_restored;
+  m.tier_pages_sent_total = c.tier_pages_sent;
+  m.tier_pages_fetched_total = c.tier_pages_fetched;
+  m.tier_pages_refused_total = c.tier_pages_refused;
+  m.tier_snapshots_sent_total = c.tier_snapshots_sent;
+  m.tier_snapshots_fetched_total = c.tier_snapshots_fetched;
+  m.memory_bytes = memory_bytes_;
+  if (const KvStatus kv = ctx_.kv_status(); kv.present) {
+    m.kv_cells_used = kv.cells_used;
+    m.kv_cells_total = kv.n_cells;
+    m.kv_hot_cells_used = kv.hot_used;
+    m.kv_tail_cells_used = kv.tail_used;
+    m.kv_tail_bytes = kv.tail_bytes;
+    m.kv_demotions_total = kv.demotions;
+  }
+  if (prefix_cache_) {
+    const PrefixCacheStats st = prefix_cache_->stats();
+    m.pages_cached = st.pages;
+    m.pages_in_use = st.pages_in_use;
+    m.pages_shared = st.pages_shared;
+    m.pages_free = st.pages_free;
+    m.kv_cells_cached = st.cached_cells;
+    m.snapshot_count = st.snapshots;
+    m.checkpoint_bytes = st.snapshot_bytes;
+    m.checkpoint_count = st.snapshots;
+  }
+  return m;
+}
+
+Json Scheduler::memory_json() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return Json{{"snapshot_spacing", prefix_cache_ ? prefix_cache_->snapshot_spacing() : 0},
+              {"snapshot_bytes", prefix_cache_ ? prefix_cache_->snapshot_bytes_each() : 0},
+              {"snapshot_budget_bytes", cfg_.checkpoint_bytes}};
+}
+
+Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Json out = Json::array();
+  for (const Slot& s : slots_) {
+    const bool busy = !s.idle();
+    const CompletionParams& params = busy ? s.task->params : defaults;
+    const int64_t n_remain = !busy || params.n_predict < 0 ? -1 : params.n_predict - s.n_decoded;
+    // --kv-hot: where the slot's K/V rows are (its sequence id is its id)
+    const std::pair<uint64_t, uint64_t> residency = ctx_.seq_residency(s.id);
+    const SequencePages pages = prefix_cache_ ? prefix_cache_->pages_of(s.id) : SequencePages{};
+    out.push_back(Json{
+        {"id", s.id},
+        {"id_task", busy ? static_cast<int64_t>(s.task->id) : -1},
+        {"n_ctx", cfg_.n_ctx},
+        {"speculative", false},
+        {"is_processing", busy},
+        {"params", params.to_json()},
+        {"n_prompt_tokens", busy ? s.task->prompt.size() : 0},
+        {"n_prompt_tokens_processed", busy ? s.n_prompt_done - s.n_cache_reused : 0},
+        {"n_prompt_tokens_cache", busy ? s.n_cache_reused : 0},
+        {"prompt", show_prompts ? tok_.decode(cached(s), true) : std::string()},
+        {"next_token", Json{{"has_next_token", busy},
+                            {"has_new_line", s.has_new_line},
+                            {"n_remain", n_remain},
+                            {"n_decoded", s.n_decoded}}},
+        {"n_tokens_cached", cached(s).size()},
+        {"n_pages", (cached(s).size() + cfg_.page_tokens - 1) / cfg_.page_tokens},
+        {"n_pages_cached", pages.pages},
+        {"n_pages_shared", pages.shared},
+        {"session_id", s.session_id},
+        {"n_context_shifts", s.n_shifts},
+        {"n_tokens_evicted", s.n_evicted},
+        {"n_tokens_hot", residency.first},
+        {"n_tokens_tail", residency.second},
+    });
+  }
+  return out;
+}
+
+std::vector<std::vector<Token>> Scheduler::cached_sequences() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::vector<Token>> out;
+  for (const Slot& s : slots_) {
+    if (memory_->fake(s.id) || cached(s).empty()) continue;
+    out.emplace_back(cached(s).begin(), cached(s).end());
+    // A finished answer ends with a token that was sampled, not evaluated: with it the cached text
+    // reaches the answer's end, where the next prompt's own tokenization resumes.
+    if (s.idle() && s.unevaluated_tail >= 0 && s.tail_at == cached(s).size()) out.back().push_back(s.unevaluated_tail);
+  }
+  return out;
+}
+
+}  // namespace agentkv::server
