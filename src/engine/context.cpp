@@ -103,9 +103,7 @@ PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
   if (cfg.holder < 0 || static_cast<uint32_t>(cfg.holder) >= impl_->params.n_seq_max)
     throw Error("prefix cache: holder sequence " + std::to_string(cfg.holder) + " outside n_seq_max " +
                 std::to_string(impl_->params.n_seq_max));
-  PrefixCacheConfig ic;
-  ic.page_tokens = cfg.page_tokens;
-  ic.holder = cfg.holder;
+  PrefixCacheConfig ic = cfg;
   const memory::KvLayout& kl = kv->layout();
   // Pages name what their rows hold: the model, the KV types and the rotation they are stored under.
   ic.model_fingerprint = cfg.model_fingerprint ^ (static_cast<uint64_t>(kl.type_k) << 48) ^
@@ -115,7 +113,6 @@ PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
                                                (static_cast<uint64_t>(kl.rotation.v_block) << 34) ^ 1
                                          : 0) ^
                    (kl.code ? kl.code->id() * 0xc2b2ae3d27d4eb4full : 0);
-  ic.snapshot_bytes = cfg.snapshot_bytes;
   memory::PrefixIndex* existing = memory::prefix_index_of(*impl_->memory);
   memory::PrefixIndex& index = existing ? *existing : memory::enable_prefix_index(*impl_->memory, ic);
   impl_->prefix_cache = std::make_unique<memory::TieredPrefixCache>(*impl_->memory, index);

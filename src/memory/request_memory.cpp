@@ -44,6 +44,11 @@ struct RequestMemory::Impl {
     mem().seq_rm(seq, -1, -1);
     at(seq).clear();
   }
+  // seq leaves memory and its namespace.
+  void wipe(MemorySeqId seq) {
+    drop(seq);
+    at(seq).ns = 0;
+  }
   // Keeps seq's first n tokens; false (nothing changed) when the memory cannot drop the rest.
   bool keep_first(MemorySeqId seq, size_t n) {
     SequenceCache& s = at(seq);
@@ -143,8 +148,7 @@ struct RequestMemory::Impl {
     }
     if (!lru) return false;
     log(lru_id, "memory is full; dropping this idle slot's cache (" + std::to_string(lru->size()) + " tokens)");
-    drop(lru_id);
-    lru->ns = 0;
+    wipe(lru_id);
     ++counters.sequences_dropped;
     return true;
   }
@@ -183,14 +187,10 @@ PromptReuse RequestMemory::begin(MemorySeqId seq, std::span<const CacheToken> pr
   // The tiers first (they add pages the match then finds); their room check may ask what the
   // sequence's own tokens give.
   r.fetched = m.fetch_from_tier(seq, prompt);
-  // The sequence's own tokens: their common prefix with the prompt, less the last prompt token
-  // unless the logits after it were kept.
-  size_t target = r.n_common;
-  if (!prompt.empty() && r.n_common == prompt.size()) {
-    if (s.saved_logits(prompt.size()).empty()) target = prompt.size() - 1;
-    else r.use_saved_logits = true;
-  }
-  target = std::min(target, s.size());
+  // The sequence's own tokens (what is left of them after the fetch): their common prefix with
+  // the prompt, less the last prompt token unless the logits after it were kept.
+  const size_t target = s.reusable(prompt);
+  r.use_saved_logits = !prompt.empty() && target == prompt.size();
   if (!m.cache()) {
     m.keep_own(seq, target, r);
   } else {
@@ -218,7 +218,6 @@ PromptReuse RequestMemory::begin(MemorySeqId seq, std::span<const CacheToken> pr
       s.assume(std::vector<CacheToken>(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(n)));
       s.published = n;
       r.n_kept = n;
-      r.use_saved_logits = false;
       ++m.counters.shared_attaches;
       m.log(seq, "attached " + std::to_string(n) + " prompt tokens from cached pages");
     } else if (r.source == ReuseSource::Snapshot) {
@@ -321,10 +320,7 @@ bool RequestMemory::make_room_for(MemorySeqId seq, size_t n_cells) {
   return n_cells <= m.hooks.cells_free_for(seq);
 }
 
-void RequestMemory::wipe(MemorySeqId seq) {
-  impl_->drop(seq);
-  impl_->at(seq).ns = 0;
-}
+void RequestMemory::wipe(MemorySeqId seq) { impl_->wipe(seq); }
 
 void RequestMemory::shifted(MemorySeqId seq, std::vector<CacheToken> tokens, size_t untouched) {
   SequenceCache& s = impl_->at(seq);

@@ -46,7 +46,6 @@ Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
   memory_ = ctx_.open_request_memory(mc, [](MemorySeqId seq, const std::string& line) {
     log_line("slot %d: %s", seq, line.c_str());
   });
-  prefix_cache_ = memory_->prefix_cache();
   slots_.resize(static_cast<size_t>(cfg_.n_slots));
   for (int i = 0; i < cfg_.n_slots; ++i) slots_[static_cast<size_t>(i)].id = i;
   const char* check = std::getenv("AGENTKV_CHECK_MEMORY");
@@ -56,7 +55,7 @@ Scheduler::Scheduler(Context& ctx, const Tokenizer& tok, SchedulerConfig cfg)
 Scheduler::~Scheduler() { stop(); }
 
 void Scheduler::set_page_tier(PageTier* tier) {
-  if (prefix_cache_) prefix_cache_->set_tier(tier);
+  if (prefix_cache()) prefix_cache()->set_tier(tier);
 }
 
 void Scheduler::start() { thread_ = std::thread([this] { run(); }); }
@@ -132,9 +131,9 @@ void Scheduler::run() {
 }
 
 void Scheduler::verify_memory() const {
-  if (!verify_memory_ || !prefix_cache_) return;
+  if (!verify_memory_ || !prefix_cache()) return;
   try {
-    prefix_cache_->verify();
+    prefix_cache()->verify();
   } catch (const std::exception& e) {
     log_line("AGENTKV_CHECK_MEMORY: memory invariant broken: %s", e.what());
     std::abort();

@@ -141,6 +141,7 @@ class Scheduler {
   std::vector<uint8_t> save_state(const Slot& slot) const;
   void finish_embedding(Slot& slot);  // embedding servers: the prompt is read; pool and answer
   std::span<const Token> cached(const Slot& slot) const { return memory_->tokens(slot.id); }
+  PrefixCache* prefix_cache() const { return memory_->prefix_cache(); }  // stats, tiers, state files
   // AGENTKV_CHECK_MEMORY=1 (tests): the prefix cache's bookkeeping is verified after every step,
   // and a broken invariant aborts the server with its name in the log.
   void verify_memory() const;
@@ -161,7 +162,6 @@ class Scheduler {
   // Every cache decision (agentkv/request_memory.h); its prefix cache is null for models without
   // attention or without a unified KV cache.
   std::unique_ptr<RequestMemory> memory_;
-  PrefixCache* prefix_cache_ = nullptr;  // memory_'s, for stats and state files
   size_t memory_bytes_ = 0;  // K/V rows and recurrent states all sequences hold (after the last task)
   std::vector<Slot> slots_;
   uint64_t use_counter_ = 0;

@@ -29,8 +29,8 @@ MetricsSnapshot Scheduler::metrics() const {
     m.kv_tail_bytes = kv.tail_bytes;
     m.kv_demotions_total = kv.demotions;
   }
-  if (prefix_cache_) {
-    const PrefixCacheStats st = prefix_cache_->stats();
+  if (prefix_cache()) {
+    const PrefixCacheStats st = prefix_cache()->stats();
     m.pages_cached = st.pages;
     m.pages_in_use = st.pages_in_use;
     m.pages_shared = st.pages_shared;
@@ -45,8 +45,8 @@ MetricsSnapshot Scheduler::metrics() const {
 
 Json Scheduler::memory_json() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return Json{{"snapshot_spacing", prefix_cache_ ? prefix_cache_->snapshot_spacing() : 0},
-              {"snapshot_bytes", prefix_cache_ ? prefix_cache_->snapshot_bytes_each() : 0},
+  return Json{{"snapshot_spacing", prefix_cache() ? prefix_cache()->snapshot_spacing() : 0},
+              {"snapshot_bytes", prefix_cache() ? prefix_cache()->snapshot_bytes_each() : 0},
               {"snapshot_budget_bytes", cfg_.checkpoint_bytes}};
 }
 
@@ -59,7 +59,7 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
     const int64_t n_remain = !busy || params.n_predict < 0 ? -1 : params.n_predict - s.n_decoded;
     // --kv-hot: where the slot's K/V rows are (its sequence id is its id)
     const std::pair<uint64_t, uint64_t> residency = ctx_.seq_residency(s.id);
-    const SequencePages pages = prefix_cache_ ? prefix_cache_->pages_of(s.id) : SequencePages{};
+    const SequencePages pages = prefix_cache() ? prefix_cache()->pages_of(s.id) : SequencePages{};
     out.push_back(Json{
         {"id", s.id},
         {"id_task", busy ? static_cast<int64_t>(s.task->id) : -1},
