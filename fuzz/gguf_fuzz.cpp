@@ -44,19 +44,19 @@ void call_getter(F&& f) {
 }
 
 void touch_everything(const Reader& r) {
-  for (const auto& entry : r.metadata()) {
+  for (const auto& entry : r.metadata().entries()) {
     const std::string& key = entry.first;  // a named reference: lambdas cannot capture bindings in clang 14
     const Value& v = entry.second;
-    FUZZ_CHECK(r.find(key) == &v);
+    FUZZ_CHECK(r.metadata().find(key) == &v);
     touch(v);
-    call_getter([&] { g_sink = g_sink + r.get_uint(key).value_or(0); });
-    call_getter([&] { g_sink = g_sink + static_cast<uint64_t>(r.get_int(key).value_or(0)); });
-    call_getter([&] { g_sink = g_sink + static_cast<uint64_t>(r.get_float(key).value_or(0) != 0); });
-    call_getter([&] { g_sink = g_sink + r.get_bool(key).value_or(false); });
-    call_getter([&] { g_sink = g_sink + r.get_string(key).value_or("").size(); });
-    call_getter([&] { g_sink = g_sink + r.get_string_array(key).value_or(std::vector<std::string>{}).size(); });
-    call_getter([&] { g_sink = g_sink + r.get_int_array(key).value_or(std::vector<int64_t>{}).size(); });
-    call_getter([&] { g_sink = g_sink + r.get_float_array(key).value_or(std::vector<double>{}).size(); });
+    call_getter([&] { g_sink = g_sink + r.metadata().get_uint(key).value_or(0); });
+    call_getter([&] { g_sink = g_sink + static_cast<uint64_t>(r.metadata().get_int(key).value_or(0)); });
+    call_getter([&] { g_sink = g_sink + static_cast<uint64_t>(r.metadata().get_float(key).value_or(0) != 0); });
+    call_getter([&] { g_sink = g_sink + r.metadata().get_bool(key).value_or(false); });
+    call_getter([&] { g_sink = g_sink + r.metadata().get_string(key).value_or("").size(); });
+    call_getter([&] { g_sink = g_sink + r.metadata().get_string_array(key).value_or(std::vector<std::string>{}).size(); });
+    call_getter([&] { g_sink = g_sink + r.metadata().get_int_array(key).value_or(std::vector<int64_t>{}).size(); });
+    call_getter([&] { g_sink = g_sink + r.metadata().get_float_array(key).value_or(std::vector<double>{}).size(); });
   }
   FUZZ_CHECK(r.alignment() != 0 && (r.alignment() & (r.alignment() - 1)) == 0);
   for (const auto& t : r.tensors()) {
@@ -74,13 +74,13 @@ void touch_everything(const Reader& r) {
 // Everything the reader accepted, written again, must read back the same.
 void check_rewrite(const Reader& r) {
   Writer w;
-  for (const auto& [key, v] : r.metadata()) w.set_value(key, v);
+  for (const auto& [key, v] : r.metadata().entries()) w.set_value(key, v);
   for (const auto& t : r.tensors())
     w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
                  std::vector<uint8_t>(t.data, t.data + t.nbytes));
   const std::vector<uint8_t> bytes = w.to_bytes();
   auto again = Reader::from_memory(bytes, "rewritten.gguf");
-  FUZZ_CHECK(again->metadata().size() == r.metadata().size());
+  FUZZ_CHECK(again->metadata().entries().size() == r.metadata().entries().size());
   FUZZ_CHECK(again->alignment() == r.alignment());
   FUZZ_CHECK(again->tensors().size() == r.tensors().size());
   for (size_t i = 0; i < r.tensors().size(); ++i) {

@@ -1,6 +1,7 @@
 // The memory's attention view (memory/attention_view.h) against a brute-force reading of the cells:
 // random placements, removals and copies over several sequences, then a micro-batch of decode
-// steps or prompt chunks. Every group's keys are its sequence's cells at positions <= the group's
+// steps or prompt chunks. Shifts and divisions make positions held by several cells, or by cells
+// the table did not note, where the view falls back from its noted-cell walk to a scan. Every group's keys are its sequence's cells at positions <= the group's
 // last one, by (position, cell); each token sees exactly the keys at positions <= its own (mask,
 // or no mask when it sees them all); keys_seen counts them; a reused output gives what a fresh
 // one gives.
@@ -85,7 +86,7 @@ TEST(AttentionView, RandomCacheStatesAgreeWithACellByCellReading) {
     std::vector<Pos> next(kSeqs, 0);
     for (int op = 0; op < 60; ++op) {
       const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op);
-      const int kind = static_cast<int>(rng() % 10);
+      const int kind = static_cast<int>(rng() % 12);
       const SeqId s = static_cast<SeqId>(rng() % kSeqs);
       if (kind < 6) {
         // A micro-batch: decode steps of a few sequences, or a prompt chunk of one.
@@ -120,6 +121,16 @@ TEST(AttentionView, RandomCacheStatesAgreeWithACellByCellReading) {
         // Drop a random range of positions: holes, so cells are reused out of position order.
         const Pos p0 = next[static_cast<size_t>(s)] > 0 ? static_cast<Pos>(rng() % next[static_cast<size_t>(s)]) : 0;
         kv.seq_rm(s, p0, p0 + 1 + static_cast<Pos>(rng() % 6));
+      } else if (kind == 10) {
+        // Move a range of positions back (a context shift): cells of one position may now be
+        // several, or no longer where the table noted them, which the view must still order.
+        const Pos p0 = static_cast<Pos>(rng() % (next[static_cast<size_t>(s)] + 1));
+        kv.seq_add(s, p0, -1, -static_cast<Pos>(1 + rng() % 4));
+        next[static_cast<size_t>(s)] = kv.seq_pos_max(s) + 1;
+      } else if (kind == 11) {
+        // Compress positions (self-extend's seq_div): several cells per position.
+        kv.seq_div(s, static_cast<Pos>(rng() % (next[static_cast<size_t>(s)] + 1)), -1, 2);
+        next[static_cast<size_t>(s)] = kv.seq_pos_max(s) + 1;
       } else {
         // Share another sequence's history (copy), then continue it.
         const SeqId d = static_cast<SeqId>((s + 1) % kSeqs);

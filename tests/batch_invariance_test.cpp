@@ -46,7 +46,7 @@ void check_splits(const std::string& name, size_t n_prompt, std::vector<size_t> 
   cp.n_ctx = 1024;
   cp.n_seq_max = 3;
   cp.n_threads = 2;
-  cp.type_k = cp.type_v = kv_type;
+  cp.kv.type_k = cp.kv.type_v = kv_type;
   Context whole_ctx(m, cp);
   const std::vector<float> whole = decode_last(whole_ctx, prompt, 0, prompt.size(), 0);
   for (size_t split : splits) {

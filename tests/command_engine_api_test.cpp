@@ -12,6 +12,7 @@
 #include "agentkv/context.h"
 #include "agentkv/gguf_info.h"
 #include "agentkv/kv_page_records.h"
+#include "agentkv/kv_status.h"
 #include "agentkv/local_tiers.h"
 #include "agentkv/seq_snapshot.h"
 #include "agentkv/session_state.h"
@@ -74,7 +75,7 @@ TEST(CommandEngineApi, PageRecordsGoThroughTheLocalTiersAndBack) {
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   auto ctx = context_of(*model);
   decode(*ctx, 0, 32);
-  EXPECT_FALSE(ctx->kv_status().windowed);
+  EXPECT_FALSE(kv_status(*ctx).windowed);
   const std::vector<uint32_t> cells = kv_cells_of_positions(*ctx, 32);
   std::vector<int32_t> tokens(16, 7);
   const std::vector<uint8_t> record = encode_kv_page(*ctx, 42, 0, tokens, std::span(cells).first(16));

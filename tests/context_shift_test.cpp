@@ -72,7 +72,7 @@ std::vector<float> through_type(GgmlType t, const std::vector<float>& k) {
 
 std::vector<float> read_row(const KvCache& kv, int layer, uint32_t cell) {
   std::vector<float> out(kEmbd);
-  dequantize_row(kv.layout().type_k, kv.k_data(layer, 0) + cell * kv.row_bytes_k(), out.data(), kEmbd);
+  dequantize_row(kv.layout().type_k, kv.rows().k_data(layer, 0) + cell * kv.rows().row_bytes_k(), out.data(), kEmbd);
   return out;
 }
 
@@ -129,9 +129,9 @@ struct ShiftFixture {
         auto k = rotated(&raw[static_cast<size_t>(i) * kEmbd], i, rope);
         if (layer == 2)
           for (auto& x : k) x = -x;
-        quantize_row(t, k.data(), kv.k_data(layer, 0) + i * kv.row_bytes_k(), kEmbd);
+        quantize_row(t, k.data(), kv.rows().k_data(layer, 0) + i * kv.rows().row_bytes_k(), kEmbd);
         std::vector<float> v(kEmbd, static_cast<float>(i));
-        quantize_row(GgmlType::F16, v.data(), kv.v_data(layer, 0) + i * kv.row_bytes_v(), kEmbd);
+        quantize_row(GgmlType::F16, v.data(), kv.rows().v_data(layer, 0) + i * kv.rows().row_bytes_v(), kEmbd);
       }
   }
   // Expected K row of cell i (at layer) once it is at position `pos`.
@@ -160,16 +160,16 @@ TEST_P(KeyRowShift, RotatedKeyEqualsKeyComputedAtTheNewPosition) {
   const GgmlType t = GetParam();
   for (int64_t n_rot : {kHeadDim, int64_t{16}}) {  // full and partial rotary dims
     ShiftFixture f(t, 40, n_rot);
-    std::vector<uint8_t> k_before(f.kv.k_data(0, 0), f.kv.k_data(0, 0) + 40 * f.kv.row_bytes_k());
-    std::vector<uint8_t> v_before(f.kv.v_data(0, 0), f.kv.v_data(0, 0) + 40 * f.kv.row_bytes_v());
+    std::vector<uint8_t> k_before(f.kv.rows().k_data(0, 0), f.kv.rows().k_data(0, 0) + 40 * f.kv.rows().row_bytes_k());
+    std::vector<uint8_t> v_before(f.kv.rows().v_data(0, 0), f.kv.rows().v_data(0, 0) + 40 * f.kv.rows().row_bytes_v());
     f.kv.seq_add(0, 20, -1, 137);  // cells 20..39 move to 157..176; 0..19 stay
     ThreadPool pool(2);
     EXPECT_EQ(rotate_shifted_keys(f.kv, f.rope, pool), 20);
     EXPECT_FALSE(f.kv.has_shift());
     EXPECT_LE(f.worst_ratio(20, 40, [](int i) { return i + 137; }), 1.0) << ggml_type_name(t) << " n_rot " << n_rot;
     // Unshifted cells and every V row are untouched, bit for bit.
-    EXPECT_EQ(0, std::memcmp(k_before.data(), f.kv.k_data(0, 0), 20 * f.kv.row_bytes_k()));
-    EXPECT_EQ(0, std::memcmp(v_before.data(), f.kv.v_data(0, 0), 40 * f.kv.row_bytes_v()));
+    EXPECT_EQ(0, std::memcmp(k_before.data(), f.kv.rows().k_data(0, 0), 20 * f.kv.rows().row_bytes_k()));
+    EXPECT_EQ(0, std::memcmp(v_before.data(), f.kv.rows().v_data(0, 0), 40 * f.kv.rows().row_bytes_v()));
     // Dims beyond n_rot are never rotated.
     if (t == GgmlType::F32 && n_rot < kHeadDim) {
       const auto got = read_row(f.kv, 0, 30);
@@ -350,8 +350,8 @@ ContextParams params(GgmlType type_k) {
   ContextParams cp;
   cp.n_ctx = 256;
   cp.n_threads = 1;
-  cp.type_k = type_k;
-  cp.type_v = GgmlType::F32;
+  cp.kv.type_k = type_k;
+  cp.kv.type_v = GgmlType::F32;
   return cp;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agentkv/error.h"
+#include "agentkv/fake_prefix.h"
 #include "engine/context_impl.h"
 #include "memory/kv_cache.h"
 #include "memory/recurrent.h"
@@ -42,18 +43,18 @@ KvLayout small_layout(GgmlType t, uint32_t cells, uint32_t n_seq = 2, bool unifi
 
 bool rows_all_zero(const KvCache& kv, uint32_t stream, uint32_t cell) {
   for (int layer = 0; layer < 2; ++layer) {
-    const uint8_t* k = kv.k_data(layer, stream) + cell * kv.row_bytes_k();
-    const uint8_t* v = kv.v_data(layer, stream) + cell * kv.row_bytes_v();
-    if (std::any_of(k, k + kv.row_bytes_k(), [](uint8_t b) { return b != 0; })) return false;
-    if (std::any_of(v, v + kv.row_bytes_v(), [](uint8_t b) { return b != 0; })) return false;
+    const uint8_t* k = kv.rows().k_data(layer, stream) + cell * kv.rows().row_bytes_k();
+    const uint8_t* v = kv.rows().v_data(layer, stream) + cell * kv.rows().row_bytes_v();
+    if (std::any_of(k, k + kv.rows().row_bytes_k(), [](uint8_t b) { return b != 0; })) return false;
+    if (std::any_of(v, v + kv.rows().row_bytes_v(), [](uint8_t b) { return b != 0; })) return false;
   }
   return true;
 }
 
 void fill_rows(KvCache& kv, uint32_t stream, uint32_t cell, uint8_t byte) {
   for (int layer = 0; layer < 2; ++layer) {
-    std::memset(kv.k_data(layer, stream) + cell * kv.row_bytes_k(), byte, kv.row_bytes_k());
-    std::memset(kv.v_data(layer, stream) + cell * kv.row_bytes_v(), byte, kv.row_bytes_v());
+    std::memset(kv.rows().k_data(layer, stream) + cell * kv.rows().row_bytes_k(), byte, kv.rows().row_bytes_k());
+    std::memset(kv.rows().v_data(layer, stream) + cell * kv.rows().row_bytes_v(), byte, kv.rows().row_bytes_v());
   }
 }
 
@@ -206,7 +207,7 @@ std::vector<Token> some_tokens(int n, uint32_t seed) {
 DecodeStats decode_after_prefix(Context& ctx, Pos L, int N, bool fake) {
   const auto prefix = some_tokens(L, 1);
   if (fake) {
-    ctx.seq_fake_prefix(0, L);
+    seq_fake_prefix(ctx, 0, L);
   } else {
     Batch b;
     b.add_sequence(prefix.data(), prefix.size(), 0, 0, true);
@@ -260,15 +261,15 @@ TEST(FakePrefixModel, HybridQwen35MoeKeepsBothHalvesInLockstep) {
   cp.n_seq_max = 2;
   Context ctx(*model, cp);
   auto& mem = sequence_memory(ctx);
-  ctx.seq_fake_prefix(1, 64);
+  seq_fake_prefix(ctx, 1, 64);
   EXPECT_EQ(mem.kv()->seq_pos_min(1), 0);
   EXPECT_EQ(mem.kv()->seq_pos_max(1), 63);
   EXPECT_EQ(mem.rec()->seq_pos_max(1), 63);
   EXPECT_EQ(mem.seq_pos_max(1), 63);
   EXPECT_EQ(mem.seq_pos_min(1), 63);  // hybrid: the range both halves vouch for
   // Refusals leave both halves as they were: not empty; more positions than free cells.
-  EXPECT_THROW(ctx.seq_fake_prefix(1, 4), Error);
-  EXPECT_THROW(ctx.seq_fake_prefix(0, 512 - 64 + 1), Error);
+  EXPECT_THROW(seq_fake_prefix(ctx, 1, 4), Error);
+  EXPECT_THROW(seq_fake_prefix(ctx, 0, 512 - 64 + 1), Error);
   EXPECT_EQ(mem.kv()->seq_pos_max(0), -1);
   EXPECT_EQ(mem.rec()->seq_pos_max(0), -1);
   EXPECT_EQ(mem.kv()->cells(0).used(), 64u);

@@ -63,20 +63,20 @@ TEST(GgufFixtures, OpensEveryModelWithKnownValues) {
     EXPECT_EQ(r->version(), 3u);
     EXPECT_EQ(r->alignment(), 32u);
     EXPECT_EQ(r->data_offset() % 32, 0u);
-    const std::string arch = r->require_string("general.architecture");
+    const std::string arch = r->metadata().require_string("general.architecture");
     EXPECT_EQ(arch, f.arch);
-    EXPECT_EQ(r->require_uint(arch + ".block_count"), f.block_count);
-    EXPECT_EQ(r->require_uint(arch + ".embedding_length"), static_cast<uint64_t>(f.n_embd));
+    EXPECT_EQ(r->metadata().require_uint(arch + ".block_count"), f.block_count);
+    EXPECT_EQ(r->metadata().require_uint(arch + ".embedding_length"), static_cast<uint64_t>(f.n_embd));
     EXPECT_EQ(r->tensors().size(), f.n_tensors);
-    EXPECT_EQ(r->get_string("tokenizer.ggml.pre"), "qwen2");
-    auto tokens = r->get_string_array("tokenizer.ggml.tokens");
+    EXPECT_EQ(r->metadata().get_string("tokenizer.ggml.pre"), "qwen2");
+    auto tokens = r->metadata().get_string_array("tokenizer.ggml.tokens");
     ASSERT_TRUE(tokens.has_value());
     EXPECT_EQ(tokens->size(), 151936u);
     EXPECT_EQ((*tokens)[0], "!");
-    EXPECT_EQ(r->get_int_array("tokenizer.ggml.token_type")->size(), 151936u);
-    EXPECT_EQ(r->get_uint("tokenizer.ggml.eos_token_id"), 151645u);  // <|im_end|>
-    EXPECT_EQ(r->get_bool("tokenizer.ggml.add_bos_token"), false);
-    EXPECT_NEAR(r->require_float(arch + ".attention.layer_norm_rms_epsilon"), 1e-6, 1e-12);
+    EXPECT_EQ(r->metadata().get_int_array("tokenizer.ggml.token_type")->size(), 151936u);
+    EXPECT_EQ(r->metadata().get_uint("tokenizer.ggml.eos_token_id"), 151645u);  // <|im_end|>
+    EXPECT_EQ(r->metadata().get_bool("tokenizer.ggml.add_bos_token"), false);
+    EXPECT_NEAR(r->metadata().require_float(arch + ".attention.layer_norm_rms_epsilon"), 1e-6, 1e-12);
 
     const TensorInfo& q = r->require_tensor(f.attn_q, f.attn_q_shape);
     EXPECT_EQ(q.type, f.attn_q_type);
@@ -110,7 +110,7 @@ TEST(GgufFixtures, QuantizedTypesAndSizes) {
   auto m = Reader::open(kModels + "qwen35moe-micro.gguf");
   const TensorInfo& experts = m->require_tensor("blk.0.ffn_up_exps.weight", std::vector<int64_t>{64, 64, 4});
   EXPECT_EQ(experts.n_dims, 3);
-  EXPECT_EQ(m->get_int_array("qwen35moe.rope.dimension_sections"), (std::vector<int64_t>{3, 3, 2, 0}));
+  EXPECT_EQ(m->metadata().get_int_array("qwen35moe.rope.dimension_sections"), (std::vector<int64_t>{3, 3, 2, 0}));
   // ssm_a is negative in the fixtures (README).
   const TensorInfo& a = m->require_tensor("blk.0.ssm_a", std::vector<int64_t>{4});
   for (int i = 0; i < 4; ++i) {
@@ -249,38 +249,38 @@ TEST(GgufWriter, RoundTripsEveryValueTypeExactly) {
   EXPECT_EQ(r->alignment(), 64u);
   EXPECT_EQ(r->data_offset() % 64, 0u);
 
-  EXPECT_EQ(r->get_uint("v.u8"), 200u);
-  EXPECT_EQ(r->get_int("v.i8"), -100);
-  EXPECT_EQ(r->get_uint("v.u16"), 60000u);
-  EXPECT_EQ(r->get_int("v.i16"), -30000);
-  EXPECT_EQ(r->get_uint("v.u32"), 4000000000u);
-  EXPECT_EQ(r->get_int("v.i32"), -2000000000);
-  EXPECT_EQ(r->get_uint("v.u64"), (uint64_t{1} << 63) + 5);
-  EXPECT_EQ(r->get_int("v.i64"), std::numeric_limits<int64_t>::min());
-  EXPECT_EQ(r->get_float("v.f32"), static_cast<double>(0.1f));  // f32 precision, exactly
-  EXPECT_EQ(r->get_float("v.f64"), 0.1);
-  EXPECT_EQ(r->get_bool("v.bool"), true);
-  EXPECT_EQ(r->get_string("v.string"), std::string("h\xC3\xA9llo\0world", 12));
-  EXPECT_EQ(r->get_string("v.empty_string"), "");
-  EXPECT_EQ(r->get_string_array("a.string"), (std::vector<std::string>{"a", "", "\xE4\xB8\xAD"}));
-  EXPECT_EQ(r->get_int_array("a.i32"), (std::vector<int64_t>{-1, 0, std::numeric_limits<int32_t>::max()}));
-  EXPECT_EQ(r->get_int_array("a.u32"), (std::vector<int64_t>{0, 4000000000}));
-  EXPECT_EQ(r->get_float_array("a.f32"), (std::vector<double>{1.5, -0.25, static_cast<double>(3e-8f)}));
-  EXPECT_EQ(r->find("a.bool")->int_array, (std::vector<int64_t>{1, 0, 1}));
-  EXPECT_EQ(r->find("a.u64")->uint_array, (std::vector<uint64_t>{std::numeric_limits<uint64_t>::max(), 1}));
-  EXPECT_EQ(r->get_float_array("a.f64"), (std::vector<double>{0.1, -1e300}));
-  EXPECT_EQ(r->find("a.empty")->array_size(), 0u);
-  const Value* nested = r->find("a.nested");
+  EXPECT_EQ(r->metadata().get_uint("v.u8"), 200u);
+  EXPECT_EQ(r->metadata().get_int("v.i8"), -100);
+  EXPECT_EQ(r->metadata().get_uint("v.u16"), 60000u);
+  EXPECT_EQ(r->metadata().get_int("v.i16"), -30000);
+  EXPECT_EQ(r->metadata().get_uint("v.u32"), 4000000000u);
+  EXPECT_EQ(r->metadata().get_int("v.i32"), -2000000000);
+  EXPECT_EQ(r->metadata().get_uint("v.u64"), (uint64_t{1} << 63) + 5);
+  EXPECT_EQ(r->metadata().get_int("v.i64"), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(r->metadata().get_float("v.f32"), static_cast<double>(0.1f));  // f32 precision, exactly
+  EXPECT_EQ(r->metadata().get_float("v.f64"), 0.1);
+  EXPECT_EQ(r->metadata().get_bool("v.bool"), true);
+  EXPECT_EQ(r->metadata().get_string("v.string"), std::string("h\xC3\xA9llo\0world", 12));
+  EXPECT_EQ(r->metadata().get_string("v.empty_string"), "");
+  EXPECT_EQ(r->metadata().get_string_array("a.string"), (std::vector<std::string>{"a", "", "\xE4\xB8\xAD"}));
+  EXPECT_EQ(r->metadata().get_int_array("a.i32"), (std::vector<int64_t>{-1, 0, std::numeric_limits<int32_t>::max()}));
+  EXPECT_EQ(r->metadata().get_int_array("a.u32"), (std::vector<int64_t>{0, 4000000000}));
+  EXPECT_EQ(r->metadata().get_float_array("a.f32"), (std::vector<double>{1.5, -0.25, static_cast<double>(3e-8f)}));
+  EXPECT_EQ(r->metadata().find("a.bool")->int_array, (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(r->metadata().find("a.u64")->uint_array, (std::vector<uint64_t>{std::numeric_limits<uint64_t>::max(), 1}));
+  EXPECT_EQ(r->metadata().get_float_array("a.f64"), (std::vector<double>{0.1, -1e300}));
+  EXPECT_EQ(r->metadata().find("a.empty")->array_size(), 0u);
+  const Value* nested = r->metadata().find("a.nested");
   ASSERT_NE(nested, nullptr);
   ASSERT_EQ(nested->elem_type, ValueType::ARRAY);
   ASSERT_EQ(nested->array_size(), 3u);
   EXPECT_EQ(nested->nested[0].int_array, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(nested->nested[1].array_size(), 0u);
-  EXPECT_EQ(r->find("a.deep")->nested[0].nested[0].str_array, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(r->metadata().find("a.deep")->nested[0].nested[0].str_array, (std::vector<std::string>{"x"}));
 
   // Same keys, same order, same values as written (general.alignment where set_alignment put it).
   std::vector<std::string> keys;
-  for (const auto& [k, v] : r->metadata()) keys.push_back(k);
+  for (const auto& [k, v] : r->metadata().entries()) keys.push_back(k);
   ASSERT_EQ(keys.size(), 13u + 15u + 1u);
   EXPECT_EQ(keys.front(), "v.u8");
   EXPECT_EQ(keys[13], "a.string");
@@ -302,14 +302,14 @@ TEST(GgufWriter, RoundTripsEveryValueTypeExactly) {
 
   // Copying everything the reader saw into a new writer reproduces the file byte for byte.
   Writer copy;
-  for (const auto& [k, v] : r->metadata()) copy.set_value(k, v);
+  for (const auto& [k, v] : r->metadata().entries()) copy.set_value(k, v);
   for (const auto& t : r->tensors())
     copy.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
                     Bytes(t.data, t.data + t.nbytes));
   EXPECT_EQ(copy.to_bytes(), image);
-  for (const auto& [k, v] : r->metadata()) {
+  for (const auto& [k, v] : r->metadata().entries()) {
     SCOPED_TRACE(k);
-    EXPECT_TRUE(same_value(v, *Reader::from_memory(image, "again.gguf")->find(k)));
+    EXPECT_TRUE(same_value(v, *Reader::from_memory(image, "again.gguf")->metadata().find(k)));
   }
 }
 
@@ -335,7 +335,7 @@ TEST(GgufWriter, AlignmentKeyOnlyWhenSet) {
   w.add_tensor("a", GgmlType::F32, {3}, pattern(12, 0));
   w.add_tensor("b", GgmlType::F32, {1}, pattern(4, 0));
   auto r = Reader::from_memory(w.to_bytes(), "plain.gguf");
-  EXPECT_FALSE(r->has("general.alignment"));
+  EXPECT_FALSE(r->metadata().has("general.alignment"));
   EXPECT_EQ(r->alignment(), 32u);
   EXPECT_EQ(r->tensors()[1].offset, 32u);
   EXPECT_EQ(r->data_offset() % 32, 0u);
@@ -343,8 +343,8 @@ TEST(GgufWriter, AlignmentKeyOnlyWhenSet) {
   // Setting a key twice keeps one entry in its first position.
   w.set_string("general.architecture", "again");
   auto r2 = Reader::from_memory(w.to_bytes(), "plain.gguf");
-  EXPECT_EQ(r2->metadata().size(), 1u);
-  EXPECT_EQ(r2->get_string("general.architecture"), "again");
+  EXPECT_EQ(r2->metadata().entries().size(), 1u);
+  EXPECT_EQ(r2->metadata().get_string("general.architecture"), "again");
 
   EXPECT_THROW(w.set_alignment(0), Error);
   EXPECT_THROW(w.set_alignment(48), Error);
@@ -361,7 +361,7 @@ TEST(GgufReader, Version2IsAccepted) {
   img[4] = 2;
   auto r = Reader::from_memory(img, "v2.gguf");
   EXPECT_EQ(r->version(), 2u);
-  EXPECT_EQ(r->get_uint("k"), 7u);
+  EXPECT_EQ(r->metadata().get_uint("k"), 7u);
 }
 
 TEST(GgufReader, TypedGetters) {
@@ -374,18 +374,18 @@ TEST(GgufReader, TypedGetters) {
   w.set_array_u32("arr", {1, 2});
   w.set_bool("b", false);
   auto r = Reader::from_memory(w.to_bytes(), "getters.gguf");
-  EXPECT_EQ(r->get_int("u"), 5);             // any integer type that fits
-  EXPECT_EQ(r->get_float("u"), 5.0);         // integers are numbers too
-  EXPECT_EQ(r->get_float_array("arr"), (std::vector<double>{1, 2}));
-  EXPECT_EQ(r->get_uint("absent"), std::nullopt);
-  EXPECT_EQ(r->get_bool("b"), false);
-  EXPECT_THROW(r->get_uint("neg"), Error);   // does not fit
-  EXPECT_THROW(r->get_int("huge"), Error);   // does not fit
-  EXPECT_THROW(r->get_uint("f"), Error);
-  EXPECT_THROW(r->get_bool("u"), Error);
-  EXPECT_THROW(r->get_string_array("arr"), Error);
-  EXPECT_THROW(r->get_int_array("s"), Error);
-  EXPECT_EQ(r->require_float("f"), 2.5);
+  EXPECT_EQ(r->metadata().get_int("u"), 5);             // any integer type that fits
+  EXPECT_EQ(r->metadata().get_float("u"), 5.0);         // integers are numbers too
+  EXPECT_EQ(r->metadata().get_float_array("arr"), (std::vector<double>{1, 2}));
+  EXPECT_EQ(r->metadata().get_uint("absent"), std::nullopt);
+  EXPECT_EQ(r->metadata().get_bool("b"), false);
+  EXPECT_THROW(r->metadata().get_uint("neg"), Error);   // does not fit
+  EXPECT_THROW(r->metadata().get_int("huge"), Error);   // does not fit
+  EXPECT_THROW(r->metadata().get_uint("f"), Error);
+  EXPECT_THROW(r->metadata().get_bool("u"), Error);
+  EXPECT_THROW(r->metadata().get_string_array("arr"), Error);
+  EXPECT_THROW(r->metadata().get_int_array("s"), Error);
+  EXPECT_EQ(r->metadata().require_float("f"), 2.5);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -567,7 +567,7 @@ TEST(GgufBadFile, ArraysNestedTooDeep) {
   }
   Writer w;
   w.set_value("deep.ok", v);  // exactly kMaxArrayNesting levels: accepted
-  EXPECT_EQ(Reader::from_memory(w.to_bytes(), kBadName)->find("deep.ok")->array_size(), 1u);
+  EXPECT_EQ(Reader::from_memory(w.to_bytes(), kBadName)->metadata().find("deep.ok")->array_size(), 1u);
   // One level more, written by hand: an array of one array wrapping the value above.
   Bytes img = w.to_bytes();
   const size_t type_at = find_bytes(img, "deep.ok") + 7;
@@ -691,13 +691,13 @@ TEST(GgufBadFile, DuplicateTensorName) {
 TEST(GgufBadFile, WrongTypeInTypedGetter) {
   auto r = Reader::from_memory(base_writer().to_bytes(), kBadName);
   try {
-    r->get_string("test.count");
+    r->metadata().get_string("test.count");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), std::string(kBadName) + ": key 'test.count' has type u32, expected string");
   }
   try {
-    r->get_uint("test.words");
+    r->metadata().get_uint("test.words");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("key 'test.words' has type array[string]"), std::string::npos) << e.what();
@@ -706,9 +706,9 @@ TEST(GgufBadFile, WrongTypeInTypedGetter) {
 
 TEST(GgufBadFile, MissingRequiredKey) {
   auto r = Reader::from_memory(base_writer().to_bytes(), kBadName);
-  for (auto fn : {+[](const Reader& x) { x.require_uint("test.absent"); },
-                  +[](const Reader& x) { x.require_float("test.absent"); },
-                  +[](const Reader& x) { x.require_string("test.absent"); }}) {
+  for (auto fn : {+[](const Reader& x) { x.metadata().require_uint("test.absent"); },
+                  +[](const Reader& x) { x.metadata().require_float("test.absent"); },
+                  +[](const Reader& x) { x.metadata().require_string("test.absent"); }}) {
     try {
       fn(*r);
       ADD_FAILURE() << "no error";
@@ -716,8 +716,8 @@ TEST(GgufBadFile, MissingRequiredKey) {
       EXPECT_EQ(std::string(e.what()), std::string(kBadName) + ": missing required key 'test.absent'");
     }
   }
-  EXPECT_EQ(r->require_uint("test.count"), 7u);
-  EXPECT_EQ(r->require_string("test.label"), "hello");
+  EXPECT_EQ(r->metadata().require_uint("test.count"), 7u);
+  EXPECT_EQ(r->metadata().require_string("test.label"), "hello");
 }
 
 }  // namespace
@@ -727,14 +727,14 @@ TEST(GgufBadFile, MissingRequiredKey) {
 TEST(GgufRelease, ReleasedKeysReadAsAbsentOthersStay) {
   AGENTKV_NEEDS_FIXTURES();
   auto r = agentkv::gguf::Reader::open(std::string(AGENTKV_FIXTURES_DIR) + "/models/qwen3-micro.gguf");
-  const size_t n_before = r->metadata().size();
-  ASSERT_TRUE(r->has("tokenizer.ggml.tokens"));
+  const size_t n_before = r->metadata().entries().size();
+  ASSERT_TRUE(r->metadata().has("tokenizer.ggml.tokens"));
   r->release_metadata({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "no.such.key"});
-  EXPECT_FALSE(r->has("tokenizer.ggml.tokens"));
-  EXPECT_FALSE(r->has("tokenizer.ggml.merges"));
-  EXPECT_EQ(r->metadata().size(), n_before - 2);
-  EXPECT_EQ(r->get_string("general.architecture").value_or(""), "qwen3");
-  EXPECT_EQ(r->get_uint("qwen3.block_count").value_or(0), 2u);
-  EXPECT_TRUE(r->has("tokenizer.ggml.token_type"));
+  EXPECT_FALSE(r->metadata().has("tokenizer.ggml.tokens"));
+  EXPECT_FALSE(r->metadata().has("tokenizer.ggml.merges"));
+  EXPECT_EQ(r->metadata().entries().size(), n_before - 2);
+  EXPECT_EQ(r->metadata().get_string("general.architecture").value_or(""), "qwen3");
+  EXPECT_EQ(r->metadata().get_uint("qwen3.block_count").value_or(0), 2u);
+  EXPECT_TRUE(r->metadata().has("tokenizer.ggml.token_type"));
   EXPECT_NE(r->find_tensor("token_embd.weight"), nullptr);
 }

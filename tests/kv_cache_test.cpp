@@ -61,7 +61,7 @@ struct Snapshot {
 
 Snapshot snapshot(const KvCache& kv) {
   Snapshot s;
-  for (uint32_t st = 0; st < kv.n_streams(); ++st) {
+  for (uint32_t st = 0; st < kv.layout().n_streams(); ++st) {
     const KvCells& c = kv.cells(st);
     for (uint32_t i = 0; i < c.size(); ++i) {
       s.pos.push_back(c.pos(i));
@@ -104,14 +104,14 @@ TEST(KvCacheStorage, RowSizesForEveryType) {
       const size_t want_k = static_cast<size_t>(n_embd / tc.block) * tc.bytes;
       const size_t want_v = static_cast<size_t>(2 * n_embd / tc.block) * tc.bytes;
       SCOPED_TRACE(std::string(ggml_type_name(tc.type)) + " n_embd " + std::to_string(n_embd));
-      EXPECT_EQ(kv.row_bytes_k(), want_k);
-      EXPECT_EQ(kv.row_bytes_v(), want_v);
-      EXPECT_EQ(kv.n_kv_layers(), 3u);
-      EXPECT_EQ(kv.total_bytes(), 3u * 2u * 48u * (want_k + want_v));
+      EXPECT_EQ(kv.rows().row_bytes_k(), want_k);
+      EXPECT_EQ(kv.rows().row_bytes_v(), want_v);
+      EXPECT_EQ(kv.rows().n_kv_layers(), 3u);
+      EXPECT_EQ(kv.usage().bytes_total, 3u * 2u * 48u * (want_k + want_v));
       // Streams are consecutive blocks of n_cells rows.
-      EXPECT_EQ(kv.k_data(0, 1) - kv.k_data(0, 0), static_cast<ptrdiff_t>(48 * want_k));
-      EXPECT_EQ(kv.v_data(3, 1) - kv.v_data(3, 0), static_cast<ptrdiff_t>(48 * want_v));
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(kv.k_data(2, 0)) % 64, 0u);
+      EXPECT_EQ(kv.rows().k_data(0, 1) - kv.rows().k_data(0, 0), static_cast<ptrdiff_t>(48 * want_k));
+      EXPECT_EQ(kv.rows().v_data(3, 1) - kv.rows().v_data(3, 0), static_cast<ptrdiff_t>(48 * want_v));
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(kv.rows().k_data(2, 0)) % 64, 0u);
     }
   }
 }
@@ -122,24 +122,24 @@ TEST(KvCacheStorage, StartsZeroedAndLayersAreDistinct) {
   KvCache kv(l);
   for (int layer : {0, 2})
     for (uint32_t s = 0; s < 2; ++s) {
-      const uint8_t* k = kv.k_data(layer, s);
-      const uint8_t* v = kv.v_data(layer, s);
-      for (size_t b = 0; b < 16 * kv.row_bytes_k(); ++b) ASSERT_EQ(k[b], 0);
-      for (size_t b = 0; b < 16 * kv.row_bytes_v(); ++b) ASSERT_EQ(v[b], 0);
+      const uint8_t* k = kv.rows().k_data(layer, s);
+      const uint8_t* v = kv.rows().v_data(layer, s);
+      for (size_t b = 0; b < 16 * kv.rows().row_bytes_k(); ++b) ASSERT_EQ(k[b], 0);
+      for (size_t b = 0; b < 16 * kv.rows().row_bytes_v(); ++b) ASSERT_EQ(v[b], 0);
     }
-  EXPECT_NE(kv.k_data(0, 0), kv.k_data(2, 0));
-  EXPECT_TRUE(kv.layer_has_kv(0));
-  EXPECT_FALSE(kv.layer_has_kv(1));
-  EXPECT_FALSE(kv.layer_has_kv(7));
-  EXPECT_THROW(kv.k_data(1, 0), Error);
-  EXPECT_THROW(kv.v_data(3, 0), Error);
-  EXPECT_THROW(kv.k_data(0, 2), Error);
+  EXPECT_NE(kv.rows().k_data(0, 0), kv.rows().k_data(2, 0));
+  EXPECT_TRUE(kv.rows().layer_has_kv(0));
+  EXPECT_FALSE(kv.rows().layer_has_kv(1));
+  EXPECT_FALSE(kv.rows().layer_has_kv(7));
+  EXPECT_THROW(kv.rows().k_data(1, 0), Error);
+  EXPECT_THROW(kv.rows().v_data(3, 0), Error);
+  EXPECT_THROW(kv.rows().k_data(0, 2), Error);
 
-  kv.k_data(2, 1)[5] = 9;
+  kv.rows().k_data(2, 1)[5] = 9;
   kv.clear();
-  EXPECT_EQ(kv.k_data(2, 1)[5], 9);  // clear() keeps the bytes: the cells say nothing is there
+  EXPECT_EQ(kv.rows().k_data(2, 1)[5], 9);  // clear() keeps the bytes: the cells say nothing is there
   kv.clear(true);
-  EXPECT_EQ(kv.k_data(2, 1)[5], 0);
+  EXPECT_EQ(kv.rows().k_data(2, 1)[5], 0);
 }
 
 // Resident pages of this process (bytes), from /proc/self/statm.
@@ -157,14 +157,14 @@ TEST(KvCacheStorage, PrefaultBacksEveryPageAndKeepsTheBytes) {
   KvLayout l = small_layout(65536);  // 64 layers-worth of rows: 8 MiB K + 8 MiB V
   l.layer_has_kv.assign(4, true);
   KvCache kv(l);
-  kv.k_data(3, 0)[12345] = 7;
+  kv.rows().k_data(3, 0)[12345] = 7;
   const size_t before = resident_bytes();
-  kv.prefault();
+  kv.rows().prefault();
   const size_t after = resident_bytes();
   // calloc'd storage is not resident until written; prefault must make (almost) all of it so.
-  EXPECT_GE(after - before, kv.total_bytes() * 9 / 10);
-  EXPECT_EQ(kv.k_data(3, 0)[12345], 7);
-  EXPECT_EQ(kv.v_data(2, 0)[777], 0);
+  EXPECT_GE(after - before, kv.usage().bytes_total * 9 / 10);
+  EXPECT_EQ(kv.rows().k_data(3, 0)[12345], 7);
+  EXPECT_EQ(kv.rows().v_data(2, 0)[777], 0);
 }
 
 TEST(KvCacheStorage, RejectsUnusableLayouts) {
@@ -457,7 +457,7 @@ TEST(KvCacheSeqOps, InvalidSequenceIdsAreErrors) {
   EXPECT_THROW(kv.seq_div(5, -1, -1, 2), Error);
   EXPECT_THROW(kv.seq_pos_min(2), Error);
   EXPECT_THROW(kv.seq_pos_max(-1), Error);
-  EXPECT_THROW(kv.stream_of(2), Error);
+  EXPECT_THROW(kv.layout().stream_of(2), Error);
   EXPECT_THROW(kv.n_kv(1), Error);
 }
 
@@ -467,17 +467,17 @@ TEST(KvCacheSeqOps, InvalidSequenceIdsAreErrors) {
 
 void write_rows(KvCache& kv, const Placement& pl, uint8_t base) {
   for (size_t t = 0; t < pl.size(); ++t) {
-    std::memset(kv.k_data(0, pl[t].stream) + pl[t].cell * kv.row_bytes_k(), base + t,
-                kv.row_bytes_k());
-    std::memset(kv.v_data(0, pl[t].stream) + pl[t].cell * kv.row_bytes_v(), base + 100 + t,
-                kv.row_bytes_v());
+    std::memset(kv.rows().k_data(0, pl[t].stream) + pl[t].cell * kv.rows().row_bytes_k(), base + t,
+                kv.rows().row_bytes_k());
+    std::memset(kv.rows().v_data(0, pl[t].stream) + pl[t].cell * kv.rows().row_bytes_v(), base + 100 + t,
+                kv.rows().row_bytes_v());
   }
 }
 
 TEST(KvCacheStreams, EachSequenceHasItsOwnStream) {
   KvCache kv(small_layout(40, 3, false));
-  EXPECT_EQ(kv.n_streams(), 3u);
-  for (SeqId s = 0; s < 3; ++s) EXPECT_EQ(kv.stream_of(s), static_cast<uint32_t>(s));
+  EXPECT_EQ(kv.layout().n_streams(), 3u);
+  for (SeqId s = 0; s < 3; ++s) EXPECT_EQ(kv.layout().stream_of(s), static_cast<uint32_t>(s));
   UBatch ub;
   ub.add(0, {1});
   ub.add(0, {2});
@@ -526,12 +526,12 @@ TEST(KvCacheStreams, CrossStreamCopyCopiesRowsAndReplacesDestination) {
     if (src.is_empty(i)) continue;
     EXPECT_TRUE(dst.has_seq(i, 1));
     EXPECT_FALSE(dst.has_seq(i, 0));
-    EXPECT_EQ(0, std::memcmp(kv.k_data(0, 1) + i * kv.row_bytes_k(),
-                             kv.k_data(0, 0) + i * kv.row_bytes_k(), kv.row_bytes_k()));
-    EXPECT_EQ(0, std::memcmp(kv.v_data(0, 1) + i * kv.row_bytes_v(),
-                             kv.v_data(0, 0) + i * kv.row_bytes_v(), kv.row_bytes_v()));
+    EXPECT_EQ(0, std::memcmp(kv.rows().k_data(0, 1) + i * kv.rows().row_bytes_k(),
+                             kv.rows().k_data(0, 0) + i * kv.rows().row_bytes_k(), kv.rows().row_bytes_k()));
+    EXPECT_EQ(0, std::memcmp(kv.rows().v_data(0, 1) + i * kv.rows().row_bytes_v(),
+                             kv.rows().v_data(0, 0) + i * kv.rows().row_bytes_v(), kv.rows().row_bytes_v()));
   }
-  EXPECT_EQ(kv.k_data(0, 1)[4 * kv.row_bytes_k()], 14);
+  EXPECT_EQ(kv.rows().k_data(0, 1)[4 * kv.rows().row_bytes_k()], 14);
   EXPECT_EQ(kv.seq_pos_min(1), 0);
   EXPECT_EQ(kv.seq_pos_max(1), 14);
   EXPECT_EQ(dst.first_free(), 1u);

@@ -33,12 +33,12 @@ SeqSet seqs_of(std::initializer_list<int> ids) {
   return s;
 }
 
-TEST(KvCells, OccupyReleaseTracksUsedAndHighestCell) {
+TEST(KvCells, AssignReleaseTracksUsedAndHighestCell) {
   KvCells c(8, 4);
   EXPECT_EQ(c.used(), 0u);
   EXPECT_EQ(c.used_max_p1(), 0u);
-  c.occupy(2, 10, seqs_of({0}));
-  c.occupy(5, 11, seqs_of({0, 1}));
+  c.assign(2, 10, seqs_of({0}));
+  c.assign(5, 11, seqs_of({0, 1}));
   EXPECT_EQ(c.used(), 2u);
   EXPECT_EQ(c.used_max_p1(), 6u);
   EXPECT_EQ(c.seq_pos_min(0), 10);
@@ -57,10 +57,10 @@ TEST(KvCells, PositionsAreAMultiset) {
   // After a division two cells of one sequence share a position; removing one must not make
   // the position disappear from the sequence.
   KvCells c(4, 2);
-  c.occupy(0, 4, seqs_of({0}));
-  c.occupy(1, 5, seqs_of({0}));
-  c.div_pos(0, 2);
-  c.div_pos(1, 2);
+  c.assign(0, 4, seqs_of({0}));
+  c.assign(1, 5, seqs_of({0}));
+  c.move(0, 4 / 2);
+  c.move(1, 5 / 2);
   EXPECT_EQ(c.pos(0), 2);
   EXPECT_EQ(c.pos(1), 2);
   EXPECT_EQ(c.shift(0), -2);  // new - old
@@ -72,13 +72,13 @@ TEST(KvCells, PositionsAreAMultiset) {
   EXPECT_EQ(c.seq_pos_max(0), -1);
 }
 
-TEST(KvCells, AddPosBelowZeroEmptiesTheCell) {
+TEST(KvCells, MoveBelowZeroEmptiesTheCell) {
   KvCells c(4, 2);
-  c.occupy(3, 2, seqs_of({0, 1}));
-  EXPECT_FALSE(c.add_pos(3, -2));
+  c.assign(3, 2, seqs_of({0, 1}));
+  EXPECT_FALSE(c.move(3, 0));
   EXPECT_EQ(c.pos(3), 0);
   EXPECT_EQ(c.shift(3), -2);
-  EXPECT_TRUE(c.add_pos(3, -1));
+  EXPECT_TRUE(c.move(3, -1));
   EXPECT_TRUE(c.is_empty(3));
   EXPECT_EQ(c.shift(3), 0);
   EXPECT_EQ(c.used(), 0u);
@@ -88,7 +88,7 @@ TEST(KvCells, AddPosBelowZeroEmptiesTheCell) {
 
 TEST(KvCells, AssignRestoresACellExactly) {
   KvCells c(4, 3);
-  c.occupy(1, 7, seqs_of({0}));
+  c.assign(1, 7, seqs_of({0}));
   c.assign(1, 9, seqs_of({1, 2}), 3);
   EXPECT_EQ(c.pos(1), 9);
   EXPECT_EQ(c.shift(1), 3);
@@ -102,34 +102,63 @@ TEST(KvCells, AssignRestoresACellExactly) {
 
 TEST(KvCells, NotesWhichCellTookAPosition) {
   KvCells c(8, 3);
-  c.occupy(4, 10, seqs_of({0}));
-  EXPECT_EQ(c.noted_cell(0, 10), 4u);
-  EXPECT_EQ(c.noted_cell(1, 10), UINT32_MAX);
+  c.assign(4, 10, seqs_of({0}));
+  EXPECT_EQ(c.cell_at(0, 10), 4u);
+  EXPECT_EQ(c.cell_at(1, 10), KvCells::kNoCell);
   c.add_seq(4, 1);
-  EXPECT_EQ(c.noted_cell(1, 10), 4u);
-  c.add_pos(4, 2);  // moved: noted at its new position, the old note no longer holds
-  EXPECT_EQ(c.noted_cell(0, 10), UINT32_MAX);
-  EXPECT_EQ(c.noted_cell(0, 12), 4u);
-  c.occupy(6, 10, seqs_of({0}));
-  c.div_pos(6, 5);  // to position 2: one cell of seq 0 at each position still
+  EXPECT_EQ(c.cell_at(1, 10), 4u);
+  c.move(4, 12);  // moved: noted at its new position, the old note no longer holds
+  EXPECT_EQ(c.cell_at(0, 10), KvCells::kNoCell);
+  EXPECT_EQ(c.cell_at(0, 12), 4u);
+  c.assign(6, 10, seqs_of({0}));
+  c.move(6, 10 / 5);  // to position 2: one cell of seq 0 at each position still
   EXPECT_EQ(c.seq_pos_max_count(0, 0, 100), 1u);
   c.release(4);
-  EXPECT_EQ(c.noted_cell(0, 12), UINT32_MAX);
+  EXPECT_EQ(c.cell_at(0, 12), KvCells::kNoCell);
   c.release(6);
   EXPECT_EQ(c.seq_pos_max_count(0, 0, 100), 0u);
 }
 
-TEST(KvCells, KeepOnly) {
+TEST(KvCells, APositionHeldByACellNotNotedAsksForAScan) {
+  KvCells c(8, 1);
+  c.assign(2, 10, seqs_of({0}));
+  c.assign(5, 11, seqs_of({0}));
+  c.move(5, 10);  // two cells at 10: the note names the last one to take it
+  EXPECT_EQ(c.seq_pos_max_count(0, 10, 11), 2u);
+  EXPECT_EQ(c.cell_at(0, 10), 5u);
+  c.release(5);  // cell 2 still holds 10, but the note named cell 5
+  EXPECT_EQ(c.cell_at(0, 10), KvCells::kUnnoted);
+  c.release(2);
+  EXPECT_EQ(c.cell_at(0, 10), KvCells::kNoCell);
+}
+
+TEST(KvCells, AssignChangesTheSequencesOfAUsedCell) {
+  // What seq_keep does to a shared cell: it stays where it is, with one sequence left.
   KvCells c(3, 3);
-  c.occupy(0, 0, seqs_of({0, 1}));
-  c.occupy(1, 1, seqs_of({2}));
-  EXPECT_FALSE(c.keep_only(0, 1));
-  EXPECT_TRUE(c.keep_only(1, 1));
-  EXPECT_FALSE(c.keep_only(2, 1));  // already empty
+  c.assign(0, 0, seqs_of({0, 1}));
+  c.assign(1, 1, seqs_of({2}));
+  c.assign(0, 0, seqs_of({1}));
   EXPECT_EQ(c.seqs(0), seqs_of({1}));
+  EXPECT_EQ(c.used(), 2u);
+  EXPECT_EQ(c.first_free(), 2u);
   EXPECT_EQ(c.seq_pos_max(0), -1);
   EXPECT_EQ(c.seq_pos_max(1), 0);
-  EXPECT_EQ(c.seq_pos_max(2), -1);
+  EXPECT_EQ(c.cell_at(1, 0), 0u);
+  EXPECT_EQ(c.seq_pos_max(2), 1);
+}
+
+TEST(KvCells, ResetAfterZeroingMarksEveryCellKnownZero) {
+  KvCells c(4, 1);
+  EXPECT_TRUE(c.known_zero(1));  // the storage starts zeroed
+  c.assign(1, 0, seqs_of({0}));
+  EXPECT_FALSE(c.known_zero(1));  // its rows are about to be written
+  c.reset();
+  EXPECT_FALSE(c.known_zero(1));  // emptied, bytes untouched
+  const uint32_t cells[] = {1, 2};
+  c.occupy_run(cells, 2, 0, seqs_of({0}), /*rows_zero=*/true);
+  EXPECT_TRUE(c.known_zero(1));  // the caller zeroed them
+  c.reset(/*rows_zeroed=*/true);
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_TRUE(c.known_zero(i));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -287,26 +316,28 @@ struct Harness {
   Pos rand_pos_bound() { return rand_int(-1, 45); }
 
   uint32_t tag_at(int layer, bool k, uint32_t stream, uint32_t cell) const {
-    const uint8_t* base = k ? kv->k_data(layer, stream) : kv->v_data(layer, stream);
-    const size_t row = k ? kv->row_bytes_k() : kv->row_bytes_v();
+    const KvRows& rows = kv->rows();
+    const uint8_t* base = k ? rows.k_data(layer, stream) : rows.v_data(layer, stream);
+    const size_t row = k ? rows.row_bytes_k() : rows.row_bytes_v();
     uint32_t tag;
     std::memcpy(&tag, base + cell * row, sizeof tag);
     return tag;
   }
   void write_tag(uint32_t stream, uint32_t cell, uint32_t tag) {
+    KvRows& rows = kv->rows();
     for (int layer : {0, 2}) {
       // Different bytes per layer and per K/V so a mixed-up row is caught.
       const uint32_t tk = tag * 4 + static_cast<uint32_t>(layer), tv = tk + 1;
-      std::memcpy(kv->k_data(layer, stream) + cell * kv->row_bytes_k(), &tk, sizeof tk);
-      std::memcpy(kv->v_data(layer, stream) + cell * kv->row_bytes_v(), &tv, sizeof tv);
+      std::memcpy(rows.k_data(layer, stream) + cell * rows.row_bytes_k(), &tk, sizeof tk);
+      std::memcpy(rows.v_data(layer, stream) + cell * rows.row_bytes_v(), &tv, sizeof tv);
     }
   }
 
   void check_all() {
     SCOPED_TRACE(trace);
-    ASSERT_EQ(kv->n_streams(), ref.streams.size());
+    ASSERT_EQ(layout.n_streams(), ref.streams.size());
     bool any_shift = false;
-    for (uint32_t s = 0; s < kv->n_streams(); ++s) {
+    for (uint32_t s = 0; s < layout.n_streams(); ++s) {
       const KvCells& c = kv->cells(s);
       const auto& rs = ref.streams[s];
       uint32_t max_p1 = 0;
@@ -326,12 +357,16 @@ struct Harness {
         for (SeqId q : r.seqs) want.set(static_cast<size_t>(q));
         ASSERT_EQ(c.seqs(i), want) << "stream " << s << " cell " << i;
         if (r.shift != 0) any_shift = true;
-        // A cell the table noted for (sequence, position) holds them: never another one.
+        // The table finds (sequence, position) through its note or says to scan, never "none"; a
+        // cell it names holds them, and is this one where the sequence has one cell there.
         for (SeqId q : r.seqs) {
-          const uint32_t noted = c.noted_cell(q, r.pos);
-          ASSERT_TRUE(noted == UINT32_MAX || (c.pos(noted) == r.pos && c.has_seq(noted, q)))
+          const uint32_t at = c.cell_at(q, r.pos);
+          ASSERT_NE(at, KvCells::kNoCell) << "stream " << s << " seq " << q << " pos " << r.pos;
+          ASSERT_TRUE(at == KvCells::kUnnoted || (c.pos(at) == r.pos && c.has_seq(at, q)))
               << "stream " << s << " seq " << q << " pos " << r.pos;
-          if (c.seq_pos_count(q, r.pos) == 1 && noted != UINT32_MAX) ASSERT_EQ(noted, i) << "seq " << q << " pos " << r.pos;
+          if (c.seq_pos_max_count(q, r.pos, r.pos + 1) == 1 && at != KvCells::kUnnoted) {
+            ASSERT_EQ(at, i) << "seq " << q << " pos " << r.pos;
+          }
         }
         for (int layer : {0, 2}) {
           ASSERT_EQ(tag_at(layer, true, s, i), r.tag * 4 + layer) << "K row, cell " << i;
@@ -364,10 +399,10 @@ struct Harness {
     UBatch ub;
     const int n = rand_int(1, 4);
     for (int t = 0; t < n; ++t) ub.add(rand_int(0, 50), {rand_seq()});
-    for (uint32_t s = 0; s < kv->n_streams(); ++s) {
+    for (uint32_t s = 0; s < layout.n_streams(); ++s) {
       std::vector<int> rows;
       for (int t = 0; t < n; ++t)
-        if (kv->stream_of(ub.seq[t][0]) == s) rows.push_back(t);
+        if (layout.stream_of(ub.seq[t][0]) == s) rows.push_back(t);
       if (rows.empty()) continue;
       const uint32_t n_kv = kv->n_kv(s);
       const int64_t stride = n_kv + 3;  // a stride wider than the row must be honoured
@@ -517,10 +552,10 @@ struct Harness {
       const Pos p0 = rand_pos_bound(), p1 = rand_pos_bound(), d = rand_int(-20, 20);
       trace += " add(" + std::to_string(s) + "," + std::to_string(p0) + "," + std::to_string(p1) +
                "," + std::to_string(d) + ")";
-      const uint32_t used_before = kv->cells(kv->stream_of(s)).used();
+      const uint32_t used_before = kv->cells(layout.stream_of(s)).used();
       kv->seq_add(s, p0, p1, d);
       ref.seq_add(s, p0, p1, d);
-      if (kv->cells(kv->stream_of(s)).used() < used_before) ++cov->removed_by_shift;
+      if (kv->cells(layout.stream_of(s)).used() < used_before) ++cov->removed_by_shift;
     } else if (kind < 92) {
       const SeqId s = rand_seq();
       const Pos p0 = rand_pos_bound(), p1 = rand_pos_bound();

@@ -18,6 +18,7 @@
 #include "agentkv/context.h"
 #include "agentkv/error.h"
 #include "agentkv/kv_code.h"
+#include "agentkv/kv_status.h"
 #include "agentkv/model.h"
 #include "agentkv/session_state.h"
 #include "engine/context_impl.h"
@@ -427,9 +428,9 @@ const testing_support::TrainedModel& trained() { return testing_support::trained
 ContextParams coded(GgmlType k, GgmlType v, std::shared_ptr<const KvCode> code) {
   ContextParams cp;
   cp.n_ctx = 1024;
-  cp.type_k = k;
-  cp.type_v = v;
-  cp.kv_code = std::move(code);
+  cp.kv.type_k = k;
+  cp.kv.type_v = v;
+  cp.kv.code = std::move(code);
   return cp;
 }
 
@@ -471,7 +472,7 @@ TEST(KvCodeModel, BeatsTq3AndRotatedQ4_0OnTheTrainedModel) {
   Context c(*t.model, coded(GgmlType::TQC3, GgmlType::TQC3, code));
   Context tq3(*t.model, coded(GgmlType::TQ3, GgmlType::TQ3, nullptr));
   Context q4(*t.model, coded(GgmlType::Q4_0, GgmlType::Q4_0, nullptr));
-  EXPECT_EQ(c.kv_status().code_id, code->id());
+  EXPECT_EQ(kv_status(c).code_id, code->id());
   EXPECT_FALSE(sequence_memory(c).kv()->layout().rotation.active()) << "a coded side is never Hadamard-rotated";
   double kl_c = 0, kl_tq3 = 0, kl_q4 = 0;
   for (size_t first = 0; first < 12288; first += 1536) {  // 8 windows over what bench quality reads

@@ -164,9 +164,9 @@ ContextParams params(GgmlType t, KvRotationMode mode, uint64_t seed = 0) {
   ContextParams cp;
   cp.n_ctx = 256;
   cp.n_threads = 1;
-  cp.type_k = cp.type_v = t;
-  cp.kv_rotation = mode;
-  cp.kv_rotation_seed = seed;
+  cp.kv.type_k = cp.kv.type_v = t;
+  cp.kv.rotation = mode;
+  cp.kv.rotation_seed = seed;
   return cp;
 }
 

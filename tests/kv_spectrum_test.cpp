@@ -125,7 +125,7 @@ struct TrainedRows {
     const memory::KvCache& kv = *sequence_memory(*ctx).kv();
     std::vector<double> x(static_cast<size_t>(n * hd));
     for (uint32_t cell = 0; cell < static_cast<uint32_t>(n); ++cell) {
-      const auto* row = reinterpret_cast<const uint16_t*>(which == 0 ? kv.k_row(layer, 0, cell) : kv.v_row(layer, 0, cell));
+      const auto* row = reinterpret_cast<const uint16_t*>(which == 0 ? kv.rows().k_row(layer, 0, cell) : kv.rows().v_row(layer, 0, cell));
       for (int64_t i = 0; i < hd; ++i) x[static_cast<size_t>(cell * hd + i)] = fp16_to_fp32(row[h * hd + i]);
     }
     return x;
@@ -139,7 +139,7 @@ TrainedRows prefill_trained(int n) {
   EXPECT_GE(static_cast<int>(tokens.size()), n);
   ContextParams cp;
   cp.n_ctx = static_cast<uint32_t>(n + 16);
-  cp.kv_rotation = KvRotationMode::Off;
+  cp.kv.rotation = KvRotationMode::Off;
   t.ctx = std::make_unique<Context>(*t.model, cp);
   for (int p0 = 0; p0 < n; p0 += 512) {
     Batch b;
@@ -158,7 +158,7 @@ TEST(KvSpectrum, DISABLED_TrainedModelReport) {
   const memory::KvCache& kv = *sequence_memory(*t.ctx).kv();
   const int64_t hd = t.hd, heads = t.heads;
   for (int layer = 0; layer < static_cast<int>(kv.layout().layer_has_kv.size()); ++layer) {
-    if (!kv.layer_has_kv(layer)) continue;
+    if (!kv.rows().layer_has_kv(layer)) continue;
     for (int which = 0; which < 2; ++which) {
       for (int64_t h = 0; h < heads; ++h) {
         const std::vector<double> x = t.slice(layer, which, h, n);
@@ -229,7 +229,7 @@ TEST(KvSpectrum, DISABLED_FittedBasisErrorReport) {
   std::vector<float> r(static_cast<size_t>(hd)), back(static_cast<size_t>(hd));
   std::vector<uint8_t> bytes(ggml_row_size(GgmlType::Q4_0, hd) + ggml_row_size(GgmlType::TQ3, hd));
   for (int layer = 0; layer < static_cast<int>(kv.layout().layer_has_kv.size()); ++layer) {
-    if (!kv.layer_has_kv(layer)) continue;
+    if (!kv.rows().layer_has_kv(layer)) continue;
     for (int which = 0; which < 2; ++which) {
       for (int64_t h = 0; h < t.heads; ++h) {
         const std::vector<double> x = t.slice(layer, which, h, n);

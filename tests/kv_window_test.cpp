@@ -54,9 +54,9 @@ KvLayout layout(uint32_t hot, GgmlType tail, const std::string& tail_dir = "") {
 }
 
 std::vector<float> row_floats(const KvCache& kv, int layer, uint32_t cell, bool k) {
-  std::vector<uint8_t> bytes(k ? kv.row_bytes_k() : kv.row_bytes_v());
-  if (k) kv.read_k(layer, 0, cell, bytes.data());
-  else kv.read_v(layer, 0, cell, bytes.data());
+  std::vector<uint8_t> bytes(k ? kv.rows().row_bytes_k() : kv.rows().row_bytes_v());
+  if (k) kv.rows().read_k(layer, 0, cell, bytes.data());
+  else kv.rows().read_v(layer, 0, cell, bytes.data());
   std::vector<float> out(kWidth);
   dequantize_row(GgmlType::F16, bytes.data(), out.data(), kWidth);
   return out;
@@ -68,11 +68,11 @@ void check_same(const KvCache& ref, const KvCache& win, GgmlType tail, const std
                 const std::string& where) {
   const auto& rc = ref.cells(0);
   const auto& wc = win.cells(0);
-  const memory::KvResidency r = win.residency();
+  const memory::KvResidency r = win.window().residency();
   ASSERT_LE(r.hot_used, kHot) << where;
   for (uint32_t c : last_placed)
     if (!wc.is_empty(c)) {
-      ASSERT_TRUE(win.is_hot(0, c)) << where << ": cell " << c << " just written is not hot";
+      ASSERT_TRUE(win.window().is_hot(0, c)) << where << ": cell " << c << " just written is not hot";
     }
   uint64_t used = 0;
   for (uint32_t c = 0; c < kCells; ++c) {
@@ -86,10 +86,10 @@ void check_same(const KvCache& ref, const KvCache& win, GgmlType tail, const std
         float amax = 0.f;
         for (float x : a) amax = std::max(amax, std::fabs(x));
         // q8_0: half a step of the block's scale amax/127, plus f16 rounding of the scale and the result.
-        const float tol = win.is_hot(0, c) || tail == GgmlType::F16 ? 0.f : amax / 127.f * 0.5f + amax * 2e-3f;
+        const float tol = win.window().is_hot(0, c) || tail == GgmlType::F16 ? 0.f : amax / 127.f * 0.5f + amax * 2e-3f;
         for (int64_t i = 0; i < kWidth; ++i)
           ASSERT_LE(std::fabs(a[i] - b[i]), tol) << where << " cell " << c << " layer " << layer << (k ? " K" : " V")
-                                                 << " element " << i << (win.is_hot(0, c) ? " (hot)" : " (tail)");
+                                                 << " element " << i << (win.window().is_hot(0, c) ? " (hot)" : " (tail)");
       }
   }
   ASSERT_EQ(r.hot_used + r.tail_used, used) << where;
@@ -119,7 +119,7 @@ void check_views(const KvCache& ref, const KvCache& win, GgmlType tail, const st
     ASSERT_EQ(sorted_a, sorted_b) << where;
     for (size_t j = 0; j < b[g].rows.size(); ++j) {
       const auto cell = static_cast<uint32_t>(b[g].rows[j]);
-      ASSERT_EQ(win.is_hot(0, cell), j >= b[g].n_tail) << where << ": key " << j;
+      ASSERT_EQ(win.window().is_hot(0, cell), j >= b[g].n_tail) << where << ": key " << j;
       if (j > 0 && j != b[g].n_tail) {  // each part by position
         ASSERT_LT(win.cells(0).pos(static_cast<uint32_t>(b[g].rows[j - 1])), win.cells(0).pos(cell)) << where;
       }
@@ -127,9 +127,9 @@ void check_views(const KvCache& ref, const KvCache& win, GgmlType tail, const st
     std::vector<const uint8_t*> k, v;
     memory::layer_key_rows(win, b[g], 2, k, v);
     for (size_t j = b[g].n_tail; j < k.size(); ++j)
-      ASSERT_EQ(k[j], win.k_row(2, 0, static_cast<uint32_t>(b[g].rows[j]))) << where;
+      ASSERT_EQ(k[j], win.rows().k_row(2, 0, static_cast<uint32_t>(b[g].rows[j]))) << where;
     for (size_t j = 0; j < b[g].n_tail; ++j)
-      ASSERT_EQ(k[j], win.tail_k_row(2, 0, static_cast<uint32_t>(b[g].rows[j]))) << where;
+      ASSERT_EQ(k[j], win.rows().tail_k_row(2, 0, static_cast<uint32_t>(b[g].rows[j]))) << where;
   }
 }
 
@@ -138,7 +138,7 @@ void random_operations(GgmlType tail, int seeds, int ops, const std::string& tai
     std::mt19937 rng(static_cast<uint32_t>(seed));
     KvCache ref(layout(0, GgmlType::F16)), win(layout(kHot, tail, tail_dir));
     auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
-    std::vector<uint8_t> row(ref.row_bytes_k());
+    std::vector<uint8_t> row(ref.rows().row_bytes_k());
     std::vector<float> values(kWidth);
     std::vector<uint32_t> last_placed;
     for (int op = 0; op < ops; ++op) {
@@ -166,8 +166,8 @@ void random_operations(GgmlType tail, int seeds, int ops, const std::string& tai
               const float scale = std::ldexp(1.0f, pick(6) - 2);
               for (float& x : values) x = scale * (static_cast<float>(rng() % 20001) / 10000.f - 1.f);
               quantize_row(GgmlType::F16, values.data(), row.data(), kWidth);
-              std::memcpy(k ? ref.k_row(layer, 0, c) : ref.v_row(layer, 0, c), row.data(), row.size());
-              std::memcpy(k ? win.k_row(layer, 0, c) : win.v_row(layer, 0, c), row.data(), row.size());
+              std::memcpy(k ? ref.rows().k_row(layer, 0, c) : ref.rows().v_row(layer, 0, c), row.data(), row.size());
+              std::memcpy(k ? win.rows().k_row(layer, 0, c) : win.rows().v_row(layer, 0, c), row.data(), row.size());
             }
         }
       } else if (kind == 5) {  // drop a suffix or a middle range
@@ -191,15 +191,15 @@ void random_operations(GgmlType tail, int seeds, int ops, const std::string& tai
         if (used.size() < 2) continue;
         const uint32_t a = used[static_cast<size_t>(pick(static_cast<int>(used.size())))];
         const uint32_t b = used[static_cast<size_t>(pick(static_cast<int>(used.size())))];
-        ref.copy_cell_rows(0, a, b);
-        win.copy_cell_rows(0, a, b);
+        ref.rows().copy_cell_rows(0, a, b);
+        win.rows().copy_cell_rows(0, a, b);
         // The windowed copy from a tail cell carries the tail's rounding: make the reference the same.
-        if (!win.is_hot(0, b) || !win.is_hot(0, a))
+        if (!win.window().is_hot(0, b) || !win.window().is_hot(0, a))
           for (int layer : {0, 2}) {
-            win.read_k(layer, 0, b, row.data());
-            std::memcpy(ref.k_row(layer, 0, b), row.data(), row.size());
-            win.read_v(layer, 0, b, row.data());
-            std::memcpy(ref.v_row(layer, 0, b), row.data(), row.size());
+            win.rows().read_k(layer, 0, b, row.data());
+            std::memcpy(ref.rows().k_row(layer, 0, b), row.data(), row.size());
+            win.rows().read_v(layer, 0, b, row.data());
+            std::memcpy(ref.rows().v_row(layer, 0, b), row.data(), row.size());
           }
       } else if (kind == 8) {  // fake prefix on an empty sequence
         if (ref.seq_pos_max(s) >= 0) continue;
@@ -212,9 +212,9 @@ void random_operations(GgmlType tail, int seeds, int ops, const std::string& tai
         const memory::KvImage ia = memory::kv_state_view(ref, s), ib = memory::kv_state_view(win, s);
         ASSERT_EQ(ia.cells.size(), ib.cells.size()) << where;
         for (size_t l = 0; l < ia.k.size(); ++l) {
-          memory::RowCursor ka(ia.k[l], ref.row_bytes_k()), kb(ib.k[l], win.row_bytes_k());
+          memory::RowCursor ka(ia.k[l], ref.rows().row_bytes_k()), kb(ib.k[l], win.rows().row_bytes_k());
           for (size_t i = 0; i < ia.cells.size(); ++i)
-            ASSERT_EQ(std::memcmp(ka.next(), kb.next(), ref.row_bytes_k()), 0) << where << " state row " << i;
+            ASSERT_EQ(std::memcmp(ka.next(), kb.next(), ref.rows().row_bytes_k()), 0) << where << " state row " << i;
         }
         std::vector<int32_t> tokens;
         std::vector<uint32_t> cells;
@@ -226,7 +226,7 @@ void random_operations(GgmlType tail, int seeds, int ops, const std::string& tai
       check_views(ref, win, tail, where);
       if (::testing::Test::HasFatalFailure()) return;
     }
-    EXPECT_GT(win.residency().demotions, 0u) << "seed " << seed << ": nothing moved to the tail";
+    EXPECT_GT(win.window().residency().demotions, 0u) << "seed " << seed << ": nothing moved to the tail";
   }
 }
 
@@ -261,7 +261,7 @@ void append(KvCache& kv, SeqId seq, int n, int step = 4) {
 std::pair<int, int> hot_from(const KvCache& kv, SeqId seq, Pos from) {
   std::pair<int, int> out{0, 0};
   for (uint32_t c = 0; c < kCells; ++c)
-    if (kv.cells(0).has_seq(c, seq) && kv.cells(0).pos(c) >= from) out.first += kv.is_hot(0, c), ++out.second;
+    if (kv.cells(0).has_seq(c, seq) && kv.cells(0).pos(c) >= from) out.first += kv.window().is_hot(0, c), ++out.second;
   return out;
 }
 
@@ -274,7 +274,7 @@ TEST(KvWindow, EachSequenceKeepsItsNewestRowsHot) {
   append(kv, 0, 4);
   EXPECT_EQ(hot_from(kv, 1, 0), std::make_pair(8, 8));
   EXPECT_EQ(hot_from(kv, 0, 64 - 12), std::make_pair(12, 12));
-  EXPECT_EQ(kv.residency().hot_used, kHot);
+  EXPECT_EQ(kv.window().residency().hot_used, kHot);
 }
 
 TEST(KvWindow, TheBackgroundSequencesCellsLeaveTheWindowFirst) {
@@ -282,7 +282,7 @@ TEST(KvWindow, TheBackgroundSequencesCellsLeaveTheWindowFirst) {
   // go before any of a sequence that is being read, however recent their positions look.
   for (bool background : {false, true}) {
     KvCache kv(layout(kHot, GgmlType::F16));
-    if (background) kv.set_window_background(2);
+    if (background) kv.window().set_background(2);
     append(kv, 2, 8);
     append(kv, 0, 20);
     const auto seq0 = hot_from(kv, 0, 0), holder = hot_from(kv, 2, 0);
@@ -295,7 +295,7 @@ TEST(KvWindow, TheBackgroundSequencesCellsLeaveTheWindowFirst) {
     }
   }
   KvCache kv(layout(kHot, GgmlType::F16));
-  EXPECT_THROW(kv.set_window_background(static_cast<SeqId>(kSeqs)), Error);
+  EXPECT_THROW(kv.window().set_background(static_cast<SeqId>(kSeqs)), Error);
 }
 
 TEST(KvWindow, RefusesABatchLargerThanTheHotRows) {
@@ -303,7 +303,7 @@ TEST(KvWindow, RefusesABatchLargerThanTheHotRows) {
   UBatch ub;
   for (Pos p = 0; p < static_cast<Pos>(kHot) + 1; ++p) ub.add(p, {0});
   EXPECT_FALSE(win.find_slot(ub).has_value());
-  EXPECT_THROW(win.k_data(0, 0), std::logic_error);
+  EXPECT_THROW(win.rows().k_data(0, 0), std::logic_error);
 }
 
 // ---- the residency gate on the fixture models ----
@@ -314,12 +314,12 @@ const Model& model(const std::string& name) { return testing_support::fixture_mo
 std::vector<std::vector<float>> run_logits(const Model& m, uint32_t hot, GgmlType tail, memory::KvResidency* res = nullptr,
                                            GgmlType hot_type = GgmlType::F16) {
   ContextParams cp;
-  cp.type_k = cp.type_v = hot_type;
+  cp.kv.type_k = cp.kv.type_v = hot_type;
   cp.n_ctx = 1024;
   cp.n_ubatch = 64;
   cp.n_threads = 2;
-  cp.kv_hot_cells = hot;
-  cp.tail_type_k = cp.tail_type_v = tail;
+  cp.kv.hot_cells = hot;
+  cp.kv.tail_type_k = cp.kv.tail_type_v = tail;
   Context ctx(m, cp);
   std::vector<Token> prompt;
   for (int i = 0; i < 600; ++i) prompt.push_back(static_cast<Token>((i * 7919 + 13) % 1000 + 100));
@@ -337,7 +337,7 @@ std::vector<std::vector<float>> run_logits(const Model& m, uint32_t hot, GgmlTyp
     EXPECT_EQ(ctx.decode(d), 0);
     out.emplace_back(ctx.last_logits(), ctx.last_logits() + n_vocab);
   }
-  if (res) *res = sequence_memory(ctx).kv()->residency();
+  if (res) *res = sequence_memory(ctx).kv()->window().residency();
   return out;
 }
 

@@ -52,7 +52,7 @@ TEST(MemoryInterface, AttentionThroughTheInterface) {
   EXPECT_EQ(kv.seq_pos_max(1), 4);
   EXPECT_EQ(m.usage().cells_used, 10u);
   EXPECT_EQ(m.usage().cells_total, 64u);
-  EXPECT_EQ(m.usage().bytes_total, mem->kv()->total_bytes());
+  EXPECT_EQ(m.usage().bytes_total, mem->kv()->usage().bytes_total);
   EXPECT_TRUE(m.seq_rm(0, 5, -1));
   EXPECT_EQ(m.usage().cells_used, 5u);
   m.seq_keep(1);

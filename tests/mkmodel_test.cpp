@@ -26,19 +26,19 @@ const VocabData& fixture_vocab() {
   static const VocabData vocab = [] {
     auto r = gguf::Reader::open(kFixtures + "/models/qwen3-micro.gguf");
     VocabData v;
-    v.model = r->require_string("tokenizer.ggml.model");
-    v.pre = r->require_string("tokenizer.ggml.pre");
-    v.tokens = r->get_string_array("tokenizer.ggml.tokens").value();
+    v.model = r->metadata().require_string("tokenizer.ggml.model");
+    v.pre = r->metadata().require_string("tokenizer.ggml.pre");
+    v.tokens = r->metadata().get_string_array("tokenizer.ggml.tokens").value();
     // Drop the padding: mkmodel adds it back for the preset's vocabulary size.
     while (!v.tokens.empty() && v.tokens.back().rfind("[PAD", 0) == 0) v.tokens.pop_back();
-    const std::vector<int64_t> types = r->get_int_array("tokenizer.ggml.token_type").value();
+    const std::vector<int64_t> types = r->metadata().get_int_array("tokenizer.ggml.token_type").value();
     for (size_t i = 0; i < v.tokens.size(); ++i) v.types.push_back(static_cast<TokenType>(types.at(i)));
-    v.merges = r->get_string_array("tokenizer.ggml.merges").value();
-    v.eos = static_cast<Token>(r->require_uint("tokenizer.ggml.eos_token_id"));
-    v.pad = static_cast<Token>(r->require_uint("tokenizer.ggml.padding_token_id"));
-    v.bos = static_cast<Token>(r->require_uint("tokenizer.ggml.bos_token_id"));
-    v.add_bos = r->get_bool("tokenizer.ggml.add_bos_token").value();
-    v.chat_template = r->require_string("tokenizer.chat_template");
+    v.merges = r->metadata().get_string_array("tokenizer.ggml.merges").value();
+    v.eos = static_cast<Token>(r->metadata().require_uint("tokenizer.ggml.eos_token_id"));
+    v.pad = static_cast<Token>(r->metadata().require_uint("tokenizer.ggml.padding_token_id"));
+    v.bos = static_cast<Token>(r->metadata().require_uint("tokenizer.ggml.bos_token_id"));
+    v.add_bos = r->metadata().get_bool("tokenizer.ggml.add_bos_token").value();
+    v.chat_template = r->metadata().require_string("tokenizer.chat_template");
     return v;
   }();
   return vocab;
@@ -85,16 +85,16 @@ void expect_same_value(const std::string& key, const gguf::Value& ours, const gg
 // general.file_type, which the converter writes but the fixture writer did not.
 void expect_matches_fixture(const gguf::Reader& ours, const gguf::Reader& fixture, bool extra_file_type) {
   std::vector<std::string> our_keys, fixture_keys;
-  for (const auto& [key, value] : ours.metadata())
+  for (const auto& [key, value] : ours.metadata().entries())
     if (!(extra_file_type && key == "general.file_type")) our_keys.push_back(key);
-  for (const auto& [key, value] : fixture.metadata()) fixture_keys.push_back(key);
+  for (const auto& [key, value] : fixture.metadata().entries()) fixture_keys.push_back(key);
   ASSERT_EQ(our_keys, fixture_keys);
-  for (const auto& [key, value] : fixture.metadata()) {
+  for (const auto& [key, value] : fixture.metadata().entries()) {
     if (key == "general.name") continue;
-    expect_same_value(key, *ours.find(key), value);
+    expect_same_value(key, *ours.metadata().find(key), value);
   }
   if (extra_file_type) {
-    EXPECT_EQ(ours.get_uint("general.file_type"), 1u);
+    EXPECT_EQ(ours.metadata().get_uint("general.file_type"), 1u);
   }
 
   ASSERT_EQ(ours.tensors().size(), fixture.tensors().size());
@@ -153,7 +153,7 @@ TEST(MkModel, Qwen3TinyQ4KMPlanMatchesLlamaQuantize) {
     EXPECT_EQ(plan[i].ne, std::vector<int64_t>(f.ne.begin(), f.ne.begin() + f.n_dims)) << f.name;
     EXPECT_EQ(ggml_type_name(plan[i].type), ggml_type_name(f.type)) << f.name;
   }
-  EXPECT_EQ(fixture->get_uint("general.file_type"), static_cast<uint64_t>(FileType::MostlyQ4_K_M));
+  EXPECT_EQ(fixture->metadata().get_uint("general.file_type"), static_cast<uint64_t>(FileType::MostlyQ4_K_M));
 }
 
 TEST(MkModel, SameSeedSameBytesWhateverTheThreadCount) {
@@ -313,7 +313,7 @@ TEST(MkModel, QuantizedFilesEncodeTheSameWeights) {
                         FileType::MostlyQ5_K_M}) {
     const auto bytes = build(type);
     auto q = gguf::Reader::from_memory(bytes, std::string(file_type_name(type)));
-    EXPECT_EQ(q->get_uint("general.file_type"), static_cast<uint64_t>(type));
+    EXPECT_EQ(q->metadata().get_uint("general.file_type"), static_cast<uint64_t>(type));
     for (const auto& t : q->tensors()) {
       const gguf::TensorInfo* ref = f32->find_tensor(t.name);
       ASSERT_NE(ref, nullptr) << t.name;
@@ -411,9 +411,9 @@ TEST(MkModel, HfTokenizerGivesTheFixtureVocabulary) {
   const auto bytes = w.to_bytes();
   auto ours = gguf::Reader::from_memory(bytes, "hf-vocab");
   auto fixture = open_fixture("qwen3-micro.gguf");
-  for (const auto& [key, value] : fixture->metadata()) {
+  for (const auto& [key, value] : fixture->metadata().entries()) {
     if (key.rfind("tokenizer.", 0) != 0) continue;
-    const gguf::Value* mine = ours->find(key);
+    const gguf::Value* mine = ours->metadata().find(key);
     ASSERT_NE(mine, nullptr) << key;
     expect_same_value(key, *mine, value);
   }

@@ -120,12 +120,12 @@ TEST(PrefixCacheTiers, OnlyAUnifiedKvCacheHasOne) {
   AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen3-micro.gguf");
   ContextParams split = params();
-  split.kv_unified = false;  // one stream per sequence: pages could not be shared
+  split.kv.unified = false;  // one stream per sequence: pages could not be shared
   Context a(*model, split);
   PrefixCacheConfig pc;
   pc.holder = kHolder;
   EXPECT_EQ(a.enable_prefix_cache(pc), nullptr);
-  EXPECT_EQ(a.prefix_cache(), nullptr);
+  EXPECT_EQ(a.enable_prefix_cache(pc), nullptr);  // asked again: still none
   Context b(*model, params());
   pc.holder = 2;  // outside n_seq_max
   EXPECT_THROW(b.enable_prefix_cache(pc), Error);

@@ -100,7 +100,7 @@ struct Harness {
     const size_t base = r.size();
     r.insert(r.end(), toks.begin(), toks.end());
     for (size_t i = 0; i < toks.size(); ++i) {
-      auto* row = reinterpret_cast<float*>(mem->kv()->k_data(0, 0) + placement->kv[i].cell * mem->kv()->row_bytes_k());
+      auto* row = reinterpret_cast<float*>(mem->kv()->rows().k_data(0, 0) + placement->kv[i].cell * mem->kv()->rows().row_bytes_k());
       put_digest(row, digest(r, base + i + 1));
     }
     if (hybrid) put_digest(mem->rec()->conv_state(1, placement->rec.cell_of(seq)), digest(r, r.size()));
@@ -119,7 +119,7 @@ struct Harness {
         const Pos p = c.pos(i);
         ASSERT_LT(static_cast<size_t>(p), toks.size()) << "seq " << seq;
         ++seen[static_cast<size_t>(p)];
-        const auto* row = reinterpret_cast<const float*>(kv.k_data(0, 0) + i * kv.row_bytes_k());
+        const auto* row = reinterpret_cast<const float*>(kv.rows().k_data(0, 0) + i * kv.rows().row_bytes_k());
         ASSERT_EQ(get_digest(row), digest(toks, static_cast<size_t>(p) + 1)) << "seq " << seq << " pos " << p;
       }
       for (size_t p = 0; p < toks.size(); ++p) ASSERT_EQ(seen[p], 1) << "seq " << seq << " pos " << p;
@@ -523,6 +523,46 @@ TEST(PrefixIndex, SnapshotPointsOfAPrompt) {
 
 // The salt a sequence's pages are named with (agentkv/prefix_cache.h): tenants apart, and slots
 // apart only without sharing.
+// follow_chain (what a prompt's text is aligned to): among cached chains, the one a reader takes
+// furthest, page by page, with the reader's state carried along it; whole pages lead on, a page
+// taken in part ends it; another salt's pages are not offered.
+TEST(PrefixIndex, FollowChainTakesTheChainAReaderReadsFurthest) {
+  Harness h(false, 4);
+  std::vector<TokenId> a(14), b;
+  for (int i = 0; i < 14; ++i) a[static_cast<size_t>(i)] = 100 + i;
+  b.assign(a.begin(), a.begin() + 6);
+  for (int i = 0; i < 7; ++i) b.push_back(200 + i);  // parts from a inside its second page
+  ASSERT_TRUE(h.append(0, a));
+  ASSERT_TRUE(h.append(1, b));
+  h.index->publish(0, a, 5, /*with_tail=*/true);
+  h.index->publish(1, b, 5, /*with_tail=*/true);
+  // A reader of a target sequence: takes a page's tokens while they continue the target from the
+  // state (the offset reached); counts the pages offered.
+  size_t offered = 0;
+  auto reader_of = [&](const std::vector<TokenId>& target) {
+    return [&offered, target](uint64_t at, std::span<const CacheToken> page) {
+      ++offered;
+      PrefixCache::ChainStep step{0, at};
+      while (step.taken < page.size() && step.state < target.size() && page[step.taken] == target[step.state])
+        ++step.taken, ++step.state;
+      return step;
+    };
+  };
+  std::vector<TokenId> want_b(b.begin(), b.begin() + 11);
+  want_b.push_back(999);
+  EXPECT_EQ(h.index->follow_chain(5, reader_of(want_b)), std::vector<TokenId>(b.begin(), b.begin() + 11));
+  std::vector<TokenId> want_a = a;
+  want_a.push_back(7);
+  EXPECT_EQ(h.index->follow_chain(5, reader_of(want_a)), a);  // through a's tail page
+  EXPECT_EQ(h.index->follow_chain(5, reader_of({1, 2, 3})), std::vector<TokenId>{});
+  offered = 0;
+  EXPECT_EQ(h.index->follow_chain(6, reader_of(want_a)), std::vector<TokenId>{});
+  EXPECT_EQ(offered, 0u);
+  h.ref[0] = a;
+  h.ref[1] = b;
+  h.verify();
+}
+
 TEST(PrefixIndex, PageSaltsKeepNamespacesApart) {
   EXPECT_EQ(cache_namespace(""), 0u);
   EXPECT_NE(cache_namespace("tenant-a"), 0u);

@@ -47,8 +47,8 @@ struct Fixture {
     ContextParams cp;
     cp.n_ctx = 256;
     cp.n_threads = 1;
-    cp.type_k = cp.type_v = GgmlType::F32;
-    cp.query_window = kWindow;
+    cp.kv.type_k = cp.kv.type_v = GgmlType::F32;
+    cp.kv.query_window = kWindow;
     ctx = std::make_unique<Context>(*model, cp);
     const auto t = tokens(kN, seed);
     Batch b;
@@ -71,10 +71,10 @@ struct Fixture {
   }
   int first_kv_layer() const {
     int l = 0;
-    while (!kv().layer_has_kv(l)) ++l;
+    while (!kv().rows().layer_has_kv(l)) ++l;
     return l;
   }
-  float* k_row(int layer, Pos p) { return reinterpret_cast<float*>(sequence_memory(*ctx).kv()->k_row(layer, 0, cells().at(p))); }
+  float* k_row(int layer, Pos p) { return reinterpret_cast<float*>(sequence_memory(*ctx).kv()->rows().k_row(layer, 0, cells().at(p))); }
 };
 
 EvictionRequest request(EvictPolicy policy, int n_keep, int n_discard, int n_recent) {
@@ -156,7 +156,7 @@ TEST(Retention, KeyDiffDropsTheLeastDistinctiveKeys) {
   // (Candidates: [4, 37): 10 of 64 go, so the newest 27 stay.)
   const std::vector<Pos> same = {6, 9, 12, 15, 18, 21, 24, 27, 30, 33};
   for (int layer = 0; layer < static_cast<int>(f.kv().layout().layer_has_kv.size()); ++layer) {
-    if (!f.kv().layer_has_kv(layer)) continue;
+    if (!f.kv().rows().layer_has_kv(layer)) continue;
     const std::vector<float> k(f.k_row(layer, 2), f.k_row(layer, 2) + n_embd_k);  // a kept position's key
     for (Pos p : same) std::copy(k.begin(), k.end(), f.k_row(layer, p));
   }
@@ -174,7 +174,7 @@ TEST(Retention, SnapKvKeepsTheKeyTheRecentQueriesAttendTo) {
   // point (their sum over the window and the head group), scaled up: it takes their attention.
   const Pos star = 30;
   for (int layer = 0; layer < static_cast<int>(f.kv().layout().layer_has_kv.size()); ++layer) {
-    if (!f.kv().layer_has_kv(layer)) continue;
+    if (!f.kv().rows().layer_has_kv(layer)) continue;
     float* k = f.k_row(layer, star);
     for (int64_t g = 0; g < cfg.n_head_kv; ++g) {
       std::vector<float> dir(static_cast<size_t>(hd), 0.f);
@@ -208,8 +208,8 @@ TEST(Retention, EvictionClosesTheGapsAndRotatesEachKeptKeyByItsMove) {
   const int n_embd_k = static_cast<int>(f.kv().layout().n_embd_k);
   std::map<Pos, std::vector<float>> k_before, v_before;
   for (const auto& [p, cell] : f.cells()) {
-    const float* k = reinterpret_cast<const float*>(f.kv().k_row(layer, 0, cell));
-    const float* v = reinterpret_cast<const float*>(f.kv().v_row(layer, 0, cell));
+    const float* k = reinterpret_cast<const float*>(f.kv().rows().k_row(layer, 0, cell));
+    const float* v = reinterpret_cast<const float*>(f.kv().rows().v_row(layer, 0, cell));
     k_before[p].assign(k, k + n_embd_k);
     v_before[p].assign(v, v + f.kv().layout().n_embd_v);
   }
@@ -232,8 +232,8 @@ TEST(Retention, EvictionClosesTheGapsAndRotatesEachKeptKeyByItsMove) {
     for (int64_t h = 0; h < cfg.n_head_kv; ++h)
       rope_neox(want.data() + h * cfg.head_dim_k, cfg.head_dim_k, cfg.n_rot, static_cast<float>(new_pos - old),
                 cfg.rope_freq_base, cfg.rope_freq_scale);
-    const float* k = reinterpret_cast<const float*>(f.kv().k_row(layer, 0, cell));
-    const float* v = reinterpret_cast<const float*>(f.kv().v_row(layer, 0, cell));
+    const float* k = reinterpret_cast<const float*>(f.kv().rows().k_row(layer, 0, cell));
+    const float* v = reinterpret_cast<const float*>(f.kv().rows().v_row(layer, 0, cell));
     for (int i = 0; i < n_embd_k; ++i) worst = std::max(worst, double(std::fabs(k[i] - want[static_cast<size_t>(i)])));
     EXPECT_TRUE(std::equal(v_before[old].begin(), v_before[old].end(), v)) << "V row of old position " << old;
     ++new_pos;

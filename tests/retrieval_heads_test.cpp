@@ -66,8 +66,8 @@ void fill(KvCache& kv, int n) {
     const uint32_t cell = (*placement)[0].cell;
     for (int layer : {0, 2}) {
       const std::vector<uint16_t> r = row_of(cell, layer);
-      std::memcpy(kv.k_row(layer, 0, cell), r.data(), r.size() * 2);
-      std::memcpy(kv.v_row(layer, 0, cell), r.data(), r.size() * 2);
+      std::memcpy(kv.rows().k_row(layer, 0, cell), r.data(), r.size() * 2);
+      std::memcpy(kv.rows().v_row(layer, 0, cell), r.data(), r.size() * 2);
     }
   }
 }
@@ -75,23 +75,24 @@ void fill(KvCache& kv, int n) {
 TEST(KvTailHeads, ADemotedCellKeepsTheKeptHeadsRowsOnly) {
   KvCache kv(tail_heads_layout());
   fill(kv, 20);
-  ASSERT_TRUE(kv.tail_drops_heads());
-  ASSERT_NE(kv.tail_kept_heads(0), nullptr);
-  EXPECT_EQ(*kv.tail_kept_heads(0), (std::vector<int>{1, 3}));
-  ASSERT_NE(kv.tail_kept_heads(2), nullptr);
-  EXPECT_TRUE(kv.tail_kept_heads(2)->empty());
-  const memory::KvResidency r = kv.residency();
+  ASSERT_TRUE(kv.rows().tail_drops_heads());
+  ASSERT_NE(kv.rows().tail_kept_heads(0), nullptr);
+  EXPECT_EQ(*kv.rows().tail_kept_heads(0), (std::vector<int>{1, 3}));
+  ASSERT_NE(kv.rows().tail_kept_heads(2), nullptr);
+  EXPECT_TRUE(kv.rows().tail_kept_heads(2)->empty());
+  const memory::KvResidency r = kv.window().residency();
   EXPECT_EQ(r.hot_used, kHot);
   EXPECT_EQ(r.tail_used, 20u - kHot);
   // Tail storage: layer 0 keeps 2 of 4 heads (K and V), layer 2 none.
-  EXPECT_EQ(r.tail_bytes, size_t{2} * kCells * 2 * kHeadDim * 2);
-  EXPECT_EQ(r.held_bytes, size_t{2} * kHot * 2 * kHeads * kHeadDim * 2 + size_t{20 - kHot} * 2 * 2 * kHeadDim * 2);
+  const memory::KvRowBytes bytes = kv.rows().bytes(r);
+  EXPECT_EQ(bytes.tail, size_t{2} * kCells * 2 * kHeadDim * 2);
+  EXPECT_EQ(bytes.held, size_t{2} * kHot * 2 * kHeads * kHeadDim * 2 + size_t{20 - kHot} * 2 * 2 * kHeadDim * 2);
   int tail_cells = 0;
   for (uint32_t cell = 0; cell < 20; ++cell) {
-    if (kv.is_hot(0, cell)) continue;
+    if (kv.window().is_hot(0, cell)) continue;
     ++tail_cells;
     std::vector<float> k(kHeads * kHeadDim);
-    kv.dequantize_k(0, 0, cell, k.data());
+    kv.rows().dequantize_k(0, 0, cell, k.data());
     const std::vector<uint16_t> want = row_of(cell, 0);
     for (int h = 0; h < kHeads; ++h)
       for (int i = 0; i < kHeadDim; ++i) {
@@ -99,12 +100,12 @@ TEST(KvTailHeads, ADemotedCellKeepsTheKeptHeadsRowsOnly) {
         EXPECT_EQ(k[at], (h == 1 || h == 3) ? fp16_to_fp32(want[at]) : 0.f) << "cell " << cell << " head " << h;
       }
     // What attention reads: the kept heads' rows back to back.
-    const uint8_t* stored = kv.tail_k_row(0, 0, cell);
+    const uint8_t* stored = kv.rows().tail_k_row(0, 0, cell);
     EXPECT_EQ(std::memcmp(stored, want.data() + kHeadDim, kHeadDim * 2), 0);
     EXPECT_EQ(std::memcmp(stored + kHeadDim * 2, want.data() + 3 * kHeadDim, kHeadDim * 2), 0);
-    std::vector<uint8_t> whole(kv.row_bytes_k());
-    EXPECT_THROW(kv.read_k(0, 0, cell, whole.data()), Error) << "a row without its dropped heads cannot be saved";
-    EXPECT_THROW(kv.read_v(2, 0, cell, whole.data()), Error);
+    std::vector<uint8_t> whole(kv.rows().row_bytes_k());
+    EXPECT_THROW(kv.rows().read_k(0, 0, cell, whole.data()), Error) << "a row without its dropped heads cannot be saved";
+    EXPECT_THROW(kv.rows().read_v(2, 0, cell, whole.data()), Error);
   }
   EXPECT_EQ(tail_cells, 20 - static_cast<int>(kHot));
 }
@@ -113,13 +114,13 @@ TEST(KvTailHeads, WritesAndCopiesOfATailCellKeepItsShape) {
   KvCache kv(tail_heads_layout());
   fill(kv, 12);
   const uint32_t tail_cell = 0;
-  ASSERT_FALSE(kv.is_hot(0, tail_cell));
+  ASSERT_FALSE(kv.window().is_hot(0, tail_cell));
   // A write into a tail cell stores the kept heads.
   std::vector<float> k(kHeads * kHeadDim);
   for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i % 97) / 8.f;
-  kv.quantize_k(0, 0, tail_cell, k.data());
+  kv.rows().quantize_k(0, 0, tail_cell, k.data());
   std::vector<float> back(k.size());
-  kv.dequantize_k(0, 0, tail_cell, back.data());
+  kv.rows().dequantize_k(0, 0, tail_cell, back.data());
   for (int h = 0; h < kHeads; ++h)
     for (int i = 0; i < kHeadDim; ++i) {
       const size_t at = static_cast<size_t>(h * kHeadDim + i);
@@ -128,19 +129,19 @@ TEST(KvTailHeads, WritesAndCopiesOfATailCellKeepItsShape) {
   // Copying it into a cell that holds a hot row makes that cell a tail cell with the same rows:
   // a hot copy would show the dropped heads as zero keys to every head.
   const uint32_t hot_cell = 11;
-  ASSERT_TRUE(kv.is_hot(0, hot_cell));
-  kv.copy_cell_rows(0, tail_cell, hot_cell);
-  EXPECT_FALSE(kv.is_hot(0, hot_cell));
-  EXPECT_EQ(std::memcmp(kv.tail_k_row(0, 0, hot_cell), kv.tail_k_row(0, 0, tail_cell), 2 * kHeadDim * 2), 0);
+  ASSERT_TRUE(kv.window().is_hot(0, hot_cell));
+  kv.rows().copy_cell_rows(0, tail_cell, hot_cell);
+  EXPECT_FALSE(kv.window().is_hot(0, hot_cell));
+  EXPECT_EQ(std::memcmp(kv.rows().tail_k_row(0, 0, hot_cell), kv.rows().tail_k_row(0, 0, tail_cell), 2 * kHeadDim * 2), 0);
   // The freed hot row is taken by the next placement without demoting anything.
-  const uint64_t demotions = kv.residency().demotions;
+  const uint64_t demotions = kv.window().residency().demotions;
   fill(kv, 0);
   UBatch ub;
   ub.add(12, {0});
   const auto placement = kv.find_slot(ub);
   ASSERT_TRUE(placement);
   kv.apply(ub, *placement);
-  EXPECT_EQ(kv.residency().demotions, demotions);
+  EXPECT_EQ(kv.window().residency().demotions, demotions);
 }
 
 TEST(KvTailHeads, RefusesMasksItCannotServe) {
@@ -173,7 +174,7 @@ TEST(KvTailHeads, RandomOperationsKeepTheKeptHeadsRowsExactly) {
     full_layout.tail_heads.clear();
     full_layout.n_seq_max = heads_layout.n_seq_max = kSeqs;
     KvCache ref(full_layout), kv(heads_layout);
-    const size_t row_bytes = ref.row_bytes_k(), head_bytes = kHeadDim * 2;
+    const size_t row_bytes = ref.rows().row_bytes_k(), head_bytes = kHeadDim * 2;
     std::vector<uint16_t> row(kHeads * kHeadDim);
     for (int op = 0; op < 300; ++op) {
       const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op);
@@ -194,8 +195,8 @@ TEST(KvTailHeads, RandomOperationsKeepTheKeptHeadsRowsExactly) {
           for (int layer : {0, 2})
             for (bool k : {true, false}) {
               for (uint16_t& x : row) x = fp32_to_fp16(static_cast<float>(pick(2001) - 1000) / 256.f);
-              std::memcpy(k ? ref.k_row(layer, 0, placed.back()) : ref.v_row(layer, 0, placed.back()), row.data(), row_bytes);
-              std::memcpy(k ? kv.k_row(layer, 0, placed.back()) : kv.v_row(layer, 0, placed.back()), row.data(), row_bytes);
+              std::memcpy(k ? ref.rows().k_row(layer, 0, placed.back()) : ref.rows().v_row(layer, 0, placed.back()), row.data(), row_bytes);
+              std::memcpy(k ? kv.rows().k_row(layer, 0, placed.back()) : kv.rows().v_row(layer, 0, placed.back()), row.data(), row_bytes);
             }
         }
       } else if (kind == 5) {
@@ -215,14 +216,14 @@ TEST(KvTailHeads, RandomOperationsKeepTheKeptHeadsRowsExactly) {
         if (used.empty() || empty.empty()) continue;
         const uint32_t a = used[static_cast<size_t>(pick(static_cast<int>(used.size())))];
         const uint32_t b = empty[static_cast<size_t>(pick(static_cast<int>(empty.size())))];
-        ref.copy_cell_rows(0, a, b);
-        kv.copy_cell_rows(0, a, b);
-        if (!kv.is_hot(0, a)) {
-          ASSERT_FALSE(kv.is_hot(0, b)) << where << ": a copy of a tail cell must not be hot";
+        ref.rows().copy_cell_rows(0, a, b);
+        kv.rows().copy_cell_rows(0, a, b);
+        if (!kv.window().is_hot(0, a)) {
+          ASSERT_FALSE(kv.window().is_hot(0, b)) << where << ": a copy of a tail cell must not be hot";
         }
       }
-      ASSERT_LE(kv.residency().hot_used, kHot) << where;
-      for (uint32_t c : placed) ASSERT_TRUE(kv.is_hot(0, c)) << where;
+      ASSERT_LE(kv.window().residency().hot_used, kHot) << where;
+      for (uint32_t c : placed) ASSERT_TRUE(kv.window().is_hot(0, c)) << where;
       for (uint32_t c = 0; c < kCells; ++c) {
         ASSERT_EQ(ref.cells(0).pos(c), kv.cells(0).pos(c)) << where;
         ASSERT_EQ(ref.cells(0).seqs(c), kv.cells(0).seqs(c)) << where;
@@ -230,20 +231,20 @@ TEST(KvTailHeads, RandomOperationsKeepTheKeptHeadsRowsExactly) {
         const int32_t cell = static_cast<int32_t>(c);
         for (int layer : {0, 2}) {
           const uint8_t *rk = nullptr, *rv = nullptr, *k = nullptr, *v = nullptr;
-          ref.row_pointers(layer, 0, &cell, 1, &rk, &rv);
-          kv.row_pointers(layer, 0, &cell, 1, &k, &v);
-          if (kv.is_hot(0, c)) {
+          ref.rows().row_pointers(layer, 0, &cell, 1, &rk, &rv);
+          kv.rows().row_pointers(layer, 0, &cell, 1, &k, &v);
+          if (kv.window().is_hot(0, c)) {
             ASSERT_EQ(std::memcmp(rk, k, row_bytes), 0) << where << " hot cell " << c;
             ASSERT_EQ(std::memcmp(rv, v, row_bytes), 0) << where << " hot cell " << c;
             continue;
           }
-          const std::vector<int>& kept = *kv.tail_kept_heads(layer);
+          const std::vector<int>& kept = *kv.rows().tail_kept_heads(layer);
           for (size_t i = 0; i < kept.size(); ++i) {
             ASSERT_EQ(std::memcmp(rk + static_cast<size_t>(kept[i]) * head_bytes, k + i * head_bytes, head_bytes), 0) << where;
             ASSERT_EQ(std::memcmp(rv + static_cast<size_t>(kept[i]) * head_bytes, v + i * head_bytes, head_bytes), 0) << where;
           }
           std::vector<float> deq(kHeads * kHeadDim);
-          kv.dequantize_k(layer, 0, c, deq.data());
+          kv.rows().dequantize_k(layer, 0, c, deq.data());
           for (int h = 0; h < kHeads; ++h)
             if (std::find(kept.begin(), kept.end(), h) == kept.end()) {
               for (int i = 0; i < kHeadDim; ++i) ASSERT_EQ(deq[static_cast<size_t>(h * kHeadDim + i)], 0.f) << where;
@@ -251,7 +252,7 @@ TEST(KvTailHeads, RandomOperationsKeepTheKeptHeadsRowsExactly) {
         }
       }
     }
-    EXPECT_GT(kv.residency().demotions, 0u) << "seed " << seed;
+    EXPECT_GT(kv.window().residency().demotions, 0u) << "seed " << seed;
   }
 }
 
@@ -283,8 +284,8 @@ ContextParams window_params(uint32_t hot, std::vector<uint64_t> heads) {
   cp.n_ctx = 512;
   cp.n_ubatch = 8;
   cp.n_threads = 2;
-  cp.kv_hot_cells = hot;
-  cp.kv_tail_heads = std::move(heads);
+  cp.kv.hot_cells = hot;
+  cp.kv.tail_heads = std::move(heads);
   return cp;
 }
 
@@ -371,7 +372,7 @@ TEST(RetrievalHeads, AHybridModelKeepsItsRecurrentStateAndDropsOnlyAttentionRows
       if (ctx.decode(b) != 0) throw Error("decode failed");
       out.emplace_back(ctx.logits(0), ctx.logits(0) + m.n_vocab());
     }
-    const KvStatus st = ctx.kv_status();
+    const KvStatus st = kv_status(ctx);
     return std::make_pair(out, st);
   };
   const auto [exact, exact_status] = run({});
@@ -393,7 +394,7 @@ TEST(RetrievalHeads, EvictionScoresSkipKeysAHeadNoLongerHolds) {
   constexpr uint32_t kWindow = 64;
   constexpr int kPast = 200;
   ContextParams cp = window_params(kWindow, {0, 0, 0, 0});
-  cp.query_window = 32;
+  cp.kv.query_window = 32;
   Context ctx(*trained().model, cp);
   Batch b;
   b.add_sequence(trained().tokens.data(), kPast, 0, 0, false);
@@ -434,8 +435,8 @@ TEST(RetrievalHeads, EvictionScoresSkipKeysAHeadNoLongerHolds) {
 TEST(RetrievalHeads, TheContextRefusesThemWithoutAWindow) {
   ContextParams cp = window_params(0, {0, 1, 0, 0});
   EXPECT_THROW(Context(*trained().model, cp), Error);
-  cp.kv_tail_heads.clear();
-  cp.kv_retrieval_heads = 0.5;
+  cp.kv.tail_heads.clear();
+  cp.kv.retrieval_heads = 0.5;
   EXPECT_THROW(Context(*trained().model, cp), Error);
 }
 

@@ -72,7 +72,7 @@ void expect_bit_equal(const std::vector<std::vector<float>>& a, const std::vecto
 // Cells of seq in its stream (to check that a restore really landed in a fragmented layout).
 std::vector<uint32_t> kv_cells(const Context& ctx, SeqId seq) {
   const auto& kv = *sequence_memory(ctx).kv();
-  const auto& c = kv.cells(kv.stream_of(seq));
+  const auto& c = kv.cells(kv.layout().stream_of(seq));
   std::vector<uint32_t> out;
   for (uint32_t i = 0; i < c.size(); ++i)
     if (!c.is_empty(i) && c.has_seq(i, seq)) out.push_back(i);
@@ -88,14 +88,14 @@ std::vector<uint8_t> memory_bytes(const Context& ctx) {
   };
   const auto& mem = sequence_memory(ctx);
   if (const auto* kv = mem.kv())
-    for (uint32_t s = 0; s < kv->n_streams(); ++s) {
+    for (uint32_t s = 0; s < kv->layout().n_streams(); ++s) {
       const auto& c = kv->cells(s);
       put(c.pos_data(), c.size() * sizeof(memory::Pos));
       put(c.seq_data(), c.size() * sizeof(memory::SeqSet));
       for (int il = 0; il < ctx.model().config().n_layer; ++il)
-        if (kv->layer_has_kv(il)) {
-          put(kv->k_data(il, s), c.size() * kv->row_bytes_k());
-          put(kv->v_data(il, s), c.size() * kv->row_bytes_v());
+        if (kv->rows().layer_has_kv(il)) {
+          put(kv->rows().k_data(il, s), c.size() * kv->rows().row_bytes_k());
+          put(kv->rows().v_data(il, s), c.size() * kv->rows().row_bytes_v());
         }
     }
   if (const auto* rec = mem.rec())
@@ -115,10 +115,10 @@ ContextParams params(GgmlType type, bool unified = true) {
   ContextParams cp;
   cp.n_ctx = 96;
   cp.n_seq_max = 4;
-  cp.kv_unified = unified;
+  cp.kv.unified = unified;
   cp.n_threads = 2;
-  cp.type_k = type;
-  cp.type_v = type;
+  cp.kv.type_k = type;
+  cp.kv.type_v = type;
   return cp;
 }
 
@@ -162,7 +162,7 @@ void check_three_ways(const std::string& name, const ContextParams& cp) {
   ctx.reset_stats();
   const LoadedState into3 = load_seq(ctx, blob, 3);
   EXPECT_EQ(ctx.stats().n_tokens, 0);
-  if (cp.kv_unified) {
+  if (cp.kv.unified) {
     const auto cells = kv_cells(ctx, 3);
     ASSERT_EQ(cells.size(), prompt.size());
     EXPECT_NE(cells.back() - cells.front() + 1, cells.size()) << "restore was not fragmented";

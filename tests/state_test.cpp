@@ -87,11 +87,11 @@ void decode(SequenceMemory& m, SeqId seq, Pos p0, int n, std::mt19937& rng) {
   KvCache& kv = *m.kv();
   for (const CellRef& ref : pl->kv)
     for (int layer = 0; layer < 4; ++layer) {
-      if (!kv.layer_has_kv(layer)) continue;
-      uint8_t* k = kv.k_data(layer, ref.stream) + ref.cell * kv.row_bytes_k();
-      uint8_t* v = kv.v_data(layer, ref.stream) + ref.cell * kv.row_bytes_v();
-      for (size_t b = 0; b < kv.row_bytes_k(); ++b) k[b] = static_cast<uint8_t>(rng());
-      for (size_t b = 0; b < kv.row_bytes_v(); ++b) v[b] = static_cast<uint8_t>(rng());
+      if (!kv.rows().layer_has_kv(layer)) continue;
+      uint8_t* k = kv.rows().k_data(layer, ref.stream) + ref.cell * kv.rows().row_bytes_k();
+      uint8_t* v = kv.rows().v_data(layer, ref.stream) + ref.cell * kv.rows().row_bytes_v();
+      for (size_t b = 0; b < kv.rows().row_bytes_k(); ++b) k[b] = static_cast<uint8_t>(rng());
+      for (size_t b = 0; b < kv.rows().row_bytes_v(); ++b) v[b] = static_cast<uint8_t>(rng());
     }
   if (RecurrentMemory* rec = m.rec()) {
     const uint32_t cell = pl->rec.cell_of(seq);
@@ -112,17 +112,20 @@ std::vector<uint8_t> dump(const SequenceMemory& m, bool used_only = false) {
   };
   if (const KvCache* kv = m.kv()) {
     const uint32_t n = kv->layout().n_cells;
-    for (uint32_t s = 0; s < kv->n_streams(); ++s) {
+    for (uint32_t s = 0; s < kv->layout().n_streams(); ++s) {
       const KvCells& c = kv->cells(s);
       put(c.pos_data(), n * sizeof(Pos));
-      put(c.shift_data(), n * sizeof(Pos));
+      for (uint32_t i = 0; i < n; ++i) {
+        const Pos shift = c.shift(i);
+        put(&shift, sizeof shift);
+      }
       put(c.seq_data(), n * sizeof(SeqSet));
       for (int layer = 0; layer < 4; ++layer) {
-        if (!kv->layer_has_kv(layer)) continue;
+        if (!kv->rows().layer_has_kv(layer)) continue;
         for (uint32_t i = 0; i < n; ++i) {
           if (used_only && c.is_empty(i)) continue;
-          put(kv->k_data(layer, s) + i * kv->row_bytes_k(), kv->row_bytes_k());
-          put(kv->v_data(layer, s) + i * kv->row_bytes_v(), kv->row_bytes_v());
+          put(kv->rows().k_data(layer, s) + i * kv->rows().row_bytes_k(), kv->rows().row_bytes_k());
+          put(kv->rows().v_data(layer, s) + i * kv->rows().row_bytes_v(), kv->rows().row_bytes_v());
         }
       }
     }
@@ -149,25 +152,25 @@ using SeqRows = std::map<Pos, std::vector<uint8_t>>;
 SeqRows seq_rows(const SequenceMemory& m, SeqId seq) {
   SeqRows out;
   const KvCache& kv = *m.kv();
-  const uint32_t s = kv.stream_of(seq);
+  const uint32_t s = kv.layout().stream_of(seq);
   const KvCells& c = kv.cells(s);
   for (uint32_t i = 0; i < c.size(); ++i) {
     if (c.is_empty(i) || !c.has_seq(i, seq)) continue;
     auto& bytes = out[c.pos(i)];
     EXPECT_TRUE(bytes.empty()) << "position " << c.pos(i) << " twice";
     for (int layer = 0; layer < 4; ++layer) {
-      if (!kv.layer_has_kv(layer)) continue;
-      const uint8_t* k = kv.k_data(layer, s) + i * kv.row_bytes_k();
-      const uint8_t* v = kv.v_data(layer, s) + i * kv.row_bytes_v();
-      bytes.insert(bytes.end(), k, k + kv.row_bytes_k());
-      bytes.insert(bytes.end(), v, v + kv.row_bytes_v());
+      if (!kv.rows().layer_has_kv(layer)) continue;
+      const uint8_t* k = kv.rows().k_data(layer, s) + i * kv.rows().row_bytes_k();
+      const uint8_t* v = kv.rows().v_data(layer, s) + i * kv.rows().row_bytes_v();
+      bytes.insert(bytes.end(), k, k + kv.rows().row_bytes_k());
+      bytes.insert(bytes.end(), v, v + kv.rows().row_bytes_v());
     }
   }
   return out;
 }
 
 std::vector<uint32_t> cells_of(const SequenceMemory& m, SeqId seq) {
-  const KvCells& c = m.kv()->cells(m.kv()->stream_of(seq));
+  const KvCells& c = m.kv()->cells(m.kv()->layout().stream_of(seq));
   std::vector<uint32_t> out;
   for (uint32_t i = 0; i < c.size(); ++i)
     if (!c.is_empty(i) && c.has_seq(i, seq)) out.push_back(i);

@@ -150,9 +150,9 @@ TEST_F(TokenizerTest, HfVocabularyMatchesTheGgufConverterOutput) {
 // byte for byte, and the tables must stay small (Qwen's 152k tokens and 151k merges).
 TEST_F(TokenizerTest, DataRebuildsTheGgufListsFromTheCompactTables) {
   const auto& d = gguf().data();
-  EXPECT_EQ(d.tokens, reader_->get_string_array("tokenizer.ggml.tokens").value());
-  EXPECT_EQ(d.merges, reader_->get_string_array("tokenizer.ggml.merges").value());
-  const auto types = reader_->get_int_array("tokenizer.ggml.token_type").value();
+  EXPECT_EQ(d.tokens, reader_->metadata().get_string_array("tokenizer.ggml.tokens").value());
+  EXPECT_EQ(d.merges, reader_->metadata().get_string_array("tokenizer.ggml.merges").value());
+  const auto types = reader_->metadata().get_int_array("tokenizer.ggml.token_type").value();
   ASSERT_EQ(d.types.size(), types.size());
   for (size_t i = 0; i < types.size(); ++i) ASSERT_EQ(int64_t(d.types[i]), types[i]) << i;
   EXPECT_EQ(&gguf().data(), &d);  // built once

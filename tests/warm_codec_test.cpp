@@ -30,8 +30,8 @@ std::unique_ptr<KvCache> f16_cache() {
   std::normal_distribution<float> value(0.0f, 2.0f);
   for (int layer : {0, 2})
     for (uint32_t c = 0; c < kCells; ++c) {
-      auto* k = reinterpret_cast<uint16_t*>(kv->k_data(layer, 0) + c * kv->row_bytes_k());
-      auto* v = reinterpret_cast<uint16_t*>(kv->v_data(layer, 0) + c * kv->row_bytes_v());
+      auto* k = reinterpret_cast<uint16_t*>(kv->rows().k_data(layer, 0) + c * kv->rows().row_bytes_k());
+      auto* v = reinterpret_cast<uint16_t*>(kv->rows().v_data(layer, 0) + c * kv->rows().row_bytes_v());
       for (int64_t i = 0; i < kEmbd; ++i) {
         k[i] = fp32_to_fp16(value(rng));
         v[i] = fp32_to_fp16(value(rng));

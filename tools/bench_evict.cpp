@@ -66,7 +66,7 @@ struct Setting {
   double budget = 1.0;
   bool oracle = false;  // snapkv scored with the scored tokens' own queries
   // Retrieval heads instead of a policy: a windowed cache whose tail keeps these KV heads' rows
-  // (ContextParams::kv_tail_heads), its window sized so that the rows held are `budget` of the
+  // (KvOptions::tail_heads), its window sized so that the rows held are `budget` of the
   // full cache's.
   int retrieval_heads = 0;
   std::string label() const {
@@ -102,12 +102,12 @@ class RetrievalHeadContexts {
     auto& slot = contexts_[hot];
     if (!slot) {
       ContextParams cp = base_;
-      cp.kv_hot_cells = hot;
+      cp.kv.hot_cells = hot;
       cp.n_ubatch = std::min(cp.n_ubatch, std::max(1u, hot / 8));
-      cp.tail_type_k = cp.type_k;
-      cp.tail_type_v = cp.type_v;
-      cp.kv_tail_heads = masks_;
-      cp.query_window = 0;
+      cp.kv.tail_type_k = cp.kv.type_k;
+      cp.kv.tail_type_v = cp.kv.type_v;
+      cp.kv.tail_heads = masks_;
+      cp.kv.query_window = 0;
       slot = std::make_unique<Context>(model_, cp);
     }
     return *slot;
@@ -265,9 +265,8 @@ int bench_evict(Args& a) {
   const double retrieval_fraction = std::stod(a.str("--retrieval-heads", "", "0.125"));
   const std::string plot_path = a.str("--plot", "", "");
   const std::string json_path = a.str("--json", "", "");
-  const KvFlags kv_flags = read_kv_flags(a);
   ContextParams cp;
-  kv_flags.apply_to(cp);
+  cp.kv = read_kv_flags(a);
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   a.finish();
   if (model_path.empty() || text_path.empty()) throw std::invalid_argument("-m MODEL and -f TEXT are required");
@@ -281,13 +280,13 @@ int bench_evict(Args& a) {
   int64_t max_len = std::max(n_ctx, cost_depth + 64);
   for (long long d : depths) max_len = std::max<int64_t>(max_len, d + kPasskeyAnswerTokens);
   cp.n_ctx = static_cast<uint32_t>(max_len);
-  cp.query_window = kSnapKvWindow;
+  cp.kv.query_window = kSnapKvWindow;
   Context ctx(*model, cp);
   if (cost_depth > 0) return measure_cost(ctx, tokens, cost_depth, policies);
   std::optional<Context> oracle_ctx;  // its query window holds the scored tokens
   if (oracle) {
     ContextParams op = cp;
-    op.query_window = static_cast<uint32_t>(n_score);
+    op.kv.query_window = static_cast<uint32_t>(n_score);
     oracle_ctx.emplace(*model, op);
   }
 
@@ -357,8 +356,8 @@ int bench_evict(Args& a) {
   }
   std::printf("model %s, text %s: %lld windows of %lld tokens, the last %lld scored (%lld positions), KV %s/%s\n\n",
               model_path.c_str(), text_path.c_str(), static_cast<long long>(n_windows), static_cast<long long>(n_ctx),
-              static_cast<long long>(n_score), static_cast<long long>(n_windows * n_score), std::string(ggml_type_name(cp.type_k)).c_str(),
-              std::string(ggml_type_name(cp.type_v)).c_str());
+              static_cast<long long>(n_score), static_cast<long long>(n_windows * n_score), std::string(ggml_type_name(cp.kv.type_k)).c_str(),
+              std::string(ggml_type_name(cp.kv.type_v)).c_str());
   print_table(rows, n_cases > 0 ? depths : std::vector<long long>{}, rows.front().ppl);
 
   if (!plot_path.empty()) {

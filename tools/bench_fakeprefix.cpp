@@ -18,6 +18,7 @@
 
 #include "agentkv/error.h"
 #include "agentkv/context.h"
+#include "agentkv/fake_prefix.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
 #include "tools/kv_flags.h"
@@ -72,11 +73,11 @@ class InProcess : public Backend {
     // llama-bench's depth runs: each timed run attends over its own L + N cells only. In one shared
     // stream the fake run would also span the real prefix's cells (masked, but still scanned).
     cp.n_seq_max = 3;
-    cp.kv_unified = false;
+    cp.kv.unified = false;
     cp.n_ctx = static_cast<uint32_t>(max_L + max_new + 256);
     ctx_ = std::make_unique<Context>(*model_, cp);
     // Fake-prefix cells are never written; without this they would read the shared zero page.
-    ctx_->prefault_kv();
+    prefault_kv(*ctx_);
     n_vocab_ = static_cast<int32_t>(model_->n_vocab());
     // Warm-up (page in weights, size the scratch) so the first step is not charged for it.
     Batch b;
@@ -88,7 +89,7 @@ class InProcess : public Backend {
 
   double fake(const Step& s, int64_t& keys) override {
     auto& mem = ctx_->memory();
-    if (s.L > 0) ctx_->seq_fake_prefix(2, static_cast<MemoryPos>(s.L));
+    if (s.L > 0) seq_fake_prefix(*ctx_, 2, static_cast<MemoryPos>(s.L));
     const double t = time_new_tokens(s, 2, keys);
     if (ctx_->stats().n_tokens != s.n_new)
       only_new_failed(s, "evaluated " + std::to_string(ctx_->stats().n_tokens) + " tokens, expected new=" +
@@ -459,7 +460,7 @@ int bench_fakeprefix(Args& a) {
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
-  read_kv_flags(a).apply_to(cp);
+  cp.kv = read_kv_flags(a);
   a.finish();
 
   if (model_path.empty() == server.empty()) throw std::invalid_argument("give exactly one of -m MODEL or --server URL");

@@ -19,6 +19,7 @@
 
 #include "agentkv/error.h"
 #include "agentkv/context.h"
+#include "agentkv/kv_status.h"
 #include "agentkv/session_state.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
@@ -60,7 +61,7 @@ GgmlType kv_cache_type(const std::string& name) { return parse_kv_cache_type(nam
 // or a list of "T" (K and V of type T) and "TK/TV" entries, each optionally with "@auto", "@on" or
 // "@off" (its KV rotation; default --kv-rotation), or "T:TAIL": a windowed cache (--kv-hot cells of
 // T, older positions in a TAIL tail, memory/kv_cache.h). Empty: the -ctk / -ctv pair.
-std::vector<KvSetting> parse_kv_settings(const std::string& list, const KvFlags& flags) {
+std::vector<KvSetting> parse_kv_settings(const std::string& list, const KvOptions& flags) {
   std::vector<std::string> names;
   if (list == "all") names = kKvCacheTypes;
   else
@@ -403,7 +404,7 @@ int bench_quality(Args& a) {
   rep.depths = a.nums("--passkey-depths", "", {512, 1024, 2048, 4096});
   rep.passkey_cases = a.num("--passkey-cases", "", 10);
   rep.seed = static_cast<uint64_t>(a.num("--seed", "", 1));
-  const KvFlags kv_flags = read_kv_flags(a);
+  const KvOptions kv_flags = read_kv_flags(a);
   const std::vector<KvSetting> settings = parse_kv_settings(a.str("--kv-types", "", ""), kv_flags);
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
@@ -455,18 +456,18 @@ int bench_quality(Args& a) {
     row.kv = settings[s];
     row.is_reference = rep.reference_source == "in-process" && s == 0;
     const auto t0 = Clock::now();
-    cp.type_k = row.kv.k;
-    cp.type_v = row.kv.v;
-    cp.kv_rotation = row.kv.rotation;
-    cp.kv_rotation_seed = kv_flags.rotation_seed;
-    cp.kv_code = kv_flags.code;
-    cp.kv_hot_cells = row.kv.tail ? kv_flags.hot_cells : 0;
+    cp.kv.type_k = row.kv.k;
+    cp.kv.type_v = row.kv.v;
+    cp.kv.rotation = row.kv.rotation;
+    cp.kv.rotation_seed = kv_flags.rotation_seed;
+    cp.kv.code = kv_flags.code;
+    cp.kv.hot_cells = row.kv.tail ? kv_flags.hot_cells : 0;
     if (row.kv.tail) {
       if (kv_flags.hot_cells == 0) throw std::invalid_argument("--kv-types " + row.kv.label() + " needs --kv-hot N");
-      cp.tail_type_k = cp.tail_type_v = *row.kv.tail;
+      cp.kv.tail_type_k = cp.kv.tail_type_v = *row.kv.tail;
     }
     Context ctx(*model, cp);
-    const KvStatus cache = ctx.kv_status();
+    const KvStatus cache = kv_status(ctx);
     row.rotation = {cache.rotation_k_block, cache.rotation_v_block, cache.rotation_seed};
     if (rep.plan) {
       std::unique_ptr<ReferenceWriter> writer;

@@ -116,9 +116,8 @@ int bench_tiers(Args& a) {
   const int64_t depth = a.num("-d", "--depth", 2048);
   std::string dir = a.str("--dir", "", "");
   const bool drop_caches = a.flag("--drop-caches");
-  const KvFlags kv_flags = read_kv_flags(a);
   ContextParams cp;
-  kv_flags.apply_to(cp);
+  cp.kv = read_kv_flags(a);
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   a.finish();
   if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
@@ -168,7 +167,7 @@ int bench_tiers(Args& a) {
   const double memcpy_s = seconds_since(t2);
 
   std::printf("model %s, KV %s/%s, %lld tokens: %zu pages, records %.1f MB (%.1f KB per page)\n",
-              model_path.c_str(), std::string(ggml_type_name(cp.type_k)).c_str(), std::string(ggml_type_name(cp.type_v)).c_str(),
+              model_path.c_str(), std::string(ggml_type_name(cp.kv.type_k)).c_str(), std::string(ggml_type_name(cp.kv.type_v)).c_str(),
               static_cast<long long>(depth),
               pages.size(), mb, mb * 1e3 / static_cast<double>(pages.size()));
   std::printf("cold prefill: %.2f s (%.1f t/s); encoding the records: %.3f s (%.0f MB/s); memcpy %.0f MB/s\n\n", prefill_s,
@@ -187,7 +186,7 @@ int bench_tiers(Args& a) {
 
   std::vector<std::optional<GgmlType>> codecs = {std::nullopt};  // exact, then K/V requantized
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0})
-    if (t != cp.type_k) codecs.push_back(t);
+    if (t != cp.kv.type_k) codecs.push_back(t);
   for (size_t c = 0; c < codecs.size(); ++c) {
     const std::unique_ptr<WarmTier> warm = make_warm_tier(ctx, codecs[c], record_bytes * 2, record_bytes * 2);
     for (const Page& p : pages) warm->put(p.hash, p.record);

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agentkv/fake_prefix.h"
+#include "agentkv/kv_status.h"
 #include "agentkv/numerics.h"
 #include "agentkv/error.h"
 #include "agentkv/op_profile.h"
@@ -63,8 +65,8 @@ struct Measurement {
 void fill_depth(Context& ctx, int64_t depth, std::mt19937& rng, bool fake) {
   ctx.memory().clear();
   if (fake) {  // --fake-depth: positions without compute, rows zero but backed by memory
-    ctx.seq_fake_prefix(0, static_cast<MemoryPos>(depth));
-    ctx.prefault_kv();
+    seq_fake_prefix(ctx, 0, static_cast<MemoryPos>(depth));
+    prefault_kv(ctx);
     return;
   }
   std::uniform_int_distribution<Token> tok(0, static_cast<Token>(ctx.model().n_vocab() - 1));
@@ -109,14 +111,15 @@ std::string human_bytes(uint64_t b) {
 }
 
 // agentkv bench --fake-prefix-op -m M.gguf [-L 1024,8192,32768] [-r 50]: wall time of one
-// Context::seq_fake_prefix(0, L) call (the sequence is removed, untimed, between calls), in µs.
+// seq_fake_prefix(ctx, 0, L) call (agentkv/fake_prefix.h; the sequence is removed, untimed,
+// between calls), in µs.
 // The first call of each L touches fresh cell-table pages and is reported separately.
 int bench_fake_prefix_op(Args& a) {
   const std::string model_path = a.str("-m", "--model", "");
   const auto lengths = a.nums("-L", "--lengths", {1024, 8192, 32768});
   const int reps = static_cast<int>(a.num("-r", "--repetitions", 50));
   ContextParams cp;
-  read_kv_flags(a).apply_to(cp);
+  cp.kv = read_kv_flags(a);
   a.finish();
   if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
   if (reps < 1) throw std::invalid_argument("-r must be at least 1");
@@ -133,7 +136,7 @@ int bench_fake_prefix_op(Args& a) {
     std::vector<double> us;
     for (int r = 0; r <= reps; ++r) {
       const auto t0 = Clock::now();
-      ctx.seq_fake_prefix(0, static_cast<MemoryPos>(L));
+      seq_fake_prefix(ctx, 0, static_cast<MemoryPos>(L));
       us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       if (ctx.memory().seq_pos_max(0) != L - 1) throw Error("fake prefix did not produce the positions");
       ctx.memory().seq_rm(0, -1, -1);
@@ -199,7 +202,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   ContextParams cp;
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
-  read_kv_flags(a).apply_to(cp);
+  cp.kv = read_kv_flags(a);
   a.finish();
   if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
   if (n_parallel < 1 || n_parallel > 64) throw std::invalid_argument("-np must be in [1, 64]");
@@ -278,7 +281,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
 
   // A decode step reads every weight once for all its sequences, and each sequence's own KV.
   auto decode_bytes_per_token = [&](int64_t depth) -> uint64_t {
-    return (ms.decode_bytes_per_token + n_parallel * kv_bytes_per_token(*model, cp.type_k, cp.type_v, depth)) /
+    return (ms.decode_bytes_per_token + n_parallel * kv_bytes_per_token(*model, cp.kv.type_k, cp.kv.type_v, depth)) /
            n_parallel;
   };
   const std::string model_desc = model->config().arch_key + " " + (model->config().name.empty() ? "" : model->config().name + " ");
@@ -291,8 +294,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
     j["decode_weight_bytes_per_token"] = ms.decode_bytes_per_token;
     j["threads"] = cp.n_threads;
     j["n_ubatch"] = cp.n_ubatch;
-    j["type_k"] = std::string(ggml_type_name(cp.type_k));
-    j["type_v"] = std::string(ggml_type_name(cp.type_v));
+    j["type_k"] = std::string(ggml_type_name(cp.kv.type_k));
+    j["type_v"] = std::string(ggml_type_name(cp.kv.type_v));
     if (bandwidth) j["read_bandwidth_gbs"] = gbs;
     auto arr = nlohmann::json::array();
     for (const auto& m : results) {
@@ -316,7 +319,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
     j["results"] = arr;
     j["rss_bytes"] = current_rss_bytes();
     j["peak_rss_bytes"] = peak_rss_bytes();
-    j["kv_cache_bytes"] = kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx);
+    j["kv_cache_bytes"] = kv_bytes_per_token(*model, cp.kv.type_k, cp.kv.type_v, cp.n_ctx);
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("| model | size | params | threads | test | t/s | median t/s |%s%s\n", bandwidth ? " GB/s read | roofline |" : "",
@@ -350,15 +353,15 @@ int cmd_bench(const std::vector<std::string>& argv) {
     }
     if (bandwidth) std::printf("\nmeasured read bandwidth: %.1f GB/s\n", gbs);
     // A windowed cache reserves hot rows and its tail (in RAM or in mapped files) separately.
-    const KvStatus res = ctx.kv_status();
+    const KvStatus res = kv_status(ctx);
     const double kv_mib = (res.windowed ? static_cast<double>(res.hot_bytes + res.tail_bytes)
-                                        : static_cast<double>(kv_bytes_per_token(*model, cp.type_k, cp.type_v, cp.n_ctx))) /
+                                        : static_cast<double>(kv_bytes_per_token(*model, cp.kv.type_k, cp.kv.type_v, cp.n_ctx))) /
                           1048576.0;
     std::printf("\nresident memory: %.1f MiB now, %.1f MiB peak (file %.1f MiB + KV cache %.1f MiB for %u cells",
                 current_rss_bytes() / 1048576.0, peak_rss_bytes() / 1048576.0, ms.weight_bytes / 1048576.0, kv_mib, cp.n_ctx);
     if (res.windowed)
       std::printf(": %u hot, %.1f MiB; the tail %.1f MiB%s", res.hot_cells, res.hot_bytes / 1048576.0, res.tail_bytes / 1048576.0,
-                  cp.kv_tail_dir.empty() ? "" : " in mapped files");
+                  cp.kv.tail_dir.empty() ? "" : " in mapped files");
     std::printf(")\n");
   }
   return 0;

@@ -27,7 +27,7 @@ int cmd_logits(const std::vector<std::string>& argv) {
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
   cp.n_ctx = static_cast<uint32_t>(a.num("-c", "--ctx-size", 4096));
-  read_kv_flags(a).apply_to(cp);
+  cp.kv = read_kv_flags(a);
   a.finish();
   if (model_path.empty() || prompts_path.empty()) throw std::invalid_argument("-m and --prompts are required");
 

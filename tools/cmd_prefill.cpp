@@ -45,7 +45,7 @@ int cmd_prefill(const std::vector<std::string>& argv) {
   const long long n_ctx = a.num("-c", "--ctx-size", 0);
   const long long n_threads = a.num("-t", "--threads", 2);
   const long long n_ubatch = a.num("-ub", "--ubatch-size", 512);
-  const KvFlags kv = read_kv_flags(a);
+  const KvOptions kv = read_kv_flags(a);
   a.finish();
   if (prompt.empty()) throw std::invalid_argument("-p TEXT is required");
   if (output.empty()) throw std::invalid_argument("-o STATE is required");
@@ -58,7 +58,7 @@ int cmd_prefill(const std::vector<std::string>& argv) {
   cp.n_ctx = static_cast<uint32_t>(std::max<long long>(n_ctx, static_cast<long long>(tokens.size()) + 1));
   cp.n_ubatch = static_cast<uint32_t>(n_ubatch);
   cp.n_threads = static_cast<int>(n_threads);
-  kv.apply_to(cp);
+  cp.kv = kv;
   Context ctx(*model, cp);
   for (size_t done = 0; done < tokens.size();) {
     const size_t take = std::min<size_t>(tokens.size() - done, cp.n_ubatch);

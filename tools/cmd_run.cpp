@@ -44,7 +44,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   cp.n_ctx = static_cast<uint32_t>(a.num("-c", "--ctx-size", 4096));
   cp.n_threads = static_cast<int>(a.num("-t", "--threads", 2));
   cp.n_ubatch = static_cast<uint32_t>(a.num("-ub", "--ubatch-size", 512));
-  read_kv_flags(a).apply_to(cp);
+  cp.kv = read_kv_flags(a);
   SamplerParams sp;
   sp.temperature = static_cast<float>(a.real("--temp", "", 0.8));
   sp.top_k = static_cast<int32_t>(a.num("--top-k", "", 40));

@@ -17,8 +17,8 @@ GgmlType parse_kv_cache_type(const std::string& name, const char* option) {
   return *type;
 }
 
-KvFlags read_kv_flags(Args& a) {
-  KvFlags f;
+KvOptions read_kv_flags(Args& a) {
+  KvOptions f;
   f.type_k = parse_kv_cache_type(a.str("-ctk", "--cache-type-k", "f16"), "-ctk");
   f.type_v = parse_kv_cache_type(a.str("-ctv", "--cache-type-v", "f16"), "-ctv");
   f.rotation = parse_kv_rotation_mode(a.str("--kv-rotation", "", "auto"));

@@ -2,19 +2,17 @@
 // decode() is llama_decode: it splits a batch into micro-batches, places each in memory
 // (transactionally) and runs the forward pass, keeping the logits of the requested tokens.
 // What it is made of (the sequence memory, thread pool, scratch space) is the engine's
-// (src/engine/context_impl.h): users see the memory through MemoryInterface.
+// (src/engine/context_impl.h): users see the memory through MemoryInterface. Beside it: the KV
+// cache as figures for reports (agentkv/kv_status.h: kv_status, seq_residency) and fake depths
+// for timing (agentkv/fake_prefix.h).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "agentkv/batch.h"
-#include "agentkv/ggml_type.h"
-#include "agentkv/kv_rotation_mode.h"
-#include "agentkv/kv_status.h"
+#include "agentkv/kv_options.h"
 #include "agentkv/memory.h"
 #include "agentkv/model.h"
 #include "agentkv/prefix_cache.h"
@@ -22,43 +20,15 @@
 
 namespace agentkv {
 
-namespace memory {
-class KvCode;
-}
-
 struct ContextParams {
-  uint32_t n_ctx = 4096;     // KV cells (per stream when not unified)
+  uint32_t n_ctx = 4096;     // KV cells (per stream when not kv.unified)
   uint32_t n_ubatch = 512;   // tokens per forward pass
   uint32_t n_seq_max = 1;
-  bool kv_unified = true;
   int n_threads = 2;
-  GgmlType type_k = GgmlType::F16;
-  GgmlType type_v = GgmlType::F16;
-  KvRotationMode kv_rotation = KvRotationMode::Auto;  // agentkv/kv_rotation_mode.h
-  uint64_t kv_rotation_seed = 0;                      // 0: llama.cpp's plain Hadamard
-  // The calibrated code tqc3 rows are written under (agentkv/kv_code.h: load_kv_code); required
-  // when type_k or type_v is tqc3, unused otherwise.
-  std::shared_ptr<const memory::KvCode> kv_code;
-  // Windowed KV residency (memory/kv_cache.h KvLayout::hot_cells): 0 = every cell's rows hot;
-  // otherwise at most this many cells per stream keep type_k / type_v rows and the older ones
-  // move to the tail, stored as tail_type_k / tail_type_v. Must be >= n_ubatch.
-  uint32_t kv_hot_cells = 0;
-  GgmlType tail_type_k = GgmlType::F16;
-  GgmlType tail_type_v = GgmlType::F16;
-  std::string kv_tail_dir;  // "": the tail in RAM; a folder: in files mapped from it (KvLayout::tail_dir)
-  // Retrieval heads (agentkv/retrieval_heads.h; memory/kv_cache.h KvLayout::tail_heads): with a
-  // window, the tail keeps the rows of only this fraction of the KV heads — the best scored by the
-  // retrieval probe, run once at creation — and every other head attends over the window alone.
-  // 1: every head's rows (no probe). kv_tail_heads, when not empty, names the heads instead (a mask
-  // per model layer, bit h = KV head h).
-  double kv_retrieval_heads = 1.0;
-  std::vector<uint64_t> kv_tail_heads;
+  KvOptions kv;  // how the KV rows are kept (agentkv/kv_options.h)
   // decode() keeps each output token's final hidden state (embeddings(i)) instead of its logits,
   // as llama.cpp's llama_set_embeddings(ctx, true) with pooling left to the caller.
   bool embeddings = false;
-  // > 0: the last this-many tokens' attention queries are kept per sequence (what the snapkv
-  // eviction policy scores keys with, agentkv/retention.h); 0: none kept.
-  uint32_t query_window = 0;
 };
 
 struct DecodeStats {
@@ -108,9 +78,6 @@ class Context {
   // pending.
   void apply_pending_shift();
   bool can_shift() const;
-  // Gives seq n positions of zero K/V rows (and a zero recurrent state), as if n tokens had been
-  // decoded: a depth for benchmarks without computing it (docs/memory-semantics.md).
-  void seq_fake_prefix(MemorySeqId seq, MemoryPos n);
 
   // The process's prefix cache over this context's memory (agentkv/prefix_cache.h): made once;
   // pages are named by cfg's model fingerprint together with this context's KV types and
@@ -122,22 +89,14 @@ class Context {
   // sequence, n_seq_max > n_seqs, to hold cached pages). log: its decisions worth a log line.
   std::unique_ptr<RequestMemory> open_request_memory(const RequestMemoryConfig& cfg,
                                                      std::function<void(MemorySeqId, const std::string&)> log = {});
-  PrefixCache* prefix_cache();
-  const PrefixCache* prefix_cache() const;
 
   // Whether the memory has a recurrent part (hybrid models): it cannot drop a suffix.
   bool has_recurrent_state() const;
-  KvStatus kv_status() const;
-  // Cells of seq whose K/V rows are hot / in the tail (--kv-hot; {0, 0} when not windowed).
-  std::pair<uint64_t, uint64_t> seq_residency(MemorySeqId seq) const;
-  // Touches every page of the KV rows, so a fake depth (seq_fake_prefix: rows zero) is backed by
-  // memory as a computed one is. Nothing without a KV cache.
-  void prefault_kv();
   // KV cells seq could use once its own positions were dropped (SIZE_MAX: no KV cache).
   size_t cells_free_for(MemorySeqId seq) const;
   // Bytes of K/V rows and recurrent states every sequence holds now (rows in their stored types).
   size_t memory_bytes() const;
-  // Queries recorded for seq (ContextParams::query_window; 0 without a window).
+  // Queries recorded for seq (KvOptions::query_window; 0 without a window).
   uint32_t queries_recorded(MemorySeqId seq) const;
 
   const DecodeStats& stats() const;

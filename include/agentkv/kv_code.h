@@ -1,6 +1,6 @@
 // Calibrated KV codes: what the tqc3 KV type writes its rows under (docs/quant-types.md,
 // "Calibrated code"). A code is fitted once per model to its own rows over a text, kept in a
-// file, and named by ContextParams::kv_code; state files and cached pages record which code their
+// file, and named by KvOptions::code; state files and cached pages record which code their
 // rows were written under, so rows are never read under another.
 #pragma once
 #include <cstdint>

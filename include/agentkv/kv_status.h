@@ -3,8 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "agentkv/ggml_type.h"
+#include "agentkv/memory.h"
 
 namespace agentkv {
 
@@ -31,10 +33,17 @@ struct KvStatus {
   size_t hot_bytes = 0;   // hot K/V storage reserved, all layers and streams
   size_t tail_bytes = 0;  // tail K/V storage reserved (pages touched only when written)
   size_t held_bytes = 0;  // K/V rows of the used cells, each in the type it is stored in
-  // Retrieval heads (ContextParams::kv_retrieval_heads): the KV heads of all attention layers whose
+  // Retrieval heads (KvOptions::retrieval_heads): the KV heads of all attention layers whose
   // rows the tail keeps (kept == total without them) and which, as "layer.head" separated by commas.
   uint32_t tail_heads_kept = 0, tail_heads_total = 0;
   std::string tail_heads;
 };
+
+class Context;
+
+// The context's KV cache now (present == false without attention layers).
+KvStatus kv_status(const Context& ctx);
+// Cells of seq whose K/V rows are hot / in the tail (--kv-hot; {0, 0} when not windowed).
+std::pair<uint64_t, uint64_t> seq_residency(const Context& ctx, MemorySeqId seq);
 
 }  // namespace agentkv

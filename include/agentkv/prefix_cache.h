@@ -113,6 +113,18 @@ class PrefixCache {
   virtual size_t forget_own(MemorySeqId seq) = 0;
   virtual PrefixCacheStats stats() const = 0;
   virtual SequencePages pages_of(MemorySeqId seq) const = 0;
+  // The cached chain under `salt` that a reader takes furthest, for a caller that matches by
+  // something other than token ids (a prompt's text: memory/prompt_align.h). From the root, every
+  // child page is offered to read(state, page tokens), which answers how many of them it takes and
+  // its state after them; the child taken furthest is followed (on to its children when taken
+  // whole, the reader's state carried). Returns the tokens taken, first page first. Hybrid models:
+  // the chain's K/V only (a snapshot decides later how much of it attaches).
+  struct ChainStep {
+    size_t taken = 0;
+    uint64_t state = 0;
+  };
+  using ChainReader = std::function<ChainStep(uint64_t state, std::span<const CacheToken> page)>;
+  virtual std::vector<CacheToken> follow_chain(uint64_t salt, const ChainReader& read) const = 0;
   // The recurrent snapshots along `tokens`' chain: how many tokens each follows, in order.
   virtual std::vector<size_t> snapshot_points(std::span<const CacheToken> tokens, uint64_t salt) const = 0;
   // Test support: throws std::logic_error naming the first broken invariant of the cache's

@@ -21,12 +21,15 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agentkv/memory.h"
 #include "agentkv/prefix_cache.h"
 
 namespace agentkv {
+
+class Tokenizer;
 
 struct RequestMemoryConfig {
   int n_seqs = 1;                 // sequences 0 .. n_seqs-1 serve requests
@@ -75,6 +78,12 @@ struct PromptReuse {
   bool use_saved_logits = false;  // n_kept == prompt size: sample from saved_logits, evaluate nothing
   CacheToken cached_at_divergence = -1;  // the sequence's token where the prompt parts from it
   TierFetch fetched;              // what the page tiers brought in for this prompt
+};
+
+// A prompt's tokens as the memory best reuses them (RequestMemory::align_prompt).
+struct AlignedPrompt {
+  std::vector<CacheToken> tokens;
+  size_t n_from_cache = 0;  // leading tokens taken from a cache (0: the plain tokenization as is)
 };
 
 // Counters since start, for /metrics.
@@ -136,6 +145,13 @@ class RequestMemory {
   // seq holds what a prefill of its tokens computes (no fake prefix, no shift): it may be saved.
   bool exact(MemorySeqId seq) const;
   bool fake(MemorySeqId seq) const;
+  // A chat prompt's tokens as the memory best reuses them (memory/prompt_align.h): `plain` (its
+  // text tokenized as usual) unless the tokens a sequence of the namespace holds — with the sampled, never evaluated
+  // token after them, unevaluated[seq] (-1: none) — or a chain of cached pages under the namespace
+  // spell a longer prefix of `text` (a re-rendered answer tokenizes otherwise than it was
+  // generated): then those tokens up to where plain has a token boundary too, and plain's after.
+  AlignedPrompt align_prompt(const Tokenizer& tok, std::string_view text, const std::vector<CacheToken>& plain,
+                             uint64_t cache_namespace, std::span<const CacheToken> unevaluated) const;
   // How many leading prompt tokens cached pages hold under the namespace (hybrid: up to the latest
   // snapshot); without sharing, the best sequence's. For routers.
   size_t cached_prefix(std::span<const CacheToken> prompt, uint64_t cache_namespace) const;

@@ -11,7 +11,7 @@
 //   keydiff     KeyDiff (arXiv 2504.15364): per attention layer and KV head, the cosine of each
 //               candidate's key to the candidates' mean key; the least distinctive go (highest
 //               mean cosine over layers and heads). Needs no attention scores.
-//   snapkv      SnapKV: the attention the last ContextParams::query_window queries paid each
+//   snapkv      SnapKV: the attention the last KvOptions::query_window queries paid each
 //               candidate (softmax over all of the sequence's keys, summed over layers, heads and
 //               queries; a position also counts the most attended of the 8 before it and the
 //               one after, so the span after an attended position stays); the least attended go. Without

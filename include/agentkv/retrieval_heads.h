@@ -1,7 +1,7 @@
 // Which KV heads retrieve (DuoAttention, arXiv 2410.10819; RazorAttention, arXiv 2407.15891):
 // most heads read text locally (a recent window and the first tokens serve them), a few copy from
 // anywhere in the context. A windowed cache can keep the older rows of those few only
-// (KvLayout::tail_heads, ContextParams::kv_retrieval_heads): the streaming heads attend over the
+// (KvLayout::tail_heads, KvOptions::retrieval_heads): the streaming heads attend over the
 // hot window, the retrieval heads over everything.
 //
 // The heads are found from the model alone, once: a sequence of random tokens is run twice in a

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "agentkv/error.h"
+#include "agentkv/fake_prefix.h"
 #include "agentkv/kv_code.h"
 #include "agentkv/retrieval_heads.h"
 #include "memory/attention_view.h"
@@ -24,9 +25,9 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
   const auto& cfg = model.config();
   std::unique_ptr<memory::KvCache> kv;
   std::unique_ptr<memory::RecurrentMemory> rec;
-  const bool windowed = params.kv_hot_cells > 0 && params.kv_hot_cells < params.n_ctx;
-  if (windowed && params.kv_hot_cells < params.n_ubatch)
-    throw Error("kv hot cells (" + std::to_string(params.kv_hot_cells) + ") must be at least n_ubatch (" +
+  const bool windowed = params.kv.hot_cells > 0 && params.kv.hot_cells < params.n_ctx;
+  if (windowed && params.kv.hot_cells < params.n_ubatch)
+    throw Error("kv hot cells (" + std::to_string(params.kv.hot_cells) + ") must be at least n_ubatch (" +
                 std::to_string(params.n_ubatch) + "): a micro-batch's rows are written hot");
   if (cfg.n_attention_layers() > 0) {
     // Hot and tail rows share one rotation: rotated when either type is quantized.
@@ -34,29 +35,29 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
       return windowed && !ggml_type_info(hot).quantized ? tail : hot;
     };
     memory::KvLayout layout = model.kv_layout(
-        params.n_ctx, params.n_seq_max, params.kv_unified, params.type_k, params.type_v,
-        choose_kv_rotation(cfg, rotation_type(params.type_k, params.tail_type_k),
-                           rotation_type(params.type_v, params.tail_type_v), params.kv_rotation,
-                           params.kv_rotation_seed));
-    const bool coded = params.type_k == GgmlType::TQC3 || params.type_v == GgmlType::TQC3;
+        params.n_ctx, params.n_seq_max, params.kv.unified, params.kv.type_k, params.kv.type_v,
+        choose_kv_rotation(cfg, rotation_type(params.kv.type_k, params.kv.tail_type_k),
+                           rotation_type(params.kv.type_v, params.kv.tail_type_v), params.kv.rotation,
+                           params.kv.rotation_seed));
+    const bool coded = params.kv.type_k == GgmlType::TQC3 || params.kv.type_v == GgmlType::TQC3;
     if (coded) {
-      if (!params.kv_code)
+      if (!params.kv.code)
         throw Error("KV type tqc3 needs a calibrated KV code (--kv-code FILE, made by `agentkv kv-calibrate`)");
-      check_kv_code(*params.kv_code, model_in);
-      layout.code = params.kv_code;
+      check_kv_code(*params.kv.code, model_in);
+      layout.code = params.kv.code;
     }
     if (windowed) {
-      layout.hot_cells = params.kv_hot_cells;
-      layout.tail_type_k = params.tail_type_k;
-      layout.tail_type_v = params.tail_type_v;
-      layout.tail_dir = params.kv_tail_dir;
-      if (!params.kv_tail_heads.empty() || params.kv_retrieval_heads < 1.0) {
-        layout.tail_heads = !params.kv_tail_heads.empty()
-                                ? params.kv_tail_heads
-                                : top_retrieval_heads(find_retrieval_heads(model_in, params.n_threads), params.kv_retrieval_heads);
+      layout.hot_cells = params.kv.hot_cells;
+      layout.tail_type_k = params.kv.tail_type_k;
+      layout.tail_type_v = params.kv.tail_type_v;
+      layout.tail_dir = params.kv.tail_dir;
+      if (!params.kv.tail_heads.empty() || params.kv.retrieval_heads < 1.0) {
+        layout.tail_heads = !params.kv.tail_heads.empty()
+                                ? params.kv.tail_heads
+                                : top_retrieval_heads(find_retrieval_heads(model_in, params.n_threads), params.kv.retrieval_heads);
         layout.n_head_kv = static_cast<uint32_t>(cfg.n_head_kv);
       }
-    } else if (!params.kv_tail_heads.empty() || params.kv_retrieval_heads < 1.0) {
+    } else if (!params.kv.tail_heads.empty() || params.kv.retrieval_heads < 1.0) {
       throw Error("retrieval heads (--kv-retrieval-heads) keep a tail's rows: they need a window (--kv-hot below the context)");
     }
     kv = std::make_unique<memory::KvCache>(layout);
@@ -64,10 +65,10 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
   if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(model.recurrent_layout(params.n_seq_max));
   memory = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
   memory->set_shift_supported(model.can_shift());
-  if (params.query_window > 0 && memory->kv())
+  if (params.kv.query_window > 0 && memory->kv())
     queries = std::make_unique<memory::QueryWindow>(memory->kv()->layout().layer_has_kv,
                                                     static_cast<int64_t>(cfg.n_head) * cfg.head_dim_k, params.n_seq_max,
-                                                    params.query_window);
+                                                    params.kv.query_window);
 }
 
 void Context::apply_pending_shift() {
@@ -89,7 +90,7 @@ void Context::Impl::count_keys_attended(const memory::UBatch& ub) {
 Context::~Context() = default;
 
 uint32_t kv_cells_for_bytes(const Model& model, const ContextParams& params, size_t bytes) {
-  const memory::KvLayout l = ArchModel::of(model).kv_layout(1, 1, true, params.type_k, params.type_v);
+  const memory::KvLayout l = ArchModel::of(model).kv_layout(1, 1, true, params.kv.type_k, params.kv.type_v);
   const auto n_layers = static_cast<size_t>(std::count(l.layer_has_kv.begin(), l.layer_has_kv.end(), true));
   const size_t per_cell = n_layers * (ggml_row_size(l.type_k, l.n_embd_k) + ggml_row_size(l.type_v, l.n_embd_v));
   if (per_cell == 0 || bytes == 0) return 0;
@@ -99,7 +100,7 @@ uint32_t kv_cells_for_bytes(const Model& model, const ContextParams& params, siz
 PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
   if (impl_->prefix_cache) return impl_->prefix_cache.get();
   const memory::KvCache* kv = impl_->memory->kv();
-  if (!kv || kv->n_streams() != 1) return nullptr;
+  if (!kv || kv->layout().n_streams() != 1) return nullptr;
   if (cfg.holder < 0 || static_cast<uint32_t>(cfg.holder) >= impl_->params.n_seq_max)
     throw Error("prefix cache: holder sequence " + std::to_string(cfg.holder) + " outside n_seq_max " +
                 std::to_string(impl_->params.n_seq_max));
@@ -119,63 +120,20 @@ PrefixCache* Context::enable_prefix_cache(const PrefixCacheConfig& cfg) {
   return impl_->prefix_cache.get();
 }
 
-KvStatus Context::kv_status() const {
-  KvStatus s;
-  const memory::KvCache* kv = impl_->memory->kv();
-  if (!kv) return s;
-  const memory::KvLayout& l = kv->layout();
-  s.present = true;
-  s.type_k = l.type_k;
-  s.type_v = l.type_v;
-  s.n_cells = l.n_cells;
-  s.cells_used = kv->usage().cells_used;
-  s.rotated = l.rotation.active();
-  s.rotation_k_block = l.rotation.k_block;
-  s.rotation_v_block = l.rotation.v_block;
-  s.rotation_seed = l.rotation.seed;
-  s.rotation = memory::describe(l.rotation);
-  s.code_id = l.code ? l.code->id() : 0;
-  const memory::KvResidency r = kv->residency();
-  s.windowed = r.windowed;
-  s.hot_cells = l.hot_cells;
-  s.tail_type_k = l.tail_type_k;
-  s.tail_type_v = l.tail_type_v;
-  s.tail_dir = l.tail_dir;
-  s.hot_used = r.windowed ? r.hot_used : s.cells_used;
-  s.tail_used = r.tail_used;
-  s.hot_bytes = r.hot_bytes;
-  s.tail_bytes = r.tail_bytes;
-  s.demotions = r.demotions;
-  s.held_bytes = r.held_bytes;
-  const auto n_head_kv = static_cast<uint32_t>(impl_->model.config().n_head_kv);
-  for (int layer = 0; layer < static_cast<int>(l.layer_has_kv.size()); ++layer) {
-    if (!kv->layer_has_kv(layer)) continue;
-    s.tail_heads_total += n_head_kv;
-    const std::vector<int>* kept = kv->tail_kept_heads(layer);
-    s.tail_heads_kept += kept ? static_cast<uint32_t>(kept->size()) : n_head_kv;
-    if (!kept) continue;
-    for (int h : *kept) s.tail_heads += (s.tail_heads.empty() ? "" : ",") + std::to_string(layer) + "." + std::to_string(h);
-  }
-  return s;
-}
-
-std::pair<uint64_t, uint64_t> Context::seq_residency(MemorySeqId seq) const {
-  const memory::KvCache* kv = impl_->memory->kv();
-  return kv && kv->windowed() ? kv->seq_residency(seq) : std::pair<uint64_t, uint64_t>{0, 0};
-}
-
 size_t Context::cells_free_for(MemorySeqId seq) const {
   const memory::KvCache* kv = impl_->memory->kv();
   if (!kv) return SIZE_MAX;  // recurrent memory only: one cell per sequence, always there
-  return kv->cells_free_for(seq);
+  kv->layout().check_seq(seq, "cells_free_for");
+  return memory::cells_free_for(kv->cells(kv->layout().stream_of(seq)), seq);
 }
 
 size_t Context::memory_bytes() const {
   // A windowed cache's rows are counted as stored (tail rows in the tail type), without the
   // conversions a state view of them would make.
   const memory::KvCache* kv = impl_->memory->kv();
-  if (kv && kv->windowed())
-    return memory::memory_state_view(*impl_->memory, -1, memory::kStatePartialOnly).row_bytes() + kv->residency().held_bytes;
+  if (kv && kv->window().windowed())
+    return memory::memory_state_view(*impl_->memory, -1, memory::kStatePartialOnly).row_bytes() +
+           kv->rows().bytes(kv->window().residency()).held;
   return memory::memory_state_view(*impl_->memory, -1, memory::kStateAll).row_bytes();
 }
 
@@ -270,7 +228,6 @@ MemoryInterface& Context::memory() { return *impl_->memory; }
 const MemoryInterface& Context::memory() const { return *impl_->memory; }
 int Context::n_outputs() const { return static_cast<int>(impl_->output_index.size()); }
 bool Context::can_shift() const { return impl_->memory->can_shift(); }
-void Context::seq_fake_prefix(MemorySeqId seq, MemoryPos n) { impl_->memory->seq_fake_prefix(seq, n); }
 std::unique_ptr<RequestMemory> Context::open_request_memory(const RequestMemoryConfig& cfg,
                                                             std::function<void(MemorySeqId, const std::string&)> log) {
   if (cfg.n_seqs < 1 || static_cast<uint32_t>(cfg.n_seqs) > impl_->params.n_seq_max)
@@ -288,17 +245,12 @@ std::unique_ptr<RequestMemory> Context::open_request_memory(const RequestMemoryC
   }
   hooks.recurrent = has_recurrent_state();
   hooks.cells_free_for = [this](MemorySeqId seq) { return cells_free_for(seq); };
-  hooks.fake_prefix = [this](MemorySeqId seq, MemoryPos n) { seq_fake_prefix(seq, n); };
+  hooks.fake_prefix = [this](MemorySeqId seq, MemoryPos n) { agentkv::seq_fake_prefix(*this, seq, n); };
   hooks.log = std::move(log);
   return std::make_unique<RequestMemory>(std::move(hooks), cfg);
 }
 
-PrefixCache* Context::prefix_cache() { return impl_->prefix_cache.get(); }
-const PrefixCache* Context::prefix_cache() const { return impl_->prefix_cache.get(); }
 bool Context::has_recurrent_state() const { return impl_->memory->rec() != nullptr; }
-void Context::prefault_kv() {
-  if (memory::KvCache* kv = impl_->memory->kv()) kv->prefault();
-}
 uint32_t Context::queries_recorded(MemorySeqId seq) const {
   return impl_->queries ? impl_->queries->count(seq) : 0;
 }

@@ -39,7 +39,7 @@ struct Context::Impl {
 inline memory::SequenceMemory& sequence_memory(Context& ctx) { return *ctx.impl().memory; }
 inline const memory::SequenceMemory& sequence_memory(const Context& ctx) { return *ctx.impl().memory; }
 inline ThreadPool& thread_pool(Context& ctx) { return ctx.impl().pool; }
-// The recorded queries (ContextParams::query_window), or null.
+// The recorded queries (KvOptions::query_window), or null.
 inline memory::QueryWindow* recorded_queries(Context& ctx) { return ctx.impl().queries.get(); }
 inline const memory::QueryWindow* recorded_queries(const Context& ctx) { return ctx.impl().queries.get(); }
 

@@ -51,11 +51,6 @@ std::string number(double v, ValueType t) {
   return std::string(buf, res.ptr);
 }
 
-std::string type_label(const Value& v) {
-  if (v.type != ValueType::ARRAY) return std::string(gguf::value_type_name(v.type));
-  return "array[" + std::string(gguf::value_type_name(v.elem_type)) + "]";
-}
-
 std::string format_value(const Value& v, bool full);
 
 std::string format_array(const Value& v, bool full) {
@@ -115,14 +110,14 @@ std::string describe(const gguf::Reader& r, bool full) {
   appendf(out, "file:      %s (%llu bytes)\n", r.path().c_str(), static_cast<unsigned long long>(r.file_size()));
   appendf(out, "version:   %u\n", r.version());
   appendf(out, "alignment: %llu%s\n", static_cast<unsigned long long>(r.alignment()),
-          r.has("general.alignment") ? "" : " (default)");
+          r.metadata().has("general.alignment") ? "" : " (default)");
   appendf(out, "data:      starts at byte %llu\n", static_cast<unsigned long long>(r.data_offset()));
 
   size_t key_width = 0;
-  for (const auto& [key, v] : r.metadata()) key_width = std::max(key_width, key.size());
-  appendf(out, "\nmetadata: %zu keys\n", r.metadata().size());
-  for (const auto& [key, v] : r.metadata()) {
-    std::string type = type_label(v);
+  for (const auto& [key, v] : r.metadata().entries()) key_width = std::max(key_width, key.size());
+  appendf(out, "\nmetadata: %zu keys\n", r.metadata().entries().size());
+  for (const auto& [key, v] : r.metadata().entries()) {
+    std::string type = gguf::value_type_label(v);
     if (v.type == ValueType::ARRAY) type += "(" + std::to_string(v.array_size()) + ")";
     appendf(out, "  %-*s  %-22s %s\n", static_cast<int>(key_width), key.c_str(), type.c_str(),
             format_value(v, full).c_str());

@@ -21,8 +21,9 @@ void load_keys(const memory::KvCache& kv, int layer, uint32_t stream, const std:
                std::vector<float>& out) {
   const int64_t n = kv.layout().n_embd_k;
   out.resize(static_cast<size_t>(p1 - p0) * static_cast<size_t>(n));
+  const memory::KvRows& rows = kv.rows();
   for (int p = p0; p < p1; ++p)
-    kv.dequantize_k(layer, stream, cells[static_cast<size_t>(p)], out.data() + static_cast<size_t>(p - p0) * static_cast<size_t>(n));
+    rows.dequantize_k(layer, stream, cells[static_cast<size_t>(p)], out.data() + static_cast<size_t>(p - p0) * static_cast<size_t>(n));
 }
 
 float dot(const float* a, const float* b, int64_t n) {

@@ -41,8 +41,8 @@ std::shared_ptr<const memory::KvCode> calibrate_kv_code(const Model& model, cons
     ContextParams cp;
     cp.n_ctx = params.window;
     cp.n_threads = params.n_threads;
-    cp.kv_rotation = KvRotationMode::Off;  // the rows as the model writes them
-    cp.query_window = params.window;
+    cp.kv.rotation = KvRotationMode::Off;  // the rows as the model writes them
+    cp.kv.query_window = params.window;
     Context ctx(model, cp);
     const Token* first = tokens.data() + w * stride;
     for (uint32_t p0 = 0; p0 < params.window; p0 += cp.n_ubatch) {
@@ -52,12 +52,13 @@ std::shared_ptr<const memory::KvCode> calibrate_kv_code(const Model& model, cons
       if (ctx.decode(b) != 0) throw Error("kv-calibrate: decoding a window failed");
     }
     const memory::KvCache& kv = *sequence_memory(ctx).kv();
+    const memory::KvRows& rows = kv.rows();
     const memory::QueryWindow& qw = *recorded_queries(ctx);
     const uint32_t n_rows = std::min(qw.count(0), params.window);
     for (int il : layers)
       for (uint32_t i = 0; i < n_rows; ++i) {  // cell i and query i need not be one token: sums only
-        kv.dequantize_k(il, 0, i, k.data());
-        memory::dequantize_kv_row(kv.layout().type_v, kv.v_row(il, 0, i), v.data(), n_embd);
+        rows.dequantize_k(il, 0, i, k.data());
+        memory::dequantize_kv_row(kv.layout().type_v, rows.v_row(il, 0, i), v.data(), n_embd);
         moments.add(il, qw.row(il, 0, i), k.data(), v.data());
       }
   }

@@ -7,7 +7,7 @@
 namespace agentkv {
 
 std::optional<uint64_t> model_pooling_type(const Model& model) {
-  return ArchModel::of(model).gguf().get_uint(model.config().arch_key + ".pooling_type");
+  return ArchModel::of(model).gguf().metadata().get_uint(model.config().arch_key + ".pooling_type");
 }
 
 }  // namespace agentkv

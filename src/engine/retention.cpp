@@ -31,14 +31,15 @@ constexpr float kOwnShare = 1e-3f;
 constexpr double kRecentShare = 0.5;
 
 // Whether each position's key of `layer` is there for KV head h: always, unless the cell is in a
-// tail that dropped the head's rows (retrieval heads, memory/kv_cache.h): that head never reads it,
+// tail that dropped the head's rows (retrieval heads, memory/kv_rows.h): that head never reads it,
 // and its stored key is zeros.
 std::vector<char> keys_present(const memory::KvCache& kv, int layer, int64_t h, uint32_t stream, const std::vector<uint32_t>& cells,
                                int p0, int p1) {
   std::vector<char> out(static_cast<size_t>(p1 - p0), 1);
-  const std::vector<int>* kept = kv.tail_kept_heads(layer);
+  const std::vector<int>* kept = kv.rows().tail_kept_heads(layer);
   if (!kept || std::find(kept->begin(), kept->end(), static_cast<int>(h)) != kept->end()) return out;
-  for (int p = p0; p < p1; ++p) out[static_cast<size_t>(p - p0)] = kv.is_hot(stream, cells[static_cast<size_t>(p)]) ? 1 : 0;
+  const memory::KvWindow& window = kv.window();
+  for (int p = p0; p < p1; ++p) out[static_cast<size_t>(p - p0)] = window.is_hot(stream, cells[static_cast<size_t>(p)]) ? 1 : 0;
   return out;
 }
 
@@ -46,12 +47,12 @@ std::vector<float> keydiff_scores(const Context& ctx, const EvictionRequest& r, 
   const memory::KvCache& kv = *sequence_memory(ctx).kv();
   const ModelConfig& cfg = ctx.model().config();
   const int64_t hd = cfg.head_dim_k, n_kv = cfg.n_head_kv;
-  const uint32_t stream = kv.stream_of(r.seq);
+  const uint32_t stream = kv.layout().stream_of(r.seq);
   const size_t n = static_cast<size_t>(c1 - c0);
   std::vector<float> cos_sum(n, 0.f), keys, mean(static_cast<size_t>(hd));
   std::vector<int> n_cos(n, 0);  // (layer, head) pairs that hold the key
   for (int layer = 0; layer < static_cast<int>(kv.layout().layer_has_kv.size()); ++layer) {
-    if (!kv.layer_has_kv(layer)) continue;
+    if (!kv.rows().layer_has_kv(layer)) continue;
     load_keys(kv, layer, stream, cells, c0, c1, keys);
     for (int64_t h = 0; h < n_kv; ++h) {
       const std::vector<char> present = keys_present(kv, layer, h, stream, cells, c0, c1);  // absent keys are zeros: no cosine
@@ -82,14 +83,14 @@ std::vector<float> snapkv_scores(const Context& ctx, const EvictionRequest& r, c
   const ModelConfig& cfg = ctx.model().config();
   const int64_t hd = cfg.head_dim_k, n_head = cfg.n_head, n_kv = cfg.n_head_kv, rep = n_head / n_kv;
   const float scale = cfg.attention_scale();
-  const uint32_t stream = kv.stream_of(r.seq);
+  const uint32_t stream = kv.layout().stream_of(r.seq);
   const uint32_t n_q = qw.count(r.seq);
   const size_t n_rows = static_cast<size_t>(n_q) * static_cast<size_t>(n_head);  // one softmax per (query, head)
   std::vector<float> attn(static_cast<size_t>(c1 - c0), 0.f), keys, logits, mx(n_rows), sum(n_rows);
   std::vector<int> seen(n_q);
   for (uint32_t j = 0; j < n_q; ++j) seen[j] = std::min(r.n_past, static_cast<int>(qw.pos(r.seq, j)) + 1);  // causal
   for (int layer = 0; layer < static_cast<int>(kv.layout().layer_has_kv.size()); ++layer) {
-    if (!kv.layer_has_kv(layer)) continue;
+    if (!kv.rows().layer_has_kv(layer)) continue;
     load_keys(kv, layer, stream, cells, 0, r.n_past, keys);
     std::vector<std::vector<char>> present(static_cast<size_t>(n_kv));  // a head does not see keys its tail dropped
     for (int64_t h = 0; h < n_kv; ++h) present[static_cast<size_t>(h)] = keys_present(kv, layer, h, stream, cells, 0, r.n_past);

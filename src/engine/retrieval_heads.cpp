@@ -40,7 +40,7 @@ RetrievalHeadScores find_retrieval_heads(const Model& model, int n_threads, int 
   cp.n_ctx = static_cast<uint32_t>(2 * span);
   cp.n_ubatch = static_cast<uint32_t>(2 * span);
   cp.n_threads = n_threads;
-  cp.query_window = static_cast<uint32_t>(span);  // the second copy's queries
+  cp.kv.query_window = static_cast<uint32_t>(span);  // the second copy's queries
   Context ctx(model, cp);
   Batch b;
   b.add_sequence(probe.data(), probe.size(), 0, 0, false);
@@ -57,7 +57,7 @@ RetrievalHeadScores find_retrieval_heads(const Model& model, int n_threads, int 
   out.by_layer.resize(kv.layout().layer_has_kv.size());
   std::vector<float> keys, logits(static_cast<size_t>(n_past));
   for (int layer = 0; layer < static_cast<int>(out.by_layer.size()); ++layer) {
-    if (!kv.layer_has_kv(layer)) continue;
+    if (!kv.rows().layer_has_kv(layer)) continue;
     load_keys(kv, layer, 0, cells, 0, n_past, keys);
     std::vector<float> head_score(static_cast<size_t>(n_head), 0.f);
     for (uint32_t j = 0; j < qw.count(0); ++j) {

@@ -37,16 +37,6 @@ std::string hex32(uint32_t v) {
 
 bool is_valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::F64); }
 
-bool is_integer_type(ValueType t) {
-  switch (t) {
-    case ValueType::U8: case ValueType::I8: case ValueType::U16: case ValueType::I16:
-    case ValueType::U32: case ValueType::I32: case ValueType::U64: case ValueType::I64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool is_signed_type(ValueType t) {
   return t == ValueType::I8 || t == ValueType::I16 || t == ValueType::I32 || t == ValueType::I64;
 }
@@ -74,11 +64,6 @@ uint64_t min_element_size(ValueType t) {
 template <class Vec>
 void reserve_bounded(Vec& v, uint64_t count) {
   v.reserve(static_cast<size_t>(std::min<uint64_t>(count, uint64_t{1} << 16)));
-}
-
-std::string type_label(const Value& v) {
-  if (v.type != ValueType::ARRAY) return std::string(value_type_name(v.type));
-  return "array[" + std::string(value_type_name(v.elem_type)) + "]";
 }
 
 // Bounds-checked little-endian reads over the image; failures name the file and what was being read.
@@ -205,41 +190,7 @@ std::string shape_string(std::span<const int64_t> ne) {
   return s + "]";
 }
 
-[[noreturn]] void wrong_type(const std::string& file, std::string_view key, const Value& v, std::string_view expected) {
-  throw Error(file + ": key " + quoted(key) + " has type " + type_label(v) + ", expected " + std::string(expected));
-}
-
 }  // namespace
-
-std::string_view value_type_name(ValueType t) {
-  switch (t) {
-    case ValueType::U8: return "u8";
-    case ValueType::I8: return "i8";
-    case ValueType::U16: return "u16";
-    case ValueType::I16: return "i16";
-    case ValueType::U32: return "u32";
-    case ValueType::I32: return "i32";
-    case ValueType::F32: return "f32";
-    case ValueType::BOOL: return "bool";
-    case ValueType::STRING: return "string";
-    case ValueType::ARRAY: return "array";
-    case ValueType::U64: return "u64";
-    case ValueType::I64: return "i64";
-    case ValueType::F64: return "f64";
-  }
-  return "unknown";
-}
-
-size_t Value::array_size() const {
-  if (type != ValueType::ARRAY) return 0;
-  switch (elem_type) {
-    case ValueType::STRING: return str_array.size();
-    case ValueType::ARRAY: return nested.size();
-    case ValueType::U64: return uint_array.size();
-    case ValueType::F32: case ValueType::F64: return float_array.size();
-    default: return int_array.size();
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Opening
@@ -318,19 +269,18 @@ void Reader::parse() {
            " bytes (corrupt or truncated file)");
 
   // Metadata.
+  metadata_ = Metadata(path_);
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.read_string("metadata key #" + std::to_string(i));
     const std::string what = "key " + quoted(key);
     const auto type = c.read<uint32_t>(what);
     if (!is_valid_value_type(type)) c.fail(what + " has unknown value type " + std::to_string(type));
     Value value = read_value(c, static_cast<ValueType>(type), what, 0);
-    if (kv_index_.count(key)) c.fail("duplicate metadata key " + quoted(key));
-    kv_index_.emplace(key, kv_.size());
-    kv_.emplace_back(std::move(key), std::move(value));
+    metadata_.add(std::move(key), std::move(value));
   }
 
-  if (has("general.alignment")) {
-    const uint64_t a = *get_uint("general.alignment");
+  if (metadata_.has("general.alignment")) {
+    const uint64_t a = *metadata_.get_uint("general.alignment");
     if (a == 0 || !std::has_single_bit(a) || a > std::numeric_limits<uint32_t>::max())
       c.fail("key 'general.alignment' is " + std::to_string(a) + ", which is not a nonzero power of two");
     alignment_ = a;
@@ -411,113 +361,6 @@ void Reader::parse() {
 // ---------------------------------------------------------------------------------------------
 // Lookups
 
-const Value* Reader::find(std::string_view key) const {
-  auto it = kv_index_.find(key);
-  return it == kv_index_.end() ? nullptr : &kv_[it->second].second;
-}
-
-std::optional<uint64_t> Reader::get_uint(std::string_view key) const {
-  const Value* v = find(key);
-  if (!v) return std::nullopt;
-  if (!is_integer_type(v->type)) wrong_type(path_, key, *v, "an unsigned integer");
-  if (const auto* s = std::get_if<int64_t>(&v->scalar)) {
-    if (*s < 0)
-      throw Error(path_ + ": key " + quoted(key) + " is " + std::to_string(*s) + ", expected a non-negative integer");
-    return static_cast<uint64_t>(*s);
-  }
-  return std::get<uint64_t>(v->scalar);
-}
-
-std::optional<int64_t> Reader::get_int(std::string_view key) const {
-  const Value* v = find(key);
-  if (!v) return std::nullopt;
-  if (!is_integer_type(v->type)) wrong_type(path_, key, *v, "an integer");
-  if (const auto* u = std::get_if<uint64_t>(&v->scalar)) {
-    if (*u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      throw Error(path_ + ": key " + quoted(key) + " is " + std::to_string(*u) + ", too large for a signed integer");
-    return static_cast<int64_t>(*u);
-  }
-  return std::get<int64_t>(v->scalar);
-}
-
-std::optional<double> Reader::get_float(std::string_view key) const {
-  const Value* v = find(key);
-  if (!v) return std::nullopt;
-  if (v->type == ValueType::F32 || v->type == ValueType::F64) return std::get<double>(v->scalar);
-  if (!is_integer_type(v->type)) wrong_type(path_, key, *v, "a number");
-  if (const auto* s = std::get_if<int64_t>(&v->scalar)) return static_cast<double>(*s);
-  return static_cast<double>(std::get<uint64_t>(v->scalar));
-}
-
-std::optional<bool> Reader::get_bool(std::string_view key) const {
-  const Value* v = find(key);
-  if (!v) return std::nullopt;
-  if (v->type != ValueType::BOOL) wrong_type(path_, key, *v, "bool");
-  return std::get<uint64_t>(v->scalar) != 0;
-}
-
-std::optional<std::string> Reader::get_string(std::string_view key) const {
-  const Value* v = find(key);
-  if (!v) return std::nullopt;
-  if (v->type != ValueType::STRING) wrong_type(path_, key, *v, "string");
-  return std::get<std::string>(v->scalar);
-}
-
-std::optional<std::vector<std::string>> Reader::get_string_array(std::string_view key) const {
-  const Value* v = find(key);
-  if (!v) return std::nullopt;
-  if (v->type != ValueType::ARRAY || v->elem_type != ValueType::STRING) wrong_type(path_, key, *v, "array[string]");
-  return v->str_array;
-}
-
-std::optional<std::vector<int64_t>> Reader::get_int_array(std::string_view key) const {
-  const Value* v = find(key);
-  if (!v) return std::nullopt;
-  if (v->type != ValueType::ARRAY || !is_integer_type(v->elem_type))
-    wrong_type(path_, key, *v, "an array of integers");
-  if (v->elem_type != ValueType::U64) return v->int_array;
-  std::vector<int64_t> out;
-  out.reserve(v->uint_array.size());
-  for (uint64_t u : v->uint_array) {
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      throw Error(path_ + ": key " + quoted(key) + " holds " + std::to_string(u) + ", too large for a signed integer");
-    out.push_back(static_cast<int64_t>(u));
-  }
-  return out;
-}
-
-std::optional<std::vector<double>> Reader::get_float_array(std::string_view key) const {
-  const Value* v = find(key);
-  if (!v) return std::nullopt;
-  if (v->type != ValueType::ARRAY) wrong_type(path_, key, *v, "an array of numbers");
-  if (v->elem_type == ValueType::F32 || v->elem_type == ValueType::F64) return v->float_array;
-  if (!is_integer_type(v->elem_type)) wrong_type(path_, key, *v, "an array of numbers");
-  std::vector<double> out;
-  if (v->elem_type == ValueType::U64) {
-    out.reserve(v->uint_array.size());
-    for (uint64_t u : v->uint_array) out.push_back(static_cast<double>(u));
-  } else {
-    out.reserve(v->int_array.size());
-    for (int64_t s : v->int_array) out.push_back(static_cast<double>(s));
-  }
-  return out;
-}
-
-uint64_t Reader::require_uint(std::string_view key) const {
-  if (auto v = get_uint(key)) return *v;
-  throw Error(path_ + ": missing required key " + quoted(key));
-}
-
-double Reader::require_float(std::string_view key) const {
-  if (auto v = get_float(key)) return *v;
-  throw Error(path_ + ": missing required key " + quoted(key));
-}
-
-std::string Reader::require_string(std::string_view key) const {
-  if (auto v = get_string(key)) return *v;
-  throw Error(path_ + ": missing required key " + quoted(key));
-}
-
 const TensorInfo* Reader::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
@@ -538,16 +381,6 @@ const TensorInfo& Reader::require_tensor(std::string_view name, std::span<const 
   return *t;
 }
 
-void Reader::release_metadata(std::initializer_list<std::string_view> keys) {
-  for (std::string_view key : keys) {
-    auto it = kv_index_.find(key);
-    if (it == kv_index_.end()) continue;
-    const size_t idx = it->second;
-    kv_.erase(kv_.begin() + static_cast<std::ptrdiff_t>(idx));
-    kv_.shrink_to_fit();
-    kv_index_.clear();
-    for (size_t i = 0; i < kv_.size(); ++i) kv_index_.emplace(kv_[i].first, i);
-  }
-}
+void Reader::release_metadata(std::initializer_list<std::string_view> keys) { metadata_.release(keys); }
 
 }  // namespace agentkv::gguf

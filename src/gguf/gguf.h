@@ -1,49 +1,25 @@
 // GGUF reader (mmap, versions 2 and 3) and writer. The format is llama.cpp's; see docs/architecture.md.
 // Every validation failure throws agentkv::Error whose message names the file and the key or tensor.
+// The metadata's values and typed getters are gguf_metadata.h's.
 #pragma once
 #include <array>
 #include <initializer_list>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include "agentkv/ggml_type.h"
+#include "gguf/gguf_metadata.h"
 
 namespace agentkv::gguf {
 
-enum class ValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
-};
-std::string_view value_type_name(ValueType t);
-
-// Limits the reader enforces (and the writer respects).
+// Limits the reader enforces (and the writer respects); kMaxArrayNesting is gguf_metadata.h's.
 inline constexpr int kMaxDims = 4;
-inline constexpr int kMaxArrayNesting = 8;       // arrays of arrays deeper than this are refused
 inline constexpr uint64_t kDefaultAlignment = 32;
-
-// A metadata value. Scalars keep their exact type; arrays keep their element type.
-struct Value {
-  ValueType type = ValueType::U32;
-  ValueType elem_type = ValueType::U32;  // meaningful for ARRAY only
-  // Scalar payloads: integers (any width, bool) as int64/uint64, floats as double, strings as string.
-  std::variant<int64_t, uint64_t, double, std::string> scalar;
-  // Array payloads (exactly one is used, by elem_type): strings, integers, floats, bools-as-ints.
-  std::vector<std::string> str_array;
-  std::vector<int64_t> int_array;    // signed ints, bools, and unsigned that fit
-  std::vector<uint64_t> uint_array;  // U64 arrays
-  std::vector<double> float_array;
-  // Arrays of arrays (elem_type ARRAY): each element is itself an ARRAY Value. llama.cpp's format
-  // allows them; no model key uses them, but they are kept so a file round-trips.
-  std::vector<Value> nested;
-  size_t array_size() const;  // element count of an ARRAY value (0 for scalars)
-};
 
 struct TensorInfo {
   std::string name;
@@ -73,33 +49,16 @@ class Reader {
   // Absolute file offset of the data section (TensorInfo::offset is relative to it).
   uint64_t data_offset() const { return data_offset_; }
 
-  // Metadata in file order.
-  const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
-  const Value* find(std::string_view key) const;
-  bool has(std::string_view key) const { return find(key) != nullptr; }
-
-  // Typed getters: nullopt when absent; throw Error (naming file and key) when present with the
-  // wrong type. Integer getters accept any integer type whose value fits.
-  std::optional<uint64_t> get_uint(std::string_view key) const;
-  std::optional<int64_t> get_int(std::string_view key) const;
-  std::optional<double> get_float(std::string_view key) const;  // accepts integers too
-  std::optional<bool> get_bool(std::string_view key) const;
-  std::optional<std::string> get_string(std::string_view key) const;
-  std::optional<std::vector<std::string>> get_string_array(std::string_view key) const;
-  std::optional<std::vector<int64_t>> get_int_array(std::string_view key) const;
-  std::optional<std::vector<double>> get_float_array(std::string_view key) const;
-  // require_*: as get_*, but a missing key throws "missing required key".
-  uint64_t require_uint(std::string_view key) const;
-  double require_float(std::string_view key) const;
-  std::string require_string(std::string_view key) const;
+  // The key/value pairs (gguf_metadata.h: in file order, found by key, read by type).
+  const Metadata& metadata() const { return metadata_; }
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   // Throws "tensor X has shape [...], expected [...]" naming the file.
   const TensorInfo& require_tensor(std::string_view name, std::span<const int64_t> expected_ne) const;
 
-  // Drops the parsed copies of the named metadata keys once their consumer has its own (the
-  // tokenizer vocabulary and merges are ~25 MB of strings): the keys then read as absent.
+  // Metadata::release on the reader's own metadata (the tokenizer vocabulary and merges, once the
+  // tokenizer has its copy).
   void release_metadata(std::initializer_list<std::string_view> keys);
 
   // Base of the mapping (or memory image) and its length.
@@ -115,8 +74,7 @@ class Reader {
   uint64_t size_ = 0;
   uint64_t data_offset_ = 0;
   void* mapping_ = nullptr;  // non-null when we own an mmap
-  std::vector<std::pair<std::string, Value>> kv_;
-  std::map<std::string, size_t, std::less<>> kv_index_;
+  Metadata metadata_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };

@@ -46,7 +46,7 @@ struct AttentionArgs {
   float* out = nullptr;
   int64_t out_stride = 0;
   float* lse = nullptr;
-  // No llama.cpp order to follow for these keys (a windowed cache's tail, memory/kv_cache.h): the
+  // No llama.cpp order to follow for these keys (a windowed cache's tail, memory/kv_window.h): the
   // kernel may take agentkv's own algorithms for any type, as it does for tq4 / tq3.
   bool own_order = false;
 };

@@ -10,11 +10,38 @@
 namespace agentkv::memory {
 namespace {
 
+// The common case of keys_by_position without a scan of the table: when seq holds each of its
+// positions up to max_pos in one cell, walks those positions through the table's note of each
+// (sequence, position), so the cost follows the sequence's keys, not the cells of the stream (a
+// server holding a million cached cells would otherwise scan them all for every decoded token).
+// False (rows / pos unspecified) when a position has several cells or an un-noted one, or when
+// the positions spread wider than the table: the caller scans then.
+bool keys_by_noted_position(const KvCells& cells, SeqId seq, Pos max_pos, std::vector<int32_t>& rows,
+                            std::vector<Pos>& pos) {
+  const Pos lo = cells.seq_pos_min(seq);
+  const Pos hi = std::min(cells.seq_pos_max(seq), max_pos);
+  rows.clear();
+  pos.clear();
+  if (lo < 0 || hi < lo) return true;
+  if (static_cast<uint64_t>(hi - lo) >= cells.used_max_p1()) return false;
+  if (cells.seq_pos_max_count(seq, lo, hi + 1) > 1) return false;
+  for (Pos p = lo; p <= hi; ++p) {
+    const uint32_t c = cells.cell_at(seq, p);
+    if (c == KvCells::kUnnoted) return false;  // held, but by a cell not noted
+    if (c == KvCells::kNoCell) continue;
+    rows.push_back(static_cast<int32_t>(c));
+    pos.push_back(p);
+  }
+  return true;
+}
+
 // The cells of `seq` in `cells` at positions <= max_pos, by (position, cell). Run once per
-// micro-batch over every cell (each decoded token at depth pays for it): no reallocation once the
-// vectors have grown, no bounds-checked bit tests.
+// micro-batch (each decoded token at depth pays for it): by the noted cells where it can, else
+// one pass over every cell with no reallocation once the vectors have grown and no bounds-checked
+// bit tests.
 void keys_by_position(const KvCells& cells, SeqId seq, Pos max_pos, std::vector<int32_t>& rows,
                       std::vector<Pos>& pos) {
+  if (keys_by_noted_position(cells, seq, max_pos, rows, pos)) return;
   const Pos* cell_pos = cells.pos_data();
   const SeqSet* cell_seq = cells.seq_data();
   const uint32_t end = cells.used_max_p1();
@@ -58,7 +85,7 @@ void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<Attention
     if (s < 0 || static_cast<uint32_t>(s) >= kv.layout().n_seq_max)
       throw Error("attention view: token " + std::to_string(t) + " has sequence id " + std::to_string(s) +
                   " outside [0, " + std::to_string(kv.layout().n_seq_max) + ")");
-    const uint32_t stream = kv.stream_of(s);
+    const uint32_t stream = kv.layout().stream_of(s);
     const auto end = groups.begin() + static_cast<std::ptrdiff_t>(n_groups);
     auto g = std::find_if(groups.begin(), end, [&](const AttentionGroup& x) { return x.seq == s && x.stream == stream; });
     if (g == end) {
@@ -74,8 +101,9 @@ void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<Attention
   groups.resize(n_groups);
   const KvLayout& layout = kv.layout();
   // A tail of another type, or one without every head's rows, is attended apart from the window.
-  const bool split_tail = kv.windowed() && (layout.tail_type_k != layout.type_k || layout.tail_type_v != layout.type_v ||
-                                            kv.tail_drops_heads());
+  const KvWindow& window = kv.window();
+  const bool split_tail = window.windowed() && (layout.tail_type_k != layout.type_k || layout.tail_type_v != layout.type_v ||
+                                                kv.rows().tail_drops_heads());
   thread_local std::vector<Pos> key_pos;  // positions of a group's keys (kept: grown once)
   for (AttentionGroup& g : groups) {
     Pos max_pos = -1;
@@ -85,7 +113,7 @@ void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<Attention
       std::vector<size_t> order(g.rows.size());
       for (size_t j = 0; j < order.size(); ++j) order[j] = j;
       const auto hot_from = std::stable_partition(order.begin(), order.end(), [&](size_t j) {
-        return !kv.is_hot(g.stream, static_cast<uint32_t>(g.rows[j]));
+        return !window.is_hot(g.stream, static_cast<uint32_t>(g.rows[j]));
       });
       g.n_tail = static_cast<size_t>(hot_from - order.begin());
       std::vector<int32_t> rows(order.size());
@@ -136,7 +164,7 @@ void layer_key_rows(const KvCache& kv, const AttentionGroup& g, int layer, std::
   k.resize(n);
   v.resize(n);
   if (n == 0) return;
-  kv.row_pointers(layer, g.stream, g.rows.data(), n, k.data(), v.data());
+  kv.rows().row_pointers(layer, g.stream, g.rows.data(), n, k.data(), v.data());
 }
 
 }  // namespace agentkv::memory

@@ -25,7 +25,7 @@ struct AttentionGroup {
                                 // token sees every key (a decode step): attention reads no mask
   std::vector<int64_t> keys_visible;  // per token: how many of the keys it sees
   // A windowed cache whose tail type differs from the hot type, or whose tail keeps only some
-  // heads' rows (KvCache::tail_kept_heads; memory/kv_cache.h): the first
+  // heads' rows (KvRows::tail_kept_heads; memory/kv_rows.h): the first
   // n_tail keys are the tail's (by position, stored as tail_type_k / tail_type_v), the rest the
   // hot ones (by position); attention runs over each part and merges them by log-sum-exp.
   // 0 otherwise: every key in one position order, whatever its residency.

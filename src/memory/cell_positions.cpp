@@ -8,15 +8,19 @@
 namespace agentkv::memory {
 
 std::vector<uint32_t> cells_by_position(const KvCache& kv, SeqId seq, Pos n) {
-  const KvCells& c = kv.cells(kv.stream_of(seq));
+  const KvCells& c = kv.cells(kv.layout().stream_of(seq));
   auto refuse = [&](const char* what) {
     return Error("sequence " + std::to_string(seq) + " " + what + " positions [0, " + std::to_string(n) + ")");
   };
   if (n > 0 && (c.seq_pos_min(seq) != 0 || c.seq_pos_max(seq) != n - 1 || c.seq_pos_max_count(seq, 0, n) != 1))
     throw refuse("does not hold exactly");
   std::vector<uint32_t> out(static_cast<size_t>(std::max<Pos>(n, 0)), UINT32_MAX);
-  for (Pos p = 0; p < n; ++p) out[static_cast<size_t>(p)] = c.noted_cell(seq, p);
-  if (std::find(out.begin(), out.end(), UINT32_MAX) == out.end()) return out;
+  bool noted = true;
+  for (Pos p = 0; p < n && noted; ++p) {
+    out[static_cast<size_t>(p)] = c.cell_at(seq, p);
+    noted = out[static_cast<size_t>(p)] < KvCells::kUnnoted;
+  }
+  if (noted) return out;
   // A cell not noted for its position (e.g. restored from a state): the scan.
   std::fill(out.begin(), out.end(), UINT32_MAX);
   for (uint32_t i = 0; i < c.used_max_p1(); ++i) {

@@ -10,7 +10,7 @@ KvCells::KvCells(uint32_t n_cells, uint32_t n_seq)
   assert(n_seq <= kMaxSeq);
 }
 
-void KvCells::reset() {
+void KvCells::reset(bool rows_zeroed) {
   std::fill(pos_.begin(), pos_.end(), -1);
   std::fill(shift_.begin(), shift_.end(), 0);
   for (auto& s : seq_) s.reset();
@@ -20,6 +20,7 @@ void KvCells::reset() {
   used_max_p1_ = 0;
   first_free_ = 0;
   has_shift_ = false;
+  if (rows_zeroed) std::fill(known_zero_.begin(), known_zero_.end(), 1);
 }
 
 void KvCells::reset_shift() {
@@ -30,8 +31,6 @@ void KvCells::reset_shift() {
 Pos KvCells::seq_pos_min(SeqId s) const { return seq_pos_[static_cast<size_t>(s)].min(); }
 
 Pos KvCells::seq_pos_max(SeqId s) const { return seq_pos_[static_cast<size_t>(s)].max(); }
-
-void KvCells::mark_all_zero() { std::fill(known_zero_.begin(), known_zero_.end(), 1); }
 
 void KvCells::index_add(uint32_t i) {
   const Pos p = pos_[i];
@@ -50,11 +49,13 @@ void KvCells::note_cell(SeqId s, Pos p, uint32_t i) {
   noted[static_cast<size_t>(p)] = i;
 }
 
-uint32_t KvCells::noted_cell(SeqId s, Pos p) const {
+uint32_t KvCells::cell_at(SeqId s, Pos p) const {
   const std::vector<uint32_t>& noted = noted_[static_cast<size_t>(s)];
-  if (p < 0 || static_cast<size_t>(p) >= noted.size()) return UINT32_MAX;
-  const uint32_t i = noted[static_cast<size_t>(p)];
-  return i < pos_.size() && pos_[i] == p && seq_[i].test(static_cast<size_t>(s)) ? i : UINT32_MAX;
+  if (p >= 0 && static_cast<size_t>(p) < noted.size()) {
+    const uint32_t i = noted[static_cast<size_t>(p)];
+    if (i < pos_.size() && pos_[i] == p && seq_[i].test(static_cast<size_t>(s))) return i;
+  }
+  return seq_pos_[static_cast<size_t>(s)].count(p) > 0 ? kUnnoted : kNoCell;
 }
 
 void KvCells::index_remove(uint32_t i) {
@@ -141,45 +142,20 @@ bool KvCells::remove_seq(uint32_t i, SeqId s) {
   return false;
 }
 
-bool KvCells::keep_only(uint32_t i, SeqId s) {
-  if (pos_[i] < 0) return false;
-  if (!seq_[i].test(static_cast<size_t>(s))) {
-    release(i);
-    return true;
-  }
-  if (seq_[i].count() == 1) return false;
-  index_remove(i);
-  seq_[i].reset();
-  seq_[i].set(static_cast<size_t>(s));
-  index_add(i);
-  return false;
-}
-
-bool KvCells::add_pos(uint32_t i, Pos delta) {
+bool KvCells::move(uint32_t i, Pos p) {
   assert(pos_[i] >= 0);
   index_remove(i);
-  const int64_t moved = static_cast<int64_t>(pos_[i]) + delta;
-  if (moved < 0) {
+  if (p < 0) {
     mark_empty(i);
     return true;
   }
-  pos_[i] = static_cast<Pos>(moved);
-  shift_[i] += delta;
+  // The keys must be rotated by the change of position (new - old). llama.cpp records old - new
+  // for a division, the opposite sign of its pos_add; see docs/memory-semantics.md.
+  shift_[i] += p - pos_[i];
+  pos_[i] = p;
   has_shift_ = true;
   index_add(i);
   return false;
-}
-
-void KvCells::div_pos(uint32_t i, int d) {
-  assert(pos_[i] >= 0 && d > 0);
-  index_remove(i);
-  const Pos old = pos_[i];
-  pos_[i] = old / d;
-  // The keys must be rotated by the change of position (new - old). llama.cpp records old - new
-  // here, the opposite sign of its pos_add; see docs/memory-semantics.md.
-  shift_[i] += pos_[i] - old;
-  has_shift_ = true;
-  index_add(i);
 }
 
 void KvCells::occupy_run(const uint32_t* cells, uint32_t n, Pos p0, const SeqSet& seqs, bool rows_zero) {
@@ -192,7 +168,7 @@ void KvCells::occupy_run(const uint32_t* cells, uint32_t n, Pos p0, const SeqSet
     pos_[i] = p0 + static_cast<Pos>(k);
     shift_[i] = 0;
     seq_[i] = seqs;
-    if (!rows_zero) known_zero_[i] = 0;
+    known_zero_[i] = rows_zero ? 1 : 0;
     if (i + 1 > top) top = i + 1;
   }
   used_ += n;
@@ -209,6 +185,21 @@ void KvCells::occupy_run(const uint32_t* cells, uint32_t n, Pos p0, const SeqSet
       for (Pos p = p0; p < p1; ++p) m.add(p);
     }
   });
+}
+
+size_t cells_free_for(const KvCells& c, SeqId seq) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < c.size(); ++i)
+    if (c.is_empty(i) || (c.has_seq(i, seq) && c.seqs(i).count() == 1)) ++n;
+  return n;
+}
+
+std::vector<std::pair<uint32_t, Pos>> pending_shifts(const KvCells& c) {
+  std::vector<std::pair<uint32_t, Pos>> out;
+  if (!c.has_shift()) return out;
+  for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+    if (!c.is_empty(i) && c.shift(i) != 0 && !c.known_zero(i)) out.emplace_back(i, c.shift(i));
+  return out;
 }
 
 }  // namespace agentkv::memory

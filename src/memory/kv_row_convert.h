@@ -1,5 +1,5 @@
 // KV rows from one cache type to another: a windowed cache's hot rows and its tail
-// (memory/kv_cache.h), and the rows readers outside attention see. The kernels' quantizers do
+// (memory/kv_rows.h), and the rows readers outside attention see. The kernels' quantizers do
 // the work; this is the one place in the memory layer that calls them, so a build of the memory
 // alone (the fuzz targets, whose caches have no window) can leave it out.
 #pragma once

@@ -42,7 +42,7 @@ int64_t read_width(StateReader& r, GgmlType type, const char* field) {
 
 KvImage kv_state_view(const KvCache& kv, SeqId seq) {
   const KvLayout& L = kv.layout();
-  if (seq >= 0) kv.stream_of(seq);  // validates the id
+  if (seq >= 0) L.stream_of(seq);  // validates the id
   KvImage img;
   img.layout.type_k = L.type_k;
   img.layout.type_v = L.type_v;
@@ -53,19 +53,20 @@ KvImage kv_state_view(const KvCache& kv, SeqId seq) {
   for (size_t il = 0; il < L.layer_has_kv.size(); ++il)
     if (L.layer_has_kv[il]) img.layout.kv_layers.push_back(static_cast<int32_t>(il));
   img.layout.unified = L.unified;
-  img.layout.n_streams = kv.n_streams();
+  img.layout.n_streams = L.n_streams();
   img.layout.n_cells = L.n_cells;
   img.layout.n_seq_max = L.n_seq_max;
 
   const size_t n_layers = img.layout.kv_layers.size();
   img.k.resize(n_layers);
   img.v.resize(n_layers);
-  const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
+  const KvRows& rows = kv.rows();
+  const size_t rk = rows.row_bytes_k(), rv = rows.row_bytes_v();
   // A windowed cache's rows live in two places and types: the image owns copies in type_k /
   // type_v (read_k / read_v), one chunk per layer, instead of viewing the storage.
-  const bool windowed = kv.windowed();
-  for (uint32_t s = 0; s < kv.n_streams(); ++s) {
-    if (seq >= 0 && s != kv.stream_of(seq)) continue;
+  const bool windowed = kv.window().windowed();
+  for (uint32_t s = 0; s < L.n_streams(); ++s) {
+    if (seq >= 0 && s != L.stream_of(seq)) continue;
     const KvCells& c = kv.cells(s);
     // Cells of the image in this stream, in contiguous runs: one chunk per run and layer.
     uint32_t run_start = 0, run_len = 0;
@@ -73,8 +74,8 @@ KvImage kv_state_view(const KvCache& kv, SeqId seq) {
       if (run_len == 0 || windowed) return;
       for (size_t l = 0; l < n_layers; ++l) {
         const int layer = img.layout.kv_layers[l];
-        add_chunk(img.k[l], kv.k_data(layer, s), rk, run_start, run_len);
-        add_chunk(img.v[l], kv.v_data(layer, s), rv, run_start, run_len);
+        add_chunk(img.k[l], rows.k_data(layer, s), rk, run_start, run_len);
+        add_chunk(img.v[l], rows.v_data(layer, s), rv, run_start, run_len);
       }
       run_len = 0;
     };
@@ -106,8 +107,8 @@ KvImage kv_state_view(const KvCache& kv, SeqId seq) {
       k.resize(img.cells.size() * rk);
       v.resize(img.cells.size() * rv);
       for (size_t i = 0; i < img.cells.size(); ++i) {
-        kv.read_k(layer, img.cells[i].stream, img.cells[i].cell, k.data() + i * rk);
-        kv.read_v(layer, img.cells[i].stream, img.cells[i].cell, v.data() + i * rv);
+        rows.read_k(layer, img.cells[i].stream, img.cells[i].cell, k.data() + i * rk);
+        rows.read_v(layer, img.cells[i].stream, img.cells[i].cell, v.data() + i * rv);
       }
       if (!img.cells.empty()) {
         img.k[l].chunks.emplace_back(k.data(), k.size());
@@ -314,7 +315,7 @@ KvRestorePlan plan_kv_restore(const KvCache& kv, const KvImage& img, SeqId dest)
   const KvLayout& mine = kv.layout();
   const size_t n = img.cells.size();
   for (size_t l = 0; l < img.k.size(); ++l)
-    if (img.k[l].total_bytes() != n * kv.row_bytes_k() || img.v[l].total_bytes() != n * kv.row_bytes_v())
+    if (img.k[l].total_bytes() != n * kv.rows().row_bytes_k() || img.v[l].total_bytes() != n * kv.rows().row_bytes_v())
       throw std::logic_error("kv state: image rows do not match its cells");
 
   KvRestorePlan plan;
@@ -322,9 +323,9 @@ KvRestorePlan plan_kv_restore(const KvCache& kv, const KvImage& img, SeqId dest)
   plan.targets.reserve(n);
   if (dest < 0) {
     // Whole cache: every cell back at its saved index, sequences as saved.
-    if (img.layout.unified != mine.unified || img.layout.n_streams != kv.n_streams())
+    if (img.layout.unified != mine.unified || img.layout.n_streams != mine.n_streams())
       throw Error("state: saved from a cache with " + std::to_string(img.layout.n_streams) +
-                  " stream(s), this cache has " + std::to_string(kv.n_streams()));
+                  " stream(s), this cache has " + std::to_string(mine.n_streams()));
     for (const KvCellRecord& c : img.cells) {
       if (c.cell >= mine.n_cells)
         throw Error("state: cell " + std::to_string(c.cell) + " does not exist in this cache of " +
@@ -339,7 +340,7 @@ KvRestorePlan plan_kv_restore(const KvCache& kv, const KvImage& img, SeqId dest)
     return plan;
   }
 
-  const uint32_t stream = kv.stream_of(dest);  // throws for a bad id
+  const uint32_t stream = mine.stream_of(dest);  // throws for a bad id
   for (const KvCellRecord& c : img.cells)
     if (c.seqs.count() != 1)
       throw Error("state: a sequence state must list one sequence per cell");
@@ -367,13 +368,14 @@ void apply_kv_restore(KvCache& kv, const KvImage& img, const KvRestorePlan& plan
     kv.restore_cell(t.stream, t.cell, c.pos, plan.dest < 0 ? c.seqs : only_dest, c.shift);
   }
 
-  const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
+  KvRows& rows = kv.rows();
+  const size_t rk = rows.row_bytes_k(), rv = rows.row_bytes_v();
   for (size_t l = 0; l < img.layout.kv_layers.size(); ++l) {
     const int layer = img.layout.kv_layers[l];
     RowCursor k_rows(img.k[l], rk), v_rows(img.v[l], rv);
     for (const CellRef& t : plan.targets) {
-      kv.write_k(layer, t.stream, t.cell, k_rows.next());
-      kv.write_v(layer, t.stream, t.cell, v_rows.next());
+      rows.write_k(layer, t.stream, t.cell, k_rows.next());
+      rows.write_v(layer, t.stream, t.cell, v_rows.next());
     }
   }
 }

@@ -20,7 +20,10 @@ using record_bytes::put;
 
 }  // namespace
 
-size_t page_cell_bytes(const KvCache& kv) { return kv.n_kv_layers() * (kv.row_bytes_k() + kv.row_bytes_v()); }
+size_t page_cell_bytes(const KvCache& kv) {
+  const KvRows& rows = kv.rows();
+  return rows.n_kv_layers() * (rows.row_bytes_k() + rows.row_bytes_v());
+}
 
 namespace {
 
@@ -54,15 +57,16 @@ std::vector<uint8_t> encode_page(const KvCache& kv, uint64_t hash, uint32_t firs
                                  std::span<const uint32_t> cells) {
   if (tokens.size() != cells.size()) throw std::logic_error("page record: one cell per token");
   std::vector<uint8_t> out = start_record(hash, first_pos, tokens, page_cell_bytes(kv));
-  const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
+  const KvRows& rows = kv.rows();
+  const size_t rk = rows.row_bytes_k(), rv = rows.row_bytes_v();
   const int n_layers = static_cast<int>(kv.layout().layer_has_kv.size());
   for (uint32_t cell : cells)
     for (int layer = 0; layer < n_layers; ++layer) {
-      if (!kv.layer_has_kv(layer)) continue;
+      if (!rows.layer_has_kv(layer)) continue;
       const size_t at = out.size();
       out.resize(at + rk + rv);
-      kv.read_k(layer, 0, cell, out.data() + at);
-      kv.read_v(layer, 0, cell, out.data() + at + rk);
+      rows.read_k(layer, 0, cell, out.data() + at);
+      rows.read_v(layer, 0, cell, out.data() + at + rk);
     }
   put_checksum(out);
   return out;
@@ -93,16 +97,17 @@ std::optional<PageRecord> decode_page(std::span<const uint8_t> bytes, size_t exp
 }
 
 void write_page_rows(KvCache& kv, const PageRecord& page, std::span<const uint32_t> cells) {
-  const size_t rk = kv.row_bytes_k(), rv = kv.row_bytes_v();
+  KvRows& rows = kv.rows();
+  const size_t rk = rows.row_bytes_k(), rv = rows.row_bytes_v();
   if (cells.size() != page.tokens.size() || page.rows.size() != cells.size() * page_cell_bytes(kv))
     throw std::logic_error("page record: rows do not match the cells");
   const uint8_t* src = page.rows.data();
   const int n_layers = static_cast<int>(kv.layout().layer_has_kv.size());
   for (uint32_t cell : cells)
     for (int layer = 0; layer < n_layers; ++layer) {
-      if (!kv.layer_has_kv(layer)) continue;
-      kv.write_k(layer, 0, cell, src);
-      kv.write_v(layer, 0, cell, src + rk);
+      if (!rows.layer_has_kv(layer)) continue;
+      rows.write_k(layer, 0, cell, src);
+      rows.write_v(layer, 0, cell, src + rk);
       src += rk + rv;
     }
 }

@@ -16,7 +16,7 @@ namespace agentkv::memory {
 
 PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg) : mem_(mem), cfg_(cfg) {
   if (!mem_.kv()) throw Error("prefix index: the memory has no KV cache");
-  if (mem_.kv()->n_streams() != 1) throw Error("prefix index: needs a unified KV cache (one stream)");
+  if (mem_.kv()->layout().n_streams() != 1) throw Error("prefix index: needs a unified KV cache (one stream)");
   if (cfg_.holder < 0 || cfg_.holder >= static_cast<SeqId>(mem_.kv()->layout().n_seq_max))
     throw Error("prefix index: holder sequence " + std::to_string(cfg_.holder) + " out of range");
   if (cfg_.page_tokens < 1) throw Error("prefix index: page_tokens must be positive");
@@ -100,6 +100,31 @@ PrefixIndex::Match PrefixIndex::match(std::span<const TokenId> tokens, uint64_t 
   }
   m.n_tokens = pos;
   return m;
+}
+
+std::vector<TokenId> PrefixIndex::follow_chain(uint64_t salt, const PrefixCache::ChainReader& read) const {
+  std::vector<TokenId> out;
+  const auto root = roots_.find(root_seed(salt));
+  if (root == roots_.end()) return out;
+  int32_t cur = root->second;
+  uint64_t state = 0;
+  for (;;) {
+    int32_t best = -1;
+    PrefixCache::ChainStep best_step;
+    for (int32_t child : nodes_[static_cast<size_t>(cur)].children) {
+      const Node& n = nodes_[static_cast<size_t>(child)];
+      if (!node_valid(child)) continue;
+      const PrefixCache::ChainStep step = read(state, n.tokens);
+      if (step.taken > best_step.taken) best = child, best_step = step;
+    }
+    if (best < 0) break;
+    const Node& n = nodes_[static_cast<size_t>(best)];
+    out.insert(out.end(), n.tokens.begin(), n.tokens.begin() + static_cast<std::ptrdiff_t>(best_step.taken));
+    if (best_step.taken < n.tokens.size()) break;
+    cur = best;
+    state = best_step.state;
+  }
+  return out;
 }
 
 bool PrefixIndex::on_path(const Match& m, const Snapshot& s) const {
@@ -299,14 +324,14 @@ std::vector<uint32_t> PrefixIndex::cells_of(SeqId seq, Pos p0, Pos p1) const {
   // (then the noted one, checked, is it); otherwise a scan of the used cells, lowest cell first.
   bool found_all = c.seq_pos_max_count(seq, p0, p1) <= 1;
   for (Pos p = p0; p < p1 && found_all; ++p) {
-    const uint32_t cell = c.noted_cell(seq, p);
-    if (cell == UINT32_MAX) found_all = c.seq_pos_count(seq, p) == 0;
-    else if (c.shift(cell) == 0) out[static_cast<size_t>(p - p0)] = cell;
+    const uint32_t cell = c.cell_at(seq, p);
+    if (cell == KvCells::kUnnoted) found_all = false;
+    else if (cell != KvCells::kNoCell && c.shift(cell) == 0) out[static_cast<size_t>(p - p0)] = cell;
   }
   if (found_all) return out;
   std::fill(out.begin(), out.end(), UINT32_MAX);
   for (uint32_t i = 0; i < c.used_max_p1(); ++i) {
-    if (!c.has_seq(i, seq) || !c.pos_in(i, p0, p1) || c.shift(i) != 0) continue;
+    if (!c.has_seq(i, seq) || c.pos(i) < p0 || c.pos(i) >= p1 || c.shift(i) != 0) continue;
     uint32_t& slot = out[static_cast<size_t>(c.pos(i) - p0)];
     if (slot == UINT32_MAX) slot = i;
   }
@@ -633,7 +658,7 @@ size_t PrefixIndex::unshare(SeqId seq, Pos p0, Pos p1) {
   if (p1 < 0) p1 = std::numeric_limits<Pos>::max();
   std::vector<uint32_t> shared;
   for (uint32_t i = 0; i < c.used_max_p1(); ++i)
-    if (pins_[i] > 0 && !c.is_empty(i) && c.has_seq(i, seq) && c.pos_in(i, p0, p1)) shared.push_back(i);
+    if (pins_[i] > 0 && !c.is_empty(i) && c.has_seq(i, seq) && c.pos(i) >= p0 && c.pos(i) < p1) shared.push_back(i);
   if (shared.empty()) return 0;
   const size_t n_cells = kv.layout().n_cells;
   if (n_cells - c.used() < shared.size()) evict(shared.size() - (n_cells - c.used()));
@@ -654,7 +679,7 @@ size_t PrefixIndex::unshare(SeqId seq, Pos p0, Pos p1) {
     SeqSet moving = c.seqs(cell);
     moving.reset(static_cast<size_t>(cfg_.holder));
     const Pos pos = c.pos(cell), shift = c.shift(cell);
-    kv.copy_cell_rows(0, cell, empty);
+    kv.rows().copy_cell_rows(0, cell, empty);
     kv.restore_cell(0, empty, pos, moving, shift);
     kv.restore_cell(0, cell, pos, held, shift);
     ++copied;
@@ -792,7 +817,7 @@ PrefixIndex& enable_prefix_index(SequenceMemory& mem, const PrefixCacheConfig& c
   auto index = std::make_unique<PrefixIndex>(mem, cfg);
   PrefixIndex& out = *index;
   mem.set_cell_keeper(std::move(index));
-  if (mem.kv()) mem.kv()->set_window_background(cfg.holder);  // cached pages leave a --kv-hot window first
+  if (mem.kv()) mem.kv()->window().set_background(cfg.holder);  // cached pages leave a --kv-hot window first
   return out;
 }
 

@@ -47,10 +47,6 @@ class PrefixIndex final : public CellKeeper {
   // mem must have a KV cache with one stream (unified) in which `holder` is a valid sequence id.
   // enable_prefix_index (below) makes the memory own its index.
   PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg);
-  // CellKeeper: what the memory's sequence operations respect.
-  SeqId keeper_seq() const override { return cfg_.holder; }
-  void forget_all() override { clear(); }
-  void before_move(SeqId seq, Pos p0, Pos p1) override { unshare(seq, p0, p1); }
   PrefixIndex(const PrefixIndex&) = delete;
   PrefixIndex& operator=(const PrefixIndex&) = delete;
 
@@ -91,6 +87,9 @@ class PrefixIndex final : public CellKeeper {
   // Adds seq to the cells of the first n tokens' pages (n <= cached_kv(...)): no copy. seq must
   // hold no attention position below n; its recurrent state is left as it is.
   void attach_kv(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t n);
+  // PrefixCache::follow_chain: the chain a reader takes furthest (a prompt's text matched against
+  // cached pages). O(pages on the chain and their siblings).
+  std::vector<TokenId> follow_chain(uint64_t salt, const PrefixCache::ChainReader& read) const;
   // The chained hashes of the full pages of `tokens`, first page first (a state file's page chain).
   std::vector<uint64_t> chain_hashes(std::span<const TokenId> tokens, uint64_t salt) const;
 
@@ -140,14 +139,6 @@ class PrefixIndex final : public CellKeeper {
   std::vector<std::pair<size_t, const MemorySnapshot*>> snapshots_along(std::span<const TokenId> tokens,
                                                                          uint64_t salt) const;
 
-  // Copy-on-write, before seq changes its positions [p0, p1) (seq_add / seq_div; SequenceMemory
-  // calls it): a cached page must keep its cells as they are, so every cell of that range that a
-  // page names is copied into an empty cell, which takes over all the cell's sequences but the
-  // holder (sequences sharing a cell still move together, as in llama.cpp); the original stays
-  // the page's. Unused cached pages are evicted to make room; when no empty cell is left even
-  // then, the pages naming the remaining cells are forgotten instead. Returns the cells copied.
-  size_t unshare(SeqId seq, Pos p0, Pos p1);
-
   // Frees cells only the index holds, evicting least recently used leaf pages that no other
   // sequence uses (when none is left, the least recently used unused page with what hangs below
   // it; then pages sequences use only in part: forgotten, their unused cells freed), until at
@@ -169,6 +160,18 @@ class PrefixIndex final : public CellKeeper {
   void check() const;
 
  private:
+  // CellKeeper: what the memory's sequence operations respect (SequenceMemory calls these).
+  SeqId keeper_seq() const override { return cfg_.holder; }
+  void forget_all() override { clear(); }
+  void before_move(SeqId seq, Pos p0, Pos p1) override { unshare(seq, p0, p1); }
+  // Copy-on-write, before seq changes its positions [p0, p1) (seq_add / seq_div; SequenceMemory
+  // calls it): a cached page must keep its cells as they are, so every cell of that range that a
+  // page names is copied into an empty cell, which takes over all the cell's sequences but the
+  // holder (sequences sharing a cell still move together, as in llama.cpp); the original stays
+  // the page's. Unused cached pages are evicted to make room; when no empty cell is left even
+  // then, the pages naming the remaining cells are forgotten instead. Returns the cells copied.
+  size_t unshare(SeqId seq, Pos p0, Pos p1);
+
   struct Node {
     bool alive = false;
     uint64_t hash = 0;     // root: the chain seed; full page: its chain hash; partial: unused

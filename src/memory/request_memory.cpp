@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "agentkv/error.h"
+#include "memory/prompt_align.h"
 #include "memory/sequence_cache.h"
 
 namespace agentkv {
@@ -365,6 +366,29 @@ size_t RequestMemory::cached_prefix(std::span<const CacheToken> prompt, uint64_t
   for (MemorySeqId id = 0; id < n; ++id)
     best = std::max(best, impl_->cache()->lookup(prompt, page_salt(id, cache_namespace), prompt.size()));
   return best;
+}
+
+AlignedPrompt RequestMemory::align_prompt(const Tokenizer& tok, std::string_view text,
+                                          const std::vector<CacheToken>& plain, uint64_t cache_namespace,
+                                          std::span<const CacheToken> unevaluated) const {
+  std::vector<std::vector<CacheToken>> caches;
+  for (MemorySeqId id = 0; id < impl_->cfg.n_seqs; ++id) {
+    const SequenceCache& s = impl_->seqs[static_cast<size_t>(id)];
+    if (s.fake || s.size() == 0 || s.ns != cache_namespace) continue;  // another tenant's tokens
+    caches.emplace_back(s.tokens().begin(), s.tokens().end());
+    // A finished answer ends with a token that was sampled, not evaluated: with it the cached text
+    // reaches the answer's end, where the next prompt's own tokenization resumes.
+    if (static_cast<size_t>(id) < unevaluated.size() && unevaluated[static_cast<size_t>(id)] >= 0)
+      caches.back().push_back(unevaluated[static_cast<size_t>(id)]);
+  }
+  // Pages an ended conversation left (its sequence since serving another): the chain whose text
+  // the prompt's continues furthest. Only shared pages are one chain per namespace.
+  if (impl_->cache() && impl_->cfg.share_prefixes) {
+    std::vector<CacheToken> chain =
+        impl_->cache()->follow_chain(agentkv::page_salt(cache_namespace, 0, true), memory::text_chain_reader(tok, text));
+    if (!chain.empty()) caches.push_back(std::move(chain));
+  }
+  return memory::align_to_cache(tok, text, plain, caches);
 }
 
 PrefixCache* RequestMemory::prefix_cache() const { return impl_->cache(); }

@@ -102,7 +102,7 @@ void SequenceMemory::seq_fake_prefix(SeqId seq, Pos n) {
   if (kv_) {
     if (kv_->seq_pos_max(seq) >= 0)
       throw Error("sequence memory: seq_fake_prefix: sequence " + std::to_string(seq) + " is not empty");
-    const KvCells& c = kv_->cells(kv_->stream_of(seq));
+    const KvCells& c = kv_->cells(kv_->layout().stream_of(seq));
     if (static_cast<uint32_t>(n) > c.size() - c.used())
       throw Error("sequence memory: seq_fake_prefix of " + std::to_string(n) + " positions: only " +
                   std::to_string(c.size() - c.used()) + " empty KV cells");

@@ -80,7 +80,7 @@ struct KvImage {
   std::vector<KvCellRecord> cells;  // ascending (stream, cell)
   std::vector<RowChunks> k, v;      // per KV layer: cells.size() rows each
   // Row copies the chunks point into, when the rows could not be viewed in place (a windowed
-  // cache, memory/kv_cache.h); empty otherwise. Moving the image keeps the pointers valid.
+  // cache, memory/kv_rows.h); empty otherwise. Moving the image keeps the pointers valid.
   std::vector<std::vector<uint8_t>> owned;
 };
 

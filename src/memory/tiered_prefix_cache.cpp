@@ -95,7 +95,7 @@ std::vector<size_t> TieredPrefixCache::snapshot_points(std::span<const CacheToke
 }
 
 void TieredPrefixCache::set_tier(PageTier* tier) {
-  if (tier && mem_.kv() && mem_.kv()->tail_drops_heads())
+  if (tier && mem_.kv() && mem_.kv()->rows().tail_drops_heads())
     throw Error("page tiers need every head's rows, and this KV cache's tail keeps only the retrieval heads' "
                 "(--kv-retrieval-heads): use one or the other");
   tier_ = tier;

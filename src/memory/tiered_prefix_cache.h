@@ -31,6 +31,9 @@ class TieredPrefixCache final : public PrefixCache {
   size_t forget_own(MemorySeqId seq) override;
   PrefixCacheStats stats() const override;
   SequencePages pages_of(MemorySeqId seq) const override;
+  std::vector<CacheToken> follow_chain(uint64_t salt, const ChainReader& read) const override {
+    return index_.follow_chain(salt, read);
+  }
   std::vector<size_t> snapshot_points(std::span<const CacheToken> tokens, uint64_t salt) const override;
 
   // A cache whose tail keeps only some heads' rows (retrieval heads) cannot send pages: their old

@@ -94,7 +94,7 @@ std::unique_ptr<WarmCodec> make_requantizing_warm_codec(const KvCache& kv, GgmlT
   if (l.n_embd_k % block || l.n_embd_v % block)
     throw Error("--cache-warm-type " + std::string(ggml_type_name(type)) + ": blocks of " + std::to_string(block) +
                 " do not divide the K/V rows");
-  return std::make_unique<RequantizingWarmCodec>(RowShape{l.type_k, l.type_v, l.n_embd_k, l.n_embd_v, kv.n_kv_layers()}, type);
+  return std::make_unique<RequantizingWarmCodec>(RowShape{l.type_k, l.type_v, l.n_embd_k, l.n_embd_v, kv.rows().n_kv_layers()}, type);
 }
 
 }  // namespace agentkv::memory

@@ -62,6 +62,7 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
   const memory::KvCodeLayer* code_layer = layout.code ? layout.code->layer(layer) : nullptr;
   if ((layout.type_k == GgmlType::TQC3 || layout.type_v == GgmlType::TQC3) && !code_layer)
     throw Error("attention layer " + std::to_string(layer) + ": the KV code has no entry for it");
+  memory::KvRows& rows = kv.rows();
   auto store_rows = [&](int ith, int nth) {
     float* rotated_row = rotated_rows ? rotated_rows + static_cast<size_t>(ith) * static_cast<size_t>(n_embd_k) : nullptr;
     auto store = [&](const HadamardRotation* r, bool is_v, GgmlType type, const float* row, uint8_t* cell_row) {
@@ -78,8 +79,8 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     };
     for (int64_t t = ith; t < n_tokens; t += nth) {
       const auto& ref = placement[t];
-      store(rot ? &rot->k : nullptr, false, layout.type_k, k + t * n_embd_k, kv.k_row(layer, ref.stream, ref.cell));
-      store(rot ? &rot->v : nullptr, true, layout.type_v, v + t * n_embd_k, kv.v_row(layer, ref.stream, ref.cell));
+      store(rot ? &rot->k : nullptr, false, layout.type_k, k + t * n_embd_k, rows.k_row(layer, ref.stream, ref.cell));
+      store(rot ? &rot->v : nullptr, true, layout.type_v, v + t * n_embd_k, rows.v_row(layer, ref.stream, ref.cell));
     }
   };
   if (n_store_threads > 1) {
@@ -87,7 +88,7 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
   } else {
     store_rows(0, 1);
   }
-  // Recorded queries are in the space KvCache::dequantize_k gives keys in (memory/query_window.h):
+  // Recorded queries are in the space KvRows::dequantize_k gives keys in (memory/query_window.h):
   // after the Hadamard rotation, before a calibrated code's map.
   const bool coded_k = layout.type_k == GgmlType::TQC3;
   const auto record_queries = [&] {
@@ -159,7 +160,7 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
       const auto n_tail = static_cast<int64_t>(g.n_tail);
       const int64_t n_heads = shape.n_head;
       const int64_t hd = shape.head_dim;
-      const std::vector<int>* kept = kv.tail_kept_heads(layer);
+      const std::vector<int>* kept = rows.tail_kept_heads(layer);
       const int group = shape.n_head / shape.n_head_kv;
       // Query heads the tail answers, in the order of its rows' heads: all, or the kept heads' groups.
       std::vector<int>& tail_heads = ws.tail_query_heads;

@@ -41,37 +41,39 @@ namespace {
 
 // Scalar or per-layer array key; the engine needs one value for every layer.
 int64_t uniform_layer_value(const gguf::Reader& g, const std::string& key, int64_t fallback) {
-  const gguf::Value* v = g.find(key);
+  const gguf::Metadata& md = g.metadata();
+  const gguf::Value* v = md.find(key);
   if (!v) return fallback;
-  if (v->type != gguf::ValueType::ARRAY) return *g.get_int(key);
-  if (auto arr = g.get_int_array(key)) {
+  if (v->type != gguf::ValueType::ARRAY) return *md.get_int(key);
+  if (auto arr = md.get_int_array(key)) {
     if (arr->empty()) fail(g, "key '" + key + "' is an empty array");
     for (int64_t v : *arr)
       if (v != arr->front()) fail(g, "key '" + key + "': per-layer values that differ are not supported");
     return arr->front();
   }
-  if (auto v = g.get_int(key)) return *v;
+  if (auto v = md.get_int(key)) return *v;
   return fallback;
 }
 
 }  // namespace
 
 ModelConfig model_config_from_gguf(const gguf::Reader& g) {
+  const gguf::Metadata& md = g.metadata();
   ModelConfig c;
-  c.arch_key = g.require_string("general.architecture");
+  c.arch_key = md.require_string("general.architecture");
   if (c.arch_key == "qwen3") c.arch = Arch::Qwen3;
   else if (c.arch_key == "qwen35") c.arch = Arch::Qwen35;
   else if (c.arch_key == "qwen35moe") c.arch = Arch::Qwen35Moe;
   else if (c.arch_key == "qwen3next") c.arch = Arch::Qwen3Next;
   else fail(g, "unsupported architecture '" + c.arch_key + "' (supported: qwen3, qwen35, qwen35moe, qwen3next)");
   const std::string p = c.arch_key + ".";
-  c.name = g.get_string("general.name").value_or("");
+  c.name = md.get_string("general.name").value_or("");
 
-  c.n_embd = static_cast<int64_t>(g.require_uint(p + "embedding_length"));
-  c.n_layer_file = static_cast<int>(g.require_uint(p + "block_count"));
-  c.n_ctx_train = static_cast<int64_t>(g.require_uint(p + "context_length"));
-  c.rms_eps = static_cast<float>(g.require_float(p + "attention.layer_norm_rms_epsilon"));
-  const int64_t nextn = static_cast<int64_t>(g.get_uint(p + "nextn_predict_layers").value_or(0));
+  c.n_embd = static_cast<int64_t>(md.require_uint(p + "embedding_length"));
+  c.n_layer_file = static_cast<int>(md.require_uint(p + "block_count"));
+  c.n_ctx_train = static_cast<int64_t>(md.require_uint(p + "context_length"));
+  c.rms_eps = static_cast<float>(md.require_float(p + "attention.layer_norm_rms_epsilon"));
+  const int64_t nextn = static_cast<int64_t>(md.get_uint(p + "nextn_predict_layers").value_or(0));
   c.n_layer = static_cast<int>(c.n_layer_file - nextn);
   if (c.n_embd <= 0 || c.n_layer <= 0) fail(g, "embedding_length and block_count must be positive");
 
@@ -80,50 +82,50 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   c.n_head_kv = static_cast<int>(uniform_layer_value(g, p + "attention.head_count_kv", c.n_head));
   if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)
     fail(g, "attention.head_count_kv must divide attention.head_count");
-  c.head_dim_k = static_cast<int64_t>(g.get_uint(p + "attention.key_length").value_or(c.n_embd / c.n_head));
-  c.head_dim_v = static_cast<int64_t>(g.get_uint(p + "attention.value_length").value_or(c.n_embd / c.n_head));
+  c.head_dim_k = static_cast<int64_t>(md.get_uint(p + "attention.key_length").value_or(c.n_embd / c.n_head));
+  c.head_dim_v = static_cast<int64_t>(md.get_uint(p + "attention.value_length").value_or(c.n_embd / c.n_head));
   c.n_ff = uniform_layer_value(g, p + "feed_forward_length", 0);
-  c.rope_freq_base = static_cast<float>(g.get_float(p + "rope.freq_base").value_or(10000.0));
-  if (auto s = g.get_float(p + "rope.scaling.factor"); s && *s != 0.0) c.rope_freq_scale = static_cast<float>(1.0 / *s);
-  c.n_rot = static_cast<int64_t>(g.get_uint(p + "rope.dimension_count").value_or(c.head_dim_k));
-  c.attn_scale = static_cast<float>(g.get_float(p + "attention.scale").value_or(0.0));
+  c.rope_freq_base = static_cast<float>(md.get_float(p + "rope.freq_base").value_or(10000.0));
+  if (auto s = md.get_float(p + "rope.scaling.factor"); s && *s != 0.0) c.rope_freq_scale = static_cast<float>(1.0 / *s);
+  c.n_rot = static_cast<int64_t>(md.get_uint(p + "rope.dimension_count").value_or(c.head_dim_k));
+  c.attn_scale = static_cast<float>(md.get_float(p + "attention.scale").value_or(0.0));
 
   if (c.arch == Arch::Qwen3) {
     if (c.head_dim_k != c.head_dim_v || c.n_rot != c.head_dim_k)
       fail(g, "qwen3 requires attention.key_length == value_length == rope.dimension_count");
     if (c.n_ff <= 0) fail(g, "missing required key '" + p + "feed_forward_length'");
   } else {
-    c.ssm_d_conv = static_cast<int>(g.require_uint(p + "ssm.conv_kernel"));
-    c.ssm_d_inner = static_cast<int64_t>(g.require_uint(p + "ssm.inner_size"));
-    c.ssm_d_state = static_cast<int64_t>(g.require_uint(p + "ssm.state_size"));
-    c.ssm_n_v_heads = static_cast<int>(g.require_uint(p + "ssm.time_step_rank"));
-    c.ssm_n_k_heads = static_cast<int>(g.require_uint(p + "ssm.group_count"));
+    c.ssm_d_conv = static_cast<int>(md.require_uint(p + "ssm.conv_kernel"));
+    c.ssm_d_inner = static_cast<int64_t>(md.require_uint(p + "ssm.inner_size"));
+    c.ssm_d_state = static_cast<int64_t>(md.require_uint(p + "ssm.state_size"));
+    c.ssm_n_v_heads = static_cast<int>(md.require_uint(p + "ssm.time_step_rank"));
+    c.ssm_n_k_heads = static_cast<int>(md.require_uint(p + "ssm.group_count"));
     if (c.ssm_n_k_heads <= 0 || c.ssm_n_v_heads % c.ssm_n_k_heads != 0)
       fail(g, "ssm.group_count must divide ssm.time_step_rank");
     if (c.ssm_d_inner != c.ssm_n_v_heads * c.ssm_d_state)
       fail(g, "ssm.inner_size must equal ssm.time_step_rank * ssm.state_size");
     if (c.arch != Arch::Qwen3Next) {
-      auto sec = g.get_int_array(p + "rope.dimension_sections");
+      auto sec = md.get_int_array(p + "rope.dimension_sections");
       if (!sec) fail(g, "missing required key '" + p + "rope.dimension_sections'");
       for (size_t i = 0; i < 4 && i < sec->size(); ++i) c.rope_sections[i] = static_cast<int32_t>((*sec)[i]);
     }
     c.layer_recurrent.assign(c.n_layer, false);
-    if (auto rl = g.get_int_array(p + "attention.recurrent_layers")) {
+    if (auto rl = md.get_int_array(p + "attention.recurrent_layers")) {
       if (static_cast<int>(rl->size()) < c.n_layer) fail(g, "attention.recurrent_layers is shorter than block_count");
       for (int il = 0; il < c.n_layer; ++il) c.layer_recurrent[il] = (*rl)[il] != 0;
     } else {
-      const int64_t interval = static_cast<int64_t>(g.get_uint(p + "full_attention_interval").value_or(4));
+      const int64_t interval = static_cast<int64_t>(md.get_uint(p + "full_attention_interval").value_or(4));
       if (interval <= 0) fail(g, "full_attention_interval must be positive");
       for (int il = 0; il < c.n_layer; ++il) c.layer_recurrent[il] = ((il + 1) % interval) != 0;
     }
   }
   if (c.arch == Arch::Qwen35Moe || c.arch == Arch::Qwen3Next) {
-    c.n_expert = static_cast<int>(g.require_uint(p + "expert_count"));
-    c.n_expert_used = static_cast<int>(g.require_uint(p + "expert_used_count"));
+    c.n_expert = static_cast<int>(md.require_uint(p + "expert_count"));
+    c.n_expert_used = static_cast<int>(md.require_uint(p + "expert_used_count"));
     if (c.n_expert <= 0 || c.n_expert_used <= 0 || c.n_expert_used > c.n_expert)
       fail(g, "expert_used_count must be in [1, expert_count]");
-    c.n_ff_expert = static_cast<int64_t>(g.get_uint(p + "expert_feed_forward_length").value_or(c.n_ff / c.n_expert_used));
-    c.n_ff_shared = static_cast<int64_t>(g.get_uint(p + "expert_shared_feed_forward_length").value_or(c.n_ff));
+    c.n_ff_expert = static_cast<int64_t>(md.get_uint(p + "expert_feed_forward_length").value_or(c.n_ff / c.n_expert_used));
+    c.n_ff_shared = static_cast<int64_t>(md.get_uint(p + "expert_shared_feed_forward_length").value_or(c.n_ff));
   } else if (c.arch == Arch::Qwen35 && c.n_ff <= 0) {
     fail(g, "missing required key '" + p + "feed_forward_length'");
   }

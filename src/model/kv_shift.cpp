@@ -31,9 +31,10 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
   for (size_t il = 0; il < layout.layer_has_kv.size(); ++il)
     if (layout.layer_has_kv[il]) kv_layers.push_back(static_cast<int>(il));
 
+  memory::KvRows& rows = kv.rows();
   int64_t rotated = 0;
-  for (uint32_t s = 0; s < kv.n_streams(); ++s) {
-    const std::vector<std::pair<uint32_t, memory::Pos>> todo = kv.pending_shifts(s);
+  for (uint32_t s = 0; s < layout.n_streams(); ++s) {
+    const std::vector<std::pair<uint32_t, memory::Pos>> todo = memory::pending_shifts(kv.cells(s));
     rotated += static_cast<int64_t>(todo.size());
     if (todo.empty() || rope.n_rot == 0) continue;
 
@@ -48,13 +49,13 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
         for (int il : kv_layers) {
           // A hot F32 row turns in place; any other row (or one in a windowed cache's tail, in
           // the tail's type) through floats.
-          const bool in_place = type == GgmlType::F32 && kv.is_hot(s, cell);
-          float* x = in_place ? reinterpret_cast<float*>(kv.k_row(il, s, cell)) : row.data();
-          if (!in_place) kv.dequantize_k(il, s, cell, x);
+          const bool in_place = type == GgmlType::F32 && kv.window().is_hot(s, cell);
+          float* x = in_place ? reinterpret_cast<float*>(rows.k_row(il, s, cell)) : row.data();
+          if (!in_place) rows.dequantize_k(il, s, cell, x);
           k_rot.apply_inverse(x, n_embd);
           for (int64_t h = 0; h < n_heads; ++h) rope_neox_apply(x + h * rope.head_dim, rope.n_rot, cos_sin.data());
           k_rot.apply(x, n_embd);
-          if (!in_place) kv.quantize_k(il, s, cell, x);
+          if (!in_place) rows.quantize_k(il, s, cell, x);
         }
       }
     }, 16);

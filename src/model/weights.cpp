@@ -50,7 +50,7 @@ void WeightBinder::check_all_used(const std::set<std::string>& ignored_prefixes)
     bool ignored = false;
     for (const auto& p : ignored_prefixes) ignored |= t.name.rfind(p, 0) == 0;
     if (!ignored) throw Error(g_.path() + ": unexpected tensor '" + t.name + "' (not used by the " +
-                              g_.get_string("general.architecture").value_or("?") + " architecture)");
+                              g_.metadata().get_string("general.architecture").value_or("?") + " architecture)");
   }
 }
 

@@ -13,7 +13,6 @@
 #include "server/infill.h"
 #include "server/json_fields.h"
 #include "server/openai_responses.h"
-#include "server/prompt_align.h"
 
 namespace agentkv::server {
 
@@ -129,7 +128,7 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
   for (const std::vector<PromptPart>& parts : prompts) {
     std::vector<Token> prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
     // A chat prompt re-renders earlier answers: keep the tokens the model generated for them.
-    if (chat) prompt = align_to_cache(tok, parts[0].text, prompt, e.scheduler->cached_sequences()).tokens;
+    if (chat) prompt = e.scheduler->align_prompt(tok, parts[0].text, prompt, params.cache_salt).tokens;
     check_prompt_fits(prompt, e.scheduler->config().n_ctx);
     if (params.n_fake_cached > 0 && static_cast<size_t>(params.n_fake_cached) >= prompt.size())
       throw invalid_request("n_fake_cached (" + std::to_string(params.n_fake_cached) +

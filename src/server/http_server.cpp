@@ -19,6 +19,7 @@
 
 #include "agentkv/error.h"
 #include "agentkv/context.h"
+#include "agentkv/kv_status.h"
 #include "agentkv/page_tiers.h"
 #include "agentkv/redis_page_tier.h"
 #include "agentkv/retention.h"
@@ -127,20 +128,11 @@ bool HttpServer::load() {
     cp.n_ctx = cfg_.n_ctx > 0 ? cfg_.n_ctx : static_cast<uint32_t>(mc.n_ctx_train > 0 ? mc.n_ctx_train : 4096);
     cp.n_ubatch = cfg_.n_ubatch;
     cp.n_seq_max = static_cast<uint32_t>(cfg_.n_slots) + 1;  // + the prefix index's holder sequence
-    cp.kv_unified = true;  // every slot may use the whole context (llama-server with -np auto)
     cp.n_threads = cfg_.n_threads > 0 ? cfg_.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    cp.type_k = cfg_.type_k;
-    cp.type_v = cfg_.type_v;
-    cp.kv_rotation = cfg_.kv_rotation;
-    cp.kv_rotation_seed = cfg_.kv_rotation_seed;
-    cp.kv_code = cfg_.kv_code;
-    cp.kv_hot_cells = cfg_.kv_hot_cells;
-    cp.tail_type_k = cfg_.tail_type_k;
-    cp.tail_type_v = cfg_.tail_type_v;
-    cp.kv_tail_dir = cfg_.kv_tail_dir;
-    cp.kv_retrieval_heads = cfg_.kv_retrieval_heads;
+    cp.kv = cfg_.kv;
+    cp.kv.unified = true;  // every slot may use the whole context (llama-server with -np auto)
     cp.embeddings = cfg_.embeddings;
-    if (cfg_.context_shift && !cfg_.embeddings) cp.query_window = kSnapKvWindow;  // what the snapkv policy scores with
+    if (cfg_.context_shift && !cfg_.embeddings) cp.kv.query_window = kSnapKvWindow;  // what the snapkv policy scores with
     const uint32_t n_positions = cp.n_ctx;
     // --cache-ram: room for cached pages beyond the context, as KV cells (untouched cells cost
     // no memory); pages no slot uses are evicted only when all of it is taken.
@@ -148,10 +140,10 @@ bool HttpServer::load() {
     cp.n_ctx = n_positions + cache_cells;
     log_line("creating context: n_ctx %u shared by %d slots (+ %u cells for cached pages), n_ubatch %u, K %s, V %s, "
              "%d threads", n_positions, cfg_.n_slots, cache_cells, cp.n_ubatch,
-             std::string(ggml_type_name(cp.type_k)).c_str(), std::string(ggml_type_name(cp.type_v)).c_str(),
+             std::string(ggml_type_name(cp.kv.type_k)).c_str(), std::string(ggml_type_name(cp.kv.type_v)).c_str(),
              cp.n_threads);
     e->ctx = std::make_unique<Context>(*e->model, cp);
-    const KvStatus kv = e->ctx->kv_status();
+    const KvStatus kv = kv_status(*e->ctx);
     if (kv.windowed) {
       const std::string place = kv.tail_dir.empty() ? "in RAM" : "in files mapped from " + kv.tail_dir;
       log_line("KV window: %u hot cells, the rest in a %s/%s tail %s; attention reads the tail in place (merged by "
@@ -164,7 +156,7 @@ bool HttpServer::load() {
                  kv.tail_heads.empty() ? "none" : kv.tail_heads.c_str(), kv.hot_cells);
     }
     if (kv.rotated)
-      log_line("KV rows Hadamard-rotated: %s (--kv-rotation %s)", kv.rotation.c_str(), kv_rotation_mode_name(cp.kv_rotation));
+      log_line("KV rows Hadamard-rotated: %s (--kv-rotation %s)", kv.rotation.c_str(), kv_rotation_mode_name(cp.kv.rotation));
 
     const Tokenizer& tok = e->model->tokenizer();
     try {

@@ -8,9 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "agentkv/ggml_type.h"
-#include "agentkv/context.h"  // KvRotationMode
-#include "agentkv/kv_code.h"
+#include "agentkv/kv_options.h"
 
 namespace agentkv::server {
 
@@ -26,16 +24,7 @@ struct ServerConfig {
   uint32_t n_ctx = 4096;             // 0: the model's training context
   uint32_t n_ubatch = 512;
   int n_threads = 0;                 // 0: hardware concurrency
-  GgmlType type_k = GgmlType::F16;
-  GgmlType type_v = GgmlType::F16;
-  KvRotationMode kv_rotation = KvRotationMode::Auto;  // --kv-rotation
-  uint64_t kv_rotation_seed = 0;                      // --kv-rotation-seed
-  uint32_t kv_hot_cells = 0;                          // --kv-hot: windowed residency (0: all hot)
-  GgmlType tail_type_k = GgmlType::F16;               // --kv-tail-type
-  GgmlType tail_type_v = GgmlType::F16;
-  std::string kv_tail_dir;                            // --kv-tail-dir: the tail in files mapped from it
-  KvCodePtr kv_code;                                  // --kv-code: tqc3's calibrated code
-  double kv_retrieval_heads = 1.0;                    // --kv-retrieval-heads: the tail keeps these heads' rows
+  KvOptions kv;                      // -ctk, -ctv, --kv-* (tools/kv_flags.h); load() sets unified and query_window
   size_t max_body_bytes = 16u << 20;
   double slot_similarity = 0.10;     // llama-server's --slot-prompt-similarity
   int http_threads = 0;              // connections served at once, one thread each; 0: 256

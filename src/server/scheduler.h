@@ -97,8 +97,10 @@ class Scheduler {
   // GET /props "memory": the spacing of hybrid snapshots inside long prompts, what one costs and
   // their budget.
   Json memory_json() const;
-  // The tokens every slot's cache holds (chat prompts are aligned to them, prompt_align.h).
-  std::vector<std::vector<Token>> cached_sequences() const;
+  // A chat prompt's tokens aligned to what the memory holds under the request's cache_salt
+  // (RequestMemory::align_prompt): an earlier answer keeps the tokens it was generated as.
+  AlignedPrompt align_prompt(const Tokenizer& tok, std::string_view text, const std::vector<Token>& plain,
+                             const std::string& cache_salt) const;
 
   // Slot actions, run by the scheduler thread between two steps (the caller waits). They throw
   // HttpError (503 when the slot is busy, the server stops, or busy slots hold the memory a

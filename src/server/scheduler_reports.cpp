@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "agentkv/kv_status.h"
+
 namespace agentkv::server {
 
 MetricsSnapshot Scheduler::metrics() const {
@@ -21,7 +23,7 @@ MetricsSnapshot Scheduler::metrics() const {
   m.tier_snapshots_sent_total = c.tier_snapshots_sent;
   m.tier_snapshots_fetched_total = c.tier_snapshots_fetched;
   m.memory_bytes = memory_bytes_;
-  if (const KvStatus kv = ctx_.kv_status(); kv.present) {
+  if (const KvStatus kv = kv_status(ctx_); kv.present) {
     m.kv_cells_used = kv.cells_used;
     m.kv_cells_total = kv.n_cells;
     m.kv_hot_cells_used = kv.hot_used;
@@ -58,7 +60,7 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
     const CompletionParams& params = busy ? s.task->params : defaults;
     const int64_t n_remain = !busy || params.n_predict < 0 ? -1 : params.n_predict - s.n_decoded;
     // --kv-hot: where the slot's K/V rows are (its sequence id is its id)
-    const std::pair<uint64_t, uint64_t> residency = ctx_.seq_residency(s.id);
+    const std::pair<uint64_t, uint64_t> residency = seq_residency(ctx_, s.id);
     const SequencePages pages = prefix_cache() ? prefix_cache()->pages_of(s.id) : SequencePages{};
     out.push_back(Json{
         {"id", s.id},
@@ -89,17 +91,16 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
   return out;
 }
 
-std::vector<std::vector<Token>> Scheduler::cached_sequences() const {
+AlignedPrompt Scheduler::align_prompt(const Tokenizer& tok, std::string_view text, const std::vector<Token>& plain,
+                                     const std::string& cache_salt) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::vector<Token>> out;
-  for (const Slot& s : slots_) {
-    if (memory_->fake(s.id) || cached(s).empty()) continue;
-    out.emplace_back(cached(s).begin(), cached(s).end());
-    // A finished answer ends with a token that was sampled, not evaluated: with it the cached text
-    // reaches the answer's end, where the next prompt's own tokenization resumes.
-    if (s.idle() && s.unevaluated_tail >= 0 && s.tail_at == cached(s).size()) out.back().push_back(s.unevaluated_tail);
-  }
-  return out;
+  // The last token a finished task sampled is not in its sequence (never evaluated); the memory
+  // aligns to the sequence's tokens with it.
+  std::vector<Token> unevaluated(slots_.size(), -1);
+  for (const Slot& s : slots_)
+    if (s.idle() && s.unevaluated_tail >= 0 && s.tail_at == cached(s).size())
+      unevaluated[static_cast<size_t>(s.id)] = s.unevaluated_tail;
+  return memory_->align_prompt(tok, text, plain, cache_namespace(cache_salt), unevaluated);
 }
 
 }  // namespace agentkv::server

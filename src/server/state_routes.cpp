@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "agentkv/kv_status.h"
 #include "agentkv/numerics.h"
 #include "server/base64.h"
 #include "server/connection_probe.h"
@@ -37,11 +38,11 @@ int parse_slot_id(const std::string& text) {
 
 // What the KV cache stores: element types and the rotation of its rows (docs/quant-types.md).
 Json HttpServer::kv_cache_props() const {
-  const KvStatus kv = engine_->ctx->kv_status();
+  const KvStatus kv = kv_status(*engine_->ctx);
   if (!kv.present) return nullptr;
   return Json{{"type_k", std::string(ggml_type_name(kv.type_k))},
               {"type_v", std::string(ggml_type_name(kv.type_v))},
-              {"rotation", kv_rotation_mode_name(cfg_.kv_rotation)},
+              {"rotation", kv_rotation_mode_name(cfg_.kv.rotation)},
               {"rotation_k_block", kv.rotation_k_block},
               {"rotation_v_block", kv.rotation_v_block},
               {"rotation_seed", kv.rotation_seed},

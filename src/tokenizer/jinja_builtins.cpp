@@ -5,7 +5,10 @@
 #include <ctime>
 #include <unordered_map>
 
+#include "tokenizer/jinja_compare.h"
+#include "tokenizer/jinja_format.h"
 #include "tokenizer/jinja_interpreter.h"
+#include "tokenizer/jinja_json.h"
 #include "tokenizer/jinja_text.h"
 
 namespace agentkv::jinja {
@@ -42,21 +45,21 @@ ArgBinder::ArgBinder(std::string what, CallArgs& args, std::initializer_list<con
 int64_t ArgBinder::int_or(size_t i, int64_t fallback) const {
   if (!has(i) || values_[i].is_none()) return fallback;
   if (!values_[i].is_int() && !values_[i].is_bool())
-    throw EvalError(what_ + ": expected an integer argument, got '" + values_[i].type_name() + "'");
+    throw EvalError(what_ + ": expected an integer argument, got '" + type_name(values_[i]) + "'");
   return values_[i].as_int();
 }
 
-bool ArgBinder::bool_or(size_t i, bool fallback) const { return has(i) ? values_[i].truthy() : fallback; }
+bool ArgBinder::bool_or(size_t i, bool fallback) const { return has(i) ? truthy(values_[i]) : fallback; }
 
 namespace {
 
 using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
 using TestFn = bool (*)(Interpreter&, const Value&, CallArgs&);
 
-std::string str_of(Interpreter& in, const Value& v) { return v.to_output(in.budget().max_string_bytes()); }
+std::string str_of(Interpreter& in, const Value& v) { return to_output(v, in.budget().max_string_bytes()); }
 
 const std::string& require_string(const Value& v, const std::string& what) {
-  if (!v.is_string()) throw EvalError(what + ": expected a string, got '" + v.type_name() + "'");
+  if (!v.is_string()) throw EvalError(what + ": expected a string, got '" + type_name(v) + "'");
   return v.str();
 }
 
@@ -85,7 +88,7 @@ std::vector<Value> elements(const Value& v, const std::string& what) {
       break;
     default: break;
   }
-  throw EvalError(what + ": '" + v.type_name() + "' object is not iterable");
+  throw EvalError(what + ": '" + type_name(v) + "' object is not iterable");
 }
 
 // Follows a dotted attribute path ("a.b" or "0") the way Jinja's attribute filters do.
@@ -115,7 +118,7 @@ int compare_for_sort(const Value& a, const Value& b, bool case_sensitive) {
   }
   if (a.is_string() && b.is_string()) return a.str() < b.str() ? -1 : (a.str() > b.str() ? 1 : 0);
   if (values_equal(a, b)) return 0;
-  throw EvalError("sort: cannot order '" + a.type_name() + "' and '" + b.type_name() + "'");
+  throw EvalError("sort: cannot order '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
 Value length_of(const Value& v) {
@@ -128,7 +131,7 @@ Value length_of(const Value& v) {
       break;
     default: break;
   }
-  throw EvalError("object of type '" + v.type_name() + "' has no len()");
+  throw EvalError("object of type '" + type_name(v) + "' has no len()");
 }
 
 std::optional<double> parse_float(std::string_view s) {
@@ -151,7 +154,7 @@ Value f_abs(Interpreter&, const Value& in, CallArgs& args) {
     if (in.as_int() == INT64_MIN) throw EvalError("integer overflow");
     return Value(in.as_int() < 0 ? -in.as_int() : in.as_int());
   }
-  throw EvalError("filter 'abs': bad operand type '" + in.type_name() + "'");
+  throw EvalError("filter 'abs': bad operand type '" + type_name(in) + "'");
 }
 
 Value f_attr(Interpreter& interp, const Value& in, CallArgs& args) {
@@ -174,7 +177,7 @@ Value f_length(Interpreter&, const Value& in, CallArgs& args) {
 
 Value f_default(Interpreter&, const Value& in, CallArgs& args) {
   ArgBinder a("filter 'default'", args, {"default_value", "boolean"});
-  const bool use_default = in.is_undefined() || (a.bool_or(1, false) && !in.truthy());
+  const bool use_default = in.is_undefined() || (a.bool_or(1, false) && !truthy(in));
   if (!use_default) return in;
   return a.has(0) ? a[0] : Value(std::string());
 }
@@ -364,7 +367,7 @@ Value select_items(Interpreter& interp, const Value& in, CallArgs& args, bool by
     const Value subject = by_attribute ? attribute_path(interp, item, attribute) : item;
     bool match;
     if (test.empty()) {
-      match = subject.truthy();
+      match = truthy(subject);
     } else {
       CallArgs test_args;
       test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next), args.positional.end());
@@ -614,7 +617,7 @@ bool t_iterable(Interpreter&, const Value& v, CallArgs&) {
 }
 bool t_sequence(Interpreter& i, const Value& v, CallArgs& a) { return t_iterable(i, v, a); }
 // Python's callable(): an undefined value has __call__ (which raises), so it counts.
-bool t_callable(Interpreter&, const Value& v, CallArgs&) { return v.is_callable() || v.is_undefined(); }
+bool t_callable(Interpreter&, const Value& v, CallArgs&) { return v.kind() == Value::Kind::Callable || v.is_undefined(); }
 bool t_lower(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && text::to_lower(v.str()) == v.str(); }
 bool t_upper(Interpreter&, const Value& v, CallArgs&) { return v.is_string() && text::to_upper(v.str()) == v.str(); }
 
@@ -670,7 +673,7 @@ bool t_in(Interpreter& interp, const Value& v, CallArgs& args) {
     return std::any_of(seq.items().begin(), seq.items().end(), [&](const Value& x) { return values_equal(x, v); });
   if (seq.is_dict()) return v.is_string() && seq.object_data().find(v.str()) != nullptr;
   if (seq.is_undefined()) return false;
-  throw EvalError("test 'in': argument of type '" + seq.type_name() + "' is not iterable");
+  throw EvalError("test 'in': argument of type '" + type_name(seq) + "' is not iterable");
 }
 
 bool t_sameas(Interpreter&, const Value& v, CallArgs& args) {

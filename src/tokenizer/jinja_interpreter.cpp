@@ -5,6 +5,8 @@
 
 #include "agentkv/error.h"
 #include "tokenizer/jinja_builtins.h"
+#include "tokenizer/jinja_compare.h"
+#include "tokenizer/jinja_format.h"
 #include "tokenizer/jinja_text.h"
 
 namespace agentkv::jinja {
@@ -35,7 +37,7 @@ class DepthGuard {
   throw EvalError("undefined value " + action);
 }
 
-std::string describe_type(const Value& v) { return "'" + v.type_name() + "'"; }
+std::string describe_type(const Value& v) { return "'" + type_name(v) + "'"; }
 
 int64_t checked(bool overflow, int64_t value) {
   if (overflow) throw EvalError("integer overflow (this interpreter uses 64-bit integers)");
@@ -185,10 +187,10 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt) {
     budget_.step();
     switch (stmt.kind) {
       case StmtKind::Text: emit(stmt.text); break;
-      case StmtKind::Output: emit(eval(*stmt.expr).to_output(budget_.max_string_bytes())); break;
+      case StmtKind::Output: emit(to_output(eval(*stmt.expr), budget_.max_string_bytes())); break;
       case StmtKind::If:
         for (const auto& [condition, branch] : stmt.branches)
-          if (eval(*condition).truthy()) return exec_body(branch);
+          if (truthy(eval(*condition))) return exec_body(branch);
         return exec_body(stmt.else_body);
       case StmtKind::For: exec_for(stmt); break;
       case StmtKind::Set: exec_set(stmt); break;
@@ -202,7 +204,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt) {
       case StmtKind::CallBlock: exec_call_block(stmt); break;
       case StmtKind::FilterBlock: {
         const Value input = make_string(render_to_string(stmt.body));
-        emit(eval_filter(*stmt.expr, &input).to_output(budget_.max_string_bytes()));
+        emit(to_output(eval_filter(*stmt.expr, &input), budget_.max_string_bytes()));
         break;
       }
       case StmtKind::With: {
@@ -275,7 +277,7 @@ void Interpreter::exec_for(const Stmt& stmt) {
     for (Value& item : items) {
       scopes_.push_back(std::make_shared<Frame>());
       bind_targets(stmt.targets, item);
-      const bool keep = eval(*stmt.condition).truthy();
+      const bool keep = truthy(eval(*stmt.condition));
       scopes_.pop_back();
       if (keep) kept.push_back(std::move(item));
     }
@@ -324,7 +326,7 @@ void Interpreter::exec_set(const Stmt& stmt) {
   Value value = eval(*stmt.expr);
   if (!stmt.attribute.empty()) {
     const Value target = lookup(stmt.targets[0]);
-    if (!target.is_namespace())
+    if (!target.is_object() || !target.object_data().is_namespace)
       throw EvalError("cannot assign attribute on non-namespace object '" + stmt.targets[0] + "'");
     target.object_data().set(stmt.attribute, std::move(value));
     return;
@@ -350,7 +352,7 @@ void Interpreter::exec_call_block(const Stmt& stmt) {
   CallArgs args;
   collect_args(call_expr, 1, args);
   args.named.emplace_back("caller", macro_value(stmt));
-  emit(call(callee, args).to_output(budget_.max_string_bytes()));
+  emit(to_output(call(callee, args), budget_.max_string_bytes()));
 }
 
 Value Interpreter::call_macro(const Stmt& macro, const std::vector<std::weak_ptr<Frame>>& captured,
@@ -424,7 +426,8 @@ Value Interpreter::make_list(std::vector<Value> items, bool is_tuple) {
 }
 
 Value Interpreter::make_namespace() {
-  Value ns = Value::make_namespace();
+  Value ns = Value::object({});
+  ns.object_data().is_namespace = true;
   namespaces_.push_back(ns);
   return ns;
 }
@@ -486,7 +489,7 @@ Value Interpreter::eval_inner(const Expr& expr) {
       const bool result = apply_test(expr.name, input, args);
       return Value(expr.negated ? !result : result);
     }
-    case ExprKind::Not: return Value(!eval(*c[0]).truthy());
+    case ExprKind::Not: return Value(!truthy(eval(*c[0])));
     case ExprKind::Negate: {
       const Value v = eval(*c[0]);
       if (v.is_float()) return Value(-v.as_double());
@@ -508,20 +511,20 @@ Value Interpreter::eval_inner(const Expr& expr) {
       const Value left = eval(*c[0]);
       const Value right = eval(*c[1]);
       if (expr.name == "~") {
-        std::string s = left.to_output(budget_.max_string_bytes());
-        s += right.to_output(budget_.max_string_bytes());
+        std::string s = to_output(left, budget_.max_string_bytes());
+        s += to_output(right, budget_.max_string_bytes());
         return make_string(std::move(s));
       }
       return eval_binary(expr.name, left, right);
     }
     case ExprKind::And: {
       Value left = eval(*c[0]);
-      if (!left.truthy()) return left;
+      if (!truthy(left)) return left;
       return eval(*c[1]);
     }
     case ExprKind::Or: {
       Value left = eval(*c[0]);
-      if (left.truthy()) return left;
+      if (truthy(left)) return left;
       return eval(*c[1]);
     }
     case ExprKind::Compare: {
@@ -534,7 +537,7 @@ Value Interpreter::eval_inner(const Expr& expr) {
       return Value(true);
     }
     case ExprKind::Conditional:
-      if (eval(*c[1]).truthy()) return eval(*c[0]);
+      if (truthy(eval(*c[1]))) return eval(*c[0]);
       return c[2] ? eval(*c[2]) : Value::undefined("the conditional expression has no else branch");
   }
   return Value::undefined();
@@ -587,7 +590,7 @@ Value Interpreter::eval_slice(const Value& object, const Expr& expr) {
 }
 
 Value Interpreter::call(const Value& callee, CallArgs& args) {
-  if (callee.is_callable()) return callee.callable_data().fn(*this, args);
+  if (callee.kind() == Value::Kind::Callable) return callee.callable_data().fn(*this, args);
   if (callee.is_undefined()) fail_undefined(callee, "is not callable");
   throw EvalError(describe_type(callee) + " object is not callable");
 }
@@ -611,15 +614,15 @@ Value Interpreter::get_attribute(const Value& object, const std::string& name) {
           return Value::undefined("access to attribute '" + name + "' of 'dict' object is unsafe");
       }
       if (const Value* found = object.object_data().find(name)) return *found;
-      return Value::undefined("'" + object.type_name() + " object' has no attribute '" + name + "'");
+      return Value::undefined("'" + type_name(object) + " object' has no attribute '" + name + "'");
     }
     case Value::Kind::String:
     case Value::Kind::Array: {
       Value method = find_method(*this, object, name);
       if (!method.is_undefined()) return method;
-      return Value::undefined("'" + object.type_name() + " object' has no attribute '" + name + "'");
+      return Value::undefined("'" + type_name(object) + " object' has no attribute '" + name + "'");
     }
-    default: return Value::undefined("'" + object.type_name() + " object' has no attribute '" + name + "'");
+    default: return Value::undefined("'" + type_name(object) + " object' has no attribute '" + name + "'");
   }
 }
 
@@ -644,7 +647,7 @@ Value Interpreter::get_item(const Value& object, const Value& key) {
   }
   // Jinja falls back to attribute lookup for string keys.
   if (key.is_string()) return get_attribute(object, key.str());
-  return Value::undefined("no item " + key.repr(256) + " in " + describe_type(object) + " object");
+  return Value::undefined("no item " + repr(key, 256) + " in " + describe_type(object) + " object");
 }
 
 Value Interpreter::eval_binary(const std::string& op, const Value& a, const Value& b) {

@@ -1,18 +1,17 @@
 // Values of the chat-template interpreter: Python/Jinja semantics (undefined distinct from
-// none, insertion-ordered dicts, shared immutable strings and lists, mutable namespaces).
+// none, insertion-ordered dicts, shared immutable strings and lists, mutable namespaces). What
+// Python does with them lives beside: printing (jinja_format.h), truth and == (jinja_compare.h),
+// JSON in and out (jinja_json.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agentkv/error.h"
 
@@ -108,10 +107,7 @@ class Value {
   static Value object(std::vector<std::pair<std::string, Value>> entries);
   // Same, for entries whose keys are known to be distinct (skips the duplicate check).
   static Value object_with_distinct_keys(std::vector<std::pair<std::string, Value>> entries);
-  static Value make_namespace();
   static Value callable(std::string name, std::function<Value(Interpreter&, CallArgs&)> fn);
-  // Converts JSON input (throws agentkv::Error past the nesting limit).
-  static Value from_json(const nlohmann::ordered_json& json, int depth = 0);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::Undefined; }
@@ -125,28 +121,21 @@ class Value {
   bool is_tuple() const { return kind_ == Kind::Array && array_->is_tuple; }
   bool is_object() const { return kind_ == Kind::Object; }
   bool is_dict() const { return kind_ == Kind::Object && !object_data().is_namespace; }
-  bool is_namespace() const { return kind_ == Kind::Object && object_data().is_namespace; }
-  bool is_callable() const { return kind_ == Kind::Callable; }
 
   bool as_bool() const { return bool_; }
   int64_t as_int() const { return int_; }   // Int or Bool
   double as_double() const;                 // any number
   const std::string& str() const;           // String (or the hint of an Undefined)
   const std::vector<Value>& items() const { return array_->items; }
-  ObjectData& object_data() const { return *object_; }
+  ObjectData& object_data() const { return *object_; }  // Object; a namespace when is_namespace
   const CallableData& callable_data() const { return *callable_; }
-  int nesting() const;
-
-  // Python truthiness (undefined and none are false).
-  bool truthy() const;
-  // Python str(): what {{ value }} prints.
-  std::string to_output(size_t max_bytes) const;
-  // Python repr().
-  std::string repr(size_t max_bytes) const;
-  // Python type name for messages ("str", "dict", "NoneType", ...).
-  std::string type_name() const;
 
  private:
+  friend struct ObjectData;
+  // Depth of nested lists and dicts (0 for a scalar), kept so that building one checks
+  // Limits::kMaxValueNesting without walking it.
+  int nesting() const;
+
   Kind kind_ = Kind::Undefined;
   bool bool_ = false;
   int64_t int_ = 0;
@@ -156,22 +145,5 @@ class Value {
   std::shared_ptr<ObjectData> object_;
   std::shared_ptr<const CallableData> callable_;
 };
-
-// Python ==, as used by ==, in, and the sameas-free tests (numbers compare across int/float/bool).
-bool values_equal(const Value& a, const Value& b, int depth = 0);
-
-// json.dumps(value, ensure_ascii=False, indent=..., separators=..., sort_keys=...) as Hugging
-// Face's tojson filter calls it. indent: nullopt for single-line output. Throws agentkv::Error for
-// values JSON cannot hold (undefined, callables, namespaces).
-struct JsonDumpOptions {
-  std::optional<std::string> indent;
-  std::string item_separator = ", ";
-  std::string key_separator = ": ";
-  bool sort_keys = false;
-};
-std::string json_dump(const Value& value, const JsonDumpOptions& options, size_t max_bytes);
-
-// Python float repr (shortest round-trip digits, "1e-05", "3.0", "inf").
-std::string python_float_repr(double d);
 
 }  // namespace agentkv::jinja

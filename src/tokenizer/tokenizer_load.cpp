@@ -23,27 +23,28 @@ TokenType token_type_from_int(int64_t v) {
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::Reader& gguf) {
   const std::string& path = gguf.path();
+  const auto& md = gguf.metadata();
   VocabData v;
-  auto model = gguf.get_string("tokenizer.ggml.model");
+  auto model = md.get_string("tokenizer.ggml.model");
   if (!model) throw Error(path + ": missing required key tokenizer.ggml.model");
   if (*model != "gpt2")
     throw Error(path + ": tokenizer.ggml.model is '" + *model + "'; only 'gpt2' (byte-level BPE) is supported");
   v.model = *model;
-  v.pre = gguf.get_string("tokenizer.ggml.pre").value_or("default");
-  auto tokens = gguf.get_string_array("tokenizer.ggml.tokens");
+  v.pre = md.get_string("tokenizer.ggml.pre").value_or("default");
+  auto tokens = md.get_string_array("tokenizer.ggml.tokens");
   if (!tokens) throw Error(path + ": missing required key tokenizer.ggml.tokens");
   v.tokens = std::move(*tokens);
-  if (auto types = gguf.get_int_array("tokenizer.ggml.token_type")) {
+  if (auto types = md.get_int_array("tokenizer.ggml.token_type")) {
     v.types.reserve(types->size());
     for (int64_t t : *types) v.types.push_back(token_type_from_int(t));
   }
-  auto merges = gguf.get_string_array("tokenizer.ggml.merges");
+  auto merges = md.get_string_array("tokenizer.ggml.merges");
   if (!merges) throw Error(path + ": missing required key tokenizer.ggml.merges");
   v.merges = std::move(*merges);
 
   const uint64_t n = v.tokens.size();
   auto special = [&](const char* key, Token fallback) -> Token {
-    auto id = gguf.get_uint(key);
+    auto id = md.get_uint(key);
     if (!id) return fallback < Token(n) ? fallback : -1;
     return *id < n ? Token(*id) : -1;
   };
@@ -51,8 +52,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::Reader& gguf) {
   v.eos = special("tokenizer.ggml.eos_token_id", kGpt2DefaultSpecial);
   v.eot = special("tokenizer.ggml.eot_token_id", -1);
   v.pad = special("tokenizer.ggml.padding_token_id", -1);
-  v.add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
-  v.chat_template = gguf.get_string("tokenizer.chat_template").value_or("");
+  v.add_bos = md.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
+  v.chat_template = md.get_string("tokenizer.chat_template").value_or("");
   return std::make_unique<Tokenizer>(std::move(v), path);
 }
 

@@ -7,7 +7,7 @@ Turn 2 must evaluate only what is new: the expected split is computed here from 
 
 Reuse stops where turn 2's tokens first differ from what the slot holds. An answer whose text
 tokenizes into other tokens than the model generated no longer stops it: chat prompts are aligned
-to the cached tokens (src/server/prompt_align.h), tested below. A chat template that renders an
+to the cached tokens (src/memory/prompt_align.h), tested below. A chat template that renders an
 earlier answer differently from how it rendered the generation prompt still does (llama-server
 has the same limit).
 """
@@ -262,3 +262,59 @@ def test_a_cache_ending_inside_a_word_does_not_change_the_prompt(agent):
     if kind == "dense":  # hybrid: no snapshot inside the shared text, the prompt is evaluated whole
         assert turn["timings"]["cache_n"] > 0
     assert_same_text_without_cache(server, second, turn, len(t2))
+
+
+def test_answer_is_aligned_to_the_pages_an_ended_conversation_left(agent):
+    # Turn 1's slot serves another conversation before turn 2 comes: no slot holds turn 1's
+    # tokens any more, only the cached pages its end published. A chat prompt is aligned to those
+    # too (the chain of pages whose text the prompt's text continues): the answer, generated as
+    # "a" and "b" tokens that BPE merges otherwise ("ab", "bbbb"), is kept as generated up to the
+    # last point where the prompt's own tokenization has a boundary too. The memory holds no
+    # sampled-but-unevaluated last token for pages, so the alignment stops at most one token before
+    # the answer's end.
+    kind, server = agent
+    history = [{"role": "system", "content": long_system_prompt(9)},
+               {"role": "user", "content": "List the failing tests."}]
+    t1 = tokenize(server, render(server, history))
+    [tok_a] = tokenize(server, "a")
+    [tok_b] = tokenize(server, "b")
+    bias = {str(tok_a): 100, str(tok_b): 100}
+    turn1 = chat(server, history, 12, logit_bias=bias, session_id="pages-x", **GREEDY)
+    answer = answer_of(turn1)
+    generated = [tok_a if piece == "a" else tok_b for piece in answer]
+    assert set(answer) <= {"a", "b"}, answer
+    cached = t1 + generated[:-1]  # what the pages hold: the last sampled token is never evaluated
+
+    # Another conversation takes turn 1's slot.
+    chat(server, [{"role": "user", "content": "Say something else."}], 2, session_id="pages-y",
+         id_slot=session_slot(server, "pages-x"), **GREEDY)
+    _, slots = server.get("/slots")
+    assert all(s["session_id"] != "pages-x" for s in slots), slots
+
+    messages = history + [{"role": "assistant", "content": answer}, {"role": "user", "content": "And the first one?"}]
+    p2 = render(server, messages)
+    t2 = tokenize(server, p2)
+    # The alignment, computed here from the pieces: the cached tokens whose text starts p2, cut back
+    # to the last offset where t2 has a token boundary too, then t2's own tokens.
+    pieces = {t: server.post("/detokenize", {"tokens": [t]})[1]["content"] for t in set(cached) | set(t2)}
+    boundary, off = {0: 0}, 0
+    for i, t in enumerate(t2):
+        off += len(pieces[t])
+        boundary[off] = i + 1
+    keep, keep_t2, off = 0, 0, 0
+    for i, t in enumerate(cached):
+        if not p2.startswith(pieces[t], off):
+            break
+        off += len(pieces[t])
+        if off in boundary:
+            keep, keep_t2 = i + 1, boundary[off]
+    assert keep > common_prefix(cached, t2) + 1, "the answer tokenizes as generated: nothing to align"
+    expected_prompt = cached[:keep] + t2[keep_t2:]
+
+    turn2 = chat(server, messages, TURN2_TOKENS, session_id="pages-x", **GREEDY)
+    assert turn2["usage"]["prompt_tokens"] == len(expected_prompt)
+    if kind == "dense":
+        assert turn2["timings"]["cache_n"] == keep  # every aligned token from the pages
+    else:  # hybrid: up to the latest snapshot at or before the aligned part's end
+        assert turn2["timings"]["cache_n"] >= len(t1) - 64
+    assert_same_text_without_cache(server, messages, turn2, len(expected_prompt))

@@ -1,10 +1,8 @@
-#include "server/prompt_align.h"
+#include "memory/prompt_align.h"
 
 #include <string>
 
-#include "agentkv/request_memory.h"
-
-namespace agentkv::server {
+namespace agentkv::memory {
 
 AlignedPrompt align_to_cache(const Tokenizer& tok, std::string_view text, const std::vector<Token>& plain,
                              const std::vector<std::vector<Token>>& caches) {
@@ -49,4 +47,21 @@ AlignedPrompt align_to_cache(const Tokenizer& tok, std::string_view text, const 
   return best;
 }
 
-}  // namespace agentkv::server
+PrefixCache::ChainReader text_chain_reader(const Tokenizer& tok, std::string_view text) {
+  return [&tok, text](uint64_t offset, std::span<const CacheToken> page) {
+    PrefixCache::ChainStep step{0, offset};
+    for (CacheToken t : page) {
+      const std::string piece = tok.token_to_piece(t, true);
+      if (step.state == 0 && t == tok.bos() && text.substr(0, piece.size()) != piece) {
+        ++step.taken;  // a leading BOS the tokenizer added is not in the text
+        continue;
+      }
+      if (piece.empty() || text.compare(step.state, piece.size(), piece) != 0) break;
+      step.state += piece.size();
+      ++step.taken;
+    }
+    return step;
+  };
+}
+
+}  // namespace agentkv::memory
