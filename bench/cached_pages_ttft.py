@@ -32,7 +32,7 @@ class Server:
     def __init__(self, binary, model, ctx, threads):
         self.log = tempfile.NamedTemporaryFile(prefix="agentkv-ttft-", suffix=".log", delete=False)
         self.proc = subprocess.Popen([binary, "serve", "-m", model, "--port", "0", "-t", str(threads),
-                                      "-c", str(ctx), "-np", "1"], stdout=self.log, stderr=subprocess.STDOUT)
+                                      "-c", str(ctx), "-np", "1", "--metrics"], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         self.port = None
         while time.time() < deadline and self.port is None:
@@ -70,7 +70,7 @@ class Server:
         conn.request("GET", "/metrics")
         text = conn.getresponse().read().decode()
         conn.close()
-        m = re.search(r"^agentkv:pages_cached (\S+)", text, re.M)
+        m = re.search(r"^llamacpp:pages_cached (\S+)", text, re.M)
         return int(float(m.group(1))) if m else None
 
     def complete(self, tokens):

@@ -15,6 +15,7 @@
 
 #include "agentkv/error.h"
 #include "engine/context_impl.h"
+#include "memory/memory_state.h"
 #include "agentkv/session_state.h"
 #include "model/model.h"
 #include "fixture_models.h"
@@ -172,6 +173,9 @@ void check_three_ways(const std::string& name, const ContextParams& cp) {
   if (hybrid) {
     EXPECT_EQ(sequence_memory(ctx).rec()->seq_pos_max(1), 9);  // seq 1 untouched
   }
+  // What /metrics reports as held memory, counted from the cell tables, is what a state of the
+  // whole memory holds (every KV type, one stream or one per sequence, hybrid).
+  EXPECT_EQ(ctx.memory_bytes(), memory::memory_state_view(sequence_memory(ctx), -1, memory::kStateAll).row_bytes());
 }
 
 class DenseAllTypes : public ::testing::TestWithParam<GgmlType> {
