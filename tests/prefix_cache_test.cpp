@@ -86,25 +86,26 @@ TEST(PrefixCacheTiers, PagesAndTailReachAnotherContextThroughATier) {
   PrefixCache& ca = enable(a);
   ca.set_tier(&tier);
   decode(a, prompt, 0);
-  ca.publish(kSeq, prompt, 0, /*with_tail=*/true);
+  PageHashes hashes;
+  ca.publish(kSeq, prompt, 0, /*with_tail=*/true, hashes, 0);
   size_t sent_through = 0;
-  EXPECT_EQ(ca.send_pages(prompt, 0, /*with_tail=*/true, sent_through), 3u);
+  EXPECT_EQ(ca.send_pages(prompt, 0, hashes, /*with_tail=*/true, sent_through), 3u);
   EXPECT_EQ(sent_through, 32u);
-  EXPECT_EQ(ca.send_pages(prompt, 0, /*with_tail=*/true, sent_through), 0u);  // the tier holds them
+  EXPECT_EQ(ca.send_pages(prompt, 0, hashes, /*with_tail=*/true, sent_through), 0u);  // the tier holds them
   const std::vector<float> next_a = decode(a, {77}, 37);
 
   Context b(*model, params());
   PrefixCache& cb = enable(b);
   cb.set_tier(&tier);
-  EXPECT_EQ(cb.lookup(prompt, 0, prompt.size()), 0u);
+  EXPECT_EQ(cb.lookup(prompt, 0, prompt.size(), {}), 0u);
   size_t told = 0;
-  const TierFetch got = cb.fetch(prompt, 0, [&](size_t n) { told = n; });
+  const TierFetch got = cb.fetch(prompt, 0, hashes, [&](size_t n) { told = n; });
   EXPECT_EQ(told, 32u);
   EXPECT_EQ(got.pages, 3u);
   EXPECT_EQ(got.kv_through, 37u);
   EXPECT_TRUE(got.refused.empty());
   EXPECT_FALSE(got.snapshot);
-  EXPECT_EQ(cb.lookup(prompt, 1, prompt.size()), 0u);  // another salt: nothing
+  EXPECT_EQ(cb.lookup(prompt, 1, prompt.size(), {}), 0u);  // another salt: nothing
   ASSERT_EQ(cb.attach(kSeq, prompt, 0, prompt.size()), 37u);
   EXPECT_EQ(b.memory().seq_pos_max(kSeq), 36);
   const std::vector<float> next_b = decode(b, {77}, 37);
@@ -144,9 +145,10 @@ TEST(PrefixCacheTiers, ARecordThatIsNotTheExpectedPageIsRefusedAndForgotten) {
   PrefixCache& ca = enable(a);
   ca.set_tier(&tier);
   decode(a, prompt, 0);
-  ca.publish(kSeq, prompt, 0, /*with_tail=*/false);
+  PageHashes hashes;
+  ca.publish(kSeq, prompt, 0, /*with_tail=*/false, hashes, 0);
   size_t sent_through = 0;
-  ASSERT_EQ(ca.send_pages(prompt, 0, false, sent_through), 3u);
+  ASSERT_EQ(ca.send_pages(prompt, 0, hashes, false, sent_through), 3u);
   ASSERT_EQ(tier.records.size(), 3u);
 
   // Another prompt's first page stored under this prompt's first key: a valid record, but not
@@ -158,9 +160,10 @@ TEST(PrefixCacheTiers, ARecordThatIsNotTheExpectedPageIsRefusedAndForgotten) {
   MapTier other_tier;
   cc.set_tier(&other_tier);
   decode(c, other, 0);
-  cc.publish(kSeq, other, 0, false);
+  PageHashes other_hashes;
+  cc.publish(kSeq, other, 0, false, other_hashes, 0);
   size_t other_sent = 0;
-  ASSERT_EQ(cc.send_pages(other, 0, false, other_sent), 3u);
+  ASSERT_EQ(cc.send_pages(other, 0, {}, false, other_sent), 3u);
   MapTier first_only;
   const Tokens first_page(prompt.begin(), prompt.begin() + 16);
   // The key of the prompt's first page: the one record a fetch of its first 16 tokens adopts.
@@ -170,7 +173,7 @@ TEST(PrefixCacheTiers, ARecordThatIsNotTheExpectedPageIsRefusedAndForgotten) {
     Context try_ctx(*model, params());
     PrefixCache& t = enable(try_ctx);
     t.set_tier(&first_only);
-    if (t.fetch(first_page, 0, nullptr).pages == 1) first_key = k;
+    if (t.fetch(first_page, 0, {}, nullptr).pages == 1) first_key = k;
   }
   ASSERT_NE(first_key, 0u);
   uint64_t other_first_key = 0;
@@ -180,7 +183,7 @@ TEST(PrefixCacheTiers, ARecordThatIsNotTheExpectedPageIsRefusedAndForgotten) {
       Context try_ctx(*model, params());
       PrefixCache& t = enable(try_ctx);
       t.set_tier(&first_only);
-      if (t.fetch(Tokens(other.begin(), other.begin() + 16), 0, nullptr).pages == 1) other_first_key = k;
+      if (t.fetch(Tokens(other.begin(), other.begin() + 16), 0, {}, nullptr).pages == 1) other_first_key = k;
     }
   ASSERT_NE(other_first_key, 0u);
   tier.records[first_key] = other_tier.records[other_first_key];
@@ -188,18 +191,18 @@ TEST(PrefixCacheTiers, ARecordThatIsNotTheExpectedPageIsRefusedAndForgotten) {
   Context b(*model, params());
   PrefixCache& cb = enable(b);
   cb.set_tier(&tier);
-  TierFetch got = cb.fetch(prompt, 0, nullptr);
+  TierFetch got = cb.fetch(prompt, 0, {}, nullptr);
   EXPECT_EQ(got.pages, 0u);
   ASSERT_EQ(got.refused.size(), 1u);  // the first refused record ends the chain
   EXPECT_NE(got.refused[0].find("not the page this prompt expects"), std::string::npos) << got.refused[0];
   EXPECT_EQ(tier.forgotten, 1);
   EXPECT_FALSE(tier.holds(first_key));
-  EXPECT_EQ(cb.lookup(prompt, 0, prompt.size()), 0u);
+  EXPECT_EQ(cb.lookup(prompt, 0, prompt.size(), {}), 0u);
 
   // A damaged record (one flipped bit) is refused as damaged.
   tier.records[first_key] = other_tier.records[other_first_key];
   tier.records[first_key][tier.records[first_key].size() / 2] ^= 0x10;
-  got = cb.fetch(prompt, 0, nullptr);
+  got = cb.fetch(prompt, 0, {}, nullptr);
   EXPECT_EQ(got.pages, 0u);
   ASSERT_EQ(got.refused.size(), 1u);
   EXPECT_NE(got.refused[0].find("damaged"), std::string::npos) << got.refused[0];

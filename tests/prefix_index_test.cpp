@@ -67,12 +67,49 @@ std::unique_ptr<SequenceMemory> make_memory(bool hybrid, uint32_t n_cells, uint3
   return std::make_unique<SequenceMemory>(std::make_unique<KvCache>(kl), std::move(rec));
 }
 
+size_t g_resumed_publishes = 0;  // publishes that resumed after a published full page (Harness::publish)
+
 struct Harness {
   bool hybrid;
   std::unique_ptr<SequenceMemory> mem;
   PrefixIndex* index = nullptr;  // the memory's own
   std::map<SeqId, std::vector<TokenId>> ref;  // what every sequence holds
   std::map<SeqId, uint64_t> salt;
+  // What each sequence last published and the page hashes it carried (as RequestMemory does):
+  // a later publish of tokens continuing them passes both, so the walk resumes there.
+  struct Published {
+    std::vector<TokenId> tokens;
+    std::vector<uint32_t> cells;  // the cells that held them (recomputed tokens are not "published")
+    std::vector<uint64_t> hashes;
+  };
+  std::map<SeqId, Published> published;
+
+  std::vector<uint32_t> cells_of(SeqId seq) const {
+    const KvCells& c = mem->kv()->cells(0);
+    std::vector<uint32_t> out(ref.at(seq).size(), UINT32_MAX);
+    for (uint32_t i = 0; i < c.used_max_p1(); ++i)
+      if (!c.is_empty(i) && c.has_seq(i, seq) && static_cast<size_t>(c.pos(i)) < out.size())
+        out[static_cast<size_t>(c.pos(i))] = i;
+    return out;
+  }
+
+  // Publishes seq's tokens, carrying its hashes and resuming where it left off when it still holds
+  // what it last published, in the same cells; from scratch (no carried hashes) otherwise.
+  void publish(SeqId seq, bool with_tail) {
+    const std::vector<TokenId>& toks = ref[seq];
+    Published& p = published[seq];
+    const std::vector<uint32_t> cells = cells_of(seq);
+    const bool continues = p.tokens.size() <= toks.size() && std::equal(p.tokens.begin(), p.tokens.end(), toks.begin()) &&
+                           std::equal(p.cells.begin(), p.cells.end(), cells.begin());
+    if (!continues) p = {};
+    if (p.tokens.size() >= index->config().page_tokens) ++g_resumed_publishes;
+    index->publish(seq, toks, salt[seq], with_tail, &p.hashes, p.tokens.size());
+    p.tokens = toks;
+    p.cells = cells;
+    std::vector<uint64_t> fresh;
+    index->extend_hashes(toks, salt[seq], fresh);
+    ASSERT_EQ(p.hashes, fresh) << "carried page hashes";
+  }
 
   Harness(bool hybrid_, uint32_t page_tokens) : hybrid(hybrid_), mem(make_memory(hybrid_, kCells, kSeqs + 1)) {
     PrefixCacheConfig cfg;
@@ -167,7 +204,7 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
       }
       case 2: {  // publish, and what was published is found again
         const bool tail = rng() % 2 == 0;
-        h.index->publish(s, toks, h.salt[s], tail);
+        h.publish(s, tail);
         if (!toks.empty() && !hybrid) {
           const size_t want = tail ? toks.size() : toks.size() / page_tokens * page_tokens;
           ASSERT_GE(h.index->lookup(toks, h.salt[s], toks.size()), want) << "op " << op;
@@ -396,6 +433,8 @@ TEST(PrefixIndex, RandomOperationsAttentionMatchReference) {
   EXPECT_GT(attached, 1500u);  // sharing really happened
   EXPECT_GT(copied, 200u);     // and so did copy-on-write
   EXPECT_GT(g_adopted_pages, 200u);  // and pages coming back from a tier
+  EXPECT_GT(g_resumed_publishes, 100u);  // and publishes resuming mid-chain with carried hashes
+  std::printf("resumed %zu publishes; ", g_resumed_publishes);
   std::printf("attached %llu tokens, copied %llu cells, adopted %zu pages\n", static_cast<unsigned long long>(attached), static_cast<unsigned long long>(copied), g_adopted_pages);
 }
 

@@ -66,6 +66,12 @@ uint64_t cache_namespace(const std::string& cache_salt);
 // when pages are not shared across sequences (--no-share-prefixes).
 uint64_t page_salt(uint64_t cache_namespace, MemorySeqId seq, bool share_across_sequences);
 
+// The chained hashes of a token sequence's full pages under one salt (page k's names it and every
+// page before it), first page first: computed once per sequence (hash_pages) and carried to every
+// call below that walks its chain (`known`: the hashes of its first full pages, maybe fewer than it
+// has; the rest are computed). Hashes of other tokens give wrong answers, not errors.
+using PageHashes = std::vector<uint64_t>;
+
 class PrefixCache {
  public:
   virtual ~PrefixCache() = default;
@@ -89,7 +95,8 @@ class PrefixCache {
 
   // How many leading tokens of `tokens` (at most max_tokens) attach() would give, without changing
   // anything. Hybrid models: only up to the latest snapshot inside the cached prefix.
-  virtual size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) const = 0;
+  virtual size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens,
+                        std::span<const uint64_t> known) const = 0;
   // Makes the empty sequence `seq` hold that prefix (no compute, no copy of whole pages); returns
   // its length (0: nothing attached, seq unchanged).
   virtual size_t attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) = 0;
@@ -99,13 +106,18 @@ class PrefixCache {
   using UsablePrefix = std::function<size_t(size_t)>;
   using AttachChoice = std::function<size_t(const UsablePrefix& usable)>;
   virtual size_t attach_chosen(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt,
-                               const AttachChoice& choose) = 0;
+                               std::span<const uint64_t> known, const AttachChoice& choose) = 0;
+  // Extends `hashes` (those of the first full pages of `tokens`, maybe none) to all of its full pages.
+  virtual void hash_pages(std::span<const CacheToken> tokens, uint64_t salt, PageHashes& hashes) const = 0;
   // seq holds exactly `tokens` (token i at position i): its full pages, and its tail when
-  // with_tail, become findable.
-  virtual void publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail) = 0;
-  // Hybrid: keeps seq's recurrent state as the snapshot after `tokens` (published first). False
-  // when nothing was kept (no recurrent state, or already there).
-  virtual bool snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt) = 0;
+  // with_tail, become findable. `hashes` (tokens' carried page hashes) is extended to every full
+  // page; `published`: the leading tokens seq published before, where the walk resumes.
+  virtual void publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail,
+                       PageHashes& hashes, size_t published) = 0;
+  // Hybrid: keeps seq's recurrent state as the snapshot after `tokens` (published first, as above).
+  // False when nothing was kept (no recurrent state, or already there).
+  virtual bool snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, PageHashes& hashes,
+                        size_t published) = 0;
   // Frees at least n_cells KV cells of pages no sequence uses, least recently used first; returns
   // the cells freed (0: nothing to evict).
   virtual size_t evict(size_t n_cells) = 0;
@@ -137,15 +149,16 @@ class PrefixCache {
   // Offers the tier the full pages of `tokens`' chain it does not hold, from token `sent_through`
   // on (those before were offered already; advanced past the last full page), and the tail when
   // with_tail. Returns the records sent.
-  virtual size_t send_pages(std::span<const CacheToken> tokens, uint64_t salt, bool with_tail, size_t& sent_through) = 0;
+  virtual size_t send_pages(std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known,
+                            bool with_tail, size_t& sent_through) = 0;
   // Hybrid: offers the snapshot after all of `tokens` (with its pages). False: none sent.
-  virtual bool send_snapshot(std::span<const CacheToken> tokens, uint64_t salt) = 0;
+  virtual bool send_snapshot(std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known) = 0;
   // Brings in what the tier holds of the chain of `usable` beyond the local pages: full pages in
   // one round trip, the longest tail stored after them, and (hybrid) the furthest snapshot the K/V
   // then reach. Every record is verified; refused ones are forgotten by the tier. Before adopting
   // anything, before_adopt(n) is told how many tokens the tier's full pages reach (a caller may
   // free the sequence room then).
-  virtual TierFetch fetch(std::span<const CacheToken> usable, uint64_t salt,
+  virtual TierFetch fetch(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known,
                           const std::function<void(size_t)>& before_adopt) = 0;
 };
 

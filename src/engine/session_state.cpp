@@ -78,7 +78,8 @@ std::vector<uint8_t> save(const Context& ctx, memory::SeqId seq, const SaveOptio
   // state file carries none), so a reader can tell which pages it already holds.
   if (const memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx)); index && o.with_tokens && seq >= 0) {
     c.page_tokens = index->config().page_tokens;
-    c.page_hashes = index->chain_hashes(o.tokens, 0);
+    c.page_hashes.clear();
+    index->extend_hashes(o.tokens, 0, c.page_hashes);
   }
   return memory::encode_state(c);
 }
@@ -100,10 +101,11 @@ LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest
   check_tokens(ctx, c.tokens, what);
   for (const memory::CheckpointImage& cp : c.checkpoints) memory::check_memory_layout(sequence_memory(ctx), cp.image);
   memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx));
-  if (index && !c.page_hashes.empty() && c.page_tokens == index->config().page_tokens &&
-      index->chain_hashes(std::span<const Token>(c.tokens).first(c.page_hashes.size() * c.page_tokens), 0) !=
-          c.page_hashes)
-    throw Error(what + ": its page chain does not match its tokens");
+  if (index && !c.page_hashes.empty() && c.page_tokens == index->config().page_tokens) {
+    std::vector<uint64_t> chain;
+    index->extend_hashes(std::span<const Token>(c.tokens).first(c.page_hashes.size() * c.page_tokens), 0, chain);
+    if (chain != c.page_hashes) throw Error(what + ": its page chain does not match its tokens");
+  }
 
   // Pages this memory already holds replace the blob's first rows (attached after the restore).
   size_t n_shared = 0;

@@ -60,7 +60,8 @@ bool PrefixIndex::node_valid(int32_t id) const {
   return true;
 }
 
-PrefixIndex::Match PrefixIndex::match(std::span<const TokenId> tokens, uint64_t salt) const {
+PrefixIndex::Match PrefixIndex::match(std::span<const TokenId> tokens, uint64_t salt,
+                                      std::span<const uint64_t> known) const {
   Match m;
   const auto root = roots_.find(root_seed(salt));
   if (root == roots_.end()) return m;
@@ -71,7 +72,8 @@ PrefixIndex::Match PrefixIndex::match(std::span<const TokenId> tokens, uint64_t 
     const std::span<const TokenId> rest = tokens.subspan(pos);
     if (rest.size() >= P) {
       const std::span<const TokenId> page = rest.first(P);
-      const auto f = by_hash_.find(page_hash(nodes_[static_cast<size_t>(cur)].hash, page));
+      const size_t k = pos / P;
+      const auto f = by_hash_.find(k < known.size() ? known[k] : page_hash(nodes_[static_cast<size_t>(cur)].hash, page));
       if (f != by_hash_.end()) {
         const Node& n = nodes_[static_cast<size_t>(f->second)];
         if (n.parent == cur && std::equal(page.begin(), page.end(), n.tokens.begin()) && node_valid(f->second)) {
@@ -151,9 +153,10 @@ size_t PrefixIndex::usable(const Match& m, size_t max_tokens, int* snapshot) con
   return best;
 }
 
-size_t PrefixIndex::lookup(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) const {
+size_t PrefixIndex::lookup(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens,
+                           std::span<const uint64_t> known) const {
   int snapshot = -1;
-  return usable(match(tokens, salt), max_tokens, &snapshot);
+  return usable(match(tokens, salt, known), max_tokens, &snapshot);
 }
 
 size_t PrefixIndex::attach(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) {
@@ -193,8 +196,9 @@ void PrefixIndex::join(const Match& m, SeqId seq, size_t n) {
   }
 }
 
-size_t PrefixIndex::cached_kv(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) const {
-  return std::min(match(tokens, salt).n_tokens, max_tokens);
+size_t PrefixIndex::cached_kv(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens,
+                              std::span<const uint64_t> known) const {
+  return std::min(match(tokens, salt, known).n_tokens, max_tokens);
 }
 
 void PrefixIndex::attach_kv(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t n) {
@@ -209,10 +213,10 @@ void PrefixIndex::attach_kv(SeqId seq, std::span<const TokenId> tokens, uint64_t
   join(m, seq, n);
 }
 
-std::vector<PrefixIndex::PageCells> PrefixIndex::full_pages_along(std::span<const TokenId> tokens,
-                                                                  uint64_t salt) const {
+std::vector<PrefixIndex::PageCells> PrefixIndex::full_pages_along(std::span<const TokenId> tokens, uint64_t salt,
+                                                                  std::span<const uint64_t> known) const {
   std::vector<PageCells> out;
-  const Match m = match(tokens, salt);
+  const Match m = match(tokens, salt, known);
   for (int32_t id : m.path) {
     const Node& n = nodes_[static_cast<size_t>(id)];
     if (n.tokens.size() != cfg_.page_tokens || n.first_pos + cfg_.page_tokens > m.n_tokens) break;
@@ -221,25 +225,27 @@ std::vector<PrefixIndex::PageCells> PrefixIndex::full_pages_along(std::span<cons
   return out;
 }
 
-std::optional<PrefixIndex::PageCells> PrefixIndex::tail_along(std::span<const TokenId> tokens, uint64_t salt) const {
+std::optional<PrefixIndex::PageCells> PrefixIndex::tail_along(std::span<const TokenId> tokens, uint64_t salt,
+                                                              std::span<const uint64_t> known) const {
   const size_t P = cfg_.page_tokens;
   if (tokens.size() % P == 0) return std::nullopt;
-  const Match m = match(tokens, salt);
+  const Match m = match(tokens, salt, known);
   if (m.n_tokens != tokens.size() || m.path.empty()) return std::nullopt;
   const Node& n = nodes_[static_cast<size_t>(m.path.back())];
   const size_t len = tokens.size() - n.first_pos;  // < P: the last node holds the tail
   const size_t length = tokens.size();
   PageCells out;
-  out.hash = prefix_hashes(tokens, salt, std::span<const size_t>(&length, 1))[0];
+  out.hash = prefix_hashes(tokens, salt, std::span<const size_t>(&length, 1), known)[0];
   out.first_pos = n.first_pos;
   out.cells.assign(n.cells.begin(), n.cells.begin() + static_cast<std::ptrdiff_t>(len));
   return out;
 }
 
 std::vector<uint64_t> PrefixIndex::prefix_hashes(std::span<const TokenId> tokens, uint64_t salt,
-                                                 std::span<const size_t> lengths) const {
+                                                 std::span<const size_t> lengths, std::span<const uint64_t> known) const {
   const size_t P = cfg_.page_tokens;
-  const std::vector<uint64_t> chain = chain_hashes(tokens, salt);
+  std::vector<uint64_t> chain(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(std::min(known.size(), tokens.size() / P)));
+  extend_hashes(tokens, salt, chain);
   const uint64_t seed = root_seed(salt);
   std::vector<uint64_t> out;
   out.reserve(lengths.size());
@@ -252,12 +258,13 @@ std::vector<uint64_t> PrefixIndex::prefix_hashes(std::span<const TokenId> tokens
   return out;
 }
 
-bool PrefixIndex::reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells) {
+bool PrefixIndex::reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells,
+                               std::span<const uint64_t> known) {
   const size_t P = cfg_.page_tokens;
   if (chain.empty()) return false;
   const size_t first = (chain.size() - 1) / P * P;  // a full page's or a tail's first position
   const size_t len = chain.size() - first;
-  const Match m = match(chain, salt);
+  const Match m = match(chain, salt, known);
   if (m.n_tokens >= chain.size()) return false;  // already indexed
   if (m.n_tokens < first) return false;  // the parent chain is not all here
   const KvCache& kv = *mem_.kv();
@@ -266,14 +273,15 @@ bool PrefixIndex::reserve_page(std::span<const TokenId> chain, uint64_t salt, st
   if (n_cells - c.used() < len) evict(len - (n_cells - c.used()));
   if (n_cells - c.used() < len) return false;
   // Eviction may have taken the parent chain (it is unused): look again.
-  if (match(chain, salt).n_tokens < first) return false;
+  if (match(chain, salt, known).n_tokens < first) return false;
   cells.clear();
   for (uint32_t i = 0; i < n_cells && cells.size() < len; ++i)
     if (c.is_empty(i)) cells.push_back(i);
   return cells.size() == len;
 }
 
-bool PrefixIndex::commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells) {
+bool PrefixIndex::commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells,
+                              std::span<const uint64_t> known) {
   const size_t P = cfg_.page_tokens;
   const size_t first = (chain.size() - 1) / P * P;
   const size_t len = chain.size() - first;
@@ -282,12 +290,12 @@ bool PrefixIndex::commit_page(std::span<const TokenId> chain, uint64_t salt, con
   int32_t parent = root_for(salt);
   uint64_t h = nodes_[static_cast<size_t>(parent)].hash;
   for (size_t pos = 0; pos < first; pos += P) {
-    h = page_hash(h, chain.subspan(pos, P));
+    h = pos / P < known.size() ? known[pos / P] : page_hash(h, chain.subspan(pos, P));
     const auto f = by_hash_.find(h);
     if (f == by_hash_.end() || !node_valid(f->second)) return false;
     parent = f->second;
   }
-  const uint64_t page = len == P ? page_hash(h, chain.subspan(first, P)) : 0;  // a tail is found by its tokens
+  const uint64_t page = len < P ? 0 : first / P < known.size() ? known[first / P] : page_hash(h, chain.subspan(first, P));  // a tail is found by its tokens
   if (len == P)
     if (const auto old = by_hash_.find(page); old != by_hash_.end()) remove_subtree(old->second);  // stale
   SeqSet held;
@@ -307,14 +315,13 @@ bool PrefixIndex::commit_page(std::span<const TokenId> chain, uint64_t salt, con
   return true;
 }
 
-std::vector<uint64_t> PrefixIndex::chain_hashes(std::span<const TokenId> tokens, uint64_t salt) const {
-  std::vector<uint64_t> out;
-  uint64_t h = root_seed(salt);
-  for (size_t pos = 0; pos + cfg_.page_tokens <= tokens.size(); pos += cfg_.page_tokens) {
-    h = page_hash(h, tokens.subspan(pos, cfg_.page_tokens));
-    out.push_back(h);
+void PrefixIndex::extend_hashes(std::span<const TokenId> tokens, uint64_t salt, std::vector<uint64_t>& hashes) const {
+  const size_t P = cfg_.page_tokens;
+  uint64_t h = hashes.empty() ? root_seed(salt) : hashes.back();
+  for (size_t pos = hashes.size() * P; pos + P <= tokens.size(); pos += P) {
+    h = page_hash(h, tokens.subspan(pos, P));
+    hashes.push_back(h);
   }
-  return out;
 }
 
 std::vector<uint32_t> PrefixIndex::cells_of(SeqId seq, Pos p0, Pos p1) const {
@@ -430,21 +437,31 @@ void PrefixIndex::take_cells_if_unused(int32_t id, std::span<const uint32_t> seq
   }
 }
 
-void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, bool with_tail) {
+void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, bool with_tail,
+                          std::vector<uint64_t>* hashes, size_t published) {
   if (tokens.empty() || seq == cfg_.holder) return;
-  const std::vector<uint32_t> cells = cells_of(seq, 0, static_cast<Pos>(tokens.size()));
-  // Only the part the sequence really holds, in order, can be indexed.
-  const size_t held = static_cast<size_t>(std::find(cells.begin(), cells.end(), UINT32_MAX) - cells.begin());
-  if (held < tokens.size()) tokens = tokens.first(held), with_tail = true;
-  if (tokens.empty()) return;
   const size_t P = cfg_.page_tokens;
+  std::vector<uint64_t> own;
+  if (!hashes) hashes = &own;
+  extend_hashes(tokens, salt, *hashes);  // every full page's hash (more may be carried: a prompt's)
+  // Resume after the pages published before, at the last full one of them when it is still
+  // indexed (the chain up to it then is too: a page goes only with what hangs below it).
   int32_t cur = root_for(salt);
-  for (size_t pos = 0; pos < tokens.size(); pos += P) {
+  size_t start = 0;
+  if (const size_t k = std::min(published, tokens.size()) / P; k > 0) {
+    const auto f = by_hash_.find((*hashes)[k - 1]);
+    if (f != by_hash_.end() && node_valid(f->second)) cur = f->second, start = k * P;
+  }
+  const std::vector<uint32_t> cells = cells_of(seq, static_cast<Pos>(start), static_cast<Pos>(tokens.size()));
+  // Only the part the sequence really holds, in order, can be indexed.
+  const size_t held = start + static_cast<size_t>(std::find(cells.begin(), cells.end(), UINT32_MAX) - cells.begin());
+  if (held < tokens.size()) tokens = tokens.first(held), with_tail = true;
+  for (size_t pos = start; pos < tokens.size(); pos += P) {
     const size_t len = std::min(P, tokens.size() - pos);
     if (len < P && !with_tail) break;
     const std::span<const TokenId> t = tokens.subspan(pos, len);
-    const std::span<const uint32_t> c = std::span<const uint32_t>(cells).subspan(pos, len);
-    const uint64_t h = len == P ? page_hash(nodes_[static_cast<size_t>(cur)].hash, t) : 0;
+    const std::span<const uint32_t> c = std::span<const uint32_t>(cells).subspan(pos - start, len);
+    const uint64_t h = len == P ? (*hashes)[pos / P] : 0;
     if (len == P) {
       const auto f = by_hash_.find(h);
       if (f != by_hash_.end()) {
@@ -493,15 +510,19 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
   }
 }
 
-bool PrefixIndex::snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt) {
+bool PrefixIndex::snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, std::vector<uint64_t>* hashes,
+                           size_t published) {
   if (!mem_.rec() || tokens.empty() || mem_.seq_pos_max(seq) != static_cast<Pos>(tokens.size()) - 1) return false;
-  publish(seq, tokens, salt, /*with_tail=*/true);
-  return adopt_snapshot(tokens, salt, MemorySnapshot::capture(mem_, seq, kStatePartialOnly));
+  std::vector<uint64_t> own;
+  if (!hashes) hashes = &own;
+  publish(seq, tokens, salt, /*with_tail=*/true, hashes, published);
+  return adopt_snapshot(tokens, salt, MemorySnapshot::capture(mem_, seq, kStatePartialOnly), *hashes);
 }
 
-bool PrefixIndex::adopt_snapshot(std::span<const TokenId> tokens, uint64_t salt, MemorySnapshot state) {
+bool PrefixIndex::adopt_snapshot(std::span<const TokenId> tokens, uint64_t salt, MemorySnapshot state,
+                                 std::span<const uint64_t> known) {
   if (!mem_.rec() || tokens.empty() || state.empty()) return false;
-  const Match m = match(tokens, salt);
+  const Match m = match(tokens, salt, known);
   if (m.n_tokens != tokens.size() || m.path.empty()) return false;
   Snapshot s;
   s.node = m.path.back();
@@ -523,9 +544,10 @@ bool PrefixIndex::adopt_snapshot(std::span<const TokenId> tokens, uint64_t salt,
 }
 
 std::vector<std::pair<size_t, const MemorySnapshot*>> PrefixIndex::snapshots_along(std::span<const TokenId> tokens,
-                                                                                    uint64_t salt) const {
+                                                                                    uint64_t salt,
+                                                                                    std::span<const uint64_t> known) const {
   std::vector<std::pair<size_t, const MemorySnapshot*>> out;
-  const Match m = match(tokens, salt);
+  const Match m = match(tokens, salt, known);
   for (const Snapshot& s : snapshots_) {
     if (!on_path(m, s)) continue;
     out.emplace_back(nodes_[static_cast<size_t>(s.node)].first_pos + s.n_in_node, &s.state);

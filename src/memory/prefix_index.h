@@ -42,6 +42,9 @@ using TokenId = int32_t;
 // PrefixCacheConfig (its model_fingerprint here names the model, the KV types and rotation
 // together: Context::enable_prefix_cache combines them), PrefixCacheStats, SequencePages.
 
+// Page hashes are computed once per token sequence and carried: the calls that walk a sequence's
+// chain take `known`, the chained hashes of its first full pages (agentkv::PageHashes, extend_hashes), and
+// hash only the pages beyond them.
 class PrefixIndex final : public CellKeeper {
  public:
   // mem must have a KV cache with one stream (unified) in which `holder` is a valid sequence id.
@@ -65,7 +68,8 @@ class PrefixIndex final : public CellKeeper {
   // How many leading tokens of `tokens` attach() would provide, at most max_tokens: the
   // token-exact match for attention-only memory; for hybrid memory the position of the latest
   // snapshot inside the match. No change.
-  size_t lookup(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) const;
+  size_t lookup(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens,
+                std::span<const uint64_t> known = {}) const;
   // The same, and makes the empty sequence `seq` hold that prefix: its cells join the matched
   // pages' cells and (hybrid) its recurrent state is restored from the snapshot. Returns the
   // number of tokens seq now holds (0: nothing attached, seq unchanged).
@@ -73,8 +77,9 @@ class PrefixIndex final : public CellKeeper {
   // Both on one match: choose(usable) gets lookup's answer for any max_tokens and returns the
   // max_tokens to attach with (0: none; seq must be empty by then otherwise).
   template <typename Choose>
-  size_t attach_chosen(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, Choose&& choose) {
-    const Match m = match(tokens, salt);
+  size_t attach_chosen(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, Choose&& choose,
+                       std::span<const uint64_t> known = {}) {
+    const Match m = match(tokens, salt, known);
     int snapshot = -1;
     const size_t max_tokens = choose([&](size_t n) { return usable(m, n, &snapshot); });
     return max_tokens == 0 ? 0 : attach_matched(seq, m, tokens.size(), max_tokens);
@@ -83,15 +88,18 @@ class PrefixIndex final : public CellKeeper {
   // Attention part only: how many leading tokens of `tokens` cached pages hold (token-exact,
   // snapshots ignored), at most max_tokens. For restoring a state whose recurrent state and later
   // K/V come from the state itself.
-  size_t cached_kv(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens) const;
+  size_t cached_kv(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens,
+                   std::span<const uint64_t> known = {}) const;
   // Adds seq to the cells of the first n tokens' pages (n <= cached_kv(...)): no copy. seq must
   // hold no attention position below n; its recurrent state is left as it is.
   void attach_kv(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, size_t n);
   // PrefixCache::follow_chain: the chain a reader takes furthest (a prompt's text matched against
   // cached pages). O(pages on the chain and their siblings).
   std::vector<TokenId> follow_chain(uint64_t salt, const PrefixCache::ChainReader& read) const;
-  // The chained hashes of the full pages of `tokens`, first page first (a state file's page chain).
-  std::vector<uint64_t> chain_hashes(std::span<const TokenId> tokens, uint64_t salt) const;
+  // Extends `hashes` (the chained hashes of the first full pages of `tokens`, maybe none) to every
+  // full page of `tokens`, first page first: a state file's page chain, and what the calls below
+  // take as `known`.
+  void extend_hashes(std::span<const TokenId> tokens, uint64_t salt, std::vector<uint64_t>& hashes) const;
 
   // Pages leaving or entering the process (a tier, memory/page_record.h).
   struct PageCells {
@@ -101,43 +109,52 @@ class PrefixIndex final : public CellKeeper {
   };
   // The indexed, valid full pages on the chain of `tokens`, first page first, stopping at the
   // first one missing.
-  std::vector<PageCells> full_pages_along(std::span<const TokenId> tokens, uint64_t salt) const;
+  std::vector<PageCells> full_pages_along(std::span<const TokenId> tokens, uint64_t salt,
+                                          std::span<const uint64_t> known = {}) const;
   // The partial page holding the last tokens.size() % P tokens of `tokens` (a sequence's tail,
   // what a tier needs so that reuse stays token-exact across instances), when the index holds all
   // of `tokens`; nullopt when they end on a page boundary or are not all indexed.
-  std::optional<PageCells> tail_along(std::span<const TokenId> tokens, uint64_t salt) const;
+  std::optional<PageCells> tail_along(std::span<const TokenId> tokens, uint64_t salt,
+                                      std::span<const uint64_t> known = {}) const;
   // The content hash of each leading part tokens[0, n) for n in `lengths`: the chain hash of its
   // full pages, extended by the hash of its partial last page when n is not a multiple of P (the
   // root's seed for n = 0). A tail record and a snapshot at position n are named by it in a tier.
-  std::vector<uint64_t> prefix_hashes(std::span<const TokenId> tokens, uint64_t salt,
-                                      std::span<const size_t> lengths) const;
+  std::vector<uint64_t> prefix_hashes(std::span<const TokenId> tokens, uint64_t salt, std::span<const size_t> lengths,
+                                      std::span<const uint64_t> known = {}) const;
   // A page fetched from a tier: `chain` is the tokens through the page — its last P tokens for a
   // full page, its last chain.size() % P tokens for a tail — whose earlier full pages must be
   // indexed; `write_rows` fills the page's cells (one per token, position order). Takes empty
   // cells (evicting unused pages for room) held by the index only. Returns false, changing
   // nothing, when the parent chain is missing, the page is already indexed, or there is no room.
   template <typename WriteRows>
-  bool adopt_page(std::span<const TokenId> chain, uint64_t salt, WriteRows&& write_rows) {
+  bool adopt_page(std::span<const TokenId> chain, uint64_t salt, WriteRows&& write_rows,
+                  std::span<const uint64_t> known = {}) {
     std::vector<uint32_t> cells;
-    if (!reserve_page(chain, salt, cells)) return false;
+    if (!reserve_page(chain, salt, cells, known)) return false;
     write_rows(std::span<const uint32_t>(cells));
-    return commit_page(chain, salt, cells);
+    return commit_page(chain, salt, cells, known);
   }
 
   // seq holds `tokens` at positions 0, 1, ...: indexes its full pages, and its last partial page
   // too when with_tail. Pages already indexed (by this or another sequence) are left as they are.
-  void publish(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, bool with_tail);
+  // `hashes` (optional): the carried page hashes of `tokens` (maybe of more tokens that continue
+  // them), extended here to all of its full pages. `published`: how many leading tokens seq published before (with the same tokens): the
+  // walk resumes at their last full page when it is still indexed, instead of at the root.
+  void publish(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, bool with_tail,
+               std::vector<uint64_t>* hashes = nullptr, size_t published = 0);
   // Hybrid memory: publishes seq's chain (tail included) and attaches a snapshot of its recurrent
   // state after its last token. False when there is nothing to snapshot or it exceeds the budget.
-  bool snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt);
+  bool snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, std::vector<uint64_t>* hashes = nullptr,
+                size_t published = 0);
   // Hybrid memory: attaches `state` (a recurrent snapshot, e.g. a checkpoint a state file
   // carried) to the chain position after the last of `tokens`, which must be indexed up to there
   // (publish first). False when it is not or the snapshot exceeds the budget.
-  bool adopt_snapshot(std::span<const TokenId> tokens, uint64_t salt, MemorySnapshot state);
+  bool adopt_snapshot(std::span<const TokenId> tokens, uint64_t salt, MemorySnapshot state,
+                      std::span<const uint64_t> known = {});
   // The snapshots on the chain of `tokens` (what a saved state carries as its checkpoints): for
   // each, how many leading tokens it follows, shortest first. Pointers valid until the next change.
-  std::vector<std::pair<size_t, const MemorySnapshot*>> snapshots_along(std::span<const TokenId> tokens,
-                                                                         uint64_t salt) const;
+  std::vector<std::pair<size_t, const MemorySnapshot*>> snapshots_along(std::span<const TokenId> tokens, uint64_t salt,
+                                                                         std::span<const uint64_t> known = {}) const;
 
   // Frees cells only the index holds, evicting least recently used leaf pages that no other
   // sequence uses (when none is left, the least recently used unused page with what hangs below
@@ -198,7 +215,8 @@ class PrefixIndex final : public CellKeeper {
 
   uint64_t root_seed(uint64_t salt) const;
   uint64_t page_hash(uint64_t parent_hash, std::span<const TokenId> tokens) const;
-  Match match(std::span<const TokenId> tokens, uint64_t salt) const;
+  // Page k's hash is known[k] where given, else computed from its parent's.
+  Match match(std::span<const TokenId> tokens, uint64_t salt, std::span<const uint64_t> known = {}) const;
   // The usable length of a match (attention: all of it; hybrid: the latest snapshot in it) and
   // the snapshot that goes with it (-1 for none).
   size_t usable(const Match& m, size_t max_tokens, int* snapshot) const;
@@ -206,8 +224,10 @@ class PrefixIndex final : public CellKeeper {
   bool on_path(const Match& m, const Snapshot& s) const;  // s lies inside the matched tokens
   void join(const Match& m, SeqId seq, size_t n);  // seq joins the cells of m's first n positions
   size_t attach_matched(SeqId seq, const Match& m, size_t n_query, size_t max_tokens);
-  bool reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells);
-  bool commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells);
+  bool reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells,
+                    std::span<const uint64_t> known);
+  bool commit_page(std::span<const TokenId> chain, uint64_t salt, const std::vector<uint32_t>& cells,
+                   std::span<const uint64_t> known);
   int32_t new_node(int32_t parent, uint32_t first_pos);
   int32_t root_for(uint64_t salt);
   void pin(uint32_t cell);

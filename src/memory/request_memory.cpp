@@ -65,25 +65,25 @@ struct RequestMemory::Impl {
     const size_t P = cache()->page_tokens();
     // Between task ends only whole pages are new, and only when one has filled up.
     if (!with_tail && s.size() / P <= s.published / P) return;
-    cache()->publish(seq, s.tokens(), salt(seq), with_tail);
+    cache()->publish(seq, s.tokens(), salt(seq), with_tail, s.hashes, s.published);
     s.published = s.size();
     send_to_tier(seq, with_tail);
   }
   void send_to_tier(MemorySeqId seq, bool with_tail) {
     SequenceCache& s = at(seq);
     if (!cache() || !cache()->has_tier() || !s.exact()) return;
-    counters.tier_pages_sent += cache()->send_pages(s.tokens(), salt(seq), with_tail, s.tier_sent);
+    counters.tier_pages_sent += cache()->send_pages(s.tokens(), salt(seq), s.hashes, with_tail, s.tier_sent);
   }
   void keep_state(MemorySeqId seq) {
     SequenceCache& s = at(seq);
     if (!hooks.recurrent || !cache() || !s.exact() || s.size() == 0) return;
     // The recurrent state on the sequence's page chain: this sequence (after a divergence) and
     // any whose prompt continues the chain can start here.
-    if (cache()->snapshot(seq, s.tokens(), salt(seq))) {
+    if (cache()->snapshot(seq, s.tokens(), salt(seq), s.hashes, s.published)) {
       ++counters.snapshots_taken;
       if (cache()->has_tier()) {
         send_to_tier(seq, /*with_tail=*/true);  // the K/V the snapshot follows
-        if (cache()->send_snapshot(s.tokens(), salt(seq))) ++counters.tier_snapshots_sent;
+        if (cache()->send_snapshot(s.tokens(), salt(seq), s.hashes)) ++counters.tier_snapshots_sent;
       }
     }
     s.published = s.size();
@@ -108,22 +108,22 @@ struct RequestMemory::Impl {
   }
 
   // What seq's own tokens would keep of the prompt (hybrid: down to its latest snapshot).
-  size_t own_reuse(MemorySeqId seq, std::span<const CacheToken> prompt) {
+  size_t own_reuse(MemorySeqId seq, std::span<const CacheToken> prompt, std::span<const uint64_t> hashes) {
     SequenceCache& s = at(seq);
     const size_t keep = s.reusable(prompt);
     if (!hooks.recurrent || keep == s.size()) return keep;
-    return cache() ? cache()->lookup(prompt.first(keep), salt(seq), keep) : 0;
+    return cache() ? cache()->lookup(prompt.first(keep), salt(seq), keep, hashes) : 0;
   }
 
   // The page tiers: what they hold of the prompt beyond the local pages comes in before the
   // match. The pool may be full of seq's own tokens (another conversation): when the tier gives
   // more of this prompt, seq lets them go (its pages stay indexed, unused and evictable).
-  TierFetch fetch_from_tier(MemorySeqId seq, std::span<const CacheToken> prompt) {
+  TierFetch fetch_from_tier(MemorySeqId seq, std::span<const CacheToken> prompt, std::span<const uint64_t> hashes) {
     if (!cache() || !cache()->has_tier() || prompt.size() < 2) return {};
     auto make_room = [&](size_t reach) {
-      if (at(seq).size() > 0 && reach > own_reuse(seq, prompt)) drop(seq);
+      if (at(seq).size() > 0 && reach > own_reuse(seq, prompt, hashes)) drop(seq);
     };
-    TierFetch got = cache()->fetch(prompt.first(prompt.size() - 1), salt(seq), make_room);
+    TierFetch got = cache()->fetch(prompt.first(prompt.size() - 1), salt(seq), hashes, make_room);
     for (const std::string& why : got.refused) log(seq, why + ": dropped, its tokens are computed again");
     counters.tier_pages_refused += got.refused.size();
     counters.tier_pages_fetched += got.pages;
@@ -185,9 +185,13 @@ PromptReuse RequestMemory::begin(MemorySeqId seq, std::span<const CacheToken> pr
     m.drop(seq);
     return r;
   }
+  // The prompt's page hashes: its one hash pass, carried to every walk of its chain (the tiers, the
+  // match, and the sequence's publishing as it absorbs the prompt).
+  PageHashes hashes;
+  if (m.cache()) m.cache()->hash_pages(prompt, m.salt(seq), hashes);
   // The tiers first (they add pages the match then finds); their room check may ask what the
   // sequence's own tokens give.
-  r.fetched = m.fetch_from_tier(seq, prompt);
+  r.fetched = m.fetch_from_tier(seq, prompt, hashes);
   // The sequence's own tokens (what is left of them after the fetch): their common prefix with
   // the prompt, less the last prompt token unless the logits after it were kept.
   const size_t target = s.reusable(prompt);
@@ -198,7 +202,7 @@ PromptReuse RequestMemory::begin(MemorySeqId seq, std::span<const CacheToken> pr
     // One match of the prompt decides between the sequence's own tokens and pages any sequence
     // computed (at least the last prompt token is evaluated: its logits are needed), and attaches
     // what wins.
-    const size_t n = m.cache()->attach_chosen(seq, prompt, m.salt(seq), [&](const PrefixCache::UsablePrefix& usable) {
+    const size_t n = m.cache()->attach_chosen(seq, prompt, m.salt(seq), hashes, [&](const PrefixCache::UsablePrefix& usable) {
       const bool keeps_in_place = !m.hooks.recurrent || target == s.size();
       const size_t own = keeps_in_place ? target : usable(target);  // hybrid: down to its latest snapshot
       const size_t shared = prompt.size() >= 2 ? usable(prompt.size() - 1) : 0;
@@ -230,6 +234,7 @@ PromptReuse RequestMemory::begin(MemorySeqId seq, std::span<const CacheToken> pr
     }
   }
   if (r.n_kept != prompt.size()) r.use_saved_logits = false;
+  s.hashes = std::move(hashes);  // the prompt's: the sequence holds its first n_kept tokens and reads the rest
   // What was published beyond the kept prefix is gone from the sequence: publish again from there.
   s.forget_sent_beyond(s.size());
   s.reading_prompt = r.n_kept < prompt.size();
@@ -364,7 +369,7 @@ size_t RequestMemory::cached_prefix(std::span<const CacheToken> prompt, uint64_t
   size_t best = 0;
   const int n = impl_->cfg.share_prefixes ? 1 : impl_->cfg.n_seqs;
   for (MemorySeqId id = 0; id < n; ++id)
-    best = std::max(best, impl_->cache()->lookup(prompt, page_salt(id, cache_namespace), prompt.size()));
+    best = std::max(best, impl_->cache()->lookup(prompt, page_salt(id, cache_namespace), prompt.size(), {}));
   return best;
 }
 

@@ -29,11 +29,13 @@ void SequenceCache::clear() {
   shift_keep = 0;
   published = 0;
   tier_sent = 0;
+  hashes.clear();
 }
 
 void SequenceCache::truncate(size_t n) {
   if (n >= tokens_.size()) return;
   tokens_.resize(n);
+  hashes.clear();  // the pages past n may change (RequestMemory::begin sets them again)
   std::erase_if(logits_, [n](const Logits& l) { return l.n_tokens > n; });
   forget_sent_beyond(n);
 }
@@ -41,6 +43,7 @@ void SequenceCache::truncate(size_t n) {
 void SequenceCache::assume(std::vector<CacheToken> tokens, std::vector<float> logits) {
   tokens_ = std::move(tokens);
   logits_.clear();
+  hashes.clear();
   if (!logits.empty() && !tokens_.empty()) logits_.push_back({tokens_.size(), std::move(logits)});
 }
 

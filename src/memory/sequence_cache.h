@@ -51,6 +51,10 @@ class SequenceCache {
 
   uint64_t ns = 0;           // the namespace of the request that filled it (agentkv::cache_namespace)
   size_t published = 0;      // tokens already offered to the prefix index
+  // The chained page hashes of tokens()'s full pages, and of the current prompt's beyond them while
+  // it is read (PageHashes): set by RequestMemory::begin from the prompt's one hash pass, extended
+  // by each publish with the pages that filled since, cleared whenever the tokens are replaced.
+  PageHashes hashes;
   size_t tier_sent = 0;      // tokens whose full pages the page tier is known to hold
   bool fake = false;         // a metadata-only prefix (zero rows): never published, dropped at end
   bool shifted = false;      // a context shift dropped tokens from the middle ...

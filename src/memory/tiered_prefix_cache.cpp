@@ -13,8 +13,9 @@
 
 namespace agentkv::memory {
 
-size_t TieredPrefixCache::lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) const {
-  return index_.lookup(tokens, salt, max_tokens);
+size_t TieredPrefixCache::lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens,
+                                 std::span<const uint64_t> known) const {
+  return index_.lookup(tokens, salt, max_tokens, known);
 }
 
 size_t TieredPrefixCache::attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) {
@@ -22,16 +23,18 @@ size_t TieredPrefixCache::attach(MemorySeqId seq, std::span<const CacheToken> to
 }
 
 size_t TieredPrefixCache::attach_chosen(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt,
-                                        const AttachChoice& choose) {
-  return index_.attach_chosen(seq, tokens, salt, choose);
+                                        std::span<const uint64_t> known, const AttachChoice& choose) {
+  return index_.attach_chosen(seq, tokens, salt, choose, known);
 }
 
-void TieredPrefixCache::publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail) {
-  index_.publish(seq, tokens, salt, with_tail);
+void TieredPrefixCache::publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail,
+                                PageHashes& hashes, size_t published) {
+  index_.publish(seq, tokens, salt, with_tail, &hashes, published);
 }
 
-bool TieredPrefixCache::snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt) {
-  return mem_.rec() != nullptr && index_.snapshot(seq, tokens, salt);
+bool TieredPrefixCache::snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, PageHashes& hashes,
+                                 size_t published) {
+  return mem_.rec() != nullptr && index_.snapshot(seq, tokens, salt, &hashes, published);
 }
 
 size_t TieredPrefixCache::evict(size_t n_cells) { return index_.evict(n_cells); }
@@ -101,13 +104,13 @@ void TieredPrefixCache::set_tier(PageTier* tier) {
   tier_ = tier;
 }
 
-size_t TieredPrefixCache::send_pages(std::span<const CacheToken> tokens, uint64_t salt, bool with_tail,
-                                     size_t& sent_through) {
+size_t TieredPrefixCache::send_pages(std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known,
+                                     bool with_tail, size_t& sent_through) {
   const KvCache* kv = mem_.kv();
   if (!tier_ || !kv) return 0;
   const size_t P = page_tokens();
   size_t sent = 0;
-  const auto pages = index_.full_pages_along(tokens, salt);
+  const auto pages = index_.full_pages_along(tokens, salt, known);
   for (const auto& page : pages) {
     // Pages checked at an earlier call are not asked about again (a round trip each with Redis).
     if (page.first_pos + P <= sent_through) continue;
@@ -119,18 +122,18 @@ size_t TieredPrefixCache::send_pages(std::span<const CacheToken> tokens, uint64_
   // A turn rarely ends on a page boundary: the tail goes too, so that an instance continuing the
   // conversation evaluates only what is new (tails are named by their content: one record per length).
   if (!with_tail) return sent;
-  const auto tail = index_.tail_along(tokens, salt);
+  const auto tail = index_.tail_along(tokens, salt, known);
   if (!tail || tier_->holds(tail->hash)) return sent;
   tier_->put(tail->hash, encode_page(*kv, tail->hash, tail->first_pos, tokens.subspan(tail->first_pos), tail->cells));
   return sent + 1;
 }
 
-bool TieredPrefixCache::send_snapshot(std::span<const CacheToken> tokens, uint64_t salt) {
+bool TieredPrefixCache::send_snapshot(std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known) {
   if (!tier_ || !mem_.rec()) return false;
-  const auto snapshots = index_.snapshots_along(tokens, salt);
+  const auto snapshots = index_.snapshots_along(tokens, salt, known);
   if (snapshots.empty() || snapshots.back().first != tokens.size()) return false;
   const size_t n = tokens.size();
-  const uint64_t key = snapshot_record_key(index_.prefix_hashes(tokens, salt, std::span<const size_t>(&n, 1))[0]);
+  const uint64_t key = snapshot_record_key(index_.prefix_hashes(tokens, salt, std::span<const size_t>(&n, 1), known)[0]);
   if (tier_->holds(key)) return false;
   tier_->put(key, encode_snapshot_record(key, static_cast<uint32_t>(n), *snapshots.back().second));
   return true;
@@ -144,8 +147,8 @@ void TieredPrefixCache::refuse(uint64_t key, const char* why, TierFetch& out) {
   out.refused.emplace_back(line);
 }
 
-bool TieredPrefixCache::adopt_page(std::span<const CacheToken> usable, uint64_t salt, size_t first, size_t len,
-                                   uint64_t key, std::span<const uint8_t> bytes, TierFetch& out) {
+bool TieredPrefixCache::adopt_page(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known,
+                                   size_t first, size_t len, uint64_t key, std::span<const uint8_t> bytes, TierFetch& out) {
   KvCache& kv = *mem_.kv();
   const auto page = decode_page(kv, bytes);
   // A record is used only if it is exactly the page this chain expects.
@@ -154,18 +157,20 @@ bool TieredPrefixCache::adopt_page(std::span<const CacheToken> usable, uint64_t 
     refuse(key, page ? "not the page this prompt expects" : "damaged", out);
     return false;
   }
-  return index_.adopt_page(usable.first(first + len), salt,
-                           [&](std::span<const uint32_t> cells) { write_page_rows(kv, *page, cells); });
+  return index_.adopt_page(
+      usable.first(first + len), salt, [&](std::span<const uint32_t> cells) { write_page_rows(kv, *page, cells); }, known);
 }
 
-TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t salt,
+TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known,
                                    const std::function<void(size_t)>& before_adopt) {
   TierFetch out;
   if (!tier_ || !mem_.kv() || usable.empty()) return out;
   const size_t P = page_tokens();
+  // The prompt's page hashes, as carried (the rest computed once here): every walk below takes them.
+  PageHashes chain(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(std::min(known.size(), usable.size() / P)));
+  index_.extend_hashes(usable, salt, chain);
   // Full pages past the local ones, in one round trip, in chain order up to the first missing.
-  size_t full = index_.cached_kv(usable, salt, usable.size()) / P;
-  const std::vector<uint64_t> chain = index_.chain_hashes(usable, salt);
+  size_t full = index_.cached_kv(usable, salt, usable.size(), chain) / P;
   if (full < chain.size()) {
     const std::vector<uint64_t> wanted(chain.begin() + static_cast<std::ptrdiff_t>(full), chain.end());
     const auto records = tier_->get(wanted);
@@ -173,34 +178,35 @@ TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t 
     while (reach - full < records.size() && records[reach - full]) ++reach;
     if (before_adopt) before_adopt(reach * P);
     for (size_t i = 0; i < records.size() && records[i]; ++i, ++full, ++out.pages)
-      if (!adopt_page(usable, salt, full * P, P, wanted[i], *records[i], out)) break;
+      if (!adopt_page(usable, salt, chain, full * P, P, wanted[i], *records[i], out)) break;
   }
   // Then the longest tail some instance stored after them (one key per possible length).
   const size_t base = full * P;
   const size_t max_tail = std::min<size_t>(P - 1, usable.size() - std::min(base, usable.size()));
-  const size_t held = index_.cached_kv(usable, salt, usable.size());  // unchanged until a tail is adopted
+  const size_t held = index_.cached_kv(usable, salt, usable.size(), chain);  // unchanged until a tail is adopted
   if (max_tail > 0 && held < base + max_tail) {
     std::vector<size_t> lengths(max_tail);
     for (size_t k = 0; k < max_tail; ++k) lengths[k] = base + k + 1;
-    const std::vector<uint64_t> keys = index_.prefix_hashes(usable, salt, lengths);
+    const std::vector<uint64_t> keys = index_.prefix_hashes(usable, salt, lengths, chain);
     const auto records = tier_->get(keys);
     for (size_t k = max_tail; k >= 1; --k) {
       if (!records[k - 1] || held >= base + k) continue;
-      if (adopt_page(usable, salt, base, k, keys[k - 1], *records[k - 1], out)) {
+      if (adopt_page(usable, salt, chain, base, k, keys[k - 1], *records[k - 1], out)) {
         ++out.pages;
         break;
       }
     }
   }
-  out.kv_through = index_.cached_kv(usable, salt, usable.size());
-  if (mem_.rec()) fetch_snapshot(usable, salt, out);
+  out.kv_through = index_.cached_kv(usable, salt, usable.size(), chain);
+  if (mem_.rec()) fetch_snapshot(usable, salt, chain, out);
   return out;
 }
 
-void TieredPrefixCache::fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, TierFetch& out) {
+void TieredPrefixCache::fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known,
+                                       TierFetch& out) {
   const size_t P = page_tokens();
   const size_t kv_end = out.kv_through;
-  const size_t start = index_.lookup(usable, salt, usable.size());  // where a local snapshot lets the prompt start
+  const size_t start = index_.lookup(usable, salt, usable.size(), known);  // where a local snapshot lets the prompt start
   if (kv_end <= start) return;
   // Furthest first: every position of the last page the K/V reach (a turn ends anywhere), then
   // page boundaries before it, a few round trips at most.
@@ -216,7 +222,7 @@ void TieredPrefixCache::fetch_snapshot(std::span<const CacheToken> usable, uint6
                         boundaries.begin() + static_cast<std::ptrdiff_t>(std::min(boundaries.size(), i + kBoundariesPerRound)));
   for (const std::vector<size_t>& positions : rounds) {
     if (positions.empty()) continue;
-    std::vector<uint64_t> keys = index_.prefix_hashes(usable, salt, positions);
+    std::vector<uint64_t> keys = index_.prefix_hashes(usable, salt, positions, known);
     for (uint64_t& k : keys) k = snapshot_record_key(k);
     const auto records = tier_->get(keys);
     for (size_t i = 0; i < positions.size(); ++i) {
@@ -226,7 +232,7 @@ void TieredPrefixCache::fetch_snapshot(std::span<const CacheToken> usable, uint6
         refuse(keys[i], "not a snapshot this memory can take", out);
         continue;
       }
-      if (!index_.adopt_snapshot(usable.first(positions[i]), salt, std::move(*snapshot))) continue;
+      if (!index_.adopt_snapshot(usable.first(positions[i]), salt, std::move(*snapshot), known)) continue;
       out.snapshot = true;
       out.snapshot_at = positions[i];
       return;

@@ -21,12 +21,18 @@ class TieredPrefixCache final : public PrefixCache {
   bool snapshot_belongs_at(size_t n, size_t prompt_len, std::span<const size_t> divergences) const override;
   size_t next_snapshot_point(size_t done, size_t prompt_len, std::span<const size_t> divergences) const override;
   void verify() const override { index_.check(); }
-  size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) const override;
+  size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens,
+                std::span<const uint64_t> known) const override;
   size_t attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) override;
-  size_t attach_chosen(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt,
+  size_t attach_chosen(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known,
                        const AttachChoice& choose) override;
-  void publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail) override;
-  bool snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt) override;
+  void hash_pages(std::span<const CacheToken> tokens, uint64_t salt, PageHashes& hashes) const override {
+    index_.extend_hashes(tokens, salt, hashes);
+  }
+  void publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail, PageHashes& hashes,
+               size_t published) override;
+  bool snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, PageHashes& hashes,
+                size_t published) override;
   size_t evict(size_t n_cells) override;
   size_t forget_own(MemorySeqId seq) override;
   PrefixCacheStats stats() const override;
@@ -40,17 +46,18 @@ class TieredPrefixCache final : public PrefixCache {
   // cells lack the other heads' rows (agentkv::Error).
   void set_tier(PageTier* tier) override;
   bool has_tier() const override { return tier_ != nullptr; }
-  size_t send_pages(std::span<const CacheToken> tokens, uint64_t salt, bool with_tail, size_t& sent_through) override;
-  bool send_snapshot(std::span<const CacheToken> tokens, uint64_t salt) override;
-  TierFetch fetch(std::span<const CacheToken> usable, uint64_t salt,
+  size_t send_pages(std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known, bool with_tail,
+                    size_t& sent_through) override;
+  bool send_snapshot(std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known) override;
+  TierFetch fetch(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known,
                   const std::function<void(size_t)>& before_adopt) override;
 
  private:
   // The record of tokens usable[first, first + len) under this key, verified and indexed.
-  bool adopt_page(std::span<const CacheToken> usable, uint64_t salt, size_t first, size_t len, uint64_t key,
-                  std::span<const uint8_t> bytes, TierFetch& out);
+  bool adopt_page(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known, size_t first,
+                  size_t len, uint64_t key, std::span<const uint8_t> bytes, TierFetch& out);
   // The furthest snapshot the K/V reach (out.kv_through, set by the caller) that the tier holds.
-  void fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, TierFetch& out);
+  void fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known, TierFetch& out);
   void refuse(uint64_t key, const char* why, TierFetch& out);
   size_t tail_snapshot_at(size_t prompt_len) const;  // hybrid; 0: none for a prompt this short
 
