@@ -128,17 +128,13 @@ size_t Context::cells_free_for(MemorySeqId seq) const {
 }
 
 size_t Context::memory_bytes() const {
-  // The recurrent states from their (per-sequence) view; the K/V rows counted from the cell tables,
+  // The recurrent states from their (per-sequence) view; the K/V rows from the residency counts,
   // not from a state view, which lists every used cell: the server asks after every task, and a
   // pool of 100 k cached pages made that 0.3 s. A windowed cache's rows are counted as stored
   // (tail rows in the tail type).
-  size_t n = memory::memory_state_view(*impl_->memory, -1, memory::kStatePartialOnly).row_bytes();
+  const size_t n = memory::memory_state_view(*impl_->memory, -1, memory::kStatePartialOnly).row_bytes();
   const memory::KvCache* kv = impl_->memory->kv();
-  if (!kv) return n;
-  if (kv->window().windowed()) return n + kv->rows().bytes(kv->window().residency()).held;
-  uint64_t used = 0;
-  for (uint32_t s = 0; s < kv->layout().n_streams(); ++s) used += kv->cells(s).used();
-  return n + static_cast<size_t>(used) * kv->rows().n_kv_layers() * (kv->rows().row_bytes_k() + kv->rows().row_bytes_v());
+  return kv ? n + kv->rows().bytes(kv->window().residency()).held : n;
 }
 
 void Context::Impl::validate(const Batch& b) const {

@@ -33,7 +33,7 @@ KvStatus kv_status(const Context& ctx) {
   s.tail_type_k = l.tail_type_k;
   s.tail_type_v = l.tail_type_v;
   s.tail_dir = l.tail_dir;
-  s.hot_used = r.windowed ? r.hot_used : s.cells_used;
+  s.hot_used = r.hot_used;
   s.tail_used = r.tail_used;
   s.hot_bytes = bytes.hot;
   s.tail_bytes = bytes.tail;

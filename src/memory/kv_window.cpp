@@ -33,6 +33,10 @@ KvResidency KvWindow::residency() const {
   r.windowed = windowed_;
   r.hot_cells = n_hot_;
   r.demotions = demotions_;
+  if (!windowed_) {  // every used cell is hot: the tables' counts, no scan
+    for (const KvCells& c : cells_) r.hot_used += c.used();
+    return r;
+  }
   for (uint32_t s = 0; s < cells_.size(); ++s) {
     const KvCells& c = cells_[s];
     for (uint32_t i = 0; i < c.used_max_p1(); ++i)

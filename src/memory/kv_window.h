@@ -47,7 +47,7 @@ class KvWindow {
   // window gives up the cells furthest behind their own sequence's newest position.
   void set_background(SeqId seq);
 
-  // The counts, a scan of the cell tables.
+  // The counts: a scan of the cell tables with a window; without one, their used counts (all hot).
   KvResidency residency() const;
   // Cells of one sequence whose rows are hot / in the tail (first, second).
   std::pair<uint64_t, uint64_t> seq_residency(SeqId seq) const;

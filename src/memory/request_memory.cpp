@@ -391,7 +391,12 @@ AlignedPrompt RequestMemory::align_prompt(const Tokenizer& tok, std::string_view
   if (impl_->cache() && impl_->cfg.share_prefixes) {
     std::vector<CacheToken> chain =
         impl_->cache()->follow_chain(agentkv::page_salt(cache_namespace, 0, true), memory::text_chain_reader(tok, text));
-    if (!chain.empty()) caches.push_back(std::move(chain));
+    // Usually a sequence still holds the conversation the chain came from: then its tokens already
+    // give all the chain would (aligning to both would read the same text twice).
+    const bool held = std::any_of(caches.begin(), caches.end(), [&](const std::vector<CacheToken>& c) {
+      return c.size() >= chain.size() && std::equal(chain.begin(), chain.end(), c.begin());
+    });
+    if (!chain.empty() && !held) caches.push_back(std::move(chain));
   }
   return memory::align_to_cache(tok, text, plain, caches);
 }
