@@ -7,11 +7,17 @@
 #include <cstdlib>
 #include <string>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "agentkv/context.h"
+#include "agentkv/make_model.h"
 #include "kernels/dispatch.h"
 #include "agentkv/logits_report.h"
 #include "fixtures.h"
 #include "model/model.h"
+#include "model/presets.h"
 
 namespace agentkv::testing {
 
@@ -49,13 +55,19 @@ inline bool lower_level_run_is_redundant(std::string* why) {
   return false;
 }
 
-inline void check_model(const std::string& name, Slack slack = {}) {
-  AGENTKV_NEEDS_FIXTURES();  // the whole test: each TEST body is one check_model()
-  if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
-  auto model = Model::load(kFixtures + "/models/" + name + ".gguf");
-  const auto ref = load_logits_report(reference_dir() + name + ".json");
-  const auto alt = load_logits_report(reference_dir() + name + ".alt.json");
-  const auto prompts = read_prompts_file(reference_dir() + "prompts.txt");
+// The references this project made itself for the presets of new architectures (tests/reference/
+// README.md): the same layout under tests/data/.
+inline std::string preset_reference_dir() {
+  return std::string(AGENTKV_SOURCE_DIR) +
+         (active_cpu_level() == CpuLevel::Avx512 ? "/tests/data/reference/" : "/tests/data/reference-avx2/");
+}
+
+// `name`'s model against llama.cpp's outputs in ref_dir (ref_dir + name + ".json" / ".alt.json").
+inline void check_logits(const Model& loaded, const std::string& name, const std::string& ref_dir, Slack slack) {
+  const Model* model = &loaded;
+  const auto ref = load_logits_report(ref_dir + name + ".json");
+  const auto alt = load_logits_report(ref_dir + name + ".alt.json");
+  const auto prompts = read_prompts_file(ref_dir + "prompts.txt");
   ASSERT_EQ(prompts.size(), ref.size());
 
   ContextParams cp;
@@ -70,7 +82,7 @@ inline void check_model(const std::string& name, Slack slack = {}) {
   }
   const LogitsDistance ours = logits_distance(forced, ref);
   const LogitsDistance llama = logits_distance(alt, ref);
-  std::printf("[%s vs %s]\n", std::string(cpu_level_name(active_cpu_level())).c_str(), reference_dir().c_str());
+  std::printf("[%s vs %s]\n", std::string(cpu_level_name(active_cpu_level())).c_str(), ref_dir.c_str());
   std::printf("%s: agentkv max %.4f mean %.5f top1 %d/%d | llama.cpp alt max %.4f mean %.5f top1 %d/%d\n",
               name.c_str(), ours.max_abs, ours.mean_abs, ours.top1_agree, ours.n_positions,
               llama.max_abs, llama.mean_abs, llama.top1_agree, llama.n_positions);
@@ -87,6 +99,31 @@ inline void check_model(const std::string& name, Slack slack = {}) {
       ++compared;
     }
   std::printf("%s: %d greedy tokens compared\n", name.c_str(), compared);
+}
+
+inline void check_model(const std::string& name, Slack slack = {}) {
+  AGENTKV_NEEDS_FIXTURES();  // the whole test: each TEST body is one check_model()
+  if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
+  auto model = Model::load(kFixtures + "/models/" + name + ".gguf");
+  check_logits(*model, name, reference_dir(), slack);
+}
+
+// A preset model exactly as `agentkv mkmodel --preset NAME [--type T]` writes it (seed 42, the
+// fixture tokenizer), against the references made from that file.
+inline void check_preset(const std::string& preset, const std::string& type = "f16", Slack slack = {}) {
+  AGENTKV_NEEDS_FIXTURES();  // the tokenizer
+  if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
+  const std::string name = type == "f16" ? preset : preset + "-" + type;
+  const std::string tok = kFixtures + "/tokenizer/qwen3-tokenizer.json";
+  mkmodel::BuildOptions options;
+  options.type = *mkmodel::file_type_from_name(type);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("agentkv-fidelity-" + name + "-" + std::to_string(::getpid()) + ".gguf")).string();
+  write_model_file(path, mkmodel::find_preset(preset), mkmodel::load_vocab(tok, mkmodel::sibling_tokenizer_config(tok)),
+                   options);
+  auto model = Model::load(path);
+  std::filesystem::remove(path);  // the mapping keeps the data
+  check_logits(*model, name, preset_reference_dir(), slack);
 }
 
 

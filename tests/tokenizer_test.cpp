@@ -415,7 +415,7 @@ TEST(PreTokenizer, DefaultAppliesLlamaCppsFourRegexes) {
   EXPECT_EQ(pre->split("x 12345"), (V{"x", " ", "123", "45"}));
   EXPECT_TRUE(pre->clean_spaces());
   EXPECT_FALSE(agentkv::tokenizer::PreTokenizer::create("qwen2")->clean_spaces());
-  EXPECT_FALSE(agentkv::tokenizer::PreTokenizer::create("llama-bpe"));
+  EXPECT_FALSE(agentkv::tokenizer::PreTokenizer::create("deepseek-llm"));  // not implemented
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -445,7 +445,7 @@ TEST(TokenizerErrors, RefusesBadVocabularies) {
     }
   };
   auto v = tiny_vocab();
-  v.model = "llama";
+  v.model = "bert";
   expect_error(v, "tokenizer.ggml.model");
   v = tiny_vocab();
   v.pre = "no-such-pre";
@@ -500,16 +500,16 @@ TEST(TokenizerCompactTables, OddMergeListsKeepLlamaCppSemanticsAndRoundTrip) {
 
 TEST(TokenizerErrors, GgufWithAnotherTokenizerModel) {
   agentkv::gguf::Writer w;
-  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string("tokenizer.ggml.model", "bert");
   w.set_array_string("tokenizer.ggml.tokens", {"a", "b"});
   const auto bytes = w.to_bytes();
-  auto reader = agentkv::gguf::Reader::from_memory(bytes, "spm.gguf");
+  auto reader = agentkv::gguf::Reader::from_memory(bytes, "wpm.gguf");
   try {
     Tokenizer::from_gguf(*reader);
     ADD_FAILURE() << "no error";
   } catch (const agentkv::Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("spm.gguf"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("wpm.gguf"), std::string::npos) << msg;
     EXPECT_NE(msg.find("tokenizer.ggml.model"), std::string::npos) << msg;
   }
   agentkv::gguf::Writer w2;

@@ -8,12 +8,13 @@
 
 namespace agentkv {
 
-enum class Arch { Qwen3, Qwen35, Qwen35Moe, Qwen3Next };
+// Plain decoders (Qwen3, Qwen3-MoE, Llama / Mistral incl. Mixtral-style experts) and the hybrids.
+enum class Arch { Qwen3, Qwen3Moe, Llama, Qwen35, Qwen35Moe, Qwen3Next };
 const char* arch_name(Arch a);
 
 struct ModelConfig {
   Arch arch = Arch::Qwen3;
-  std::string arch_key;  // GGUF spelling: "qwen3", "qwen35", ...
+  std::string arch_key;  // GGUF spelling: "qwen3", "qwen3moe", "llama", "qwen35", ...
   std::string name;      // general.name if present
   int64_t n_vocab = 0;
   int64_t n_embd = 0;
@@ -45,9 +46,11 @@ struct ModelConfig {
   int n_expert = 0;
   int n_expert_used = 0;
   int64_t n_ff_expert = 0;
-  int64_t n_ff_shared = 0;
+  int64_t n_ff_shared = 0;  // the shared expert's width; 0: none (qwen3moe, Mixtral)
 
   bool is_hybrid() const;
+  // Every layer attention + FFN (qwen3, qwen3moe, llama): model/transformer.cpp.
+  bool is_plain_decoder() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Llama; }
   bool is_recurrent(int il) const { return !layer_recurrent.empty() && layer_recurrent[il]; }
   int n_attention_layers() const;
   // The scale of attention scores: attn_scale, or 1/sqrt(head_dim_k) when the model names none.

@@ -22,9 +22,18 @@ enum class FileType : uint32_t {
   MostlyQ8_0 = 7,
   MostlyQ4_K_M = 15,
   MostlyQ5_K_M = 17,
+  // The i-quants: every quantized matrix in the named type but the output head (q6_K); rows
+  // that are not whole 256-blocks in iq4_nl (docs/quant-types.md, "i-quants").
+  MostlyIQ2_XXS = 19,
+  MostlyIQ2_XS = 20,
+  MostlyIQ3_XXS = 23,
+  MostlyIQ3_S = 26,
+  MostlyIQ2_S = 28,
+  MostlyIQ4_XS = 30,
 };
 
-// "f32", "f16", "q8_0", "q4_k_m", "q5_k_m" (case-insensitive); nullopt for anything else.
+// "f32", "f16", "q8_0", "q4_k_m", "q5_k_m", "iq4_xs", "iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs",
+// "iq2_s" (case-insensitive); nullopt for anything else.
 std::optional<FileType> file_type_from_name(std::string_view name);
 std::string_view file_type_name(FileType t);
 // True for the types llama-quantize produces (they carry general.quantization_version).
@@ -34,7 +43,7 @@ struct ModelShape {
   std::string name;          // preset name; general.name is "random-<name>" (or general_name)
   std::string general_name;  // general.name when set: a trained model is not "random-"
   std::string description;   // one line for --list
-  std::string arch;          // general.architecture: "qwen3", "qwen35" or "qwen35moe"
+  std::string arch;          // general.architecture: "qwen3", "qwen3moe", "llama", "qwen35" or "qwen35moe"
   int64_t n_embd = 0;
   int64_t n_layer = 0;
   int64_t n_head = 0;
@@ -61,14 +70,22 @@ struct ModelShape {
   int64_t ssm_time_step_rank = 0;  // V heads
   int64_t ssm_inner_size = 0;   // V heads * head_v_dim
 
-  // Mixture of experts (qwen35moe); 0 = dense FFN.
+  // Mixture of experts (qwen3moe, qwen35moe); 0 = dense FFN.
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
-  int64_t n_ff_shexp = 0;
+  int64_t n_ff_shexp = 0;  // the shared expert (qwen35moe); 0 = none (qwen3moe)
+
+  // Llama 3.1's RoPE frequency scaling (the converter's rope_freqs tensor); 0 = none.
+  float rope_llama3_factor = 0.f;
+  uint32_t rope_llama3_original_context = 8192;
+  // Llama 3's chat vocabulary over the base tokenizer: its special tokens, pre-tokenizer, BOS
+  // and the Llama 3.1 chat template (model/preset_vocab.h).
+  bool llama3_vocab = false;
 
   bool is_hybrid() const { return full_attention_interval > 0; }
   bool is_moe() const { return n_expert > 0; }
+  bool has_qk_norm() const { return arch != "llama"; }
   bool is_full_attention_layer(int64_t il) const {
     return !is_hybrid() || (il + 1) % full_attention_interval == 0;
   }
@@ -83,7 +100,9 @@ ModelShape shape_from_json(const std::string& path);
 
 // How a tensor's values are drawn (the fixture recipe: matrices N(0, 0.1^2), embeddings and head
 // N(0, 0.4^2), norms 1, ssm_a uniform in [-16, -1), dt bias N(0, 0.1^2), routers N(0, 0.02^2)).
-enum class Init { Normal, Ones, Uniform };
+// RopeFactors: Llama 3.1's frequency divisors (a = rope base, b = factor; the original context
+// is the tensor's c).
+enum class Init { Normal, Ones, Uniform, RopeFactors };
 
 struct PlannedTensor {
   std::string name;
@@ -92,6 +111,7 @@ struct PlannedTensor {
   GgmlType source_type = GgmlType::F32;  // the converter's type (values are rounded through it)
   Init init = Init::Normal;
   float a = 0.f, b = 0.f;  // Normal: stddev; Uniform: [a, b)
+  float c = 0.f;
   int64_t n_elements() const;
 };
 

@@ -1,5 +1,7 @@
-// Byte-level BPE tokenizer (tokenizer.ggml.model = "gpt2") with llama.cpp's pre-tokenizers
-// (qwen2 first), special / added tokens and detokenization.
+// llama.cpp's tokenizers for the vocabularies a GGUF holds: byte-level BPE (tokenizer.ggml.model
+// = "gpt2") with its pre-tokenizers (qwen2, qwen35, llama3, tekken, gpt-2, default) and
+// SentencePiece ("llama": Llama 2, Mistral 7B, Phi-3, Gemma); special / added tokens and
+// detokenization.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -19,16 +21,27 @@ using Token = int32_t;
 enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3,
                                  UserDefined = 4, Unused = 5, Byte = 6 };
 
+// The vocabulary as a GGUF holds it. from_gguf fills every field, with llama.cpp's default for the
+// model / pre-tokenizer where the file leaves a key out (e.g. add_bos and add_space_prefix are true
+// for SentencePiece, add_bos for llama3 / tekken); a VocabData built by hand is taken as it is.
 struct VocabData {
-  std::string model = "gpt2";  // tokenizer.ggml.model
-  std::string pre = "qwen2";   // tokenizer.ggml.pre
-  std::vector<std::string> tokens;  // GGUF form (byte-level encoded, e.g. "Ġthe")
+  std::string model = "gpt2";  // tokenizer.ggml.model: "gpt2" (BPE) or "llama" (SentencePiece)
+  std::string pre = "qwen2";   // tokenizer.ggml.pre (BPE only)
+  std::vector<std::string> tokens;  // GGUF form (byte-level encoded "Ġthe", or SentencePiece "▁the")
   std::vector<TokenType> types;
-  std::vector<std::string> merges;  // "a b"
+  std::vector<std::string> merges;  // "a b" (BPE)
+  std::vector<float> scores;        // tokenizer.ggml.scores (SentencePiece merges by them; may be empty)
   // -1 = not set. eot is the file's own key only; Tokenizer::eot() also detects it by name.
-  Token bos = -1, eos = -1, eot = -1, pad = -1;
-  bool add_bos = false;
+  Token bos = -1, eos = -1, eot = -1, pad = -1, unk = -1;
+  bool add_bos = false;  // tokenizer.ggml.add_bos_token
+  bool add_eos = false;  // tokenizer.ggml.add_eos_token
+  // tokenizer.ggml.add_space_prefix: SentencePiece prepends a space to the text (after BOS and
+  // after every special token), and decode() drops the first token's leading space.
+  bool add_space_prefix = false;
   std::string chat_template;
+  // general.name: llama.cpp gives some models' special tokens attributes by name (Phi-3's eat
+  // the whitespace after them).
+  std::string model_name;
 };
 
 class Tokenizer {
@@ -50,13 +63,16 @@ class Tokenizer {
   Tokenizer(VocabData data, std::string_view source);
   ~Tokenizer();
 
-  // add_special: prepend BOS when the vocab asks for it. parse_special: recognise special/control
-  // token texts (e.g. "<|im_start|>") in the input instead of tokenizing them as plain text.
+  // add_special: prepend BOS / append EOS when the vocab asks for it (add_bos / add_eos).
+  // parse_special: recognise special/control token texts (e.g. "<|im_start|>") in the input
+  // instead of tokenizing them as plain text.
   std::vector<Token> encode(std::string_view text, bool add_special = false,
                             bool parse_special = true) const;
   // The bytes a token stands for (special tokens render their text only when `special`).
   // Throws agentkv::Error for an id outside the vocabulary.
   std::string token_to_piece(Token id, bool special = true) const;
+  // llama.cpp's detokenize (remove_special = false): pieces joined, the first token's leading
+  // space dropped when the vocab has add_space_prefix, clean_spaces where the pre-tokenizer asks.
   std::string decode(std::span<const Token> tokens, bool special = true) const;
 
   int32_t n_vocab() const;
@@ -64,6 +80,7 @@ class Tokenizer {
   Token eos() const;
   Token eot() const;
   bool add_bos() const;  // encode(..., add_special=true) prepends bos()
+  bool add_eos() const;  // encode(..., add_special=true) appends eos()
   bool is_eog(Token id) const;  // end of generation: eos, eot, <|im_end|>, <|endoftext|>, ...
   const std::vector<Token>& eog_tokens() const;  // all of them, ascending
   bool is_control(Token id) const;

@@ -7,7 +7,7 @@
 
 namespace agentkv {
 namespace {
-constexpr std::array<GgmlTypeInfo, 24> kTypes = {{
+constexpr std::array<GgmlTypeInfo, 30> kTypes = {{
     {GgmlType::F32, "f32", 1, 4, false},
     {GgmlType::F16, "f16", 1, 2, false},
     {GgmlType::Q4_0, "q4_0", 32, 18, true},
@@ -23,6 +23,12 @@ constexpr std::array<GgmlTypeInfo, 24> kTypes = {{
     {GgmlType::Q6_K, "q6_K", 256, 210, true},
     {GgmlType::Q8_K, "q8_K", 256, 292, true},
     {GgmlType::IQ4_NL, "iq4_nl", 32, 18, true},
+    {GgmlType::IQ2_XXS, "iq2_xxs", 256, 66, true},
+    {GgmlType::IQ2_XS, "iq2_xs", 256, 74, true},
+    {GgmlType::IQ2_S, "iq2_s", 256, 82, true},
+    {GgmlType::IQ3_XXS, "iq3_xxs", 256, 98, true},
+    {GgmlType::IQ3_S, "iq3_s", 256, 110, true},
+    {GgmlType::IQ4_XS, "iq4_xs", 256, 136, true},
     {GgmlType::I8, "i8", 1, 1, false},
     {GgmlType::I16, "i16", 1, 2, false},
     {GgmlType::I32, "i32", 1, 4, false},

@@ -181,13 +181,14 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   HWY_DYNAMIC_DISPATCH(ScaleRow)(x, scale, w, y, n);
 }
 
-void rope_neox_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, float* cos_sin) {
+void rope_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
+                float* cos_sin) {
   // Float arithmetic in ggml's order: theta starts at pos and is multiplied by theta_scale once
   // per pair, so large positions carry the same rounding as llama.cpp's rope cache.
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
   float theta = pos;
   for (int64_t i = 0; i < n_rot; i += 2) {
-    const float angle = freq_scale * theta;
+    const float angle = freq_scale * (freq_factors ? theta / freq_factors[i / 2] : theta);
     cos_sin[i] = std::cos(angle);
     cos_sin[i + 1] = std::sin(angle);
     theta *= theta_scale;
@@ -203,6 +204,17 @@ void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin) {
     const float x1 = head[i + half];
     head[i] = x0 * c - x1 * s;
     head[i + half] = x0 * s + x1 * c;
+  }
+}
+
+void rope_norm_apply(float* head, int64_t n_rot, const float* cos_sin) {
+  for (int64_t i = 0; i < n_rot; i += 2) {
+    const float c = cos_sin[i];
+    const float s = cos_sin[i + 1];
+    const float x0 = head[i];
+    const float x1 = head[i + 1];
+    head[i] = x0 * c - x1 * s;
+    head[i + 1] = x0 * s + x1 * c;
   }
 }
 

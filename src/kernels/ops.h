@@ -11,16 +11,30 @@ namespace agentkv {
 // before the weight multiplication (ggml runs RMS_NORM and MUL as two ops).
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
-// NEOX rotary embedding on the first n_rot dims of one head (pairs (i, i + n_rot/2)); dims beyond
-// n_rot are untouched. theta_i = pos * freq_base^(-2i/n_rot) * freq_scale, with the angles
-// computed in float exactly as ggml's rope cache does (theta_scale = powf(base, -2/n_rot), theta
-// multiplied by it pair after pair). Context shift calls it with pos = the position delta.
+// Rotary embedding on the first n_rot dims of one head; dims beyond n_rot are untouched. Two
+// layouts of the rotated pairs, as ggml's two rope modes:
+// - NEOX (Qwen): pairs (i, i + n_rot/2);
+// - NORM (Llama, whose converter permutes Q/K rows for it): adjacent pairs (2i, 2i + 1).
+// theta_i = pos * freq_base^(-2i/n_rot) / freq_factors[i] * freq_scale (freq_factors: Llama 3's
+// rope_freqs tensor, n_rot/2 floats, or null for 1), with the angles computed in float exactly as
+// ggml's rope cache does (theta_scale = powf(base, -2/n_rot), theta multiplied by it pair after
+// pair). Context shift calls it with pos = the position delta.
+enum class RopeStyle { Neox, Norm };
 void rope_neox(float* head, int64_t head_dim, int64_t n_rot, float pos, float freq_base,
                float freq_scale);
 // The same in two steps, so the cos/sin of one position serve every head of a token:
 // cos_sin receives n_rot floats (cos, sin interleaved per pair).
-void rope_neox_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, float* cos_sin);
+void rope_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
+                float* cos_sin);
+inline void rope_neox_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, float* cos_sin) {
+  rope_cache(pos, n_rot, freq_base, freq_scale, nullptr, cos_sin);
+}
 void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin);
+void rope_norm_apply(float* head, int64_t n_rot, const float* cos_sin);
+inline void rope_apply(RopeStyle style, float* head, int64_t n_rot, const float* cos_sin) {
+  if (style == RopeStyle::Neox) rope_neox_apply(head, n_rot, cos_sin);
+  else rope_norm_apply(head, n_rot, cos_sin);
+}
 
 // out = silu(gate) * up. In-place allowed (out may alias gate or up).
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

@@ -6,6 +6,7 @@
 
 #include "agentkv/error.h"
 #include "kernels/f16_row.h"
+#include "kernels/quant_iq.h"
 #include "kernels/quant_kernels.h"
 
 namespace agentkv {
@@ -53,7 +54,13 @@ GgmlType vec_dot_type(GgmlType weight_type) {
     case GgmlType::Q3_K:
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
-    case GgmlType::Q6_K: return GgmlType::Q8_K;
+    case GgmlType::Q6_K:
+    case GgmlType::IQ2_XXS:
+    case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S:
+    case GgmlType::IQ4_XS: return GgmlType::Q8_K;
     default: unsupported(weight_type, "vec_dot_type");
   }
 }
@@ -90,7 +97,9 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q5_K: return dequantize_q5_K(as<BlockQ5_K>(src), dst, n);
     case GgmlType::Q6_K: return dequantize_q6_K(as<BlockQ6_K>(src), dst, n);
     case GgmlType::Q8_K: return dequantize_q8_K(as<BlockQ8_K>(src), dst, n);
-    default: unsupported(type, "dequantize_row");
+    default:
+      if (is_iq_type(type)) return dequantize_iq(type, src, dst, n);
+      unsupported(type, "dequantize_row");
   }
 }
 
@@ -119,7 +128,9 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::Q5_K: return quantize_q5_K(src, as<BlockQ5_K>(dst), n);
     case GgmlType::Q6_K: return quantize_q6_K(src, as<BlockQ6_K>(dst), n);
     case GgmlType::Q8_K: return quantize_q8_K(src, as<BlockQ8_K>(dst), n);
-    default: unsupported(type, "quantize_row");
+    default:
+      if (is_iq_type(type)) return quantize_iq(type, src, dst, n);
+      unsupported(type, "quantize_row");
   }
 }
 
@@ -140,9 +151,11 @@ VecDotFn vec_dot_fn(GgmlType type, CpuLevel level) {
   const CpuLevel usable = static_cast<int>(level) < static_cast<int>(detected_cpu_level())
                               ? level
                               : detected_cpu_level();
-  if (usable == CpuLevel::Avx512) fn = avx512_vec_dot(type);
-  if (!fn && usable >= CpuLevel::Avx2) fn = avx2_vec_dot(type);
-  if (!fn) fn = scalar_vec_dot(type);
+  // The i-quants' kernels live in their own table (quant_iq.h); the same fall-through by level.
+  const bool iq = is_iq_type(type);
+  if (usable == CpuLevel::Avx512) fn = iq ? avx512_iq_vec_dot(type) : avx512_vec_dot(type);
+  if (!fn && usable >= CpuLevel::Avx2) fn = iq ? avx2_iq_vec_dot(type) : avx2_vec_dot(type);
+  if (!fn) fn = iq ? scalar_iq_vec_dot(type) : scalar_vec_dot(type);
   if (!fn) unsupported(type, "vec_dot");
   return fn;
 }

@@ -123,12 +123,67 @@ static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockTQ4) == 34);
 static_assert(sizeof(BlockTQ3) == 26);
+// ---- i-quants (ggml's iq2_xxs ... iq4_xs), 256 elements; grids in kernels/iq_grids.h ----
+// iq2_xxs: per 32 elements two u32 (as qs[4 * ib32 ..]): the first holds 4 grid indices (bytes,
+// kIQ2XXSGrid, 8 magnitudes each), the second 4 x 7 sign bits (kIQ2KSigns) and a 4-bit scale
+// ls in bits 28..31. Value: d * (0.5 + ls) / 4 * grid * sign.
+struct BlockIQ2_XXS {
+  f16_bits d;
+  uint16_t qs[kQK_K / 8];
+};
+// iq2_xs: qs[4 * ib32 + l] = 9-bit kIQ2XSGrid index | 7-bit sign index << 9; scales[ib32]: a
+// nibble per 16 elements. Value: d * (0.5 + ls) / 4 * grid * sign.
+struct BlockIQ2_XS {
+  f16_bits d;
+  uint16_t qs[kQK_K / 8];
+  uint8_t scales[kQK_K / 32];
+};
+// iq2_s: qs[0..31] low 8 bits of the 10-bit kIQ2SGrid indices (2 high bits per index in qh[ib32]),
+// qs[32..63] one plain sign byte per 8 elements; scales as iq2_xs.
+struct BlockIQ2_S {
+  f16_bits d;
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t scales[kQK_K / 32];
+};
+// iq3_xxs: qs[0..63] kIQ3XXSGrid indices (4 magnitudes each), then per 32 elements a u32 of
+// 4 x 7 sign bits and a 4-bit scale ls in bits 28..31. Value: d * (0.5 + ls) / 2 * grid * sign.
+struct BlockIQ3_XXS {
+  f16_bits d;
+  uint8_t qs[3 * kQK_K / 8];
+};
+// iq3_s: 9-bit kIQ3SGrid indices (low 8 bits in qs, bit 8 in qh: bit k of qh[ib32] for index
+// k of its 32 elements), a plain sign byte per 8 elements, a nibble scale per 32 elements (two
+// per byte). Value: d * (1 + 2 * ls) * grid * sign.
+struct BlockIQ3_S {
+  f16_bits d;
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];
+};
+// iq4_xs: iq4_nl's levels with a 6-bit scale per 32 elements (low 4 bits in scales_l, a nibble
+// per group; high 2 bits in scales_h, 2 per group), offset 32; qs as iq4_nl per 32 elements.
+// Value: d * (ls - 32) * kIQ4NLValues[q].
+struct BlockIQ4_XS {
+  f16_bits d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+static_assert(sizeof(BlockIQ2_XS) == 74);
+static_assert(sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+static_assert(sizeof(BlockIQ3_S) == 110);
+static_assert(sizeof(BlockIQ4_XS) == 136);
 
 // The 16 levels of iq4_nl (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

@@ -15,16 +15,16 @@
 namespace agentkv {
 
 void rope_rows(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
-               int64_t head_dim, int64_t n_rot, const int32_t* pos, float freq_base, float freq_scale) {
+               int64_t head_dim, const RopeSpec& rope, const int32_t* pos) {
   // rope_neox's clamping; the angles depend on the position only, so every head of a token
   // shares one table (per head, the sines and cosines were most of a prefill's rope time).
-  n_rot = std::min(n_rot, head_dim) & ~int64_t{1};
+  const int64_t n_rot = std::min(rope.n_rot, head_dim) & ~int64_t{1};
   if (n_rot <= 0) return;
   thread_local std::vector<float> cos_sin;
   cos_sin.resize(static_cast<size_t>(n_rot));
   for (int64_t t = 0; t < n_tokens; ++t) {
-    rope_neox_cache(static_cast<float>(pos[t]), n_rot, freq_base, freq_scale, cos_sin.data());
-    for (int h = 0; h < n_heads; ++h) rope_neox_apply(x + t * stride + h * head_stride, n_rot, cos_sin.data());
+    rope_cache(static_cast<float>(pos[t]), n_rot, rope.freq_base, rope.freq_scale, rope.freq_factors, cos_sin.data());
+    for (int h = 0; h < n_heads; ++h) rope_apply(rope.style, x + t * stride + h * head_stride, n_rot, cos_sin.data());
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/attention.h"
 #include "model/model.h"
+#include "model/rope_spec.h"
 
 namespace agentkv {
 
@@ -17,10 +18,10 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
                       const AttentionShape& shape, const float* q, int64_t q_stride,
                       const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool);
 
-// Applies NEOX RoPE to every head of n_tokens rows (row stride `stride` floats, head stride
+// Applies RoPE to every head of n_tokens rows (row stride `stride` floats, head stride
 // `head_stride`), token t at position pos[t].
 void rope_rows(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
-               int64_t head_dim, int64_t n_rot, const int32_t* pos, float freq_base, float freq_scale);
+               int64_t head_dim, const RopeSpec& rope, const int32_t* pos);
 
 // Per-head RMSNorm with a shared weight (Q/K norm).
 void rms_norm_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,

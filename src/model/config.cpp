@@ -10,6 +10,8 @@ namespace agentkv {
 const char* arch_name(Arch a) {
   switch (a) {
     case Arch::Qwen3: return "qwen3";
+    case Arch::Qwen3Moe: return "qwen3moe";
+    case Arch::Llama: return "llama";
     case Arch::Qwen35: return "qwen35";
     case Arch::Qwen35Moe: return "qwen35moe";
     case Arch::Qwen3Next: return "qwen3next";
@@ -62,10 +64,12 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   ModelConfig c;
   c.arch_key = md.require_string("general.architecture");
   if (c.arch_key == "qwen3") c.arch = Arch::Qwen3;
+  else if (c.arch_key == "qwen3moe") c.arch = Arch::Qwen3Moe;
+  else if (c.arch_key == "llama") c.arch = Arch::Llama;
   else if (c.arch_key == "qwen35") c.arch = Arch::Qwen35;
   else if (c.arch_key == "qwen35moe") c.arch = Arch::Qwen35Moe;
   else if (c.arch_key == "qwen3next") c.arch = Arch::Qwen3Next;
-  else fail(g, "unsupported architecture '" + c.arch_key + "' (supported: qwen3, qwen35, qwen35moe, qwen3next)");
+  else fail(g, "unsupported architecture '" + c.arch_key + "' (supported: qwen3, qwen3moe, llama, qwen35, qwen35moe, qwen3next)");
   const std::string p = c.arch_key + ".";
   c.name = md.get_string("general.name").value_or("");
 
@@ -86,14 +90,23 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   c.head_dim_v = static_cast<int64_t>(md.get_uint(p + "attention.value_length").value_or(c.n_embd / c.n_head));
   c.n_ff = uniform_layer_value(g, p + "feed_forward_length", 0);
   c.rope_freq_base = static_cast<float>(md.get_float(p + "rope.freq_base").value_or(10000.0));
-  if (auto s = md.get_float(p + "rope.scaling.factor"); s && *s != 0.0) c.rope_freq_scale = static_cast<float>(1.0 / *s);
+  // Linear scaling divides the frequencies; YaRN / LongRoPE would need their own angle math.
+  const std::string scaling = md.get_string(p + "rope.scaling.type").value_or("");
+  if (!scaling.empty() && scaling != "none" && scaling != "linear")
+    fail(g, "rope scaling '" + scaling + "' is not supported yet (supported: none, linear)");
+  if (auto s = md.get_float(p + "rope.scaling.factor"); s && *s != 0.0 && scaling != "none")
+    c.rope_freq_scale = static_cast<float>(1.0 / *s);
   c.n_rot = static_cast<int64_t>(md.get_uint(p + "rope.dimension_count").value_or(c.head_dim_k));
   c.attn_scale = static_cast<float>(md.get_float(p + "attention.scale").value_or(0.0));
 
-  if (c.arch == Arch::Qwen3) {
-    if (c.head_dim_k != c.head_dim_v || c.n_rot != c.head_dim_k)
-      fail(g, "qwen3 requires attention.key_length == value_length == rope.dimension_count");
-    if (c.n_ff <= 0) fail(g, "missing required key '" + p + "feed_forward_length'");
+  const bool has_experts = md.get_uint(p + "expert_count").value_or(0) > 0;
+  if (c.is_plain_decoder()) {
+    if (c.head_dim_k != c.head_dim_v)
+      fail(g, c.arch_key + " requires attention.key_length == attention.value_length");
+    if (c.arch == Arch::Qwen3 && c.n_rot != c.head_dim_k)
+      fail(g, "qwen3 requires rope.dimension_count == attention.key_length");
+    if (c.n_ff <= 0 && !has_experts) fail(g, "missing required key '" + p + "feed_forward_length'");
+    if (c.arch == Arch::Qwen3Moe && !has_experts) fail(g, "qwen3moe requires expert_count > 0");
   } else {
     c.ssm_d_conv = static_cast<int>(md.require_uint(p + "ssm.conv_kernel"));
     c.ssm_d_inner = static_cast<int64_t>(md.require_uint(p + "ssm.inner_size"));
@@ -119,13 +132,19 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
       for (int il = 0; il < c.n_layer; ++il) c.layer_recurrent[il] = ((il + 1) % interval) != 0;
     }
   }
-  if (c.arch == Arch::Qwen35Moe || c.arch == Arch::Qwen3Next) {
+  if (c.arch == Arch::Qwen35Moe || c.arch == Arch::Qwen3Next || (c.is_plain_decoder() && has_experts)) {
     c.n_expert = static_cast<int>(md.require_uint(p + "expert_count"));
     c.n_expert_used = static_cast<int>(md.require_uint(p + "expert_used_count"));
     if (c.n_expert <= 0 || c.n_expert_used <= 0 || c.n_expert_used > c.n_expert)
       fail(g, "expert_used_count must be in [1, expert_count]");
-    c.n_ff_expert = static_cast<int64_t>(md.get_uint(p + "expert_feed_forward_length").value_or(c.n_ff / c.n_expert_used));
-    c.n_ff_shared = static_cast<int64_t>(md.get_uint(p + "expert_shared_feed_forward_length").value_or(c.n_ff));
+    // Mixtral (llama with experts) records the expert width as feed_forward_length.
+    c.n_ff_expert = static_cast<int64_t>(md.get_uint(p + "expert_feed_forward_length")
+                                             .value_or(c.is_plain_decoder() ? c.n_ff : c.n_ff / c.n_expert_used));
+    if (c.n_ff_expert <= 0) fail(g, "expert_feed_forward_length must be positive");
+    // The plain decoders' experts have no shared expert (feed_forward_length is then the dense
+    // width a converter records, not a shared expert's).
+    c.n_ff_shared = c.is_plain_decoder()
+        ? 0 : static_cast<int64_t>(md.get_uint(p + "expert_shared_feed_forward_length").value_or(c.n_ff));
   } else if (c.arch == Arch::Qwen35 && c.n_ff <= 0) {
     fail(g, "missing required key '" + p + "feed_forward_length'");
   }

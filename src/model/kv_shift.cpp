@@ -44,8 +44,8 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
       for (int64_t t = begin; t < end; ++t) {
         const auto [cell, delta] = todo[static_cast<size_t>(t)];
         // One cos/sin table per cell serves every head of every layer.
-        rope_neox_cache(static_cast<float>(delta), rope.n_rot, rope.freq_base, rope.freq_scale,
-                        cos_sin.data());
+        rope_cache(static_cast<float>(delta), rope.n_rot, rope.freq_base, rope.freq_scale, rope.freq_factors,
+                   cos_sin.data());
         for (int il : kv_layers) {
           // A hot F32 row turns in place; any other row (or one in a windowed cache's tail, in
           // the tail's type) through floats.
@@ -53,7 +53,7 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
           float* x = in_place ? reinterpret_cast<float*>(rows.k_row(il, s, cell)) : row.data();
           if (!in_place) rows.dequantize_k(il, s, cell, x);
           k_rot.apply_inverse(x, n_embd);
-          for (int64_t h = 0; h < n_heads; ++h) rope_neox_apply(x + h * rope.head_dim, rope.n_rot, cos_sin.data());
+          for (int64_t h = 0; h < n_heads; ++h) rope_apply(rope.style, x + h * rope.head_dim, rope.n_rot, cos_sin.data());
           k_rot.apply(x, n_embd);
           if (!in_place) rows.quantize_k(il, s, cell, x);
         }
@@ -66,10 +66,8 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, Thread
 
 int64_t ArchModel::apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const {
   KeyRotation rope;
+  static_cast<RopeSpec&>(rope) = this->rope();
   rope.head_dim = config_.head_dim_k;
-  rope.n_rot = config_.n_rot;
-  rope.freq_base = config_.rope_freq_base;
-  rope.freq_scale = config_.rope_freq_scale;
   return rotate_shifted_keys(kv, rope, pool);
 }
 

@@ -7,18 +7,16 @@
 
 #include "kernels/threadpool.h"
 #include "memory/kv_cache.h"
+#include "model/rope_spec.h"
 
 namespace agentkv {
 
-struct KeyRotation {
-  int64_t head_dim = 0;     // K head width; K rows hold n_embd_k / head_dim heads
-  int64_t n_rot = 0;        // rotated dims per head (NEOX pairs (i, i + n_rot/2))
-  float freq_base = 10000.f;
-  float freq_scale = 1.f;
+struct KeyRotation : RopeSpec {
+  int64_t head_dim = 0;  // K head width; K rows hold n_embd_k / head_dim heads
 };
 
 // For every stream and every used cell with a non-zero pending shift, rotates the first n_rot
-// dims of each K head, in every KV layer, by that shift (NEOX). K types other than f32 are
+// dims of each K head, in every KV layer, by that shift (the rope's style and frequencies). K types other than f32 are
 // dequantized, rotated in f32 and requantized. Cells whose rows are known zero (fake prefix) are
 // skipped: a zero key rotates to itself. Then clears the pending shifts (kv.reset_shift()).
 // Returns the number of cells rotated. agentkv::Error if head_dim does not divide the K width or

@@ -6,8 +6,8 @@
 
 #include "agentkv/error.h"
 #include "gguf/gguf.h"
-#include "model/qwen3.h"
 #include "model/qwen35.h"
+#include "model/transformer.h"
 
 namespace agentkv {
 
@@ -33,13 +33,24 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   ModelConfig config = model_config_from_gguf(*reader);
   switch (config.arch) {
     case Arch::Qwen3:
-      return std::make_unique<Qwen3Model>(std::move(reader), std::move(config));
+    case Arch::Qwen3Moe:
+    case Arch::Llama:
+      return std::make_unique<TransformerModel>(std::move(reader), std::move(config));
     case Arch::Qwen35:
     case Arch::Qwen35Moe:
+    case Arch::Qwen3Next:
       return std::make_unique<Qwen35Model>(std::move(reader), std::move(config));
     default:
       throw Error(path + ": architecture '" + config.arch_key + "' is not supported yet");
   }
+}
+
+RopeSpec ArchModel::rope() const {
+  RopeSpec r;
+  r.n_rot = config_.n_rot;
+  r.freq_base = config_.rope_freq_base;
+  r.freq_scale = config_.rope_freq_scale;
+  return r;
 }
 
 memory::KvLayout ArchModel::kv_layout(uint32_t n_cells, uint32_t n_seq_max, bool unified,

@@ -18,6 +18,7 @@
 #include "agentkv/model.h"
 #include "model/config.h"
 #include "model/kv_rotation.h"
+#include "model/rope_spec.h"
 #include "agentkv/tokenizer.h"
 
 namespace agentkv {
@@ -98,6 +99,9 @@ class ArchModel : public Model {
   virtual void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
                        ThreadPool& pool) const = 0;
 
+  // How queries and keys are rotated: NEOX over the config's rotary dims and frequencies unless
+  // the architecture says otherwise (Llama: adjacent pairs and its rope_freqs tensor).
+  virtual RopeSpec rope() const;
   // Context shift: whether the keys stored in the KV cache can be re-rotated to new positions
   // (seq_add / seq_div). False unless the architecture says so (llama.cpp refuses M-RoPE/IMROPE).
   virtual bool can_shift() const { return false; }

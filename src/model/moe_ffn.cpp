@@ -5,13 +5,44 @@
 
 #include "kernels/moe_router.h"
 #include "kernels/ops.h"
+#include "model/weights.h"
 
 namespace agentkv {
+
+MoeWeights bind_moe_weights(WeightBinder& w, const std::string& p, const ModelConfig& cfg) {
+  MoeWeights m;
+  const int64_t E = cfg.n_embd, Fe = cfg.n_ff_expert, Fs = cfg.n_ff_shared;
+  m.n_expert = cfg.n_expert;
+  m.n_used = cfg.n_expert_used;
+  m.router = w.matrix(p + "ffn_gate_inp.weight", E, cfg.n_expert);
+  const bool merged = w.has(p + "ffn_gate_up_exps.weight");
+  for (int e = 0; e < cfg.n_expert; ++e) {
+    if (merged) {
+      WeightMatrix gu = w.matrix3d(p + "ffn_gate_up_exps.weight", E, 2 * Fe, cfg.n_expert, e);
+      WeightMatrix g = gu, u = gu;  // gate = first half of the rows, up = second half
+      g.n_out = u.n_out = Fe;
+      u.data = gu.data + Fe * gu.row_bytes;
+      m.gate.push_back(g);
+      m.up.push_back(u);
+    } else {
+      m.gate.push_back(w.matrix3d(p + "ffn_gate_exps.weight", E, Fe, cfg.n_expert, e));
+      m.up.push_back(w.matrix3d(p + "ffn_up_exps.weight", E, Fe, cfg.n_expert, e));
+    }
+    m.down.push_back(w.matrix3d(p + "ffn_down_exps.weight", Fe, E, cfg.n_expert, e));
+  }
+  if (Fs > 0) {
+    m.shared_gate_inp = w.matrix(p + "ffn_gate_inp_shexp.weight", E, 1);
+    m.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", E, Fs);
+    m.shared_up = w.matrix(p + "ffn_up_shexp.weight", E, Fs);
+    m.shared_down = w.matrix(p + "ffn_down_shexp.weight", Fs, E);
+  }
+  return m;
+}
 
 void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* out, Workspace& ws,
              ThreadPool& pool) {
   const int64_t Fe = w.gate.front().n_out;
-  const int64_t Fs = w.shared_gate.n_out;
+  const int64_t Fs = w.has_shared_expert() ? w.shared_gate.n_out : 0;
   float* router_logits = ws.get(kMoeWorkspaceSlot, n * w.n_expert);
   matmul(w.router, x, n, E, router_logits, w.n_expert, pool);
   MoeRouteParams rp;
@@ -50,6 +81,7 @@ void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* o
     }
   }
 
+  if (!w.has_shared_expert()) return;
   // Shared expert, scaled by sigmoid of its scalar gate.
   float* sgate = ws.get(kMoeWorkspaceSlot + 6, n);
   matmul(w.shared_gate_inp, x, n, E, sgate, 1, pool);

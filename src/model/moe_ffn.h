@@ -1,6 +1,8 @@
-// Mixture-of-experts FFN with a gated shared expert (qwen35moe / qwen3next): tokens are grouped by
-// expert so each selected expert's weights are read once per micro-batch, not once per token.
+// Mixture-of-experts FFN (qwen3moe, Mixtral-style llama; with a gated shared expert: qwen35moe /
+// qwen3next): tokens are grouped by expert so each selected expert's weights are read once per
+// micro-batch, not once per token.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "kernels/matmul.h"
@@ -13,15 +15,24 @@ struct MoeWeights {
   int n_used = 0;
   WeightMatrix router;                       // ffn_gate_inp {E, n_expert}
   std::vector<WeightMatrix> gate, up, down;  // per expert slices of the *_exps tensors
+  // The gated shared expert (absent: data null).
   WeightMatrix shared_gate_inp;              // ffn_gate_inp_shexp {E} as a 1-row matrix
   WeightMatrix shared_gate, shared_up, shared_down;
+  bool has_shared_expert() const { return shared_gate.data != nullptr; }
 };
+
+class WeightBinder;
+struct ModelConfig;
+// Binds block `prefix`'s expert tensors as llama.cpp's converter names them (ffn_gate_inp,
+// ffn_{gate,up,down}_exps or the merged ffn_gate_up_exps) and, when the config has a shared
+// expert width, the *_shexp ones.
+MoeWeights bind_moe_weights(WeightBinder& w, const std::string& prefix, const ModelConfig& cfg);
 
 // Workspace slots 24..31 belong to this block.
 constexpr int kMoeWorkspaceSlot = 24;
 
-// out[t] = sum_slot w * expert(x[t]) + sigmoid(shared_gate_inp . x[t]) * shared(x[t]) for n rows
-// of E floats.
+// out[t] = sum_slot w * expert(x[t]) [+ sigmoid(shared_gate_inp . x[t]) * shared(x[t])] for n
+// rows of E floats.
 void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* out, Workspace& ws,
              ThreadPool& pool);
 

@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
+#include "model/preset_vocab.h"
 #include "model/random_weights.h"
 
 #include <nlohmann/json.hpp>
@@ -94,6 +95,38 @@ ModelShape qwen35moe_bench_shape() {
   return s;
 }
 
+// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B): Qwen3 attention, routed experts without a
+// shared one, untied head.
+ModelShape qwen3moe_shape(std::string name, std::string description, int64_t n_embd, int64_t n_layer,
+                          int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_expert,
+                          int64_t n_expert_used, int64_t n_ff_exp) {
+  ModelShape s = qwen3_shape(std::move(name), std::move(description), n_embd, n_layer, n_head, n_head_kv,
+                             head_dim, 0);
+  s.arch = "qwen3moe";
+  s.tied_output = false;
+  s.context_length = 262144;
+  s.rope_freq_base = 1e7f;
+  s.n_expert = n_expert;
+  s.n_expert_used = n_expert_used;
+  s.n_ff_exp = n_ff_exp;
+  return s;
+}
+
+// Llama 3.x: no Q/K norm, Llama 3.1 RoPE scaling, Llama 3's chat vocabulary and template.
+ModelShape llama_shape(std::string name, std::string description, int64_t n_embd, int64_t n_layer,
+                       int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ff, bool tied) {
+  ModelShape s = qwen3_shape(std::move(name), std::move(description), n_embd, n_layer, n_head, n_head_kv,
+                             head_dim, n_ff);
+  s.arch = "llama";
+  s.tied_output = tied;
+  s.rope_freq_base = 500000.f;
+  s.rms_eps = 1e-5f;
+  s.context_length = 131072;
+  s.rope_llama3_factor = 32.f;  // Llama 3.2's (3.1 uses 8)
+  s.llama3_vocab = true;
+  return s;
+}
+
 std::vector<ModelShape> make_presets() {
   std::vector<ModelShape> p;
   p.push_back(qwen3_shape("qwen3-0.6b", "Qwen3-0.6B: E=1024, 28 layers, 16/8 heads, FFN 3072",
@@ -107,6 +140,22 @@ std::vector<ModelShape> make_presets() {
   p.push_back(qwen35_micro_shape(false));
   p.push_back(qwen35_micro_shape(true));
   p.push_back(qwen35moe_bench_shape());
+  {
+    ModelShape next = qwen35_micro_shape(true);  // Qwen3-Next-80B-A3B's layers at the fixture's size
+    next.name = "qwen3next-micro";
+    next.description = "fixture qwen3next-micro: hybrid (Qwen3-Next), E=64, 4 layers, 4 experts / 2 used + shared";
+    next.arch = "qwen3next";
+    next.rope_sections = {};
+    p.push_back(next);
+  }
+  p.push_back(qwen3moe_shape("qwen3moe-micro", "fixture qwen3moe-micro: E=64, 2 layers, 2/1 heads, 4 experts / 2 used, expert FFN 64",
+                             64, 2, 2, 1, 32, 4, 2, 64));
+  p.push_back(qwen3moe_shape("qwen3moe-bench", "scaled-down Qwen3-30B-A3B: E=1024, 16 layers, 16/2 heads, 32 experts / 8 used, ~1B params",
+                             1024, 16, 16, 2, 128, 32, 8, 384));
+  p.push_back(llama_shape("llama-micro", "fixture llama-micro: Llama 3 structure, E=64, 2 layers, 4/2 heads, FFN 128",
+                          64, 2, 4, 2, 16, 128, false));
+  p.push_back(llama_shape("llama-1b", "Llama 3.2 1B's shape: E=2048, 16 layers, 32/8 heads, FFN 8192, tied",
+                          2048, 16, 32, 8, 64, 8192, true));
   return p;
 }
 
@@ -134,6 +183,7 @@ constexpr float kConvStd = 0.2f;
 constexpr float kDtBiasStd = 0.1f;
 
 void add_attention(TensorList& l, const ModelShape& s, const std::string& p) {
+  const bool qk_norm = s.has_qk_norm();
   const int64_t E = s.n_embd, D = s.head_dim;
   // Qwen3.5's gated attention projects Q and its output gate together (2x the query width).
   const int64_t q_width = (s.is_hybrid() ? 2 : 1) * s.n_head * D;
@@ -141,6 +191,7 @@ void add_attention(TensorList& l, const ModelShape& s, const std::string& p) {
   l.matrix(p + "attn_k.weight", {E, s.n_head_kv * D});
   l.matrix(p + "attn_v.weight", {E, s.n_head_kv * D});
   l.matrix(p + "attn_output.weight", {s.n_head * D, E});
+  if (!qk_norm) return;
   l.norm(p + "attn_q_norm.weight", D);
   l.norm(p + "attn_k_norm.weight", D);
 }
@@ -155,8 +206,12 @@ void add_delta_net(TensorList& l, const ModelShape& s, const std::string& p) {
   l.add(p + "ssm_dt.bias", {n_v_heads}, Init::Normal, kDtBiasStd);
   // ssm_a = -A with A in [1, 16), the range of Qwen3-Next's A_log initialisation.
   l.add(p + "ssm_a", {n_v_heads}, Init::Uniform, -16.f, -1.f);
-  l.matrix(p + "ssm_beta.weight", {E, n_v_heads});
-  l.matrix(p + "ssm_alpha.weight", {E, n_v_heads});
+  if (s.arch == "qwen3next") {  // beta and alpha projected together, per K head
+    l.matrix(p + "ssm_ba.weight", {E, 2 * n_v_heads});
+  } else {
+    l.matrix(p + "ssm_beta.weight", {E, n_v_heads});
+    l.matrix(p + "ssm_alpha.weight", {E, n_v_heads});
+  }
   l.norm(p + "ssm_norm.weight", s.ssm_inner_size / n_v_heads);
   l.matrix(p + "ssm_out.weight", {s.ssm_inner_size, E});
 }
@@ -173,6 +228,7 @@ void add_ffn(TensorList& l, const ModelShape& s, const std::string& p) {
   l.matrix(p + "ffn_gate_exps.weight", {E, s.n_ff_exp, s.n_expert});
   l.matrix(p + "ffn_up_exps.weight", {E, s.n_ff_exp, s.n_expert});
   l.matrix(p + "ffn_down_exps.weight", {s.n_ff_exp, E, s.n_expert});
+  if (s.n_ff_shexp == 0) return;
   l.add(p + "ffn_gate_inp_shexp.weight", {E}, Init::Normal, kRouterStd);
   l.matrix(p + "ffn_gate_shexp.weight", {E, s.n_ff_shexp});
   l.matrix(p + "ffn_up_shexp.weight", {E, s.n_ff_shexp});
@@ -182,6 +238,10 @@ void add_ffn(TensorList& l, const ModelShape& s, const std::string& p) {
 // Converter order: embeddings, final norm, head, then each block.
 std::vector<PlannedTensor> converter_tensors(const ModelShape& s) {
   TensorList l;
+  if (s.rope_llama3_factor != 0.f) {  // the converter yields it before the model's own tensors
+    l.add("rope_freqs.weight", {s.head_dim / 2}, Init::RopeFactors, s.rope_freq_base, s.rope_llama3_factor);
+    l.tensors.back().c = static_cast<float>(s.rope_llama3_original_context);
+  }
   l.add("token_embd.weight", {s.n_embd, s.n_vocab}, Init::Normal, kEmbeddingStd);
   l.norm("output_norm.weight", s.n_embd);
   if (!s.tied_output) l.add("output.weight", {s.n_embd, s.n_vocab}, Init::Normal, kEmbeddingStd);
@@ -214,7 +274,7 @@ void validate(const ModelShape& s) {
   if (s.is_moe()) {
     positive(s.n_expert_used, "n_expert_used");
     positive(s.n_ff_exp, "n_ff_exp");
-    positive(s.n_ff_shexp, "n_ff_shexp");
+    if (s.n_ff_shexp < 0) throw Error("model shape " + s.name + ": n_ff_shexp must not be negative");
   } else {
     positive(s.n_ff, "n_ff");
   }
@@ -400,14 +460,16 @@ void write_metadata(gguf::Writer& w, const ModelShape& s, const VocabData& vocab
   w.set_u32(a + "feed_forward_length", u32(s.is_moe() ? 0 : s.n_ff));
   if (s.is_hybrid()) {
     w.set_u32(a + "rope.dimension_count", s.rope_dim);
-    w.set_array_i32(a + "rope.dimension_sections",
-                    std::vector<int32_t>(s.rope_sections.begin(), s.rope_sections.end()));
+    if (s.arch != "qwen3next")  // Qwen3-Next rotates text positions only (NEOX), no sections
+      w.set_array_i32(a + "rope.dimension_sections",
+                      std::vector<int32_t>(s.rope_sections.begin(), s.rope_sections.end()));
   }
+  if (s.arch == "llama") w.set_u32(a + "rope.dimension_count", u32(s.head_dim));
   if (s.is_moe()) {
     w.set_u32(a + "expert_count", u32(s.n_expert));
     w.set_u32(a + "expert_used_count", u32(s.n_expert_used));
     w.set_u32(a + "expert_feed_forward_length", u32(s.n_ff_exp));
-    w.set_u32(a + "expert_shared_feed_forward_length", u32(s.n_ff_shexp));
+    if (s.n_ff_shexp > 0) w.set_u32(a + "expert_shared_feed_forward_length", u32(s.n_ff_shexp));
   }
   if (s.is_hybrid()) {
     w.set_u32(a + "ssm.conv_kernel", u32(s.ssm_conv_kernel));
@@ -480,13 +542,35 @@ void generate_values(const PlannedTensor& t, uint64_t seed, int64_t first, int64
       for (int64_t i = 0; i < count; ++i)
         out[i] = static_cast<float>(t.a + (t.b - t.a) * rng.uniform(static_cast<uint64_t>(first + i)));
       break;
+    case Init::RopeFactors: {
+      // The converter's Llama 3.1 recipe (low / high frequency factors 1 and 4): wavelengths
+      // shorter than original_context / 4 keep their frequency, longer than original_context
+      // are divided by the factor, and the band between is interpolated smoothly.
+      const double base = t.a, factor = t.b, original = t.c;
+      const double low_wavelen = original / 1.0, high_wavelen = original / 4.0;
+      const int64_t dim = 2 * t.ne.at(0);
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t pair = first + i;
+        const float freq = 1.0f / static_cast<float>(std::pow(base, static_cast<double>(2 * pair) / dim));
+        const double wavelen = 2 * M_PI / freq;
+        double f;
+        if (wavelen < high_wavelen) f = 1.0;
+        else if (wavelen > low_wavelen) f = factor;
+        else {
+          const double smooth = (original / wavelen - 1.0) / (4.0 - 1.0);
+          f = 1.0 / ((1 - smooth) / factor + smooth);
+        }
+        out[i] = static_cast<float>(f);
+      }
+      break;
+    }
   }
 }
 
-BuildStats build_model(gguf::Writer& w, const ModelShape& shape, const VocabData& vocab,
+BuildStats build_model(gguf::Writer& w, const ModelShape& shape, const VocabData& base_vocab,
                        const BuildOptions& options) {
   const std::vector<PlannedTensor> plan = plan_tensors(shape, options.type);
-  write_metadata(w, shape, vocab, options.type);
+  write_metadata(w, shape, vocab_for_shape(shape, base_vocab), options.type);
   int n_threads = options.n_threads;
   if (n_threads <= 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
   ThreadPool pool(n_threads);

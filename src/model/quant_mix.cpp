@@ -1,7 +1,8 @@
 // Our own statement of the type rules in llama.cpp's src/llama-quant.cpp (tensor_allows_quantization,
 // llama_tensor_get_type_impl, tensor_type_fallback) restricted to the file types mkmodel writes,
 // plus the converter's F32 exceptions (convert_hf_to_gguf.py). Rules for file types and
-// architectures we never produce (IQ*, Q2_K/Q3_K, Falcon, Llama-70B, MXFP4) are left out.
+// architectures we never produce (Q2_K/Q3_K, Falcon, Llama-70B, MXFP4) are left out; the i-quant
+// file types are mkmodel's own simple mixes (kIqFileTypes), not llama-quantize's.
 #include "model/quant_mix.h"
 
 #include <algorithm>
@@ -69,6 +70,24 @@ bool allows_quantization(std::string_view name, std::span<const int64_t> ne) {
   return true;
 }
 
+// The i-quant file types and the one type each puts in its matrices (mkmodel's own mixes: every
+// quantized matrix in that type, the output head in q6_K; not llama-quantize's per-layer rules).
+constexpr struct {
+  FileType file_type;
+  GgmlType type;
+  std::string_view name;
+} kIqFileTypes[] = {
+    {FileType::MostlyIQ4_XS, GgmlType::IQ4_XS, "iq4_xs"},   {FileType::MostlyIQ3_S, GgmlType::IQ3_S, "iq3_s"},
+    {FileType::MostlyIQ3_XXS, GgmlType::IQ3_XXS, "iq3_xxs"}, {FileType::MostlyIQ2_XXS, GgmlType::IQ2_XXS, "iq2_xxs"},
+    {FileType::MostlyIQ2_XS, GgmlType::IQ2_XS, "iq2_xs"},   {FileType::MostlyIQ2_S, GgmlType::IQ2_S, "iq2_s"},
+};
+
+std::optional<GgmlType> iq_file_type_tensor_type(FileType t) {
+  for (const auto& f : kIqFileTypes)
+    if (f.file_type == t) return f.type;
+  return std::nullopt;
+}
+
 // Layers that get extra bits in the *_M mixes: the first and last eighth of the stack and every
 // third layer in between.
 bool use_more_bits(int i_layer, int n_layers) {
@@ -82,8 +101,8 @@ GgmlType default_type(FileType t) {
     case FileType::MostlyQ8_0: return GgmlType::Q8_0;
     case FileType::MostlyQ4_K_M: return GgmlType::Q4_K;
     case FileType::MostlyQ5_K_M: return GgmlType::Q5_K;
+    default: return iq_file_type_tensor_type(t).value_or(GgmlType::F16);
   }
-  return GgmlType::F16;
 }
 
 int64_t block_size(GgmlType t) { return ggml_type_info(t).block_size; }
@@ -99,6 +118,12 @@ GgmlType fallback_for_row_length(const MixTensor& t, GgmlType wanted) {
     case GgmlType::Q4_K: fallback = GgmlType::Q5_0; break;
     case GgmlType::Q5_K: fallback = GgmlType::Q5_1; break;
     case GgmlType::Q6_K: fallback = GgmlType::Q8_0; break;
+    case GgmlType::IQ2_XXS:
+    case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S:
+    case GgmlType::IQ4_XS: fallback = GgmlType::IQ4_NL; break;  // llama.cpp's tensor_type_fallback
     default:
       throw Error("tensor " + t.name + ": row length " + std::to_string(ncols) +
                   " is not a multiple of " + std::to_string(block_size(wanted)) + " (needed by " +
@@ -118,6 +143,8 @@ std::optional<FileType> file_type_from_name(std::string_view name) {
   if (lower == "q8_0") return FileType::MostlyQ8_0;
   if (lower == "q4_k_m") return FileType::MostlyQ4_K_M;
   if (lower == "q5_k_m") return FileType::MostlyQ5_K_M;
+  for (const auto& f : kIqFileTypes)
+    if (lower == f.name) return f.file_type;
   return std::nullopt;
 }
 
@@ -128,6 +155,9 @@ std::string_view file_type_name(FileType t) {
     case FileType::MostlyQ8_0: return "q8_0";
     case FileType::MostlyQ4_K_M: return "q4_k_m";
     case FileType::MostlyQ5_K_M: return "q5_k_m";
+    default:
+      for (const auto& f : kIqFileTypes)
+        if (f.file_type == t) return f.name;
   }
   return "?";
 }

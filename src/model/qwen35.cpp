@@ -18,6 +18,8 @@ namespace agentkv {
 namespace {
 // Workspace slots 0..15 (see attention_block.h / moe_ffn.h for the others).
 enum Slot { kX, kCur, kOut, kQG, kQ, kK, kV, kAttn, kQKV, kZ, kBeta, kAlpha, kConv, kDnOut, kGate, kUp };
+// Slots the fused projections of qwen3next use before splitting (free while they do).
+constexpr int kFusedQkvz = kGate, kFusedBetaAlpha = kUp;
 }  // namespace
 
 Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchModel(std::move(g), std::move(c)) {
@@ -29,7 +31,8 @@ Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
   dn_shape_.n_v_heads = cfg.ssm_n_v_heads;
   dn_shape_.head_k_dim = static_cast<int>(cfg.ssm_d_state);
   dn_shape_.head_v_dim = static_cast<int>(cfg.ssm_d_inner / cfg.ssm_n_v_heads);
-  dn_shape_.head_map = DeltaNetHeadMap::Tiled;
+  // Qwen3.5's converter reorders V heads into tiled order; Qwen3-Next's keeps them grouped.
+  dn_shape_.head_map = cfg.arch == Arch::Qwen3Next ? DeltaNetHeadMap::Grouped : DeltaNetHeadMap::Tiled;
   if (cfg.head_dim_k != cfg.head_dim_v) throw Error(gguf_->path() + ": key_length != value_length is not supported");
 
   token_embd_ = w.matrix("token_embd.weight", E, cfg.n_vocab);
@@ -42,13 +45,21 @@ Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
     l.attn_norm = w.vector(p + "attn_norm.weight", E);
     l.post_attention_norm = w.vector(p + "post_attention_norm.weight", E);
     if (cfg.is_recurrent(il)) {
-      l.qkv = w.matrix(p + "attn_qkv.weight", E, C);
-      l.z = w.matrix(p + "attn_gate.weight", E, Vd);
+      if (w.has(p + "ssm_in.weight")) {
+        l.qkvz = w.matrix(p + "ssm_in.weight", E, C + Vd);
+      } else {
+        l.qkv = w.matrix(p + "attn_qkv.weight", E, C);
+        l.z = w.matrix(p + "attn_gate.weight", E, Vd);
+      }
       l.conv1d = w.f32_matrix(p + "ssm_conv1d.weight", cfg.ssm_d_conv, C);
       l.dt_bias = w.vector(p + "ssm_dt.bias", cfg.ssm_n_v_heads);
       l.ssm_a = w.vector(p + "ssm_a", cfg.ssm_n_v_heads);
-      l.beta = w.matrix(p + "ssm_beta.weight", E, cfg.ssm_n_v_heads);
-      l.alpha = w.matrix(p + "ssm_alpha.weight", E, cfg.ssm_n_v_heads);
+      if (w.has(p + "ssm_ba.weight")) {
+        l.beta_alpha = w.matrix(p + "ssm_ba.weight", E, 2 * cfg.ssm_n_v_heads);
+      } else {
+        l.beta = w.matrix(p + "ssm_beta.weight", E, cfg.ssm_n_v_heads);
+        l.alpha = w.matrix(p + "ssm_alpha.weight", E, cfg.ssm_n_v_heads);
+      }
       l.ssm_norm = w.vector(p + "ssm_norm.weight", dn_shape_.head_v_dim);
       l.ssm_out = w.matrix(p + "ssm_out.weight", Vd, E);
     } else {
@@ -60,30 +71,7 @@ Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
       l.k_norm = w.vector(p + "attn_k_norm.weight", D);
     }
     if (cfg.n_expert > 0) {
-      MoeWeights& m = l.moe;
-      m.n_expert = cfg.n_expert;
-      m.n_used = cfg.n_expert_used;
-      const int64_t Fe = cfg.n_ff_expert, Fs = cfg.n_ff_shared;
-      m.router = w.matrix(p + "ffn_gate_inp.weight", E, cfg.n_expert);
-      const bool merged = w.has(p + "ffn_gate_up_exps.weight");
-      for (int e = 0; e < cfg.n_expert; ++e) {
-        if (merged) {
-          WeightMatrix gu = w.matrix3d(p + "ffn_gate_up_exps.weight", E, 2 * Fe, cfg.n_expert, e);
-          WeightMatrix g = gu, u = gu;  // gate = first half of the rows, up = second half
-          g.n_out = u.n_out = Fe;
-          u.data = gu.data + Fe * gu.row_bytes;
-          m.gate.push_back(g);
-          m.up.push_back(u);
-        } else {
-          m.gate.push_back(w.matrix3d(p + "ffn_gate_exps.weight", E, Fe, cfg.n_expert, e));
-          m.up.push_back(w.matrix3d(p + "ffn_up_exps.weight", E, Fe, cfg.n_expert, e));
-        }
-        m.down.push_back(w.matrix3d(p + "ffn_down_exps.weight", Fe, E, cfg.n_expert, e));
-      }
-      m.shared_gate_inp = w.matrix(p + "ffn_gate_inp_shexp.weight", E, 1);
-      m.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", E, Fs);
-      m.shared_up = w.matrix(p + "ffn_up_shexp.weight", E, Fs);
-      m.shared_down = w.matrix(p + "ffn_down_shexp.weight", Fs, E);
+      l.moe = bind_moe_weights(w, p, cfg);
     } else {
       l.ffn_gate = w.matrix(p + "ffn_gate.weight", E, cfg.n_ff);
       l.ffn_up = w.matrix(p + "ffn_up.weight", E, cfg.n_ff);
@@ -116,8 +104,9 @@ void Qwen35Model::attention_layer(int il, const ForwardBatch& b, ModelMemory& me
   rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
   rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
   // IMROPE with text positions (all sections the same position) is NEOX over the first n_rot dims.
-  rope_rows(q, T, nq, cfg.n_head, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
-  rope_rows(k, T, nkv, cfg.n_head_kv, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
+  const RopeSpec r = rope();
+  rope_rows(q, T, nq, cfg.n_head, D, D, r, b.ub->pos.data());
+  rope_rows(k, T, nkv, cfg.n_head_kv, D, D, r, b.ub->pos.data());
   AttentionShape shape;
   shape.n_head = cfg.n_head;
   shape.n_head_kv = cfg.n_head_kv;
@@ -147,10 +136,7 @@ void Qwen35Model::delta_net_layer(int il, const ForwardBatch& b, ModelMemory& me
   float* alpha = ws.get(kAlpha, T * Hv * 2);
   float* conv = ws.get(kConv, T * C);
   float* o = ws.get(kDnOut, T * Vd);
-  matmul(l.qkv, cur, T, E, qkv, C, pool);
-  matmul(l.z, cur, T, E, z, Vd, pool);
-  matmul(l.beta, cur, T, E, beta, Hv, pool);
-  matmul(l.alpha, cur, T, E, alpha, Hv, pool);
+  delta_net_projections(l, cur, T, qkv, z, beta, alpha, ws, pool);
   // Gates in place: beta <- sigmoid(beta), alpha <- g (log decay).
   for (int64_t t = 0; t < T; ++t)
     delta_net_gates(beta + t * Hv, alpha + t * Hv, l.dt_bias, l.ssm_a, static_cast<int>(Hv), beta + t * Hv, alpha + t * Hv);
@@ -213,6 +199,47 @@ void Qwen35Model::delta_net_layer(int il, const ForwardBatch& b, ModelMemory& me
     }
   }
   matmul(l.ssm_out, o, T, Vd, out, E, pool);
+}
+
+void Qwen35Model::delta_net_projections(const Layer& l, const float* cur, int64_t T, float* qkv, float* z,
+                                        float* beta, float* alpha, Workspace& ws, ThreadPool& pool) const {
+  const auto& cfg = config_;
+  const int64_t E = cfg.n_embd, Hv = cfg.ssm_n_v_heads, Hk = cfg.ssm_n_k_heads, Dk = cfg.ssm_d_state;
+  const int64_t Kd = Hk * Dk, Vd = cfg.ssm_d_inner, C = 2 * Kd + Vd;
+  const int64_t r = Hv / Hk, Vk = r * dn_shape_.head_v_dim;  // V heads and V width per K head
+  if (l.qkvz.data) {
+    // Per K head [q | k | v | z] → all q | all k | all v, and z (the split llama.cpp's views make).
+    const int64_t group = 2 * Dk + 2 * Vk;
+    float* fused = ws.get(kFusedQkvz, T * (C + Vd));
+    matmul(l.qkvz, cur, T, E, fused, C + Vd, pool);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < Hk; ++h) {
+        const float* src = fused + t * (C + Vd) + h * group;
+        float* row = qkv + t * C;
+        std::memcpy(row + h * Dk, src, Dk * sizeof(float));
+        std::memcpy(row + Kd + h * Dk, src + Dk, Dk * sizeof(float));
+        std::memcpy(row + 2 * Kd + h * Vk, src + 2 * Dk, Vk * sizeof(float));
+        std::memcpy(z + t * Vd + h * Vk, src + 2 * Dk + Vk, Vk * sizeof(float));
+      }
+  } else {
+    matmul(l.qkv, cur, T, E, qkv, C, pool);
+    matmul(l.z, cur, T, E, z, Vd, pool);
+  }
+  if (l.beta_alpha.data) {
+    // Per K head [beta (r) | alpha (r)] → beta and alpha by V head (grouped: K head h owns V heads
+    // h*r .. h*r + r - 1).
+    float* fused = ws.get(kFusedBetaAlpha, T * 2 * Hv);
+    matmul(l.beta_alpha, cur, T, E, fused, 2 * Hv, pool);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < Hk; ++h) {
+        const float* src = fused + t * 2 * Hv + h * 2 * r;
+        std::memcpy(beta + t * Hv + h * r, src, r * sizeof(float));
+        std::memcpy(alpha + t * Hv + h * r, src + r, r * sizeof(float));
+      }
+  } else {
+    matmul(l.beta, cur, T, E, beta, Hv, pool);
+    matmul(l.alpha, cur, T, E, alpha, Hv, pool);
+  }
 }
 
 void Qwen35Model::ffn(int il, const float* cur, int64_t rows, float* out, Workspace& ws, ThreadPool& pool) const {

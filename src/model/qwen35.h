@@ -1,5 +1,7 @@
-// Qwen3.5 hybrid decoder (qwen35 dense FFN, qwen35moe mixture of experts): Gated DeltaNet layers
-// with gated full-attention layers every few layers. Math: ../shared/reference/llama.cpp-anatomy.md §6.
+// Qwen3.5 hybrid decoder (qwen35 dense FFN, qwen35moe mixture of experts) and its predecessor
+// Qwen3-Next (qwen3next: the same layers, with beta and alpha projected together per K head, V heads
+// in grouped order, and in older files q, k, v and z projected together per K head): Gated
+// DeltaNet layers with gated full-attention layers every few layers. Math: ../shared/reference/llama.cpp-anatomy.md §6.
 #pragma once
 #include <vector>
 
@@ -29,6 +31,8 @@ class Qwen35Model final : public ArchModel {
     const float* k_norm = nullptr;
     // Gated DeltaNet
     WeightMatrix qkv, z, beta, alpha, ssm_out;
+    WeightMatrix beta_alpha;  // qwen3next: ssm_ba, per K head [beta (r) | alpha (r)], r = H_v / H_k
+    WeightMatrix qkvz;        // older qwen3next files: ssm_in, per K head [q | k | v (r heads) | z (r heads)]
     const float* conv1d = nullptr;  // {d_conv, C}
     const float* dt_bias = nullptr;
     const float* ssm_a = nullptr;
@@ -41,6 +45,10 @@ class Qwen35Model final : public ArchModel {
                        Workspace& ws, ThreadPool& pool) const;
   void delta_net_layer(int il, const ForwardBatch& b, ModelMemory& mem, const float* cur, float* out,
                        Workspace& ws, ThreadPool& pool) const;
+  // The projections of a DeltaNet layer: qkv (T x C, all q | all k | all v), z (T x Vd), beta
+  // and alpha (T x H_v each), from whichever tensors the file has.
+  void delta_net_projections(const Layer& l, const float* cur, int64_t T, float* qkv, float* z, float* beta,
+                             float* alpha, Workspace& ws, ThreadPool& pool) const;
   void ffn(int il, const float* cur, int64_t rows, float* out, Workspace& ws, ThreadPool& pool) const;
 
   DeltaNetShape dn_shape_;

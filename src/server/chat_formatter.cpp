@@ -72,6 +72,7 @@ ChatFormatter::ChatFormatter(const Tokenizer& tok, const std::string& source)
     : source_(source.empty() ? *builtin_chat_template("chatml") : source),
       bos_(token_text(tok, tok.bos())),
       eos_(token_text(tok, tok.eos())),
+      adds_bos_(tok.add_bos() && tok.bos() >= 0),
       template_(source_) {
   object_arguments_ = source_.find("arguments is mapping") != std::string::npos ||
                       source_.find("arguments|items") != std::string::npos;
@@ -147,7 +148,11 @@ std::string ChatFormatter::render(const Json& body, size_t n_messages, bool add_
   in.eos_token = eos_;
   std::lock_guard<std::mutex> lock(mutex_);
   try {
-    return template_.render(in);
+    std::string text = template_.render(in);
+    // Templates that write {{ bos_token }} (Llama 3) would give two BOS once the tokenizer adds
+    // its own; llama.cpp drops the rendered one (common/chat.cpp), and so does this.
+    if (adds_bos_ && !bos_.empty() && text.compare(0, bos_.size(), bos_) == 0) text.erase(0, bos_.size());
+    return text;
   } catch (const Error& e) {
     throw invalid_request(std::string("chat template: ") + e.what());
   }

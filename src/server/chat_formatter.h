@@ -35,6 +35,7 @@ class ChatFormatter {
   std::string render(const Json& body, size_t n_messages, bool add_generation_prompt) const;
   std::string source_;
   std::string bos_, eos_;
+  bool adds_bos_ = false;  // the tokenizer prepends BOS itself: a leading one in the text is dropped
   bool object_arguments_ = false;  // the template reads tool_calls[].function.arguments as a mapping
   ChatTemplate template_;
   mutable std::mutex mutex_;  // rendering is cheap; one at a time keeps the interpreter simple

@@ -18,6 +18,14 @@ constexpr const char* kGpt2Regex =
 constexpr const char* kDefaultPunctuationRegex = "[\\p{P}\\$\\+<=>\\^~\\|]+";
 constexpr const char* kDefaultNumbersRegex = "\\p{N}+";
 constexpr const char* kDefaultDigitTriplesRegex = "[0-9][0-9][0-9]";
+// Mistral's tekken (Nemo, Small 3.x, Devstral), as llama.cpp adapts the tokenizer.json regex: a
+// word is an optional non-letter, then upper-case-ish letters followed by lower-case-ish ones (or
+// the reverse); "[^a-z]" after the look-ahead for a letter reads "a letter that is not a-z", so a
+// non-ASCII letter (one collapsed class) counts as both cases.
+constexpr const char* kTekkenRegex =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 }  // namespace
 
@@ -65,7 +73,7 @@ std::vector<std::string> PreTokenizer::split(std::string_view text) const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Qwen2 / Qwen3.5, by hand.
+// Qwen2 / Qwen3.5 / Llama 3, by hand.
 
 namespace {
 
@@ -93,10 +101,19 @@ inline uint8_t classify(uint32_t cp) {
 
 inline uint32_t ascii_lower(uint32_t cp) { return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp; }
 
+// What tells the members of the family apart.
+struct Qwen2FamilyShape {
+  bool marks_join_letters = false;  // qwen35: [\p{L}\p{M}]+ instead of \p{L}+
+  size_t max_digits = 1;            // llama3: \p{N}{1,3} instead of \p{N}
+  bool clean_spaces = false;
+  bool ignore_merges = false;
+};
+
 class Qwen2PreTokenizer final : public PreTokenizer {
  public:
-  explicit Qwen2PreTokenizer(bool marks_join_letters) : marks_join_letters_(marks_join_letters) {}
-  bool clean_spaces() const override { return false; }
+  explicit Qwen2PreTokenizer(Qwen2FamilyShape shape) : shape_(shape) {}
+  bool clean_spaces() const override { return shape_.clean_spaces; }
+  bool ignore_merges() const override { return shape_.ignore_merges; }
 
  protected:
   void split_codepoints(PreTokenizerScratch& s) const override {
@@ -107,9 +124,9 @@ class Qwen2PreTokenizer final : public PreTokenizer {
     for (size_t i = 0; i < n; ++i) cls[i] = classify(cps[i]);
     // "Word" letters: \p{L} (qwen2) or [\p{L}\p{M}] (qwen35). "Other": not \s, not a word letter,
     // not \p{N} (combining marks are "other" for qwen2).
-    const uint8_t word = marks_join_letters_ ? uint8_t(kLetter | kMark) : uint8_t(kLetter);
+    const uint8_t word = shape_.marks_join_letters ? uint8_t(kLetter | kMark) : uint8_t(kLetter);
     auto is_word = [&](size_t i) { return i < n && (cls[i] & word); };
-    auto is_other = [&](size_t i) { return i < n && (cls[i] == kOther || (cls[i] == kMark && !marks_join_letters_)); };
+    auto is_other = [&](size_t i) { return i < n && (cls[i] == kOther || (cls[i] == kMark && !shape_.marks_join_letters)); };
     auto is_space = [&](size_t i) { return i < n && cls[i] == kSpace; };
     auto is_newline = [&](size_t i) { return i < n && (cps[i] == '\r' || cps[i] == '\n'); };
 
@@ -150,9 +167,11 @@ class Qwen2PreTokenizer final : public PreTokenizer {
           continue;
         }
       }
-      // \p{N}
+      // \p{N} (llama3: \p{N}{1,3}, repeated over a longer run of digits)
       if (cls[pos] == kNumber) {
-        emit(pos + 1);
+        size_t end = pos + 1;
+        while (end - pos < shape_.max_digits && end < n && cls[end] == kNumber) ++end;
+        emit(end);
         continue;
       }
       //  ?[^\s\p{L}\p{N}]+[\r\n]*
@@ -189,13 +208,26 @@ class Qwen2PreTokenizer final : public PreTokenizer {
   }
 
  private:
-  bool marks_join_letters_;
+  Qwen2FamilyShape shape_;
 };
 
 }  // namespace
 
 std::unique_ptr<PreTokenizer> make_qwen2_pretokenizer(bool marks_join_letters) {
-  return std::make_unique<Qwen2PreTokenizer>(marks_join_letters);
+  return std::make_unique<Qwen2PreTokenizer>(Qwen2FamilyShape{.marks_join_letters = marks_join_letters});
+}
+
+std::unique_ptr<PreTokenizer> make_llama3_pretokenizer() {
+  return std::make_unique<Qwen2PreTokenizer>(
+      Qwen2FamilyShape{.max_digits = 3, .clean_spaces = true, .ignore_merges = true});
+}
+
+bool is_llama3_pre(std::string_view pre) {
+  // llama.cpp (llama-vocab.cpp) maps all of these to LLAMA_VOCAB_PRE_TYPE_LLAMA3.
+  for (std::string_view name : {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
+                                "lfm2", "jina-v5-nano"})
+    if (pre == name) return true;
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -280,7 +312,8 @@ std::string collapse_pattern(const std::string& re) {
 
 class RegexPreTokenizer final : public PreTokenizer {
  public:
-  RegexPreTokenizer(std::vector<std::string> patterns, bool clean_spaces) : clean_spaces_(clean_spaces) {
+  RegexPreTokenizer(std::vector<std::string> patterns, bool clean_spaces, bool ignore_merges)
+      : clean_spaces_(clean_spaces), ignore_merges_(ignore_merges) {
     for (const auto& p : patterns) {
       const std::string collapsed = collapse_pattern(p);
       int err = 0;
@@ -300,6 +333,7 @@ class RegexPreTokenizer final : public PreTokenizer {
     for (auto* c : codes_) pcre2_code_free(c);
   }
   bool clean_spaces() const override { return clean_spaces_; }
+  bool ignore_merges() const override { return ignore_merges_; }
 
  protected:
   void split_codepoints(PreTokenizerScratch& s) const override {
@@ -338,17 +372,21 @@ class RegexPreTokenizer final : public PreTokenizer {
  private:
   std::vector<pcre2_code*> codes_;
   bool clean_spaces_;
+  bool ignore_merges_;
 };
 
 }  // namespace
 
-std::unique_ptr<PreTokenizer> make_regex_pretokenizer(std::vector<std::string> patterns, bool clean_spaces) {
-  return std::make_unique<RegexPreTokenizer>(std::move(patterns), clean_spaces);
+std::unique_ptr<PreTokenizer> make_regex_pretokenizer(std::vector<std::string> patterns, bool clean_spaces,
+                                                      bool ignore_merges) {
+  return std::make_unique<RegexPreTokenizer>(std::move(patterns), clean_spaces, ignore_merges);
 }
 
 std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view pre) {
   if (pre == "qwen2" || pre == "deepseek-r1-qwen") return make_qwen2_pretokenizer(false);
   if (pre == "qwen35") return make_qwen2_pretokenizer(true);
+  if (is_llama3_pre(pre)) return make_llama3_pretokenizer();
+  if (pre == "tekken") return make_regex_pretokenizer({kTekkenRegex}, false, true);
   if (pre == "gpt-2") return make_regex_pretokenizer({kGpt2Regex}, true);
   if (pre.empty() || pre == "default")
     return make_regex_pretokenizer(

@@ -34,6 +34,9 @@ class PreTokenizer {
 
   // Whether decode() should apply llama.cpp's clean_spaces pass for this pre-tokenizer.
   virtual bool clean_spaces() const = 0;
+  // llama.cpp's ignore_merges (Llama 3, tekken): a word that is itself a token is that token,
+  // whatever the merges would make of it.
+  virtual bool ignore_merges() const { return false; }
 
  protected:
   // Word lengths (in code points) covering cps[0, n) in order.
@@ -45,10 +48,17 @@ class PreTokenizer {
 //   (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
 //    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 std::unique_ptr<PreTokenizer> make_qwen2_pretokenizer(bool marks_join_letters);
+// Llama 3's regex (tokenizer.ggml.pre "llama-bpe" and the names llama.cpp gives the same
+// pre-tokenizer): Qwen2's, but digits go in runs of up to three (\p{N}{1,3}). Decoding cleans
+// spaces and whole-word tokens skip the merges, as llama.cpp does for these vocabularies.
+std::unique_ptr<PreTokenizer> make_llama3_pretokenizer();
+// Whether llama.cpp maps a tokenizer.ggml.pre value to its Llama 3 pre-tokenizer.
+bool is_llama3_pre(std::string_view pre);
 
 // A list of regexes applied one after the other, each splitting the previous one's words, run by
 // PCRE2 over llama.cpp's "collapsed" text (one byte per code point standing for its class).
 // Throws agentkv::Error if a pattern does not compile.
-std::unique_ptr<PreTokenizer> make_regex_pretokenizer(std::vector<std::string> patterns, bool clean_spaces);
+std::unique_ptr<PreTokenizer> make_regex_pretokenizer(std::vector<std::string> patterns, bool clean_spaces,
+                                                      bool ignore_merges = false);
 
 }  // namespace agentkv::tokenizer

@@ -4,6 +4,13 @@
 
 namespace agentkv::tokenizer {
 
+namespace {
+
+// C isspace in the "C" locale, as llama.cpp strips with.
+bool is_c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+}  // namespace
+
 SpecialTokenMatcher::SpecialTokenMatcher(std::vector<Entry> entries) : entries_(std::move(entries)) {
   trie_.emplace_back();
   for (int32_t e = 0; e < int32_t(entries_.size()); ++e) {
@@ -69,12 +76,16 @@ void SpecialTokenMatcher::partition(std::string_view text, bool parse_special, s
       }
       size_t cur = f.begin;
       const std::string_view area = text.substr(0, f.end);
+      const bool lstrip = entries_[e].lstrip, rstrip = entries_[e].rstrip;
       while (true) {
         const size_t at = area.find(tok, cur);
         if (at == std::string_view::npos) break;
-        if (at > cur) next.push_back({cur, at, -1});
+        size_t left_end = at;
+        while (lstrip && left_end > cur && is_c_space(text[left_end - 1])) --left_end;
+        if (left_end > cur) next.push_back({cur, left_end, -1});
         next.push_back({0, 0, entries_[e].id});
         cur = at + tok.size();
+        while (rstrip && cur < f.end && is_c_space(text[cur])) ++cur;
       }
       if (cur < f.end) next.push_back({cur, f.end, -1});
     }

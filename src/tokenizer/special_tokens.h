@@ -1,6 +1,7 @@
 // Splits text around special / added token texts before BPE, like llama.cpp's
 // tokenizer_st_partition: tokens are tried longest text first, each claiming its left-to-right
-// non-overlapping occurrences in the text not yet claimed.
+// non-overlapping occurrences in the text not yet claimed (and, for tokens with lstrip / rstrip,
+// the whitespace beside them).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,6 +21,8 @@ class SpecialTokenMatcher {
     int32_t id;
     std::string text;
     bool parse_only_when_special;  // control / unknown tokens: skipped unless parse_special
+    // llama.cpp's LSTRIP / RSTRIP attributes: the whitespace before / after a match goes with it.
+    bool lstrip = false, rstrip = false;
   };
   SpecialTokenMatcher() = default;
   // `entries` in priority order (longest text first).

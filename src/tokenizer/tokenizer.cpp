@@ -1,6 +1,7 @@
 #include "agentkv/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <mutex>
 #include <unordered_map>
 
@@ -8,8 +9,10 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/special_tokens.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/string_pool.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/vocab_defaults.h"
 
 namespace agentkv {
 
@@ -24,6 +27,8 @@ enum Attr : uint8_t {
   kAttrControl = 1 << 3,
   kAttrUserDefined = 1 << 4,
   kAttrByte = 1 << 5,
+  kAttrLstrip = 1 << 6,  // the special-token splitter takes the whitespace before it too
+  kAttrRstrip = 1 << 7,  // ... after it
 };
 
 uint8_t attr_of(TokenType t) {
@@ -64,6 +69,30 @@ const std::vector<std::string_view> kEogTexts = {
 // gpt-oss: always rendered, never end a turn.
 const std::vector<std::string_view> kAlwaysUserDefinedTexts = {"<|channel|>", "<|message|>", "<|start|>",
                                                                 "<|constrain|>"};
+
+// SentencePiece writes spaces as U+2581 LOWER ONE EIGHTH BLOCK.
+constexpr std::string_view kSpmSpace = "\xE2\x96\x81";
+
+void escape_spaces(std::string_view text, std::string& out) {
+  for (char c : text) {
+    if (c == ' ')
+      out.append(kSpmSpace);
+    else
+      out.push_back(c);
+  }
+}
+
+void append_unescaped_spaces(std::string_view text, std::string& out) {
+  for (size_t at = 0;;) {
+    const size_t next = text.find(kSpmSpace, at);
+    if (next == std::string_view::npos) {
+      out.append(text.substr(at));
+      return;
+    }
+    out.append(text.substr(at, next - at)).push_back(' ');
+    at = next + kSpmSpace.size();
+  }
+}
 
 // Words longer than this are not worth remembering within one encode call.
 constexpr size_t kMaxCachedWordBytes = 64;
@@ -122,8 +151,12 @@ struct Tokenizer::Impl {
   std::vector<uint8_t> types;    // TokenType of each entry of the given token_type list
   std::vector<uint8_t> attrs;
   Tokenizer::FimTokens fim;
+  tokenizer::VocabKind kind = tokenizer::VocabKind::Bpe;
   tokenizer::BpeModel bpe;
-  std::unique_ptr<tokenizer::PreTokenizer> pre;
+  std::unique_ptr<tokenizer::PreTokenizer> pre;  // BPE only
+  bool clean_spaces = false;   // decode's clean-up pass (BPE pre-tokenizers that ask for it)
+  bool ignore_merges = false;  // BPE: a whole word that is a token skips the merges
+  tokenizer::SpmModel spm;
   tokenizer::SpecialTokenMatcher specials;
   std::vector<Token> eog;  // sorted
   Token eot = -1;          // effective: the GGUF's, else detected by name
@@ -139,6 +172,7 @@ struct Tokenizer::Impl {
   }
   void build();
   void assign_attributes();
+  void assign_strip_attributes();
   // Appends token_to_piece(id, special = true): pieces are rendered on demand, which costs less
   // than keeping another copy of the vocabulary.
   void append_piece(Token id, std::string& out) const;
@@ -150,15 +184,27 @@ struct Tokenizer::Impl {
   void encode_text(std::string_view text, std::vector<Token>& out, tokenizer::PreTokenizerScratch& pre_scratch,
                    tokenizer::BpeScratch& bpe_scratch, std::unordered_map<std::string, std::pair<uint32_t, uint32_t>>& cache,
                    std::vector<Token>& cache_pool) const;
+  // llama.cpp's SentencePiece encode: a space before the text at the start and after every
+  // special token (add_space_prefix), spaces written as "▁", then the score-ordered merges.
+  void encode_spm(std::string_view text, const std::vector<tokenizer::Fragment>& fragments,
+                  std::vector<Token>& out) const;
 };
 
 void Tokenizer::Impl::build() {
-  if (data.model != "gpt2")
-    fail("tokenizer.ggml.model is '" + data.model + "'; only 'gpt2' (byte-level BPE) is supported");
-  pre = tokenizer::PreTokenizer::create(data.pre);
-  if (!pre)
-    fail("tokenizer.ggml.pre is '" + data.pre +
-         "'; supported pre-tokenizers: qwen2, deepseek-r1-qwen, qwen35, gpt-2, default");
+  const auto defaults = tokenizer::vocab_defaults(data.model, data.pre);
+  if (!defaults)
+    fail("tokenizer.ggml.model is '" + data.model +
+         "'; only 'gpt2' (byte-level BPE) and 'llama' (SentencePiece) are supported");
+  kind = defaults->kind;
+  if (kind == tokenizer::VocabKind::Bpe) {
+    pre = tokenizer::PreTokenizer::create(data.pre);
+    if (!pre)
+      fail("tokenizer.ggml.pre is '" + data.pre +
+           "'; supported pre-tokenizers: qwen2, deepseek-r1-qwen, qwen35, llama-bpe (llama3, llama-v3, falcon3, "
+           "falcon-h1, pixtral, midm-2.0, lfm2, jina-v5-nano), tekken, gpt-2, default");
+    clean_spaces = pre->clean_spaces();
+    ignore_merges = pre->ignore_merges();
+  }
   const size_t n = data.tokens.size();
   if (n == 0) fail("tokenizer.ggml.tokens is empty");
   if (n > size_t(INT32_MAX)) fail("tokenizer.ggml.tokens has too many entries");
@@ -182,7 +228,15 @@ void Tokenizer::Impl::build() {
       fail("tokenizer.ggml.tokens: duplicate token '" + std::string(texts[i]) + "' at ids " +
            std::to_string(earlier) + " and " + std::to_string(i));
   }
-  bpe = tokenizer::BpeModel(texts, ids, data.merges);
+  if (kind == tokenizer::VocabKind::Bpe) {
+    bpe = tokenizer::BpeModel(texts, ids, data.merges);
+  } else {
+    if (!data.scores.empty() && data.scores.size() < n)
+      fail("tokenizer.ggml.scores has " + std::to_string(data.scores.size()) + " entries for " +
+           std::to_string(n) + " tokens");
+    spm = tokenizer::SpmModel(texts, ids, std::move(data.scores));
+    data.scores.clear();
+  }
   types.resize(data.types.size());
   for (size_t i = 0; i < data.types.size(); ++i) {
     const auto t = int32_t(data.types[i]);
@@ -190,10 +244,12 @@ void Tokenizer::Impl::build() {
   }
 
   // Special ids outside the vocabulary are ignored, as llama.cpp does (with a warning there).
-  for (Token* id : {&data.bos, &data.eos, &data.eot, &data.pad})
+  for (Token* id : {&data.bos, &data.eos, &data.eot, &data.pad, &data.unk})
     if (*id < -1 || *id >= Token(n)) *id = -1;
   if (data.add_bos && data.bos < 0)
     fail("tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
+  if (data.add_eos && data.eos < 0)
+    fail("tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
 
   assign_attributes();
 
@@ -205,13 +261,14 @@ void Tokenizer::Impl::build() {
                    [&](Token a, Token b) { return texts[a].size() > texts[b].size(); });
   std::vector<tokenizer::SpecialTokenMatcher::Entry> entries;
   for (Token id : special_ids)
-    entries.push_back({id, std::string(texts[id]), (attrs[id] & (kAttrControl | kAttrUnknown)) != 0});
+    entries.push_back({id, std::string(texts[id]), (attrs[id] & (kAttrControl | kAttrUnknown)) != 0,
+                       (attrs[id] & kAttrLstrip) != 0, (attrs[id] & kAttrRstrip) != 0});
   specials = tokenizer::SpecialTokenMatcher(std::move(entries));
 
   texts.shrink_to_fit();
   // The lists now live in the compact structures above.
   std::vector<std::string>().swap(data.tokens);
-  std::vector<std::string>().swap(data.merges);
+  if (kind == tokenizer::VocabKind::Bpe) std::vector<std::string>().swap(data.merges);  // SPM keeps its (unused) list
   std::vector<TokenType>().swap(data.types);
 }
 
@@ -264,6 +321,21 @@ void Tokenizer::Impl::assign_attributes() {
     if (t >= 0) eog.push_back(t);
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+  assign_strip_attributes();
+}
+
+void Tokenizer::Impl::assign_strip_attributes() {
+  // llama.cpp sets these by general.name; of its rules only Phi-3's concerns a vocabulary agentkv
+  // loads (the others are BERT-family masks). Phi-3's chat template puts "\n" after its special
+  // tokens, which the model never saw as tokens.
+  std::string name = data.model_name;
+  for (char& c : name) c = char(std::tolower(uint8_t(c)));
+  if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos) return;
+  for (size_t i = 0; i < texts.size(); ++i)
+    if (attrs[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) attrs[i] |= kAttrRstrip;
+  if (const Token t = find("</s>"); t >= 0) attrs[t] |= kAttrRstrip;
+  for (std::string_view text : {"<unk>", "<s>", "<|endoftext|>"})
+    if (const Token t = find(text); t >= 0) attrs[t] &= uint8_t(~kAttrRstrip);
 }
 
 void Tokenizer::Impl::append_piece(Token id, std::string& out) const {
@@ -271,6 +343,10 @@ void Tokenizer::Impl::append_piece(Token id, std::string& out) const {
   const std::string_view text = texts[id];
   if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) {
     out.append(text);
+    return;
+  }
+  if ((attr & kAttrNormal) && kind == tokenizer::VocabKind::Spm) {
+    append_unescaped_spaces(text, out);
     return;
   }
   if (attr & kAttrNormal) {
@@ -342,11 +418,35 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<Token>& out
       }
     }
     const size_t first = out.size();
-    bpe.encode_word(word, bpe_scratch, out);
+    if (ignore_merges) {
+      std::string byte_level;
+      for (char c : word) byte_level += unicode::byte_to_utf8(uint8_t(c));
+      if (const Token whole = find(byte_level); whole >= 0) out.push_back(whole);
+    }
+    if (out.size() == first) bpe.encode_word(word, bpe_scratch, out);
     if (cacheable && cache.size() < kMaxCachedWords) {
       cache.emplace(std::move(key), std::make_pair(uint32_t(cache_pool.size()), uint32_t(out.size() - first)));
       cache_pool.insert(cache_pool.end(), out.begin() + first, out.end());
     }
+  }
+}
+
+void Tokenizer::Impl::encode_spm(std::string_view text, const std::vector<tokenizer::Fragment>& fragments,
+                                 std::vector<Token>& out) const {
+  tokenizer::SpmScratch scratch;
+  std::string escaped;
+  bool after_special = true;  // the start of the text counts as after a special token
+  for (const auto& f : fragments) {
+    if (f.token >= 0) {
+      out.push_back(f.token);
+      after_special = true;
+      continue;
+    }
+    escaped.clear();
+    if (data.add_space_prefix && after_special) escaped.append(kSpmSpace);
+    escape_spaces(text.substr(f.begin, f.end - f.begin), escaped);
+    spm.encode(escaped, texts, ids, scratch, out);
+    after_special = false;
   }
 }
 
@@ -368,6 +468,11 @@ std::vector<Token> Tokenizer::encode(std::string_view text, bool add_special, bo
   if (add_special && m.data.add_bos) out.push_back(m.data.bos);
   std::vector<tokenizer::Fragment> fragments;
   m.specials.partition(text, parse_special, fragments);
+  if (m.kind == tokenizer::VocabKind::Spm) {
+    m.encode_spm(text, fragments, out);
+    if (add_special && m.data.add_eos) out.push_back(m.data.eos);
+    return out;
+  }
   tokenizer::PreTokenizerScratch pre_scratch;
   tokenizer::BpeScratch bpe_scratch;
   std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> cache;
@@ -379,6 +484,7 @@ std::vector<Token> Tokenizer::encode(std::string_view text, bool add_special, bo
     else
       m.encode_text(text.substr(f.begin, f.end - f.begin), out, pre_scratch, bpe_scratch, cache, cache_pool);
   }
+  if (add_special && m.data.add_eos) out.push_back(m.data.eos);
   return out;
 }
 
@@ -394,11 +500,17 @@ std::string Tokenizer::token_to_piece(Token id, bool special) const {
 std::string Tokenizer::decode(std::span<const Token> tokens, bool special) const {
   const Impl& m = *impl_;
   std::string text;
+  // add_space_prefix: the space encode() put before the text goes again, from the first token
+  // only (whatever it is, as llama.cpp's detokenize does).
+  bool drop_leading_space = m.data.add_space_prefix;
   for (Token t : tokens) {
     m.check_id(t);
+    const size_t start = text.size();
     if (special || !(m.attrs[t] & (kAttrControl | kAttrUnknown))) m.append_piece(t, text);
+    if (drop_leading_space && text.size() > start && text[start] == ' ') text.erase(start, 1);
+    drop_leading_space = false;
   }
-  if (!impl_->pre->clean_spaces()) return text;
+  if (!m.clean_spaces) return text;
   clean_spaces(text);
   return text;
 }
@@ -408,6 +520,7 @@ Token Tokenizer::bos() const { return impl_->data.bos; }
 Token Tokenizer::eos() const { return impl_->data.eos; }
 Token Tokenizer::eot() const { return impl_->eot; }
 bool Tokenizer::add_bos() const { return impl_->data.add_bos; }
+bool Tokenizer::add_eos() const { return impl_->data.add_eos; }
 
 bool Tokenizer::is_eog(Token id) const {
   return std::binary_search(impl_->eog.begin(), impl_->eog.end(), id);
@@ -436,7 +549,10 @@ const VocabData& Tokenizer::data() const {
     for (Token id : m.empty_ids) full->tokens[size_t(id)].clear();
     full->types.reserve(m.types.size());
     for (uint8_t t : m.types) full->types.push_back(TokenType(t));
-    full->merges = m.bpe.merge_lines(m.texts);
+    if (m.kind == tokenizer::VocabKind::Bpe)
+      full->merges = m.bpe.merge_lines(m.texts);
+    else
+      full->scores = m.spm.scores();
     m.full_data = std::move(full);
   });
   return *m.full_data;
@@ -446,7 +562,7 @@ const std::string& Tokenizer::chat_template() const { return impl_->data.chat_te
 
 size_t Tokenizer::memory_bytes() const {
   const Impl& m = *impl_;
-  return m.texts.memory_bytes() + m.ids.memory_bytes() + m.bpe.memory_bytes() +
+  return m.texts.memory_bytes() + m.ids.memory_bytes() + m.bpe.memory_bytes() + m.spm.memory_bytes() +
          m.types.capacity() + m.attrs.capacity() + m.empty_ids.capacity() * sizeof(Token);
 }
 

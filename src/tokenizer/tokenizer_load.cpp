@@ -8,12 +8,11 @@
 #include "agentkv/error.h"
 #include "gguf/gguf.h"
 #include "agentkv/tokenizer.h"
+#include "tokenizer/vocab_defaults.h"
 
 namespace agentkv {
 
 namespace {
-
-constexpr Token kGpt2DefaultSpecial = 11;  // llama.cpp's bos/eos for gpt2 vocabularies without the keys
 
 TokenType token_type_from_int(int64_t v) {
   return (v >= 0 && v <= 6) ? TokenType(v) : TokenType::Undefined;
@@ -27,10 +26,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::Reader& gguf) {
   VocabData v;
   auto model = md.get_string("tokenizer.ggml.model");
   if (!model) throw Error(path + ": missing required key tokenizer.ggml.model");
-  if (*model != "gpt2")
-    throw Error(path + ": tokenizer.ggml.model is '" + *model + "'; only 'gpt2' (byte-level BPE) is supported");
   v.model = *model;
   v.pre = md.get_string("tokenizer.ggml.pre").value_or("default");
+  const auto defaults = tokenizer::vocab_defaults(v.model, v.pre);
+  if (!defaults)
+    throw Error(path + ": tokenizer.ggml.model is '" + *model +
+                "'; only 'gpt2' (byte-level BPE) and 'llama' (SentencePiece) are supported");
+  const bool bpe = defaults->kind == tokenizer::VocabKind::Bpe;
   auto tokens = md.get_string_array("tokenizer.ggml.tokens");
   if (!tokens) throw Error(path + ": missing required key tokenizer.ggml.tokens");
   v.tokens = std::move(*tokens);
@@ -38,9 +40,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::Reader& gguf) {
     v.types.reserve(types->size());
     for (int64_t t : *types) v.types.push_back(token_type_from_int(t));
   }
+  if (auto scores = md.get_float_array("tokenizer.ggml.scores")) v.scores.assign(scores->begin(), scores->end());
   auto merges = md.get_string_array("tokenizer.ggml.merges");
-  if (!merges) throw Error(path + ": missing required key tokenizer.ggml.merges");
-  v.merges = std::move(*merges);
+  if (bpe && !merges) throw Error(path + ": missing required key tokenizer.ggml.merges");
+  if (merges) v.merges = std::move(*merges);
 
   const uint64_t n = v.tokens.size();
   auto special = [&](const char* key, Token fallback) -> Token {
@@ -48,12 +51,18 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::Reader& gguf) {
     if (!id) return fallback < Token(n) ? fallback : -1;
     return *id < n ? Token(*id) : -1;
   };
-  v.bos = special("tokenizer.ggml.bos_token_id", kGpt2DefaultSpecial);
-  v.eos = special("tokenizer.ggml.eos_token_id", kGpt2DefaultSpecial);
+  v.bos = special("tokenizer.ggml.bos_token_id", defaults->bos);
+  v.eos = special("tokenizer.ggml.eos_token_id", defaults->eos);
   v.eot = special("tokenizer.ggml.eot_token_id", -1);
   v.pad = special("tokenizer.ggml.padding_token_id", -1);
-  v.add_bos = md.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
+  v.unk = special("tokenizer.ggml.unknown_token_id", defaults->unk);
+  // As llama.cpp: the model / pre-tokenizer's default unless the file says otherwise (Llama 3
+  // files without the key still get their BOS).
+  v.add_bos = md.get_bool("tokenizer.ggml.add_bos_token").value_or(defaults->add_bos);
+  v.add_eos = md.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  v.add_space_prefix = md.get_bool("tokenizer.ggml.add_space_prefix").value_or(defaults->add_space_prefix);
   v.chat_template = md.get_string("tokenizer.chat_template").value_or("");
+  v.model_name = md.get_string("general.name").value_or("");
   return std::make_unique<Tokenizer>(std::move(v), path);
 }
 
@@ -80,6 +89,9 @@ const std::pair<const char*, const char*> kKnownSplitRegexes[] = {
     {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
      "qwen35"},
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     "llama-bpe"},
 };
 
 std::string detect_pre(const nlohmann::json& pre_tokenizer, const std::string& path) {
@@ -100,8 +112,8 @@ std::string detect_pre(const nlohmann::json& pre_tokenizer, const std::string& p
   for (const auto& [re, pre] : kKnownSplitRegexes)
     if (regex == re) return pre;
   if (regex.empty() && byte_level_regex) return "gpt-2";
-  throw Error(path + ": unsupported pre-tokenizer (only Qwen2 / Qwen3.5 split regexes and plain GPT-2 "
-                     "ByteLevel are recognised)");
+  throw Error(path + ": unsupported pre-tokenizer (only Qwen2 / Qwen3.5 / Llama 3 split regexes and plain "
+                     "GPT-2 ByteLevel are recognised)");
 }
 
 // An added-token reference in tokenizer_config.json: a string, {"content": ...} or null.
@@ -178,6 +190,7 @@ static std::unique_ptr<Tokenizer> load_hf(const std::string& tokenizer_json, con
     throw Error(tokenizer_json + ": unexpected structure: " + e.what());
   }
 
+  bool add_bos_given = false;
   auto id_of = [&](const std::string& text) -> Token {
     for (size_t i = 0; i < v.tokens.size(); ++i)
       if (v.tokens[i] == text) return Token(i);
@@ -188,7 +201,10 @@ static std::unique_ptr<Tokenizer> load_hf(const std::string& tokenizer_json, con
     if (auto t = token_content(cj.value("bos_token", nlohmann::json()))) v.bos = id_of(*t);
     if (auto t = token_content(cj.value("eos_token", nlohmann::json()))) v.eos = id_of(*t);
     if (auto t = token_content(cj.value("pad_token", nlohmann::json()))) v.pad = id_of(*t);
-    if (cj.contains("add_bos_token") && cj["add_bos_token"].is_boolean()) v.add_bos = cj["add_bos_token"].get<bool>();
+    if (cj.contains("add_bos_token") && cj["add_bos_token"].is_boolean()) {
+      v.add_bos = cj["add_bos_token"].get<bool>();
+      add_bos_given = true;
+    }
     if (cj.contains("chat_template")) {
       const auto& ct = cj["chat_template"];
       if (ct.is_string()) {
@@ -207,6 +223,9 @@ static std::unique_ptr<Tokenizer> load_hf(const std::string& tokenizer_json, con
     fill(v.bos, "bos_token_id");
     fill(v.eos, "eos_token_id");
   }
+  // Llama 3's tokenizer_config.json leaves add_bos_token out (its post-processor adds BOS):
+  // llama.cpp's default for the pre-tokenizer then, where there is a BOS to add.
+  if (!add_bos_given && v.bos >= 0) v.add_bos = tokenizer::vocab_defaults(v.model, v.pre)->add_bos;
   return std::make_unique<Tokenizer>(std::move(v), tokenizer_json);
 }
 

@@ -191,3 +191,28 @@ def reference():
         pytest.skip(FIXTURES_MISSING)
     with open(os.path.join(FIXTURES, "reference", "qwen3-micro.json")) as f:
         return json.load(f)["cases"]
+
+
+# The models the memory tests run on, by key: the fixtures, and the presets of the architectures
+# added since (made by `agentkv mkmodel --preset NAME`, once per test run).
+FIXTURE_MODELS = {"dense": "qwen3-micro.gguf", "hybrid": "qwen35moe-micro.gguf"}
+PRESET_MODELS = {"qwen3moe": "qwen3moe-micro", "llama": "llama-micro", "qwen3next": "qwen3next-micro"}
+MEMORY_MODELS = sorted(FIXTURE_MODELS) + sorted(PRESET_MODELS)
+HYBRID_MODELS = ["hybrid", "qwen3next"]  # Gated DeltaNet + attention: recurrent snapshots
+_preset_files = {}
+
+
+def model_file(key):
+    """The GGUF of a memory-test model key (a fixture path, or a preset made on first use)."""
+    if key in FIXTURE_MODELS:
+        return os.path.join(FIXTURES, "models", FIXTURE_MODELS[key])
+    if not os.path.isdir(FIXTURES):  # the presets carry the fixture tokenizer
+        pytest.skip(FIXTURES_MISSING)
+    if key not in _preset_files:
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="agentkv-presets-")
+        path = os.path.join(folder, PRESET_MODELS[key] + ".gguf")
+        subprocess.run([_find_binary(), "mkmodel", "--preset", PRESET_MODELS[key], "-o", path],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        _preset_files[key] = path
+    return _preset_files[key]

@@ -1,5 +1,6 @@
 """An agent loop with the OpenAI Node SDK (tests/server/node/agent.test.mjs): 10 tools,
-tool_choice "required", 6 turns, streamed and not, on the dense and the hybrid fixture models.
+tool_choice "required", 6 turns, streamed and not, on the dense and the hybrid fixture models and the
+Qwen3-MoE preset.
 Every reply is valid tool calls; from turn 2 on the previous answer is not evaluated again."""
 
 import os
@@ -9,20 +10,20 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, Server
+from conftest import Server, model_file
 
 NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
-MODELS = {"dense": "qwen3-micro.gguf", "hybrid": "qwen35moe-micro.gguf"}
+MODELS = ["dense", "hybrid", "qwen3moe"]
 
 
-@pytest.mark.parametrize("kind", sorted(MODELS))
+@pytest.mark.parametrize("kind", MODELS)
 def test_agent_loop_node_sdk(tmp_path, kind):
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed (scripts/setup.sh installs it)")
     assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", "openai")), \
         "run `npm ci` in tests/server/node (scripts/setup.sh does)"
-    server = Server(tmp_path, "-np", "2", "-c", "16384", model=os.path.join(FIXTURES, "models", MODELS[kind]))
+    server = Server(tmp_path, "-np", "2", "-c", "16384", model=model_file(kind))
     try:
         env = dict(os.environ, AGENTKV_URL="http://127.0.0.1:%d" % server.port, AGENTKV_KIND=kind)
         run = subprocess.run([node, "--test", "agent.test.mjs"], cwd=NODE_DIR, env=env,

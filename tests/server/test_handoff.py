@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, MODEL, Server, _find_binary, needs_fixtures
+from conftest import FIXTURES, HYBRID_MODELS, MEMORY_MODELS, MODEL, Server, _find_binary, model_file, needs_fixtures
 
 GREEDY = {"temperature": 0, "repeat_penalty": 2.0, "repeat_last_n": 64, "return_tokens": True}
 HYBRID = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
@@ -63,9 +63,15 @@ def expected_tokens(server, prompt, extra):
             "diverged": fresh(server, prompt[:cut] + extra, 8)}
 
 
-def test_save_restart_restore(tmp_path, save_dir, reference):
+# The attention-only models (the hybrid's states have their own tests below).
+PLAIN_MODELS = [k for k in MEMORY_MODELS if k not in HYBRID_MODELS]
+
+
+@pytest.mark.parametrize("kind", PLAIN_MODELS)
+def test_save_restart_restore(tmp_path, save_dir, reference, kind):
     prompt, extra = reference[5]["prompt_tokens"], reference[3]["prompt_tokens"]
-    first = Server(tmp_path / "first", "-np", "2", "--slot-save-path", save_dir)
+    model = model_file(kind)
+    first = Server(tmp_path / "first", "-np", "2", "--slot-save-path", save_dir, model=model)
     try:
         warm = complete(first, prompt, 0, id_slot=0)
         assert warm["tokens_cached"] == len(prompt)
@@ -77,7 +83,7 @@ def test_save_restart_restore(tmp_path, save_dir, reference):
     finally:
         first.stop()
 
-    second = Server(tmp_path / "second", "-np", "2", "--slot-save-path", save_dir)
+    second = Server(tmp_path / "second", "-np", "2", "--slot-save-path", save_dir, model=model)
     try:
         expected = expected_tokens(second, prompt, extra)
 
@@ -99,9 +105,11 @@ def test_save_restart_restore(tmp_path, save_dir, reference):
         second.stop()
 
 
-def test_adopt_a_state_prefilled_by_another_process(tmp_path, save_dir, reference):
+@pytest.mark.parametrize("kind", PLAIN_MODELS)
+def test_adopt_a_state_prefilled_by_another_process(tmp_path, save_dir, reference, kind):
     prompt, extra = reference[5]["prompt_tokens"], reference[3]["prompt_tokens"]
-    prefiller = Server(tmp_path / "prefill", "-np", "1", "--slot-save-path", save_dir)
+    model = model_file(kind)
+    prefiller = Server(tmp_path / "prefill", "-np", "1", "--slot-save-path", save_dir, model=model)
     try:
         status, inline = prefiller.post("/v1/prefill", {"prompt": prompt})
         assert status == 200, inline
@@ -114,7 +122,7 @@ def test_adopt_a_state_prefilled_by_another_process(tmp_path, save_dir, referenc
     finally:
         prefiller.stop()
 
-    decoder = Server(tmp_path / "decode", "-np", "2", "--slot-save-path", save_dir)
+    decoder = Server(tmp_path / "decode", "-np", "2", "--slot-save-path", save_dir, model=model)
     try:
         expected = expected_tokens(decoder, prompt, extra)
 
@@ -151,8 +159,9 @@ def test_cli_prefill_is_adopted(tmp_path, save_dir):
         server.stop()
 
 
-def test_hybrid_handoff_through_prefill(tmp_path):
-    prefiller = Server(tmp_path / "hp", "-np", "1", model=HYBRID)
+@pytest.mark.parametrize("kind", HYBRID_MODELS)
+def test_hybrid_handoff_through_prefill(tmp_path, kind):
+    prefiller = Server(tmp_path / "hp", "-np", "1", model=model_file(kind))
     try:
         _, tok = prefiller.post("/tokenize", {"content": "Agents call tools, read the results and continue the plan."})
         prompt = tok["tokens"]
@@ -161,7 +170,7 @@ def test_hybrid_handoff_through_prefill(tmp_path):
         assert status == 200, state
     finally:
         prefiller.stop()
-    decoder = Server(tmp_path / "hd", "-np", "1", model=HYBRID)
+    decoder = Server(tmp_path / "hd", "-np", "1", model=model_file(kind))
     try:
         expected = expected_tokens(decoder, prompt, extra)
 
@@ -178,8 +187,9 @@ def test_hybrid_handoff_through_prefill(tmp_path):
         decoder.stop()
 
 
-def test_hybrid_state_carries_its_checkpoints(tmp_path, save_dir):
-    saver = Server(tmp_path / "hs", "-np", "1", "--slot-save-path", save_dir, model=HYBRID)
+@pytest.mark.parametrize("kind", HYBRID_MODELS)
+def test_hybrid_state_carries_its_checkpoints(tmp_path, save_dir, kind):
+    saver = Server(tmp_path / "hs", "-np", "1", "--slot-save-path", save_dir, model=model_file(kind))
     try:
         _, tok = saver.post("/tokenize", {"content": "User: plan the refactoring of the parser module."})
         prompt = tok["tokens"]
@@ -188,7 +198,7 @@ def test_hybrid_state_carries_its_checkpoints(tmp_path, save_dir):
         assert status == 200 and saved["n_saved"] == len(prompt) + 5, saved
     finally:
         saver.stop()
-    loader = Server(tmp_path / "hl", "-np", "1", "--slot-save-path", save_dir, model=HYBRID)
+    loader = Server(tmp_path / "hl", "-np", "1", "--slot-save-path", save_dir, model=model_file(kind))
     try:
         rewritten = prompt + [16, 17, 18, 19]
         expected = fresh(loader, rewritten, 6)

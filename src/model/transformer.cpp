@@ -1,4 +1,4 @@
-#include "model/qwen3.h"
+#include "model/transformer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,15 +19,25 @@ enum Slot { kX, kCur, kScratch, kOut };
 // feed-forward adds no memory), a multiple of 4 so that every block starts a row group of the
 // batched kernels exactly where the whole batch would (kernels/matmul.cpp: same numerics).
 int64_t ffn_block_rows(int64_t n_tokens, int64_t attn_width, int64_t n_ff) {
+  if (n_ff == 0) return n_tokens;  // experts: moe_ffn has its own scratch
   const int64_t fit = n_tokens * attn_width / (2 * n_ff) / 4 * 4;
   return std::max<int64_t>(4, std::min(fit, n_tokens));
 }
 }  // namespace
 
-Qwen3Model::Qwen3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchModel(std::move(g), std::move(c)) {
+TransformerModel::TransformerModel(std::unique_ptr<gguf::Reader> g, ModelConfig c)
+    : ArchModel(std::move(g), std::move(c)) {
   const auto& cfg = config_;
+  const bool qwen = cfg.arch != Arch::Llama;
   WeightBinder w(*gguf_);
   const int64_t E = cfg.n_embd, D = cfg.head_dim_k;
+  rope_ = ArchModel::rope();
+  if (!qwen) {
+    // llama.cpp's LLAMA_ROPE_TYPE_NORM: the converter permuted Q/K rows for adjacent pairs.
+    rope_.style = RopeStyle::Norm;
+    // Llama 3.1+ frequency scaling: one divisor per rotated pair, shared by every layer.
+    if (w.has("rope_freqs.weight")) rope_.freq_factors = w.vector("rope_freqs.weight", cfg.n_rot / 2);
+  }
   token_embd_ = w.matrix("token_embd.weight", E, cfg.n_vocab);
   output_norm_ = w.vector("output_norm.weight", E);
   output_ = cfg.tied_output ? token_embd_ : w.matrix("output.weight", E, cfg.n_vocab);
@@ -40,20 +50,42 @@ Qwen3Model::Qwen3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchMod
     l.wk = w.matrix(p + "attn_k.weight", E, cfg.n_head_kv * D);
     l.wv = w.matrix(p + "attn_v.weight", E, cfg.n_head_kv * D);
     l.wo = w.matrix(p + "attn_output.weight", cfg.n_head * D, E);
-    l.q_norm = w.vector(p + "attn_q_norm.weight", D);
-    l.k_norm = w.vector(p + "attn_k_norm.weight", D);
+    if (qwen) {
+      l.q_norm = w.vector(p + "attn_q_norm.weight", D);
+      l.k_norm = w.vector(p + "attn_k_norm.weight", D);
+    }
     l.ffn_norm = w.vector(p + "ffn_norm.weight", E);
-    l.ffn_gate = w.matrix(p + "ffn_gate.weight", E, cfg.n_ff);
-    l.ffn_up = w.matrix(p + "ffn_up.weight", E, cfg.n_ff);
-    l.ffn_down = w.matrix(p + "ffn_down.weight", cfg.n_ff, E);
+    if (cfg.n_expert > 0) {
+      l.moe = bind_moe_weights(w, p, cfg);
+    } else {
+      l.ffn_gate = w.matrix(p + "ffn_gate.weight", E, cfg.n_ff);
+      l.ffn_up = w.matrix(p + "ffn_up.weight", E, cfg.n_ff);
+      l.ffn_down = w.matrix(p + "ffn_down.weight", cfg.n_ff, E);
+    }
   }
   w.check_all_used();
 }
 
-void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws, ThreadPool& pool) const {
+void TransformerModel::dense_ffn(const Layer& l, const float* cur, int64_t rows, float* out, float* scratch,
+                                 int64_t block_rows, ThreadPool& pool) const {
+  const int64_t E = config_.n_embd, F = config_.n_ff;
+  for (int64_t r0 = 0; r0 < rows;) {
+    int64_t n = std::min(block_rows, rows - r0);
+    if (rows - r0 - n == 1) ++n;  // a lone last row would take the single-row kernels' numerics
+    float* gate = scratch;
+    float* up = scratch + n * F;
+    matmul(l.ffn_gate, cur + r0 * E, n, E, gate, F, pool);
+    matmul(l.ffn_up, cur + r0 * E, n, E, up, F, pool);
+    for (int64_t t = 0; t < n; ++t) swiglu(gate + t * F, up + t * F, gate + t * F, F);
+    matmul(l.ffn_down, gate, n, F, out + r0 * E, E, pool);
+    r0 += n;
+  }
+}
+
+void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws, ThreadPool& pool) const {
   const auto& cfg = config_;
   const int64_t T = static_cast<int64_t>(b.tokens.size());
-  const int64_t E = cfg.n_embd, D = cfg.head_dim_k, F = cfg.n_ff;
+  const int64_t E = cfg.n_embd, D = cfg.head_dim_k, F = cfg.n_expert > 0 ? 0 : cfg.n_ff;  // dense FFN width
   const int64_t nq = cfg.n_head * D, nkv = cfg.n_head_kv * D;
   AttentionShape shape;
   shape.n_head = cfg.n_head;
@@ -85,10 +117,12 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
     matmul(l.wq, cur, T, E, q, nq, pool);
     matmul(l.wk, cur, T, E, k, nkv, pool);
     matmul(l.wv, cur, T, E, v, nkv, pool);
-    rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
-    rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
-    rope_rows(q, T, nq, cfg.n_head, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
-    rope_rows(k, T, nkv, cfg.n_head_kv, D, D, cfg.n_rot, b.ub->pos.data(), cfg.rope_freq_base, cfg.rope_freq_scale);
+    if (l.q_norm) {
+      rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
+      rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
+    }
+    rope_rows(q, T, nq, cfg.n_head, D, D, rope_, b.ub->pos.data());
+    rope_rows(k, T, nkv, cfg.n_head_kv, D, D, rope_, b.ub->pos.data());
     cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool);
     // The output projection sees the whole batch, as in llama.cpp: q4_K rounding depends on a
     // row's place in the batch (kernels/matmul.cpp), so selecting rows first would change it.
@@ -101,18 +135,10 @@ void Qwen3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws,
     for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
 
     for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, l.ffn_norm, cur + t * E, E, cfg.rms_eps);
-    for (int64_t r0 = 0; r0 < rows;) {
-      int64_t n = std::min(ffn_rows, rows - r0);
-      if (rows - r0 - n == 1) ++n;  // a lone last row would take the single-row kernels' numerics
-      float* gate = scratch;
-      float* up = scratch + n * F;
-      matmul(l.ffn_gate, cur + r0 * E, n, E, gate, F, pool);
-      matmul(l.ffn_up, cur + r0 * E, n, E, up, F, pool);
-      for (int64_t t = 0; t < n; ++t) swiglu(gate + t * F, up + t * F, gate + t * F, F);
-      matmul(l.ffn_down, gate, n, F, cur + r0 * E, E, pool);
-      r0 += n;
-    }
-    for (int64_t i = 0; i < rows * E; ++i) x[i] += cur[i];
+    float* ffn_out = cur;  // the dense blocks overwrite the rows they have read
+    if (cfg.n_expert > 0) moe_ffn(l.moe, cur, rows, E, ffn_out = out, ws, pool);
+    else dense_ffn(l, cur, rows, cur, scratch, ffn_rows, pool);
+    for (int64_t i = 0; i < rows * E; ++i) x[i] += ffn_out[i];
   }
   for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, output_norm_, cur + t * E, E, cfg.rms_eps);
   if (b.embeddings) {

@@ -1,0 +1,43 @@
+// The plain pre-norm decoder, every layer attention then feed-forward: Qwen3 (per-head Q/K RMSNorm,
+// NEOX RoPE), Qwen3-MoE (the same with routed experts, no shared expert) and Llama / Mistral
+// (no Q/K norm, adjacent-pair RoPE with Llama 3's rope_freqs; Mixtral-style experts when the
+// file has them). What differs per architecture is in TransformerModel's constructor.
+#pragma once
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "model/model.h"
+#include "model/moe_ffn.h"
+
+namespace agentkv {
+
+class TransformerModel final : public ArchModel {
+ public:
+  TransformerModel(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
+  void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
+               ThreadPool& pool) const override;
+  RopeSpec rope() const override { return rope_; }
+  // RoPE on text positions: stored keys can be re-rotated (context shift).
+  bool can_shift() const override { return true; }
+
+ private:
+  struct Layer {
+    const float* attn_norm;
+    WeightMatrix wq, wk, wv, wo;
+    const float* q_norm = nullptr;  // Qwen3 families only
+    const float* k_norm = nullptr;
+    const float* ffn_norm;
+    WeightMatrix ffn_gate, ffn_up, ffn_down;  // dense FFN
+    MoeWeights moe;                           // or experts (n_expert > 0)
+  };
+  void dense_ffn(const Layer& l, const float* cur, int64_t rows, float* out, float* scratch,
+                 int64_t block_rows, ThreadPool& pool) const;
+
+  RopeSpec rope_;
+  WeightMatrix token_embd_;
+  const float* output_norm_ = nullptr;
+  WeightMatrix output_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace agentkv
