@@ -1,9 +1,15 @@
-// The last layer of a decoder only carries on with the rows whose logits are wanted.
+// The last layer of a decoder only carries on with the rows whose logits are wanted, and the
+// output head turns them into logits (or hands out their final hidden states).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <span>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "model/model.h"
 
 namespace agentkv {
 
@@ -17,6 +23,18 @@ inline int64_t keep_output_rows(std::span<const int> rows, int64_t width, std::i
     for (float* buf : buffers) std::memcpy(buf + i * width, buf + src * width, static_cast<size_t>(width) * sizeof(float));
   }
   return n;
+}
+
+// The output norm of `rows` residual rows x into scratch, then the batch's embeddings (when it
+// asks for them) or its logits through the head.
+inline void output_head(const ForwardBatch& b, const float* x, int64_t rows, int64_t width, const float* norm,
+                        float eps, const WeightMatrix& head, int64_t n_vocab, float* scratch, ThreadPool& pool) {
+  for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * width, norm, scratch + t * width, width, eps);
+  if (b.embeddings) {
+    std::copy(scratch, scratch + rows * width, b.embeddings);
+    return;
+  }
+  matmul(head, scratch, rows, width, b.logits, n_vocab, pool);
 }
 
 }  // namespace agentkv

@@ -140,12 +140,7 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
     else dense_ffn(l, cur, rows, cur, scratch, ffn_rows, pool);
     for (int64_t i = 0; i < rows * E; ++i) x[i] += ffn_out[i];
   }
-  for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, output_norm_, cur + t * E, E, cfg.rms_eps);
-  if (b.embeddings) {
-    std::copy(cur, cur + rows * E, b.embeddings);
-    return;
-  }
-  matmul(output_, cur, rows, E, b.logits, cfg.n_vocab, pool);
+  output_head(b, x, rows, E, output_norm_, cfg.rms_eps, output_, cfg.n_vocab, cur, pool);
 }
 
 }  // namespace agentkv
