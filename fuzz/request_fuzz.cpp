@@ -78,12 +78,13 @@ void other_shapes(const Json& j) {
     if (g_chat) g_sink = g_sink + g_chat->apply(chat).size();
   });
   // The agent fields (grammar, json_schema, response_format, tools, tool_choice), as a chat
-  // handler reads them, for both tool-call formats.
+  // handler reads them, for every tool-call format.
   guarded([&] {
     check_known_fields(j, Endpoint::OaiChat);
     CompletionParams params = parse_completion_params(j, 4, g_tok ? g_tok->n_vocab() : 1000);
     parse_constraints(j, Endpoint::OaiChat, params);
-    for (ToolFormat f : {ToolFormat::Hermes, ToolFormat::QwenXml}) {
+    for (ToolFormat f : {ToolFormat::Hermes, ToolFormat::QwenXml, ToolFormat::Llama3Json, ToolFormat::MistralNemo,
+                         ToolFormat::MistralArgs, ToolFormat::MistralCallId}) {
       CompletionParams with_tools = params;
       g_sink = g_sink + parse_chat_options(j, f, "<think>\n", with_tools).tools.size() + with_tools.grammar.triggers.size();
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes with libFuzzer (ASan + UBSan): the GGUF reader, the server's JSON request layer (request
-# parsing + chat formatting) and the state-file reader (with the KV code file reader), for N seconds in all (split between the three
-# targets); exits non-zero if one finds a crash.
+# parsing + chat formatting), the parsers of model output (reasoning, tool calls of every format,
+# streamed prefixes) and the state-file reader (with the KV code file reader), for N seconds in all
+# (split between the four targets); exits non-zero if one finds a crash.
 # Builds build-fuzz/ with clang first if needed. Usage: scripts/fuzz.sh [SECONDS]   (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,12 +12,12 @@ build=build-fuzz
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_FUZZ=ON
 fi
-cmake --build "$build" --target gguf_fuzz request_fuzz state_fuzz -j2
+cmake --build "$build" --target gguf_fuzz request_fuzz state_fuzz tool_call_fuzz -j2
 
 fixtures="${AGENTKV_FIXTURES:-../shared/fixtures}/models"
-# Time shares: the GGUF reader half, the two server targets a quarter each (at least 5 s each).
+# Time shares: the GGUF reader half, the three other targets a third of the rest each (at least 5 s each).
 gguf_s=$(( seconds / 2 > 5 ? seconds / 2 : 5 ))
-rest_s=$(( (seconds - gguf_s) / 2 > 5 ? (seconds - gguf_s) / 2 : 5 ))
+rest_s=$(( (seconds - gguf_s) / 3 > 5 ? (seconds - gguf_s) / 3 : 5 ))
 
 run() {  # name seconds max_len dict-or-empty seeds...
   local name=$1 secs=$2 max_len=$3 dict=$4
@@ -44,6 +45,22 @@ run gguf_fuzz "$gguf_s" 16384 fuzz/gguf.dict "$seeds" fuzz/gguf-regressions
 # Requests: the seeds of fuzz/request-seeds (every endpoint's body shapes), the model's template.
 export AGENTKV_FUZZ_MODEL="$fixtures/qwen3-micro.gguf"
 run request_fuzz "$rest_s" 8192 fuzz/request.dict fuzz/request-seeds
+
+# Model output: the recorded outputs of every tool-call format (tests/data/tool_call_outputs.json),
+# each under the byte that picks its format (tool_call_fuzz.cpp), plus the Qwen shapes.
+seeds="$build/fuzz/tool-call-seeds"
+mkdir -p "$seeds"
+python3 - "$seeds" <<'PY'
+import json, sys
+formats = ["hermes", "qwen-xml", "llama3-json", "mistral-nemo", "mistral-args", "mistral-call-id"]
+cases = json.load(open("tests/data/tool_call_outputs.json"))["cases"]
+cases += [{"format": "hermes", "text": '<think>\nok\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {"s": "x"}}\n</tool_call>'},
+          {"format": "qwen-xml", "text": "<tool_call>\n<function=f>\n<parameter=n>\n7\n</parameter>\n</function>\n</tool_call>"}]
+for i, c in enumerate(cases):
+    open(f"{sys.argv[1]}/seed-{i}", "wb").write(bytes([formats.index(c["format"])]) + c["text"].encode())
+PY
+# fuzz/tool-call-regressions: inputs that once failed (each is replayed first).
+run tool_call_fuzz "$rest_s" 4096 "" "$seeds" fuzz/tool-call-regressions
 
 # States: valid dense and hybrid states written by the target itself.
 seeds="$build/fuzz/state-seeds"

@@ -214,7 +214,7 @@ ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const s
   p.grammar.grammar = compile(gbnf, "tools");
   if (choice == "auto") {
     p.grammar.lazy = true;
-    p.grammar.triggers = {"<tool_call>"};
+    p.grammar.triggers = tool_call_triggers(format);
     p.grammar.think_first = o.thinking_open;
   }
   return o;

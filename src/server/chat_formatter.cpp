@@ -5,6 +5,7 @@
 #include "agentkv/error.h"
 #include "server/builtin_chat_templates.h"
 #include "server/server_error.h"
+#include "server/tool_calls.h"
 
 namespace agentkv::server {
 
@@ -74,8 +75,7 @@ ChatFormatter::ChatFormatter(const Tokenizer& tok, const std::string& source)
       eos_(token_text(tok, tok.eos())),
       adds_bos_(tok.add_bos() && tok.bos() >= 0),
       template_(source_) {
-  object_arguments_ = source_.find("arguments is mapping") != std::string::npos ||
-                      source_.find("arguments|items") != std::string::npos;
+  object_arguments_ = template_wants_object_arguments(source_);
 }
 
 std::string ChatFormatter::apply(const Json& body) const {

@@ -1,13 +1,14 @@
 #include "server/tool_calls.h"
 
 #include <cctype>
-#include <random>
+#include <regex>
 #include <set>
 
 #include "agentkv/error.h"
 #include "agentkv/gbnf.h"
 #include "agentkv/json_schema.h"
 #include "server/json_fields.h"
+#include "server/tool_formats.h"
 
 namespace agentkv::server {
 
@@ -18,88 +19,14 @@ constexpr std::string_view kCallClose = "</tool_call>";
 constexpr std::string_view kThinkOpen = "<think>";
 constexpr std::string_view kThinkClose = "</think>";
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-size_t skip_ws(std::string_view s, size_t p) {
-  while (p < s.size() && is_ws(s[p])) ++p;
-  return p;
-}
-std::string_view trim(std::string_view s) {
-  size_t a = 0, b = s.size();
-  while (a < b && is_ws(s[a])) ++a;
-  while (b > a && is_ws(s[b - 1])) --b;
-  return s.substr(a, b - a);
-}
-std::string_view rtrim(std::string_view s) {
-  size_t b = s.size();
-  while (b > 0 && is_ws(s[b - 1])) --b;
-  return s.substr(0, b);
-}
-// Length of the longest suffix of s that is a proper prefix of tag (0 if none).
-size_t partial_tag_suffix(std::string_view s, std::string_view tag) {
-  for (size_t len = std::min(tag.size() - 1, s.size()); len > 0; --len)
-    if (s.substr(s.size() - len) == tag.substr(0, len)) return len;
-  return 0;
-}
-
-// Result of matching an expected piece of syntax.
-enum class Match { Ok, Incomplete, Bad };
-Match expect(std::string_view s, size_t& p, std::string_view lit) {
-  const size_t n = std::min(lit.size(), s.size() - p);
-  if (s.substr(p, n) != lit.substr(0, n)) return Match::Bad;
-  if (n < lit.size()) return Match::Incomplete;
-  p += lit.size();
-  return Match::Ok;
-}
-
-// A JSON string starting at p (on the quote). Sets end past the closing quote.
-Match scan_json_string(std::string_view s, size_t p, size_t& end) {
-  if (p >= s.size()) return Match::Incomplete;
-  if (s[p] != '"') return Match::Bad;
-  for (size_t i = p + 1; i < s.size(); ++i) {
-    if (s[i] == '\\') {
-      ++i;
-      continue;
-    }
-    if (s[i] == '"') {
-      end = i + 1;
-      return Match::Ok;
-    }
-  }
-  return Match::Incomplete;
-}
-
-// A JSON value starting at p: its end (structure only; validity is checked by the caller).
-Match scan_json_value(std::string_view s, size_t p, size_t& end) {
-  if (p >= s.size()) return Match::Incomplete;
-  const char c = s[p];
-  if (c == '"') return scan_json_string(s, p, end);
-  if (c == '{' || c == '[') {
-    int depth = 0;
-    for (size_t i = p; i < s.size(); ++i) {
-      const char d = s[i];
-      if (d == '"') {
-        size_t e = 0;
-        const Match m = scan_json_string(s, i, e);
-        if (m != Match::Ok) return m;
-        i = e - 1;
-      } else if (d == '{' || d == '[') {
-        ++depth;
-      } else if (d == '}' || d == ']') {
-        if (--depth == 0) {
-          end = i + 1;
-          return Match::Ok;
-        }
-      }
-    }
-    return Match::Incomplete;
-  }
-  size_t i = p;
-  while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '-' || s[i] == '+' || s[i] == '.')) ++i;
-  if (i == p) return Match::Bad;
-  if (i == s.size()) return Match::Incomplete;
-  end = i;
-  return Match::Ok;
-}
+using scan::Match;
+using scan::expect;
+using scan::scan_json_string;
+using scan::scan_json_value;
+using scan::skip_ws;
+using scan::trim;
+using scan::rtrim;
+using scan::partial_tag_suffix;
 
 struct CallParse {
   Match status = Match::Bad;
@@ -265,7 +192,9 @@ CallParse parse_xml_call(std::string_view s, size_t p, const Json& tools) {
     } else {
       jv = Json::parse(value);
     }
-    args += (first ? "" : ", ") + Json(pname).dump() + ": " + jv.dump(-1, ' ', false, Json::error_handler_t::replace);
+    // replace: the model may write bytes that are not UTF-8 (dump would throw).
+    const auto replace = Json::error_handler_t::replace;
+    args += (first ? "" : ", ") + Json(pname).dump(-1, ' ', false, replace) + ": " + jv.dump(-1, ' ', false, replace);
     first = false;
     q = v_end + std::string_view("</parameter>").size();
   }
@@ -279,123 +208,28 @@ CallParse parse_xml_call(std::string_view s, size_t p, const Json& tools) {
   return r;
 }
 
-}  // namespace
-
-ToolFormat detect_tool_format(const std::string& source) {
-  if (source.find("<function=") != std::string::npos && source.find("<parameter=") != std::string::npos)
-    return ToolFormat::QwenXml;
-  return ToolFormat::Hermes;
+// Hermes and XML: what follows "<tool_call>" is the format's own call syntax.
+CallParse parse_tagged_call(std::string_view s, size_t p, const ChatParseOptions& o) {
+  return o.format == ToolFormat::QwenXml ? parse_xml_call(s, p, o.tools) : parse_hermes_call(s, p);
 }
 
-const char* tool_format_name(ToolFormat f) { return f == ToolFormat::QwenXml ? "qwen-xml" : "hermes"; }
-
-std::string make_tool_call_id() {
-  static const char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::uniform_int_distribution<size_t> pick(0, sizeof(kAlphabet) - 2);
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(rng)];
-  return id;
-}
-
-ChatMessage parse_chat_output(std::string_view text, const ChatParseOptions& o, bool partial) {
-  ChatMessage msg;
-  std::string_view rest = text;
-  bool had_reasoning = false;
-  if (o.parse_reasoning) {
-    bool open = o.thinking_open;
-    size_t start = 0;
-    if (!open) {
-      const size_t k = skip_ws(text, 0);
-      const std::string_view head = text.substr(k);
-      if (head.substr(0, kThinkOpen.size()) == kThinkOpen) {
-        open = true;
-        start = k + kThinkOpen.size();
-      } else if (partial && !head.empty() && kThinkOpen.substr(0, head.size()) == head) {
-        return msg;  // "<thi": wait for the rest of the tag
-      } else if (partial && head.empty()) {
-        return msg;
-      }
-    }
-    if (open) {
-      had_reasoning = true;
-      const size_t close = text.find(kThinkClose, start);
-      if (close == std::string_view::npos) {
-        std::string_view r = text.substr(start);
-        if (partial) r.remove_suffix(partial_tag_suffix(r, kThinkClose));
-        msg.reasoning = std::string(trim(r));  // an unclosed block (cut off) is all reasoning
-        return msg;
-      }
-      msg.reasoning = std::string(trim(text.substr(start, close - start)));
-      rest = text.substr(close + kThinkClose.size());
-      rest = rest.substr(skip_ws(rest, 0));
-    }
-  }
-
-  if (!o.parse_tools) {
-    msg.content = std::string(rest);
-    return msg;
-  }
-
-  size_t pos = 0;
-  std::string content;
-  while (true) {
-    const size_t k = rest.find(kCallOpen, pos);
-    if (k == std::string_view::npos) {
-      std::string_view tail = rest.substr(pos);
-      if (partial) tail.remove_suffix(partial_tag_suffix(tail, kCallOpen));
-      if (!msg.tool_calls.empty() && trim(tail).empty()) break;  // whitespace between/after calls
-      content += tail;
-      break;
-    }
-    const std::string_view before = rest.substr(pos, k - pos);
-    if (msg.tool_calls.empty() || !trim(before).empty()) content += before;
-    CallParse c = o.format == ToolFormat::QwenXml ? parse_xml_call(rest, k + kCallOpen.size(), o.tools)
-                                                  : parse_hermes_call(rest, k + kCallOpen.size());
-    if (c.status == Match::Ok) {
-      msg.tool_calls.push_back(std::move(c.call));
-      pos = c.end;
-      continue;
-    }
-    if (c.status == Match::Incomplete && partial) {
-      if (c.has_name) msg.tool_calls.push_back(std::move(c.call));
-      break;
-    }
-    content += rest.substr(k);  // malformed (or cut off): the rest is content
-    break;
-  }
-  // Whitespace before a call is not content; while streaming, trailing whitespace waits.
-  if (partial || !msg.tool_calls.empty()) msg.content = std::string(rtrim(content));
-  else msg.content = content;
-  if (!partial)
-    for (ToolCall& c : msg.tool_calls) c.id = make_tool_call_id();
-  return msg;
-}
-
-std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string& only_name, bool parallel,
-                              bool think_prefix) {
+// Hermes / XML rules of one tool call each; `tool-calls` writes one or several.
+std::string tagged_tool_rules(ToolFormat f, const std::vector<GrammarTool>& tools, bool parallel) {
   std::string rules;
   std::string alts;
-  int i = 0;
-  for (const Json& t : tools) {
-    const Json& fn = t.contains("function") ? t["function"] : t;
-    const std::string name = fn.value("name", "");
-    if (!only_name.empty() && name != only_name) continue;
-    const std::string prefix = "t" + std::to_string(i++) + "-";
-    Json params = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"] : Json{{"type", "object"}};
+  for (const GrammarTool& t : tools) {
+    const std::string& prefix = t.prefix;
+    const Json& params = t.parameters;
     if (f == ToolFormat::Hermes) {
-      grammar::SchemaGrammarOptions opt;
-      opt.prefix = prefix;
-      opt.strip_root_space = true;  // "}\n</tool_call>" follows the arguments directly
-      rules += grammar::json_schema_rules(params, opt, false);
-      rules += prefix + "call ::= \"" + grammar::gbnf_literal(name + "\", \"arguments\": ") + "\" " + prefix + "root\n";
+      rules += arguments_rules(t);  // "}\n</tool_call>" follows the arguments directly
+      rules += prefix + "call ::= \"" + grammar::gbnf_literal(t.name + "\", \"arguments\": ") + "\" " + prefix + "root\n";
     } else {
       // XML: one <parameter=...> block per property, required ones mandatory, in schema order.
       const Json props = params.value("properties", Json::object());
       std::set<std::string> required;
       for (const Json& r : params.value("required", Json::array()))
         if (r.is_string()) required.insert(r.get<std::string>());
-      std::string body = "\"" + grammar::gbnf_literal(name + ">\n") + "\"";
+      std::string body = "\"" + grammar::gbnf_literal(t.name + ">\n") + "\"";
       int k = 0;
       for (auto p = props.begin(); p != props.end(); ++p, ++k) {
         const std::string pp = prefix + "p" + std::to_string(k) + "-";
@@ -426,18 +260,235 @@ std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string
     }
     alts += (alts.empty() ? "" : " | ") + prefix + "call";
   }
-  if (alts.empty()) throw Error(only_name.empty() ? "no tools" : "tool_choice names function '" + only_name + "', which is not in tools");
-  std::string out;
-  // Parallel calls: at most kMaxParallelCalls in one answer (a model that never stops calling
-  // still ends).
-  const std::string calls =
-      parallel ? "tool-call (\"\\n\" tool-call){0," + std::to_string(kMaxParallelCalls - 1) + "}" : "tool-call";
-  out += "root ::= " + std::string(think_prefix ? "[^<]* \"</think>\\n\\n\" " : "") + calls + "\n";
+  std::string out = "tool-calls ::= " + repeated_calls("tool-call", "\n", parallel) + "\n";
   if (f == ToolFormat::Hermes)
     out += "tool-call ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" (" + alts + ") \"}\\n</tool_call>\"\n";
   else
     out += "tool-call ::= \"<tool_call>\\n<function=\" (" + alts + ") \"</function>\\n</tool_call>\"\n";
-  return out + rules + grammar::json_primitive_rules(/*compact_space=*/true);
+  return out + rules;
+}
+
+bool is_mistral(ToolFormat f) {
+  return f == ToolFormat::MistralNemo || f == ToolFormat::MistralArgs || f == ToolFormat::MistralCallId;
+}
+
+bool contains(const std::string& s, std::string_view what) { return s.find(what) != std::string::npos; }
+
+}  // namespace
+
+ToolSection parse_tagged_tool_calls(std::string_view rest, const ChatParseOptions& o, bool partial) {
+  ToolSection out;
+  size_t pos = 0;
+  std::string& content = out.content;
+  while (true) {
+    const size_t k = rest.find(kCallOpen, pos);
+    if (k == std::string_view::npos) {
+      std::string_view tail = rest.substr(pos);
+      if (partial) tail.remove_suffix(partial_tag_suffix(tail, kCallOpen));
+      if (!out.calls.empty() && trim(tail).empty()) break;  // whitespace between/after calls
+      content += tail;
+      break;
+    }
+    const std::string_view before = rest.substr(pos, k - pos);
+    if (out.calls.empty() || !trim(before).empty()) content += before;
+    CallParse c = parse_tagged_call(rest, k + kCallOpen.size(), o);
+    if (c.status == Match::Ok) {
+      out.calls.push_back(std::move(c.call));
+      pos = c.end;
+      continue;
+    }
+    if (c.status == Match::Incomplete && partial) {
+      if (c.has_name) out.calls.push_back(std::move(c.call));
+      break;
+    }
+    content += rest.substr(k);  // malformed (or cut off): the rest is content
+    break;
+  }
+  return out;
+}
+
+std::vector<GrammarTool> grammar_tools(const Json& tools, const std::string& only_name) {
+  std::vector<GrammarTool> out;
+  for (const Json& t : tools) {
+    const Json& fn = t.contains("function") ? t["function"] : t;
+    const std::string name = fn.value("name", "");
+    if (!only_name.empty() && name != only_name) continue;
+    GrammarTool g;
+    g.name = name;
+    g.parameters = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"] : Json{{"type", "object"}};
+    g.prefix = "t" + std::to_string(out.size()) + "-";
+    out.push_back(std::move(g));
+  }
+  if (out.empty()) throw Error(only_name.empty() ? "no tools" : "tool_choice names function '" + only_name + "', which is not in tools");
+  return out;
+}
+
+std::string arguments_rules(const GrammarTool& t) {
+  grammar::SchemaGrammarOptions opt;
+  opt.prefix = t.prefix;
+  opt.strip_root_space = true;  // the format's fixed text follows the arguments directly
+  return grammar::json_schema_rules(t.parameters, opt, false);
+}
+
+std::string repeated_calls(const std::string& call, const std::string& separator_literal, bool parallel) {
+  // Parallel calls: at most kMaxParallelCalls in one answer (a model that never stops calling
+  // still ends).
+  if (!parallel) return call;
+  return call + " (\"" + grammar::gbnf_literal(separator_literal) + "\" " + call + "){0," +
+         std::to_string(kMaxParallelCalls - 1) + "}";
+}
+
+bool arguments_from_json(const Json& value, std::string& arguments) {
+  if (value.is_object()) {
+    arguments = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+    return true;
+  }
+  if (!value.is_string()) return false;
+  arguments = value.get<std::string>();
+  return Json::accept(arguments);
+}
+
+ToolFormat detect_tool_format(const std::string& source) {
+  if (contains(source, "<function=") && contains(source, "<parameter=")) return ToolFormat::QwenXml;
+  if (contains(source, "<tool_call>")) return ToolFormat::Hermes;
+  // Mistral: Small 3.2 writes the call's id between name and arguments; Devstral / Magistral
+  // write name[ARGS]arguments; Nemo a JSON array.
+  if (contains(source, "[TOOL_CALLS]")) {
+    if (contains(source, "[ARGS]")) return contains(source, "[CALL_ID]") ? ToolFormat::MistralCallId : ToolFormat::MistralArgs;
+    return ToolFormat::MistralNemo;
+  }
+  // Llama 3.1 / 3.2 / 3.3: header tokens, and calls rendered as {"name": ..., "parameters": ...}.
+  if (contains(source, "<|start_header_id|>") && (contains(source, "\"parameters\": ") || contains(source, "<|python_tag|>")))
+    return ToolFormat::Llama3Json;
+  return ToolFormat::Hermes;
+}
+
+const char* tool_format_name(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::QwenXml: return "qwen-xml";
+    case ToolFormat::Llama3Json: return "llama3-json";
+    case ToolFormat::MistralNemo: return "mistral-nemo";
+    case ToolFormat::MistralArgs: return "mistral-args";
+    case ToolFormat::MistralCallId: return "mistral-call-id";
+    case ToolFormat::Hermes: break;
+  }
+  return "hermes";
+}
+
+std::vector<std::string> tool_call_triggers(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::Llama3Json: return {"{\"name\""};  // the grammar's only call form (tool_format_llama3.cpp)
+    case ToolFormat::MistralNemo:
+    case ToolFormat::MistralArgs:
+    case ToolFormat::MistralCallId: return {"[TOOL_CALLS]"};
+    default: return {std::string(kCallOpen)};
+  }
+}
+
+std::vector<std::string> tool_call_preserved_tokens(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::Llama3Json: return {"<|python_tag|>"};
+    case ToolFormat::MistralNemo: return {"[TOOL_CALLS]"};
+    case ToolFormat::MistralArgs: return {"[TOOL_CALLS]", "[ARGS]"};
+    case ToolFormat::MistralCallId: return {"[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"};
+    default: return {};
+  }
+}
+
+bool template_wants_object_arguments(const std::string& source) {
+  // Iterating needs the object (Qwen3.5's XML form, Llama 3.1's builtin NAME.call(k="v")).
+  static const std::regex iterates(R"(arguments\s*(\|\s*items|is\s+mapping))");
+  if (std::regex_search(source, iterates)) return true;
+  // A template that tests for a string prints the client's text as is (Qwen3, Devstral): the
+  // model's own text keeps the prompt cache.
+  static const std::regex tests_string(R"(arguments(\'\])?\s+is\s+(not\s+)?string)");
+  if (std::regex_search(source, tests_string)) return false;
+  // tojson of a string would print a quoted string where the model wrote an object (Llama 3.x,
+  // Mistral Nemo's function|tojson, Mistral Small 3.2).
+  static const std::regex dumps(R"((arguments(\'\])?|function)\s*\|\s*tojson)");
+  return std::regex_search(source, dumps);
+}
+
+std::string make_tool_call_id() { return "call_" + scan::random_alphanumerics(24); }
+
+std::string make_tool_call_id(ToolFormat f) { return is_mistral(f) ? scan::random_alphanumerics(9) : make_tool_call_id(); }
+
+bool is_mistral_tool_call_id(std::string_view id) {
+  if (id.size() != 9) return false;
+  for (char c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c))) return false;
+  return true;
+}
+
+ChatMessage parse_chat_output(std::string_view text, const ChatParseOptions& o, bool partial) {
+  ChatMessage msg;
+  std::string_view rest = text;
+  if (o.parse_reasoning) {
+    bool open = o.thinking_open;
+    size_t start = 0;
+    if (!open) {
+      const size_t k = skip_ws(text, 0);
+      const std::string_view head = text.substr(k);
+      if (head.substr(0, kThinkOpen.size()) == kThinkOpen) {
+        open = true;
+        start = k + kThinkOpen.size();
+      } else if (partial && !head.empty() && kThinkOpen.substr(0, head.size()) == head) {
+        return msg;  // "<thi": wait for the rest of the tag
+      } else if (partial && head.empty()) {
+        return msg;
+      }
+    }
+    if (open) {
+      const size_t close = text.find(kThinkClose, start);
+      if (close == std::string_view::npos) {
+        std::string_view r = text.substr(start);
+        if (partial) r.remove_suffix(partial_tag_suffix(r, kThinkClose));
+        msg.reasoning = std::string(trim(r));  // an unclosed block (cut off) is all reasoning
+        return msg;
+      }
+      msg.reasoning = std::string(trim(text.substr(start, close - start)));
+      rest = text.substr(close + kThinkClose.size());
+      rest = rest.substr(skip_ws(rest, 0));
+    }
+  }
+
+  if (!o.parse_tools) {
+    msg.content = std::string(rest);
+    return msg;
+  }
+
+  ToolSection section;
+  switch (o.format) {
+    case ToolFormat::Llama3Json: section = parse_llama3_tool_calls(rest, o, partial); break;
+    case ToolFormat::MistralNemo: section = parse_mistral_nemo_tool_calls(rest, partial); break;
+    case ToolFormat::MistralArgs:
+    case ToolFormat::MistralCallId: section = parse_mistral_args_tool_calls(rest, partial); break;
+    default: section = parse_tagged_tool_calls(rest, o, partial); break;
+  }
+  msg.tool_calls = std::move(section.calls);
+  // Whitespace before a call is not content; while streaming, trailing whitespace waits.
+  if (partial || !msg.tool_calls.empty()) msg.content = std::string(rtrim(section.content));
+  else msg.content = std::move(section.content);
+  // Mistral ids are given while streaming too: the diff would otherwise make one of OpenAI's shape.
+  if (!partial || is_mistral(o.format))
+    for (ToolCall& c : msg.tool_calls)
+      if (c.id.empty()) c.id = make_tool_call_id(o.format);
+  return msg;
+}
+
+std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string& only_name, bool parallel,
+                              bool think_prefix) {
+  const std::vector<GrammarTool> selected = grammar_tools(tools, only_name);
+  std::string rules;
+  switch (f) {
+    case ToolFormat::Llama3Json: rules = llama3_tool_rules(selected, parallel); break;
+    case ToolFormat::MistralNemo: rules = mistral_nemo_tool_rules(selected, parallel); break;
+    case ToolFormat::MistralArgs: rules = mistral_args_tool_rules(selected, parallel, false); break;
+    case ToolFormat::MistralCallId: rules = mistral_args_tool_rules(selected, parallel, true); break;
+    default: rules = tagged_tool_rules(f, selected, parallel); break;
+  }
+  const std::string root = "root ::= " + std::string(think_prefix ? "[^<]* \"</think>\\n\\n\" " : "") + "tool-calls\n";
+  return root + rules + grammar::json_primitive_rules(/*compact_space=*/true);
 }
 
 std::vector<Json> ChatStreamDiff::update(const ChatMessage& now) {

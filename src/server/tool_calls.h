@@ -1,15 +1,21 @@
-// Tool calls and reasoning in chat output: the two tool-call formats of the Qwen families, the
-// grammar that makes a model write valid calls (tool_choice), the parser that turns generated
-// text into OpenAI's message {reasoning_content, content, tool_calls}, and the streaming diff
-// that turns successive parses into delta chunks.
+// Tool calls and reasoning in chat output: the tool-call formats of the Qwen, Llama 3.x and
+// Mistral families, the grammar that makes a model write valid calls (tool_choice), the parser
+// that turns generated text into OpenAI's message {reasoning_content, content, tool_calls}, and
+// the streaming diff that turns successive parses into delta chunks.
 //
-// Formats (chosen from the chat template's text):
+// Formats (chosen from the chat template's text, detect_tool_format):
 // - Hermes (Qwen3, Qwen2.5): <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
 // - Qwen XML (Qwen3.5, Qwen3-Coder):
 //     <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>
+// - Llama 3.x JSON: {"name": "NAME", "parameters": {...}} at the start of the answer ("arguments"
+//   accepted too; more calls after ';' or a newline), or after <|python_tag|> (also
+//   NAME.call(k="v") and raw code for a "python" / "code_interpreter" tool): tool_format_llama3.cpp
+// - Mistral Nemo: [TOOL_CALLS][{"name": "NAME", "arguments": {...}, "id": "9alnum"}, ...]
+// - Mistral [ARGS] (Devstral, Magistral / Ministral): [TOOL_CALLS]NAME[ARGS]{...} per call;
+//   Mistral Small 3.2 adds the id: [TOOL_CALLS]NAME[CALL_ID]9alnum[ARGS]{...}
 // Several calls in one answer are parallel calls. A call that does not parse (bad JSON, an
-// unclosed tag) is left in `content` from its <tool_call> on, as llama-server does; a
-// <tool_call> inside a <think> block is reasoning, not a call.
+// unclosed tag) is left in `content` from its opening on, as llama-server does; a call inside a
+// <think> block is reasoning, not a call.
 #pragma once
 #include <string>
 #include <string_view>
@@ -19,9 +25,21 @@
 
 namespace agentkv::server {
 
-enum class ToolFormat { Hermes, QwenXml };
+enum class ToolFormat { Hermes, QwenXml, Llama3Json, MistralNemo, MistralArgs, MistralCallId };
+// Hermes when the template shows none of the others (as before: ChatML, Gemma, gpt-oss, ...).
 ToolFormat detect_tool_format(const std::string& template_source);
 const char* tool_format_name(ToolFormat f);
+
+// Where the lazy grammar of tool_choice "auto" starts: the format's opening texts. Llama 3's
+// "{\"name\"" counts only at the start of the answer (the parser reads a call only there).
+std::vector<std::string> tool_call_triggers(ToolFormat f);
+// The format's markers that are control tokens in the model's vocabulary (<|python_tag|>,
+// [TOOL_CALLS], [ARGS], [CALL_ID]): they render no text unless the server keeps them, as
+// llama.cpp's preserved_tokens do; without them the parser and the grammar never see the marker.
+std::vector<std::string> tool_call_preserved_tokens(ToolFormat f);
+// The template reads tool_calls[].function.arguments as an object (iterates it, or prints it with
+// tojson without first testing for a string): a client's JSON string must be parsed for it.
+bool template_wants_object_arguments(const std::string& template_source);
 
 struct ToolCall {
   std::string id;
@@ -40,7 +58,7 @@ struct ChatParseOptions {
   bool parse_tools = false;      // tools given and tool_choice != none
   bool parse_reasoning = true;   // reasoning_format != none
   bool thinking_open = false;    // the prompt ends inside <think> (generation starts in reasoning)
-  Json tools = Json::array();    // the request's tools (XML values are typed by their schemas)
+  Json tools = Json::array();    // the request's tools (types XML values; Llama's raw code calls its python tool)
 };
 
 // partial: `text` is what was generated so far (streaming): a tag cut in the middle is held back
@@ -49,15 +67,20 @@ struct ChatParseOptions {
 ChatMessage parse_chat_output(std::string_view text, const ChatParseOptions& o, bool partial);
 
 // The grammar for tool_choice "required" / a named function (only_name), or the lazy grammar
-// of "auto" (the same rules; it starts at "<tool_call>"). think_prefix: the prompt opened a
-// <think> block, which the answer closes first.
+// of "auto" (the same rules; it starts at a trigger, tool_call_triggers). think_prefix: the prompt
+// opened a <think> block, which the answer closes first. Llama 3 templates render one call per
+// turn (they raise on more), so its grammar writes one call even when `parallel`.
 std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string& only_name, bool parallel,
                               bool think_prefix);
 
 constexpr int kMaxParallelCalls = 8;
 
-// "call_" + 24 random alphanumerics.
+// "call_" + 24 random alphanumerics; Mistral formats: 9 alphanumerics (their templates refuse
+// other ids). Final parses give every call one; Mistral parses keep the model's own id when it
+// wrote one, and give ids to partial calls too (the streaming diff sends the first it sees).
 std::string make_tool_call_id();
+std::string make_tool_call_id(ToolFormat f);
+bool is_mistral_tool_call_id(std::string_view id);
 
 // OpenAI delta objects that take a client from the last snapshot to `now`.
 class ChatStreamDiff {

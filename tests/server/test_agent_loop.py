@@ -1,6 +1,6 @@
 """An agent loop with the OpenAI Node SDK (tests/server/node/agent.test.mjs): 10 tools,
 tool_choice "required", 6 turns, streamed and not, on the dense and the hybrid fixture models and the
-Qwen3-MoE preset.
+Qwen3-MoE preset (llama-micro: see the issue-48 note, its 6th turn re-evaluates re-spaced arguments).
 Every reply is valid tool calls; from turn 2 on the previous answer is not evaluated again."""
 
 import os
