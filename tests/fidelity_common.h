@@ -15,6 +15,7 @@
 #include "agentkv/make_model.h"
 #include "kernels/dispatch.h"
 #include "agentkv/logits_report.h"
+#include "fixture_models.h"
 #include "fixtures.h"
 #include "model/model.h"
 #include "model/presets.h"
@@ -63,8 +64,7 @@ inline std::string preset_reference_dir() {
 }
 
 // `name`'s model against llama.cpp's outputs in ref_dir (ref_dir + name + ".json" / ".alt.json").
-inline void check_logits(const Model& loaded, const std::string& name, const std::string& ref_dir, Slack slack) {
-  const Model* model = &loaded;
+inline void check_logits(const Model& model, const std::string& name, const std::string& ref_dir, Slack slack) {
   const auto ref = load_logits_report(ref_dir + name + ".json");
   const auto alt = load_logits_report(ref_dir + name + ".alt.json");
   const auto prompts = read_prompts_file(ref_dir + "prompts.txt");
@@ -73,7 +73,7 @@ inline void check_logits(const Model& loaded, const std::string& name, const std
   ContextParams cp;
   cp.n_ctx = 1024;
   cp.n_threads = 2;
-  Context ctx(*model, cp);
+  Context ctx(model, cp);
   std::vector<LogitsCase> forced, greedy;
   for (size_t i = 0; i < prompts.size(); ++i) {
     forced.push_back(compute_logits_case(ctx, prompts[i], 10, 32, &ref[i].generated));
@@ -114,13 +114,11 @@ inline void check_preset(const std::string& preset, const std::string& type = "f
   AGENTKV_NEEDS_FIXTURES();  // the tokenizer
   if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
   const std::string name = type == "f16" ? preset : preset + "-" + type;
-  const std::string tok = kFixtures + "/tokenizer/qwen3-tokenizer.json";
   mkmodel::BuildOptions options;
   options.type = *mkmodel::file_type_from_name(type);
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("agentkv-fidelity-" + name + "-" + std::to_string(::getpid()) + ".gguf")).string();
-  write_model_file(path, mkmodel::find_preset(preset), mkmodel::load_vocab(tok, mkmodel::sibling_tokenizer_config(tok)),
-                   options);
+  write_model_file(path, mkmodel::find_preset(preset), testing_support::fixture_vocab(), options);
   auto model = Model::load(path);
   std::filesystem::remove(path);  // the mapping keeps the data
   check_logits(*model, name, preset_reference_dir(), slack);

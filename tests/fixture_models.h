@@ -7,6 +7,7 @@
 
 #include "fixtures.h"
 #include "model/model.h"
+#include "model/presets.h"
 
 namespace agentkv::testing_support {
 
@@ -15,6 +16,12 @@ inline const Model& fixture_model(const std::string& name) {
   auto& m = cache[name];
   if (!m) m = Model::load(std::string(AGENTKV_FIXTURES_DIR) + "/models/" + name + ".gguf");
   return *m;
+}
+
+// The vocabulary `agentkv mkmodel` gives a preset from this source tree: the fixture tokenizer.
+inline VocabData fixture_vocab() {
+  const std::string tok = std::string(AGENTKV_FIXTURES_DIR) + "/tokenizer/qwen3-tokenizer.json";
+  return mkmodel::load_vocab(tok, mkmodel::sibling_tokenizer_config(tok));
 }
 
 }  // namespace agentkv::testing_support

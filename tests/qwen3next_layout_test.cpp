@@ -12,6 +12,7 @@
 
 #include "agentkv/context.h"
 #include "agentkv/logits_report.h"
+#include "fixture_models.h"
 #include "fixtures.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -28,9 +29,8 @@ std::string temp_path(const std::string& name) {
 // The preset as bytes, and a copy whose recurrent layers carry ssm_in instead of attn_qkv + attn_gate.
 void write_both_layouts(const std::string& current, const std::string& legacy) {
   const mkmodel::ModelShape shape = mkmodel::find_preset("qwen3next-micro");
-  const std::string tok = std::string(AGENTKV_FIXTURES_DIR) + "/tokenizer/qwen3-tokenizer.json";
   gguf::Writer w;
-  mkmodel::build_model(w, shape, mkmodel::load_vocab(tok, mkmodel::sibling_tokenizer_config(tok)), {});
+  mkmodel::build_model(w, shape, testing_support::fixture_vocab(), {});
   w.write(current);
 
   const auto r = gguf::Reader::open(current);
