@@ -55,6 +55,7 @@ CallParse parse_hermes_call(std::string_view s, size_t p) {
     } catch (const std::exception&) {
       return Match::Bad;
     }
+    if (r.call.name.empty()) return Match::Bad;  // a call names its function
     r.has_name = true;
     q = skip_ws(s, name_end);
     if ((m = expect(s, q, ",")) != Match::Ok) return m;
@@ -88,7 +89,8 @@ CallParse parse_hermes_call(std::string_view s, size_t p) {
   if (close != std::string_view::npos) {
     try {
       const Json j = Json::parse(trim(s.substr(p, close - p)));
-      if (j.is_object() && j.contains("name") && j["name"].is_string() && j.contains("arguments")) {
+      if (j.is_object() && j.contains("name") && j["name"].is_string() && !j["name"].get<std::string>().empty() &&
+          j.contains("arguments")) {
         CallParse alt;
         alt.status = Match::Ok;
         alt.has_name = true;
