@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "agentkv/chat_template.h"
@@ -374,6 +375,72 @@ TEST(ToolFormats, TemplatesRenderCallsTheParserReadsBack) {
     EXPECT_EQ(m.tool_calls[0].name, "get_weather") << c.file;
     EXPECT_EQ(Json::parse(m.tool_calls[0].arguments), Json::parse(R"({"location": "Paris"})")) << c.file;
     EXPECT_EQ(m.content, "") << c.file;
+  }
+}
+
+// Templates that write a call's arguments back with tojson: for random arguments (quotes,
+// backslashes, control characters, non-ASCII), the text the template renders for the call is
+// text the tool grammar lets the model write, and the grammar refuses any other spacing, so the
+// next turn's prompt holds the answer's own text (its tokens stay cached).
+TEST(ToolFormats, GrammarWritesArgumentsAsTheTemplateRendersThem) {
+  AGENTKV_NEEDS_FIXTURES();
+  const char* const files[] = {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
+                               "mistralai-Mistral-Nemo-Instruct-2407.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja"};
+  const std::vector<std::string> pieces = {"a", "Z", "7", " ", "\"", "\\", "/", "\n", "\t", "\x01", "\xc3\xa9", "\xe5\xbf\x83", ":", ","};
+  std::mt19937 rng(7);
+  auto random_text = [&] {
+    std::string t;
+    for (int n = rng() % 6; n > 0; --n) t += pieces[rng() % pieces.size()];
+    return t;
+  };
+  const Json tools = request_tools();
+  for (const char* file : files) {
+    const std::string source = read_text(templates_dir() / file);
+    ASSERT_TRUE(template_dumps_arguments(source)) << file;
+    const ToolFormat f = detect_tool_format(source);
+    agentkv::grammar::Matcher m(std::make_shared<agentkv::grammar::Grammar>(
+        agentkv::grammar::parse_gbnf(tool_call_grammar(f, tools, "", false, false, /*tojson_arguments=*/true))));
+    for (int round = 0; round < 40; ++round) {
+      const bool weather = round % 2 == 0;
+      Json args = weather ? Json{{"location", random_text()}} : Json{{"path", random_text()}, {"content", random_text()}};
+      if (weather && rng() % 2) args["unit"] = rng() % 2 ? "celsius" : "fahrenheit";
+      Json call = {{"id", "a1b2c3d4e"}, {"type", "function"},
+                   {"function", {{"name", weather ? "get_weather" : "write_file"}, {"arguments", args}}}};
+      agentkv::ChatTemplateInputs in;
+      in.messages = Json::array({Json{{"role", "user"}, {"content", "Go."}},
+                                 Json{{"role", "assistant"}, {"content", ""}, {"tool_calls", Json::array({call})}},
+                                 Json{{"role", "tool"}, {"tool_call_id", "a1b2c3d4e"}, {"content", "RESULT"}}});
+      in.tools = tools;
+      in.bos_token = "<s>";
+      in.eos_token = "</s>";
+      in.extra_context = Json{{"date_string", "06 Dec 2026"}};
+      const std::string prompt = agentkv::ChatTemplate(source).render(in);
+      // The call: from the format's trigger before the tool result to the end of the turn.
+      const size_t result = prompt.find("RESULT");
+      ASSERT_NE(result, std::string::npos) << file;
+      const size_t begin = prompt.rfind(tool_call_triggers(f)[0], result);
+      ASSERT_NE(begin, std::string::npos) << file << ":\n" << prompt;
+      size_t end = std::string::npos;
+      for (const char* stop : {"<|eot_id|>", "<|eom_id|>", "</s>"}) end = std::min(end, prompt.find(stop, begin));
+      ASSERT_NE(end, std::string::npos) << file;
+      const std::string text = prompt.substr(begin, end - begin);
+      EXPECT_TRUE(grammar_accepts(m, text)) << file << ": " << text;
+      // The same call with the separators spaced otherwise.
+      for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{{"\": ", "\":"}, {"\": ", "\" : "}, {", \"", ",\""}}) {
+        const std::string key = "\"" + std::string(weather ? "location" : "path") + from;
+        std::string other = text;
+        const size_t k = other.find(key);
+        if (k == std::string::npos) continue;
+        if (from == ", \"") {
+          const size_t c = other.find(", \"content\": ");
+          if (c == std::string::npos) continue;
+          other.replace(c, 3, ",\"");
+        } else {
+          other.replace(k + key.size() - from.size(), from.size(), to);
+        }
+        EXPECT_FALSE(grammar_accepts(m, other)) << file << ": " << other;
+      }
+    }
   }
 }
 

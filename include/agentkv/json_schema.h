@@ -16,12 +16,25 @@
 
 namespace agentkv::grammar {
 
+// Whitespace the grammar lets the model write between JSON tokens.
+enum class JsonSpacing {
+  LlamaCpp,  // llama.cpp's: `space ::= | " " | "\n"{1,2} [ \t]{0,20}` after every token
+  Compact,   // `space ::= | " "`
+  // Exactly what a chat template's `tojson` writes back (Python's json.dumps separators ", " and
+  // ": ", nothing else): a tool call whose arguments the template re-renders with tojson is then
+  // the same text in the next turn's prompt, and its tokens stay cached.
+  Tojson,
+};
+
 struct SchemaGrammarOptions {
   // Rule-name prefix (several schemas in one grammar, e.g. one per tool).
   std::string prefix;  // [a-zA-Z0-9-]*
   // The root value without llama.cpp's trailing `space` (when the root rule ends with it): for
   // a value embedded in other text, where the text after it is fixed.
   bool strip_root_space = false;
+  // Only Tojson changes the rules themselves (their separators); the `space` rule comes with
+  // json_primitive_rules().
+  JsonSpacing spacing = JsonSpacing::LlamaCpp;
 };
 
 // The rules of a grammar matching JSON text valid against `schema`; the rule named
@@ -31,8 +44,7 @@ struct SchemaGrammarOptions {
 // into a grammar (a $ref it cannot resolve, a type it does not know, allOf of non-objects).
 std::string json_schema_rules(const nlohmann::ordered_json& schema, const SchemaGrammarOptions& opt,
                               bool with_primitives = true);
-// compact_space: `space ::= | " "` instead of llama.cpp's up to two newlines and 20 blanks.
-std::string json_primitive_rules(bool compact_space = false);
+std::string json_primitive_rules(JsonSpacing spacing = JsonSpacing::LlamaCpp);
 
 // A whole grammar: root ::= the schema's value.
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);

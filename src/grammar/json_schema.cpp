@@ -67,8 +67,13 @@ std::string repeat_suffix(int64_t min, int64_t max) {
 
 class Converter {
  public:
-  Converter(const Json& root, std::string prefix, bool strip_root_space)
-      : root_(root), prefix_(std::move(prefix)), strip_root_space_(strip_root_space) {}
+  Converter(const Json& root, std::string prefix, bool strip_root_space, JsonSpacing spacing)
+      : root_(root), prefix_(std::move(prefix)), strip_root_space_(strip_root_space) {
+    if (spacing == JsonSpacing::Tojson) {
+      comma_ = "\", \"";
+      colon_ = "\": \"";
+    }
+  }
 
   std::string run() {
     std::string body = visit(root_, "root", 0);
@@ -222,7 +227,7 @@ class Converter {
     if (it != s.end() && it->is_array()) {
       std::string body = "\"[\" space";
       for (size_t i = 0; i < it->size(); ++i) {
-        if (i) body += " \",\" space";
+        if (i) body += " " + comma_;
         body += " " + add_rule(name + "-tuple-" + std::to_string(i), visit((*it)[i], name + "-tuple-" + std::to_string(i), depth + 1));
       }
       return body + " \"]\" space";
@@ -233,7 +238,7 @@ class Converter {
     const int64_t max = read_count(s, "maxItems", -1);
     if (max >= 0 && max < min) throw Error("json_schema: maxItems below minItems");
     if (max == 0) return "\"[\" space \"]\" space";
-    const std::string more = "(\",\" space " + item + ")";
+    const std::string more = "(" + comma_ + " " + item + ")";
     std::string list;
     if (min <= 1) {
       const std::string tail = max < 0 ? more + "*" : (max == 1 ? "" : more + repeat_suffix(0, max - 1));
@@ -265,30 +270,30 @@ class Converter {
     std::map<std::string, std::string> kv;
     for (auto p = props.begin(); p != props.end(); ++p) {
       const std::string value = add_rule(name + "-" + p.key(), visit(p.value(), name + "-" + p.key(), depth + 1));
-      kv[p.key()] = add_rule(name + "-" + p.key() + "-kv", lit(Json(p.key()).dump()) + " space \":\" space " + value);
+      kv[p.key()] = add_rule(name + "-" + p.key() + "-kv", lit(Json(p.key()).dump()) + " space " + colon_ + " " + value);
       (required.count(p.key()) ? req_names : opt_names).push_back(p.key());
     }
     for (const std::string& r : required)
       if (!props.contains(r)) throw Error("json_schema: required property '" + r + "' is not in 'properties'");
     if (addl.is_object() || (addl.is_boolean() && addl.get<bool>())) {
       const std::string value = addl.is_object() ? add_rule(name + "-additional", visit(addl, name + "-additional", depth + 1)) : "value";
-      kv["*"] = add_rule(name + "-additional-kv", "string \":\" space " + value);
+      kv["*"] = add_rule(name + "-additional-kv", "string " + colon_ + " " + value);
       opt_names.push_back("*");
     }
 
     // Optional properties: any subset, in order (llama.cpp's get_recursive_refs).
     std::function<std::string(size_t, bool)> recursive_refs = [&](size_t i, bool first_optional) -> std::string {
       const std::string& k = opt_names[i];
-      const std::string comma = "( \",\" space " + kv[k] + " )";
+      const std::string comma = "( " + comma_ + " " + kv[k] + " )";
       std::string res = first_optional ? comma + (k == "*" ? "*" : "?") : kv[k] + (k == "*" ? " " + comma + "*" : "");
       if (i + 1 < opt_names.size()) res += " " + add_rule(name + "-" + k + "-rest", recursive_refs(i + 1, true));
       return res;
     };
     std::string body = "\"{\" space";
-    for (size_t i = 0; i < req_names.size(); ++i) body += (i ? " \",\" space " : " ") + kv[req_names[i]];
+    for (size_t i = 0; i < req_names.size(); ++i) body += (i ? " " + comma_ + " " : " ") + kv[req_names[i]];
     if (!opt_names.empty()) {
       body += " (";
-      if (!req_names.empty()) body += " \",\" space (";
+      if (!req_names.empty()) body += " " + comma_ + " (";
       for (size_t i = 0; i < opt_names.size(); ++i) body += (i ? " | " : " ") + recursive_refs(i, false);
       if (!req_names.empty()) body += " )";
       body += " )?";
@@ -299,6 +304,7 @@ class Converter {
   const Json& root_;
   std::string prefix_;
   bool strip_root_space_ = false;
+  std::string comma_ = "\",\" space", colon_ = "\":\" space";  // GBNF of the separators
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
 };
@@ -327,14 +333,25 @@ void collect_unenforced(const Json& s, std::set<std::string>& out, int depth) {
 
 }  // namespace
 
-std::string json_primitive_rules(bool compact_space) {
+std::string json_primitive_rules(JsonSpacing spacing) {
   std::string rules = kPrimitives;
-  if (compact_space) rules.replace(0, rules.find('\n'), "space ::= | \" \"");
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    for (size_t k = 0; (k = rules.find(from, k)) != std::string::npos; k += to.size()) rules.replace(k, from.size(), to);
+  };
+  switch (spacing) {
+    case JsonSpacing::LlamaCpp: break;
+    case JsonSpacing::Compact: rules.replace(0, rules.find('\n'), "space ::= | \" \""); break;
+    case JsonSpacing::Tojson:
+      rules.replace(0, rules.find('\n'), "space ::= \"\"");
+      replace_all("\",\" space", "\", \"");
+      replace_all("\":\" space", "\": \"");
+      break;
+  }
   return rules;
 }
 
 std::string json_schema_rules(const nlohmann::ordered_json& schema, const SchemaGrammarOptions& opt, bool with_primitives) {
-  std::string rules = Converter(schema, opt.prefix, opt.strip_root_space).run();
+  std::string rules = Converter(schema, opt.prefix, opt.strip_root_space, opt.spacing).run();
   return with_primitives ? rules + kPrimitives : rules;
 }
 

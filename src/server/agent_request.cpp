@@ -148,7 +148,8 @@ void parse_constraints(const Json& body, Endpoint e, CompletionParams& p) {
   if (p.n_probs > 0) p.with_logprobs = true;
 }
 
-ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const std::string& prompt, CompletionParams& p) {
+ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const std::string& prompt, CompletionParams& p,
+                                    bool tojson_arguments) {
   ChatParseOptions o;
   o.format = format;
   const std::string reasoning = read_string(body, "reasoning_format", "auto");
@@ -207,7 +208,7 @@ ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const s
     throw invalid_request("a custom grammar, json_schema or response_format cannot be combined with tools (use tool_choice 'none')");
   std::string gbnf;
   try {
-    gbnf = tool_call_grammar(format, tools, name, parallel, choice != "auto" && o.thinking_open);
+    gbnf = tool_call_grammar(format, tools, name, parallel, choice != "auto" && o.thinking_open, tojson_arguments);
   } catch (const Error& e) {
     throw invalid_request(std::string("tools: ") + e.what());
   }

@@ -23,7 +23,8 @@ void parse_constraints(const Json& body, Endpoint e, CompletionParams& p);
 // Chat: tools, tool_choice, parallel_tool_calls and reasoning_format. `prompt` is the rendered
 // prompt (it tells whether the template opened a <think> block). Sets p.grammar for tool_choice
 // required / named (a grammar) and auto (a lazy one). Returns how to parse the output.
+// tojson_arguments: the template writes arguments back with tojson (template_dumps_arguments).
 ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const std::string& prompt,
-                                    CompletionParams& p);
+                                    CompletionParams& p, bool tojson_arguments = false);
 
 }  // namespace agentkv::server

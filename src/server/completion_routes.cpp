@@ -105,7 +105,10 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
   // Anthropic's message_start reports the cache split, known from the first token's timings.
   if (kind == ResponseKind::Anthropic && params.stream) params.timings_per_token = true;
   ChatParseOptions chat_options;
-  if (chat) chat_options = parse_chat_options(body, detect_tool_format(e.chat->template_source()), prompts[0][0].text, params);
+  if (chat) {
+    const std::string& source = e.chat->template_source();
+    chat_options = parse_chat_options(body, detect_tool_format(source), prompts[0][0].text, params, template_dumps_arguments(source));
+  }
 
   ResponseInfo info;
   info.kind = kind;

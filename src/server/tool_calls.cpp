@@ -309,7 +309,7 @@ ToolSection parse_tagged_tool_calls(std::string_view rest, const ChatParseOption
   return out;
 }
 
-std::vector<GrammarTool> grammar_tools(const Json& tools, const std::string& only_name) {
+std::vector<GrammarTool> grammar_tools(const Json& tools, const std::string& only_name, grammar::JsonSpacing spacing) {
   std::vector<GrammarTool> out;
   for (const Json& t : tools) {
     const Json& fn = t.contains("function") ? t["function"] : t;
@@ -319,6 +319,7 @@ std::vector<GrammarTool> grammar_tools(const Json& tools, const std::string& onl
     g.name = name;
     g.parameters = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"] : Json{{"type", "object"}};
     g.prefix = "t" + std::to_string(out.size()) + "-";
+    g.spacing = spacing;
     out.push_back(std::move(g));
   }
   if (out.empty()) throw Error(only_name.empty() ? "no tools" : "tool_choice names function '" + only_name + "', which is not in tools");
@@ -329,6 +330,7 @@ std::string arguments_rules(const GrammarTool& t) {
   grammar::SchemaGrammarOptions opt;
   opt.prefix = t.prefix;
   opt.strip_root_space = true;  // the format's fixed text follows the arguments directly
+  opt.spacing = t.spacing;
   return grammar::json_schema_rules(t.parameters, opt, false);
 }
 
@@ -407,6 +409,10 @@ bool template_wants_object_arguments(const std::string& source) {
   if (std::regex_search(source, tests_string)) return false;
   // tojson of a string would print a quoted string where the model wrote an object (Llama 3.x,
   // Mistral Nemo's function|tojson, Mistral Small 3.2).
+  return template_dumps_arguments(source);
+}
+
+bool template_dumps_arguments(const std::string& source) {
   static const std::regex dumps(R"((arguments(\'\])?|function)\s*\|\s*tojson)");
   return std::regex_search(source, dumps);
 }
@@ -479,8 +485,9 @@ ChatMessage parse_chat_output(std::string_view text, const ChatParseOptions& o, 
 }
 
 std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string& only_name, bool parallel,
-                              bool think_prefix) {
-  const std::vector<GrammarTool> selected = grammar_tools(tools, only_name);
+                              bool think_prefix, bool tojson_arguments) {
+  const grammar::JsonSpacing spacing = tojson_arguments ? grammar::JsonSpacing::Tojson : grammar::JsonSpacing::Compact;
+  const std::vector<GrammarTool> selected = grammar_tools(tools, only_name, spacing);
   std::string rules;
   switch (f) {
     case ToolFormat::Llama3Json: rules = llama3_tool_rules(selected, parallel); break;
@@ -490,7 +497,7 @@ std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string
     default: rules = tagged_tool_rules(f, selected, parallel); break;
   }
   const std::string root = "root ::= " + std::string(think_prefix ? "[^<]* \"</think>\\n\\n\" " : "") + "tool-calls\n";
-  return root + rules + grammar::json_primitive_rules(/*compact_space=*/true);
+  return root + rules + grammar::json_primitive_rules(spacing);
 }
 
 std::vector<Json> ChatStreamDiff::update(const ChatMessage& now) {

@@ -40,6 +40,10 @@ std::vector<std::string> tool_call_preserved_tokens(ToolFormat f);
 // The template reads tool_calls[].function.arguments as an object (iterates it, or prints it with
 // tojson without first testing for a string): a client's JSON string must be parsed for it.
 bool template_wants_object_arguments(const std::string& template_source);
+// The template writes a call's arguments back with `tojson` (Llama 3.x, Mistral Nemo / Small 3.2):
+// tool-call grammars then let the model write only that spacing (grammar::JsonSpacing::Tojson),
+// so that the next turn's prompt holds the answer's own text and its cached tokens.
+bool template_dumps_arguments(const std::string& template_source);
 
 struct ToolCall {
   std::string id;
@@ -71,7 +75,7 @@ ChatMessage parse_chat_output(std::string_view text, const ChatParseOptions& o, 
 // opened a <think> block, which the answer closes first. Llama 3 templates render one call per
 // turn (they raise on more), so its grammar writes one call even when `parallel`.
 std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string& only_name, bool parallel,
-                              bool think_prefix);
+                              bool think_prefix, bool tojson_arguments = false);
 
 constexpr int kMaxParallelCalls = 8;
 

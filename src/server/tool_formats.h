@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agentkv/json_schema.h"
 #include "server/tool_call_scan.h"
 #include "server/tool_calls.h"
 
@@ -34,10 +35,11 @@ struct GrammarTool {
   std::string name;
   Json parameters;
   std::string prefix;  // "t0-", "t1-", ...
+  grammar::JsonSpacing spacing = grammar::JsonSpacing::Compact;  // of the arguments' JSON
 };
 
 // The request's tools (only `only_name` when set); throws agentkv::Error when none is left.
-std::vector<GrammarTool> grammar_tools(const Json& tools, const std::string& only_name);
+std::vector<GrammarTool> grammar_tools(const Json& tools, const std::string& only_name, grammar::JsonSpacing spacing);
 // The rules of a tool's arguments (a JSON value of its schema): the rule <prefix>root.
 std::string arguments_rules(const GrammarTool& t);
 // "call (sep call){0,7}" when parallel, else "call".
