@@ -1,4 +1,5 @@
-// q6_K GEMM with AVX-512 VNNI, and with AVX2 without it (one (row, token) per register, below). Numerics per (row, token), identical to dot_q6_K:
+// q6_K GEMM with AVX-512 VNNI (gemm_q8_K_pairs.h), and with AVX2 without it (one (row, token) per
+// register, below). Numerics per (row, token), identical to dot_q6_K:
 //   lane[m] = sum over the superblock's 32-weight groups g of
 //             scale[2g + m / 4] * sum_{k<4} q[32g + 4m + k] * a[32g + 4m + k]      (exact int32)
 //   acc[m] = fma(a.d * fp16(w.d), float(lane[m]), acc[m]) superblock after superblock, then hsum.
@@ -8,17 +9,13 @@
 // multiply-add with the scale in the low half of each lane is the exact scaled product.
 #include "kernels/gemm_q6_K.h"
 
-#include <algorithm>
-#include <array>
 #include <cstring>
-#include <utility>
-#include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/gemm_q8_K_pairs.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quant_simd_x86.h"
 #include "kernels/thread_scratch.h"
-#include "kernels/token_pairs.h"
 
 // GCC 12 reports the undefined upper halves inside its own AVX-512 intrinsics as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -31,42 +28,7 @@ namespace {
 using namespace quant_detail;
 using namespace quant_detail::x86;
 
-constexpr int kGroups = kQK_K / 32;  // 32-weight groups per superblock
-
-// One q8_K superblock of two consecutive tokens: per group, token 2p's 32 quants in bytes 0..31
-// and token 2p + 1's in 32..63 (zeros when the token count is odd).
-struct alignas(64) PackedPairSuper {
-  struct Group {
-    int8_t qs[64];
-    int32_t bias[16];  // -32 * (sum of the 4 activations in this lane): undoes the weight offset
-  } group[kGroups];
-  float d[16];  // the token's q8_K scale, repeated over its 8 lanes
-};
-
-constexpr int kTileRows = 4;
-constexpr int kTilePairs = 4;
-
-void pack_token(const BlockQ8_K* blocks, int64_t nsb, int half, PackedPairSuper* out) {
-  for (int64_t s = 0; s < nsb; ++s) {
-    for (int g = 0; g < kGroups; ++g) {
-      auto& grp = out[s].group[g];
-      const int8_t* q = blocks[s].qs + 32 * g;
-      std::memcpy(grp.qs + 32 * half, q, 32);
-      for (int l = 0; l < 8; ++l) grp.bias[8 * half + l] = -32 * (q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
-    }
-    for (int l = 0; l < 8; ++l) out[s].d[8 * half + l] = blocks[s].d;
-  }
-}
-
-void clear_half(int64_t nsb, int half, PackedPairSuper* out) {
-  for (int64_t s = 0; s < nsb; ++s) {
-    for (auto& grp : out[s].group) {
-      std::memset(grp.qs + 32 * half, 0, 32);
-      for (int l = 0; l < 8; ++l) grp.bias[8 * half + l] = 0;
-    }
-    for (int l = 0; l < 8; ++l) out[s].d[8 * half + l] = 0.f;
-  }
-}
+using namespace q8_K_pairs;
 
 // Weight rows re-laid for the kernels: per superblock 256 unsigned quants in element order, per
 // group the 8 lane scales of one 256-bit half, and the float d. A lane's scale is in its low 16
@@ -97,76 +59,6 @@ AGENTKV_AVX2 void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t ro
     }
   }
 }
-
-// kRows x kPairs outputs over superblocks [s0, s1); accumulators parked in state between calls
-// (as in gemm_q8_0.cpp), reduced into y after the last superblock.
-template <int kRows, int kPairs>
-AGENTKV_AVX512_VNNI void tile_kernel(const uint8_t* w_q, const int32_t* w_sc, const float* w_d,
-                                   const PackedPairSuper* packed, int64_t nsb, int64_t s0, int64_t s1, float* state,
-                                   float* y, int64_t y_stride, int64_t token0, int64_t n_tokens) {
-  __m512 acc[kRows][kPairs];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 8
-    for (int p = 0; p < kPairs; ++p)
-      acc[r][p] = s0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(state + 16 * (r * kPairs + p));
-  for (int64_t s = s0; s < s1; ++s) {
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      const uint8_t* wq = w_q + (r * nsb + s) * kQK_K;
-      const int32_t* wsc = w_sc + (r * nsb + s) * kGroups * 8;
-      __m512i isum[kPairs];
-#pragma GCC unroll 8
-      for (int p = 0; p < kPairs; ++p) isum[p] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int g = 0; g < kGroups; ++g) {
-        const __m512i wv = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(wq + 32 * g)));
-        const __m512i sv = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(wsc + 8 * g)));
-#pragma GCC unroll 8
-        for (int p = 0; p < kPairs; ++p) {
-          const auto& grp = packed[p * nsb + s].group[g];
-          const __m512i t = _mm512_dpbusd_epi32(_mm512_load_si512(grp.bias), wv, _mm512_load_si512(grp.qs));
-          isum[p] = _mm512_add_epi32(isum[p], _mm512_madd_epi16(t, sv));
-        }
-      }
-      const __m512 w_scale = _mm512_set1_ps(w_d[r * nsb + s]);
-#pragma GCC unroll 8
-      for (int p = 0; p < kPairs; ++p) {
-        const __m512 d = _mm512_mul_ps(_mm512_load_ps(packed[p * nsb + s].d), w_scale);  // = a.d * fp16(w.d)
-        acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum[p]), acc[r][p]);
-      }
-    }
-  }
-  if (s1 < nsb) {
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 8
-      for (int p = 0; p < kPairs; ++p) _mm512_store_ps(state + 16 * (r * kPairs + p), acc[r][p]);
-    return;
-  }
-#pragma GCC unroll 8
-  for (int p = 0; p < kPairs; ++p) {
-    const int64_t t = token0 + 2 * p;
-#pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      y[t * y_stride + r] = hsum_ps(_mm512_castps512_ps256(acc[r][p]));
-      if (t + 1 < n_tokens) y[(t + 1) * y_stride + r] = hsum_ps(_mm512_extractf32x8_ps(acc[r][p], 1));
-    }
-  }
-}
-
-using TileKernel = void (*)(const uint8_t*, const int32_t*, const float*, const PackedPairSuper*, int64_t, int64_t,
-                            int64_t, float*, float*, int64_t, int64_t, int64_t);
-
-template <int kRows, int... kPairs>
-constexpr std::array<TileKernel, sizeof...(kPairs)> kernels_for_rows(std::integer_sequence<int, kPairs...>) {
-  return {tile_kernel<kRows, kPairs + 1>...};
-}
-template <int... kRows>
-constexpr auto kernel_table(std::integer_sequence<int, kRows...>) {
-  return std::array{kernels_for_rows<kRows + 1>(std::make_integer_sequence<int, kTilePairs>())...};
-}
-constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kTileRows>());
 
 // ---- AVX2 (no VNNI): dot_q6_K's lanes with one (row, token) per 256-bit register. Per group,
 // vpmaddubsw of the unsigned quants and the activations gives int16 pair sums (|sum| <= 2 * 63 *
@@ -243,10 +135,8 @@ constexpr int kTileTokensAvx2 = 4;
 constexpr TileKernelAvx2 kKernelsAvx2[kTileTokensAvx2] = {tile_kernel_avx2<1>, tile_kernel_avx2<2>, tile_kernel_avx2<3>,
                                                            tile_kernel_avx2<4>};
 
-// A worker's packed chunk of weight rows (quants, scales, d).
+// A worker's packed chunk of weight rows (quants, scales, d), and the packed activations.
 struct WeightChunkTag;
-
-size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
 
 }  // namespace
 
@@ -262,34 +152,15 @@ void q6_K_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
     for (int64_t t = t0; t < t1; ++t)
       prepare_token(reinterpret_cast<const BlockQ8_K*>(act + t * act_stride), nsb, offsets + t * nsb);
   });
-  // A packed chunk of rows (~256 KiB) meets every token tile, as in the VNNI kernel below.
-  const int64_t packed_row_bytes = nsb * (kQK_K + kGroups * 8 * 4 + 4);
-  const int64_t chunk_rows =
-      std::max<int64_t>(kTileRows, (256 * 1024 / packed_row_bytes) / kTileRows * kTileRows);
-  pool.parallel_chunks(
-      n_out, balanced_chunk(n_out, kTileRows, pool.size(), chunk_rows / kTileRows),
-      [&](int64_t row_begin, int64_t row_end) {
-        const size_t q_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kQK_K));
-        const size_t sc_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kGroups * 8) * sizeof(int32_t));
-        const size_t d_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb) * sizeof(float));
-        uint8_t* scratch = thread_scratch_lines<WeightChunkTag>(q_bytes + sc_bytes + d_bytes);
-        uint8_t* w_q = scratch;
-        auto* w_sc = reinterpret_cast<int32_t*>(scratch + q_bytes);
-        auto* w_d = reinterpret_cast<float*>(scratch + q_bytes + sc_bytes);
-        for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
-          const int64_t c1 = std::min(c0 + chunk_rows, row_end);
-          pack_weight_rows(weights + c0 * w_stride, w_stride, c1 - c0, nsb, true, w_q, w_sc, w_d);
-          for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokensAvx2) {
-            const int tokens = static_cast<int>(std::min<int64_t>(kTileTokensAvx2, n_tokens - t0));
-            for (int64_t r0 = c0; r0 < c1; r0 += kTileRows) {
-              const int rows = static_cast<int>(std::min<int64_t>(kTileRows, c1 - r0));
-              const int64_t i = r0 - c0;
-              kKernelsAvx2[tokens - 1](w_q + i * nsb * kQK_K, w_sc + i * nsb * kGroups * 8, w_d + i * nsb, rows,
-                                       act + t0 * act_stride, act_stride, offsets + t0 * nsb, nsb,
-                                       y + t0 * y_stride + r0, y_stride);
-            }
-          }
-        }
+  // A packed chunk of rows (~256 KiB) meets every token tile, as in the VNNI kernel.
+  for_each_row_tile<WeightChunkTag>(
+      weights, w_stride, n_out, nsb, n_tokens, kTileTokensAvx2, pool,
+      [](const uint8_t* w, size_t stride, int64_t rows, int64_t n_super, uint8_t* q, int32_t* sc, float* d) {
+        pack_weight_rows(w, stride, rows, n_super, true, q, sc, d);
+      },
+      [&](const uint8_t* q, const int32_t* sc, const float* d, int rows, int64_t r0, int64_t t0, int tokens) {
+        kKernelsAvx2[tokens - 1](q, sc, d, rows, act + t0 * act_stride, act_stride, offsets + t0 * nsb, nsb,
+                                 y + t0 * y_stride + r0, y_stride);
       });
 }
 
@@ -298,54 +169,9 @@ void q6_K_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
 void q6_K_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
   if (!avx512_vnni_active()) return q6_K_gemm_avx2(weights, w_stride, n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
-  const int64_t nsb = n_in / kQK_K;
-  const int64_t n_pairs = (n_tokens + 1) / 2;
-  PackedPairSuper* packed = thread_scratch<PackedPairSuper>(static_cast<size_t>(n_pairs * nsb));
-  pack_token_pairs(
-      pool, n_tokens,
-      [&](int64_t t, int half, int64_t p) {
-        pack_token(reinterpret_cast<const BlockQ8_K*>(act + t * act_stride), nsb, half, packed + p * nsb);
-      },
-      [&](int half, int64_t p) { clear_half(nsb, half, packed + p * nsb); });
-
-  // As in gemm_q8_0.cpp: a packed chunk of rows (~256 KiB) meets every token tile; per token tile
-  // the chunk is walked in steps of a few superblocks so the step's packed activations stay in L1.
-  constexpr int64_t kStepSupers = 4;
-  const int64_t packed_row_bytes = nsb * (kQK_K + kGroups * 8 * 4 + 4);
-  const int64_t chunk_rows =
-      std::max<int64_t>(kTileRows, (256 * 1024 / packed_row_bytes) / kTileRows * kTileRows);
-  const int64_t step = nsb <= kStepSupers * 3 / 2 ? nsb : kStepSupers;
-  pool.parallel_chunks(
-      n_out, balanced_chunk(n_out, kTileRows, pool.size(), chunk_rows / kTileRows),
-      [&](int64_t row_begin, int64_t row_end) {
-        const size_t q_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kQK_K));
-        const size_t sc_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb * kGroups * 8) * sizeof(int32_t));
-        const size_t d_bytes = round_up_64(static_cast<size_t>(chunk_rows * nsb) * sizeof(float));
-        const size_t state_bytes = static_cast<size_t>(chunk_rows / kTileRows * kTileRows * kTilePairs * 16) * sizeof(float);
-        uint8_t* scratch = thread_scratch_lines<WeightChunkTag>(q_bytes + sc_bytes + d_bytes + state_bytes);
-        uint8_t* w_q = scratch;
-        auto* w_sc = reinterpret_cast<int32_t*>(scratch + q_bytes);
-        auto* w_d = reinterpret_cast<float*>(scratch + q_bytes + sc_bytes);
-        auto* state = reinterpret_cast<float*>(scratch + q_bytes + sc_bytes + d_bytes);
-        for (int64_t c0 = row_begin; c0 < row_end; c0 += chunk_rows) {
-          const int64_t c1 = std::min(c0 + chunk_rows, row_end);
-          pack_weight_rows(weights + c0 * w_stride, w_stride, c1 - c0, nsb, false, w_q, w_sc, w_d);
-          for (int64_t p0 = 0; p0 < n_pairs; p0 += kTilePairs) {
-            const int pairs = static_cast<int>(std::min<int64_t>(kTilePairs, n_pairs - p0));
-            for (int64_t s0 = 0; s0 < nsb; s0 += step) {
-              const int64_t s1 = std::min(s0 + step, nsb);
-              for (int64_t r0 = c0; r0 < c1; r0 += kTileRows) {
-                const int rows = static_cast<int>(std::min<int64_t>(kTileRows, c1 - r0));
-                const int64_t i = r0 - c0;
-                kKernels[rows - 1][pairs - 1](w_q + i * nsb * kQK_K, w_sc + i * nsb * kGroups * 8, w_d + i * nsb,
-                                              packed + p0 * nsb, nsb, s0, s1,
-                                              state + i / kTileRows * kTileRows * kTilePairs * 16, y + r0, y_stride,
-                                              2 * p0, n_tokens);
-              }
-            }
-          }
-        }
-      });
+  gemm<LaneScale::Madd16, WeightChunkTag>(weights, w_stride, n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool, 32,
+                                          [](const uint8_t* w, size_t stride, int64_t rows, int64_t nsb, uint8_t* q,
+                                             int32_t* sc, float* d) { pack_weight_rows(w, stride, rows, nsb, false, q, sc, d); });
 }
 
 #else
