@@ -31,10 +31,12 @@ namespace agentkv { class Tokenizer; }
 namespace agentkv::grammar {
 
 // Every token's text, in a byte trie. Control tokens have no text here and are never allowed by
-// a grammar, except end-of-generation tokens, which are allowed where the grammar may end.
+// a grammar, except end-of-generation tokens, which are allowed where the grammar may end, and
+// the `kept_control` ones, which keep their text (a tool format's markers, such as Mistral's
+// [TOOL_CALLS], that the output shows: llama.cpp's preserved tokens).
 class TokenTrie {
  public:
-  explicit TokenTrie(const Tokenizer& tok);
+  explicit TokenTrie(const Tokenizer& tok, const std::vector<int32_t>& kept_control = {});
   // For tests: explicit token texts; eog: the end-of-generation ids.
   TokenTrie(std::vector<std::string> pieces, std::vector<int32_t> eog);
 

@@ -79,9 +79,10 @@ struct ModelShape {
   // Llama 3.1's RoPE frequency scaling (the converter's rope_freqs tensor); 0 = none.
   float rope_llama3_factor = 0.f;
   uint32_t rope_llama3_original_context = 8192;
-  // Llama 3's chat vocabulary over the base tokenizer: its special tokens, pre-tokenizer, BOS
-  // and the Llama 3.1 chat template (model/preset_vocab.h).
-  bool llama3_vocab = false;
+  // The family's chat vocabulary over the base tokenizer (Qwen3's): its special tokens,
+  // pre-tokenizer, BOS and chat template (model/preset_vocab.h).
+  enum class ChatVocab { Base, Llama3, Mistral };
+  ChatVocab chat_vocab = ChatVocab::Base;
 
   bool is_hybrid() const { return full_attention_interval > 0; }
   bool is_moe() const { return n_expert > 0; }

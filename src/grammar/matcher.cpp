@@ -11,7 +11,7 @@ namespace agentkv::grammar {
 // ---------------------------------------------------------------------------------------------
 // TokenTrie
 
-TokenTrie::TokenTrie(const Tokenizer& tok) {
+TokenTrie::TokenTrie(const Tokenizer& tok, const std::vector<int32_t>& kept_control) {
   const int32_t n = tok.n_vocab();
   pieces_.resize(static_cast<size_t>(n));
   for (int32_t id = 0; id < n; ++id) {
@@ -22,6 +22,8 @@ TokenTrie::TokenTrie(const Tokenizer& tok) {
     // Control tokens render no text without `special`: they never match a grammar.
     pieces_[static_cast<size_t>(id)] = tok.token_to_piece(id, /*special=*/false);
   }
+  for (int32_t id : kept_control)
+    if (id >= 0 && id < n && !tok.is_eog(id)) pieces_[static_cast<size_t>(id)] = tok.token_to_piece(id, /*special=*/true);
   build();
 }
 

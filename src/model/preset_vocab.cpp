@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 
 #include "agentkv/error.h"
@@ -11,24 +12,40 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Meta's Llama 3.1 template, as llama.cpp keeps it for its tests (../shared/fixtures/templates/).
-std::string llama31_chat_template() {
+// A real model's template, as llama.cpp keeps it for its tests (../shared/fixtures/templates/).
+std::string fixture_chat_template(const std::string& family, const std::string& file_name) {
   const fs::path source_root = fs::path(__FILE__).parent_path().parent_path().parent_path();
-  const fs::path file = source_root / ".." / "shared" / "fixtures" / "templates" /
-                        "meta-llama-Llama-3.1-8B-Instruct.jinja";
+  const fs::path file = source_root / ".." / "shared" / "fixtures" / "templates" / file_name;
   std::ifstream in(file);
   if (!in)
-    throw Error("a Llama 3 preset carries Llama 3.1's chat template, read from " +
+    throw Error("a " + family + " preset carries " + file_name + "'s chat template, read from " +
                 file.lexically_normal().string() + ", which is missing");
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
 }
 
+struct ChatFamily {
+  const char* name;
+  std::span<const char* const> special_tokens;
+  const char* bos;
+  const char* eos;  // what ends an instruct turn
+  const char* pre;
+  const char* template_file;
+};
+
+ChatFamily family_of(ModelShape::ChatVocab vocab) {
+  if (vocab == ModelShape::ChatVocab::Llama3)
+    return {"Llama 3", kLlama3SpecialTokens, "<|begin_of_text|>", "<|eot_id|>", "llama-bpe",
+            "meta-llama-Llama-3.1-8B-Instruct.jinja"};
+  return {"Mistral", kMistralSpecialTokens, "<s>", "</s>", "tekken", "Mistral-Small-3.2-24B-Instruct-2506.jinja"};
+}
+
 }  // namespace
 
 VocabData vocab_for_shape(const ModelShape& shape, VocabData v) {
-  if (!shape.llama3_vocab) return v;
+  if (shape.chat_vocab == ModelShape::ChatVocab::Base) return v;
+  const ChatFamily family = family_of(shape.chat_vocab);
   auto add_control = [&](const std::string& text) {
     for (size_t i = 0; i < v.tokens.size(); ++i)
       if (v.tokens[i] == text) return static_cast<Token>(i);
@@ -36,21 +53,21 @@ VocabData vocab_for_shape(const ModelShape& shape, VocabData v) {
     v.types.push_back(TokenType::Control);
     return static_cast<Token>(v.tokens.size() - 1);
   };
-  Token bos = -1, eot = -1;
-  for (const char* text : kLlama3SpecialTokens) {
+  Token bos = -1, eos = -1;
+  for (const char* text : family.special_tokens) {
     const Token id = add_control(text);
-    if (std::string(text) == "<|begin_of_text|>") bos = id;
-    if (std::string(text) == "<|eot_id|>") eot = id;
+    if (std::string(text) == family.bos) bos = id;
+    if (std::string(text) == family.eos) eos = id;
   }
   if (static_cast<int64_t>(v.tokens.size()) > shape.n_vocab)
-    throw Error("preset " + shape.name + ": the tokenizer leaves no room for Llama 3's special tokens");
-  v.pre = "llama-bpe";
+    throw Error("preset " + shape.name + ": the tokenizer leaves no room for " + family.name + "'s special tokens");
+  v.pre = family.pre;
   v.bos = bos;
-  v.eos = eot;  // Llama 3.x instruct GGUFs end a turn with <|eot_id|>
+  v.eos = eos;
   v.eot = -1;
   v.pad = -1;
   v.add_bos = true;
-  v.chat_template = llama31_chat_template();
+  v.chat_template = fixture_chat_template(family.name, family.template_file);
   return v;
 }
 

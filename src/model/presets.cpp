@@ -123,7 +123,19 @@ ModelShape llama_shape(std::string name, std::string description, int64_t n_embd
   s.rms_eps = 1e-5f;
   s.context_length = 131072;
   s.rope_llama3_factor = 32.f;  // Llama 3.2's (3.1 uses 8)
-  s.llama3_vocab = true;
+  s.chat_vocab = ModelShape::ChatVocab::Llama3;
+  return s;
+}
+
+// Mistral Small 3.x / Devstral as the converter writes them (`llama`, no RoPE scaling, theta 1e9),
+// with Mistral's chat vocabulary: [TOOL_CALLS] / [CALL_ID] / [ARGS] control tokens, tekken.
+ModelShape mistral_shape(std::string name, std::string description, int64_t n_embd, int64_t n_layer,
+                         int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ff) {
+  ModelShape s = llama_shape(std::move(name), std::move(description), n_embd, n_layer, n_head, n_head_kv, head_dim,
+                             n_ff, false);
+  s.rope_freq_base = 1e9f;
+  s.rope_llama3_factor = 0.f;
+  s.chat_vocab = ModelShape::ChatVocab::Mistral;
   return s;
 }
 
@@ -154,6 +166,8 @@ std::vector<ModelShape> make_presets() {
                              1024, 16, 16, 2, 128, 32, 8, 384));
   p.push_back(llama_shape("llama-micro", "fixture llama-micro: Llama 3 structure, E=64, 2 layers, 4/2 heads, FFN 128",
                           64, 2, 4, 2, 16, 128, false));
+  p.push_back(mistral_shape("mistral-micro", "fixture mistral-micro: Mistral Small 3.2's chat vocabulary on llama-micro's structure",
+                            64, 2, 4, 2, 16, 128));
   p.push_back(llama_shape("llama-1b", "Llama 3.2 1B's shape: E=2048, 16 layers, 32/8 heads, FFN 8192, tied",
                           2048, 16, 32, 8, 64, 8192, true));
   return p;

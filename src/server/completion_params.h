@@ -64,6 +64,9 @@ struct CompletionParams {
   std::vector<std::pair<Token, float>> logit_bias;
   // Constrained decoding (grammar, json_schema, response_format, tools; agent_request.h).
   GrammarSettings grammar;
+  // Control tokens whose text the output shows and the grammar sees (the tool format's markers,
+  // when tools are parsed: llama.cpp's preserved_tokens); sorted.
+  std::vector<Token> kept_control_tokens;
   // Probabilities of the n_probs most likely tokens at each generated token (n_probs,
   // top_logprobs); with_logprobs: the sampled token's own log-probability even when n_probs = 0.
   int32_t n_probs = 0;

@@ -107,7 +107,9 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
   ChatParseOptions chat_options;
   if (chat) {
     const std::string& source = e.chat->template_source();
-    chat_options = parse_chat_options(body, detect_tool_format(source), prompts[0][0].text, params, template_dumps_arguments(source));
+    const ToolFormat format = detect_tool_format(source);
+    chat_options = parse_chat_options(body, format, prompts[0][0].text, params, template_dumps_arguments(source));
+    if (chat_options.parse_tools) params.kept_control_tokens = tool_marker_tokens(format, tok);
   }
 
   ResponseInfo info;

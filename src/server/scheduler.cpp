@@ -259,13 +259,14 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   slot.probs_sent = 0;
   if (p.grammar.grammar) {
     try {
-      if (!token_trie_) {
+      std::unique_ptr<grammar::TokenTrie>& trie = token_tries_[p.kept_control_tokens];
+      if (!trie) {
         const auto t0 = Slot::Clock::now();
-        token_trie_ = std::make_unique<grammar::TokenTrie>(tok_);
-        log_line("grammar: token trie of %d tokens built in %.1f ms (%zu nodes)", token_trie_->n_vocab(),
-                 ms_between(t0, Slot::Clock::now()), token_trie_->nodes().size());
+        trie = std::make_unique<grammar::TokenTrie>(tok_, p.kept_control_tokens);
+        log_line("grammar: token trie of %d tokens (%zu control tokens kept) built in %.1f ms (%zu nodes)",
+                 trie->n_vocab(), p.kept_control_tokens.size(), ms_between(t0, Slot::Clock::now()), trie->nodes().size());
       }
-      slot.grammar.emplace(matchers_.get(p.grammar.grammar), *token_trie_, p.grammar);
+      slot.grammar.emplace(matchers_.get(p.grammar.grammar), *trie, p.grammar);
     } catch (const std::exception& e) {
       fail(slot, invalid_request(std::string("grammar: ") + e.what()));
       return;

@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <span>
 #include <mutex>
@@ -169,7 +170,9 @@ class Scheduler {
   uint64_t use_counter_ = 0;
   size_t prompt_rotation_ = 0;  // which prompt-reading slot gets the batch first
   MetricsSnapshot metrics_;
-  std::unique_ptr<grammar::TokenTrie> token_trie_;  // built when the first grammar comes
+  // Built when the first grammar comes, one per set of kept control tokens (at most two: none,
+  // and the tool format's markers).
+  std::map<std::vector<Token>, std::unique_ptr<grammar::TokenTrie>> token_tries_;
   MatcherCache matchers_;
   bool stopping_ = false;
   bool verify_memory_ = false;  // AGENTKV_CHECK_MEMORY

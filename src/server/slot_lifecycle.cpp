@@ -72,7 +72,8 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
   if (tok_.is_eog(id)) {
     stop = StopType::Eos;
   } else {
-    const std::string piece = tok_.token_to_piece(id, /*special=*/false);
+    const bool kept = std::binary_search(p.kept_control_tokens.begin(), p.kept_control_tokens.end(), id);
+    const std::string piece = tok_.token_to_piece(id, /*special=*/kept);
     if (slot.grammar) slot.grammar->accept(id, piece);
     if (piece.find('\n') != std::string::npos) slot.has_new_line = true;
     if (p.return_tokens) slot.generated_tokens.push_back(id);

@@ -1,6 +1,8 @@
 #include "server/tool_calls.h"
 
+#include <algorithm>
 #include <cctype>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -397,6 +399,14 @@ std::vector<std::string> tool_call_preserved_tokens(ToolFormat f) {
     case ToolFormat::MistralCallId: return {"[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"};
     default: return {};
   }
+}
+
+std::vector<Token> tool_marker_tokens(ToolFormat f, const Tokenizer& tok) {
+  std::vector<Token> ids;
+  for (const std::string& marker : tool_call_preserved_tokens(f))
+    if (const std::optional<Token> id = tok.find_token(marker); id && tok.is_control(*id)) ids.push_back(*id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 bool template_wants_object_arguments(const std::string& source) {

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agentkv/tokenizer.h"
 #include "server/json_fields.h"
 
 namespace agentkv::server {
@@ -37,6 +38,8 @@ std::vector<std::string> tool_call_triggers(ToolFormat f);
 // [TOOL_CALLS], [ARGS], [CALL_ID]): they render no text unless the server keeps them, as
 // llama.cpp's preserved_tokens do; without them the parser and the grammar never see the marker.
 std::vector<std::string> tool_call_preserved_tokens(ToolFormat f);
+// Those of the markers that are control tokens of `tok` (sorted ids): CompletionParams::kept_control_tokens.
+std::vector<Token> tool_marker_tokens(ToolFormat f, const Tokenizer& tok);
 // The template reads tool_calls[].function.arguments as an object (iterates it, or prints it with
 // tojson without first testing for a string): a client's JSON string must be parsed for it.
 bool template_wants_object_arguments(const std::string& template_source);

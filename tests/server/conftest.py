@@ -197,13 +197,15 @@ def reference():
 # added since (made by `agentkv mkmodel --preset NAME`, once per test run).
 FIXTURE_MODELS = {"dense": "qwen3-micro.gguf", "hybrid": "qwen35moe-micro.gguf"}
 PRESET_MODELS = {"qwen3moe": "qwen3moe-micro", "llama": "llama-micro", "qwen3next": "qwen3next-micro"}
+# Chat-format presets: the same architecture as a memory model, another family's chat vocabulary.
+CHAT_PRESET_MODELS = {"mistral": "mistral-micro"}
 MEMORY_MODELS = sorted(FIXTURE_MODELS) + sorted(PRESET_MODELS)
 HYBRID_MODELS = ["hybrid", "qwen3next"]  # Gated DeltaNet + attention: recurrent snapshots
 _preset_files = {}
 
 
 def model_file(key):
-    """The GGUF of a memory-test model key (a fixture path, or a preset made on first use)."""
+    """The GGUF of a test model key (a fixture path, or a preset made on first use)."""
     if key in FIXTURE_MODELS:
         return os.path.join(FIXTURES, "models", FIXTURE_MODELS[key])
     if not os.path.isdir(FIXTURES):  # the presets carry the fixture tokenizer
@@ -211,8 +213,9 @@ def model_file(key):
     if key not in _preset_files:
         import tempfile
         folder = tempfile.mkdtemp(prefix="agentkv-presets-")
-        path = os.path.join(folder, PRESET_MODELS[key] + ".gguf")
-        subprocess.run([_find_binary(), "mkmodel", "--preset", PRESET_MODELS[key], "-o", path],
+        preset = PRESET_MODELS.get(key) or CHAT_PRESET_MODELS[key]
+        path = os.path.join(folder, preset + ".gguf")
+        subprocess.run([_find_binary(), "mkmodel", "--preset", preset, "-o", path],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
         _preset_files[key] = path
     return _preset_files[key]
