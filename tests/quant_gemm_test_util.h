@@ -1,6 +1,7 @@
-// Test data and checks the quantized GEMM tests (gemm_q4_K / q6_K / q8_0) share: weight rows from
-// quantize_row with padded strides, activations with outliers and NaN padding, and the
-// "a token in a batch gets exactly what it gets alone" check through matmul().
+// Test data and checks the quantized GEMM tests (gemm_q4_K / q6_K / q8_0 / iq4_xs) share: weight
+// rows from quantize_row with padded strides, activations with outliers and NaN padding, the
+// "a token in a batch gets exactly what it gets alone" check through matmul(), and, for the GEMMs
+// over q8_K activations, the bit-for-bit check against the per-dot kernel and the throughput report.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -8,7 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <ctime>
+#include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "agentkv/fp16.h"
@@ -104,5 +107,85 @@ double best_thread_seconds(int reps, const Fn& fn) {
 
 // Qwen3-0.6B's matmul shapes (n_in, n_out): q/o, k/v, gate/up, down.
 inline constexpr int64_t kQwen3SmallShapes[][2] = {{1024, 2048}, {2048, 1024}, {1024, 1024}, {1024, 3072}, {3072, 1024}};
+
+// A GEMM over q8_K activations (q6_K_gemm, iq4_xs_gemm).
+using Q8KGemmFn = void (*)(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
+                           size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool);
+
+inline std::vector<uint8_t> q8_K_rows(const std::vector<float>& x, int64_t n_in, int64_t count, int64_t x_stride) {
+  const size_t stride = ggml_row_size(GgmlType::Q8_K, n_in);
+  std::vector<uint8_t> act(stride * count);
+  for (int64_t t = 0; t < count; ++t)
+    quantize_activation_row(GgmlType::Q8_K, x.data() + t * x_stride, act.data() + t * stride, n_in);
+  return act;
+}
+
+// Every (row, token) of gemm equals the active level's per-dot kernel bit for bit, over odd token
+// counts, row counts off the tile, several superblock steps and weight chunks, padded strides, and
+// one or two threads; nothing is written into y's padding.
+inline void expect_q8_K_gemm_equals_per_dot(GgmlType type, Q8KGemmFn gemm) {
+  struct Shape {
+    int64_t n_in, n_out, n_tokens;
+  };
+  const VecDotFn dot = vec_dot_fn(type, active_cpu_level());
+  const Shape shapes[] = {{256, 1, 2},  {256, 5, 3},    {512, 7, 9},   {1024, 13, 17}, {768, 66, 5},
+                          {2560, 9, 8}, {3072, 96, 11}, {256, 3, 1},   {512, 10, 13},  {768, 23, 6},
+                          {1024, 130, 4}, {512, 45, 509}};
+  std::mt19937 rng(17);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const Shape& s : shapes) {
+      const QuantRows w = make_k_quant_weights(type, s.n_in, s.n_out, 10, rng);
+      const std::vector<float> x = make_k_quant_activations(s.n_in, s.n_tokens, s.n_in, rng);
+      const size_t act_stride = ggml_row_size(GgmlType::Q8_K, s.n_in);
+      const std::vector<uint8_t> act = q8_K_rows(x, s.n_in, s.n_tokens, s.n_in);
+      const int64_t y_stride = s.n_out + 2;
+      std::vector<float> y(s.n_tokens * y_stride, -7.f);
+      gemm(w.bytes.data(), w.stride, s.n_out, s.n_in, act.data(), act_stride, s.n_tokens, y.data(), y_stride, pool);
+      for (int64_t t = 0; t < s.n_tokens; ++t) {
+        for (int64_t r = 0; r < y_stride; ++r) {
+          const std::string where = "shape " + std::to_string(s.n_in) + "x" + std::to_string(s.n_out) + " tokens " +
+                                    std::to_string(s.n_tokens) + " threads " + std::to_string(threads) + " row " +
+                                    std::to_string(r) + " token " + std::to_string(t);
+          if (r >= s.n_out) {
+            EXPECT_EQ(y[t * y_stride + r], -7.f) << "wrote into the y padding, " << where;
+            continue;
+          }
+          const float want = dot(s.n_in, w.row(r), act.data() + t * act_stride);
+          EXPECT_EQ(fp32_to_bits(y[t * y_stride + r]), fp32_to_bits(want)) << where;
+        }
+      }
+    }
+  }
+}
+
+// Single-thread throughput of gemm against the per-dot loop it replaces, 512 and 7 tokens, thread
+// CPU time (the DISABLED_ThroughputReport tests; run with --gtest_also_run_disabled_tests).
+inline void report_q8_K_gemm_throughput(GgmlType type, Q8KGemmFn gemm) {
+  ThreadPool one_thread(1);
+  std::mt19937 rng(5);
+  const VecDotFn dot = vec_dot_fn(type);
+  for (const auto& shape : kQwen3SmallShapes) {
+    const int64_t n_in = shape[0], n_out = shape[1];
+    for (int64_t n_tokens : {int64_t{512}, int64_t{7}}) {
+      const QuantRows w = make_k_quant_weights(type, n_in, n_out, 0, rng);
+      const std::vector<float> x = make_k_quant_activations(n_in, n_tokens, n_in, rng);
+      const size_t act_stride = ggml_row_size(GgmlType::Q8_K, n_in);
+      const std::vector<uint8_t> act = q8_K_rows(x, n_in, n_tokens, n_in);
+      std::vector<float> y(n_tokens * n_out);
+      const double blocked = best_thread_seconds(3, [&] {
+        gemm(w.bytes.data(), w.stride, n_out, n_in, act.data(), act_stride, n_tokens, y.data(), n_out, one_thread);
+      });
+      const double per_dot = best_thread_seconds(n_tokens > 64 ? 1 : 3, [&] {
+        for (int64_t r = 0; r < n_out; ++r)
+          for (int64_t t = 0; t < n_tokens; ++t) y[t * n_out + r] = dot(n_in, w.row(r), act.data() + t * act_stride);
+      });
+      std::printf("%s [%lld x %lld] x %lld tokens: blocked %.2f ms (%.1f GMAC/s), per-dot %.2f ms: %.2fx\n",
+                  std::string(ggml_type_name(type)).c_str(), static_cast<long long>(n_in), static_cast<long long>(n_out),
+                  static_cast<long long>(n_tokens), blocked * 1e3, 1e-9 * n_in * n_out * n_tokens / blocked,
+                  per_dot * 1e3, per_dot / blocked);
+    }
+  }
+}
 
 }  // namespace agentkv::test
