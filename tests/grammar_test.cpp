@@ -171,9 +171,120 @@ TEST(JsonSchema, ConvertsAndValidates) {
   EXPECT_THROW(agentkv::grammar::json_schema_to_gbnf(Json::parse(R"({"type": "strange"})")), agentkv::Error);
   EXPECT_THROW(agentkv::grammar::json_schema_to_gbnf(Json::parse(R"({"type": "string", "minLength": 3, "maxLength": 1})")),
                agentkv::Error);
-  const auto unenforced = agentkv::grammar::unenforced_keywords(
-      Json::parse(R"({"type":"object","properties":{"a":{"type":"integer","minimum":1,"description":"d"}}})"));
-  EXPECT_EQ(unenforced, std::vector<std::string>{"minimum"});
+}
+
+// A keyword that restricts values and that the grammar does not enforce is refused (the server's
+// 400 names it); annotations and unknown keywords are not.
+TEST(JsonSchema, RefusesWhatItCannotEnforce) {
+  for (const char* schema : {R"({"type":"string","pattern":"^a+$"})", R"({"type":"integer","multipleOf":3})",
+                             R"({"type":"array","uniqueItems":true})", R"({"type":"object","minProperties":1})",
+                             R"({"not":{"type":"null"}})", R"({"type":"string","format":"regex"})",
+                             R"({"type":"string","format":"uri","maxLength":9})", R"({"type":"number","maximum":0.5})",
+                             R"({"type":"object","properties":{"a":{"type":"number","exclusiveMinimum":1.25}}})",
+                             R"({"type":"integer","minimum":5,"maximum":4})", R"({"type":"integer","minimum":1e17})"}) {
+    EXPECT_THROW(agentkv::grammar::json_schema_to_gbnf(Json::parse(schema)), agentkv::Error) << schema;
+  }
+  auto m = matcher(agentkv::grammar::json_schema_to_gbnf(Json::parse(
+      R"({"type":"object","properties":{"a":{"type":"integer","format":"int64","nullable":true,"x-vendor":1,
+          "description":"d","examples":[1]}},"required":["a"]})")));
+  EXPECT_TRUE(matches(*m, R"({"a": 12})"));
+}
+
+// Integer bounds: for random ranges (open on either side, negative, around zero, fractional
+// bounds rounding inward), the grammar accepts exactly the integers in range, written as JSON
+// writes them (no leading zeros, no "-0").
+TEST(JsonSchema, IntegerBoundsAcceptExactlyTheRange) {
+  std::mt19937 rng(3);
+  auto pick = [&]() -> int64_t {
+    switch (rng() % 4) {
+      case 0: return static_cast<int64_t>(rng() % 21) - 10;
+      case 1: return static_cast<int64_t>(rng() % 2001) - 1000;
+      case 2: return static_cast<int64_t>(rng() % 200001) - 100000;
+      default: return static_cast<int64_t>(rng() % 20000001) - 10000000;
+    }
+  };
+  for (int round = 0; round < 60; ++round) {
+    int64_t lo = pick(), hi = pick();
+    if (lo > hi) std::swap(lo, hi);
+    const bool has_lo = round % 5 != 1, has_hi = round % 5 != 2;
+    const bool lo_exclusive = round % 3 == 0, hi_exclusive = round % 4 == 0;
+    Json schema = {{"type", "integer"}};
+    if (has_lo) schema[lo_exclusive ? "exclusiveMinimum" : "minimum"] = lo;
+    if (has_hi) schema[hi_exclusive ? "exclusiveMaximum" : "maximum"] = hi;
+    if (has_lo && has_hi && (lo_exclusive || hi_exclusive) && hi - lo < 2) continue;  // may be empty
+    auto m = matcher(agentkv::grammar::json_schema_to_gbnf(schema));
+    auto in_range = [&](int64_t v) {
+      return (!has_lo || (lo_exclusive ? v > lo : v >= lo)) && (!has_hi || (hi_exclusive ? v < hi : v <= hi));
+    };
+    std::vector<int64_t> values;
+    for (int64_t edge : {lo, hi, int64_t{0}})
+      for (int64_t d = -12; d <= 12; ++d) values.push_back(edge + d);
+    for (int k = 0; k < 40; ++k) values.push_back(pick());
+    for (int64_t v : values) EXPECT_EQ(matches(*m, std::to_string(v)), in_range(v)) << schema.dump() << " value " << v;
+    EXPECT_FALSE(matches(*m, "-0")) << schema.dump();
+    if (in_range(7)) EXPECT_FALSE(matches(*m, "07")) << schema.dump();
+  }
+  auto int32 = matcher(agentkv::grammar::json_schema_to_gbnf(Json::parse(R"({"type":"integer","format":"int32"})")));
+  EXPECT_TRUE(matches(*int32, "2147483647"));
+  EXPECT_TRUE(matches(*int32, "-2147483648"));
+  EXPECT_FALSE(matches(*int32, "2147483648"));
+  auto rounded = matcher(agentkv::grammar::json_schema_to_gbnf(Json::parse(R"({"type":"integer","minimum":1.5,"maximum":4.5})")));
+  EXPECT_FALSE(matches(*rounded, "1"));
+  EXPECT_TRUE(matches(*rounded, "2"));
+  EXPECT_TRUE(matches(*rounded, "4"));
+  EXPECT_FALSE(matches(*rounded, "5"));
+}
+
+// Number bounds (whole numbers, inclusive or exclusive): whatever the grammar accepts is within
+// them, and every number within them written without exponent, sign of zero or more than 16
+// decimals is accepted.
+TEST(JsonSchema, NumberBoundsAcceptExactlyTheRange) {
+  std::mt19937 rng(4);
+  const char* const fractions[] = {"", ".0", ".00", ".5", ".05", ".000001", ".9999", ".1"};
+  for (int round = 0; round < 60; ++round) {
+    int64_t lo = static_cast<int64_t>(rng() % 41) - 20, hi = static_cast<int64_t>(rng() % 41) - 20;
+    if (lo > hi) std::swap(lo, hi);
+    const bool has_lo = round % 5 != 1, has_hi = round % 5 != 2;
+    const bool lo_exclusive = round % 3 == 0, hi_exclusive = round % 4 == 0;
+    Json schema = {{"type", "number"}};
+    if (has_lo) schema[lo_exclusive ? "exclusiveMinimum" : "minimum"] = lo;
+    if (has_hi) schema[hi_exclusive ? "exclusiveMaximum" : "maximum"] = hi;
+    if (has_lo && has_hi && lo == hi && (lo_exclusive || hi_exclusive)) continue;  // empty
+    auto m = matcher(agentkv::grammar::json_schema_to_gbnf(schema));
+    auto in_range = [&](double v) {
+      return (!has_lo || (lo_exclusive ? v > lo : v >= lo)) && (!has_hi || (hi_exclusive ? v < hi : v <= hi));
+    };
+    for (int64_t whole = -25; whole <= 25; ++whole) {
+      for (const char* f : fractions) {
+        for (bool negative : {false, true}) {
+          if (negative != (whole < 0) && whole != 0) continue;
+          const std::string text = (negative ? "-" : "") + std::to_string(whole < 0 ? -whole : whole) + f;
+          const double v = std::stod(text);
+          const bool canonical = !(negative && v == 0);  // "-0…" is refused, its value is not
+          const bool accepted = matches(*m, text);
+          if (accepted) EXPECT_TRUE(in_range(v)) << schema.dump() << " accepted " << text;
+          if (canonical && in_range(v)) EXPECT_TRUE(accepted) << schema.dump() << " refused " << text;
+        }
+      }
+    }
+  }
+}
+
+TEST(JsonSchema, StringFormats) {
+  auto uri = matcher(agentkv::grammar::json_schema_to_gbnf(Json::parse(R"({"type":"string","format":"uri"})")));
+  EXPECT_TRUE(matches(*uri, R"("https://example.org/a?b=1#c")"));
+  EXPECT_FALSE(matches(*uri, R"("no scheme")"));
+  EXPECT_FALSE(matches(*uri, R"("http://a b")"));
+  auto email = matcher(agentkv::grammar::json_schema_to_gbnf(Json::parse(R"({"type":"string","format":"email"})")));
+  EXPECT_TRUE(matches(*email, R"("a.b+c@example.org")"));
+  EXPECT_FALSE(matches(*email, R"("a@b@c")"));
+  auto ipv4 = matcher(agentkv::grammar::json_schema_to_gbnf(Json::parse(R"({"type":"string","format":"ipv4"})")));
+  EXPECT_TRUE(matches(*ipv4, R"("192.168.0.255")"));
+  EXPECT_FALSE(matches(*ipv4, R"("256.1.1.1")"));
+  EXPECT_FALSE(matches(*ipv4, R"("01.1.1.1")"));
+  auto host = matcher(agentkv::grammar::json_schema_to_gbnf(Json::parse(R"({"type":"string","format":"hostname"})")));
+  EXPECT_TRUE(matches(*host, R"("api.example-1.org")"));
+  EXPECT_FALSE(matches(*host, R"("-bad.org")"));
 }
 
 TEST(JsonSchema, RecursiveRefAndFreeObject) {

@@ -5,9 +5,12 @@
 // Enforced: type (one or a list), properties / required / additionalProperties (false by default
 // when properties are given, as llama.cpp), enum, const, minLength / maxLength, items /
 // prefixItems / minItems / maxItems, anyOf / oneOf, allOf of objects, $ref to #/$defs/... or
-// #/definitions/..., string formats date / time / date-time / uuid. Other keywords (description,
-// title, default, examples, pattern, minimum, maximum, format of other kinds, ...) do not constrain
-// the output; they are listed by unenforced_keywords() so that callers can report them.
+// #/definitions/..., minimum / maximum / exclusiveMinimum / exclusiveMaximum (integers: any bound;
+// numbers: whole-number bounds; number_range.h), string formats date / time / date-time / uuid /
+// uri / uri-reference / email / hostname / ipv4, and OpenAPI's int32. A keyword that restricts
+// values and is not enforced (pattern, multipleOf, uniqueItems, not, ...), a string format without
+// a rule, or a bound that cannot be enforced makes the conversion throw (the server's 400 names
+// it): no constraint is dropped in silence. Annotations and unknown keywords are ignored.
 #pragma once
 #include <string>
 #include <vector>
@@ -48,8 +51,5 @@ std::string json_primitive_rules(JsonSpacing spacing = JsonSpacing::LlamaCpp);
 
 // A whole grammar: root ::= the schema's value.
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
-
-// Keywords in the schema (anywhere) that the grammar does not enforce.
-std::vector<std::string> unenforced_keywords(const nlohmann::ordered_json& schema);
 
 }  // namespace agentkv::grammar

@@ -1,11 +1,14 @@
 #include "agentkv/json_schema.h"
 
+#include <cmath>
 #include <functional>
+#include <optional>
 #include <map>
 #include <set>
 
 #include "agentkv/error.h"
 #include "agentkv/gbnf.h"
+#include "grammar/number_range.h"
 
 namespace agentkv::grammar {
 
@@ -29,6 +32,14 @@ uuid ::= "\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-
 date ::= [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( [0] [1-9] | [1-2] [0-9] | [3] [0-1] )
 time ::= ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{3} )? ( "Z" | ( "+" | "-" ) ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )
 date-time ::= date "T" time
+uri-string ::= "\"" [a-zA-Z] [a-zA-Z0-9+.-]{0,31} ":" uri-char{0,2048} "\"" space
+uri-reference-string ::= "\"" uri-char{0,2048} "\"" space
+uri-char ::= [a-zA-Z0-9._~:/?#@!$&'()*+,;=%\[\]-]
+email-string ::= "\"" email-char{1,64} "@" [a-zA-Z0-9-]{1,63} ("." [a-zA-Z0-9-]{1,63}){0,8} "\"" space
+email-char ::= [a-zA-Z0-9!#$%&'*+/=?^_`{|}~.-]
+hostname-string ::= "\"" [a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])? ("." [a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])?){0,8} "\"" space
+ipv4-string ::= "\"" ipv4-octet "." ipv4-octet "." ipv4-octet "." ipv4-octet "\"" space
+ipv4-octet ::= [0-9] | [1-9] [0-9] | "1" [0-9]{2} | "2" [0-4] [0-9] | "25" [0-5]
 date-string ::= "\"" date "\"" space
 time-string ::= "\"" time "\"" space
 date-time-string ::= "\"" date-time "\"" space
@@ -36,9 +47,20 @@ date-time-string ::= "\"" date-time "\"" space
 
 const std::set<std::string> kEnforced = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "minLength", "maxLength",
-    "items", "prefixItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "format"};
-const std::set<std::string> kAnnotations = {"description", "title", "default", "examples", "$schema", "$id",
-                                            "$comment", "deprecated", "readOnly", "writeOnly", "strict"};
+    "items", "prefixItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+// String formats with a rule: the exact ones (uuid, date, time, date-time) and the character
+// shapes of the others (RFC 3986's scheme ":" for uri, a local part "@" a domain for email).
+const std::set<std::string> kFormats = {"uuid", "date", "time", "date-time", "uri", "uri-reference", "email", "hostname", "ipv4"};
+const std::set<std::string> kNumericFormats = {"int32", "int64", "float", "double"};
+// Keywords that restrict a value and that the grammar does not enforce: a schema with one is
+// refused. Any other keyword the converter does not know (annotations, "nullable", vendor
+// extensions) cannot make a value the grammar writes invalid, and is ignored, as JSON Schema
+// ignores unknown keywords.
+const std::set<std::string> kRestrictingUnenforced = {
+    "pattern", "multipleOf", "uniqueItems", "minProperties", "maxProperties", "propertyNames", "not", "if", "then",
+    "else", "contains", "minContains", "maxContains", "dependentRequired", "dependentSchemas", "dependencies",
+    "unevaluatedItems", "patternProperties"};
 
 std::string sanitize(const std::string& name) {
   std::string out;
@@ -135,6 +157,7 @@ class Converter {
       return "value";
     }
     if (!s.is_object()) throw Error("json_schema: a schema must be an object or a boolean");
+    refuse_unenforced(s, name);
     if (auto it = s.find("$ref"); it != s.end()) {
       if (!it->is_string()) throw Error("json_schema: '$ref' must be a string");
       const std::string ref = it->get<std::string>();
@@ -196,24 +219,99 @@ class Converter {
       if (s.contains("properties")) t = "object";
       else if (s.contains("items") || s.contains("prefixItems")) t = "array";
       else if (s.contains("minLength") || s.contains("maxLength")) t = "string";
+      else if (read_bounds(s).has()) t = "number";  // a subset of "any value, and numbers in bounds"
     }
     if (t == "object") return object_rule(s, name, depth);
     if (t == "array") return array_rule(s, name, depth);
     if (t == "string") return string_rule(s);
-    if (t == "number") return "number";
-    if (t == "integer") return "integer";
+    if (t == "number") return number_rule(s, name);
+    if (t == "integer") return integer_rule(s);
     if (t == "boolean") return "boolean";
     if (t == "null") return "null";
     if (t.empty()) return "value";
     throw Error("json_schema: unknown type '" + t + "'");
   }
 
+  // A keyword the grammar cannot enforce is the caller's error (a 400 naming it), never a
+  // constraint silently dropped.
+  static void refuse_unenforced(const Json& s, const std::string& where) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (kRestrictingUnenforced.count(it.key()))
+        throw Error("json_schema: keyword '" + it.key() + "' (at " + where + ") cannot be enforced by the grammar; remove it");
+    }
+    // String formats: the ones with a rule; numeric formats (OpenAPI's int32 / int64 / float /
+    // double) bound nothing the number rules (16 digits) do not already.
+    if (auto f = s.find("format"); f != s.end() && f->is_string() && !kFormats.count(f->get<std::string>()) &&
+                                   !kNumericFormats.count(f->get<std::string>()))
+      throw Error("json_schema: format '" + f->get<std::string>() + "' (at " + where + ") cannot be enforced by the grammar; remove it");
+    if (s.contains("format") && (s.contains("minLength") || s.contains("maxLength")))
+      throw Error("json_schema: minLength / maxLength together with a format (at " + where + ") cannot be enforced by the grammar");
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum, as numbers (draft 6 on) or as
+  // draft 4's booleans on minimum / maximum. has: whether any bound is given.
+  struct Bounds {
+    std::optional<double> lo, hi;
+    bool lo_exclusive = false, hi_exclusive = false;
+    bool has() const { return lo || hi; }
+  };
+  static Bounds read_bounds(const Json& s) {
+    Bounds b;
+    auto number = [&](const char* key) -> std::optional<double> {
+      auto it = s.find(key);
+      if (it == s.end() || it->is_boolean()) return std::nullopt;
+      if (!it->is_number()) throw Error(std::string("json_schema: '") + key + "' must be a number");
+      return it->get<double>();
+    };
+    auto draft4_exclusive = [&](const char* key) { return s.contains(key) && s[key].is_boolean() && s[key].get<bool>(); };
+    b.lo = number("minimum");
+    b.lo_exclusive = draft4_exclusive("exclusiveMinimum");
+    if (auto x = number("exclusiveMinimum"); x && (!b.lo || *x >= *b.lo)) {
+      b.lo = x;
+      b.lo_exclusive = true;
+    }
+    b.hi = number("maximum");
+    b.hi_exclusive = draft4_exclusive("exclusiveMaximum");
+    if (auto x = number("exclusiveMaximum"); x && (!b.hi || *x <= *b.hi)) {
+      b.hi = x;
+      b.hi_exclusive = true;
+    }
+    for (const auto& v : {b.lo, b.hi})
+      if (v && std::fabs(*v) > 9.9e15) throw Error("json_schema: a bound past 16 digits cannot be enforced by the grammar");
+    return b;
+  }
+
+  std::string integer_rule(const Json& s) {
+    const Bounds b = read_bounds(s);
+    const bool int32 = s.value("format", "") == "int32";
+    if (!b.has() && !int32) return "integer";
+    std::optional<int64_t> lo, hi;  // the whole numbers within the bounds
+    if (b.lo) lo = static_cast<int64_t>(b.lo_exclusive ? std::floor(*b.lo) + 1 : std::ceil(*b.lo));
+    if (b.hi) hi = static_cast<int64_t>(b.hi_exclusive ? std::ceil(*b.hi) - 1 : std::floor(*b.hi));
+    if (int32) {
+      lo = std::max<int64_t>(lo.value_or(INT32_MIN), INT32_MIN);
+      hi = std::min<int64_t>(hi.value_or(INT32_MAX), INT32_MAX);
+    }
+    return integer_range_gbnf(lo, hi) + " space";
+  }
+
+  std::string number_rule(const Json& s, const std::string& where) {
+    const Bounds b = read_bounds(s);
+    if (!b.has()) return "number";
+    auto whole = [&](std::optional<double> v, bool exclusive) -> std::optional<NumberBound> {
+      if (!v) return std::nullopt;
+      if (*v != std::floor(*v))
+        throw Error("json_schema: the bound " + Json(*v).dump() + " on a number (at " + where +
+                    ") cannot be enforced by the grammar: only whole-number bounds are");
+      return NumberBound{static_cast<int64_t>(*v), exclusive};
+    };
+    return number_range_gbnf(whole(b.lo, b.lo_exclusive), whole(b.hi, b.hi_exclusive)) + " space";
+  }
+
   std::string string_rule(const Json& s) {
     const std::string format = s.value("format", "");
     if (format == "uuid") return "uuid";
-    if (format == "date") return "date-string";
-    if (format == "time") return "time-string";
-    if (format == "date-time") return "date-time-string";
+    if (kFormats.count(format)) return format + "-string";
     const int64_t min = read_count(s, "minLength", 0);
     const int64_t max = read_count(s, "maxLength", -1);
     if (max >= 0 && max < min) throw Error("json_schema: maxLength below minLength");
@@ -309,28 +407,6 @@ class Converter {
   std::map<std::string, std::string> refs_;
 };
 
-void collect_unenforced(const Json& s, std::set<std::string>& out, int depth) {
-  if (depth > 64) return;
-  if (s.is_array()) {
-    for (const Json& x : s) collect_unenforced(x, out, depth + 1);
-    return;
-  }
-  if (!s.is_object()) return;
-  for (auto it = s.begin(); it != s.end(); ++it) {
-    if (!kEnforced.count(it.key()) && !kAnnotations.count(it.key())) out.insert(it.key());
-    if (it.key() == "properties" || it.key() == "$defs" || it.key() == "definitions") {
-      if (it->is_object())
-        for (auto p = it->begin(); p != it->end(); ++p) collect_unenforced(p.value(), out, depth + 1);
-    } else if (it.key() == "items" || it.key() == "anyOf" || it.key() == "oneOf" || it.key() == "allOf" ||
-               it.key() == "prefixItems" || it.key() == "additionalProperties") {
-      collect_unenforced(it.value(), out, depth + 1);
-    } else if (it.key() == "format" && it->is_string()) {
-      const std::string f = it->get<std::string>();
-      if (f != "uuid" && f != "date" && f != "time" && f != "date-time") out.insert("format:" + f);
-    }
-  }
-}
-
 }  // namespace
 
 std::string json_primitive_rules(JsonSpacing spacing) {
@@ -357,12 +433,6 @@ std::string json_schema_rules(const nlohmann::ordered_json& schema, const Schema
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
   return json_schema_rules(schema, SchemaGrammarOptions{}, true);
-}
-
-std::vector<std::string> unenforced_keywords(const nlohmann::ordered_json& schema) {
-  std::set<std::string> out;
-  collect_unenforced(schema, out, 0);
-  return {out.begin(), out.end()};
 }
 
 }  // namespace agentkv::grammar

@@ -21,8 +21,8 @@ SCHEMA = {
     "properties": {
         "name": {"type": "string", "minLength": 1, "maxLength": 12},
         "kind": {"enum": ["file", "dir", "link"]},
-        "size": {"type": "integer"},
-        "ratio": {"type": "number"},
+        "size": {"type": "integer", "minimum": -3, "exclusiveMaximum": 250},
+        "ratio": {"type": "number", "minimum": 0, "maximum": 1},
         "ok": {"type": "boolean"},
         "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "minItems": 1, "maxItems": 3},
         "owner": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/user"}]},
@@ -73,10 +73,10 @@ def validate(value, schema, root=None):
     elif t == "string":
         assert isinstance(value, str), value
         assert schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", 1 << 30), value
-    elif t == "integer":
-        assert isinstance(value, int) and not isinstance(value, bool), value
-    elif t == "number":
-        assert isinstance(value, (int, float)) and not isinstance(value, bool), value
+    elif t in ("integer", "number"):
+        assert isinstance(value, int if t == "integer" else (int, float)) and not isinstance(value, bool), value
+        assert value >= schema.get("minimum", value) and value <= schema.get("maximum", value), value
+        assert value > schema.get("exclusiveMinimum", value - 1) and value < schema.get("exclusiveMaximum", value + 1), value
     elif t == "boolean":
         assert isinstance(value, bool), value
     elif t == "null":
@@ -167,6 +167,17 @@ def test_bad_constraints_are_400(srv):
         assert out["error"]["type"] == "invalid_request_error"
     status, out = srv.post("/completion", {"prompt": "x", "n_predict": 1, "wrong_field": True})
     assert "'wrong_field'" in out["error"]["message"]
+    # A schema keyword the grammar cannot enforce is named, never dropped in silence (in a tool's
+    # parameters as in a response format).
+    for schema, named in [({"type": "string", "pattern": "^[a-z]+$"}, "'pattern'"),
+                          ({"type": "number", "multipleOf": 0.5}, "'multipleOf'"),
+                          ({"type": "string", "format": "regex"}, "'regex'")]:
+        status, out = srv.post("/completion", {"prompt": "x", "n_predict": 1, "json_schema": schema})
+        assert status == 400 and named in out["error"]["message"], (schema, out)
+        tool = {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": schema}, "required": ["a"]}}}
+        status, out = srv.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 1, "tools": [tool]})
+        assert status == 400 and named in out["error"]["message"], (schema, out)
     # Neutral values of fields agentkv does not implement are fine.
     status, out = srv.post("/completion", {"prompt": "x", "n_predict": 1, "typical_p": 1.0, "mirostat": 0,
                                            "ignore_eos": False, "user": "me"})
