@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes with libFuzzer (ASan + UBSan): the GGUF reader, the server's JSON request layer (request
 # parsing + chat formatting), the parsers of model output (reasoning, tool calls of every format,
-# streamed prefixes) and the state-file reader (with the KV code file reader), for N seconds in all
-# (split between the four targets); exits non-zero if one finds a crash.
+# streamed prefixes), the state-file reader (with the KV code file reader) and the JSON-schema
+# converter's pattern and bounds parsers, for N seconds in all (split between the five targets);
+# exits non-zero if one finds a crash.
 # Builds build-fuzz/ with clang first if needed. Usage: scripts/fuzz.sh [SECONDS]   (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +13,12 @@ build=build-fuzz
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_FUZZ=ON
 fi
-cmake --build "$build" --target gguf_fuzz request_fuzz state_fuzz tool_call_fuzz -j2
+cmake --build "$build" --target gguf_fuzz request_fuzz state_fuzz tool_call_fuzz schema_fuzz -j2
 
 fixtures="${AGENTKV_FIXTURES:-../shared/fixtures}/models"
-# Time shares: the GGUF reader half, the three other targets a third of the rest each (at least 5 s each).
+# Time shares: the GGUF reader half, the four other targets a quarter of the rest each (at least 5 s each).
 gguf_s=$(( seconds / 2 > 5 ? seconds / 2 : 5 ))
-rest_s=$(( (seconds - gguf_s) / 3 > 5 ? (seconds - gguf_s) / 3 : 5 ))
+rest_s=$(( (seconds - gguf_s) / 4 > 5 ? (seconds - gguf_s) / 4 : 5 ))
 
 run() {  # name seconds max_len dict-or-empty seeds...
   local name=$1 secs=$2 max_len=$3 dict=$4
@@ -68,3 +69,16 @@ mkdir -p "$seeds"
 AGENTKV_FUZZ_WRITE_SEEDS="$seeds" "$build/fuzz/state_fuzz" -runs=0 "$seeds" >/dev/null 2>&1 || true
 # fuzz/state-regressions: inputs that once crashed the reader (each is replayed first).
 run state_fuzz "$rest_s" 65536 "" "$seeds" fuzz/state-regressions
+
+# Schemas: patterns and bounds (schema_fuzz.cpp's first byte picks the case).
+seeds="$build/fuzz/schema-seeds"
+mkdir -p "$seeds"
+python3 - "$seeds" <<'PY'
+import sys
+cases = [(0, "^[a-z]+(-[0-9]{2,4})?$", "abc-12"), (0, "(?:a|b\\d)*c", "ab1c"), (2, "\\w+@[^@\\s]+\\.org", "x@y.org"),
+         (0, "^\\u00e9.{0,3}$", "\u00e9ab"), (1, "-20,300", ""), (5, "0,1", ""), (13, "-1.5,2", "")]
+for i, (kind, pattern, value) in enumerate(cases):
+    open(f"{sys.argv[1]}/seed-{i}", "wb").write(bytes([kind]) + pattern.encode() + b"\0" + value.encode())
+PY
+mkdir -p fuzz/schema-regressions
+run schema_fuzz "$rest_s" 1024 "" "$seeds" fuzz/schema-regressions

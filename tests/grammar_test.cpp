@@ -1,7 +1,9 @@
 // GBNF parsing and matching (src/grammar/), JSON schema -> grammar, token masks.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
+#include <regex>
 #include <string>
 
 #include "agentkv/error.h"
@@ -176,7 +178,10 @@ TEST(JsonSchema, ConvertsAndValidates) {
 // A keyword that restricts values and that the grammar does not enforce is refused (the server's
 // 400 names it); annotations and unknown keywords are not.
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
-  for (const char* schema : {R"({"type":"string","pattern":"^a+$"})", R"({"type":"integer","multipleOf":3})",
+  for (const char* schema : {R"J({"type":"string","pattern":"a(?=b)"})J", R"J({"type":"string","pattern":"(a)\\1"})J",
+                             R"J({"type":"string","pattern":"\\bword"})J", R"J({"type":"string","pattern":"a^b"})J",
+                             R"J({"type":"string","pattern":"(ab"})J", R"J({"type":"string","pattern":"^a+$","maxLength":3})J",
+                             R"({"type":"integer","multipleOf":3})",
                              R"({"type":"array","uniqueItems":true})", R"({"type":"object","minProperties":1})",
                              R"({"not":{"type":"null"}})", R"({"type":"string","format":"regex"})",
                              R"({"type":"string","format":"uri","maxLength":9})", R"({"type":"number","maximum":0.5})",
@@ -268,6 +273,41 @@ TEST(JsonSchema, NumberBoundsAcceptExactlyTheRange) {
       }
     }
   }
+}
+
+// pattern: for random ASCII patterns and strings, the grammar accepts a string's JSON text exactly
+// when std::regex (ECMAScript) finds the pattern in it (strings hold no control characters other
+// than \n and \t, which the grammar writes as JSON escapes).
+TEST(JsonSchema, PatternAcceptsExactlyWhatTheRegexFinds) {
+  std::mt19937 rng(11);
+  const std::vector<std::string> atoms = {"a", "b", "c", "1", "_", "-", " ", "\\\"", "\\\\", "/", ".", "\\d", "\\w",
+                                          "\\s", "\\D", "\\S", "[a-c]", "[^ab]", "[\\d_]", "\\.", "\\n", "\\x61"};
+  const std::vector<std::string> quantifiers = {"", "", "", "*", "+", "?", "{2}", "{1,2}", "{0,}", "*?"};
+  std::function<std::string(int)> piece = [&](int depth) -> std::string {
+    if (depth < 2 && rng() % 5 == 0) {
+      std::string g = std::string(rng() % 2 ? "(" : "(?:") + piece(depth + 1) + piece(depth + 1);
+      if (rng() % 2) g += "|" + piece(depth + 1);
+      return g + ")" + quantifiers[rng() % quantifiers.size()];
+    }
+    return atoms[rng() % atoms.size()] + quantifiers[rng() % quantifiers.size()];
+  };
+  const std::string alphabet = "abc1_- \"\\/.x\n\t";
+  int accepted_total = 0;
+  for (int round = 0; round < 150; ++round) {
+    std::string pattern = std::string(rng() % 3 == 0 ? "^" : "") + piece(0) + piece(0) + (rng() % 3 == 0 ? "$" : "");
+    if (rng() % 6 == 0) pattern += "|" + piece(0);
+    const std::regex re(pattern, std::regex::ECMAScript);
+    auto m = matcher(agentkv::grammar::json_schema_to_gbnf(Json{{"type", "string"}, {"pattern", pattern}}));
+    for (int k = 0; k < 60; ++k) {
+      std::string text;
+      for (int n = static_cast<int>(rng() % 7); n > 0; --n) text += alphabet[rng() % alphabet.size()];
+      const bool found = std::regex_search(text, re);
+      const bool accepted = matches(*m, Json(text).dump());
+      EXPECT_EQ(accepted, found) << "pattern " << pattern << " text " << Json(text).dump();
+      accepted_total += accepted;
+    }
+  }
+  EXPECT_GT(accepted_total, 500);  // the strings do meet the patterns often
 }
 
 TEST(JsonSchema, StringFormats) {

@@ -7,8 +7,9 @@
 // prefixItems / minItems / maxItems, anyOf / oneOf, allOf of objects, $ref to #/$defs/... or
 // #/definitions/..., minimum / maximum / exclusiveMinimum / exclusiveMaximum (integers: any bound;
 // numbers: whole-number bounds; number_range.h), string formats date / time / date-time / uuid /
-// uri / uri-reference / email / hostname / ipv4, and OpenAPI's int32. A keyword that restricts
-// values and is not enforced (pattern, multipleOf, uniqueItems, not, ...), a string format without
+// uri / uri-reference / email / hostname / ipv4, OpenAPI's int32, and `pattern` (json_pattern.h:
+// ECMA-262 without lookaround or backreferences). A keyword that restricts values and is not
+// enforced (multipleOf, uniqueItems, not, ...), a pattern construct or string format without
 // a rule, or a bound that cannot be enforced makes the conversion throw (the server's 400 names
 // it): no constraint is dropped in silence. Annotations and unknown keywords are ignored.
 #pragma once

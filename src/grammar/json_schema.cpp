@@ -8,6 +8,7 @@
 
 #include "agentkv/error.h"
 #include "agentkv/gbnf.h"
+#include "grammar/json_pattern.h"
 #include "grammar/number_range.h"
 
 namespace agentkv::grammar {
@@ -48,7 +49,7 @@ date-time-string ::= "\"" date-time "\"" space
 const std::set<std::string> kEnforced = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "minLength", "maxLength",
     "items", "prefixItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "format",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern"};
 // String formats with a rule: the exact ones (uuid, date, time, date-time) and the character
 // shapes of the others (RFC 3986's scheme ":" for uri, a local part "@" a domain for email).
 const std::set<std::string> kFormats = {"uuid", "date", "time", "date-time", "uri", "uri-reference", "email", "hostname", "ipv4"};
@@ -58,7 +59,7 @@ const std::set<std::string> kNumericFormats = {"int32", "int64", "float", "doubl
 // extensions) cannot make a value the grammar writes invalid, and is ignored, as JSON Schema
 // ignores unknown keywords.
 const std::set<std::string> kRestrictingUnenforced = {
-    "pattern", "multipleOf", "uniqueItems", "minProperties", "maxProperties", "propertyNames", "not", "if", "then",
+    "multipleOf", "uniqueItems", "minProperties", "maxProperties", "propertyNames", "not", "if", "then",
     "else", "contains", "minContains", "maxContains", "dependentRequired", "dependentSchemas", "dependencies",
     "unevaluatedItems", "patternProperties"};
 
@@ -218,7 +219,7 @@ class Converter {
     if (t.empty()) {
       if (s.contains("properties")) t = "object";
       else if (s.contains("items") || s.contains("prefixItems")) t = "array";
-      else if (s.contains("minLength") || s.contains("maxLength")) t = "string";
+      else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) t = "string";
       else if (read_bounds(s).has()) t = "number";  // a subset of "any value, and numbers in bounds"
     }
     if (t == "object") return object_rule(s, name, depth);
@@ -244,8 +245,10 @@ class Converter {
     if (auto f = s.find("format"); f != s.end() && f->is_string() && !kFormats.count(f->get<std::string>()) &&
                                    !kNumericFormats.count(f->get<std::string>()))
       throw Error("json_schema: format '" + f->get<std::string>() + "' (at " + where + ") cannot be enforced by the grammar; remove it");
-    if (s.contains("format") && (s.contains("minLength") || s.contains("maxLength")))
-      throw Error("json_schema: minLength / maxLength together with a format (at " + where + ") cannot be enforced by the grammar");
+    const int shapes = s.contains("format") + s.contains("pattern") + (s.contains("minLength") || s.contains("maxLength"));
+    if (shapes > 1)
+      throw Error("json_schema: two of format, pattern and minLength / maxLength on one string (at " + where +
+                  ") cannot be enforced together by the grammar");
   }
 
   // minimum / maximum / exclusiveMinimum / exclusiveMaximum, as numbers (draft 6 on) or as
@@ -309,6 +312,10 @@ class Converter {
   }
 
   std::string string_rule(const Json& s) {
+    if (auto p = s.find("pattern"); p != s.end()) {
+      if (!p->is_string()) throw Error("json_schema: 'pattern' must be a string");
+      return pattern_string_gbnf(p->get<std::string>()) + " space";
+    }
     const std::string format = s.value("format", "");
     if (format == "uuid") return "uuid";
     if (kFormats.count(format)) return format + "-string";

@@ -20,6 +20,7 @@ SCHEMA = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "minLength": 1, "maxLength": 12},
+        "slug": {"type": "string", "pattern": "^[a-z]{2,6}(-[0-9]{1,3})?$"},
         "kind": {"enum": ["file", "dir", "link"]},
         "size": {"type": "integer", "minimum": -3, "exclusiveMaximum": 250},
         "ratio": {"type": "number", "minimum": 0, "maximum": 1},
@@ -73,6 +74,7 @@ def validate(value, schema, root=None):
     elif t == "string":
         assert isinstance(value, str), value
         assert schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", 1 << 30), value
+        assert re.search(schema.get("pattern", ""), value), (schema["pattern"], value)
     elif t in ("integer", "number"):
         assert isinstance(value, int if t == "integer" else (int, float)) and not isinstance(value, bool), value
         assert value >= schema.get("minimum", value) and value <= schema.get("maximum", value), value
@@ -169,7 +171,7 @@ def test_bad_constraints_are_400(srv):
     assert "'wrong_field'" in out["error"]["message"]
     # A schema keyword the grammar cannot enforce is named, never dropped in silence (in a tool's
     # parameters as in a response format).
-    for schema, named in [({"type": "string", "pattern": "^[a-z]+$"}, "'pattern'"),
+    for schema, named in [({"type": "string", "pattern": "^(?=a)[a-z]+$"}, "lookaround"),
                           ({"type": "number", "multipleOf": 0.5}, "'multipleOf'"),
                           ({"type": "string", "format": "regex"}, "'regex'")]:
         status, out = srv.post("/completion", {"prompt": "x", "n_predict": 1, "json_schema": schema})
