@@ -47,54 +47,19 @@ AGENTKV_AVX2 void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t ro
   }
 }
 
-// AVX2: rows x kTokens outputs (rows <= kTileRows) over all superblocks (as gemm_q6_K.cpp's).
-template <int kTokens>
-AGENTKV_AVX2 void tile_kernel_avx2(const uint8_t* w_q, const int32_t* w_sc, const float* w_d, int rows,
-                                   const uint8_t* act, size_t act_stride, int64_t nsb, float* y, int64_t y_stride) {
-  __m256 acc[kTileRows][kTokens];
-  for (int r = 0; r < kTileRows; ++r)
-    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < nsb; ++s) {
-    const BlockQ8_K* a[kTokens];
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride) + s;
-    for (int r = 0; r < rows; ++r) {
-      const uint8_t* wq = w_q + (r * nsb + s) * kQK_K;
-      const int32_t* wsc = w_sc + (r * nsb + s) * kGroups * 8;
-      __m256i isum[kTokens];
-#pragma GCC unroll 8
-      for (int t = 0; t < kTokens; ++t) isum[t] = _mm256_setzero_si256();
-      // Not unrolled: unrolled, GCC hoists every activation load out of the row loop into stack copies.
-#pragma GCC unroll 1
-      for (int g = 0; g < kGroups; ++g) {
-        const __m256i levels = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + 32 * g));
-        const __m256i magnitudes = _mm256_sign_epi8(levels, levels);
-        const __m256i sv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wsc + 8 * g));
-#pragma GCC unroll 8
-        for (int t = 0; t < kTokens; ++t) {
-          const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t]->qs + 32 * g));
-          const __m256i pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(q8, levels));
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(pairs, sv));
-        }
-      }
-      const __m256 w_scale = _mm256_set1_ps(w_d[r * nsb + s]);
-#pragma GCC unroll 8
-      for (int t = 0; t < kTokens; ++t) {
-        const __m256 d = _mm256_mul_ps(_mm256_set1_ps(a[t]->d), w_scale);  // = a.d * fp16(w.d)
-        acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[t]), acc[r][t]);
-      }
-    }
+// AVX2 (gemm_avx2): |level| times q8 with the level's sign, as dot_iq4_xs.
+struct IQ4XSGroupAvx2 {
+  struct Weights {
+    __m256i levels, magnitudes;
+  };
+  AGENTKV_AVX2_INLINE Weights load(const uint8_t* p) {
+    const __m256i levels = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+    return {levels, _mm256_sign_epi8(levels, levels)};
   }
-  for (int r = 0; r < rows; ++r)
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) y[t * y_stride + r] = hsum_ps(acc[r][t]);
-}
-
-using TileKernelAvx2 = void (*)(const uint8_t*, const int32_t*, const float*, int, const uint8_t*, size_t, int64_t,
-                                float*, int64_t);
-constexpr int kTileTokensAvx2 = 4;
-constexpr TileKernelAvx2 kKernelsAvx2[kTileTokensAvx2] = {tile_kernel_avx2<1>, tile_kernel_avx2<2>, tile_kernel_avx2<3>,
-                                                           tile_kernel_avx2<4>};
+  AGENTKV_AVX2_INLINE __m256i pairs(const Weights& w, __m256i q8, const int16_t*) {
+    return _mm256_maddubs_epi16(w.magnitudes, _mm256_sign_epi8(q8, w.levels));
+  }
+};
 
 struct WeightChunkTag;  // a worker's decoded chunk of weight rows, and the packed activations
 
@@ -113,12 +78,8 @@ void iq4_xs_gemm(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t
                                              pool, 128, pack_rows);
     return;
   }
-  const int64_t nsb = n_in / kQK_K;
-  for_each_row_tile<WeightChunkTag>(
-      weights, w_stride, n_out, nsb, n_tokens, kTileTokensAvx2, pool, pack_rows,
-      [&](const uint8_t* q, const int32_t* sc, const float* d, int rows, int64_t r0, int64_t t0, int tokens) {
-        kKernelsAvx2[tokens - 1](q, sc, d, rows, act + t0 * act_stride, act_stride, nsb, y + t0 * y_stride + r0, y_stride);
-      });
+  gemm_avx2<IQ4XSGroupAvx2, WeightChunkTag>(weights, w_stride, n_out, n_in / kQK_K, act, act_stride, n_tokens, y,
+                                             y_stride, pool, nullptr, pack_rows);
 }
 
 #else

@@ -60,14 +60,15 @@ AGENTKV_AVX2 void pack_weight_rows(const uint8_t* w, size_t w_stride, int64_t ro
   }
 }
 
-// ---- AVX2 (no VNNI): dot_q6_K's lanes with one (row, token) per 256-bit register. Per group,
+// ---- AVX2 (no VNNI, gemm_avx2): dot_q6_K's lanes with one (row, token) per 256-bit register. Per group,
 // vpmaddubsw of the unsigned quants and the activations gives int16 pair sums (|sum| <= 2 * 63 *
 // 128), minus the token's precomputed vpmaddubsw(32, a) (the -32 offset, as dot_q6_K subtracts
 // it), then vpmaddwd by the sub-block scale: the exact int32 lanes of dot_q6_K.
+// vpmaddubsw(32, a) of each group of a token's superblock: what the -32 offset takes away.
 struct alignas(32) TokenOffsets {
-  int16_t offset[kGroups][16];  // vpmaddubsw(32, group's activations)
-  float d;
+  int16_t offset[kGroups][16];
 };
+static_assert(sizeof(TokenOffsets) == kGroups * 16 * sizeof(int16_t));
 
 AGENTKV_AVX2 void prepare_token(const BlockQ8_K* blocks, int64_t nsb, TokenOffsets* out) {
   const __m256i offset = _mm256_set1_epi8(32);
@@ -76,64 +77,18 @@ AGENTKV_AVX2 void prepare_token(const BlockQ8_K* blocks, int64_t nsb, TokenOffse
       const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[s].qs + 32 * g));
       _mm256_store_si256(reinterpret_cast<__m256i*>(out[s].offset[g]), _mm256_maddubs_epi16(offset, q8));
     }
-    out[s].d = blocks[s].d;
   }
 }
 
-// rows x kTokens outputs (rows <= kTileRows) over all superblocks; the rows take turns per
-// superblock, so a tile's activations are read from L1 once per row.
-template <int kTokens>
-AGENTKV_AVX2 void tile_kernel_avx2(const uint8_t* w_q, const int32_t* w_sc, const float* w_d, int rows,
-                                   const uint8_t* act, size_t act_stride, const TokenOffsets* offsets, int64_t nsb,
-                                   float* y, int64_t y_stride) {
-  __m256 acc[kTileRows][kTokens];
-  for (int r = 0; r < kTileRows; ++r)
-    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < nsb; ++s) {
-    const BlockQ8_K* a[kTokens];
-    const TokenOffsets* o[kTokens];
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) {
-      a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride) + s;
-      o[t] = offsets + t * nsb + s;
-    }
-    for (int r = 0; r < rows; ++r) {
-      const uint8_t* wq = w_q + (r * nsb + s) * kQK_K;
-      const int32_t* wsc = w_sc + (r * nsb + s) * kGroups * 8;
-      __m256i isum[kTokens];
-#pragma GCC unroll 8
-      for (int t = 0; t < kTokens; ++t) isum[t] = _mm256_setzero_si256();
-      // Not unrolled: unrolled, GCC hoists every activation load out of the row loop into stack copies.
-#pragma GCC unroll 1
-      for (int g = 0; g < kGroups; ++g) {
-        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wq + 32 * g));
-        const __m256i sv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wsc + 8 * g));
-#pragma GCC unroll 8
-        for (int t = 0; t < kTokens; ++t) {
-          const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t]->qs + 32 * g));
-          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(wv, q8),
-                                             _mm256_load_si256(reinterpret_cast<const __m256i*>(o[t]->offset[g])));
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sv));
-        }
-      }
-      const __m256 w_scale = _mm256_set1_ps(w_d[r * nsb + s]);
-#pragma GCC unroll 8
-      for (int t = 0; t < kTokens; ++t) {
-        const __m256 d = _mm256_mul_ps(_mm256_set1_ps(o[t]->d), w_scale);  // = a.d * fp16(w.d)
-        acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[t]), acc[r][t]);
-      }
-    }
+struct Q6KGroupAvx2 {
+  struct Weights {
+    __m256i quants;  // q + 32, unsigned
+  };
+  AGENTKV_AVX2_INLINE Weights load(const uint8_t* p) { return {_mm256_load_si256(reinterpret_cast<const __m256i*>(p))}; }
+  AGENTKV_AVX2_INLINE __m256i pairs(const Weights& w, __m256i q8, const int16_t* offset) {
+    return _mm256_sub_epi16(_mm256_maddubs_epi16(w.quants, q8), _mm256_load_si256(reinterpret_cast<const __m256i*>(offset)));
   }
-  for (int r = 0; r < rows; ++r)
-#pragma GCC unroll 8
-    for (int t = 0; t < kTokens; ++t) y[t * y_stride + r] = hsum_ps(acc[r][t]);
-}
-
-using TileKernelAvx2 = void (*)(const uint8_t*, const int32_t*, const float*, int, const uint8_t*, size_t,
-                                const TokenOffsets*, int64_t, float*, int64_t);
-constexpr int kTileTokensAvx2 = 4;
-constexpr TileKernelAvx2 kKernelsAvx2[kTileTokensAvx2] = {tile_kernel_avx2<1>, tile_kernel_avx2<2>, tile_kernel_avx2<3>,
-                                                           tile_kernel_avx2<4>};
+};
 
 // A worker's packed chunk of weight rows (quants, scales, d), and the packed activations.
 struct WeightChunkTag;
@@ -153,14 +108,10 @@ void q6_K_gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int6
       prepare_token(reinterpret_cast<const BlockQ8_K*>(act + t * act_stride), nsb, offsets + t * nsb);
   });
   // A packed chunk of rows (~256 KiB) meets every token tile, as in the VNNI kernel.
-  for_each_row_tile<WeightChunkTag>(
-      weights, w_stride, n_out, nsb, n_tokens, kTileTokensAvx2, pool,
+  gemm_avx2<Q6KGroupAvx2, WeightChunkTag>(
+      weights, w_stride, n_out, nsb, act, act_stride, n_tokens, y, y_stride, pool, offsets[0].offset[0],
       [](const uint8_t* w, size_t stride, int64_t rows, int64_t n_super, uint8_t* q, int32_t* sc, float* d) {
         pack_weight_rows(w, stride, rows, n_super, true, q, sc, d);
-      },
-      [&](const uint8_t* q, const int32_t* sc, const float* d, int rows, int64_t r0, int64_t t0, int tokens) {
-        kKernelsAvx2[tokens - 1](q, sc, d, rows, act + t0 * act_stride, act_stride, offsets + t0 * nsb, nsb,
-                                 y + t0 * y_stride + r0, y_stride);
       });
 }
 

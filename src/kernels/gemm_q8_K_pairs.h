@@ -1,10 +1,11 @@
-// The AVX-512 VNNI GEMM shared by the superblock weight types whose dot products with q8_K
-// activations are "per 32-weight group, 8 exact int32 lane sums (lane l = elements 4l..4l+3) times
-// the group's integer scale, summed over the superblock; then one FMA per superblock into 8 float
-// lanes; then hsum" (q6_K, iq4_xs). Each type packs its weight rows as unsigned bytes (q + offset)
-// with 8 int32 lane scales per group and a float d per superblock; the activations of two tokens
-// share a 512-bit register, and each group's accumulator starts at -offset * sum(a) per lane, so
-// vpdpbusd yields the signed group sums exactly. Included by gemm_q6_K.cpp and gemm_iq4_xs.cpp only.
+// The GEMMs shared by the superblock weight types whose dot products with q8_K activations are
+// "per 32-weight group, 8 exact int32 lane sums (lane l = elements 4l..4l+3) times the group's
+// integer scale, summed over the superblock; then one FMA per superblock into 8 float lanes; then
+// hsum" (q6_K, iq4_xs). Each type packs its weight rows (256 bytes per superblock, 8 int32 lane
+// scales per group, a float d). AVX-512 VNNI (gemm): the quants stored unsigned (q + offset), two
+// tokens share a 512-bit register, each group's accumulator starts at -offset * sum(a) per lane, so
+// vpdpbusd yields the signed group sums exactly. AVX2 (gemm_avx2): one (row, token) per register,
+// the type's group arithmetic as a policy. Included by gemm_q6_K.cpp and gemm_iq4_xs.cpp only.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -118,6 +119,78 @@ void for_each_row_tile(const uint8_t* weights, size_t w_stride, int64_t n_out, i
             }
           }
         }
+      });
+}
+
+// The AVX2-level tile kernel (no VNNI): rows x kTokens outputs (rows <= kTileRows) over all
+// superblocks, one (row, token) per 256-bit register; the rows take turns per superblock, so a
+// tile's activations are read from L1 once per row. Group is the type's group arithmetic:
+//   Group::Weights Group::load(const uint8_t* group_quants)   (once per row and group)
+//   __m256i Group::pairs(const Weights&, __m256i q8, const int16_t* token_offset)
+// giving the int16 pair sums that vpmaddwd with the lane scales turns into the dot's exact lanes.
+// offsets: the Group's per-token data, kGroups x 16 int16 per superblock and token (nullptr when
+// the Group needs none).
+template <class Group, int kTokens>
+AGENTKV_AVX2 void tile_kernel_avx2(const uint8_t* w_q, const int32_t* w_sc, const float* w_d, int rows,
+                                   const uint8_t* act, size_t act_stride, const int16_t* offsets, int64_t nsb,
+                                   float* y, int64_t y_stride) {
+  using namespace quant_detail::x86;
+  __m256 acc[kTileRows][kTokens];
+  for (int r = 0; r < kTileRows; ++r)
+    for (int t = 0; t < kTokens; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const BlockQ8_K* a[kTokens];
+    const int16_t* o[kTokens];
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) {
+      a[t] = reinterpret_cast<const BlockQ8_K*>(act + t * act_stride) + s;
+      o[t] = offsets ? offsets + (t * nsb + s) * kGroups * 16 : nullptr;
+    }
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* wq = w_q + (r * nsb + s) * kQK_K;
+      const int32_t* wsc = w_sc + (r * nsb + s) * kGroups * 8;
+      __m256i isum[kTokens];
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) isum[t] = _mm256_setzero_si256();
+      // Not unrolled: unrolled, GCC hoists every activation load out of the row loop into stack copies.
+#pragma GCC unroll 1
+      for (int g = 0; g < kGroups; ++g) {
+        const typename Group::Weights wv = Group::load(wq + 32 * g);
+        const __m256i sv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wsc + 8 * g));
+#pragma GCC unroll 8
+        for (int t = 0; t < kTokens; ++t) {
+          const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t]->qs + 32 * g));
+          const __m256i p = Group::pairs(wv, q8, o[t] ? o[t] + 16 * g : nullptr);
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sv));
+        }
+      }
+      const __m256 w_scale = _mm256_set1_ps(w_d[r * nsb + s]);
+#pragma GCC unroll 8
+      for (int t = 0; t < kTokens; ++t) {
+        const __m256 d = _mm256_mul_ps(_mm256_set1_ps(a[t]->d), w_scale);  // = a.d * fp16(w.d)
+        acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[t]), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < kTokens; ++t) y[t * y_stride + r] = hsum_ps(acc[r][t]);
+}
+
+// The whole AVX2-level GEMM over Group's tile kernels, 4 tokens per tile (for_each_row_tile).
+template <class Group, class Tag, class PackRows>
+void gemm_avx2(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t nsb, const uint8_t* act, size_t act_stride,
+               int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool, const int16_t* offsets,
+               const PackRows& pack_rows) {
+  using Kernel = void (*)(const uint8_t*, const int32_t*, const float*, int, const uint8_t*, size_t, const int16_t*,
+                          int64_t, float*, int64_t);
+  static constexpr Kernel kKernels[] = {tile_kernel_avx2<Group, 1>, tile_kernel_avx2<Group, 2>,
+                                        tile_kernel_avx2<Group, 3>, tile_kernel_avx2<Group, 4>};
+  for_each_row_tile<Tag>(
+      weights, w_stride, n_out, nsb, n_tokens, 4, pool, pack_rows,
+      [&](const uint8_t* q, const int32_t* sc, const float* d, int rows, int64_t r0, int64_t t0, int tokens) {
+        kKernels[tokens - 1](q, sc, d, rows, act + t0 * act_stride, act_stride,
+                             offsets ? offsets + t0 * nsb * kGroups * 16 : nullptr, nsb, y + t0 * y_stride + r0, y_stride);
       });
 }
 
