@@ -452,6 +452,27 @@ void expect_error(const Bytes& img, std::initializer_list<std::string_view> word
   for (auto w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
 }
 
+// llama.cpp's vocabulary-only files end right after the metadata, without padding up to the
+// empty data section; a file with tensors cut there is still a truncated file.
+TEST(GgufReader, TensorlessFileWithoutPaddingOpens) {
+  Writer w;
+  w.set_string("general.architecture", "test");
+  w.set_array_string("tokenizer.ggml.tokens", {"a", "b"});
+  w.set_string("test.last", "end");
+  Bytes img = w.to_bytes();
+  const size_t end = find_bytes(img, "test.last") + 9 + 4 + 8 + 3;  // key, type, length, "end"
+  ASSERT_LT(end, img.size());  // the writer padded it
+  img.resize(end);
+  auto r = Reader::from_memory(img, kBadName);
+  EXPECT_TRUE(r->tensors().empty());
+  EXPECT_EQ(*r->metadata().get_string("test.last"), "end");
+
+  Writer with_tensor = base_writer();
+  Bytes cut = with_tensor.to_bytes();
+  cut.resize(info_at(cut, "tensor.second").offset + 8);  // the tensor table's end, no padding, no data
+  expect_error(cut, {"past the end"});
+}
+
 TEST(GgufBadFile, BaseImageIsValid) {
   auto r = Reader::from_memory(base_writer().to_bytes(), kBadName);
   EXPECT_EQ(r->tensors().size(), 2u);

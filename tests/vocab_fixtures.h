@@ -22,9 +22,8 @@ inline std::string read_bytes(const std::string& path) {
   return ss.str();
 }
 
-// A vocabulary GGUF held in memory. llama.cpp's vocab-only files end right after the metadata,
-// without the padding up to the (empty) data section that agentkv's reader requires of every
-// file; zeros stand in for it here.
+// A vocabulary GGUF held in memory (llama.cpp's vocab-only files end right after the metadata,
+// which the reader accepts for a file without tensors).
 struct VocabFile {
   std::vector<uint8_t> bytes;
   std::unique_ptr<gguf::Reader> reader;
@@ -33,7 +32,6 @@ struct VocabFile {
 inline std::unique_ptr<VocabFile> open_vocab_bytes(std::vector<uint8_t> bytes, const std::string& name) {
   auto f = std::make_unique<VocabFile>();
   f->bytes = std::move(bytes);
-  f->bytes.resize(f->bytes.size() + 64, 0);
   f->reader = gguf::Reader::from_memory(f->bytes, name);
   return f;
 }
