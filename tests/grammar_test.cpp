@@ -189,6 +189,13 @@ TEST(JsonSchema, RefusesWhatItCannotEnforce) {
                              R"({"type":"integer","minimum":5,"maximum":4})", R"({"type":"integer","minimum":1e17})"}) {
     EXPECT_THROW(agentkv::grammar::json_schema_to_gbnf(Json::parse(schema)), agentkv::Error) << schema;
   }
+  // minProperties / maxProperties that every object the grammar writes meets are fine.
+  EXPECT_NO_THROW(agentkv::grammar::json_schema_to_gbnf(Json::parse(
+      R"({"type":"object","properties":{"a":{},"b":{}},"required":["a"],"minProperties":1,"maxProperties":2})")));
+  EXPECT_THROW(agentkv::grammar::json_schema_to_gbnf(Json::parse(
+                   R"({"type":"object","properties":{"a":{},"b":{}},"minProperties":1})")), agentkv::Error);
+  EXPECT_THROW(agentkv::grammar::json_schema_to_gbnf(Json::parse(
+                   R"({"type":"object","properties":{"a":{},"b":{}},"maxProperties":1})")), agentkv::Error);
   auto m = matcher(agentkv::grammar::json_schema_to_gbnf(Json::parse(
       R"({"type":"object","properties":{"a":{"type":"integer","format":"int64","nullable":true,"x-vendor":1,
           "description":"d","examples":[1]}},"required":["a"]})")));

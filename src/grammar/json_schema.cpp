@@ -233,11 +233,28 @@ class Converter {
     throw Error("json_schema: unknown type '" + t + "'");
   }
 
+  // Whether every object the grammar writes for s meets its minProperties / maxProperties anyway:
+  // the required properties reach the minimum; a closed object cannot pass the maximum.
+  static bool holds_anyway(const Json& s, const std::string& key) {
+    auto count = [&](const char* k) {
+      auto it = s.find(k);
+      return it != s.end() && it->is_structured() ? static_cast<int64_t>(it->size()) : int64_t{0};
+    };
+    auto limit = [&]() { return s[key].is_number_integer() ? s[key].get<int64_t>() : int64_t{-1}; };
+    if (key == "minProperties") return limit() >= 0 && count("required") >= limit();
+    if (key == "maxProperties") {
+      const Json addl = s.contains("additionalProperties") ? s["additionalProperties"] : Json();
+      const bool closed = s.contains("properties") && (addl.is_null() || (addl.is_boolean() && !addl.get<bool>()));
+      return closed && limit() >= count("properties");
+    }
+    return false;
+  }
+
   // A keyword the grammar cannot enforce is the caller's error (a 400 naming it), never a
   // constraint silently dropped.
   static void refuse_unenforced(const Json& s, const std::string& where) {
     for (auto it = s.begin(); it != s.end(); ++it) {
-      if (kRestrictingUnenforced.count(it.key()))
+      if (kRestrictingUnenforced.count(it.key()) && !holds_anyway(s, it.key()))
         throw Error("json_schema: keyword '" + it.key() + "' (at " + where + ") cannot be enforced by the grammar; remove it");
     }
     // String formats: the ones with a rule; numeric formats (OpenAPI's int32 / int64 / float /
