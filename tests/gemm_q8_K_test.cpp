@@ -1,4 +1,4 @@
-// The prefill GEMMs over q8_K activations (q6_K, iq4_xs) must return, for every (row, token),
+// The prefill GEMMs over q8_K activations (q6_K, the i-quants) must return, for every (row, token),
 // exactly the bits of the type's dot product (which every CPU level shares with the scalar kernel
 // and llama.cpp's x86 order, see quant_test / iq_quant_test), for odd token counts, row counts off
 // the tile, several superblock steps and weight chunks, and padded strides; and matmul() must give
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
-#include "kernels/gemm_iq4_xs.h"
+#include "kernels/gemm_iq.h"
 #include "kernels/gemm_q6_K.h"
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
@@ -25,8 +25,22 @@ struct Kernel {
   test::Q8KGemmFn gemm;
   bool (*available)();
 };
+template <GgmlType kType>
+void iq_gemm_of(const uint8_t* w, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act, size_t act_stride,
+                int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool) {
+  iq_gemm(kType, w, w_stride, n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
+}
+template <GgmlType kType>
+bool iq_available() {
+  return iq_gemm_available(kType);
+}
 const Kernel kKernels[] = {{GgmlType::Q6_K, q6_K_gemm, q6_K_gemm_available},
-                           {GgmlType::IQ4_XS, iq4_xs_gemm, iq4_xs_gemm_available}};
+                           {GgmlType::IQ4_XS, iq_gemm_of<GgmlType::IQ4_XS>, iq_available<GgmlType::IQ4_XS>},
+                           {GgmlType::IQ3_S, iq_gemm_of<GgmlType::IQ3_S>, iq_available<GgmlType::IQ3_S>},
+                           {GgmlType::IQ3_XXS, iq_gemm_of<GgmlType::IQ3_XXS>, iq_available<GgmlType::IQ3_XXS>},
+                           {GgmlType::IQ2_S, iq_gemm_of<GgmlType::IQ2_S>, iq_available<GgmlType::IQ2_S>},
+                           {GgmlType::IQ2_XS, iq_gemm_of<GgmlType::IQ2_XS>, iq_available<GgmlType::IQ2_XS>},
+                           {GgmlType::IQ2_XXS, iq_gemm_of<GgmlType::IQ2_XXS>, iq_available<GgmlType::IQ2_XXS>}};
 
 // Each weight type at each SIMD level the machine has (AVX2 and AVX-512 VNNI have their own kernels).
 class Q8KGemm : public ::testing::TestWithParam<std::tuple<int, CpuLevel>> {
@@ -43,7 +57,7 @@ class Q8KGemm : public ::testing::TestWithParam<std::tuple<int, CpuLevel>> {
 };
 
 INSTANTIATE_TEST_SUITE_P(TypesAndLevels, Q8KGemm,
-                         ::testing::Combine(::testing::Values(0, 1), ::testing::Values(CpuLevel::Avx2, CpuLevel::Avx512)),
+                         ::testing::Combine(::testing::Range(0, 7), ::testing::Values(CpuLevel::Avx2, CpuLevel::Avx512)),
                          [](const ::testing::TestParamInfo<std::tuple<int, CpuLevel>>& info) {
                            return std::string(ggml_type_name(kKernels[std::get<0>(info.param)].type)) + "_" +
                                   std::string(cpu_level_name(std::get<1>(info.param)));

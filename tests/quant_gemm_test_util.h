@@ -108,7 +108,7 @@ double best_thread_seconds(int reps, const Fn& fn) {
 // Qwen3-0.6B's matmul shapes (n_in, n_out): q/o, k/v, gate/up, down.
 inline constexpr int64_t kQwen3SmallShapes[][2] = {{1024, 2048}, {2048, 1024}, {1024, 1024}, {1024, 3072}, {3072, 1024}};
 
-// A GEMM over q8_K activations (q6_K_gemm, iq4_xs_gemm).
+// A GEMM over q8_K activations (q6_K_gemm, iq_gemm of one type).
 using Q8KGemmFn = void (*)(const uint8_t* weights, size_t w_stride, int64_t n_out, int64_t n_in, const uint8_t* act,
                            size_t act_stride, int64_t n_tokens, float* y, int64_t y_stride, ThreadPool& pool);
 

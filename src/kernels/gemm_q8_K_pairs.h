@@ -1,11 +1,11 @@
 // The GEMMs shared by the superblock weight types whose dot products with q8_K activations are
 // "per 32-weight group, 8 exact int32 lane sums (lane l = elements 4l..4l+3) times the group's
 // integer scale, summed over the superblock; then one FMA per superblock into 8 float lanes; then
-// hsum" (q6_K, iq4_xs). Each type packs its weight rows (256 bytes per superblock, 8 int32 lane
+// hsum" (q6_K, the i-quants). Each type packs its weight rows (256 bytes per superblock, 8 int32 lane
 // scales per group, a float d). AVX-512 VNNI (gemm): the quants stored unsigned (q + offset), two
 // tokens share a 512-bit register, each group's accumulator starts at -offset * sum(a) per lane, so
 // vpdpbusd yields the signed group sums exactly. AVX2 (gemm_avx2): one (row, token) per register,
-// the type's group arithmetic as a policy. Included by gemm_q6_K.cpp and gemm_iq4_xs.cpp only.
+// the type's group arithmetic as a policy. Included by gemm_q6_K.cpp and gemm_iq.cpp only.
 #pragma once
 #include <algorithm>
 #include <array>

@@ -5,7 +5,7 @@
 // of 4 tokens of a q4_K weight follow llama.cpp's repacked GEMM numerics (row_group_dot_fn).
 // One token of q8_0 / q4_K / q6_K goes to the multi-row GEMV kernels (gemv.h, same bits as vec_dot),
 // and so do a few tokens of q8_0 / q6_K, and of q4_K outside row groups (gemv_batch_rows); more
-// tokens to the register-blocked GEMMs (gemm_*.h). q4_K / q6_K / iq4_xs have both at the AVX2 level too,
+// tokens to the register-blocked GEMMs (gemm_*.h). q4_K / q6_K / the i-quants have both at the AVX2 level too,
 // q8_0 only with AVX-512 VNNI (the *_available() functions say what the active level has).
 #include "kernels/matmul.h"
 #include "agentkv/numerics.h"
@@ -17,7 +17,7 @@
 #include "agentkv/error.h"
 #include "agentkv/op_profile.h"
 #include "kernels/gemm_float.h"
-#include "kernels/gemm_iq4_xs.h"
+#include "kernels/gemm_iq.h"
 #include "kernels/gemm_q4_K.h"
 #include "kernels/gemm_q6_K.h"
 #include "kernels/gemm_q8_0.h"
@@ -130,7 +130,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
     return;
   }
 
-  // q8_0 / q6_K / iq4_xs / q4_K prefill: register-blocked kernels with the same bits as the per-dot loop below.
+  // q8_0 / q6_K / i-quant / q4_K prefill: register-blocked kernels with the same bits as the per-dot loop below.
   if (w.type == GgmlType::Q8_0 && n_tokens >= 2 && q8_0_gemm_available()) {
     q8_0_gemm(w.data, w_stride, w.n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
     return;
@@ -139,8 +139,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
     q6_K_gemm(w.data, w_stride, w.n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
     return;
   }
-  if (w.type == GgmlType::IQ4_XS && n_tokens >= 2 && iq4_xs_gemm_available()) {
-    iq4_xs_gemm(w.data, w_stride, w.n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
+  if (n_tokens >= 2 && iq_gemm_available(w.type) && n_tokens >= iq_gemm_min_tokens(w.type)) {
+    iq_gemm(w.type, w.data, w_stride, w.n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
     return;
   }
   if (w.type == GgmlType::Q4_K && n_tokens >= 2 && q4_K_gemm_available()) {
