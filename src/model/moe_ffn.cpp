@@ -9,6 +9,18 @@
 
 namespace agentkv {
 
+FeedForwardWeights bind_feed_forward(WeightBinder& w, const std::string& p, const ModelConfig& cfg) {
+  FeedForwardWeights f;
+  if (cfg.n_expert > 0) {
+    f.moe = bind_moe_weights(w, p, cfg);
+  } else {
+    f.gate = w.matrix(p + "ffn_gate.weight", cfg.n_embd, cfg.n_ff);
+    f.up = w.matrix(p + "ffn_up.weight", cfg.n_embd, cfg.n_ff);
+    f.down = w.matrix(p + "ffn_down.weight", cfg.n_ff, cfg.n_embd);
+  }
+  return f;
+}
+
 MoeWeights bind_moe_weights(WeightBinder& w, const std::string& p, const ModelConfig& cfg) {
   MoeWeights m;
   const int64_t E = cfg.n_embd, Fe = cfg.n_ff_expert, Fs = cfg.n_ff_shared;

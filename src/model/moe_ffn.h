@@ -28,6 +28,14 @@ struct ModelConfig;
 // expert width, the *_shexp ones.
 MoeWeights bind_moe_weights(WeightBinder& w, const std::string& prefix, const ModelConfig& cfg);
 
+// A block's feed-forward weights: the dense SwiGLU matrices (ffn_{gate,up,down}), or the experts
+// when the config has them (n_expert > 0).
+struct FeedForwardWeights {
+  WeightMatrix gate, up, down;
+  MoeWeights moe;
+};
+FeedForwardWeights bind_feed_forward(WeightBinder& w, const std::string& prefix, const ModelConfig& cfg);
+
 // Workspace slots 24..31 belong to this block.
 constexpr int kMoeWorkspaceSlot = 24;
 

@@ -70,13 +70,7 @@ Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
       l.q_norm = w.vector(p + "attn_q_norm.weight", D);
       l.k_norm = w.vector(p + "attn_k_norm.weight", D);
     }
-    if (cfg.n_expert > 0) {
-      l.moe = bind_moe_weights(w, p, cfg);
-    } else {
-      l.ffn_gate = w.matrix(p + "ffn_gate.weight", E, cfg.n_ff);
-      l.ffn_up = w.matrix(p + "ffn_up.weight", E, cfg.n_ff);
-      l.ffn_down = w.matrix(p + "ffn_down.weight", cfg.n_ff, E);
-    }
+    l.ffn = bind_feed_forward(w, p, cfg);
   }
   // MTP layers (index >= n_layer) are only used for speculative drafting: skipped.
   std::set<std::string> ignored;
@@ -247,16 +241,16 @@ void Qwen35Model::ffn(int il, const float* cur, int64_t rows, float* out, Worksp
   const Layer& l = layers_[il];
   const int64_t E = cfg.n_embd;
   if (cfg.n_expert > 0) {
-    moe_ffn(l.moe, cur, rows, E, out, ws, pool);
+    moe_ffn(l.ffn.moe, cur, rows, E, out, ws, pool);
     return;
   }
   const int64_t F = cfg.n_ff;
   float* gate = ws.get(kGate, rows * F);
   float* up = ws.get(kUp, rows * F);
-  matmul(l.ffn_gate, cur, rows, E, gate, F, pool);
-  matmul(l.ffn_up, cur, rows, E, up, F, pool);
+  matmul(l.ffn.gate, cur, rows, E, gate, F, pool);
+  matmul(l.ffn.up, cur, rows, E, up, F, pool);
   for (int64_t t = 0; t < rows; ++t) swiglu(gate + t * F, up + t * F, gate + t * F, F);
-  matmul(l.ffn_down, gate, rows, F, out, E, pool);
+  matmul(l.ffn.down, gate, rows, F, out, E, pool);
 }
 
 void Qwen35Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws, ThreadPool& pool) const {

@@ -37,9 +37,7 @@ class Qwen35Model final : public ArchModel {
     const float* dt_bias = nullptr;
     const float* ssm_a = nullptr;
     const float* ssm_norm = nullptr;
-    // FFN: dense or MoE
-    WeightMatrix ffn_gate, ffn_up, ffn_down;
-    MoeWeights moe;
+    FeedForwardWeights ffn;  // dense or MoE
   };
   void attention_layer(int il, const ForwardBatch& b, ModelMemory& mem, const float* cur, float* out,
                        Workspace& ws, ThreadPool& pool) const;

@@ -55,13 +55,7 @@ TransformerModel::TransformerModel(std::unique_ptr<gguf::Reader> g, ModelConfig 
       l.k_norm = w.vector(p + "attn_k_norm.weight", D);
     }
     l.ffn_norm = w.vector(p + "ffn_norm.weight", E);
-    if (cfg.n_expert > 0) {
-      l.moe = bind_moe_weights(w, p, cfg);
-    } else {
-      l.ffn_gate = w.matrix(p + "ffn_gate.weight", E, cfg.n_ff);
-      l.ffn_up = w.matrix(p + "ffn_up.weight", E, cfg.n_ff);
-      l.ffn_down = w.matrix(p + "ffn_down.weight", cfg.n_ff, E);
-    }
+    l.ffn = bind_feed_forward(w, p, cfg);
   }
   w.check_all_used();
 }
@@ -74,10 +68,10 @@ void TransformerModel::dense_ffn(const Layer& l, const float* cur, int64_t rows,
     if (rows - r0 - n == 1) ++n;  // a lone last row would take the single-row kernels' numerics
     float* gate = scratch;
     float* up = scratch + n * F;
-    matmul(l.ffn_gate, cur + r0 * E, n, E, gate, F, pool);
-    matmul(l.ffn_up, cur + r0 * E, n, E, up, F, pool);
+    matmul(l.ffn.gate, cur + r0 * E, n, E, gate, F, pool);
+    matmul(l.ffn.up, cur + r0 * E, n, E, up, F, pool);
     for (int64_t t = 0; t < n; ++t) swiglu(gate + t * F, up + t * F, gate + t * F, F);
-    matmul(l.ffn_down, gate, n, F, out + r0 * E, E, pool);
+    matmul(l.ffn.down, gate, n, F, out + r0 * E, E, pool);
     r0 += n;
   }
 }
@@ -136,7 +130,7 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
 
     for (int64_t t = 0; t < rows; ++t) rms_norm(x + t * E, l.ffn_norm, cur + t * E, E, cfg.rms_eps);
     float* ffn_out = cur;  // the dense blocks overwrite the rows they have read
-    if (cfg.n_expert > 0) moe_ffn(l.moe, cur, rows, E, ffn_out = out, ws, pool);
+    if (cfg.n_expert > 0) moe_ffn(l.ffn.moe, cur, rows, E, ffn_out = out, ws, pool);
     else dense_ffn(l, cur, rows, cur, scratch, ffn_rows, pool);
     for (int64_t i = 0; i < rows * E; ++i) x[i] += ffn_out[i];
   }

@@ -27,8 +27,7 @@ class TransformerModel final : public ArchModel {
     const float* q_norm = nullptr;  // Qwen3 families only
     const float* k_norm = nullptr;
     const float* ffn_norm;
-    WeightMatrix ffn_gate, ffn_up, ffn_down;  // dense FFN
-    MoeWeights moe;                           // or experts (n_expert > 0)
+    FeedForwardWeights ffn;  // dense FFN or experts
   };
   void dense_ffn(const Layer& l, const float* cur, int64_t rows, float* out, float* scratch,
                  int64_t block_rows, ThreadPool& pool) const;
