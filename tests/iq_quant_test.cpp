@@ -20,6 +20,7 @@
 #include "kernels/quant.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/threadpool.h"
+#include "binary_files.h"
 #include "quant_gemm_test_util.h"
 
 namespace agentkv {
@@ -30,17 +31,8 @@ const std::string kDataDir = std::string(AGENTKV_SOURCE_DIR) + "/tests/data/quan
 const GgmlType kIqTypes[] = {GgmlType::IQ4_XS, GgmlType::IQ3_S, GgmlType::IQ3_XXS,
                              GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S};
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << "cannot open " << path;
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
-
-std::vector<float> as_floats(const std::vector<uint8_t>& bytes) {
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), out.size() * 4);
-  return out;
-}
+using test::as_floats;
+using test::read_file;
 
 struct Reference {
   int64_t n_rows = 0, n_per_row = 0;

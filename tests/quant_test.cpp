@@ -17,6 +17,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/quant.h"
 #include "kernels/quant_blocks.h"
+#include "binary_files.h"
 #include "fixtures.h"
 
 namespace agentkv {
@@ -24,17 +25,8 @@ namespace {
 
 const std::string kQuantDir = std::string(AGENTKV_FIXTURES_DIR) + "/quant/";
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << "cannot open " << path;
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
-
-std::vector<float> as_floats(const std::vector<uint8_t>& bytes) {
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), out.size() * 4);
-  return out;
-}
+using test::as_floats;
+using test::read_file;
 
 struct FixtureType {
   GgmlType type;
