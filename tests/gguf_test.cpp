@@ -467,6 +467,15 @@ TEST(GgufReader, TensorlessFileWithoutPaddingOpens) {
   EXPECT_TRUE(r->tensors().empty());
   EXPECT_EQ(*r->metadata().get_string("test.last"), "end");
 
+  // Missing padding of an absurd alignment (2^31, found by gguf_fuzz) is still a truncated file.
+  Writer aligned;
+  aligned.set_alignment(64);
+  aligned.set_string("test.last", "end");
+  Bytes unpadded = aligned.to_bytes();
+  unpadded.resize(find_bytes(unpadded, "test.last") + 9 + 4 + 8 + 3);
+  poke<uint32_t>(unpadded, find_bytes(unpadded, "general.alignment") + 17 + 4, uint32_t{1} << 31);
+  expect_error(unpadded, {"past the end"});
+
   Writer with_tensor = base_writer();
   Bytes cut = with_tensor.to_bytes();
   cut.resize(info_at(cut, "tensor.second").offset + 8);  // the tensor table's end, no padding, no data

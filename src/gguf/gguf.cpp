@@ -333,8 +333,9 @@ void Reader::parse() {
   // The padding before it is part of the file (a writer always puts it there): a data section
   // that would start past the end is a truncated file, or an alignment no real file has (2^31).
   // Except with no tensors at all: llama.cpp writes vocabulary-only files (its tokenizer tests')
-  // ending right after the metadata, and reads them back.
-  if (tensors_.empty() && c.pos() == size_) data_offset_ = size_;
+  // ending right after the metadata, and reads them back — but only the padding a default
+  // alignment would need may be missing (an absurd alignment stays refused, as above).
+  if (tensors_.empty() && c.pos() == size_ && data_offset_ - size_ < kDefaultAlignment) data_offset_ = size_;
   if (data_offset_ > size_)
     c.fail("the data section would start at byte " + std::to_string(data_offset_) + " (alignment " +
            std::to_string(alignment_) + "), past the end of the " + std::to_string(size_) + "-byte file");
