@@ -30,18 +30,78 @@ struct ChatFamily {
   std::span<const char* const> special_tokens;
   const char* bos;
   const char* eos;  // what ends an instruct turn
-  const char* pre;
-  const char* template_file;
+  const char* pre;  // nullptr: the base vocabulary's
+  bool add_bos;
+  const char* template_file;  // in the fixtures; nullptr: builtin_template
+  std::string (*builtin_template)();
 };
 
 ChatFamily family_of(ModelShape::ChatVocab vocab) {
-  if (vocab == ModelShape::ChatVocab::Llama3)
-    return {"Llama 3", kLlama3SpecialTokens, "<|begin_of_text|>", "<|eot_id|>", "llama-bpe",
-            "meta-llama-Llama-3.1-8B-Instruct.jinja"};
-  return {"Mistral", kMistralSpecialTokens, "<s>", "</s>", "tekken", "Mistral-Small-3.2-24B-Instruct-2506.jinja"};
+  switch (vocab) {
+    case ModelShape::ChatVocab::Llama3:
+      return {"Llama 3", kLlama3SpecialTokens, "<|begin_of_text|>", "<|eot_id|>", "llama-bpe", true,
+              "meta-llama-Llama-3.1-8B-Instruct.jinja", nullptr};
+    case ModelShape::ChatVocab::Gemma3:
+      return {"Gemma 3", kGemma3SpecialTokens, "<bos>", "<end_of_turn>", nullptr, true, nullptr, gemma3_chat_template};
+    default:
+      return {"Mistral", kMistralSpecialTokens, "<s>", "</s>", "tekken", true,
+              "Mistral-Small-3.2-24B-Instruct-2506.jinja", nullptr};
+  }
 }
 
 }  // namespace
+
+std::string gemma3_chat_template() {
+  // Verbatim (the newlines inside the quoted strings are the JSON file's "\n" escapes, decoded).
+  return R"({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '
+
+' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '
+
+' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '
+' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>
+' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model
+'}}
+{%- endif -%}
+)";
+}
 
 VocabData vocab_for_shape(const ModelShape& shape, VocabData v) {
   if (shape.chat_vocab == ModelShape::ChatVocab::Base) return v;
@@ -61,13 +121,14 @@ VocabData vocab_for_shape(const ModelShape& shape, VocabData v) {
   }
   if (static_cast<int64_t>(v.tokens.size()) > shape.n_vocab)
     throw Error("preset " + shape.name + ": the tokenizer leaves no room for " + family.name + "'s special tokens");
-  v.pre = family.pre;
+  if (family.pre) v.pre = family.pre;
   v.bos = bos;
   v.eos = eos;
   v.eot = -1;
   v.pad = -1;
-  v.add_bos = true;
-  v.chat_template = fixture_chat_template(family.name, family.template_file);
+  v.add_bos = family.add_bos;
+  v.chat_template =
+      family.template_file ? fixture_chat_template(family.name, family.template_file) : family.builtin_template();
   return v;
 }
 
