@@ -3,6 +3,7 @@
 // and the template make of them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "agentkv/chat_template.h"
@@ -82,6 +83,35 @@ TEST(PresetVocab, Gemma3PromptTokenizesIntoItsControlTokens) {
   EXPECT_EQ(ids[0], tok.bos());
   EXPECT_EQ(ids[1], id_of(tok, "<start_of_turn>"));
   EXPECT_EQ(tok.decode(ids), prompt);
+}
+
+TEST(PresetVocab, HarmonyTokensAsLlamaCppLoadsThem) {
+  AGENTKV_NEEDS_FIXTURES();
+  const VocabData v = mkmodel::vocab_for_shape(shape_with(ModelShape::ChatVocab::Harmony), testing_support::fixture_vocab());
+  EXPECT_EQ(v.pre, "gpt-4o");
+  EXPECT_FALSE(v.add_bos);  // the template writes no BOS and the converter no add_bos_token
+  for (const char* t : mkmodel::kHarmonySpecialTokens) {
+    const auto it = std::find(v.tokens.begin(), v.tokens.end(), t);
+    ASSERT_NE(it, v.tokens.end()) << t;
+    EXPECT_EQ(v.types[size_t(it - v.tokens.begin())], TokenType::Control) << t;  // as the GGUF holds them
+  }
+  const Tokenizer tok(v);
+  EXPECT_EQ(tok.bos(), id_of(tok, "<|startoftext|>"));
+  EXPECT_EQ(tok.eos(), id_of(tok, "<|return|>"));
+  // llama.cpp's harmony rules: <|return|>, <|call|> (and <|endoftext|>) end the generation, <|end|>
+  // ends a message only; the framing tokens are always rendered (user-defined), so the output
+  // parser sees them with or without `special`.
+  for (const char* t : {"<|return|>", "<|call|>", "<|endoftext|>"}) EXPECT_TRUE(tok.is_eog(id_of(tok, t))) << t;
+  for (const char* t : {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>"}) {
+    EXPECT_FALSE(tok.is_eog(id_of(tok, t))) << t;
+    EXPECT_FALSE(tok.is_control(id_of(tok, t))) << t;
+    EXPECT_EQ(tok.token_to_piece(id_of(tok, t), /*special=*/false), t);
+  }
+  const std::string framing = "<|start|>assistant<|channel|>final<|message|>Hi<|end|>";
+  const std::vector<Token> ids = tok.encode(framing, false, /*parse_special=*/false);  // user-defined: matched anyway
+  EXPECT_EQ(ids.front(), id_of(tok, "<|start|>"));
+  EXPECT_EQ(ids.back(), id_of(tok, "<|end|>"));
+  EXPECT_EQ(tok.decode(ids, /*special=*/false), framing);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The Llama 3 ("llama-bpe" and its aliases) and Mistral tekken pre-tokenizers: their splits,
+// The Llama 3 ("llama-bpe" and its aliases), Mistral tekken and gpt-4o (o200k: gpt-oss) pre-tokenizers: their splits,
 // derived by hand from the regexes; the hand-written Llama 3 splitter against the regex run by
 // PCRE2; and whole tokenizations against llama.cpp. No Llama 3 or tekken vocabulary is at hand,
 // so llama.cpp's GPT-2 test vocabulary stands in, retagged with tokenizer.ggml.pre = "llama-bpe" /
@@ -108,6 +108,29 @@ TEST(TekkenPreTokenizer, SplitsAsLlamaCppsAdaptedRegexSays) {
   EXPECT_EQ(p->split("\xC3\x84PFEL"), (Words{"\xC3\x84", "PFEL"}));
 }
 
+// OpenAI's o200k (gpt-oss): tekken's case-shaped words, each with an optional contraction, and
+// digits in threes; no clean_spaces, no ignore_merges (llama.cpp's GPT4O settings).
+TEST(Gpt4oPreTokenizer, SplitsAsLlamaCppsAdaptedRegexSays) {
+  for (const char* name : {"gpt-4o", "llama4", "kanana2", "talkie"}) {
+    const auto p = pre(name);
+    ASSERT_TRUE(p) << name;
+    EXPECT_FALSE(p->clean_spaces()) << name;
+    EXPECT_FALSE(p->ignore_merges()) << name;
+  }
+  const auto p = pre("gpt-4o");
+  EXPECT_EQ(p->split("CamelCaseWord iPhone"), (Words{"Camel", "Case", "Word", " i", "Phone"}));
+  EXPECT_EQ(p->split("HTTPServer ABC def"), (Words{"HTTPServer", " ABC", " def"}));
+  // The contraction stays with its word, in either case; an upper-case word takes it too.
+  EXPECT_EQ(p->split("I'm don't YOU'RE it's"), (Words{"I'm", " don't", " YOU'RE", " it's"}));
+  EXPECT_EQ(p->split("'s"), (Words{"'s"}));
+  // Digits in runs of up to three, not glued to letters.
+  EXPECT_EQ(p->split("x12345 3.14"), (Words{"x", "123", "45", " ", "3", ".", "14"}));
+  EXPECT_EQ(p->split("a/b/c path/\nnext"), (Words{"a", "/b", "/c", " path", "/\n", "next"}));
+  EXPECT_EQ(p->split("    Hello\n\n  x"), (Words{"   ", " Hello", "\n\n", " ", " x"}));
+  EXPECT_EQ(p->split("\xC3\x84PFEL"), (Words{"\xC3\x84", "PFEL"}));
+  EXPECT_EQ(p->split("<|channel|>analysis"), (Words{"<|", "channel", "|>", "analysis"}));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Whole tokenizations against llama.cpp.
 
@@ -198,6 +221,22 @@ TEST(Llama3Tokenizer, HfFilesWithTheLlama3RegexLoadAsLlamaBpe) {
   EXPECT_EQ(t->data().pre, "llama-bpe");
   EXPECT_TRUE(t->add_bos());
   EXPECT_EQ(t->encode("ab1231", true), (std::vector<Token>{6, 2, 5, 3}));
+}
+
+// gpt-oss's tokenizer.json (o200k's split regex, then ByteLevel without its own) loads as "gpt-4o".
+TEST(Gpt4oTokenizer, HfFilesWithTheO200kRegexLoadAsGpt4o) {
+  const std::string dir = ::testing::TempDir();
+  const std::string tokenizer_json = dir + "/o200k_tokenizer.json";
+  std::ofstream(tokenizer_json) << R"({
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "1": 3, "12": 4, "123": 5}, "merges": ["a b", "1 2", "12 3"]},
+    "added_tokens": [],
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated"},
+      {"type": "ByteLevel", "use_regex": false}]}})";
+  const auto t = Tokenizer::from_hf_files(tokenizer_json);
+  EXPECT_EQ(t->data().pre, "gpt-4o");
+  EXPECT_FALSE(t->add_bos());
+  EXPECT_EQ(t->encode("ab1231"), (std::vector<Token>{2, 5, 3}));
 }
 
 }  // namespace

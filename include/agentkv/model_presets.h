@@ -81,7 +81,7 @@ struct ModelShape {
   uint32_t rope_llama3_original_context = 8192;
   // The family's chat vocabulary over the base tokenizer (Qwen3's): its special tokens,
   // pre-tokenizer, BOS and chat template (model/preset_vocab.h).
-  enum class ChatVocab { Base, Llama3, Mistral, Gemma3 };
+  enum class ChatVocab { Base, Llama3, Mistral, Gemma3, Harmony };
   ChatVocab chat_vocab = ChatVocab::Base;
 
   bool is_hybrid() const { return full_attention_interval > 0; }

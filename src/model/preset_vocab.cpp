@@ -41,6 +41,9 @@ ChatFamily family_of(ModelShape::ChatVocab vocab) {
     case ModelShape::ChatVocab::Llama3:
       return {"Llama 3", kLlama3SpecialTokens, "<|begin_of_text|>", "<|eot_id|>", "llama-bpe", true,
               "meta-llama-Llama-3.1-8B-Instruct.jinja", nullptr};
+    case ModelShape::ChatVocab::Harmony:
+      return {"gpt-oss", kHarmonySpecialTokens, "<|startoftext|>", "<|return|>", "gpt-4o", false,
+              "openai-gpt-oss-120b.jinja", nullptr};
     case ModelShape::ChatVocab::Gemma3:
       return {"Gemma 3", kGemma3SpecialTokens, "<bos>", "<end_of_turn>", nullptr, true, nullptr, gemma3_chat_template};
     default:

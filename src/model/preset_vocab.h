@@ -1,7 +1,7 @@
 // The vocabulary a preset model carries: the base tokenizer (Qwen3's by default), plus, for
 // presets of other families, that family's chat tokens, pre-tokenizer, BOS rule and template — so
 // a random-weight llama-micro chats as a Llama 3 model does, mistral-micro as Mistral Small 3.2,
-// and gemma3-micro as Gemma 3.
+// gemma3-micro as Gemma 3 and gpt-oss-micro as gpt-oss (harmony).
 #pragma once
 #include <string>
 
@@ -27,6 +27,15 @@ inline constexpr const char* kMistralSpecialTokens[] = {
 inline constexpr const char* kGemma3SpecialTokens[] = {
     "<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>"};
 
+// gpt-oss's special tokens (o200k_harmony) as its GGUF holds them, in vocabulary order
+// (<|startoftext|> 199998 ... <|endofprompt|> 200018; the reserved ones between are left out), all
+// control tokens in the file. Loading gives them llama.cpp's harmony attributes: <|start|>,
+// <|channel|>, <|message|>, <|constrain|> and <|end|> are always rendered and <|end|> does not end
+// the generation; <|return|>, <|call|> and <|endoftext|> do.
+inline constexpr const char* kHarmonySpecialTokens[] = {
+    "<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>", "<|end|>",
+    "<|message|>",     "<|call|>",      "<|endofprompt|>"};
+
 // Gemma 3's chat template (google/gemma-3-*-it, tokenizer_config.json's chat_template; the
 // fixtures hold Gemma 2's and Gemma 4's only): the system message folded into the first user
 // turn after "\n\n", roles user / model, `<start_of_turn>ROLE\n...<end_of_turn>\n`, the
@@ -36,11 +45,12 @@ std::string gemma3_chat_template();
 
 // `base` unchanged for ChatVocab::Base. Otherwise the family's special tokens are appended (after
 // the base tokens, inside the preset's vocabulary size; a token the base already has is reused)
-// as control tokens, with the family's pre-tokenizer ("llama-bpe" / "tekken"; Gemma 3 keeps the
-// base's: its own vocabulary is SentencePiece, which a BPE base cannot become), BOS
-// (<|begin_of_text|> / <s> / <bos>, added), EOS (what ends an instruct turn: <|eot_id|> / </s> /
-// <end_of_turn>) and chat template (Llama 3.1's / Mistral Small 3.2's, read from the fixtures
-// beside this source tree, agentkv::Error when they are absent; Gemma 3's, above).
+// as control tokens, with the family's pre-tokenizer ("llama-bpe" / "tekken" / "gpt-4o"; Gemma 3
+// keeps the base's: its own vocabulary is SentencePiece, which a BPE base cannot become), BOS
+// (<|begin_of_text|> / <s> / <bos>, added; gpt-oss's <|startoftext|>, not added), EOS (what ends
+// an instruct turn: <|eot_id|> / </s> / <end_of_turn> / <|return|>) and chat template (Llama
+// 3.1's / Mistral Small 3.2's / gpt-oss's harmony, read from the fixtures beside this source tree,
+// agentkv::Error when they are absent; Gemma 3's, above).
 VocabData vocab_for_shape(const ModelShape& shape, VocabData base);
 
 }  // namespace agentkv::mkmodel

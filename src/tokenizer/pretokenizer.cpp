@@ -26,6 +26,15 @@ constexpr const char* kTekkenRegex =
     "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|"
     "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// OpenAI's o200k (gpt-4o, gpt-oss), as llama.cpp adapts the tokenizer.json regex the same way:
+// tekken's two case-shaped word forms, each followed by an optional contraction, and digits in
+// runs of up to three.
+constexpr const char* kGpt4oRegex =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 }  // namespace
 
@@ -230,6 +239,13 @@ bool is_llama3_pre(std::string_view pre) {
   return false;
 }
 
+bool is_gpt4o_pre(std::string_view pre) {
+  // llama.cpp (llama-vocab.cpp) maps all of these to LLAMA_VOCAB_PRE_TYPE_GPT4O.
+  for (std::string_view name : {"gpt-4o", "llama4", "kanana2", "talkie"})
+    if (pre == name) return true;
+  return false;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Generic regexes over llama.cpp's collapsed text.
 
@@ -387,6 +403,7 @@ std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view pre) {
   if (pre == "qwen35") return make_qwen2_pretokenizer(true);
   if (is_llama3_pre(pre)) return make_llama3_pretokenizer();
   if (pre == "tekken") return make_regex_pretokenizer({kTekkenRegex}, false, true);
+  if (is_gpt4o_pre(pre)) return make_regex_pretokenizer({kGpt4oRegex}, false);
   if (pre == "gpt-2") return make_regex_pretokenizer({kGpt2Regex}, true);
   if (pre.empty() || pre == "default")
     return make_regex_pretokenizer(

@@ -54,6 +54,9 @@ std::unique_ptr<PreTokenizer> make_qwen2_pretokenizer(bool marks_join_letters);
 std::unique_ptr<PreTokenizer> make_llama3_pretokenizer();
 // Whether llama.cpp maps a tokenizer.ggml.pre value to its Llama 3 pre-tokenizer.
 bool is_llama3_pre(std::string_view pre);
+// Whether llama.cpp maps it to its GPT-4o (o200k: gpt-oss, Llama 4) pre-tokenizer, a regex run by
+// PCRE2 (below) without clean_spaces or ignore_merges.
+bool is_gpt4o_pre(std::string_view pre);
 
 // A list of regexes applied one after the other, each splitting the previous one's words, run by
 // PCRE2 over llama.cpp's "collapsed" text (one byte per code point standing for its class).

@@ -201,7 +201,8 @@ void Tokenizer::Impl::build() {
     if (!pre)
       fail("tokenizer.ggml.pre is '" + data.pre +
            "'; supported pre-tokenizers: qwen2, deepseek-r1-qwen, qwen35, llama-bpe (llama3, llama-v3, falcon3, "
-           "falcon-h1, pixtral, midm-2.0, lfm2, jina-v5-nano), tekken, gpt-2, default");
+           "falcon-h1, pixtral, midm-2.0, lfm2, jina-v5-nano), tekken, gpt-4o (llama4, kanana2, talkie), gpt-2, "
+           "default");
     clean_spaces = pre->clean_spaces();
     ignore_merges = pre->ignore_merges();
   }
