@@ -1,9 +1,10 @@
 // libFuzzer target for the parsers of model output (src/server/tool_calls.h and the formats of
-// tool_format_*.cpp): generated text, which a model may write in any shape, split into reasoning,
-// content and tool calls. The first byte picks the format and the options (streaming or final,
-// reasoning parsed, the prompt opened a think block); the rest is the text. Every prefix of the
-// text is parsed as the server parses a stream, through the streaming diff. A finding: a crash,
-// a sanitizer report, an exception, or a call whose name is empty or whose arguments are not JSON.
+// tool_format_*.cpp, gpt-oss's harmony included): generated text, which a model may write in any
+// shape, split into reasoning, content and tool calls. The first byte picks the format and the
+// options (streaming or final, reasoning parsed, the prompt opened a think block); the rest is
+// the text. Every prefix of the text is parsed as the server parses a stream, through the
+// streaming diff. A finding: a crash, a sanitizer report, an exception, or a call whose name is
+// empty or whose arguments are not JSON.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -21,7 +22,8 @@ namespace {
   } while (0)
 
 constexpr ToolFormat kFormats[] = {ToolFormat::Hermes,      ToolFormat::QwenXml,     ToolFormat::Llama3Json,
-                                   ToolFormat::MistralNemo, ToolFormat::MistralArgs, ToolFormat::MistralCallId};
+                                   ToolFormat::MistralNemo, ToolFormat::MistralArgs, ToolFormat::MistralCallId,
+                                   ToolFormat::Harmony};
 
 const Json& tools() {
   // Typed parameters (XML values are typed by them) and a code tool (Llama's raw python).

@@ -53,7 +53,7 @@ seeds="$build/fuzz/tool-call-seeds"
 mkdir -p "$seeds"
 python3 - "$seeds" <<'PY'
 import json, sys
-formats = ["hermes", "qwen-xml", "llama3-json", "mistral-nemo", "mistral-args", "mistral-call-id"]
+formats = ["hermes", "qwen-xml", "llama3-json", "mistral-nemo", "mistral-args", "mistral-call-id", "harmony"]
 cases = json.load(open("tests/data/tool_call_outputs.json"))["cases"]
 cases += [{"format": "hermes", "text": '<think>\nok\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {"s": "x"}}\n</tool_call>'},
           {"format": "qwen-xml", "text": "<tool_call>\n<function=f>\n<parameter=n>\n7\n</parameter>\n</function>\n</tool_call>"}]

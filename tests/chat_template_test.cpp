@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ctime>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -1274,6 +1275,124 @@ TEST(ChatTemplateFeatures, ContextVariables) {
                          "{{ messages }}|{{ tools }}|{{ tools is none }}")
                 .render(inputs),
             "<s>|</s>|False|False|[]|None|True");
+}
+
+// ---- gpt-oss (harmony) ---------------------------------------------------------------------------
+// The template of ../shared/fixtures/templates/openai-gpt-oss-120b.jinja. The expected prompts are
+// written from what the template says (not recorded from Python): a system message of its own,
+// the client's system / developer message and the tools (a TypeScript-like namespace) in a
+// developer message, earlier reasoning dropped except before a call no final answer follows yet,
+// calls `<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>`,
+// results `<|start|>functions.NAME to=assistant<|channel|>commentary<|message|>"RESULT"<|end|>`.
+
+const std::string& gpt_oss_template() {
+  static const std::string source = read_file(std::string(AGENTKV_FIXTURES_DIR) + "/templates/openai-gpt-oss-120b.jinja");
+  return source;
+}
+
+std::string gpt_oss_system(bool tools) {
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(date, sizeof date, "%Y-%m-%d", &local);
+  return std::string("<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+                     "Knowledge cutoff: 2024-06\nCurrent date: ") +
+         date + "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message." +
+         (tools ? "\nCalls to these tools must go to the commentary channel: 'functions'." : "") + "<|end|>";
+}
+
+std::string render_gpt_oss(const Json& messages, const Json& tools = Json(), bool add_generation_prompt = true) {
+  ChatTemplateInputs in;
+  in.messages = messages;
+  in.tools = tools;
+  in.add_generation_prompt = add_generation_prompt;
+  return ChatTemplate(gpt_oss_template()).render(in);
+}
+
+const char* const kGptOssTools = R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "Current weather",
+    "parameters": {"type": "object", "properties": {
+      "location": {"type": "string", "description": "City"},
+      "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+      "days": {"type": "integer", "default": 1},
+      "tags": {"type": "array", "items": {"type": "string"}},
+      "flags": {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]}},
+    "required": ["location"]}}},
+  {"type": "function", "function": {"name": "now", "description": "The time", "parameters": {"type": "object", "properties": {}}}}])";
+
+TEST(GptOssTemplate, PlainChatAndGenerationPrompt) {
+  AGENTKV_NEEDS_FIXTURES();
+  EXPECT_EQ(render_gpt_oss(Json::parse(R"([{"role": "user", "content": "Hi"}])")),
+            gpt_oss_system(false) + "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+  EXPECT_EQ(render_gpt_oss(Json::parse(R"([{"role": "user", "content": "Hi"}])"), Json(), false),
+            gpt_oss_system(false) + "<|start|>user<|message|>Hi<|end|>");
+  // A system (or developer) message becomes the developer message's instructions.
+  for (const char* role : {"system", "developer"})
+    EXPECT_EQ(render_gpt_oss(Json::parse(std::string(R"([{"role": ")") + role +
+                                         R"(", "content": "Be brief."}, {"role": "user", "content": "Hi"}])")),
+              gpt_oss_system(false) + "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>"
+                                      "<|start|>user<|message|>Hi<|end|><|start|>assistant")
+        << role;
+}
+
+TEST(GptOssTemplate, ToolsBecomeATypeScriptNamespace) {
+  AGENTKV_NEEDS_FIXTURES();
+  EXPECT_EQ(render_gpt_oss(Json::parse(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])"),
+                           Json::parse(kGptOssTools)),
+            gpt_oss_system(true) +
+                "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n"
+                "// Current weather\ntype get_weather = (_: {\n// City\nlocation: string,\n"
+                "unit?: \"celsius\" | \"fahrenheit\",\ndays?: number, // default: 1,\ntags?: string[],\n"
+                // A nested property's type follows a `{{ }}` without `-`: the template's own newline
+                // and indentation stay (jinja2 trims only around block tags).
+                "flags?: {\na: \n                boolean},\n}) => any;\n\n"
+                "// The time\ntype now = () => any;\n\n} // namespace functions<|end|>"
+                "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+}
+
+TEST(GptOssTemplate, CallsResultsAndWhichReasoningStays) {
+  AGENTKV_NEEDS_FIXTURES();
+  const std::string call =
+      R"(<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"location": "Paris"}<|call|>)";
+  const std::string result = R"(<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"sunny"<|end|>)";
+  const std::string head = gpt_oss_system(false) + "<|start|>user<|message|>Weather in Paris?<|end|>";
+  Json turn = Json::parse(R"([{"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "thinking": "Need the weather.", "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"location": "Paris"}}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])");
+  // The agent's next turn: the reasoning before the call stays (no final answer follows it yet).
+  EXPECT_EQ(render_gpt_oss(turn),
+            head + "<|start|>assistant<|channel|>analysis<|message|>Need the weather.<|end|>" + call + result + "<|start|>assistant");
+  // Reasoning given as content (no thinking) is rendered the same way.
+  Json as_content = turn;
+  as_content[1].erase("thinking");
+  as_content[1]["content"] = "Need the weather.";
+  EXPECT_EQ(render_gpt_oss(as_content), render_gpt_oss(turn));
+  // Once a final answer follows, earlier reasoning is dropped, the answer's too.
+  turn.push_back(Json::parse(R"({"role": "assistant", "thinking": "Say it.", "content": "It is sunny."})"));
+  turn.push_back(Json::parse(R"({"role": "user", "content": "Thanks"})"));
+  EXPECT_EQ(render_gpt_oss(turn), head + call + result +
+                                      "<|start|>assistant<|channel|>final<|message|>It is sunny.<|end|>"
+                                      "<|start|>user<|message|>Thanks<|end|><|start|>assistant");
+  // A last assistant turn without the generation prompt (training): its reasoning and <|return|>.
+  turn.erase(turn.size() - 1);
+  EXPECT_EQ(render_gpt_oss(turn, Json(), false),
+            head + call + result +
+                "<|start|>assistant<|channel|>analysis<|message|>Say it.<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>");
+}
+
+TEST(GptOssTemplate, RefusesWhatItCannotRender) {
+  AGENTKV_NEEDS_FIXTURES();
+  EXPECT_THROW(render_gpt_oss(Json::parse(R"([{"role": "user", "content": "Hi"}, {"role": "tool", "content": "x"}])")),
+               agentkv::Error);
+  EXPECT_THROW(render_gpt_oss(Json::parse(R"([{"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "<|channel|>analysis<|message|>x"}, {"role": "user", "content": "Hi"}])")),
+               agentkv::Error);
+  EXPECT_THROW(render_gpt_oss(Json::parse(R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "a",
+      "thinking": "b", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}])")),
+               agentkv::Error);
 }
 
 // ---- errors -----------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // The pure pieces of the Anthropic Messages and OpenAI Responses endpoints: request conversion to
-// the chat request, and the event streams built from synthetic token events (Hermes tool calls).
+// the chat request, and the event streams built from synthetic token events (Hermes tool calls,
+// and gpt-oss's harmony).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -229,6 +230,73 @@ TEST(ResponsesStream, EventsOfAToolCall) {
   ASSERT_EQ(whole["output"].size(), 2u);
   EXPECT_EQ(whole["output"][1]["arguments"], output[1]["arguments"]);
   EXPECT_EQ(responses_json(final_result("abc", StopType::Limit), info)["status"], "incomplete");
+}
+
+// A reasoning item goes to the assistant message or calls after it as reasoning_content, which
+// templates that render earlier reasoning (gpt-oss's before a call, Qwen3's within a tool loop)
+// need to render the answer as it was generated.
+TEST(ResponsesRequest, ReasoningGoesWithTheAnswerAfterIt) {
+  const Json chat = responses_to_chat_request(Json::parse(R"({"input": [
+      {"role": "user", "content": "hi"},
+      {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Need to read."}]},
+      {"type": "function_call", "call_id": "call_1", "name": "read", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "call_1", "output": "data"},
+      {"type": "reasoning", "id": "rs_2", "summary": [{"type": "summary_text", "text": "Done."}]},
+      {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It says data."}]},
+      {"type": "reasoning", "id": "rs_3", "content": [{"type": "reasoning_text", "text": "dropped"}]},
+      {"role": "user", "content": "thanks"}]})"));
+  const Json& m = chat["messages"];
+  ASSERT_EQ(m.size(), 5u);
+  EXPECT_EQ(m[1]["reasoning_content"], "Need to read.");
+  EXPECT_EQ(m[1]["tool_calls"][0]["id"], "call_1");
+  EXPECT_EQ(m[3]["reasoning_content"], "Done.");
+  EXPECT_EQ(m[3]["content"], "It says data.");
+  EXPECT_FALSE(m[4].contains("reasoning_content"));
+  EXPECT_NE(error_message([] { responses_to_chat_request(Json::parse(R"({"input": [{"type": "reasoning", "content": "x"}]})")); })
+                .find("content"),
+            std::string::npos);
+}
+
+// gpt-oss's harmony output reaches both APIs as the chat endpoint parses it: the analysis channel
+// as a thinking block / reasoning item, the call as tool_use / function_call.
+TEST(HarmonyOutput, ReachesAnthropicAndResponses) {
+  ResponseInfo info = tool_info();
+  info.chat.format = ToolFormat::Harmony;
+  const std::vector<std::string> pieces = {"<|channel|>analysis<|message|>Need", " it.<|end|><|start|>assistant to=functions.",
+                                           "read<|channel|>commentary json<|message|>{\"p\": ", "1}"};
+  std::string all;
+  AnthropicStream a;
+  ResponsesStream r;
+  std::string thinking, partial, reasoning, args;
+  auto collect = [&](const std::vector<Json>& anthropic, const std::vector<Json>& responses) {
+    for (const Json& e : anthropic) {
+      if (e["type"] != "content_block_delta") continue;
+      if (e["delta"]["type"] == "thinking_delta") thinking += e["delta"]["thinking"];
+      if (e["delta"]["type"] == "input_json_delta") partial += e["delta"]["partial_json"];
+    }
+    for (const Json& e : responses) {
+      if (e["type"] == "response.reasoning_text.delta") reasoning += e["delta"];
+      if (e["type"] == "response.function_call_arguments.delta") args += e["delta"];
+    }
+  };
+  for (const std::string& p : pieces) {
+    all += p;
+    collect(a.on_token(token(p), info), r.on_token(token(p), info));
+  }
+  collect(a.on_final(final_result(all, StopType::Eos), info), r.on_final(final_result(all, StopType::Eos), info));
+  EXPECT_EQ(thinking, "Need it.");
+  EXPECT_EQ(Json::parse(partial), Json::parse(R"({"p": 1})"));
+  EXPECT_EQ(reasoning, "Need it.");
+  EXPECT_EQ(args, R"({"p": 1})");
+  const Json message = anthropic_message_json(final_result(all, StopType::Eos), info);
+  ASSERT_EQ(message["content"].size(), 2u);
+  EXPECT_EQ(message["content"][0]["thinking"], "Need it.");
+  EXPECT_EQ(message["content"][1]["name"], "read");
+  EXPECT_EQ(message["stop_reason"], "tool_use");
+  const Json response = responses_json(final_result(all, StopType::Eos), info);
+  ASSERT_EQ(response["output"].size(), 2u);
+  EXPECT_EQ(response["output"][0]["type"], "reasoning");
+  EXPECT_EQ(response["output"][1]["type"], "function_call");
 }
 
 }  // namespace

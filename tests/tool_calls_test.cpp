@@ -31,6 +31,7 @@ ChatParseOptions xml() {
 }
 
 TEST(ToolCalls, DetectsTheFormatFromTheTemplate) {
+  EXPECT_EQ(detect_tool_format("{{- \"<|start|>assistant<|channel|>final<|message|>\" + message.content }}"), ToolFormat::Harmony);
   EXPECT_EQ(detect_tool_format("... <tool_call>\n{\"name\": <function-name>, ..."), ToolFormat::Hermes);
   EXPECT_EQ(detect_tool_format("'<tool_call>\\n<function=' + tool_call.name + '>\\n' ... '<parameter=' + args_name"),
             ToolFormat::QwenXml);
@@ -190,6 +191,13 @@ TEST(ToolCalls, StreamedDeltasAddUpToTheFinalMessage) {
                  "</function>\n</tool_call>",
                  xml(), seed);
     check_stream("plain text with a < and <tool but no call", hermes(), seed);
+    ChatParseOptions harmony = hermes();
+    harmony.format = ToolFormat::Harmony;
+    check_stream("<|channel|>analysis<|message|>Think <b> a bit.<|end|><|start|>assistant<|channel|>commentary<|message|>On it."
+                 "<|end|><|start|>assistant<|channel|>commentary to=functions.read <|constrain|>json<|message|>"
+                 "{\"path\": \"a <|x \\\" }\"}",
+                 harmony, seed);
+    check_stream("<|channel|>analysis<|message|>Fine.<|end|><|start|>assistant<|channel|>final<|message|>The end <3", harmony, seed);
   }
 }
 

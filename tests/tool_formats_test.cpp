@@ -1,4 +1,4 @@
-// The Llama 3.x and Mistral tool-call formats (src/server/tool_format_*.cpp), and the Qwen ones
+// The Llama 3.x, Mistral and gpt-oss (harmony) tool-call formats (src/server/tool_format_*.cpp), and the Qwen ones
 // beside them: recorded outputs of each (tests/data/tool_call_outputs.json: well-formed and
 // malformed) parse to the message they
 // should; every prefix of each parses to a message that only grows and ends as the whole text's
@@ -18,6 +18,8 @@
 #include "agentkv/gbnf.h"
 #include "agentkv/grammar_matcher.h"
 #include "fixtures.h"
+#include "agentkv/tokenizer.h"
+#include "server/chat_formatter.h"
 #include "server/tool_calls.h"
 
 namespace {
@@ -41,21 +43,21 @@ Json recorded_cases() {
 
 Json request_tools(bool with_code_tool = true) {
   Json tools = Json::parse(R"([
-    {"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{
+    {"type":"function","function":{"name":"get_weather","description":"Current weather","parameters":{"type":"object","properties":{
       "location":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["location"]}}},
-    {"type":"function","function":{"name":"read_file","parameters":{"type":"object","properties":{"path":{"type":"string"}},
+    {"type":"function","function":{"name":"read_file","description":"Reads a file","parameters":{"type":"object","properties":{"path":{"type":"string"}},
       "required":["path"]}}},
-    {"type":"function","function":{"name":"write_file","parameters":{"type":"object","properties":{"path":{"type":"string"},
+    {"type":"function","function":{"name":"write_file","description":"Writes a file","parameters":{"type":"object","properties":{"path":{"type":"string"},
       "content":{"type":"string"}},"required":["path","content"]}}}])");
   if (with_code_tool)
-    tools.push_back(Json::parse(R"({"type":"function","function":{"name":"python","parameters":{"type":"object",
+    tools.push_back(Json::parse(R"({"type":"function","function":{"name":"python","description":"Runs code","parameters":{"type":"object",
       "properties":{"code":{"type":"string"}},"required":["code"]}}})"));
   return tools;
 }
 
 ToolFormat format_named(const std::string& name) {
   for (ToolFormat f : {ToolFormat::Hermes, ToolFormat::QwenXml, ToolFormat::Llama3Json, ToolFormat::MistralNemo,
-                       ToolFormat::MistralArgs, ToolFormat::MistralCallId})
+                       ToolFormat::MistralArgs, ToolFormat::MistralCallId, ToolFormat::Harmony})
     if (name == tool_format_name(f)) return f;
   ADD_FAILURE() << "no format " << name;
   return ToolFormat::Hermes;
@@ -170,29 +172,34 @@ bool grammar_accepts(agentkv::grammar::Matcher& m, std::string_view text) {
   return p.ok() && m.can_end(p);
 }
 
+std::shared_ptr<agentkv::grammar::Matcher> matcher_of(const std::string& gbnf) {
+  return std::make_shared<agentkv::grammar::Matcher>(
+      std::make_shared<agentkv::grammar::Grammar>(agentkv::grammar::parse_gbnf(gbnf)));
+}
+
 // The grammar of tool_choice "required" (parallel calls allowed) compiles for each format and
 // admits exactly the well-formed recorded outputs; the lazy grammar of "auto" starts at the first
-// trigger and admits the rest from there.
+// trigger and admits the rest from there. (Harmony's "required" grammar starts at the answer's
+// start, where an analysis message may come first; its lazy one at the trigger.)
 TEST(ToolFormats, GrammarAcceptsWellFormedRefusesMalformed) {
-  std::map<std::string, std::shared_ptr<agentkv::grammar::Matcher>> matchers;
+  std::map<std::string, std::pair<std::shared_ptr<agentkv::grammar::Matcher>, std::shared_ptr<agentkv::grammar::Matcher>>> matchers;
   for (const Json& c : recorded_cases()) {
     if (!c.contains("grammar")) continue;
     const std::string what = c["format"].get<std::string>() + ": " + c["name"].get<std::string>();
     const ToolFormat f = format_named(c["format"]);
-    auto& m = matchers[c["format"]];
-    if (!m) {
-      const std::string gbnf = tool_call_grammar(f, request_tools(), "", true, false);
-      m = std::make_shared<agentkv::grammar::Matcher>(
-          std::make_shared<agentkv::grammar::Grammar>(agentkv::grammar::parse_gbnf(gbnf)));
+    auto& [required, lazy] = matchers[c["format"]];
+    if (!required) {
+      required = matcher_of(tool_call_grammar(f, request_tools(), "", true, f == ToolFormat::Harmony));
+      lazy = matcher_of(tool_call_grammar(f, request_tools(), "", true, false));
     }
     const std::string text = c["text"];
     const bool accept = c["grammar"] == "accept";
-    EXPECT_EQ(grammar_accepts(*m, text), accept) << what;
+    EXPECT_EQ(grammar_accepts(*required, text), accept) << what;
     if (!accept) continue;
     size_t first = std::string::npos;
     for (const std::string& t : tool_call_triggers(f)) first = std::min(first, text.find(t));
     ASSERT_NE(first, std::string::npos) << what << ": no trigger";
-    EXPECT_TRUE(grammar_accepts(*m, std::string_view(text).substr(first))) << what;
+    EXPECT_TRUE(grammar_accepts(*lazy, std::string_view(text).substr(first))) << what;
   }
 }
 
@@ -292,7 +299,7 @@ const std::map<std::string, ToolFormat>& expected_formats() {
       {"meta-llama-Llama-3.1-8B-Instruct.jinja", ToolFormat::Llama3Json},
       {"meta-llama-Llama-3.2-3B-Instruct.jinja", ToolFormat::Llama3Json},
       {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolFormat::MistralNemo},
-      {"openai-gpt-oss-120b.jinja", ToolFormat::Hermes},     // harmony is not supported yet
+      {"openai-gpt-oss-120b.jinja", ToolFormat::Harmony},
       {"unsloth-mistral-Devstral-Small-2507.jinja", ToolFormat::MistralArgs},
   };
   return m;
@@ -322,6 +329,7 @@ TEST(ToolFormats, ObjectArgumentsForTemplatesThatDumpThem) {
       {"mistralai-Mistral-Nemo-Instruct-2407.jinja", true},  // function|tojson
       {"Mistral-Small-3.2-24B-Instruct-2506.jinja", true},
       {"unsloth-mistral-Devstral-Small-2507.jinja", false},  // tojson only when not a string
+      {"openai-gpt-oss-120b.jinja", true},                   // arguments|tojson
   };
   for (const auto& [file, want] : wants)
     EXPECT_EQ(template_wants_object_arguments(read_text(templates_dir() / file)), want) << file;
@@ -343,6 +351,8 @@ TEST(ToolFormats, TemplatesRenderCallsTheParserReadsBack) {
        R"([TOOL_CALLS][{"name": "get_weather", "arguments": {"location": "Paris"}, "id": "a1b2c3d4e"}])"},
       {"Mistral-Small-3.2-24B-Instruct-2506.jinja", R"([TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"location": "Paris"})"},
       {"unsloth-mistral-Devstral-Small-2507.jinja", R"([TOOL_CALLS]get_weather[ARGS]{"location": "Paris"})"},
+      {"openai-gpt-oss-120b.jinja",
+       R"(<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"location": "Paris"}<|call|>)"},
   };
   for (const Case& c : cases) {
     const std::string source = read_text(templates_dir() / c.file);
@@ -385,7 +395,8 @@ TEST(ToolFormats, TemplatesRenderCallsTheParserReadsBack) {
 TEST(ToolFormats, GrammarWritesArgumentsAsTheTemplateRendersThem) {
   AGENTKV_NEEDS_FIXTURES();
   const char* const files[] = {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
-                               "mistralai-Mistral-Nemo-Instruct-2407.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja"};
+                               "mistralai-Mistral-Nemo-Instruct-2407.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+                               "openai-gpt-oss-120b.jinja"};
   const std::vector<std::string> pieces = {"a", "Z", "7", " ", "\"", "\\", "/", "\n", "\t", "\x01", "\xc3\xa9", "\xe5\xbf\x83", ":", ","};
   std::mt19937 rng(7);
   auto random_text = [&] {
@@ -421,7 +432,7 @@ TEST(ToolFormats, GrammarWritesArgumentsAsTheTemplateRendersThem) {
       const size_t begin = prompt.rfind(tool_call_triggers(f)[0], result);
       ASSERT_NE(begin, std::string::npos) << file << ":\n" << prompt;
       size_t end = std::string::npos;
-      for (const char* stop : {"<|eot_id|>", "<|eom_id|>", "</s>"}) end = std::min(end, prompt.find(stop, begin));
+      for (const char* stop : {"<|eot_id|>", "<|eom_id|>", "</s>", "<|call|>"}) end = std::min(end, prompt.find(stop, begin));
       ASSERT_NE(end, std::string::npos) << file;
       const std::string text = prompt.substr(begin, end - begin);
       EXPECT_TRUE(grammar_accepts(m, text)) << file << ": " << text;
@@ -444,12 +455,128 @@ TEST(ToolFormats, GrammarWritesArgumentsAsTheTemplateRendersThem) {
   }
 }
 
+// Harmony's two grammars. tool_choice required / named (from the answer's start): one analysis
+// message at most, then the call in the form the template renders back (recipient in the role,
+// " json"), so the next turn holds the answer's own text; gpt-oss's other forms are refused. The
+// lazy grammar of auto (from the trigger " to=functions."): any of the forms.
+TEST(ToolFormats, HarmonyGrammars) {
+  const Json tools = request_tools();
+  const auto required = matcher_of(tool_call_grammar(ToolFormat::Harmony, tools, "", true, true));
+  const auto named = matcher_of(tool_call_grammar(ToolFormat::Harmony, tools, "read_file", false, true));
+  const auto lazy = matcher_of(tool_call_grammar(ToolFormat::Harmony, tools, "", true, false));
+  const std::string call = R"( to=functions.read_file<|channel|>commentary json<|message|>{"path": "a"})";
+  const std::string analysis = "<|channel|>analysis<|message|>Read it.<|end|><|start|>assistant";
+  EXPECT_TRUE(grammar_accepts(*required, call));
+  EXPECT_TRUE(grammar_accepts(*required, analysis + call));
+  EXPECT_TRUE(grammar_accepts(*named, analysis + call));
+  EXPECT_FALSE(grammar_accepts(*named, R"( to=functions.get_weather<|channel|>commentary json<|message|>{"location": "x"})"));
+  EXPECT_FALSE(grammar_accepts(*required, analysis + analysis + call));  // one analysis message
+  EXPECT_FALSE(grammar_accepts(*required, "<|channel|>analysis<|message|>a <|end|> b<|end|><|start|>assistant" + call));
+  EXPECT_FALSE(grammar_accepts(*required, "<|channel|>final<|message|>No call."));
+  EXPECT_FALSE(grammar_accepts(*required, call + call));  // <|call|> ends the answer: one call
+  for (const char* form : {R"( to=functions.read_file <|constrain|>json<|message|>{"path": "a"})",
+                           R"( to=functions.read_file<|message|>{"path": "a"})",
+                           R"( to=functions.read_file json<|message|>{"path": "a"})",
+                           R"( to=functions.read_file<|channel|>commentary <|constrain|>json<|message|>{"path": "a"})"}) {
+    EXPECT_FALSE(grammar_accepts(*required, form)) << form;
+    EXPECT_TRUE(grammar_accepts(*lazy, form)) << form;
+  }
+  EXPECT_TRUE(grammar_accepts(*lazy, call));
+  EXPECT_FALSE(grammar_accepts(*lazy, R"( to=functions.delete_all<|message|>{})"));
+  // What the grammar writes, the parser reads as the call (after the prompt's <|start|>assistant).
+  ChatParseOptions o;
+  o.format = ToolFormat::Harmony;
+  o.parse_tools = true;
+  o.tools = tools;
+  const ChatMessage m = parse_chat_output(analysis + call, o, false);
+  EXPECT_EQ(m.reasoning, "Read it.");
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(m.tool_calls[0].name, "read_file");
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"path": "a"})");
+  EXPECT_EQ(m.tool_calls[0].id.rfind("call_", 0), 0u);
+}
+
+// response_format / json_schema with gpt-oss: the schema's JSON is the final channel's message.
+TEST(ToolFormats, HarmonyResponseFormatConstrainsTheFinalMessage) {
+  const Json schema = Json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})");
+  const auto m = matcher_of(harmony_response_grammar(schema));
+  EXPECT_TRUE(grammar_accepts(*m, R"(<|channel|>final<|message|>{"n": 3})"));
+  EXPECT_TRUE(grammar_accepts(*m, R"(<|channel|>analysis<|message|>Three.<|end|><|start|>assistant<|channel|>final<|message|>{"n": 3})"));
+  EXPECT_FALSE(grammar_accepts(*m, R"({"n": 3})"));
+  EXPECT_FALSE(grammar_accepts(*m, R"(<|channel|>final<|message|>{"n": "3"})"));
+  ChatParseOptions o;
+  o.format = ToolFormat::Harmony;
+  const ChatMessage msg = parse_chat_output(R"(<|channel|>analysis<|message|>Three.<|end|><|start|>assistant<|channel|>final<|message|>{"n": 3})", o, false);
+  EXPECT_EQ(msg.content, R"({"n": 3})");
+  EXPECT_EQ(msg.reasoning, "Three.");
+  EXPECT_THROW(harmony_response_grammar(Json::parse(R"({"type": "object", "multipleOf": 2})")), agentkv::Error);
+}
+
+// Without tools (or tool_choice none) the channels still split; a call is then text. With
+// reasoning_format "none" an analysis message is content, its tags included (llama.cpp's).
+TEST(ToolFormats, HarmonyWithoutToolsOrReasoning) {
+  const std::string text = "<|channel|>analysis<|message|>Hmm.<|end|><|start|>assistant<|channel|>final<|message|>Hi.";
+  ChatParseOptions o;
+  o.format = ToolFormat::Harmony;
+  ChatMessage m = parse_chat_output(text, o, false);
+  EXPECT_EQ(m.reasoning, "Hmm.");
+  EXPECT_EQ(m.content, "Hi.");
+  const std::string call = R"( to=functions.read_file<|channel|>commentary json<|message|>{"path": "a"})";
+  m = parse_chat_output(call, o, false);
+  EXPECT_TRUE(m.tool_calls.empty());
+  EXPECT_EQ(m.content, call);
+  o.parse_reasoning = false;
+  m = parse_chat_output(text, o, true);
+  EXPECT_EQ(m.reasoning, "");
+  EXPECT_EQ(m.content, "<|channel|>analysis<|message|>Hmm.<|end|>Hi.");
+  EXPECT_EQ(parse_chat_output("<|channel|>analysis<|message|>Hm<|en", o, true).content, "<|channel|>analysis<|message|>Hm");
+}
+
+// The next turn of an agent on gpt-oss: the client sends back the parsed answer (reasoning_content,
+// tool_calls with string arguments) and the tool's result; the server renders the prompt with the
+// template (ChatFormatter: reasoning_content becomes the template's `thinking`). The new prompt
+// starts with the previous prompt and the answer's own text, so every token of it stays cached.
+// Without reasoning_content the template drops the analysis, and the prompts part right after
+// the previous generation prompt.
+TEST(ToolFormats, HarmonyNextTurnHoldsTheAnswersText) {
+  AGENTKV_NEEDS_FIXTURES();
+  agentkv::VocabData v;
+  v.tokens = {"<|start|>", "<|return|>", "a"};
+  v.eos = 1;
+  const agentkv::Tokenizer tok(v);
+  const ChatFormatter chat(tok, read_text(templates_dir() / "openai-gpt-oss-120b.jinja"));
+  Json tools = request_tools();
+  tools[0]["function"].erase("description");  // llama.cpp's engine prints "" for it, as does agentkv's
+  const Json user = Json::parse(R"({"role": "user", "content": "Weather in Paris?"})");
+  const std::string prompt = chat.apply(Json{{"messages", Json::array({user})}, {"tools", tools}});
+  EXPECT_NE(prompt.find("// \ntype get_weather"), std::string::npos) << prompt;
+  ASSERT_EQ(prompt.substr(prompt.size() - 18), "<|start|>assistant");
+  const std::string answer =
+      R"(<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"location": "Paris"})";
+  ChatParseOptions o;
+  o.format = detect_tool_format(chat.template_source());
+  o.parse_tools = true;
+  o.tools = tools;
+  const ChatMessage m = parse_chat_output(answer, o, false);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  Json assistant = {{"role", "assistant"}, {"content", nullptr}, {"reasoning_content", m.reasoning},
+                    {"tool_calls", tool_calls_json(m.tool_calls)}};
+  const Json result = {{"role", "tool"}, {"tool_call_id", m.tool_calls[0].id}, {"content", "sunny"}};
+  const std::string next = chat.apply(Json{{"messages", Json::array({user, assistant, result})}, {"tools", tools}});
+  EXPECT_EQ(next.substr(0, prompt.size() + answer.size()), prompt + answer) << next;
+  // A client that drops reasoning_content: the template renders the call without its analysis.
+  assistant.erase("reasoning_content");
+  const std::string without = chat.apply(Json{{"messages", Json::array({user, assistant, result})}, {"tools", tools}});
+  EXPECT_EQ(without.substr(0, prompt.size() + 14), prompt + " to=functions.") << without;
+}
+
 TEST(ToolFormats, PreservedTokensAndTriggers) {
   EXPECT_EQ(tool_call_triggers(ToolFormat::Hermes), std::vector<std::string>{"<tool_call>"});
   EXPECT_TRUE(tool_call_preserved_tokens(ToolFormat::Hermes).empty());
   EXPECT_EQ(tool_call_preserved_tokens(ToolFormat::MistralCallId), (std::vector<std::string>{"[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"}));
   EXPECT_EQ(tool_call_triggers(ToolFormat::MistralNemo), std::vector<std::string>{"[TOOL_CALLS]"});
   EXPECT_EQ(tool_call_preserved_tokens(ToolFormat::Llama3Json), std::vector<std::string>{"<|python_tag|>"});
+  EXPECT_EQ(tool_call_triggers(ToolFormat::Harmony), std::vector<std::string>{" to=functions."});
 }
 
 }  // namespace

@@ -54,10 +54,10 @@ std::shared_ptr<const grammar::Grammar> compile(const std::string& gbnf, const s
   }
 }
 
-std::string schema_grammar(const Json& schema, const std::string& what) {
+std::string schema_grammar(const Json& schema, const std::string& what, bool harmony) {
   if (!schema.is_object() && !schema.is_boolean()) throw invalid_request(what + " must be a JSON schema object");
   try {
-    return grammar::json_schema_to_gbnf(schema);
+    return harmony ? harmony_response_grammar(schema) : grammar::json_schema_to_gbnf(schema);
   } catch (const Error& e) {
     throw invalid_request(what + ": " + e.what());
   }
@@ -84,7 +84,7 @@ void check_known_fields(const Json& body, Endpoint e) {
   }
 }
 
-void parse_constraints(const Json& body, Endpoint e, CompletionParams& p) {
+void parse_constraints(const Json& body, Endpoint e, CompletionParams& p, bool harmony) {
   std::string gbnf, source;
   if (has_field(body, "grammar")) {
     if (!body["grammar"].is_string()) throw invalid_request("field 'grammar' must be a string");
@@ -93,7 +93,7 @@ void parse_constraints(const Json& body, Endpoint e, CompletionParams& p) {
   }
   if (has_field(body, "json_schema")) {
     if (!source.empty()) throw invalid_request("either 'json_schema' or 'grammar' can be given, not both");
-    gbnf = schema_grammar(body["json_schema"], "field 'json_schema'");
+    gbnf = schema_grammar(body["json_schema"], "field 'json_schema'", harmony);
     source = "json_schema";
   }
   if (has_field(body, "response_format")) {
@@ -117,7 +117,7 @@ void parse_constraints(const Json& body, Endpoint e, CompletionParams& p) {
       } else if (rf.contains("schema")) {
         schema = rf["schema"];
       }
-      gbnf = schema_grammar(schema, "response_format schema");
+      gbnf = schema_grammar(schema, "response_format schema", harmony);
       source = "response_format";
     } else if (type != "text") {
       throw invalid_request("response_format.type must be 'text', 'json_object' or 'json_schema'");
@@ -206,9 +206,12 @@ ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const s
   o.parse_tools = true;
   if (p.grammar.grammar)
     throw invalid_request("a custom grammar, json_schema or response_format cannot be combined with tools (use tool_choice 'none')");
+  // Reasoning before the calls: a <think> block the prompt opened; harmony's analysis channel,
+  // which its grammar allows whenever it is not the lazy one.
+  const bool reason_first = choice != "auto" && (o.thinking_open || format == ToolFormat::Harmony);
   std::string gbnf;
   try {
-    gbnf = tool_call_grammar(format, tools, name, parallel, choice != "auto" && o.thinking_open, tojson_arguments);
+    gbnf = tool_call_grammar(format, tools, name, parallel, reason_first, tojson_arguments);
   } catch (const Error& e) {
     throw invalid_request(std::string("tools: ") + e.what());
   }

@@ -17,8 +17,10 @@ enum class Endpoint { Native, OaiCompletion, OaiChat, Embedding };
 void check_known_fields(const Json& body, Endpoint e);
 
 // grammar / json_schema / response_format into p.grammar; logprobs fields into p.n_probs.
-// Throws invalid_request for an invalid grammar or schema, or conflicting fields.
-void parse_constraints(const Json& body, Endpoint e, CompletionParams& p);
+// Throws invalid_request for an invalid grammar or schema, or conflicting fields. harmony: the
+// chat template is gpt-oss's, whose answer is framed in channels: a schema constrains the final
+// channel's message (harmony_response_grammar); a GBNF `grammar` still applies as it is.
+void parse_constraints(const Json& body, Endpoint e, CompletionParams& p, bool harmony = false);
 
 // Chat: tools, tool_choice, parallel_tool_calls and reasoning_format. `prompt` is the rendered
 // prompt (it tells whether the template opened a <think> block). Sets p.grammar for tool_choice

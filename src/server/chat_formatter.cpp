@@ -21,7 +21,7 @@ std::string role_of(const Json& msg) {
   return role != msg.end() && role->is_string() ? role->get<std::string>() : "";
 }
 
-Json normalize_message(const Json& msg, size_t index, bool object_arguments) {
+Json normalize_message(const Json& msg, size_t index, bool object_arguments, bool harmony) {
   const std::string where = "messages[" + std::to_string(index) + "]";
   if (!msg.is_object()) throw invalid_request(where + " must be an object");
   auto role = msg.find("role");
@@ -61,6 +61,15 @@ Json normalize_message(const Json& msg, size_t index, bool object_arguments) {
   } else if (!content->is_string()) {
     throw invalid_request(where + ".content must be a string or an array of text parts");
   }
+  // gpt-oss's template reads an answer's reasoning from `thinking` (and keeps it for a turn of
+  // tool calls, the next turn's cache depends on it); it raises on content and thinking together
+  // beside tool calls. As llama.cpp: reasoning_content becomes thinking, and wins over content there.
+  auto reasoning = out.find("reasoning_content");
+  if (harmony && *role == "assistant" && reasoning != out.end() && reasoning->is_string()) {
+    out["thinking"] = *reasoning;
+    auto calls = out.find("tool_calls");
+    if (calls != out.end() && calls->is_array() && !calls->empty()) out.erase("content");
+  }
   return out;
 }
 
@@ -76,6 +85,7 @@ ChatFormatter::ChatFormatter(const Tokenizer& tok, const std::string& source)
       adds_bos_(tok.add_bos() && tok.bos() >= 0),
       template_(source_) {
   object_arguments_ = template_wants_object_arguments(source_);
+  harmony_ = detect_tool_format(source_) == ToolFormat::Harmony;
 }
 
 std::string ChatFormatter::apply(const Json& body) const {
@@ -101,7 +111,7 @@ std::string ChatFormatter::apply(const Json& body) const {
       throw invalid_request("Cannot have 2 or more assistant messages at the end of the list.");
     if (last.contains("tool_calls") && !last["tool_calls"].is_null())
       throw invalid_request("a final assistant message with tool_calls cannot be continued: send the tool results");
-    const Json content = normalize_message(last, n - 1, object_arguments_).value("content", Json(""));
+    const Json content = normalize_message(last, n - 1, object_arguments_, harmony_).value("content", Json(""));
     if (!content.is_string()) throw invalid_request("the final assistant message's content must be text to be continued");
     return render(body, n - 1, /*add_generation_prompt=*/true) + content.get<std::string>();
   }
@@ -123,10 +133,17 @@ std::optional<std::string> ChatFormatter::apply_leading_system(const Json& body)
 std::string ChatFormatter::render(const Json& body, size_t n_messages, bool add_generation_prompt) const {
   const Json& messages = body.at("messages");
   ChatTemplateInputs in;
-  for (size_t i = 0; i < n_messages; ++i) in.messages.push_back(normalize_message(messages[i], i, object_arguments_));
+  for (size_t i = 0; i < n_messages; ++i) in.messages.push_back(normalize_message(messages[i], i, object_arguments_, harmony_));
   if (has_field(body, "tools")) {
     if (!body.at("tools").is_array()) throw invalid_request("field 'tools' must be an array");
     if (!body.at("tools").empty()) in.tools = body.at("tools");
+    // gpt-oss's template prints "// " + description for every tool, which Jinja refuses when a tool
+    // has none; llama.cpp's engine prints "" there, and so does this (only for that template).
+    if (harmony_ && in.tools.is_array())
+      for (auto& tool : in.tools)
+        if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+            !tool["function"].contains("description"))
+          tool["function"]["description"] = "";
   }
   in.add_generation_prompt = add_generation_prompt;
   in.extra_context = read_object(body, "chat_template_kwargs");

@@ -37,6 +37,7 @@ class ChatFormatter {
   std::string bos_, eos_;
   bool adds_bos_ = false;  // the tokenizer prepends BOS itself: a leading one in the text is dropped
   bool object_arguments_ = false;  // the template reads tool_calls[].function.arguments as a mapping
+  bool harmony_ = false;           // gpt-oss's template: an answer's reasoning_content goes to `thinking`
   ChatTemplate template_;
   mutable std::mutex mutex_;  // rendering is cheap; one at a time keeps the interpreter simple
 };

@@ -101,15 +101,16 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
                           std::to_string(prompts.size() * static_cast<size_t>(n_choices)));
   CompletionParams params = parsed ? std::move(*parsed) : request_params(body);
   session_from_header(req, params);
-  parse_constraints(body, endpoint, params);
+  const ToolFormat format = chat ? detect_tool_format(e.chat->template_source()) : ToolFormat::Hermes;
+  parse_constraints(body, endpoint, params, format == ToolFormat::Harmony);
   // Anthropic's message_start reports the cache split, known from the first token's timings.
   if (kind == ResponseKind::Anthropic && params.stream) params.timings_per_token = true;
   ChatParseOptions chat_options;
   if (chat) {
     const std::string& source = e.chat->template_source();
-    const ToolFormat format = detect_tool_format(source);
     chat_options = parse_chat_options(body, format, prompts[0][0].text, params, template_dumps_arguments(source));
-    if (chat_options.parse_tools) params.kept_control_tokens = tool_marker_tokens(format, tok);
+    // Harmony's framing is parsed with or without tools (its reasoning channel).
+    if (chat_options.parse_tools || format == ToolFormat::Harmony) params.kept_control_tokens = tool_marker_tokens(format, tok);
   }
 
   ResponseInfo info;

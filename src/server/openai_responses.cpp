@@ -1,6 +1,7 @@
 #include "server/openai_responses.h"
 
 #include <set>
+#include <utility>
 
 #include "server/server_error.h"
 #include "server/tool_calls.h"
@@ -57,12 +58,39 @@ std::string required_string(const Json& item, const char* key, const std::string
   return v.get<std::string>();
 }
 
+// A reasoning item's text: its reasoning_text parts (what agentkv's responses carry), else its
+// summary's summary_text parts, joined with '\n'.
+std::string reasoning_text_of(const Json& item, const std::string& where) {
+  for (const char* key : {"content", "summary"}) {
+    const Json& parts = member(item, key);
+    if (parts.is_null()) continue;
+    if (!parts.is_array()) throw invalid_request(where + "." + key + " must be an array of parts");
+    std::string text;
+    for (const Json& part : parts) {
+      const Json& t = member(part, "text");
+      if (!t.is_string()) throw invalid_request(where + "." + key + "[].text must be a string");
+      if (!text.empty()) text += '\n';
+      text += t.get<std::string>();
+    }
+    if (!parts.empty()) return text;
+  }
+  return "";
+}
+
 void convert_input(const Json& input, Json& messages) {
   if (input.is_string()) {
     messages.push_back(Json{{"role", "user"}, {"content", input}});
     return;
   }
   if (!input.is_array()) throw invalid_request("field 'input' must be a string or an array of items");
+  // A reasoning item goes with the assistant message or calls after it, as reasoning_content (the
+  // chat endpoint's field: templates that render earlier reasoning, such as Qwen3's within a
+  // tool loop and gpt-oss's before a call, then render the answer as it was generated).
+  std::string reasoning;
+  auto assistant = [&](Json message) {
+    if (!reasoning.empty()) message["reasoning_content"] = std::exchange(reasoning, std::string());
+    messages.push_back(std::move(message));
+  };
   for (size_t i = 0; i < input.size(); ++i) {
     const std::string where = "input[" + std::to_string(i) + "]";
     const Json& item = input[i];
@@ -75,7 +103,13 @@ void convert_input(const Json& input, Json& messages) {
       const std::string r = role.is_string() ? role.get<std::string>() : "";
       if (r != "user" && r != "assistant" && r != "system" && r != "developer")
         throw invalid_request(where + ".role must be 'user', 'assistant', 'system' or 'developer'");
-      messages.push_back(Json{{"role", r == "developer" ? "system" : r}, {"content", text_of(member(item, "content"), where + ".content")}});
+      Json message{{"role", r == "developer" ? "system" : r}, {"content", text_of(member(item, "content"), where + ".content")}};
+      if (r == "assistant") {
+        assistant(std::move(message));
+      } else {
+        reasoning.clear();  // reasoning belongs to the answer after it
+        messages.push_back(std::move(message));
+      }
     } else if (type == "function_call") {
       const std::string call_id = required_string(item, "call_id", where);
       const std::string name = required_string(item, "name", where);
@@ -85,16 +119,20 @@ void convert_input(const Json& input, Json& messages) {
       // Calls after an assistant message (or after other calls) belong to that message.
       if (!messages.empty() && messages.back()["role"] == "assistant") {
         Json& last = messages.back();
+        if (!reasoning.empty() && !last.contains("reasoning_content")) last["reasoning_content"] = std::exchange(reasoning, std::string());
         if (!last.contains("tool_calls")) last["tool_calls"] = Json::array();
         last["tool_calls"].push_back(std::move(call));
       } else {
-        messages.push_back(Json{{"role", "assistant"}, {"content", ""}, {"tool_calls", Json::array({std::move(call)})}});
+        assistant(Json{{"role", "assistant"}, {"content", ""}, {"tool_calls", Json::array({std::move(call)})}});
       }
     } else if (type == "function_call_output") {
       const std::string call_id = required_string(item, "call_id", where);
+      reasoning.clear();
       messages.push_back(Json{{"role", "tool"}, {"tool_call_id", call_id}, {"content", text_of(member(item, "output"), where + ".output")}});
     } else if (type == "reasoning") {
-      // earlier reasoning: the templates agentkv serves drop it from past turns
+      const std::string text = reasoning_text_of(item, where);
+      if (!reasoning.empty() && !text.empty()) reasoning += '\n';
+      reasoning += text;
     } else if (type == "item_reference") {
       throw invalid_request(where + ": item references are not supported (agentkv stores no responses)");
     } else {

@@ -355,6 +355,8 @@ bool arguments_from_json(const Json& value, std::string& arguments) {
 }
 
 ToolFormat detect_tool_format(const std::string& source) {
+  // gpt-oss: harmony's channel and message tokens.
+  if (contains(source, "<|channel|>") && contains(source, "<|message|>")) return ToolFormat::Harmony;
   if (contains(source, "<function=") && contains(source, "<parameter=")) return ToolFormat::QwenXml;
   if (contains(source, "<tool_call>")) return ToolFormat::Hermes;
   // Mistral: Small 3.2 writes the call's id between name and arguments; Devstral / Magistral
@@ -376,6 +378,7 @@ const char* tool_format_name(ToolFormat f) {
     case ToolFormat::MistralNemo: return "mistral-nemo";
     case ToolFormat::MistralArgs: return "mistral-args";
     case ToolFormat::MistralCallId: return "mistral-call-id";
+    case ToolFormat::Harmony: return "harmony";
     case ToolFormat::Hermes: break;
   }
   return "hermes";
@@ -387,6 +390,7 @@ std::vector<std::string> tool_call_triggers(ToolFormat f) {
     case ToolFormat::MistralNemo:
     case ToolFormat::MistralArgs:
     case ToolFormat::MistralCallId: return {"[TOOL_CALLS]"};
+    case ToolFormat::Harmony: return {" to=functions."};  // the recipient, in the role or after the channel
     default: return {std::string(kCallOpen)};
   }
 }
@@ -397,6 +401,7 @@ std::vector<std::string> tool_call_preserved_tokens(ToolFormat f) {
     case ToolFormat::MistralNemo: return {"[TOOL_CALLS]"};
     case ToolFormat::MistralArgs: return {"[TOOL_CALLS]", "[ARGS]"};
     case ToolFormat::MistralCallId: return {"[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"};
+    case ToolFormat::Harmony: return {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>"};
     default: return {};
   }
 }
@@ -439,6 +444,7 @@ bool is_mistral_tool_call_id(std::string_view id) {
 }
 
 ChatMessage parse_chat_output(std::string_view text, const ChatParseOptions& o, bool partial) {
+  if (o.format == ToolFormat::Harmony) return parse_harmony_output(text, o, partial);
   ChatMessage msg;
   std::string_view rest = text;
   if (o.parse_reasoning) {
@@ -504,9 +510,11 @@ std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string
     case ToolFormat::MistralNemo: rules = mistral_nemo_tool_rules(selected, parallel); break;
     case ToolFormat::MistralArgs: rules = mistral_args_tool_rules(selected, parallel, false); break;
     case ToolFormat::MistralCallId: rules = mistral_args_tool_rules(selected, parallel, true); break;
+    case ToolFormat::Harmony: rules = harmony_tool_rules(selected, think_prefix); break;
     default: rules = tagged_tool_rules(f, selected, parallel); break;
   }
-  const std::string root = "root ::= " + std::string(think_prefix ? "[^<]* \"</think>\\n\\n\" " : "") + "tool-calls\n";
+  const std::string reasoning = f == ToolFormat::Harmony ? "harmony-analysis? " : "[^<]* \"</think>\\n\\n\" ";
+  const std::string root = "root ::= " + std::string(think_prefix ? reasoning : "") + "tool-calls\n";
   return root + rules + grammar::json_primitive_rules(spacing);
 }
 

@@ -13,6 +13,10 @@
 // - Mistral Nemo: [TOOL_CALLS][{"name": "NAME", "arguments": {...}, "id": "9alnum"}, ...]
 // - Mistral [ARGS] (Devstral, Magistral / Ministral): [TOOL_CALLS]NAME[ARGS]{...} per call;
 //   Mistral Small 3.2 adds the id: [TOOL_CALLS]NAME[CALL_ID]9alnum[ARGS]{...}
+// - Harmony (gpt-oss): messages on channels, <|channel|>analysis<|message|>...<|end|> (reasoning),
+//   <|start|>assistant<|channel|>final<|message|>... (content) and
+//   <|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{...} (a call; the
+//   recipient may also follow the channel): tool_format_harmony.cpp
 // Several calls in one answer are parallel calls. A call that does not parse (bad JSON, an
 // unclosed tag) is left in `content` from its opening on, as llama-server does; a call inside a
 // <think> block is reasoning, not a call.
@@ -26,8 +30,8 @@
 
 namespace agentkv::server {
 
-enum class ToolFormat { Hermes, QwenXml, Llama3Json, MistralNemo, MistralArgs, MistralCallId };
-// Hermes when the template shows none of the others (as before: ChatML, Gemma, gpt-oss, ...).
+enum class ToolFormat { Hermes, QwenXml, Llama3Json, MistralNemo, MistralArgs, MistralCallId, Harmony };
+// Hermes when the template shows none of the others (as before: ChatML, Gemma, ...).
 ToolFormat detect_tool_format(const std::string& template_source);
 const char* tool_format_name(ToolFormat f);
 
@@ -37,6 +41,8 @@ std::vector<std::string> tool_call_triggers(ToolFormat f);
 // The format's markers that are control tokens in the model's vocabulary (<|python_tag|>,
 // [TOOL_CALLS], [ARGS], [CALL_ID]): they render no text unless the server keeps them, as
 // llama.cpp's preserved_tokens do; without them the parser and the grammar never see the marker.
+// Harmony's framing (<|start|>, <|channel|>, <|message|>, <|constrain|>, <|end|>) the tokenizer
+// already renders always (llama.cpp's harmony rule); it is listed for a vocabulary that would not.
 std::vector<std::string> tool_call_preserved_tokens(ToolFormat f);
 // Those of the markers that are control tokens of `tok` (sorted ids): CompletionParams::kept_control_tokens.
 std::vector<Token> tool_marker_tokens(ToolFormat f, const Tokenizer& tok);
@@ -75,12 +81,17 @@ ChatMessage parse_chat_output(std::string_view text, const ChatParseOptions& o, 
 
 // The grammar for tool_choice "required" / a named function (only_name), or the lazy grammar
 // of "auto" (the same rules; it starts at a trigger, tool_call_triggers). think_prefix: the prompt
-// opened a <think> block, which the answer closes first. Llama 3 templates render one call per
-// turn (they raise on more), so its grammar writes one call even when `parallel`.
+// opened a <think> block, which the answer closes first; for Harmony, the grammar is not the lazy
+// one and the answer may reason in one analysis message first. Llama 3 and gpt-oss templates
+// render one call per turn, so their grammars write one call even when `parallel`.
 std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string& only_name, bool parallel,
                               bool think_prefix, bool tojson_arguments = false);
 
 constexpr int kMaxParallelCalls = 8;
+
+// gpt-oss: the grammar of a response_format / json_schema, whose JSON is the final channel's
+// message (an analysis message may come first). Throws agentkv::Error as json_schema_to_gbnf.
+std::string harmony_response_grammar(const Json& schema);
 
 // "call_" + 24 random alphanumerics; Mistral formats: 9 alphanumerics (their templates refuse
 // other ids). Final parses give every call one; Mistral parses keep the model's own id when it

@@ -6,6 +6,7 @@
 //   Llama3Json        tool_format_llama3.cpp         {"name": N, "parameters": {...}}, <|python_tag|>...
 //   MistralNemo       tool_format_mistral_nemo.cpp   [TOOL_CALLS][{"name": N, "arguments": {...}, "id": I}]
 //   MistralArgs(Id)   tool_format_mistral_args.cpp   [TOOL_CALLS]N[CALL_ID]I[ARGS]{...}
+//   Harmony           tool_format_harmony.cpp        <|start|>assistant to=functions.N<|channel|>commentary json<|message|>{...}
 #pragma once
 #include <string>
 #include <string_view>
@@ -29,6 +30,8 @@ ToolSection parse_tagged_tool_calls(std::string_view text, const ChatParseOption
 ToolSection parse_llama3_tool_calls(std::string_view text, const ChatParseOptions& o, bool partial);
 ToolSection parse_mistral_nemo_tool_calls(std::string_view text, bool partial);
 ToolSection parse_mistral_args_tool_calls(std::string_view text, bool partial);
+// Harmony splits reasoning off itself (its analysis channel): the whole message.
+ChatMessage parse_harmony_output(std::string_view text, const ChatParseOptions& o, bool partial);
 
 // A tool the grammar offers: its name, its parameters' schema, and the prefix of its rules.
 struct GrammarTool {
@@ -49,6 +52,11 @@ std::string repeated_calls(const std::string& call, const std::string& separator
 std::string llama3_tool_rules(const std::vector<GrammarTool>& tools, bool parallel);
 std::string mistral_nemo_tool_rules(const std::vector<GrammarTool>& tools, bool parallel);
 std::string mistral_args_tool_rules(const std::vector<GrammarTool>& tools, bool parallel, bool with_call_id);
+// from_answer_start: tool_choice required / named (root is `harmony-analysis? tool-calls`); else
+// the lazy grammar's, which starts at the trigger.
+std::string harmony_tool_rules(const std::vector<GrammarTool>& tools, bool from_answer_start);
+// `harmony-analysis`: one analysis message and the next message's `<|start|>assistant`.
+std::string harmony_analysis_rules();
 
 // A call written as one JSON object (Llama 3.x, each element of Mistral Nemo's array):
 // {"name": N, "parameters" or "arguments": {...}}, optionally "type": "function" before the name
