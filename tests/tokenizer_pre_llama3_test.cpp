@@ -1,8 +1,9 @@
-// The Llama 3 ("llama-bpe" and its aliases), Mistral tekken and gpt-4o (o200k: gpt-oss) pre-tokenizers: their splits,
-// derived by hand from the regexes; the hand-written Llama 3 splitter against the regex run by
-// PCRE2; and whole tokenizations against llama.cpp. No Llama 3 or tekken vocabulary is at hand,
-// so llama.cpp's GPT-2 test vocabulary stands in, retagged with tokenizer.ggml.pre = "llama-bpe" /
-// "tekken" (tests/vocab_fixtures.h); llama.cpp's ids for it are in tests/data/vocab (recorded by
+// The Llama 3 ("llama-bpe" and its aliases), Mistral tekken and gpt-4o (o200k: gpt-oss)
+// pre-tokenizers: their splits, derived by hand from the regexes; the hand-written Llama 3
+// splitter against the regex run by PCRE2; and whole tokenizations against llama.cpp. No Llama 3,
+// tekken or gpt-oss vocabulary is at hand, so llama.cpp's GPT-2 test vocabulary stands in,
+// retagged with tokenizer.ggml.pre = "llama-bpe" / "tekken" / "gpt-4o" (tests/vocab_fixtures.h);
+// llama.cpp's ids for it are in tests/data/vocab (recorded by
 // tests/reference/llama_vocab_ids.cpp, see tests/reference/README.md). Also the add_bos defaults
 // llama.cpp gives these pre-tokenizers.
 #include <gtest/gtest.h>
@@ -172,8 +173,11 @@ TEST_P(RetaggedGpt2Vocab, TokenizesAndDetokenizesAsLlamaCpp) {
       EXPECT_EQ(ids_text(t->encode(c.text, false, false)), ids_text(c.ids)) << "text: '" << c.text << "'";
 }
 
-INSTANTIATE_TEST_SUITE_P(LlamaCpp, RetaggedGpt2Vocab, ::testing::Values("llama-bpe", "tekken"),
-                         [](const auto& info) { return std::string(info.param) == "tekken" ? "Tekken" : "LlamaBpe"; });
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, RetaggedGpt2Vocab, ::testing::Values("llama-bpe", "tekken", "gpt-4o"),
+                         [](const auto& info) {
+                           const std::string p = info.param;
+                           return p == "tekken" ? "Tekken" : p == "gpt-4o" ? "Gpt4o" : "LlamaBpe";
+                         });
 
 TEST(Llama3Tokenizer, AddsBosAsLlamaCppDoesWithoutTheKey) {
   AGENTKV_NEEDS_FIXTURES();

@@ -100,6 +100,32 @@ TEST_P(SpmTokenizer, RandomTextsMatchLlamaCpp) {
 INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, SpmTokenizer, ::testing::Values("llama-spm", "phi-3"),
                          [](const auto& info) { return std::string(info.param) == "phi-3" ? "Phi3" : "Llama"; });
 
+// Gemma's converter writes tokenizer.ggml.add_space_prefix = false: no space before the text or
+// after a special token, and none dropped when decoding. No Gemma vocabulary is at hand, so
+// llama.cpp's Llama 2 test vocabulary stands in with the key set (tests/vocab_fixtures.h; its
+// llama.cpp ids in tests/data/vocab/llama-spm-no-space-prefix.*, tests/reference/README.md).
+TEST(SpmTokenizerNoSpacePrefix, MatchesLlamaCpp) {
+  AGENTKV_NEEDS_FIXTURES();
+  const std::string spm = kVocabDir + "ggml-vocab-llama-spm.gguf";
+  const auto file = tv::open_vocab_bytes(tv::retagged_vocab(spm, "", false).to_bytes(), "llama-spm, no space prefix");
+  const auto t = Tokenizer::from_gguf(*file->reader);
+  EXPECT_FALSE(t->data().add_space_prefix);
+  const std::string base = kDataDir + "llama-spm-no-space-prefix";
+  expect_llama_cpp_ids(*t, tv::read_cases(spm + ".inp", base + ".fixture.out"));
+  expect_llama_cpp_ids(*t, tv::read_cases(kDataDir + "random.inp", base + ".random.out"));
+  const auto cases = tv::read_cases(kDataDir + "texts.inp", base + ".texts.out");
+  expect_llama_cpp_ids(*t, cases);
+  const auto decoded = tv::read_texts(base + ".texts.detok");
+  ASSERT_EQ(decoded.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(t->decode(cases[i].ids), decoded[i]) << i;
+  for (const auto& c : tv::read_cases(kDataDir + "random-special.inp", base + ".random-special.add-parse-special.out"))
+    EXPECT_EQ(ids_text(t->encode(c.text, true, true)), ids_text(c.ids)) << "text: '" << c.text << "'";
+  // 15043 = "▁Hello", 10994 = "Hello", 1 = <s>: the space is the text's own now.
+  EXPECT_EQ(t->encode("Hello", false, false), (std::vector<Token>{10994}));
+  EXPECT_EQ(t->encode(" Hello", false, false), (std::vector<Token>{15043}));
+  EXPECT_EQ(t->decode(std::vector<Token>{15043}), " Hello");
+}
+
 class SpmTokenizerRules : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

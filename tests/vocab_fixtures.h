@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -41,16 +42,20 @@ inline std::unique_ptr<VocabFile> open_vocab(const std::string& path) {
   return open_vocab_bytes(std::vector<uint8_t>(raw.begin(), raw.end()), path);
 }
 
-// The vocabulary at `path` with tokenizer.ggml.pre set to `pre` (every other key as it was).
-inline gguf::Writer retagged_vocab(const std::string& path, const std::string& pre) {
+// The vocabulary at `path` with tokenizer.ggml.pre set to `pre` ("" keeps the file's) and, when
+// given, tokenizer.ggml.add_space_prefix set (added after the other keys when the file has none;
+// SentencePiece vocabularies such as Gemma's say false); every other key as it was.
+inline gguf::Writer retagged_vocab(const std::string& path, const std::string& pre,
+                                   std::optional<bool> add_space_prefix = std::nullopt) {
   const auto f = open_vocab(path);
   gguf::Writer w;
   for (const auto& [key, value] : f->reader->metadata().entries()) {
-    if (key == "tokenizer.ggml.pre")
+    if (key == "tokenizer.ggml.pre" && !pre.empty())
       w.set_string(key, pre);
     else
       w.set_value(key, value);
   }
+  if (add_space_prefix) w.set_bool("tokenizer.ggml.add_space_prefix", *add_space_prefix);
   return w;
 }
 
