@@ -570,6 +570,42 @@ TEST(ToolFormats, HarmonyNextTurnHoldsTheAnswersText) {
   EXPECT_EQ(without.substr(0, prompt.size() + 14), prompt + " to=functions.") << without;
 }
 
+// A continued answer (a final assistant message: llama-server's prefill) on gpt-oss: the prompt
+// opens the message that continues, as llama.cpp frames it, and the output is parsed from inside
+// that message's body.
+TEST(ToolFormats, HarmonyContinuedAnswer) {
+  AGENTKV_NEEDS_FIXTURES();
+  agentkv::VocabData v;
+  v.tokens = {"<|start|>", "<|return|>", "a"};
+  v.eos = 1;
+  const agentkv::Tokenizer tok(v);
+  const ChatFormatter chat(tok, read_text(templates_dir() / "openai-gpt-oss-120b.jinja"));
+  const Json user = Json::parse(R"({"role": "user", "content": "Sum?"})");
+  ChatParseOptions o;
+  o.format = ToolFormat::Harmony;
+  // The final message continues (after an empty analysis, as llama.cpp writes it).
+  std::string prompt = chat.apply(Json{{"messages", Json::array({user, Json{{"role", "assistant"}, {"content", "It is"}}})}});
+  EXPECT_EQ(prompt.substr(prompt.rfind("<|end|><|start|>user")),
+            "<|end|><|start|>user<|message|>Sum?<|end|><|start|>assistant<|channel|>analysis<|message|><|end|>"
+            "<|start|>assistant<|channel|>final<|message|>It is");
+  o.harmony_open_header = harmony_open_header(prompt);
+  EXPECT_EQ(o.harmony_open_header, "<|channel|>final<|message|>");
+  ChatMessage m = parse_chat_output(" 42.", o, false);
+  EXPECT_EQ(m.content, " 42.");
+  EXPECT_EQ(m.reasoning, "");
+  // Reasoning only: the analysis continues.
+  prompt = chat.apply(Json{{"messages", Json::array({user, Json{{"role", "assistant"}, {"content", ""}, {"reasoning_content", "Let me"}}})}});
+  EXPECT_EQ(prompt.substr(prompt.rfind("<|start|>")), "<|start|>assistant<|channel|>analysis<|message|>Let me");
+  o.harmony_open_header = harmony_open_header(prompt);
+  m = parse_chat_output(" add.<|end|><|start|>assistant<|channel|>final<|message|>42", o, false);
+  EXPECT_EQ(m.reasoning, " add.");
+  EXPECT_EQ(m.content, "42");
+  // A prompt that ends with the generation prompt, or a finished message, opens none.
+  EXPECT_EQ(harmony_open_header(chat.apply(Json{{"messages", Json::array({user})}})), "");
+  EXPECT_EQ(harmony_open_header("<|start|>assistant<|channel|>final<|message|>x<|end|>"), "");
+  EXPECT_EQ(harmony_open_header("<|start|>functions.f to=assistant<|channel|>commentary<|message|>x"), "");
+}
+
 TEST(ToolFormats, PreservedTokensAndTriggers) {
   EXPECT_EQ(tool_call_triggers(ToolFormat::Hermes), std::vector<std::string>{"<tool_call>"});
   EXPECT_TRUE(tool_call_preserved_tokens(ToolFormat::Hermes).empty());

@@ -163,6 +163,7 @@ ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const s
     while (end > 0 && (prompt[end - 1] == '\n' || prompt[end - 1] == ' ')) --end;
     o.thinking_open = end >= 7 && prompt.compare(end - 7, 7, "<think>") == 0;
   }
+  if (format == ToolFormat::Harmony) o.harmony_open_header = harmony_open_header(prompt);
 
   Json tools = Json::array();
   if (has_field(body, "tools")) {

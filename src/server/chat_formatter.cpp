@@ -111,9 +111,19 @@ std::string ChatFormatter::apply(const Json& body) const {
       throw invalid_request("Cannot have 2 or more assistant messages at the end of the list.");
     if (last.contains("tool_calls") && !last["tool_calls"].is_null())
       throw invalid_request("a final assistant message with tool_calls cannot be continued: send the tool results");
-    const Json content = normalize_message(last, n - 1, object_arguments_, harmony_).value("content", Json(""));
+    const Json message = normalize_message(last, n - 1, object_arguments_, harmony_);
+    const Json content = message.value("content", Json(""));
     if (!content.is_string()) throw invalid_request("the final assistant message's content must be text to be continued");
-    return render(body, n - 1, /*add_generation_prompt=*/true) + content.get<std::string>();
+    std::string prefill = content.get<std::string>();
+    if (harmony_) {
+      // gpt-oss's answer is framed in channels (llama.cpp's continuation): the reasoning continues
+      // when only reasoning was given, else the final message does, after the reasoning.
+      const std::string reasoning = message.value("thinking", Json("")).get<std::string>();
+      std::string framed = "<|channel|>analysis<|message|>" + reasoning;
+      if (reasoning.empty() || !prefill.empty()) framed += "<|end|><|start|>assistant<|channel|>final<|message|>" + prefill;
+      prefill = std::move(framed);
+    }
+    return render(body, n - 1, /*add_generation_prompt=*/true) + prefill;
   }
   return render(body, messages->size(), generation_prompt);
 }

@@ -71,6 +71,9 @@ struct ChatParseOptions {
   bool parse_tools = false;      // tools given and tool_choice != none
   bool parse_reasoning = true;   // reasoning_format != none
   bool thinking_open = false;    // the prompt ends inside <think> (generation starts in reasoning)
+  // Harmony: the header of the message the prompt leaves open (a continued answer ends inside a
+  // message's body: "<|channel|>final<|message|>"); "" when the prompt ends with a generation prompt.
+  std::string harmony_open_header;
   Json tools = Json::array();    // the request's tools (types XML values; Llama's raw code calls its python tool)
 };
 
@@ -88,6 +91,10 @@ std::string tool_call_grammar(ToolFormat f, const Json& tools, const std::string
                               bool think_prefix, bool tojson_arguments = false);
 
 constexpr int kMaxParallelCalls = 8;
+
+// gpt-oss: the header of the message a prompt ends inside of (after its last `<|start|>assistant`,
+// a header and no end marker since), "" when there is none.
+std::string harmony_open_header(std::string_view prompt);
 
 // gpt-oss: the grammar of a response_format / json_schema, whose JSON is the final channel's
 // message (an analysis message may come first). Throws agentkv::Error as json_schema_to_gbnf.

@@ -129,12 +129,32 @@ Match parse_arguments(std::string_view body, bool open, ToolCall& call) {
 
 }  // namespace
 
+std::string harmony_open_header(std::string_view prompt) {
+  const size_t k = prompt.rfind(kStart);
+  if (k == std::string_view::npos) return "";
+  Header h;
+  if (parse_header(prompt, k, /*first=*/false, h) != Match::Ok) return "";
+  for (std::string_view marker : kBodyEnds)
+    if (prompt.find(marker, h.body) != std::string_view::npos) return "";
+  return std::string(prompt.substr(h.frame, h.body - h.frame));
+}
+
 ChatMessage parse_harmony_output(std::string_view s, const ChatParseOptions& o, bool partial) {
   ChatMessage msg;
+  // A continued answer: the text starts inside the body of the prompt's open message.
+  Header open;
+  const bool continued = !o.harmony_open_header.empty() &&
+                         parse_header(o.harmony_open_header, 0, /*first=*/true, open) == Match::Ok;
   size_t pos = 0;
   for (bool first = true; pos < s.size() || first; first = false) {
     Header h;
-    const Match hm = parse_header(s, pos, first, h);
+    Match hm = Match::Ok;
+    if (first && continued) {
+      h = open;
+      h.frame = h.body = 0;
+    } else {
+      hm = parse_header(s, pos, first, h);
+    }
     if (hm == Match::Incomplete && partial) break;  // wait for the rest of the header
     const bool call = !h.recipient.empty();
     if (hm != Match::Ok || (call && !o.parse_tools)) {
@@ -151,8 +171,8 @@ ChatMessage parse_harmony_output(std::string_view s, const ChatParseOptions& o, 
         next = k + marker.size();
       }
     }
-    const bool open = body_end == s.size();
-    if (open && partial) {
+    const bool open_body = body_end == s.size();
+    if (open_body && partial) {
       size_t held = 0;
       for (std::string_view marker : kBodyEnds) held = std::max(held, scan::partial_tag_suffix(s.substr(h.body), marker));
       body_end -= held;
@@ -161,7 +181,7 @@ ChatMessage parse_harmony_output(std::string_view s, const ChatParseOptions& o, 
     if (call) {
       ToolCall c;
       c.name = h.recipient.substr(kFunctions.size());
-      const Match am = parse_arguments(body, open && partial, c);
+      const Match am = parse_arguments(body, open_body && partial, c);
       if (am == Match::Bad) {
         msg.content += s.substr(pos);
         break;
@@ -171,11 +191,11 @@ ChatMessage parse_harmony_output(std::string_view s, const ChatParseOptions& o, 
     } else if (h.channel == "analysis" && o.parse_reasoning) {
       msg.reasoning += body;
     } else if (h.channel == "analysis") {
-      msg.content += s.substr(h.frame, (open ? body_end : next) - h.frame);  // the message's own text, tags and all
+      msg.content += s.substr(h.frame, (open_body ? body_end : next) - h.frame);  // the message's own text, tags and all
     } else {
       msg.content += body;
     }
-    if (open) break;
+    if (open_body) break;
     pos = next;
   }
   return msg;
