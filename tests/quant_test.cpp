@@ -172,6 +172,7 @@ TEST(QuantActivation, VecDotTypesFollowGgml) {
   EXPECT_EQ(vec_dot_type(GgmlType::Q4_0), GgmlType::Q8_0);
   EXPECT_EQ(vec_dot_type(GgmlType::Q5_0), GgmlType::Q8_0);
   EXPECT_EQ(vec_dot_type(GgmlType::IQ4_NL), GgmlType::Q8_0);
+  EXPECT_EQ(vec_dot_type(GgmlType::MXFP4), GgmlType::Q8_0);
   EXPECT_EQ(vec_dot_type(GgmlType::Q8_0), GgmlType::Q8_0);
   EXPECT_EQ(vec_dot_type(GgmlType::Q4_1), GgmlType::Q8_1);
   EXPECT_EQ(vec_dot_type(GgmlType::Q5_1), GgmlType::Q8_1);
@@ -186,8 +187,8 @@ TEST(QuantActivation, VecDotTypesFollowGgml) {
 
 const GgmlType kDotTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                               GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                              GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                              GgmlType::Q5_K, GgmlType::Q6_K};
+                              GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 struct DotCase {
   std::vector<uint8_t> w, a;

@@ -13,6 +13,7 @@ enum class GgmlType : uint32_t {
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
   IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,  // i-quants (256)
   IQ4_NL = 20, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
+  MXFP4 = 39,  // OCP microscaling FP4 (gpt-oss experts): E8M0 exponent + 32 E2M1 values
   // agentkv-private KV cache types (TurboQuant family, docs/quant-types.md): ids far above ggml's
   // (kAgentkvTypeBase + n), valid only in agentkv KV caches and state files, never in GGUF tensors.
   // tq4 is 0x4003: 0x4001 was its first codebook (no zero level), retired so that state files and

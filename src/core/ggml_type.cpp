@@ -7,7 +7,7 @@
 
 namespace agentkv {
 namespace {
-constexpr std::array<GgmlTypeInfo, 30> kTypes = {{
+constexpr std::array<GgmlTypeInfo, 31> kTypes = {{
     {GgmlType::F32, "f32", 1, 4, false},
     {GgmlType::F16, "f16", 1, 2, false},
     {GgmlType::Q4_0, "q4_0", 32, 18, true},
@@ -29,6 +29,7 @@ constexpr std::array<GgmlTypeInfo, 30> kTypes = {{
     {GgmlType::IQ3_XXS, "iq3_xxs", 256, 98, true},
     {GgmlType::IQ3_S, "iq3_s", 256, 110, true},
     {GgmlType::IQ4_XS, "iq4_xs", 256, 136, true},
+    {GgmlType::MXFP4, "mxfp4", 32, 17, true},
     {GgmlType::I8, "i8", 1, 1, false},
     {GgmlType::I16, "i16", 1, 2, false},
     {GgmlType::I32, "i32", 1, 4, false},

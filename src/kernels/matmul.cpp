@@ -6,7 +6,9 @@
 // One token of q8_0 / q4_K / q6_K goes to the multi-row GEMV kernels (gemv.h, same bits as vec_dot),
 // and so do a few tokens of q8_0 / q6_K, and of q4_K outside row groups (gemv_batch_rows); more
 // tokens to the register-blocked GEMMs (gemm_*.h). q4_K / q6_K / the i-quants have both at the AVX2 level too,
-// q8_0 only with AVX-512 VNNI (the *_available() functions say what the active level has).
+// q8_0 only with AVX-512 VNNI (the *_available() functions say what the active level has). mxfp4
+// matrices with a multiple of 8 rows take llama.cpp's repacked order for every token count
+// (gemm_mxfp4.h: a GEMV for 1-5 tokens, a GEMM beyond).
 #include "kernels/matmul.h"
 #include "agentkv/numerics.h"
 
@@ -18,6 +20,7 @@
 #include "agentkv/op_profile.h"
 #include "kernels/gemm_float.h"
 #include "kernels/gemm_iq.h"
+#include "kernels/gemm_mxfp4.h"
 #include "kernels/gemm_q4_K.h"
 #include "kernels/gemm_q6_K.h"
 #include "kernels/gemm_q8_0.h"
@@ -77,7 +80,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   }
 
   const GgmlType act_type = vec_dot_type(w.type);
-  const VecDotFn dot = vec_dot_fn(w.type);
+  // mxfp4 with a multiple of 8 rows: llama.cpp's repacked order for every token (quant.h).
+  const bool repacked = uses_repacked_order(w.type, w.n_out);
+  const VecDotFn dot = repacked ? repacked_dot_fn(w.type) : vec_dot_fn(w.type);
   // Activation rows that llama.cpp's repacked GEMM kernel would take (whole groups of 4 from the
   // start of the batch) get its numerics; the rest, and single rows, those of its GEMV kernel.
   const int64_t n_grouped = grouping == RowGrouping::kBatch && !batch_invariant() && uses_row_group_kernel(w.type, w.n_out)
@@ -102,6 +107,11 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
       pool.parallel_for(n_tokens, convert);
     }
     act = dst;
+  }
+
+  if (repacked && mxfp4_matmul_available()) {
+    mxfp4_matmul(w.data, w_stride, w.n_out, n_in, act, act_stride, n_tokens, y, y_stride, pool);
+    return;
   }
 
   // One token (decode): the multi-row GEMV kernels, same bits as the per-row loop below. Decode

@@ -21,6 +21,7 @@ struct WeightMatrix {
 // with a multiple of 8 rows), whose GEMM and GEMV kernels round differently (docs/quant-types.md):
 // kBatch as its MUL_MAT (rows 0 .. n - n % 4 of the call in groups of 4 by the GEMM kernel, the
 // rest by the GEMV kernel); kEachRowAlone as its MUL_MAT_ID (expert matrices: every row by GEMV).
+// (Its repacked mxfp4 kernels round alike in both: the grouping changes nothing there.)
 enum class RowGrouping { kBatch, kEachRowAlone };
 
 // x: n_tokens rows of n_in floats (row stride x_stride floats); y: n_tokens rows of n_out floats

@@ -46,6 +46,7 @@ GgmlType vec_dot_type(GgmlType weight_type) {
     case GgmlType::Q5_0:
     case GgmlType::Q8_0:
     case GgmlType::IQ4_NL:
+    case GgmlType::MXFP4:
     case GgmlType::TQ4:
     case GgmlType::TQ3: return GgmlType::Q8_0;
     case GgmlType::Q4_1:
@@ -86,6 +87,7 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q8_0: return dequantize_q8_0(as<BlockQ8_0>(src), dst, n);
     case GgmlType::Q8_1: return dequantize_q8_1(as<BlockQ8_1>(src), dst, n);
     case GgmlType::IQ4_NL: return dequantize_iq4_nl(as<BlockIQ4_NL>(src), dst, n);
+    case GgmlType::MXFP4: return dequantize_mxfp4(as<BlockMXFP4>(src), dst, n);
     case GgmlType::TQ4:
     case GgmlType::TQ3:
       if (active_cpu_level() >= CpuLevel::Avx2)
@@ -120,6 +122,7 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::Q8_0: return quantize_q8_0(src, as<BlockQ8_0>(dst), n);
     case GgmlType::Q8_1: return quantize_q8_1(src, as<BlockQ8_1>(dst), n);
     case GgmlType::IQ4_NL: return quantize_iq4_nl(src, as<BlockIQ4_NL>(dst), n);
+    case GgmlType::MXFP4: return quantize_mxfp4(src, as<BlockMXFP4>(dst), n);
     case GgmlType::TQ4: return quantize_tq4(src, as<BlockTQ4>(dst), n);
     case GgmlType::TQ3: return quantize_tq3(src, as<BlockTQ3>(dst), n);
     case GgmlType::Q2_K: return quantize_q2_K(src, as<BlockQ2_K>(dst), n);
@@ -178,6 +181,10 @@ RowGroupDotFn row_group_dot_fn(GgmlType type) { return row_group_dot_fn(type, ac
 bool uses_row_group_kernel(GgmlType type, int64_t n_out) {
   return type == GgmlType::Q4_K && n_out % 8 == 0;
 }
+
+bool uses_repacked_order(GgmlType type, int64_t n_out) { return type == GgmlType::MXFP4 && n_out % 8 == 0; }
+
+VecDotFn repacked_dot_fn(GgmlType type) { return type == GgmlType::MXFP4 ? dot_mxfp4_chain : nullptr; }
 
 float vec_dot(GgmlType type, int64_t n, const void* weight_row, const void* act_row) {
   check_length(type, n, "vec_dot");

@@ -1,7 +1,7 @@
 // Weight and KV element formats: ggml's block layouts, reference (de)quantizers and dot products.
 // Numerics follow ggml: a dot product takes the weight row in its own type and the activation
-// row already converted to vec_dot_type(weight type) (Q8_0 for the _0 types, iq4_nl and agentkv's
-// tq4 / tq3 KV types, Q8_1 for the _1 types, Q8_K for K-quants, F16 for F16, BF16 for BF16, F32
+// row already converted to vec_dot_type(weight type) (Q8_0 for the _0 types, iq4_nl, mxfp4 and
+// agentkv's tq4 / tq3 KV types, Q8_1 for the _1 types, Q8_K for K-quants, F16 for F16, BF16 for BF16, F32
 // for F32).
 // Block structs: kernels/quant_blocks.h. Layouts and dispatch: docs/quant-types.md.
 #pragma once
@@ -52,5 +52,15 @@ RowGroupDotFn row_group_dot_fn(GgmlType type);
 RowGroupDotFn row_group_dot_fn(GgmlType type, CpuLevel level);
 // Whether matmul multiplies whole groups of 4 activation rows of this weight with row_group_dot_fn.
 bool uses_row_group_kernel(GgmlType type, int64_t n_out);
+
+// llama.cpp on x86 (with AVX2) also repacks mxfp4 matrices whose row count is a multiple of 8, and
+// its repacked GEMV and GEMM kernels (so its MUL_MAT and MUL_MAT_ID alike) share one float order
+// that differs from ggml_vec_dot_mxfp4_q8_0's (vec_dot_fn): per output one fused multiply-add chain
+// over the blocks, acc = fma(float(block sum), half_scale(w.e) * fp16(a.d), acc). matmul gives such
+// matrices that order at every level (kernels/gemm_mxfp4.h, for any number of tokens);
+// uses_repacked_order says when, repacked_dot_fn is the order's portable per-row kernel (nullptr
+// for other types).
+bool uses_repacked_order(GgmlType type, int64_t n_out);
+VecDotFn repacked_dot_fn(GgmlType type);
 
 }  // namespace agentkv

@@ -3,6 +3,7 @@
 // static_asserts pin the sizes that GGUF files depend on.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 namespace agentkv {
 
@@ -13,6 +14,7 @@ constexpr int kQK5_1 = 32;
 constexpr int kQK8_0 = 32;
 constexpr int kQK8_1 = 32;
 constexpr int kQK4_NL = 32;
+constexpr int kQK_MXFP4 = 32;
 constexpr int kQKTQ = 64;         // block of the TurboQuant-family KV types tq4 / tq3
 constexpr int kQK_K = 256;       // super-block size of the K-quants
 constexpr int kKScaleBytes = 12;  // packed 6-bit scales and mins of q4_K / q5_K
@@ -56,6 +58,14 @@ struct BlockQ8_1 {
 struct BlockIQ4_NL {
   f16_bits d;
   uint8_t qs[kQK4_NL / 2];
+};
+
+// OCP microscaling FP4 (gpt-oss's expert weights): e is an E8M0 exponent (scale 2^(e - 127)), q a
+// 4-bit E2M1 code; element j in the low nibble of qs[j], element j+16 in the high nibble.
+// Value: mxfp4_half_scale(e) * kMXFP4Values[q] (the values are doubled, the scale halved).
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[kQK_MXFP4 / 2];
 };
 
 // agentkv's TurboQuant-family KV types (quant_tq.cpp): d * kTQ4Levels[q], q a 4-bit codebook index;
@@ -121,6 +131,7 @@ static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockTQ4) == 34);
 static_assert(sizeof(BlockTQ3) == 26);
 // ---- i-quants (ggml's iq2_xxs ... iq4_xs), 256 elements; grids in kernels/iq_grids.h ----
@@ -188,6 +199,20 @@ static_assert(sizeof(BlockIQ4_XS) == 136);
 // The 16 levels of iq4_nl (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// The E2M1 values of mxfp4 codes 0..15 doubled, so that they are integers (ggml's kvalues_mxfp4):
+// 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, times 2.
+inline constexpr int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Half the E8M0 scale 2^(e - 127), i.e. 2^(e - 128) (ggml's GGML_E8M0_TO_FP32_HALF): the float with
+// exponent field e - 1 for e >= 2, the subnormals 2^-128 and 2^-127 for e = 0 and 1. e = 255 gives
+// 2^127 (E8M0's NaN code is not special-cased, as in ggml).
+inline float mxfp4_half_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 // The tq codebooks (quant_tq.cpp: kTQ4Codebook / kTQ3Codebook) as int8 levels, round(c * 127 /
 // max |c|), so that the dot products with q8_0 activations are integer (as iq4_nl's).

@@ -157,6 +157,33 @@ AGENTKV_AVX2 float dot_iq4_nl(int64_t n, const void* w, const void* a) {
   return hsum_ps(acc);
 }
 
+// ggml_vec_dot_mxfp4_q8_0's AVX2 kernel (which its AVX-512 builds run too): blocks in pairs, the
+// even block's 8 int32 lane sums (lane l: elements 4l..4l+3) scaled into one 8-lane accumulator by
+// a fused multiply-add with fp16(a.d) * half_scale(w.e), the odd block's into a second; the two
+// added lane by lane and reduced (hsum_float_8); an odd last block added on its own.
+AGENTKV_AVX2_INLINE __m256i mxfp4_values(const BlockMXFP4& b, __m256i table) {
+  return _mm256_shuffle_epi8(table, unpack_nibbles(b.qs));
+}
+
+AGENTKV_AVX2 float dot_mxfp4(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockMXFP4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const int64_t nb = n / kQK_MXFP4;
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMXFP4Values)));
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t ib = 0;
+  for (; ib + 1 < nb; ib += 2) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = _mm256_set1_ps(half_to_float(y[ib + h].d) * mxfp4_half_scale(x[ib + h].e));
+      const __m256i p = dot_s8s8(mxfp4_values(x[ib + h], table), load_q8(y[ib + h].qs));
+      acc[h] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[h]);
+    }
+  }
+  float sum = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+  if (ib < nb) sum = mxfp4_add_block(sum, x[ib], y[ib]);
+  return sum;
+}
+
 // tq4 / tq3 (quant_tq.cpp): the 64 indices of a block unpacked into two vectors of 32 bytes,
 // levels by table lookup (pshufb); the dot is an exact int32 sum per 32 elements against one q8_0
 // block, scaled by d_tq * d_q8 into the float accumulator.
@@ -389,6 +416,7 @@ VecDotFn avx2_vec_dot(GgmlType type) {
     case GgmlType::Q5_0: return dot_q5_0;
     case GgmlType::Q5_1: return dot_q5_1;
     case GgmlType::IQ4_NL: return dot_iq4_nl;
+    case GgmlType::MXFP4: return dot_mxfp4;
     case GgmlType::TQ4: return dot_tq4;
     case GgmlType::TQ3: return dot_tq3;
     case GgmlType::Q4_K: return dot_q4_K;

@@ -169,6 +169,27 @@ AGENTKV_AVX512_VNNI float dot_q4_0(int64_t n, const void* w, const void* a) {
   return sum;
 }
 
+// mxfp4: ggml's AVX2 order (quant_dot_avx2.cpp) with a block pair per register: the low 8 lanes
+// are its even-block accumulator, the high 8 its odd-block one, added half to half at the end.
+AGENTKV_AVX512_VNNI float dot_mxfp4(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockMXFP4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const int64_t nb = n / kQK_MXFP4;
+  const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMXFP4Values)));
+  __m512 acc = _mm512_setzero_ps();
+  int64_t ib = 0;
+  for (; ib + 1 < nb; ib += 2) {
+    const __m512 d = two_scales(half_to_float(y[ib].d) * mxfp4_half_scale(x[ib].e),
+                                half_to_float(y[ib + 1].d) * mxfp4_half_scale(x[ib + 1].e));
+    const __m512i q = _mm512_shuffle_epi8(table, join(unpack_nibbles(x[ib].qs), unpack_nibbles(x[ib + 1].qs)));
+    const __m512i p = dot_s8s8_512(q, join(load_32(y[ib].qs), load_32(y[ib + 1].qs)));
+    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+  }
+  float sum = hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
+  if (ib < nb) sum = mxfp4_add_block(sum, x[ib], y[ib]);
+  return sum;
+}
+
 // Lanes 0-7 scale s0, lanes 8-15 scale s1 (two 32-weight sub-blocks in one register).
 AGENTKV_AVX512_INLINE __m512i two_int_scales(int s0, int s1) {
   return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(s0), _mm512_set1_epi32(s1));
@@ -259,6 +280,7 @@ VecDotFn avx512_vec_dot(GgmlType type) {
     case GgmlType::BF16: return f.avx512_bf16 ? dot_bf16_dp : dot_bf16;
     case GgmlType::Q8_0: return f.avx512_vnni ? dot_q8_0 : nullptr;
     case GgmlType::Q4_0: return f.avx512_vnni ? dot_q4_0 : nullptr;
+    case GgmlType::MXFP4: return f.avx512_vnni ? dot_mxfp4 : nullptr;
     // q4_K: ggml's float order needs each superblock's integer sum as a scalar; with that, the AVX2
     // kernel is as fast as a VNNI one, so this level uses it (nullptr falls back to the AVX2 table).
     case GgmlType::Q5_K: return f.avx512_vnni ? dot_q5_K : nullptr;

@@ -218,6 +218,16 @@ float dot_iq4_nl(int64_t n, const void* w, const void* a) {
   return sum;
 }
 
+// ggml_vec_dot_mxfp4_q8_0_generic: per block the exact integer sum, times fp16(a.d) * half_scale(w.e)
+// rounded, added to one float sum.
+float dot_mxfp4(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockMXFP4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float sum = 0;
+  for (int64_t ib = 0; ib < n / kQK_MXFP4; ++ib) sum = mxfp4_add_block(sum, x[ib], y[ib]);
+  return sum;
+}
+
 // K-quants: weights are unpacked to int8 per super-block, each 16- or 32-element sub-block's
 // integer dot is scaled by its integer sub-block scale, and mins use the q8_K group sums.
 float dot_q2_K(int64_t n, const void* w, const void* a) {
@@ -394,6 +404,7 @@ VecDotFn scalar_vec_dot(GgmlType type) {
     case GgmlType::Q5_0: return dot_q5_0;
     case GgmlType::Q5_1: return dot_q5_1;
     case GgmlType::IQ4_NL: return dot_iq4_nl;
+    case GgmlType::MXFP4: return dot_mxfp4;
     case GgmlType::TQ4: return tq4_dot_ref;
     case GgmlType::TQ3: return tq3_dot_ref;
     case GgmlType::Q2_K: return dot_q2_K;
@@ -412,5 +423,13 @@ void dot4_q4_K_grouped(int64_t n, const void* w, const void* a, size_t a_stride,
 }  // namespace
 
 RowGroupDotFn scalar_row_group_dot(GgmlType type) { return type == GgmlType::Q4_K ? dot4_q4_K_grouped : nullptr; }
+
+float dot_mxfp4_chain(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockMXFP4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float acc = 0;
+  for (int64_t ib = 0; ib < n / kQK_MXFP4; ++ib) acc = mxfp4_chain_step(acc, mxfp4_block_sum(x[ib], y[ib].qs), x[ib].e, y[ib].d);
+  return acc;
+}
 
 }  // namespace agentkv::quant_detail

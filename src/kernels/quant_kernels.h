@@ -2,6 +2,7 @@
 // Scalar reference code lives in quant_simple.cpp / quant_kquants.cpp / quant_dot_scalar.cpp;
 // SIMD dot products in quant_dot_avx2.cpp / quant_dot_avx512.cpp (each compiled for its own target).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -32,6 +33,32 @@ inline int nearest_level_index(const int8_t* levels, int n, float v) {
   return idx;
 }
 
+// The exact integer dot of an mxfp4 block's (doubled) values with a q8_0 block's 32 quants.
+inline int mxfp4_block_sum(const BlockMXFP4& x, const int8_t* q8) {
+  int sum = 0;
+  for (int j = 0; j < kQK_MXFP4 / 2; ++j)
+    sum += q8[j] * kMXFP4Values[x.qs[j] & 0xF] + q8[j + 16] * kMXFP4Values[x.qs[j] >> 4];
+  return sum;
+}
+
+// ggml_vec_dot_mxfp4_q8_0's last step on x86 for an odd block count (and every step of its generic
+// kernel): the block's scale fp16(a.d) * half_scale(w.e), times the integer sum, rounded, then added
+// (GCC's Zen tuning of llama.cpp's reference build does not fuse this loop-carried chain).
+inline float mxfp4_add_block(float sum, const BlockMXFP4& x, const BlockQ8_0& y) {
+  const float d = fp16_to_fp32(y.d) * mxfp4_half_scale(x.e);
+  float term = d * static_cast<float>(mxfp4_block_sum(x, y.qs));
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__("" : "+x"(term));  // keep the product rounded on its own in the SIMD files too
+#endif
+  return sum + term;
+}
+
+// The float order of llama.cpp's repacked mxfp4 kernels (matmul's, docs/quant-types.md): one chain
+// per output, acc = fma(float(integer block sum), half_scale(w.e) * fp16(a.d), acc), block after block.
+inline float mxfp4_chain_step(float acc, int block_sum, uint8_t e, f16_bits act_d) {
+  return std::fma(static_cast<float>(block_sum), mxfp4_half_scale(e) * fp16_to_fp32(act_d), acc);
+}
+
 // Unpacks the 6-bit scale and min of sub-block j (0..7) from q4_K / q5_K's 12 scale bytes.
 inline void k4_scale_min(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
   if (j < 4) {
@@ -60,6 +87,7 @@ void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t n);
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t n);
 void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t n);
 void quantize_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n);
+void quantize_mxfp4(const float* x, BlockMXFP4* y, int64_t n);
 void quantize_q2_K(const float* x, BlockQ2_K* y, int64_t n);
 void quantize_q3_K(const float* x, BlockQ3_K* y, int64_t n);
 void quantize_q4_K(const float* x, BlockQ4_K* y, int64_t n);
@@ -96,6 +124,7 @@ void dequantize_q5_1(const BlockQ5_1* x, float* y, int64_t n);
 void dequantize_q8_0(const BlockQ8_0* x, float* y, int64_t n);
 void dequantize_q8_1(const BlockQ8_1* x, float* y, int64_t n);
 void dequantize_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n);
+void dequantize_mxfp4(const BlockMXFP4* x, float* y, int64_t n);
 void dequantize_q2_K(const BlockQ2_K* x, float* y, int64_t n);
 void dequantize_q3_K(const BlockQ3_K* x, float* y, int64_t n);
 void dequantize_q4_K(const BlockQ4_K* x, float* y, int64_t n);
@@ -112,6 +141,8 @@ VecDotFn avx512_vec_dot(GgmlType type);
 RowGroupDotFn scalar_row_group_dot(GgmlType type);
 RowGroupDotFn avx2_row_group_dot(GgmlType type);
 RowGroupDotFn avx512_row_group_dot(GgmlType type);
+// The per-row kernel of the repacked mxfp4 order (quant.h repacked_dot_fn), portable.
+float dot_mxfp4_chain(int64_t n, const void* w, const void* a);
 // SIMD dequantizers with the scalar ones' bits (tq4 / tq3: the V rows attention reads); nullptr
 // for the other types.
 using DequantizeFn = void (*)(const void* src, float* dst, int64_t n);

@@ -1,10 +1,12 @@
 // Reference quantizers and dequantizers of the 32-element block types (q4_0, q4_1, q5_0, q5_1,
-// q8_0, q8_1, iq4_nl). The float arithmetic mirrors ggml's quantize_row_*_ref operation by
+// q8_0, q8_1, iq4_nl, mxfp4). The float arithmetic mirrors ggml's quantize_row_*_ref operation by
 // operation (same order, same rounding helpers), because GGUF files and the test fixtures were
 // produced by it; this file must stay free of SIMD target pragmas so no FMA contraction creeps in.
 #include <algorithm>
 #include <cfloat>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/quant_activation.h"
 #include "kernels/quant_kernels.h"
@@ -221,6 +223,48 @@ void quantize_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n) {
   }
 }
 
+// ggml's quantize_row_mxfp4_ref: the exponent from the block's largest magnitude, e =
+// floor(log2(amax)) - 2 + 127 (so amax / half-scale lies in [8, 16): the top level 12 covers
+// it), then each element to the code whose value lies nearest (the first on a tie, so 0 and the
+// positive code win), the error |value * scale - x| measured in float as ggml does. log2f is the C
+// library's, as in ggml: near a power of two its rounding decides the exponent.
+void quantize_mxfp4(const float* x, BlockMXFP4* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_MXFP4; ++i, x += kQK_MXFP4) {
+    float amax = 0.f;
+    for (int j = 0; j < kQK_MXFP4; ++j)
+      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]);
+    uint8_t e = 0;
+    if (amax > 0.f) {
+      const float biased = std::floor(std::log2(amax)) - 2 + 127;
+      // ggml converts the float to uint8_t directly; GCC on x86 truncates to int32 (cvttss2si:
+      // INT32_MIN when out of range) and keeps the low byte, which matters only for amax < 2^-125.
+      const int32_t t = biased > -2147483648.f && biased < 2147483648.f ? static_cast<int32_t>(biased) : INT32_MIN;
+      e = static_cast<uint8_t>(static_cast<uint32_t>(t));
+    }
+    const float d = mxfp4_half_scale(e);
+    // The 16 candidate values for every element at once (candidate-major, so the loop vectorises);
+    // a later code replaces the best only when strictly nearer, as ggml's best_index_mxfp4.
+    float best[kQK_MXFP4];
+    uint8_t code[kQK_MXFP4];
+    const float v0 = static_cast<float>(kMXFP4Values[0]) * d;
+    for (int j = 0; j < kQK_MXFP4; ++j) {
+      best[j] = std::fabs(v0 - x[j]);
+      code[j] = 0;
+    }
+    for (int c = 1; c < 16; ++c) {
+      const float v = static_cast<float>(kMXFP4Values[c]) * d;
+      for (int j = 0; j < kQK_MXFP4; ++j) {
+        const float err = std::fabs(v - x[j]);
+        const bool nearer = err < best[j];
+        best[j] = nearer ? err : best[j];
+        code[j] = nearer ? static_cast<uint8_t>(c) : code[j];
+      }
+    }
+    y[i].e = e;
+    for (int j = 0; j < kQK_MXFP4 / 2; ++j) y[i].qs[j] = static_cast<uint8_t>(code[j] | (code[j + 16] << 4));
+  }
+}
+
 void dequantize_q4_0(const BlockQ4_0* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK4_0; ++i, y += kQK4_0) {
     const float d = f16(x[i].d);
@@ -285,6 +329,16 @@ void dequantize_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t n) {
     for (int j = 0; j < kQK4_NL / 2; ++j) {
       y[j] = d * static_cast<float>(kIQ4NLValues[x[i].qs[j] & 0xF]);
       y[j + 16] = d * static_cast<float>(kIQ4NLValues[x[i].qs[j] >> 4]);
+    }
+  }
+}
+
+void dequantize_mxfp4(const BlockMXFP4* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_MXFP4; ++i, y += kQK_MXFP4) {
+    const float d = mxfp4_half_scale(x[i].e);
+    for (int j = 0; j < kQK_MXFP4 / 2; ++j) {
+      y[j] = static_cast<float>(kMXFP4Values[x[i].qs[j] & 0xF]) * d;
+      y[j + 16] = static_cast<float>(kMXFP4Values[x[i].qs[j] >> 4]) * d;
     }
   }
 }

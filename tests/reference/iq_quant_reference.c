@@ -16,48 +16,12 @@
 
 #include "ggml-cpu.h"
 #include "ggml.h"
-
-// A fixed generator (xorshift64*), so the random vectors are the same on every run.
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t next_random(void) {
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545F4914F6CDD1Dull;
-}
-// Heavy-tailed floats: a uniform sign and magnitude over six octaves.
-static float heavy_tailed(void) {
-  const double u = (double)(next_random() >> 11) / 9007199254740992.0;
-  const double v = (double)(next_random() >> 11) / 9007199254740992.0;
-  const double magnitude = (0.25 + 0.75 * u) * (double)(1u << (next_random() % 6));
-  return (float)(v < 0.5 ? -magnitude : magnitude);
-}
-
-static void write_file(const char* dir, const char* name, const char* suffix, const void* data, size_t bytes) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s%s", dir, name, suffix);
-  FILE* f = fopen(path, "wb");
-  if (!f || fwrite(data, 1, bytes, f) != bytes) {
-    fprintf(stderr, "cannot write %s\n", path);
-    exit(1);
-  }
-  fclose(f);
-}
+#include "reference_common.h"
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s INPUT_F32 N_ROWS N_PER_ROW OUT_DIR\n", argv[0]);
-    return 2;
-  }
-  const int64_t n_rows = atoll(argv[2]), n_per_row = atoll(argv[3]);
-  const char* out_dir = argv[4];
-  float* input = malloc(sizeof(float) * n_rows * n_per_row);
-  FILE* f = fopen(argv[1], "rb");
-  if (!f || fread(input, sizeof(float), n_rows * n_per_row, f) != (size_t)(n_rows * n_per_row)) {
-    fprintf(stderr, "cannot read %s\n", argv[1]);
-    return 1;
-  }
-  fclose(f);
+  int64_t n_rows, n_per_row;
+  const char* out_dir;
+  float* input = read_input(argc, argv, &n_rows, &n_per_row, &out_dir);
   write_file(out_dir, "input_f32", ".bin", input, sizeof(float) * n_rows * n_per_row);
   ggml_cpu_init();
 
