@@ -2,18 +2,14 @@
 // mix (every quantized matrix in the type, the output head q6_K, short rows iq4_nl), and a written
 // model of each type that loads and decodes to finite logits close to its f16 twin's.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include "agentkv/batch.h"
-#include "agentkv/context.h"
-#include "agentkv/model.h"
 #include "gguf/gguf.h"
+#include "mkmodel_decode_util.h"
 #include "model/presets.h"
 #include "model/quant_mix.h"
 
@@ -59,19 +55,6 @@ TEST(IqMkModel, MixPutsTheTypeInEveryQuantizedMatrix) {
   }
 }
 
-// A small vocabulary (no tokenizer file needed: decoding takes token ids) keeps the head small.
-VocabData small_vocab(int n) {
-  VocabData v;
-  for (int i = 0; i < n; ++i) {
-    v.tokens.push_back("tok" + std::to_string(i));
-    v.types.push_back(TokenType::Normal);
-  }
-  v.merges = {"t o", "to k"};
-  v.bos = 0;
-  v.eos = 1;
-  return v;
-}
-
 ModelShape small_shape() {
   ModelShape s = find_preset("qwen3-test");
   s.name = "qwen3-iq-test";
@@ -85,38 +68,14 @@ ModelShape small_shape() {
   return s;
 }
 
-std::vector<float> logits_of(const std::string& path) {
-  const auto model = Model::load(path);
-  ContextParams params;
-  params.n_ctx = 64;
-  Context ctx(*model, params);
-  Batch b;
-  const std::vector<Token> prompt = {5, 17, 300, 42, 99};
-  b.add_sequence(prompt.data(), prompt.size(), 0, 0, true);
-  EXPECT_EQ(ctx.decode(b), 0);
-  return std::vector<float>(ctx.last_logits(), ctx.last_logits() + model->n_vocab());
-}
-
-std::string write_model(FileType type) {
-  gguf::Writer w;
-  BuildOptions o;
-  o.type = type;
-  o.seed = 9;
-  o.n_threads = 2;
-  build_model(w, small_shape(), small_vocab(500), o);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("agentkv-iq-" + std::string(file_type_name(type)) + "-" + std::to_string(::getpid()) + ".gguf"))
-                               .string();
-  w.write(path);
-  return path;
-}
+const std::vector<Token> kPrompt = {5, 17, 300, 42, 99};
 
 TEST(IqMkModel, EachTypeLoadsAndDecodesNearItsF16Twin) {
-  const std::string f16_path = write_model(FileType::MostlyF16);
-  const std::vector<float> want = logits_of(f16_path);
+  const std::string f16_path = test::write_model(small_shape(), FileType::MostlyF16, "iq");
+  const std::vector<float> want = test::logits_of(f16_path, kPrompt);
   std::filesystem::remove(f16_path);
   for (const auto& f : kIqFiles) {
-    const std::string path = write_model(f.file_type);
+    const std::string path = test::write_model(small_shape(), f.file_type, "iq");
     {
       const auto reader = gguf::Reader::open(path);
       EXPECT_EQ(reader->metadata().get_uint("general.file_type"), static_cast<uint64_t>(f.file_type));
@@ -124,17 +83,9 @@ TEST(IqMkModel, EachTypeLoadsAndDecodesNearItsF16Twin) {
       ASSERT_NE(down, nullptr);
       EXPECT_EQ(down->type, f.type) << f.name;
     }
-    const std::vector<float> got = logits_of(path);
+    const std::vector<float> got = test::logits_of(path, kPrompt);
     std::filesystem::remove(path);
-    ASSERT_EQ(got.size(), want.size());
-    double dot = 0, gg = 0, ww = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(got[i])) << f.name << " logit " << i;
-      dot += static_cast<double>(got[i]) * want[i];
-      gg += static_cast<double>(got[i]) * got[i];
-      ww += static_cast<double>(want[i]) * want[i];
-    }
-    const double cosine = dot / std::sqrt(gg * ww);
+    const double cosine = test::logits_cosine(got, want);
     std::printf("%-8s logits' cosine similarity to the f16 model's: %.4f\n", f.name, cosine);
     EXPECT_GT(cosine, f.min_cosine) << f.name;
   }

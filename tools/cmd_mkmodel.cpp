@@ -23,7 +23,7 @@ void usage() {
                "                       [--threads N] | --list\n"
                "       agentkv mkmodel --shape shape.json --weights DIR --tokenizer tokenizer.json -o FILE\n"
                "  --type       f16 (default) | q8_0 | q4_k_m | q5_k_m | f32 | iq4_xs | iq3_s | iq3_xxs |\n"
-               "               iq2_xxs | iq2_xs | iq2_s\n"
+               "               iq2_xxs | iq2_xs | iq2_s | mxfp4_moe (experts in mxfp4, the rest q8_0)\n"
                "  --seed       weights are a function of the seed only (default 42)\n"
                "  --tokenizer  Hugging Face tokenizer.json (or its folder); default $AGENTKV_TOKENIZER,\n"
                "               then the fixture tokenizer of the source tree\n"
@@ -71,7 +71,7 @@ int cmd_mkmodel(const std::vector<std::string>& argv) {
   const mkmodel::ModelShape shape =
       shape_path.empty() ? mkmodel::find_preset(preset_name) : mkmodel::shape_from_json(shape_path);
   const auto type = mkmodel::file_type_from_name(type_name);
-  if (!type) throw Error("unknown --type '" + type_name + "' (f16, q8_0, q4_k_m, q5_k_m, f32, iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s)");
+  if (!type) throw Error("unknown --type '" + type_name + "' (f16, q8_0, q4_k_m, q5_k_m, f32, iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, mxfp4_moe)");
 
   const std::string tokenizer_json = mkmodel::find_tokenizer_json(tokenizer_arg);
   if (tokenizer_config.empty()) tokenizer_config = mkmodel::sibling_tokenizer_config(tokenizer_json);

@@ -30,10 +30,13 @@ enum class FileType : uint32_t {
   MostlyIQ3_S = 26,
   MostlyIQ2_S = 28,
   MostlyIQ4_XS = 30,
+  // llama-quantize's MXFP4_MOE (gpt-oss): expert matrices (3-D) in mxfp4, every other quantized
+  // matrix and the output head in q8_0.
+  MostlyMXFP4_MOE = 38,
 };
 
 // "f32", "f16", "q8_0", "q4_k_m", "q5_k_m", "iq4_xs", "iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs",
-// "iq2_s" (case-insensitive); nullopt for anything else.
+// "iq2_s", "mxfp4_moe" (case-insensitive); nullopt for anything else.
 std::optional<FileType> file_type_from_name(std::string_view name);
 std::string_view file_type_name(FileType t);
 // True for the types llama-quantize produces (they carry general.quantization_version).

@@ -1,8 +1,9 @@
 // Our own statement of the type rules in llama.cpp's src/llama-quant.cpp (tensor_allows_quantization,
 // llama_tensor_get_type_impl, tensor_type_fallback) restricted to the file types mkmodel writes,
 // plus the converter's F32 exceptions (convert_hf_to_gguf.py). Rules for file types and
-// architectures we never produce (Q2_K/Q3_K, Falcon, Llama-70B, MXFP4) are left out; the i-quant
-// file types are mkmodel's own simple mixes (kIqFileTypes), not llama-quantize's.
+// architectures we never produce (Q2_K/Q3_K, Falcon, Llama-70B) are left out; the i-quant
+// file types are mkmodel's own simple mixes (kIqFileTypes), not llama-quantize's. MXFP4_MOE is
+// llama-quantize's rule: 3-D (expert) matrices in mxfp4, the rest q8_0.
 #include "model/quant_mix.h"
 
 #include <algorithm>
@@ -143,6 +144,7 @@ std::optional<FileType> file_type_from_name(std::string_view name) {
   if (lower == "q8_0") return FileType::MostlyQ8_0;
   if (lower == "q4_k_m") return FileType::MostlyQ4_K_M;
   if (lower == "q5_k_m") return FileType::MostlyQ5_K_M;
+  if (lower == "mxfp4_moe") return FileType::MostlyMXFP4_MOE;
   for (const auto& f : kIqFileTypes)
     if (lower == f.name) return f.file_type;
   return std::nullopt;
@@ -155,6 +157,7 @@ std::string_view file_type_name(FileType t) {
     case FileType::MostlyQ8_0: return "q8_0";
     case FileType::MostlyQ4_K_M: return "q4_k_m";
     case FileType::MostlyQ5_K_M: return "q5_k_m";
+    case FileType::MostlyMXFP4_MOE: return "mxfp4_moe";
     default:
       for (const auto& f : kIqFileTypes)
         if (f.file_type == t) return f.name;
@@ -212,7 +215,11 @@ std::vector<GgmlType> choose_tensor_types(std::span<const MixTensor> tensors, Fi
     }
     const Category c = categorize(t.name);
     GgmlType type = base;
-    if (c == Category::Output || (tied_embeddings && c == Category::TokenEmbd)) {
+    if (ftype == FileType::MostlyMXFP4_MOE) {
+      // The output head (or tied embedding) and every 2-D matrix in q8_0, the experts in mxfp4.
+      const bool head = c == Category::Output || (tied_embeddings && c == Category::TokenEmbd);
+      type = !head && t.ne.size() > 2 && t.ne[2] > 1 ? GgmlType::MXFP4 : GgmlType::Q8_0;
+    } else if (c == Category::Output || (tied_embeddings && c == Category::TokenEmbd)) {
       // The output head is the most sensitive matrix: Q6_K unless the mix is Q8_0 already, Q8_0
       // when rows are not whole K-blocks.
       if (t.ne[0] % block_size(type) != 0) type = GgmlType::Q8_0;
