@@ -10,21 +10,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "ggml-alloc.h"
-#include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
 #include "reference_common.h"
-
-static ggml_backend_buffer_type_t repack_buffer_type(void) {
-  ggml_backend_reg_t reg = ggml_backend_cpu_reg();
-  ggml_backend_dev_get_extra_bufts_t get =
-      (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
-  for (ggml_backend_buffer_type_t* b = get ? get(ggml_backend_reg_dev_get(reg, 0)) : NULL; b && *b; ++b)
-    if (strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) return *b;
-  fprintf(stderr, "no CPU_REPACK buffer type in this build\n");
-  exit(1);
-}
+#include "repacked_matmul.h"
 
 static double thread_seconds(void) {
   struct timespec t;
@@ -39,47 +28,31 @@ int main(int argc, char** argv) {
   }
   const int64_t n_in = atoll(argv[1]), n_out = atoll(argv[2]);
   ggml_cpu_init();
-  struct ggml_init_params wp = {ggml_tensor_overhead() * 2, NULL, true};
-  struct ggml_context* wctx = ggml_init(wp);
-  struct ggml_tensor* W = ggml_new_tensor_2d(wctx, GGML_TYPE_MXFP4, n_in, n_out);
-  ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, repack_buffer_type());
   float* wf = malloc(sizeof(float) * n_in * n_out);
   for (int64_t i = 0; i < n_in * n_out; ++i) wf[i] = heavy_tailed();
-  void* wq = malloc(ggml_nbytes(W));
+  void* wq = malloc(ggml_row_size(GGML_TYPE_MXFP4, n_in) * n_out);
   ggml_quantize_chunk(GGML_TYPE_MXFP4, wf, wq, 0, n_out, n_in, NULL);
-  ggml_backend_tensor_set(W, wq, 0, ggml_nbytes(W));
-  ggml_backend_t backend = ggml_backend_cpu_init();
-  ggml_backend_cpu_set_n_threads(backend, 1);
+  struct repacked_weight rw = repacked_weight_new(GGML_TYPE_MXFP4, n_in, n_out, wq);
   const int64_t tokens[] = {1, 2, 4, 8, 16, 64, 256};
   for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; ++i) {
     const int64_t n = tokens[i];
-    struct ggml_init_params cp = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), NULL, true};
-    struct ggml_context* ctx = ggml_init(cp);
-    struct ggml_tensor* X = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_in, n);
-    struct ggml_tensor* Y = ggml_mul_mat(ctx, W, X);
-    struct ggml_cgraph* graph = ggml_new_graph(ctx);
-    ggml_build_forward_expand(graph, Y);
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
     float* x = malloc(sizeof(float) * n_in * n);
     for (int64_t k = 0; k < n_in * n; ++k) x[k] = heavy_tailed();
-    ggml_backend_tensor_set(X, x, 0, ggml_nbytes(X));
+    struct mul_mat_graph g = mul_mat_graph_new(&rw, n, x);
     const int reps = n >= 64 ? 2 : 20;
     double best = 1e30;
     for (int run = 0; run < 5; ++run) {
       const double t0 = thread_seconds();
-      for (int k = 0; k < reps; ++k) ggml_backend_graph_compute(backend, graph);
+      for (int k = 0; k < reps; ++k) mul_mat_graph_compute(&rw, &g);
       const double s = (thread_seconds() - t0) / reps;
       if (s < best) best = s;
     }
     printf("llama.cpp mxfp4 [%lld x %lld] x %lld tokens: %.3f ms (%.1f GMAC/s)\n", (long long)n_in, (long long)n_out,
            (long long)n, best * 1e3, 1e-9 * (double)(n_in * n_out * n) / best);
-    ggml_backend_buffer_free(buf);
-    ggml_free(ctx);
+    mul_mat_graph_free(&g);
     free(x);
   }
-  ggml_backend_free(backend);
-  ggml_backend_buffer_free(wbuf);
-  ggml_free(wctx);
+  repacked_weight_free(&rw);
   free(wf);
   free(wq);
   return 0;

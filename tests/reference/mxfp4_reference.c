@@ -29,11 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ggml-alloc.h"
-#include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
 #include "reference_common.h"
+#include "repacked_matmul.h"
 
 static void* checked_malloc(size_t bytes) {
   void* p = malloc(bytes ? bytes : 1);
@@ -115,51 +114,14 @@ static int64_t edge_inputs(float* x) {
   return nb;
 }
 
-// The CPU backend's repack buffer type ("CPU_REPACK"), or NULL.
-static ggml_backend_buffer_type_t repack_buffer_type(void) {
-  ggml_backend_reg_t reg = ggml_backend_cpu_reg();
-  ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, 0);
-  ggml_backend_dev_get_extra_bufts_t get =
-      (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
-  if (!get) return NULL;
-  for (ggml_backend_buffer_type_t* b = get(dev); b && *b; ++b)
-    if (strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) return *b;
-  return NULL;
-}
-
-// y = W x through ggml_mul_mat on the CPU backend (one thread), W in the repack buffer.
+// y = W x through llama.cpp's repacked kernels (repacked_matmul.h).
 static void repacked_mul_mat(const uint8_t* w, int64_t n_in, int64_t n_out, const float* x, int64_t n_tokens, float* y) {
-  ggml_backend_buffer_type_t repack = repack_buffer_type();
-  if (!repack) {
-    fprintf(stderr, "no CPU_REPACK buffer type in this build\n");
-    exit(1);
-  }
-  struct ggml_init_params wp = {ggml_tensor_overhead() * 2, NULL, true};
-  struct ggml_context* wctx = ggml_init(wp);
-  struct ggml_tensor* W = ggml_new_tensor_2d(wctx, GGML_TYPE_MXFP4, n_in, n_out);
-  ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, repack);
-  ggml_backend_tensor_set(W, w, 0, ggml_nbytes(W));
-
-  ggml_backend_t backend = ggml_backend_cpu_init();
-  ggml_backend_cpu_set_n_threads(backend, 1);
-  struct ggml_init_params cp = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), NULL, true};
-  struct ggml_context* ctx = ggml_init(cp);
-  struct ggml_tensor* X = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_in, n_tokens);
-  struct ggml_tensor* Y = ggml_mul_mat(ctx, W, X);
-  struct ggml_cgraph* graph = ggml_new_graph(ctx);
-  ggml_build_forward_expand(graph, Y);
-  ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
-  ggml_backend_tensor_set(X, x, 0, ggml_nbytes(X));
-  if (ggml_backend_graph_compute(backend, graph) != GGML_STATUS_SUCCESS) {
-    fprintf(stderr, "graph compute failed\n");
-    exit(1);
-  }
-  ggml_backend_tensor_get(Y, y, 0, ggml_nbytes(Y));
-  ggml_backend_buffer_free(buf);
-  ggml_free(ctx);
-  ggml_backend_free(backend);
-  ggml_backend_buffer_free(wbuf);
-  ggml_free(wctx);
+  struct repacked_weight rw = repacked_weight_new(GGML_TYPE_MXFP4, n_in, n_out, w);
+  struct mul_mat_graph g = mul_mat_graph_new(&rw, n_tokens, x);
+  mul_mat_graph_compute(&rw, &g);
+  ggml_backend_tensor_get(g.y, y, 0, ggml_nbytes(g.y));
+  mul_mat_graph_free(&g);
+  repacked_weight_free(&rw);
 }
 
 // Adds (or replaces) the "mxfp4" entry at the end of OUT_DIR/index.json.
