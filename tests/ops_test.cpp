@@ -5,6 +5,7 @@
 
 #include "hwy/targets.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -253,6 +254,90 @@ TEST(Ops, EveryCompiledCpuTargetMatchesDouble) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// gpt-oss's YaRN: 64 rotated dims, base 150000, factor 32 over an original context of 4096 and
+// llama.cpp's defaults beta_fast 32, beta_slow 1, ext_factor 1. The expected table is ggml's
+// rope_yarn written out here in its float order (ggml_rope_yarn_corr_dims without fused
+// operations, as ggml-base is built; the mixed angle and the magnitude factor as the fused
+// multiply-adds of ggml-cpu's -march=native code).
+TEST(RopeYarn, CorrectionDimsOfGptOss) {
+  float dims[2];
+  rope_yarn_corr_dims(64, 4096, 150000.0f, 32.0f, 1.0f, dims);
+  // 64 ln(4096 / 64pi) / 2 ln(150000) = 8.09..., 64 ln(4096 / 2pi) / 2 ln(150000) = 17.39...
+  EXPECT_EQ(dims[0], 8.0f);
+  EXPECT_EQ(dims[1], 18.0f);
+  rope_yarn_corr_dims(8, 1000000000, 10000.0f, 32.0f, 1.0f, dims);  // 6.69..., 8.19... clamped to n_rot - 1
+  EXPECT_EQ(dims[0], 6.0f);
+  EXPECT_EQ(dims[1], 7.0f);
+  rope_yarn_corr_dims(8, 64, 10000.0f, 32.0f, 1.0f, dims);  // -0.49... clamped to 0, 1.00...
+  EXPECT_EQ(dims[0], 0.0f);
+  EXPECT_EQ(dims[1], 2.0f);
+}
+
+TEST(RopeYarn, CacheEqualsGgmlRopeYarn) {
+  const int64_t n_rot = 64;
+  const float base = 150000.0f;
+  const float freq_scale = 1.0f / 32.0f;
+  RopeYarn yarn;
+  yarn.ext_factor = 1.0f;
+  // llama_context's attn_factor for a YaRN model: get_mscale(32, 1) / (1 + 0.1 ln 32).
+  const float get_mscale = 0.1f * 1.0f * logf(32.0f) + 1.0f;
+  yarn.attn_factor = get_mscale * (1.0f / (1.0f + 0.1f * logf(32.0f)));
+  rope_yarn_corr_dims(n_rot, 4096, base, 32.0f, 1.0f, yarn.corr_dims);
+  const float low = yarn.corr_dims[0], high = yarn.corr_dims[1];
+  for (float pos : {0.0f, 1.0f, 7.0f, 4095.0f, 70000.0f}) {
+    std::vector<float> got(static_cast<size_t>(n_rot));
+    rope_cache(pos, n_rot, base, freq_scale, nullptr, yarn, got.data());
+    const float theta_scale = powf(base, -2.0f / 64.0f);
+    const float mscale = yarn.attn_factor * fmaf(0.1f, logf(1.0f / freq_scale), 1.0f);
+    float theta = pos;
+    for (int64_t i0 = 0; i0 < n_rot; i0 += 2) {
+      const float y = (static_cast<float>(static_cast<int>(i0) / 2) - low) / std::max(0.001f, high - low);
+      const float ramp = 1.0f - std::min(1.0f, std::max(0.0f, y));
+      const float ramp_mix = ramp * 1.0f;
+      const float interp = freq_scale * theta;
+      const float angle = fmaf(interp, 1.0f - ramp_mix, theta * ramp_mix);
+      EXPECT_EQ(got[i0], cosf(angle) * mscale) << "pos " << pos << " pair " << i0 / 2;
+      EXPECT_EQ(got[i0 + 1], sinf(angle) * mscale) << "pos " << pos << " pair " << i0 / 2;
+      theta *= theta_scale;
+    }
+    // The low pairs extrapolate (the plain angle), the high ones interpolate (angle / 32).
+    if (pos == 7.0f) {
+      EXPECT_NEAR(std::atan2(got[1], got[0]), 7.0 - 2 * M_PI, 1e-5);  // pair 0: ramp 1
+      const double last = 7.0 * std::pow(150000.0, -62.0 / 64.0) / 32.0;
+      EXPECT_NEAR(std::atan2(got[63], got[62]), last, 1e-9);
+    }
+  }
+  // ext_factor 0, attn_factor 1: the plain table.
+  RopeYarn plain;
+  std::vector<float> a(static_cast<size_t>(n_rot)), b(static_cast<size_t>(n_rot));
+  rope_cache(123.0f, n_rot, base, freq_scale, nullptr, plain, a.data());
+  rope_cache(123.0f, n_rot, base, freq_scale, nullptr, b.data());
+  EXPECT_EQ(a, b);
+}
+
+TEST(SwigluOai, MatchesGgmlFormulaAndClamps) {
+  std::vector<float> gate = random_row(301, 41, 6.0f), up = random_row(301, 42, 6.0f);
+  gate.insert(gate.end(), {10.0f, -10.0f, 7.0f, 0.0f, -100.0f});
+  up.insert(up.end(), {-9.0f, 9.0f, 7.5f, 3.0f, 1.0f});
+  const int64_t n = static_cast<int64_t>(gate.size());
+  std::vector<float> out(gate.size());
+  swiglu_oai(gate.data(), up.data(), out.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i] < 7.0f ? gate[i] : 7.0f;
+    const float y = up[i] < -7.0f ? -7.0f : (up[i] > 7.0f ? 7.0f : up[i]);
+    const float want = x / (1.0f + expf(1.702f * (-x))) * (y + 1.0f);
+    EXPECT_EQ(out[i], want) << i;
+    const double xd = std::min<double>(gate[i], 7.0), yd = std::clamp<double>(up[i], -7.0, 7.0);
+    EXPECT_NEAR(out[i], xd / (1.0 + std::exp(-1.702 * xd)) * (yd + 1.0), 1e-5 * (1.0 + std::abs(out[i])));
+  }
+  EXPECT_NEAR(out[n - 5], 7.0 / (1.0 + std::exp(-1.702 * 7.0)) * -6.0, 1e-5);  // both clamped
+  EXPECT_EQ(out[n - 2], 0.0f);
+  // in place over the gate row
+  std::vector<float> inplace(gate);
+  swiglu_oai(inplace.data(), up.data(), inplace.data(), n);
+  EXPECT_EQ(inplace, out);
 }
 
 }  // namespace

@@ -29,6 +29,15 @@ struct ModelConfig {
   float rms_eps = 1e-6f;
   float rope_freq_base = 10000.f;
   float rope_freq_scale = 1.f;
+  // YaRN (rope.scaling.type = yarn), as llama.cpp sets it up: ext_factor 1 (0 otherwise),
+  // beta_fast 32 and beta_slow 1, the original context rope.scaling.original_context_length (else
+  // context_length), attn_factor get_mscale(factor) / (1 + 0.1 ln factor) times
+  // rope.scaling.attn_factor (that key alone for the other scalings).
+  float rope_yarn_ext_factor = 0.f;
+  float rope_yarn_attn_factor = 1.f;
+  float rope_yarn_beta_fast = 32.f;
+  float rope_yarn_beta_slow = 1.f;
+  int64_t rope_n_ctx_orig = 0;
   int64_t n_rot = 0;  // rotary dims per head (partial rotary when < head_dim)
   std::array<int32_t, 4> rope_sections{0, 0, 0, 0};
   float attn_scale = 0.f;  // 0 → 1/sqrt(head_dim_k)

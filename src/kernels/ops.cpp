@@ -181,6 +181,46 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
   HWY_DYNAMIC_DISPATCH(ScaleRow)(x, scale, w, y, n);
 }
 
+void rope_yarn_corr_dims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                         float dims[2]) {
+  // ggml_rope_yarn_corr_dim(n_dims, n_ctx_orig, beta, base), in its float order.
+  const auto corr_dim = [&](float beta) {
+    return static_cast<float>(n_rot) *
+           std::log(static_cast<float>(n_ctx_orig) / (beta * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(freq_base));
+  };
+  const float start = std::floor(corr_dim(beta_fast));
+  const float end = std::ceil(corr_dim(beta_slow));
+  dims[0] = std::max(0.0f, start);
+  dims[1] = std::min(static_cast<float>(n_rot - 1), end);
+}
+
+void rope_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
+                const RopeYarn& yarn, float* cos_sin) {
+  if (yarn.ext_factor == 0.0f && yarn.attn_factor == 1.0f) {
+    rope_cache(pos, n_rot, freq_base, freq_scale, freq_factors, cos_sin);
+    return;
+  }
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  float mscale = yarn.attn_factor;
+  if (yarn.ext_factor != 0.0f) mscale *= std::fma(0.1f, std::log(1.0f / freq_scale), 1.0f);
+  float theta = pos;
+  for (int64_t i = 0; i < n_rot; i += 2) {
+    const float theta_extrap = freq_factors ? theta / freq_factors[i / 2] : theta;
+    const float theta_interp = freq_scale * theta_extrap;
+    float angle = theta_interp;
+    if (yarn.ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i / 2) - yarn.corr_dims[0]) /
+                      std::max(0.001f, yarn.corr_dims[1] - yarn.corr_dims[0]);
+      const float ramp_mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * yarn.ext_factor;
+      angle = std::fma(theta_interp, 1.0f - ramp_mix, theta_extrap * ramp_mix);
+    }
+    cos_sin[i] = std::cos(angle) * mscale;
+    cos_sin[i + 1] = std::sin(angle) * mscale;
+    theta *= theta_scale;
+  }
+}
+
 void rope_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
                 float* cos_sin) {
   // Float arithmetic in ggml's order: theta starts at pos and is multiplied by theta_scale once
@@ -237,6 +277,14 @@ void rope_neox(float* head, int64_t head_dim, int64_t n_rot, float pos, float fr
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   if (n > 0) HWY_DYNAMIC_DISPATCH(SwigluRow)(gate, up, out, n, ggml_build_lanes());
+}
+
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(gate[i], limit);
+    const float y = std::clamp(up[i], -limit, limit);
+    out[i] = x / (1.0f + std::exp(alpha * -x)) * (y + 1.0f);
+  }
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }

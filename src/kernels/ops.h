@@ -26,6 +26,23 @@ void rope_neox(float* head, int64_t head_dim, int64_t n_rot, float pos, float fr
 // cos_sin receives n_rot floats (cos, sin interleaved per pair).
 void rope_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
                 float* cos_sin);
+// YaRN (rope.scaling.type = yarn), as ggml's rope_yarn: pair i's angle mixes the interpolated
+// theta * freq_scale with the extrapolated theta by ramp * ext_factor, ramp = 1 - clamp((i -
+// corr_dims[0]) / max(0.001, corr_dims[1] - corr_dims[0]), 0, 1), and cos / sin are multiplied
+// by attn_factor * (1 + 0.1 ln(1 / freq_scale)) (only attn_factor when ext_factor is 0). The
+// mixed angle and that factor are the fused multiply-adds ggml-cpu's compiled code has. With
+// ext_factor 0 and attn_factor 1 it is the plain rope_cache above, bit for bit.
+struct RopeYarn {
+  float ext_factor = 0.f;
+  float attn_factor = 1.f;
+  float corr_dims[2] = {0.f, 0.f};
+};
+// ggml_rope_yarn_corr_dims: the first and last pair whose wavelength falls between the
+// original context / beta_fast and / beta_slow, clamped to [0, n_rot - 1].
+void rope_yarn_corr_dims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                         float dims[2]);
+void rope_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
+                const RopeYarn& yarn, float* cos_sin);
 inline void rope_neox_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, float* cos_sin) {
   rope_cache(pos, n_rot, freq_base, freq_scale, nullptr, cos_sin);
 }
@@ -38,6 +55,12 @@ inline void rope_apply(RopeStyle style, float* head, int64_t n_rot, const float*
 
 // out = silu(gate) * up. In-place allowed (out may alias gate or up).
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// gpt-oss's clamped SwiGLU, ggml's swiglu_oai: x = min(gate, limit), y = clamp(up, -limit, limit),
+// out = x / (1 + exp(alpha * -x)) * (y + 1). In-place allowed.
+constexpr float kSwigluOaiAlpha = 1.702f;
+constexpr float kSwigluOaiLimit = 7.0f;
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha = kSwigluOaiAlpha,
+                float limit = kSwigluOaiLimit);
 float silu(float x);      // x / (1 + exp(-x))
 float sigmoid(float x);   // 1 / (1 + exp(-x))
 float softplus(float x);  // ggml's: x > 20 ? x : log(1 + exp(x))

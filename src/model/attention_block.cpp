@@ -22,8 +22,9 @@ void rope_rows(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t 
   if (n_rot <= 0) return;
   thread_local std::vector<float> cos_sin;
   cos_sin.resize(static_cast<size_t>(n_rot));
+  const RopeYarn yarn = rope.yarn();
   for (int64_t t = 0; t < n_tokens; ++t) {
-    rope_cache(static_cast<float>(pos[t]), n_rot, rope.freq_base, rope.freq_scale, rope.freq_factors, cos_sin.data());
+    rope_cache(static_cast<float>(pos[t]), n_rot, rope.freq_base, rope.freq_scale, rope.freq_factors, yarn, cos_sin.data());
     for (int h = 0; h < n_heads; ++h) rope_apply(rope.style, x + t * stride + h * head_stride, n_rot, cos_sin.data());
   }
 }

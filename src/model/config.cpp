@@ -90,12 +90,24 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   c.head_dim_v = static_cast<int64_t>(md.get_uint(p + "attention.value_length").value_or(c.n_embd / c.n_head));
   c.n_ff = uniform_layer_value(g, p + "feed_forward_length", 0);
   c.rope_freq_base = static_cast<float>(md.get_float(p + "rope.freq_base").value_or(10000.0));
-  // Linear scaling divides the frequencies; YaRN / LongRoPE would need their own angle math.
+  // Linear scaling divides the frequencies; YaRN also mixes in the unscaled angles of the fast
+  // pairs and scales the magnitude (kernels/ops.h RopeYarn); LongRoPE would need its own math.
   const std::string scaling = md.get_string(p + "rope.scaling.type").value_or("");
-  if (!scaling.empty() && scaling != "none" && scaling != "linear")
-    fail(g, "rope scaling '" + scaling + "' is not supported yet (supported: none, linear)");
+  if (!scaling.empty() && scaling != "none" && scaling != "linear" && scaling != "yarn")
+    fail(g, "rope scaling '" + scaling + "' is not supported yet (supported: none, linear, yarn)");
   if (auto s = md.get_float(p + "rope.scaling.factor"); s && *s != 0.0 && scaling != "none")
     c.rope_freq_scale = static_cast<float>(1.0 / *s);
+  c.rope_n_ctx_orig = static_cast<int64_t>(md.get_uint(p + "rope.scaling.original_context_length").value_or(c.n_ctx_train));
+  if (scaling == "yarn") {
+    // llama_context's set-up, in float as it is built (no fused operations).
+    c.rope_yarn_ext_factor = 1.0f;
+    const float factor = 1.0f / c.rope_freq_scale;
+    const auto get_mscale = [](float scale, float mscale) { return scale <= 1.0f ? 1.0f : 0.1f * mscale * std::log(scale) + 1.0f; };
+    c.rope_yarn_attn_factor = get_mscale(factor, 1.0f);
+    c.rope_yarn_attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
+    if (c.rope_n_ctx_orig <= 0) fail(g, "yarn rope scaling needs rope.scaling.original_context_length or context_length");
+  }
+  c.rope_yarn_attn_factor *= static_cast<float>(md.get_float(p + "rope.scaling.attn_factor").value_or(1.0));
   c.n_rot = static_cast<int64_t>(md.get_uint(p + "rope.dimension_count").value_or(c.head_dim_k));
   c.attn_scale = static_cast<float>(md.get_float(p + "attention.scale").value_or(0.0));
 

@@ -50,6 +50,11 @@ RopeSpec ArchModel::rope() const {
   r.n_rot = config_.n_rot;
   r.freq_base = config_.rope_freq_base;
   r.freq_scale = config_.rope_freq_scale;
+  r.ext_factor = config_.rope_yarn_ext_factor;
+  r.attn_factor = config_.rope_yarn_attn_factor;
+  r.beta_fast = config_.rope_yarn_beta_fast;
+  r.beta_slow = config_.rope_yarn_beta_slow;
+  r.n_ctx_orig = config_.rope_n_ctx_orig;
   return r;
 }
 
