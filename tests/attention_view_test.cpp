@@ -4,11 +4,13 @@
 // the table did not note, where the view falls back from its noted-cell walk to a scan. Every group's keys are its sequence's cells at positions <= the group's
 // last one, by (position, cell); each token sees exactly the keys at positions <= its own (mask,
 // or no mask when it sees them all); keys_seen counts them; a reused output gives what a fresh
-// one gives.
+// one gives. A sliding-window view (Gemma 3's local layers) lists only the keys some token's
+// window reaches, and each token sees exactly the keys at positions in (its own - window, its own].
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -31,23 +33,28 @@ KvLayout small_layout() {
   return l;
 }
 
-// The sequence's keys at positions <= max_pos, by (position, cell), read cell by cell.
-std::vector<std::pair<Pos, int32_t>> expected_keys(const KvCache& kv, SeqId s, Pos max_pos) {
+// The sequence's keys at positions in [min_pos, max_pos], by (position, cell), read cell by cell.
+std::vector<std::pair<Pos, int32_t>> expected_keys(const KvCache& kv, SeqId s, Pos min_pos, Pos max_pos) {
   std::vector<std::pair<Pos, int32_t>> out;
   const KvCells& c = kv.cells(0);
   for (uint32_t i = 0; i < kCells; ++i)
-    if (!c.is_empty(i) && c.has_seq(i, s) && c.pos(i) <= max_pos) out.emplace_back(c.pos(i), static_cast<int32_t>(i));
+    if (!c.is_empty(i) && c.has_seq(i, s) && c.pos(i) >= min_pos && c.pos(i) <= max_pos)
+      out.emplace_back(c.pos(i), static_cast<int32_t>(i));
   std::sort(out.begin(), out.end());
   return out;
 }
 
-void check(const KvCache& kv, const UBatch& ub, const std::vector<AttentionGroup>& groups, const std::string& where) {
+void check(const KvCache& kv, const UBatch& ub, const std::vector<AttentionGroup>& groups, const std::string& where,
+           Pos window = 0) {
   std::vector<bool> covered(ub.size(), false);
   const std::vector<int64_t> seen = keys_seen(groups, ub.size());
   for (const AttentionGroup& g : groups) {
-    Pos max_pos = -1;
-    for (int t : g.tokens) max_pos = std::max(max_pos, ub.pos[static_cast<size_t>(t)]);
-    const auto keys = expected_keys(kv, g.seq, max_pos);
+    Pos max_pos = -1, min_pos = std::numeric_limits<Pos>::max();
+    for (int t : g.tokens) {
+      max_pos = std::max(max_pos, ub.pos[static_cast<size_t>(t)]);
+      min_pos = std::min(min_pos, ub.pos[static_cast<size_t>(t)]);
+    }
+    const auto keys = expected_keys(kv, g.seq, window > 0 ? min_pos - window + 1 : std::numeric_limits<Pos>::min(), max_pos);
     ASSERT_EQ(g.rows.size(), keys.size()) << where;
     for (size_t j = 0; j < keys.size(); ++j) ASSERT_EQ(g.rows[j], keys[j].second) << where << " key " << j;
     ASSERT_EQ(g.keys_visible.size(), g.tokens.size()) << where;
@@ -59,7 +66,7 @@ void check(const KvCache& kv, const UBatch& ub, const std::vector<AttentionGroup
       ASSERT_EQ(ub.seq[t][0], g.seq) << where;
       int64_t visible = 0;
       for (size_t j = 0; j < keys.size(); ++j) {
-        const bool sees = keys[j].first <= ub.pos[t];
+        const bool sees = keys[j].first <= ub.pos[t] && (window <= 0 || keys[j].first > ub.pos[t] - window);
         visible += sees;
         all_see_all = all_see_all && sees;
         if (!g.mask.empty()) {
@@ -117,6 +124,8 @@ TEST(AttentionView, RandomCacheStatesAgreeWithACellByCellReading) {
           ASSERT_EQ(reused[i].mask, fresh[i].mask) << where;
           ASSERT_EQ(reused[i].keys_visible, fresh[i].keys_visible) << where;
         }
+        const Pos window = 1 + static_cast<Pos>(rng() % 8);
+        check(kv, ub, attention_groups(kv, ub, window), where + " window " + std::to_string(window), window);
       } else if (kind < 8) {
         // Drop a random range of positions: holes, so cells are reused out of position order.
         const Pos p0 = next[static_cast<size_t>(s)] > 0 ? static_cast<Pos>(rng() % next[static_cast<size_t>(s)]) : 0;

@@ -205,6 +205,32 @@ TEST_P(KeyRowShift, DivisionAndAccumulatedShifts) {
   EXPECT_LE(f.worst_ratio(0, 40, [&](int i) { return pos_after_adds(i) / 3; }), 2.0);
 }
 
+// Gemma 3's windowed layers rotate with their own base: each layer's keys turn by its rotation.
+TEST(KeyRowShiftPerLayer, EachLayerTurnsByItsOwnRotation) {
+  ShiftFixture f(GgmlType::F32, 40, kHeadDim);  // layer 0 stored with f.rope (base 1e6)
+  KeyRotation local = test_rope(kHeadDim);
+  local.freq_base = 10000.f;
+  auto layer2_key = [&](int i, Pos pos) {
+    auto k = rotated(&f.raw[static_cast<size_t>(i) * kEmbd], pos, local);
+    for (auto& x : k) x = -x;
+    return k;
+  };
+  for (int i = 0; i < 40; ++i)
+    quantize_row(GgmlType::F32, layer2_key(i, i).data(), f.kv.rows().k_data(2, 0) + i * f.kv.rows().row_bytes_k(), kEmbd);
+  f.kv.seq_add(0, 20, -1, 137);
+  ThreadPool pool(2);
+  const std::vector<KeyRotation> ropes{f.rope, local};
+  const std::vector<int> rope_of_layer{0, 0, 1};
+  EXPECT_EQ(rotate_shifted_keys(f.kv, ropes, rope_of_layer, pool), 20);
+  for (int i = 20; i < 40; ++i)
+    for (int layer : {0, 2}) {
+      const auto want = layer == 0 ? f.expected(0, i, i + 137) : layer2_key(i, i + 137);
+      const auto tol = tolerance(GgmlType::F32, want);
+      const auto got = read_row(f.kv, layer, static_cast<uint32_t>(i));
+      for (int64_t j = 0; j < kEmbd; ++j) ASSERT_LE(std::fabs(got[j] - want[j]), tol[j]) << "layer " << layer << " cell " << i;
+    }
+}
+
 // Property: random sequences of seq_add / seq_div / seq_rm / seq_cp over two sequences, with the
 // rotation applied after a random number of them, against a reference of the cells (position,
 // sequence set, rotations undergone): positions, sequence sets, pos min / max and every live K row

@@ -28,7 +28,7 @@ void check_iq_preset(const std::string& type) {
   auto model = Model::load(path);
   std::filesystem::remove(path);  // the mapping keeps the data
 
-  const std::string ref_dir = preset_reference_dir();
+  const std::string ref_dir = preset_reference_dir(name);
   const auto ref = load_logits_report(ref_dir + name + ".json");
   const auto alt = load_logits_report(ref_dir + name + ".alt.json");
   const auto prompts = read_prompts_file(ref_dir + "prompts.txt");

@@ -8,8 +8,9 @@
 
 namespace agentkv {
 
-// Plain decoders (Qwen3, Qwen3-MoE, Llama / Mistral incl. Mixtral-style experts) and the hybrids.
-enum class Arch { Qwen3, Qwen3Moe, Llama, Qwen35, Qwen35Moe, Qwen3Next };
+// Plain decoders (Qwen3, Qwen3-MoE, Llama / Mistral incl. Mixtral-style experts), the hybrids and
+// the sliding-window decoders (Gemma 3).
+enum class Arch { Qwen3, Qwen3Moe, Llama, Qwen35, Qwen35Moe, Qwen3Next, Gemma3 };
 const char* arch_name(Arch a);
 
 struct ModelConfig {
@@ -42,6 +43,15 @@ struct ModelConfig {
   std::array<int32_t, 4> rope_sections{0, 0, 0, 0};
   float attn_scale = 0.f;  // 0 → 1/sqrt(head_dim_k)
   bool tied_output = false;
+  float final_logit_softcap = 0.f;  // 0: none; else logits = c * tanh(logits / c) (Gemma)
+
+  // Sliding-window attention: layer il attends only to keys at positions > its query's - n_swa
+  // (llama.cpp's LLAMA_SWA_TYPE_STANDARD) when layer_swa[il]; empty / 0 without windows. The
+  // windowed layers rotate with their own base and scale (Gemma 3: 10000 locally, 1e6 globally).
+  int32_t n_swa = 0;
+  std::vector<bool> layer_swa;
+  float rope_freq_base_swa = 10000.f;
+  float rope_freq_scale_swa = 1.f;
 
   // Hybrid (Gated DeltaNet) parameters; empty / zero for dense models.
   std::vector<bool> layer_recurrent;  // per trunk layer
@@ -61,6 +71,9 @@ struct ModelConfig {
   // Every layer attention + FFN (qwen3, qwen3moe, llama): model/transformer.cpp.
   bool is_plain_decoder() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Llama; }
   bool is_recurrent(int il) const { return !layer_recurrent.empty() && layer_recurrent[il]; }
+  bool is_swa(int il) const { return !layer_swa.empty() && layer_swa[il]; }
+  // The window layer il attends over (0: every earlier key).
+  int32_t attention_window(int il) const { return is_swa(il) ? n_swa : 0; }
   int n_attention_layers() const;
   // The scale of attention scores: attn_scale, or 1/sqrt(head_dim_k) when the model names none.
   float attention_scale() const;

@@ -46,7 +46,7 @@ struct ModelShape {
   std::string name;          // preset name; general.name is "random-<name>" (or general_name)
   std::string general_name;  // general.name when set: a trained model is not "random-"
   std::string description;   // one line for --list
-  std::string arch;          // general.architecture: "qwen3", "qwen3moe", "llama", "qwen35" or "qwen35moe"
+  std::string arch;          // general.architecture: "qwen3", "qwen3moe", "llama", "qwen35", "qwen35moe", "gemma3"
   int64_t n_embd = 0;
   int64_t n_layer = 0;
   int64_t n_head = 0;
@@ -79,6 +79,13 @@ struct ModelShape {
   int64_t n_ff_exp = 0;
   int64_t n_ff_shexp = 0;  // the shared expert (qwen35moe); 0 = none (qwen3moe)
 
+  // Sliding-window attention (gemma3): the window in tokens (0 = none) and
+  // attention.sliding_window_pattern (0: not written, llama.cpp's default period 6 applies).
+  int32_t sliding_window = 0;
+  uint32_t sliding_window_pattern = 0;
+  // Linear RoPE scaling of the global layers (rope.scaling.type = linear); 0 = none.
+  float rope_linear_factor = 0.f;
+
   // Llama 3.1's RoPE frequency scaling (the converter's rope_freqs tensor); 0 = none.
   float rope_llama3_factor = 0.f;
   uint32_t rope_llama3_original_context = 8192;
@@ -90,6 +97,8 @@ struct ModelShape {
   bool is_hybrid() const { return full_attention_interval > 0; }
   bool is_moe() const { return n_expert > 0; }
   bool has_qk_norm() const { return arch != "llama"; }
+  // Gemma's norms after the attention and the FFN as well as before them.
+  bool has_post_norms() const { return arch == "gemma3"; }
   bool is_full_attention_layer(int64_t il) const {
     return !is_hybrid() || (il + 1) % full_attention_interval == 0;
   }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "agentkv/fp16.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 
@@ -277,6 +278,33 @@ void rope_neox(float* head, int64_t head_dim, int64_t n_rot, float pos, float fr
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   if (n > 0) HWY_DYNAMIC_DISPATCH(SwigluRow)(gate, up, out, n, ggml_build_lanes());
+}
+
+namespace {
+// ggml's gelu_f32 (tanh approximation) at every fp16 value, rounded to fp16.
+const std::vector<uint16_t>& gelu_fp16_table() {
+  static const std::vector<uint16_t> table = [] {
+    constexpr float kCoefA = 0.044715f;
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+    std::vector<uint16_t> t(65536);
+    for (uint32_t i = 0; i < t.size(); ++i) {
+      const float x = fp16_to_fp32(static_cast<uint16_t>(i));
+      t[i] = fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x))));
+    }
+    return t;
+  }();
+  return table;
+}
+}  // namespace
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  const uint16_t* table = gelu_fp16_table().data();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    if (x <= -10.0f) out[i] = 0.0f;
+    else if (x >= 10.0f) out[i] = x * up[i];
+    else out[i] = fp16_to_fp32(table[fp32_to_fp16(x)]) * up[i];
+  }
 }
 
 void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {

@@ -61,6 +61,10 @@ constexpr float kSwigluOaiAlpha = 1.702f;
 constexpr float kSwigluOaiLimit = 7.0f;
 void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha = kSwigluOaiAlpha,
                 float limit = kSwigluOaiLimit);
+// out = gelu(gate) * up with ggml's GELU (tanh form) read from its fp16 table, as ggml-cpu's
+// geglu: gate rounded to fp16, the table entry is fp16(gelu(that)); gate <= -10 gives 0 and
+// gate >= 10 gives gate * up. In-place allowed.
+void geglu(const float* gate, const float* up, float* out, int64_t n);
 float silu(float x);      // x / (1 + exp(-x))
 float sigmoid(float x);   // 1 / (1 + exp(-x))
 float softplus(float x);  // ggml's: x > 20 ? x : log(1 + exp(x))

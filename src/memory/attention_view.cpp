@@ -69,15 +69,30 @@ void keys_by_position(const KvCells& cells, SeqId seq, Pos max_pos, std::vector<
   for (size_t j = 0; j < n; ++j) pos[j] = keyed[j].first, rows[j] = keyed[j].second;
 }
 
+// Removes g's keys at positions < first (both parts, each keeping its order; n_tail follows).
+void drop_keys_before(Pos first, AttentionGroup& g, std::vector<Pos>& key_pos) {
+  size_t kept = 0, kept_tail = 0;
+  for (size_t j = 0; j < g.rows.size(); ++j) {
+    if (key_pos[j] < first) continue;
+    if (j < g.n_tail) ++kept_tail;
+    g.rows[kept] = g.rows[j];
+    key_pos[kept] = key_pos[j];
+    ++kept;
+  }
+  g.rows.resize(kept);
+  key_pos.resize(kept);
+  g.n_tail = kept_tail;
+}
+
 }  // namespace
 
-std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub) {
+std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub, Pos sliding_window) {
   std::vector<AttentionGroup> groups;
-  attention_groups(kv, ub, groups);
+  attention_groups(kv, ub, groups, sliding_window);
   return groups;
 }
 
-void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<AttentionGroup>& groups) {
+void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<AttentionGroup>& groups, Pos sliding_window) {
   size_t n_groups = 0;  // groups[0, n_groups) are this micro-batch's; the vectors of the others are reused
   for (size_t t = 0; t < ub.size(); ++t) {
     if (ub.seq[t].empty()) throw Error("attention view: token " + std::to_string(t) + " has no sequence");
@@ -122,15 +137,21 @@ void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<Attention
       g.rows = std::move(rows);
       key_pos = std::move(pos);
     }
-    const size_t n = g.rows.size();
-    // Every token sees every key (a decode step, or tokens after all of their sequence's keys):
-    // no mask, so the kernel reads none.
     Pos min_pos = max_pos;
     for (int t : g.tokens) min_pos = std::min(min_pos, ub.pos[static_cast<size_t>(t)]);
-    // Each part (tail, then hot) is sorted by position: its last key is its furthest.
+    // A sliding window: keys before every token's window are not listed (each part keeps its order).
+    if (sliding_window > 0) drop_keys_before(min_pos - sliding_window + 1, g, key_pos);
+    const size_t n = g.rows.size();
+    // Each part (tail, then hot) is sorted by position: its first key is its nearest, its last
+    // its furthest.
     const Pos max_key = std::max(g.n_tail > 0 ? key_pos[g.n_tail - 1] : -1, n > g.n_tail ? key_pos[n - 1] : -1);
+    Pos min_key = max_pos;
+    if (g.n_tail > 0) min_key = std::min(min_key, key_pos[0]);
+    if (n > g.n_tail) min_key = std::min(min_key, key_pos[g.n_tail]);
     g.keys_visible.assign(g.tokens.size(), static_cast<int64_t>(n));
-    if (max_key <= min_pos) {
+    // Every token sees every key (a decode step, or tokens after all of their sequence's keys,
+    // all within the window): no mask, so the kernel reads none.
+    if (max_key <= min_pos && (sliding_window <= 0 || min_key > max_pos - sliding_window)) {
       g.mask.clear();
       continue;
     }
@@ -141,11 +162,13 @@ void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<Attention
       // Keys are sorted by position (each part when split): the visible ones are a prefix of each.
       for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, g.n_tail}, std::pair<size_t, size_t>{g.n_tail, n}}) {
         const auto first = key_pos.begin() + static_cast<std::ptrdiff_t>(begin);
-        const size_t n_visible = static_cast<size_t>(
-            std::upper_bound(first, key_pos.begin() + static_cast<std::ptrdiff_t>(end), p) - first);
-        std::fill(g.mask.begin() + static_cast<std::ptrdiff_t>(i * n + begin),
-                  g.mask.begin() + static_cast<std::ptrdiff_t>(i * n + begin + n_visible), 0.0f);
-        g.keys_visible[i] += static_cast<int64_t>(n_visible);
+        const auto last = key_pos.begin() + static_cast<std::ptrdiff_t>(end);
+        // Visible: positions in (p - window, p], a range of the sorted part (a prefix without a window).
+        const auto from = sliding_window > 0 ? std::lower_bound(first, last, p - sliding_window + 1) : first;
+        const auto to = std::upper_bound(from, last, p);
+        const auto row = g.mask.begin() + static_cast<std::ptrdiff_t>(i * n);
+        std::fill(row + (from - key_pos.begin()), row + (to - key_pos.begin()), 0.0f);
+        g.keys_visible[i] += static_cast<int64_t>(to - from);
       }
     }
   }

@@ -35,10 +35,13 @@ struct AttentionGroup {
 // One group per (stream, first sequence) among ub's tokens, in order of each group's first token.
 // ub must be applied to kv (its tokens occupy their cells). Throws agentkv::Error for a token
 // without a sequence or with a sequence id outside the cache.
-std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub);
+// sliding_window > 0: the view of a sliding-window layer: a token at position p sees only the
+// keys at positions in (p - sliding_window, p] (llama.cpp's LLAMA_SWA_TYPE_STANDARD), and keys no token of the
+// group sees are left out of `rows`.
+std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub, Pos sliding_window = 0);
 // The same into `groups`, reusing the vectors it holds (a decode step at depth would otherwise
 // allocate the key lists anew for every token).
-void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<AttentionGroup>& groups);
+void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<AttentionGroup>& groups, Pos sliding_window = 0);
 
 // Key j's K and V row of one layer, for every key of g in its order: what the attention kernel
 // reads (kernels/attention.h). Only the memory knows where rows live, so pages can move between

@@ -38,9 +38,32 @@ void rms_norm_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int
     }
 }
 
+namespace {
+// The attention view of the batch for a layer with this window (0: full attention), made once per
+// micro-batch and window kind (every layer of a kind reads the same keys).
+const std::vector<memory::AttentionGroup>& attention_view(const ForwardBatch& batch, const memory::KvCache& kv,
+                                                         int32_t window, Workspace& ws) {
+  if (window <= 0) {
+    if (batch.attention) return *batch.attention;
+    if (batch.id == 0 || ws.groups_batch_id != batch.id) {
+      memory::attention_groups(kv, *batch.ub, ws.attention_groups);
+      ws.groups_batch_id = batch.id;
+    }
+    return ws.attention_groups;
+  }
+  if (batch.id == 0 || ws.window_groups_batch_id != batch.id || ws.window_groups_window != window) {
+    memory::attention_groups(kv, *batch.ub, ws.window_attention_groups, window);
+    ws.window_groups_batch_id = batch.id;
+    ws.window_groups_window = window;
+  }
+  return ws.window_attention_groups;
+}
+}  // namespace
+
 void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
                       const AttentionShape& shape, const float* q, int64_t q_stride,
-                      const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool) {
+                      const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool,
+                      int32_t window) {
   op_profile::Scope profile(op_profile::Kind::kAttention);
   const auto& ub = *batch.ub;
   const auto& placement = *batch.placement;
@@ -115,11 +138,7 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
 
   // 2. Attention per group of tokens that see one sequence's keys, listed by position: the sums
   //    do not depend on which cells hold the keys (memory/attention_view.h).
-  if (!batch.attention && (batch.id == 0 || ws.groups_batch_id != batch.id)) {
-    ws.attention_groups = memory::attention_groups(kv, ub);
-    ws.groups_batch_id = batch.id;
-  }
-  for (const memory::AttentionGroup& g : batch.attention ? *batch.attention : ws.attention_groups) {
+  for (const memory::AttentionGroup& g : attention_view(batch, kv, window, ws)) {
     const std::vector<int>& tokens = g.tokens;
     const int64_t nt = static_cast<int64_t>(tokens.size());
     const bool contiguous = tokens.front() == 0 && nt == n_tokens;

@@ -14,9 +14,12 @@ constexpr int kAttentionWorkspaceSlot = 16;
 
 // q: n_tokens rows (stride q_stride floats) of n_head*head_dim; k, v: n_tokens rows of
 // n_head_kv*head_dim (contiguous); out: n_tokens rows of n_head*head_dim (contiguous).
+// window > 0: a sliding-window layer, each token attends to the keys at positions in
+// (its position - window, its position] (ModelConfig::attention_window).
 void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
                       const AttentionShape& shape, const float* q, int64_t q_stride,
-                      const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool);
+                      const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool,
+                      int32_t window = 0);
 
 // Applies RoPE to every head of n_tokens rows (row stride `stride` floats, head stride
 // `head_stride`), token t at position pos[t].

@@ -15,6 +15,7 @@ const char* arch_name(Arch a) {
     case Arch::Qwen35: return "qwen35";
     case Arch::Qwen35Moe: return "qwen35moe";
     case Arch::Qwen3Next: return "qwen3next";
+    case Arch::Gemma3: return "gemma3";
   }
   return "?";
 }
@@ -57,6 +58,34 @@ int64_t uniform_layer_value(const gguf::Reader& g, const std::string& key, int64
   return fallback;
 }
 
+// Gemma 3's windows as llama.cpp reads them: `attention.sliding_window` (absent or 0: every layer
+// global), `attention.sliding_window_pattern` (a period, default 6: every period-th layer global;
+// or one flag per layer), `rope.freq_base_swa` (default 10000) for the windowed layers.
+void read_sliding_window(const gguf::Reader& g, ModelConfig& c) {
+  const gguf::Metadata& md = g.metadata();
+  const std::string p = c.arch_key + ".";
+  if (c.arch != Arch::Gemma3) {
+    if (md.find(p + "attention.sliding_window"))
+      fail(g, c.arch_key + " with attention.sliding_window is not supported (sliding windows: gemma3)");
+    return;
+  }
+  c.n_swa = static_cast<int32_t>(md.get_uint(p + "attention.sliding_window").value_or(0));
+  if (c.n_swa <= 0) return;
+  c.layer_swa.assign(static_cast<size_t>(c.n_layer), false);
+  const std::string pattern_key = p + "attention.sliding_window_pattern";
+  const gguf::Value* pattern = md.find(pattern_key);
+  if (pattern && pattern->type == gguf::ValueType::ARRAY) {
+    const auto flags = md.get_int_array(pattern_key);
+    if (!flags || static_cast<int>(flags->size()) < c.n_layer) fail(g, pattern_key + " is shorter than block_count");
+    for (int il = 0; il < c.n_layer; ++il) c.layer_swa[il] = (*flags)[il] != 0;
+  } else {
+    const int64_t period = pattern ? md.get_int(pattern_key).value_or(6) : 6;
+    if (period < 0) fail(g, pattern_key + " must not be negative");
+    for (int il = 0; il < c.n_layer; ++il) c.layer_swa[il] = period == 0 || il % period < period - 1;
+  }
+  c.rope_freq_base_swa = static_cast<float>(md.get_float(p + "rope.freq_base_swa").value_or(10000.0));
+}
+
 }  // namespace
 
 ModelConfig model_config_from_gguf(const gguf::Reader& g) {
@@ -69,7 +98,8 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   else if (c.arch_key == "qwen35") c.arch = Arch::Qwen35;
   else if (c.arch_key == "qwen35moe") c.arch = Arch::Qwen35Moe;
   else if (c.arch_key == "qwen3next") c.arch = Arch::Qwen3Next;
-  else fail(g, "unsupported architecture '" + c.arch_key + "' (supported: qwen3, qwen3moe, llama, qwen35, qwen35moe, qwen3next)");
+  else if (c.arch_key == "gemma3") c.arch = Arch::Gemma3;
+  else fail(g, "unsupported architecture '" + c.arch_key + "' (supported: qwen3, qwen3moe, llama, qwen35, qwen35moe, qwen3next, gemma3)");
   const std::string p = c.arch_key + ".";
   c.name = md.get_string("general.name").value_or("");
 
@@ -110,9 +140,11 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   c.rope_yarn_attn_factor *= static_cast<float>(md.get_float(p + "rope.scaling.attn_factor").value_or(1.0));
   c.n_rot = static_cast<int64_t>(md.get_uint(p + "rope.dimension_count").value_or(c.head_dim_k));
   c.attn_scale = static_cast<float>(md.get_float(p + "attention.scale").value_or(0.0));
+  c.final_logit_softcap = static_cast<float>(md.get_float(p + "final_logit_softcapping").value_or(0.0));
+  read_sliding_window(g, c);
 
   const bool has_experts = md.get_uint(p + "expert_count").value_or(0) > 0;
-  if (c.is_plain_decoder()) {
+  if (c.is_plain_decoder() || c.arch == Arch::Gemma3) {
     if (c.head_dim_k != c.head_dim_v)
       fail(g, c.arch_key + " requires attention.key_length == attention.value_length");
     if (c.arch == Arch::Qwen3 && c.n_rot != c.head_dim_k)

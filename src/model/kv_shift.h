@@ -4,6 +4,7 @@
 // and the requantization of quantized K types).
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "kernels/threadpool.h"
 #include "memory/kv_cache.h"
@@ -22,5 +23,9 @@ struct KeyRotation : RopeSpec {
 // Returns the number of cells rotated. agentkv::Error if head_dim does not divide the K width or
 // n_rot is odd or exceeds head_dim.
 int64_t rotate_shifted_keys(memory::KvCache& kv, const KeyRotation& rope, ThreadPool& pool);
+// The same with a rotation per layer: layer il's keys turn by ropes[rope_of_layer[il]] (Gemma 3's
+// windowed layers have their own frequency base). Every rotation must have the same head_dim.
+int64_t rotate_shifted_keys(memory::KvCache& kv, std::span<const KeyRotation> ropes,
+                            std::span<const int> rope_of_layer, ThreadPool& pool);
 
 }  // namespace agentkv

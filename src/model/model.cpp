@@ -6,6 +6,7 @@
 
 #include "agentkv/error.h"
 #include "gguf/gguf.h"
+#include "model/gemma3.h"
 #include "model/qwen35.h"
 #include "model/transformer.h"
 
@@ -40,6 +41,8 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     case Arch::Qwen35Moe:
     case Arch::Qwen3Next:
       return std::make_unique<Qwen35Model>(std::move(reader), std::move(config));
+    case Arch::Gemma3:
+      return std::make_unique<Gemma3Model>(std::move(reader), std::move(config));
     default:
       throw Error(path + ": architecture '" + config.arch_key + "' is not supported yet");
   }

@@ -36,6 +36,10 @@ class Workspace {
   // Every attention layer of a micro-batch reads the same keys, so its attention groups (keys by
   // position, masks) are built once per micro-batch, not once per layer.
   std::vector<memory::AttentionGroup> attention_groups;
+  // The same for the sliding-window layers (a narrower view of the same keys).
+  std::vector<memory::AttentionGroup> window_attention_groups;
+  uint64_t window_groups_batch_id = 0;
+  int32_t window_groups_window = 0;
   std::vector<int> tail_query_heads;  // the query heads a windowed cache's tail answers (attention_block.cpp)
   uint64_t groups_batch_id = 0;
   // One layer's K / V row pointers of the group being attended (reused, not reallocated).
@@ -102,6 +106,8 @@ class ArchModel : public Model {
   // How queries and keys are rotated: NEOX over the config's rotary dims and frequencies unless
   // the architecture says otherwise (Llama: adjacent pairs and its rope_freqs tensor).
   virtual RopeSpec rope() const;
+  // Layer il's rotation: rope() unless the architecture's layers differ (Gemma 3's windowed ones).
+  virtual RopeSpec layer_rope(int il) const { (void)il; return rope(); }
   // Context shift: whether the keys stored in the KV cache can be re-rotated to new positions
   // (seq_add / seq_div). False unless the architecture says so (llama.cpp refuses M-RoPE/IMROPE).
   virtual bool can_shift() const { return false; }

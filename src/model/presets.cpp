@@ -139,6 +139,20 @@ ModelShape mistral_shape(std::string name, std::string description, int64_t n_em
   return s;
 }
 
+// Gemma 3 as the converter writes it: Q/K norms, sandwich norms, GELU-gated FFN, tied head,
+// sliding-window layers (five per global one), Gemma's chat vocabulary.
+ModelShape gemma3_shape(std::string name, std::string description, int64_t n_embd, int64_t n_layer,
+                        int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ff, int32_t window) {
+  ModelShape s = qwen3_shape(std::move(name), std::move(description), n_embd, n_layer, n_head, n_head_kv,
+                             head_dim, n_ff);
+  s.arch = "gemma3";
+  s.context_length = 32768;
+  s.rope_freq_base = 1e6f;
+  s.sliding_window = window;
+  s.chat_vocab = ModelShape::ChatVocab::Gemma3;
+  return s;
+}
+
 std::vector<ModelShape> make_presets() {
   std::vector<ModelShape> p;
   p.push_back(qwen3_shape("qwen3-0.6b", "Qwen3-0.6B: E=1024, 28 layers, 16/8 heads, FFN 3072",
@@ -170,6 +184,15 @@ std::vector<ModelShape> make_presets() {
                             64, 2, 4, 2, 16, 128));
   p.push_back(llama_shape("llama-1b", "Llama 3.2 1B's shape: E=2048, 16 layers, 32/8 heads, FFN 8192, tied",
                           2048, 16, 32, 8, 64, 8192, true));
+  // A window of 16 so that the fixture prompts (up to ~60 tokens) reach past it.
+  p.push_back(gemma3_shape("gemma3-micro", "fixture gemma3-micro: Gemma 3 structure, E=64, 6 layers (5 sliding-window of 16 + 1 global), 2/1 heads, FFN 128",
+                           64, 6, 2, 1, 32, 128, 16));
+  {
+    ModelShape g = gemma3_shape("gemma3-1b", "Gemma 3 1B's shape: E=1152, 26 layers (window 512, 5 local : 1 global), 4/1 heads of 256, FFN 6912, vocab 262144",
+                                1152, 26, 4, 1, 256, 6912, 512);
+    g.n_vocab = 262144;
+    p.push_back(g);
+  }
   return p;
 }
 
@@ -268,9 +291,11 @@ std::vector<PlannedTensor> converter_tensors(const ModelShape& s) {
       else add_delta_net(l, s, p);
     } else {
       add_attention(l, s, p);
+      if (s.has_post_norms()) l.norm(p + "post_attention_norm.weight", s.n_embd);
       l.norm(p + "ffn_norm.weight", s.n_embd);
     }
     add_ffn(l, s, p);
+    if (s.has_post_norms()) l.norm(p + "post_ffw_norm.weight", s.n_embd);
   }
   return std::move(l.tensors);
 }
@@ -479,6 +504,14 @@ void write_metadata(gguf::Writer& w, const ModelShape& s, const VocabData& vocab
                       std::vector<int32_t>(s.rope_sections.begin(), s.rope_sections.end()));
   }
   if (s.arch == "llama") w.set_u32(a + "rope.dimension_count", u32(s.head_dim));
+  if (s.sliding_window > 0) {
+    w.set_u32(a + "attention.sliding_window", u32(s.sliding_window));
+    if (s.sliding_window_pattern > 0) w.set_u32(a + "attention.sliding_window_pattern", s.sliding_window_pattern);
+  }
+  if (s.rope_linear_factor > 0.f) {
+    w.set_string(a + "rope.scaling.type", "linear");
+    w.set_f32(a + "rope.scaling.factor", s.rope_linear_factor);
+  }
   if (s.is_moe()) {
     w.set_u32(a + "expert_count", u32(s.n_expert));
     w.set_u32(a + "expert_used_count", u32(s.n_expert_used));
