@@ -20,6 +20,7 @@
 #include "fixtures.h"
 #include "agentkv/tokenizer.h"
 #include "server/chat_formatter.h"
+#include "server/grammar_run.h"
 #include "server/tool_calls.h"
 
 namespace {
@@ -197,7 +198,8 @@ TEST(ToolFormats, GrammarAcceptsWellFormedRefusesMalformed) {
     EXPECT_EQ(grammar_accepts(*required, text), accept) << what;
     if (!accept) continue;
     size_t first = std::string::npos;
-    for (const std::string& t : tool_call_triggers(f)) first = std::min(first, text.find(t));
+    for (const std::string& t : tool_call_triggers(f))
+      first = std::min(first, t[0] == '^' ? (text.compare(0, t.size() - 1, t, 1) == 0 ? 0 : std::string::npos) : text.find(t));
     ASSERT_NE(first, std::string::npos) << what << ": no trigger";
     EXPECT_TRUE(grammar_accepts(*lazy, std::string_view(text).substr(first))) << what;
   }
@@ -426,10 +428,13 @@ TEST(ToolFormats, GrammarWritesArgumentsAsTheTemplateRendersThem) {
       in.eos_token = "</s>";
       in.extra_context = Json{{"date_string", "06 Dec 2026"}};
       const std::string prompt = agentkv::ChatTemplate(source).render(in);
-      // The call: from the format's trigger before the tool result to the end of the turn.
+      // The call: from the format's trigger before the tool result to the end of the turn (the
+      // first trigger that may come after other text).
       const size_t result = prompt.find("RESULT");
       ASSERT_NE(result, std::string::npos) << file;
-      const size_t begin = prompt.rfind(tool_call_triggers(f)[0], result);
+      std::string trigger = tool_call_triggers(f)[0];
+      if (trigger[0] == '^') trigger = tool_call_triggers(f)[1];
+      const size_t begin = prompt.rfind(trigger, result);
       ASSERT_NE(begin, std::string::npos) << file << ":\n" << prompt;
       size_t end = std::string::npos;
       for (const char* stop : {"<|eot_id|>", "<|eom_id|>", "</s>", "<|call|>"}) end = std::min(end, prompt.find(stop, begin));
@@ -482,6 +487,8 @@ TEST(ToolFormats, HarmonyGrammars) {
     EXPECT_TRUE(grammar_accepts(*lazy, form)) << form;
   }
   EXPECT_TRUE(grammar_accepts(*lazy, call));
+  EXPECT_TRUE(grammar_accepts(*lazy, "<|start|>assistant" + call));
+  EXPECT_TRUE(grammar_accepts(*lazy, R"(<|channel|>commentary to=functions.read_file <|constrain|>json<|message|>{"path": "a"})"));
   EXPECT_FALSE(grammar_accepts(*lazy, R"( to=functions.delete_all<|message|>{})"));
   // What the grammar writes, the parser reads as the call (after the prompt's <|start|>assistant).
   ChatParseOptions o;
@@ -494,6 +501,26 @@ TEST(ToolFormats, HarmonyGrammars) {
   EXPECT_EQ(m.tool_calls[0].name, "read_file");
   EXPECT_EQ(m.tool_calls[0].arguments, R"({"path": "a"})");
   EXPECT_EQ(m.tool_calls[0].id.rfind("call_", 0), 0u);
+}
+
+// tool_choice auto on gpt-oss: the lazy grammar starts at a recipient in a header (at the answer's
+// start, after <|start|>assistant or after the channel), not at one an analysis body mentions.
+TEST(ToolFormats, HarmonyLazyGrammarStartsInAHeader) {
+  const auto matcher = matcher_of(tool_call_grammar(ToolFormat::Harmony, request_tools(), "", true, false));
+  const agentkv::grammar::TokenTrie trie(std::vector<std::string>{"x"}, {});
+  GrammarSettings settings;
+  settings.lazy = true;
+  settings.triggers = tool_call_triggers(ToolFormat::Harmony);
+  auto feed = [&](const std::vector<std::string>& pieces) {
+    GrammarRun run(matcher, trie, settings);
+    for (const std::string& p : pieces) run.accept(0, p);
+    return run.active();
+  };
+  EXPECT_TRUE(feed({" to", "=functions", ".read"}));
+  EXPECT_TRUE(feed({"<|channel|>", "analysis", "<|message|>", "Hm.", "<|end|>", "<|start|>", "assistant", " to=functions."}));
+  EXPECT_TRUE(feed({"<|channel|>", "commentary", " to", "=functions.", "read_file"}));
+  EXPECT_FALSE(feed({"<|channel|>", "analysis", "<|message|>", "Then to=functions.read_file it is."}));
+  EXPECT_FALSE(feed({"<|channel|>", "final", "<|message|>", "Say to=functions.x"}));
 }
 
 // response_format / json_schema with gpt-oss: the schema's JSON is the final channel's message.
@@ -612,7 +639,9 @@ TEST(ToolFormats, PreservedTokensAndTriggers) {
   EXPECT_EQ(tool_call_preserved_tokens(ToolFormat::MistralCallId), (std::vector<std::string>{"[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"}));
   EXPECT_EQ(tool_call_triggers(ToolFormat::MistralNemo), std::vector<std::string>{"[TOOL_CALLS]"});
   EXPECT_EQ(tool_call_preserved_tokens(ToolFormat::Llama3Json), std::vector<std::string>{"<|python_tag|>"});
-  EXPECT_EQ(tool_call_triggers(ToolFormat::Harmony), std::vector<std::string>{" to=functions."});
+  EXPECT_EQ(tool_call_triggers(ToolFormat::Harmony),
+            (std::vector<std::string>{"^ to=functions.", "<|start|>assistant to=functions.",
+                                      "<|channel|>commentary to=functions.", "<|channel|>analysis to=functions."}));
 }
 
 }  // namespace

@@ -62,6 +62,11 @@ void GrammarRun::accept(int32_t id, const std::string& piece) {
   }
   size_t best = std::string::npos;
   for (const std::string& t : settings_.triggers) {
+    if (!t.empty() && t[0] == '^') {  // only at the answer's start (after a closed think block)
+      const std::string_view lit = std::string_view(t).substr(1);
+      if (std::string_view(text_).substr(base, lit.size()) == lit) best = std::min(best, base);
+      continue;
+    }
     const size_t from = std::max(base, old_size >= t.size() ? old_size - t.size() + 1 : 0);
     const size_t at = text_.find(t, from);
     if (at != std::string::npos && at < best) best = at;

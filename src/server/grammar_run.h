@@ -35,7 +35,9 @@ class MatcherCache {
 struct GrammarSettings {
   std::shared_ptr<const grammar::Grammar> grammar;
   bool lazy = false;
-  std::vector<std::string> triggers;  // lazy: the grammar starts where one of these appears
+  // lazy: the grammar starts where one of these appears; one starting with '^' counts only at the
+  // answer's start (after the think block when there is one)
+  std::vector<std::string> triggers;
   bool think_first = false;           // lazy: triggers count only after "</think>"
 };
 

@@ -390,7 +390,11 @@ std::vector<std::string> tool_call_triggers(ToolFormat f) {
     case ToolFormat::MistralNemo:
     case ToolFormat::MistralArgs:
     case ToolFormat::MistralCallId: return {"[TOOL_CALLS]"};
-    case ToolFormat::Harmony: return {" to=functions."};  // the recipient, in the role or after the channel
+    // The recipient in a header: in the role (right after the prompt's <|start|>assistant, or
+    // after a later one) or after the channel; not in a message's body.
+    case ToolFormat::Harmony:
+      return {"^ to=functions.", "<|start|>assistant to=functions.", "<|channel|>commentary to=functions.",
+              "<|channel|>analysis to=functions."};
     default: return {std::string(kCallOpen)};
   }
 }

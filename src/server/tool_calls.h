@@ -36,7 +36,8 @@ ToolFormat detect_tool_format(const std::string& template_source);
 const char* tool_format_name(ToolFormat f);
 
 // Where the lazy grammar of tool_choice "auto" starts: the format's opening texts. Llama 3's
-// "{\"name\"" counts only at the start of the answer (the parser reads a call only there).
+// "{\"name\"" counts only at the start of the answer (the parser reads a call only there). One
+// starting with '^' matches only at the answer's start (GrammarSettings::triggers).
 std::vector<std::string> tool_call_triggers(ToolFormat f);
 // The format's markers that are control tokens in the model's vocabulary (<|python_tag|>,
 // [TOOL_CALLS], [ARGS], [CALL_ID]): they render no text unless the server keeps them, as

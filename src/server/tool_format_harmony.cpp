@@ -204,8 +204,8 @@ ChatMessage parse_harmony_output(std::string_view s, const ChatParseOptions& o, 
 std::string harmony_tool_rules(const std::vector<GrammarTool>& tools, bool from_answer_start) {
   // From the answer's start (tool_choice required / named): the call in the form the template
   // renders it back (recipient in the role, " json"), so that the next turn's prompt holds the
-  // answer's own text; one analysis message may come first. Lazy (auto): from the trigger
-  // " to=functions." on, in any of the forms gpt-oss writes.
+  // answer's own text; one analysis message may come first. Lazy (auto): from a trigger
+  // (tool_call_triggers) on, in any of the forms gpt-oss writes.
   const std::string header = from_answer_start
                                  ? "\"<|channel|>commentary json<|message|>\""
                                  : "(\"<|channel|>\" (\"commentary\" | \"analysis\"))? ((\" \" | \" <|constrain|>\" | "
@@ -216,9 +216,11 @@ std::string harmony_tool_rules(const std::vector<GrammarTool>& tools, bool from_
     rules += t.prefix + "call ::= \"" + grammar::gbnf_literal(t.name) + "\" harmony-header " + t.prefix + "root\n";
     alts += (alts.empty() ? "" : " | ") + t.prefix + "call";
   }
-  // <|call|> ends the generation: one call per answer (the template renders one per message).
-  return "tool-calls ::= tool-call\ntool-call ::= \" to=functions.\" (" + alts + ")\n" + "harmony-header ::= " + header +
-         "\n" + harmony_analysis_rules() + rules;
+  // <|call|> ends the generation: one call per answer (the template renders one per message). The
+  // lazy grammar starts at a trigger: the recipient and what precedes it in the header.
+  const std::string start = from_answer_start ? "" : "(\"<|start|>assistant\" | \"<|channel|>\" (\"commentary\" | \"analysis\"))? ";
+  return "tool-calls ::= tool-call\ntool-call ::= " + start + "\" to=functions.\" (" + alts + ")\n" + "harmony-header ::= " +
+         header + "\n" + harmony_analysis_rules() + rules;
 }
 
 std::string harmony_analysis_rules() {
