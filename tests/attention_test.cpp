@@ -37,6 +37,7 @@ struct Case {
   bool causal = true;
   int64_t hidden_begin = 0, hidden_end = 0;  // keys hidden from every row
   bool own_order = false;  // AttentionArgs::own_order (a windowed cache's tail)
+  bool sinks = false;      // AttentionArgs::sinks: one learned logit per query head
 };
 
 // Inputs plus the stored K/V bytes (quantized by the engine's own quantizer) and their
@@ -44,6 +45,7 @@ struct Case {
 struct Problem {
   Case c;
   std::vector<float> q, mask;
+  std::vector<float> sinks;  // n_head when Case::sinks
   std::vector<uint8_t> k, v;
   std::vector<float> k_deq, v_deq;  // n_kv x (n_head_kv * head_dim)
   size_t k_row_bytes = 0, v_row_bytes = 0;
@@ -86,6 +88,9 @@ Problem make_problem(const Case& c) {
   }
   p.k_rows = rows_in_order(p.k.data(), p.k_row_bytes, c.n_kv);
   p.v_rows = rows_in_order(p.v.data(), p.v_row_bytes, c.n_kv);
+  if (c.sinks) {  // above every score for some heads (the sink is the new maximum), below for others
+    for (int h = 0; h < c.n_head; ++h) p.sinks.push_back(h % 2 == 0 ? 6.0f + nd(rng) : nd(rng) - 1.0f);
+  }
   // Tokens sit at the last n_tokens positions; key j is at position j.
   p.mask.assign(static_cast<size_t>(c.n_tokens * c.n_kv), 0.0f);
   for (int64_t t = 0; t < c.n_tokens; ++t) {
@@ -123,6 +128,7 @@ AttentionArgs args_for(const Problem& p, std::vector<float>& out, std::vector<fl
   a.out_stride = a.q_stride;
   a.lse = lse.data();
   a.own_order = c.own_order;
+  a.sinks = p.sinks.empty() ? nullptr : p.sinks.data();
   return a;
 }
 
@@ -181,8 +187,11 @@ void reference(const Problem& p, std::vector<double>& out, std::vector<double>& 
         s[j] = dot * scale + m;
         mx = std::max(mx, s[j]);
       }
+      // A sink joins the normaliser only: one more logit, no value.
+      const double sink = p.sinks.empty() ? -INFINITY : static_cast<double>(p.sinks[static_cast<size_t>(h)]);
+      mx = std::max(mx, sink);
       if (mx == -INFINITY) continue;
-      double sum = 0;
+      double sum = sink == -INFINITY ? 0.0 : std::exp(sink - mx);
       for (int64_t j = 0; j < c.n_kv; ++j) sum += s[j] == -INFINITY ? 0.0 : std::exp(s[j] - mx);
       lse[t * c.n_head + h] = mx + std::log(sum);
       double* o = out.data() + (t * c.n_head + h) * D;
@@ -419,6 +428,53 @@ TEST(Attention, EveryCompiledCpuTargetMatchesReference) {
       tail.hole_every = 5;
       tail.own_order = true;
       check_case(tail, pool);
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// Attention sinks (gpt-oss): every path — per-key short batches over F32 / F16 / q8_0, tiled
+// batches, one row split over key chunks, own-type decoding in chunks and a tail's own order —
+// against the naive softmax with the sink in its normaliser, at every compiled CPU target; a row
+// that sees no key gives zeros and the sink as its log-sum-exp.
+TEST(Attention, SinksJoinTheNormaliserOnEveryPath) {
+  ThreadPool pool1(1), pool4(4);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::TQ4}) {
+      for (int64_t n_tokens : {int64_t{1}, int64_t{3}, int64_t{64}}) {
+        for (int64_t n_kv : {int64_t{70}, int64_t{1500}}) {
+          Case c;
+          c.n_head_kv = 2;
+          c.n_head = 6;
+          c.head_dim = 64;
+          c.n_tokens = n_tokens;
+          c.n_kv = n_kv;
+          c.k_type = c.v_type = type;
+          c.hole_every = 5;
+          c.sinks = true;
+          c.seed = static_cast<uint32_t>(n_tokens * 7 + n_kv) + static_cast<uint32_t>(type);
+          check_case(c, pool1);
+          check_case(c, pool4);  // one token over 1500 keys: split keys / own-type chunks
+          c.own_order = true;
+          check_case(c, pool4);
+        }
+      }
+    }
+    for (int64_t n_tokens : {int64_t{2}, int64_t{64}}) {
+      Case c;
+      c.n_tokens = n_tokens;
+      c.n_kv = 80;
+      c.hidden_begin = 0;
+      c.hidden_end = 80;
+      c.sinks = true;
+      const Problem p = make_problem(c);
+      std::vector<float> out, lse;
+      attention(args_for(p, out, lse), pool1);
+      for (float x : out) ASSERT_EQ(x, 0.0f);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        for (int h = 0; h < c.n_head; ++h) ASSERT_EQ(lse[static_cast<size_t>(t * c.n_head + h)], p.sinks[static_cast<size_t>(h)]);
     }
   }
   hwy::SetSupportedTargetsForTest(0);

@@ -620,12 +620,34 @@ int64_t VisibleKeys(const float* mask_row, int64_t c0, int64_t c1, int64_t* out)
   return n;
 }
 
-// Writes one finished row: out = VKQ / S (as ggml: multiply by 1/S, zero when S == 0) and lse.
+// Query head h's sink (AttentionArgs::sinks) joins a finished (M, S): ggml's correction, M and S
+// updated; returns the factor VKQ is then multiplied by (1 when the sink is not a new maximum).
+float ApplySink(const AttentionArgs& a, int64_t h, float& m, float& s) {
+  const float sink = a.sinks[h];
+  float ms = 1.0f, vs = 1.0f;
+  if (sink > m) {
+    ms = std::exp(m - sink);
+    m = sink;
+  } else {
+    vs = std::exp(sink - m);
+  }
+  s = std::fma(s, ms, vs);
+  return ms;
+}
+
+// Writes one finished row: out = VKQ / S (as ggml: multiply by 1/S, zero when S == 0) and lse,
+// the sink (if any) joined first.
 void FinishRow(const AttentionArgs& a, int64_t t, int64_t h, const float* acc, float m, float s) {
   const int64_t d = a.shape.head_dim;
   float* out = a.out + t * a.out_stride + h * d;
-  const float inv = s == 0.0f ? 0.0f : 1.0f / s;
-  for (int64_t i = 0; i < d; ++i) out[i] = acc[i] * inv;
+  if (a.sinks) {
+    const float ms = ApplySink(a, h, m, s);
+    const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+    for (int64_t i = 0; i < d; ++i) out[i] = (acc[i] * ms) * inv;
+  } else {
+    const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+    for (int64_t i = 0; i < d; ++i) out[i] = acc[i] * inv;
+  }
   if (a.lse) a.lse[t * a.shape.n_head + h] = s == 0.0f ? -INFINITY : m + std::log(s);
 }
 
@@ -637,9 +659,14 @@ void EndRow(const Plan& plan, int64_t t, int64_t h, const float* acc, float m, f
     return;
   }
   float* rec = plan.partials + (h * plan.n_chunks + chunk) * (2 + plan.head_dim);
+  if (plan.args->sinks && chunk == 0) {  // ggml: with the first key chunk only
+    const float ms = ApplySink(*plan.args, h, m, s);
+    for (int64_t i = 0; i < plan.head_dim; ++i) rec[2 + i] = acc[i] * ms;
+  } else {
+    std::memcpy(rec + 2, acc, static_cast<size_t>(plan.head_dim) * sizeof(float));
+  }
   rec[0] = m;
   rec[1] = s;
-  std::memcpy(rec + 2, acc, static_cast<size_t>(plan.head_dim) * sizeof(float));
 }
 
 // The per-key algorithm for tokens [t0, t1), KV heads [g0, g1), keys [k0, k1). Writes final rows,

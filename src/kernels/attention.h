@@ -46,6 +46,12 @@ struct AttentionArgs {
   float* out = nullptr;
   int64_t out_stride = 0;
   float* lse = nullptr;
+  // Attention sinks (gpt-oss's attn_sinks): n_head learned logits, one per query head, that join
+  // every row's softmax normaliser and contribute no value, as ggml-cpu's flash attention adds
+  // them: after the keys (after the F16 accumulator is widened), once per row (split keys: with
+  // the first key chunk), M = max(M, sink) and S = S * exp(M_old - M) + exp(sink - M) as one fused
+  // multiply-add, VKQ scaled by exp(M_old - M). The lse then includes the sink. Null: none.
+  const float* sinks = nullptr;
   // No llama.cpp order to follow for these keys (a windowed cache's tail, memory/kv_window.h): the
   // kernel may take agentkv's own algorithms for any type, as it does for tq4 / tq3.
   bool own_order = false;

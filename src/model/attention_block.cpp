@@ -63,7 +63,7 @@ const std::vector<memory::AttentionGroup>& attention_view(const ForwardBatch& ba
 void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
                       const AttentionShape& shape, const float* q, int64_t q_stride,
                       const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool,
-                      int32_t window) {
+                      int32_t window, const float* sinks) {
   op_profile::Scope profile(op_profile::Kind::kAttention);
   const auto& ub = *batch.ub;
   const auto& placement = *batch.placement;
@@ -170,6 +170,7 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
     a.mask_stride = a.n_kv;
     a.out = out_rows;
     a.out_stride = n_q;
+    a.sinks = sinks;
     if (g.n_tail == 0) {
       attention(a, pool);
     } else {
@@ -200,6 +201,7 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
         tail.out = tail_out;
         tail.out_stride = tail_q;
         tail.lse = lse;
+        tail.sinks = nullptr;  // the sinks join the hot part's normaliser (and lse) alone
         tail.own_order = true;  // no llama.cpp order exists for a tail of another type
         if (kept) {  // the kept heads' query rows, back to back as their K/V rows are
           float* q_kept = ws.get(kAttentionWorkspaceSlot + 7, static_cast<size_t>(nt * tail_q));

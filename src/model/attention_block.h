@@ -16,10 +16,12 @@ constexpr int kAttentionWorkspaceSlot = 16;
 // n_head_kv*head_dim (contiguous); out: n_tokens rows of n_head*head_dim (contiguous).
 // window > 0: a sliding-window layer, each token attends to the keys at positions in
 // (its position - window, its position] (ModelConfig::attention_window).
+// sinks: n_head learned logits joining each head's softmax normaliser (AttentionArgs::sinks;
+// gpt-oss's attn_sinks), or null.
 void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
                       const AttentionShape& shape, const float* q, int64_t q_stride,
                       const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool,
-                      int32_t window = 0);
+                      int32_t window = 0, const float* sinks = nullptr);
 
 // Applies RoPE to every head of n_tokens rows (row stride `stride` floats, head stride
 // `head_stride`), token t at position pos[t].
