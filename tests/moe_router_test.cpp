@@ -179,5 +179,38 @@ TEST(ExpertGroups, EmptyBatchAndBadTables) {
   EXPECT_THROW(group_tokens_by_expert(r), Error);
 }
 
+// LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT (gpt-oss): the k largest raw logits, weights
+// ggml_soft_max over those k alone (expf each, sum in double, times float(1 / sum)); without
+// renormalisation they are exactly that softmax.
+TEST(MoeRoute, SoftmaxWeightIsTheSoftmaxOfTheSelectedLogits) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.5f, 0.0f, 3.25f, -0.75f, 1.0f};
+  MoeRouteParams p = params(8, 4, false);
+  p.softmax_weight = true;
+  int32_t ids[4];
+  float w[4];
+  moe_route_token(logits.data(), p, ids, w);
+  const int32_t want_ids[4] = {5, 1, 3, 7};
+  double sum = 0.0;
+  float e[4];
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(ids[s], want_ids[s]);
+    e[s] = expf(logits[want_ids[s]] - 3.25f);
+    sum += double(e[s]);
+  }
+  const float inv = float(1.0 / sum);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(w[s], e[s] * inv) << s;
+  // Not the softmax over all eight renormalised by default rules: that divides once more.
+  MoeRouteParams q = params(8, 4, true);
+  float w2[4];
+  moe_route_token(logits.data(), q, ids, w2);
+  EXPECT_NEAR(w2[0], w[0], 1e-6);
+  // With a bias-like shift of one logit the selection follows the raw logits.
+  std::vector<float> shifted = logits;
+  shifted[2] = 10.0f;
+  moe_route_token(shifted.data(), p, ids, w);
+  EXPECT_EQ(ids[0], 2);
+  EXPECT_NEAR(w[0] + w[1] + w[2] + w[3], 1.0, 1e-6);
+}
+
 }  // namespace
 }  // namespace agentkv

@@ -66,6 +66,12 @@ struct ModelConfig {
   int n_expert_used = 0;
   int64_t n_ff_expert = 0;
   int64_t n_ff_shared = 0;  // the shared expert's width; 0: none (qwen3moe, Mixtral)
+  // llama.cpp's build_moe_ffn options. Defaults: softmax over every expert, top-k, weights
+  // renormalised, SwiGLU (qwen3moe, qwen35moe, Mixtral). gpt-oss: LLAMA_EXPERT_GATING_FUNC_TYPE_
+  // SOFTMAX_WEIGHT (top-k of the raw logits, softmax over the k), no renormalisation, swiglu_oai.
+  bool expert_gating_softmax_weight = false;
+  bool expert_weights_norm = true;
+  bool expert_swiglu_oai = false;
 
   bool is_hybrid() const;
   // Every layer attention + FFN (qwen3, qwen3moe, llama): model/transformer.cpp.

@@ -1,5 +1,6 @@
 #include "kernels/moe_router.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -26,9 +27,8 @@ bool ranks_above(float a, float b) {
   return a > b;
 }
 
-void route_token(const float* logits, const MoeRouteParams& p, int32_t* ids, float* weights,
-                 std::vector<float>& probs, std::vector<char>& taken) {
-  const int n = p.n_expert;
+// ggml_soft_max of n logits into probs.
+void soft_max(const float* logits, int n, float* probs) {
   float max = -INFINITY;
   for (int e = 0; e < n; ++e) max = std::fmax(max, logits[e]);
   // ggml_vec_soft_max_f32 on the AVX2 build (the AVX2 and scalar levels): whole groups of 8 take
@@ -52,6 +52,16 @@ void route_token(const float* logits, const MoeRouteParams& p, int32_t* ids, flo
   }
   const float inv = float(1.0 / sum);
   for (int e = 0; e < n; ++e) probs[e] *= inv;
+}
+
+void route_token(const float* logits, const MoeRouteParams& p, int32_t* ids, float* weights,
+                 std::vector<float>& probs, std::vector<char>& taken) {
+  const int n = p.n_expert;
+  if (p.softmax_weight) {
+    std::copy(logits, logits + n, probs.begin());  // ranked by the raw logits
+  } else {
+    soft_max(logits, n, probs.data());
+  }
 
   // n_used is small (8 of 128-512 experts): repeated arg-max beats sorting and makes the tie
   // rule explicit.
@@ -65,6 +75,17 @@ void route_token(const float* logits, const MoeRouteParams& p, int32_t* ids, flo
     taken[best] = 1;
     ids[slot] = best;
     weights[slot] = probs[best];
+  }
+  if (p.softmax_weight) {  // softmax over the selected logits, in slot order
+    float selected[64];
+    std::vector<float> many;
+    float* sel = selected;
+    if (p.n_used > 64) {
+      many.resize(static_cast<size_t>(p.n_used));
+      sel = many.data();
+    }
+    std::copy(weights, weights + p.n_used, sel);
+    soft_max(sel, p.n_used, weights);
   }
   if (p.normalize) {
     double wsum = 0.0;

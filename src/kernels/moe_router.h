@@ -22,10 +22,15 @@ struct MoeRouteParams {
   int n_used = 0;             // 1 <= n_used <= n_expert
   bool normalize = true;      // w = p_sel / max(sum(p_sel), 6.103515625e-5) (qwen35moe: true)
   float weight_scale = 0.0f;  // applied after normalisation unless 0 or 1 (expert_weights_scale)
+  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT (gpt-oss): the n_used largest raw
+  // logits are selected and the weights are the softmax over those n_used logits alone (then
+  // normalize / weight_scale as above; gpt-oss normalises nothing). false: softmax over all.
+  bool softmax_weight = false;
 };
 
 // Routes one token: p = softmax(logits) over all n_expert experts (max-subtracted, sum in double,
-// as ggml_soft_max), the n_used largest p are selected, weights per params. ids / weights get
+// as ggml_soft_max), the n_used largest p are selected, weights per params (softmax_weight: the
+// n_used largest logits, weights the same softmax over the selected logits). ids / weights get
 // n_used entries.
 //
 // Ties: ggml picks the top k with an unstable std::sort / partial_sort, so equal probabilities

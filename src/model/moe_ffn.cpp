@@ -42,6 +42,18 @@ MoeWeights bind_moe_weights(WeightBinder& w, const std::string& p, const ModelCo
     }
     m.down.push_back(w.matrix3d(p + "ffn_down_exps.weight", Fe, E, cfg.n_expert, e));
   }
+  if (w.has(p + "ffn_gate_inp.bias")) m.router_bias = w.vector(p + "ffn_gate_inp.bias", cfg.n_expert);
+  const auto expert_rows = [&](const std::string& name, int64_t width, std::vector<const float*>& rows) {
+    if (!w.has(name)) return;
+    const float* b = w.f32_matrix(name, width, cfg.n_expert);
+    for (int e = 0; e < cfg.n_expert; ++e) rows.push_back(b + static_cast<int64_t>(e) * width);
+  };
+  expert_rows(p + "ffn_gate_exps.bias", Fe, m.gate_bias);
+  expert_rows(p + "ffn_up_exps.bias", Fe, m.up_bias);
+  expert_rows(p + "ffn_down_exps.bias", E, m.down_bias);
+  m.softmax_weight = cfg.expert_gating_softmax_weight;
+  m.normalize_weights = cfg.expert_weights_norm;
+  m.swiglu_oai = cfg.expert_swiglu_oai;
   if (Fs > 0) {
     m.shared_gate_inp = w.matrix(p + "ffn_gate_inp_shexp.weight", E, 1);
     m.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", E, Fs);
@@ -57,9 +69,14 @@ void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* o
   const int64_t Fs = w.has_shared_expert() ? w.shared_gate.n_out : 0;
   float* router_logits = ws.get(kMoeWorkspaceSlot, n * w.n_expert);
   matmul(w.router, x, n, E, router_logits, w.n_expert, pool);
+  if (w.router_bias)
+    for (int64_t t = 0; t < n; ++t)
+      for (int e = 0; e < w.n_expert; ++e) router_logits[t * w.n_expert + e] += w.router_bias[e];
   MoeRouteParams rp;
   rp.n_expert = w.n_expert;
   rp.n_used = w.n_used;
+  rp.softmax_weight = w.softmax_weight;
+  rp.normalize = w.normalize_weights;
   const MoeRouting routing = moe_route(router_logits, w.n_expert, n, rp);
   const ExpertGroups groups = group_tokens_by_expert(routing);
 
@@ -75,8 +92,20 @@ void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* o
     // llama.cpp's MUL_MAT_ID runs every expert row through the single-row (GEMV) kernel order.
     matmul(w.gate[e], xe, cnt, E, gate, Fe, pool, RowGrouping::kEachRowAlone);
     matmul(w.up[e], xe, cnt, E, up, Fe, pool, RowGrouping::kEachRowAlone);
-    for (int32_t r = 0; r < cnt; ++r) swiglu(gate + r * Fe, up + r * Fe, gate + r * Fe, Fe);
+    const auto add_bias = [&](const std::vector<const float*>& bias, float* rows, int64_t width) {
+      if (bias.empty()) return;
+      const float* b = bias[static_cast<size_t>(e)];
+      for (int32_t r = 0; r < cnt; ++r)
+        for (int64_t i = 0; i < width; ++i) rows[r * width + i] += b[i];
+    };
+    add_bias(w.gate_bias, gate, Fe);
+    add_bias(w.up_bias, up, Fe);
+    for (int32_t r = 0; r < cnt; ++r) {
+      if (w.swiglu_oai) swiglu_oai(gate + r * Fe, up + r * Fe, gate + r * Fe, Fe);
+      else swiglu(gate + r * Fe, up + r * Fe, gate + r * Fe, Fe);
+    }
     matmul(w.down[e], gate, cnt, Fe, down, E, pool, RowGrouping::kEachRowAlone);
+    add_bias(w.down_bias, down, E);
     for (int32_t r = 0; r < cnt; ++r) {
       const int32_t t = groups.token[b + r], s = groups.slot[b + r];
       const float wt = routing.weights[t * w.n_used + s];
