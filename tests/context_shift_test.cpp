@@ -231,6 +231,32 @@ TEST(KeyRowShiftPerLayer, EachLayerTurnsByItsOwnRotation) {
     }
 }
 
+// A YaRN rotation (gpt-oss) turns a shifted key by the delta's YaRN table, magnitude factor
+// included, as llama.cpp's build_rope_shift does: an F32 row, turned in place, equals the stored
+// row rotated by rope_cache(delta, yarn) bit for bit (and not the plain table of the same scale).
+TEST(KeyRowShiftYarn, TurnsByTheYarnTableOfTheDelta) {
+  ShiftFixture f(GgmlType::F32, 40, kHeadDim);
+  KeyRotation yarn = test_rope(kHeadDim);
+  yarn.freq_base = 150000.f;
+  yarn.freq_scale = 1.f / 32.f;
+  yarn.ext_factor = 1.f;
+  yarn.attn_factor = 1.25f;  // a visible magnitude
+  yarn.n_ctx_orig = 4096;
+  std::vector<float> before(static_cast<size_t>(kEmbd));
+  std::memcpy(before.data(), f.kv.rows().k_data(0, 0) + 25 * f.kv.rows().row_bytes_k(), kEmbd * sizeof(float));
+  f.kv.seq_add(0, 20, -1, 137);
+  ThreadPool pool(2);
+  EXPECT_EQ(rotate_shifted_keys(f.kv, yarn, pool), 20);
+  std::vector<float> cos_sin(static_cast<size_t>(kHeadDim)), want = before, plain = before;
+  rope_cache(137.f, kHeadDim, yarn.freq_base, yarn.freq_scale, nullptr, yarn.yarn(), cos_sin.data());
+  for (int64_t h = 0; h < kHeads; ++h) rope_apply(RopeStyle::Neox, want.data() + h * kHeadDim, kHeadDim, cos_sin.data());
+  rope_cache(137.f, kHeadDim, yarn.freq_base, yarn.freq_scale, nullptr, cos_sin.data());
+  for (int64_t h = 0; h < kHeads; ++h) rope_apply(RopeStyle::Neox, plain.data() + h * kHeadDim, kHeadDim, cos_sin.data());
+  const auto got = read_row(f.kv, 0, 25);
+  EXPECT_EQ(got, want);
+  EXPECT_NE(got, plain);
+}
+
 // Property: random sequences of seq_add / seq_div / seq_rm / seq_cp over two sequences, with the
 // rotation applied after a random number of them, against a reference of the cells (position,
 // sequence set, rotations undergone): positions, sequence sets, pos min / max and every live K row

@@ -44,6 +44,10 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, std::span<const KeyRotation> ro
     if (layout.layer_has_kv[il]) kv_layers.push_back(static_cast<int>(il));
 
   memory::KvRows& rows = kv.rows();
+  // YaRN rotations (gpt-oss) turn by the delta's YaRN table, magnitude factor included, as
+  // llama.cpp's build_rope_shift passes the context's YaRN parameters to ggml_rope_ext.
+  std::vector<RopeYarn> yarns;
+  for (const KeyRotation& rope : ropes) yarns.push_back(rope.yarn());
   int64_t rotated = 0;
   for (uint32_t s = 0; s < layout.n_streams(); ++s) {
     const std::vector<std::pair<uint32_t, memory::Pos>> todo = memory::pending_shifts(kv.cells(s));
@@ -59,7 +63,7 @@ int64_t rotate_shifted_keys(memory::KvCache& kv, std::span<const KeyRotation> ro
         for (size_t r = 0; r < ropes.size(); ++r) {
           cos_sin[r].resize(static_cast<size_t>(ropes[r].n_rot));
           rope_cache(static_cast<float>(delta), ropes[r].n_rot, ropes[r].freq_base, ropes[r].freq_scale,
-                     ropes[r].freq_factors, cos_sin[r].data());
+                     ropes[r].freq_factors, yarns[r], cos_sin[r].data());
         }
         for (int il : kv_layers) {
           const size_t r = static_cast<size_t>(rope_of_layer[static_cast<size_t>(il)]);
@@ -92,7 +96,9 @@ int64_t ArchModel::apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const {
     rope.head_dim = config_.head_dim_k;
     auto same = [&](const KeyRotation& r) {
       return r.style == rope.style && r.n_rot == rope.n_rot && r.freq_base == rope.freq_base &&
-             r.freq_scale == rope.freq_scale && r.freq_factors == rope.freq_factors;
+             r.freq_scale == rope.freq_scale && r.freq_factors == rope.freq_factors &&
+             r.ext_factor == rope.ext_factor && r.attn_factor == rope.attn_factor &&
+             r.beta_fast == rope.beta_fast && r.beta_slow == rope.beta_slow && r.n_ctx_orig == rope.n_ctx_orig;
     };
     auto it = std::find_if(ropes.begin(), ropes.end(), same);
     if (it == ropes.end()) it = ropes.insert(ropes.end(), rope);
