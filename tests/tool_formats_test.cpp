@@ -559,6 +559,14 @@ TEST(ToolFormats, HarmonyWithoutToolsOrReasoning) {
   EXPECT_EQ(parse_chat_output("<|channel|>analysis<|message|>Hm<|en", o, true).content, "<|channel|>analysis<|message|>Hm");
 }
 
+// A vocabulary for a ChatFormatter over a template that names its tokens in text.
+agentkv::VocabData tiny_vocab() {
+  agentkv::VocabData v;
+  v.tokens = {"<|start|>", "<|return|>", "a"};
+  v.eos = 1;
+  return v;
+}
+
 // The next turn of an agent on gpt-oss: the client sends back the parsed answer (reasoning_content,
 // tool_calls with string arguments) and the tool's result; the server renders the prompt with the
 // template (ChatFormatter: reasoning_content becomes the template's `thinking`). The new prompt
@@ -567,10 +575,7 @@ TEST(ToolFormats, HarmonyWithoutToolsOrReasoning) {
 // the previous generation prompt.
 TEST(ToolFormats, HarmonyNextTurnHoldsTheAnswersText) {
   AGENTKV_NEEDS_FIXTURES();
-  agentkv::VocabData v;
-  v.tokens = {"<|start|>", "<|return|>", "a"};
-  v.eos = 1;
-  const agentkv::Tokenizer tok(v);
+  const agentkv::Tokenizer tok(tiny_vocab());
   const ChatFormatter chat(tok, read_text(templates_dir() / "openai-gpt-oss-120b.jinja"));
   Json tools = request_tools();
   tools[0]["function"].erase("description");  // llama.cpp's engine prints "" for it, as does agentkv's
@@ -602,10 +607,7 @@ TEST(ToolFormats, HarmonyNextTurnHoldsTheAnswersText) {
 // that message's body.
 TEST(ToolFormats, HarmonyContinuedAnswer) {
   AGENTKV_NEEDS_FIXTURES();
-  agentkv::VocabData v;
-  v.tokens = {"<|start|>", "<|return|>", "a"};
-  v.eos = 1;
-  const agentkv::Tokenizer tok(v);
+  const agentkv::Tokenizer tok(tiny_vocab());
   const ChatFormatter chat(tok, read_text(templates_dir() / "openai-gpt-oss-120b.jinja"));
   const Json user = Json::parse(R"({"role": "user", "content": "Sum?"})");
   ChatParseOptions o;
