@@ -9,8 +9,8 @@
 namespace agentkv {
 
 // Plain decoders (Qwen3, Qwen3-MoE, Llama / Mistral incl. Mixtral-style experts), the hybrids and
-// the sliding-window decoders (Gemma 3).
-enum class Arch { Qwen3, Qwen3Moe, Llama, Qwen35, Qwen35Moe, Qwen3Next, Gemma3 };
+// the sliding-window decoders (Gemma 3, gpt-oss).
+enum class Arch { Qwen3, Qwen3Moe, Llama, Qwen35, Qwen35Moe, Qwen3Next, Gemma3, GptOss };
 const char* arch_name(Arch a);
 
 struct ModelConfig {
@@ -47,7 +47,8 @@ struct ModelConfig {
 
   // Sliding-window attention: layer il attends only to keys at positions > its query's - n_swa
   // (llama.cpp's LLAMA_SWA_TYPE_STANDARD) when layer_swa[il]; empty / 0 without windows. The
-  // windowed layers rotate with their own base and scale (Gemma 3: 10000 locally, 1e6 globally).
+  // windowed layers rotate with their own base and scale (Gemma 3: 10000 locally, 1e6 globally;
+  // gpt-oss: the main ones unless rope.freq_base_swa says otherwise).
   int32_t n_swa = 0;
   std::vector<bool> layer_swa;
   float rope_freq_base_swa = 10000.f;

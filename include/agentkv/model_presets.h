@@ -46,7 +46,7 @@ struct ModelShape {
   std::string name;          // preset name; general.name is "random-<name>" (or general_name)
   std::string general_name;  // general.name when set: a trained model is not "random-"
   std::string description;   // one line for --list
-  std::string arch;          // general.architecture: "qwen3", "qwen3moe", "llama", "qwen35", "qwen35moe", "gemma3"
+  std::string arch;          // general.architecture: "qwen3", "qwen3moe", "llama", "qwen35", "qwen35moe", "gemma3", "gpt-oss"
   int64_t n_embd = 0;
   int64_t n_layer = 0;
   int64_t n_head = 0;
@@ -85,6 +85,9 @@ struct ModelShape {
   uint32_t sliding_window_pattern = 0;
   // Linear RoPE scaling of the global layers (rope.scaling.type = linear); 0 = none.
   float rope_linear_factor = 0.f;
+  // YaRN RoPE scaling (rope.scaling.type = yarn, gpt-oss); 0 = none.
+  float rope_yarn_factor = 0.f;
+  uint32_t rope_yarn_original_context = 4096;
 
   // Llama 3.1's RoPE frequency scaling (the converter's rope_freqs tensor); 0 = none.
   float rope_llama3_factor = 0.f;
@@ -96,7 +99,9 @@ struct ModelShape {
 
   bool is_hybrid() const { return full_attention_interval > 0; }
   bool is_moe() const { return n_expert > 0; }
-  bool has_qk_norm() const { return arch != "llama"; }
+  bool has_qk_norm() const { return arch != "llama" && arch != "gpt-oss"; }
+  // gpt-oss: Q/K/V/O biases and per-head attention sinks; experts with biases.
+  bool has_attention_biases() const { return arch == "gpt-oss"; }
   // Gemma's norms after the attention and the FFN as well as before them.
   bool has_post_norms() const { return arch == "gemma3"; }
   bool is_full_attention_layer(int64_t il) const {

@@ -16,6 +16,7 @@ const char* arch_name(Arch a) {
     case Arch::Qwen35Moe: return "qwen35moe";
     case Arch::Qwen3Next: return "qwen3next";
     case Arch::Gemma3: return "gemma3";
+    case Arch::GptOss: return "gpt-oss";
   }
   return "?";
 }
@@ -58,19 +59,24 @@ int64_t uniform_layer_value(const gguf::Reader& g, const std::string& key, int64
   return fallback;
 }
 
-// Gemma 3's windows as llama.cpp reads them: `attention.sliding_window` (absent or 0: every layer
-// global), `attention.sliding_window_pattern` (a period, default 6: every period-th layer global;
-// or one flag per layer), `rope.freq_base_swa` (default 10000) for the windowed layers.
+// The windows as llama.cpp reads them: `attention.sliding_window` (Gemma 3: absent or 0 makes
+// every layer global; gpt-oss: required), `attention.sliding_window_pattern` (a period: every
+// period-th layer global, default 6 for Gemma 3 and 2 for gpt-oss; or one flag per layer), and
+// `rope.freq_base_swa` for the windowed layers (default 10000 for Gemma 3; gpt-oss's windowed
+// layers rotate as its global ones unless the key is there).
 void read_sliding_window(const gguf::Reader& g, ModelConfig& c) {
   const gguf::Metadata& md = g.metadata();
   const std::string p = c.arch_key + ".";
-  if (c.arch != Arch::Gemma3) {
+  if (c.arch != Arch::Gemma3 && c.arch != Arch::GptOss) {
     if (md.find(p + "attention.sliding_window"))
-      fail(g, c.arch_key + " with attention.sliding_window is not supported (sliding windows: gemma3)");
+      fail(g, c.arch_key + " with attention.sliding_window is not supported (sliding windows: gemma3, gpt-oss)");
     return;
   }
-  c.n_swa = static_cast<int32_t>(md.get_uint(p + "attention.sliding_window").value_or(0));
+  const bool gpt_oss = c.arch == Arch::GptOss;
+  c.n_swa = static_cast<int32_t>(gpt_oss ? md.require_uint(p + "attention.sliding_window")
+                                         : md.get_uint(p + "attention.sliding_window").value_or(0));
   if (c.n_swa <= 0) return;
+  const int64_t default_period = gpt_oss ? 2 : 6;
   c.layer_swa.assign(static_cast<size_t>(c.n_layer), false);
   const std::string pattern_key = p + "attention.sliding_window_pattern";
   const gguf::Value* pattern = md.find(pattern_key);
@@ -79,11 +85,15 @@ void read_sliding_window(const gguf::Reader& g, ModelConfig& c) {
     if (!flags || static_cast<int>(flags->size()) < c.n_layer) fail(g, pattern_key + " is shorter than block_count");
     for (int il = 0; il < c.n_layer; ++il) c.layer_swa[il] = (*flags)[il] != 0;
   } else {
-    const int64_t period = pattern ? md.get_int(pattern_key).value_or(6) : 6;
+    const int64_t period = pattern ? md.get_int(pattern_key).value_or(default_period) : default_period;
     if (period < 0) fail(g, pattern_key + " must not be negative");
     for (int il = 0; il < c.n_layer; ++il) c.layer_swa[il] = period == 0 || il % period < period - 1;
   }
-  c.rope_freq_base_swa = static_cast<float>(md.get_float(p + "rope.freq_base_swa").value_or(10000.0));
+  if (gpt_oss) {
+    c.rope_freq_base_swa = c.rope_freq_base;
+    c.rope_freq_scale_swa = c.rope_freq_scale;
+  }
+  c.rope_freq_base_swa = static_cast<float>(md.get_float(p + "rope.freq_base_swa").value_or(c.rope_freq_base_swa));
 }
 
 }  // namespace
@@ -99,7 +109,8 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   else if (c.arch_key == "qwen35moe") c.arch = Arch::Qwen35Moe;
   else if (c.arch_key == "qwen3next") c.arch = Arch::Qwen3Next;
   else if (c.arch_key == "gemma3") c.arch = Arch::Gemma3;
-  else fail(g, "unsupported architecture '" + c.arch_key + "' (supported: qwen3, qwen3moe, llama, qwen35, qwen35moe, qwen3next, gemma3)");
+  else if (c.arch_key == "gpt-oss") c.arch = Arch::GptOss;
+  else fail(g, "unsupported architecture '" + c.arch_key + "' (supported: qwen3, qwen3moe, llama, qwen35, qwen35moe, qwen3next, gemma3, gpt-oss)");
   const std::string p = c.arch_key + ".";
   c.name = md.get_string("general.name").value_or("");
 
@@ -144,7 +155,7 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   read_sliding_window(g, c);
 
   const bool has_experts = md.get_uint(p + "expert_count").value_or(0) > 0;
-  if (c.is_plain_decoder() || c.arch == Arch::Gemma3) {
+  if (c.is_plain_decoder() || c.arch == Arch::Gemma3 || c.arch == Arch::GptOss) {
     if (c.head_dim_k != c.head_dim_v)
       fail(g, c.arch_key + " requires attention.key_length == attention.value_length");
     if (c.arch == Arch::Qwen3 && c.n_rot != c.head_dim_k)
@@ -176,7 +187,9 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
       for (int il = 0; il < c.n_layer; ++il) c.layer_recurrent[il] = ((il + 1) % interval) != 0;
     }
   }
-  if (c.arch == Arch::Qwen35Moe || c.arch == Arch::Qwen3Next || (c.is_plain_decoder() && has_experts)) {
+  if (c.arch == Arch::GptOss && !has_experts) fail(g, "gpt-oss requires expert_count > 0");
+  if (c.arch == Arch::Qwen35Moe || c.arch == Arch::Qwen3Next || c.arch == Arch::GptOss ||
+      (c.is_plain_decoder() && has_experts)) {
     c.n_expert = static_cast<int>(md.require_uint(p + "expert_count"));
     c.n_expert_used = static_cast<int>(md.require_uint(p + "expert_used_count"));
     if (c.n_expert <= 0 || c.n_expert_used <= 0 || c.n_expert_used > c.n_expert)
@@ -187,8 +200,13 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
     if (c.n_ff_expert <= 0) fail(g, "expert_feed_forward_length must be positive");
     // The plain decoders' experts have no shared expert (feed_forward_length is then the dense
     // width a converter records, not a shared expert's).
-    c.n_ff_shared = c.is_plain_decoder()
+    c.n_ff_shared = c.is_plain_decoder() || c.arch == Arch::GptOss
         ? 0 : static_cast<int64_t>(md.get_uint(p + "expert_shared_feed_forward_length").value_or(c.n_ff));
+    if (c.arch == Arch::GptOss) {  // llama.cpp's build_moe_ffn call for it
+      c.expert_gating_softmax_weight = true;
+      c.expert_weights_norm = false;
+      c.expert_swiglu_oai = true;
+    }
   } else if (c.arch == Arch::Qwen35 && c.n_ff <= 0) {
     fail(g, "missing required key '" + p + "feed_forward_length'");
   }

@@ -47,15 +47,6 @@ Gemma3Model::Gemma3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
   w.check_all_used();
 }
 
-RopeSpec Gemma3Model::layer_rope(int il) const {
-  RopeSpec r = rope();
-  if (config_.is_swa(il)) {
-    r.freq_base = config_.rope_freq_base_swa;
-    r.freq_scale = config_.rope_freq_scale_swa;
-  }
-  return r;
-}
-
 void Gemma3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws, ThreadPool& pool) const {
   const auto& cfg = config_;
   const int64_t T = static_cast<int64_t>(b.tokens.size());

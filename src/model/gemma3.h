@@ -14,7 +14,6 @@ class Gemma3Model final : public ArchModel {
   Gemma3Model(std::unique_ptr<gguf::Reader> gguf, ModelConfig config);
   void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
                ThreadPool& pool) const override;
-  RopeSpec layer_rope(int il) const override;
   bool can_shift() const override { return true; }
 
  private:

@@ -7,6 +7,7 @@
 #include "agentkv/error.h"
 #include "gguf/gguf.h"
 #include "model/gemma3.h"
+#include "model/gpt_oss.h"
 #include "model/qwen35.h"
 #include "model/transformer.h"
 
@@ -43,6 +44,8 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
       return std::make_unique<Qwen35Model>(std::move(reader), std::move(config));
     case Arch::Gemma3:
       return std::make_unique<Gemma3Model>(std::move(reader), std::move(config));
+    case Arch::GptOss:
+      return std::make_unique<GptOssModel>(std::move(reader), std::move(config));
     default:
       throw Error(path + ": architecture '" + config.arch_key + "' is not supported yet");
   }
@@ -58,6 +61,15 @@ RopeSpec ArchModel::rope() const {
   r.beta_fast = config_.rope_yarn_beta_fast;
   r.beta_slow = config_.rope_yarn_beta_slow;
   r.n_ctx_orig = config_.rope_n_ctx_orig;
+  return r;
+}
+
+RopeSpec ArchModel::layer_rope(int il) const {
+  RopeSpec r = rope();
+  if (config_.is_swa(il)) {
+    r.freq_base = config_.rope_freq_base_swa;
+    r.freq_scale = config_.rope_freq_scale_swa;
+  }
   return r;
 }
 

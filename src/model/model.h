@@ -106,8 +106,9 @@ class ArchModel : public Model {
   // How queries and keys are rotated: NEOX over the config's rotary dims and frequencies unless
   // the architecture says otherwise (Llama: adjacent pairs and its rope_freqs tensor).
   virtual RopeSpec rope() const;
-  // Layer il's rotation: rope() unless the architecture's layers differ (Gemma 3's windowed ones).
-  virtual RopeSpec layer_rope(int il) const { (void)il; return rope(); }
+  // Layer il's rotation: rope(), with the windowed layers' own base and scale
+  // (ModelConfig::rope_freq_base_swa / rope_freq_scale_swa) on a sliding-window layer.
+  RopeSpec layer_rope(int il) const;
   // Context shift: whether the keys stored in the KV cache can be re-rotated to new positions
   // (seq_add / seq_div). False unless the architecture says so (llama.cpp refuses M-RoPE/IMROPE).
   virtual bool can_shift() const { return false; }

@@ -153,6 +153,28 @@ ModelShape gemma3_shape(std::string name, std::string description, int64_t n_emb
   return s;
 }
 
+// gpt-oss as the converter writes it: biased attention with sinks, YaRN (factor 32 over 4,096),
+// every other layer a sliding window, biased experts (4 used), untied head, harmony chat vocabulary.
+ModelShape gpt_oss_shape(std::string name, std::string description, int64_t n_embd, int64_t n_layer,
+                         int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_expert,
+                         int64_t n_expert_used, int64_t n_ff_exp, int32_t window) {
+  ModelShape s = qwen3_shape(std::move(name), std::move(description), n_embd, n_layer, n_head, n_head_kv,
+                             head_dim, 0);
+  s.arch = "gpt-oss";
+  s.tied_output = false;
+  s.context_length = 131072;
+  s.rope_freq_base = 150000.f;
+  s.rms_eps = 1e-5f;
+  s.rope_yarn_factor = 32.f;
+  s.rope_yarn_original_context = 4096;
+  s.sliding_window = window;
+  s.n_expert = n_expert;
+  s.n_expert_used = n_expert_used;
+  s.n_ff_exp = n_ff_exp;
+  s.chat_vocab = ModelShape::ChatVocab::Harmony;
+  return s;
+}
+
 std::vector<ModelShape> make_presets() {
   std::vector<ModelShape> p;
   p.push_back(qwen3_shape("qwen3-0.6b", "Qwen3-0.6B: E=1024, 28 layers, 16/8 heads, FFN 3072",
@@ -187,6 +209,8 @@ std::vector<ModelShape> make_presets() {
   // A window of 16 so that the fixture prompts (up to ~60 tokens) reach past it.
   p.push_back(gemma3_shape("gemma3-micro", "fixture gemma3-micro: Gemma 3 structure, E=64, 6 layers (5 sliding-window of 16 + 1 global), 2/1 heads, FFN 128",
                            64, 6, 2, 1, 32, 128, 16));
+  p.push_back(gpt_oss_shape("gpt-oss-micro", "fixture gpt-oss-micro: gpt-oss structure, E=64, 4 layers (window 16 every other), 2/1 heads, 4 experts / 2 used, expert FFN 64",
+                            64, 4, 2, 1, 32, 4, 2, 64, 16));
   {
     ModelShape g = gemma3_shape("gemma3-1b", "Gemma 3 1B's shape: E=1152, 26 layers (window 512, 5 local : 1 global), 4/1 heads of 256, FFN 6912, vocab 262144",
                                 1152, 26, 4, 1, 256, 6912, 512);
@@ -218,6 +242,8 @@ constexpr float kEmbeddingStd = 0.4f;
 constexpr float kRouterStd = 0.02f;
 constexpr float kConvStd = 0.2f;
 constexpr float kDtBiasStd = 0.1f;
+constexpr float kBiasStd = 0.1f;  // gpt-oss's attention and expert biases
+constexpr float kSinkStd = 1.0f;  // its sinks: logits of the order of the scores'
 
 void add_attention(TensorList& l, const ModelShape& s, const std::string& p) {
   const bool qk_norm = s.has_qk_norm();
@@ -228,6 +254,13 @@ void add_attention(TensorList& l, const ModelShape& s, const std::string& p) {
   l.matrix(p + "attn_k.weight", {E, s.n_head_kv * D});
   l.matrix(p + "attn_v.weight", {E, s.n_head_kv * D});
   l.matrix(p + "attn_output.weight", {s.n_head * D, E});
+  if (s.has_attention_biases()) {
+    l.add(p + "attn_q.bias", {q_width}, Init::Normal, kBiasStd);
+    l.add(p + "attn_k.bias", {s.n_head_kv * D}, Init::Normal, kBiasStd);
+    l.add(p + "attn_v.bias", {s.n_head_kv * D}, Init::Normal, kBiasStd);
+    l.add(p + "attn_output.bias", {E}, Init::Normal, kBiasStd);
+    l.add(p + "attn_sinks.weight", {s.n_head}, Init::Normal, kSinkStd);
+  }
   if (!qk_norm) return;
   l.norm(p + "attn_q_norm.weight", D);
   l.norm(p + "attn_k_norm.weight", D);
@@ -265,6 +298,12 @@ void add_ffn(TensorList& l, const ModelShape& s, const std::string& p) {
   l.matrix(p + "ffn_gate_exps.weight", {E, s.n_ff_exp, s.n_expert});
   l.matrix(p + "ffn_up_exps.weight", {E, s.n_ff_exp, s.n_expert});
   l.matrix(p + "ffn_down_exps.weight", {s.n_ff_exp, E, s.n_expert});
+  if (s.has_attention_biases()) {
+    l.add(p + "ffn_gate_inp.bias", {s.n_expert}, Init::Normal, kBiasStd);
+    l.add(p + "ffn_gate_exps.bias", {s.n_ff_exp, s.n_expert}, Init::Normal, kBiasStd);
+    l.add(p + "ffn_up_exps.bias", {s.n_ff_exp, s.n_expert}, Init::Normal, kBiasStd);
+    l.add(p + "ffn_down_exps.bias", {E, s.n_expert}, Init::Normal, kBiasStd);
+  }
   if (s.n_ff_shexp == 0) return;
   l.add(p + "ffn_gate_inp_shexp.weight", {E}, Init::Normal, kRouterStd);
   l.matrix(p + "ffn_gate_shexp.weight", {E, s.n_ff_shexp});
@@ -291,8 +330,8 @@ std::vector<PlannedTensor> converter_tensors(const ModelShape& s) {
       else add_delta_net(l, s, p);
     } else {
       add_attention(l, s, p);
-      if (s.has_post_norms()) l.norm(p + "post_attention_norm.weight", s.n_embd);
-      l.norm(p + "ffn_norm.weight", s.n_embd);
+      if (s.has_post_norms() || s.has_attention_biases()) l.norm(p + "post_attention_norm.weight", s.n_embd);
+      if (!s.has_attention_biases()) l.norm(p + "ffn_norm.weight", s.n_embd);  // gpt-oss's is the one above
     }
     add_ffn(l, s, p);
     if (s.has_post_norms()) l.norm(p + "post_ffw_norm.weight", s.n_embd);
@@ -507,6 +546,11 @@ void write_metadata(gguf::Writer& w, const ModelShape& s, const VocabData& vocab
   if (s.sliding_window > 0) {
     w.set_u32(a + "attention.sliding_window", u32(s.sliding_window));
     if (s.sliding_window_pattern > 0) w.set_u32(a + "attention.sliding_window_pattern", s.sliding_window_pattern);
+  }
+  if (s.rope_yarn_factor > 0.f) {
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_f32(a + "rope.scaling.factor", s.rope_yarn_factor);
+    w.set_u32(a + "rope.scaling.original_context_length", s.rope_yarn_original_context);
   }
   if (s.rope_linear_factor > 0.f) {
     w.set_string(a + "rope.scaling.type", "linear");

@@ -172,6 +172,8 @@ GgmlType converter_tensor_type(std::string_view name, std::span<const int64_t> n
   // The converter keeps vectors, the SSM convolution and MoE routers in F32.
   if (effective_dims(ne) < 2) return GgmlType::F32;
   if (contains(name, "ssm_conv1d") || contains(name, "ffn_gate_inp.weight")) return GgmlType::F32;
+  // Anything but a .weight (gpt-oss's 2-D expert biases) stays F32 as well.
+  if (!name.ends_with(".weight")) return GgmlType::F32;
   return GgmlType::F16;
 }
 

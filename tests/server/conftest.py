@@ -197,7 +197,7 @@ def reference():
 # added since (made by `agentkv mkmodel --preset NAME`, once per test run).
 FIXTURE_MODELS = {"dense": "qwen3-micro.gguf", "hybrid": "qwen35moe-micro.gguf"}
 PRESET_MODELS = {"qwen3moe": "qwen3moe-micro", "llama": "llama-micro", "qwen3next": "qwen3next-micro",
-                 "gemma3": "gemma3-micro"}
+                 "gemma3": "gemma3-micro", "gpt-oss": "gpt-oss-micro"}
 # Chat-format presets: the same architecture as a memory model, another family's chat vocabulary.
 CHAT_PRESET_MODELS = {"mistral": "mistral-micro"}
 MEMORY_MODELS = sorted(FIXTURE_MODELS) + sorted(PRESET_MODELS)

@@ -114,6 +114,11 @@ def test_sessions_share_one_system_prompt(kind, tmp_path):
 
 @pytest.mark.parametrize("kind", MEMORY_MODELS)
 def test_alternating_sessions_on_one_slot_evaluate_only_new_tokens(kind, tmp_path):
+    if kind == "gpt-oss":
+        # The answer here is a logit-biased word; harmony re-renders an answer inside its channel
+        # framing (<|channel|>final<|message|>...<|end|>), which such an answer lacks, so no word
+        # is canonical. Harmony's next-turn reuse: tool_calls_test HarmonyNextTurnHoldsTheAnswersText.
+        pytest.skip("harmony re-renders answers in their channel framing; no logit-biased answer is canonical")
     server = Server(tmp_path, "-np", "1", "-c", "8192", model=model_file(kind))
     try:
         history = {s: [{"role": "system", "content": system_prompt(server, 10 + k, 700)}]
