@@ -23,9 +23,7 @@ Gemma3Model::Gemma3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
   query_scale_ = cfg.attn_scale != 0.f ? cfg.attn_scale
                  : cfg.n_layer == 62   ? 1.0f / std::sqrt(static_cast<float>(E / cfg.n_head))
                                        : 1.0f / std::sqrt(static_cast<float>(D));
-  token_embd_ = w.matrix("token_embd.weight", E, cfg.n_vocab);
-  output_norm_ = w.vector("output_norm.weight", E);
-  output_ = cfg.tied_output ? token_embd_ : w.matrix("output.weight", E, cfg.n_vocab);
+  head_ = bind_embedding_and_head(w, cfg);
   layers_.resize(cfg.n_layer);
   for (int il = 0; il < cfg.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
@@ -69,7 +67,7 @@ void Gemma3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
 
   const float embd_scale = std::sqrt(static_cast<float>(E));
   for (int64_t t = 0; t < T; ++t) {
-    get_row(token_embd_, b.tokens[t], x + t * E);
+    get_row(head_.token_embd, b.tokens[t], x + t * E);
     for (int64_t i = 0; i < E; ++i) x[t * E + i] *= embd_scale;
   }
 
@@ -109,7 +107,7 @@ void Gemma3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
       for (int64_t i = 0; i < E; ++i) x[t * E + i] += cur[t * E + i];
     }
   }
-  output_head(b, x, rows, E, output_norm_, cfg.rms_eps, output_, cfg.n_vocab, cur, pool);
+  output_head(b, x, rows, E, head_.output_norm, cfg.rms_eps, head_.output, cfg.n_vocab, cur, pool);
   if (b.logits && cfg.final_logit_softcap > 0.f) {  // Gemma 2's cap, when a file carries one
     const float c = cfg.final_logit_softcap, inv_c = 1.0f / c;  // ggml_scale by 1/c, tanh, scale by c
     for (int64_t i = 0; i < rows * cfg.n_vocab; ++i) b.logits[i] = std::tanh(b.logits[i] * inv_c) * c;

@@ -6,6 +6,7 @@
 
 #include "kernels/matmul.h"
 #include "model/model.h"
+#include "model/output_rows.h"
 
 namespace agentkv {
 
@@ -28,9 +29,7 @@ class Gemma3Model final : public ArchModel {
     const float* ffn_post_norm;
   };
 
-  WeightMatrix token_embd_;
-  const float* output_norm_ = nullptr;
-  WeightMatrix output_;
+  EmbeddingAndHead head_;
   std::vector<Layer> layers_;
   // Scale applied to the queries before attention (llama.cpp's f_attention_scale; the attention
   // itself then scales by 1).

@@ -25,9 +25,7 @@ GptOssModel::GptOssModel(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
   WeightBinder w(*gguf_);
   const int64_t E = cfg.n_embd, D = cfg.head_dim_k;
   const int64_t nq = cfg.n_head * D, nkv = cfg.n_head_kv * D;
-  token_embd_ = w.matrix("token_embd.weight", E, cfg.n_vocab);
-  output_norm_ = w.vector("output_norm.weight", E);
-  output_ = cfg.tied_output ? token_embd_ : w.matrix("output.weight", E, cfg.n_vocab);
+  head_ = bind_embedding_and_head(w, cfg);
   layers_.resize(cfg.n_layer);
   for (int il = 0; il < cfg.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
@@ -67,7 +65,7 @@ void GptOssModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
   float* attn = ws.get(kAttn, T * nq);
   float* out = ws.get(kOut, T * E);
 
-  for (int64_t t = 0; t < T; ++t) get_row(token_embd_, b.tokens[t], x + t * E);
+  for (int64_t t = 0; t < T; ++t) get_row(head_.token_embd, b.tokens[t], x + t * E);
 
   // Every row goes through every layer (llama.cpp's graph picks the output rows after the last
   // layer here): the experts' batch is then the same as llama.cpp's.
@@ -94,7 +92,7 @@ void GptOssModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
   }
   const int64_t rows = keep_output_rows(b.output_rows, E, {x});
   if (rows == 0) return;
-  output_head(b, x, rows, E, output_norm_, cfg.rms_eps, output_, cfg.n_vocab, cur, pool);
+  output_head(b, x, rows, E, head_.output_norm, cfg.rms_eps, head_.output, cfg.n_vocab, cur, pool);
 }
 
 }  // namespace agentkv

@@ -7,6 +7,7 @@
 
 #include "kernels/matmul.h"
 #include "model/model.h"
+#include "model/output_rows.h"
 #include "model/moe_ffn.h"
 
 namespace agentkv {
@@ -28,9 +29,7 @@ class GptOssModel final : public ArchModel {
     FeedForwardWeights ffn;  // experts
   };
 
-  WeightMatrix token_embd_;
-  const float* output_norm_ = nullptr;
-  WeightMatrix output_;
+  EmbeddingAndHead head_;
   std::vector<Layer> layers_;
 };
 

@@ -10,8 +10,24 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "model/weights.h"
 
 namespace agentkv {
+
+// The token embedding, the final norm and the output head (the embedding again when the file ties
+// them), as every architecture's converter names them.
+struct EmbeddingAndHead {
+  WeightMatrix token_embd;
+  const float* output_norm = nullptr;
+  WeightMatrix output;
+};
+inline EmbeddingAndHead bind_embedding_and_head(WeightBinder& w, const ModelConfig& cfg) {
+  EmbeddingAndHead h;
+  h.token_embd = w.matrix("token_embd.weight", cfg.n_embd, cfg.n_vocab);
+  h.output_norm = w.vector("output_norm.weight", cfg.n_embd);
+  h.output = cfg.tied_output ? h.token_embd : w.matrix("output.weight", cfg.n_embd, cfg.n_vocab);
+  return h;
+}
 
 // Moves the listed rows (ascending token indices) to the front of every buffer (`width` floats per
 // row) and returns how many rows remain.

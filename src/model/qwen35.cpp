@@ -35,9 +35,7 @@ Qwen35Model::Qwen35Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
   dn_shape_.head_map = cfg.arch == Arch::Qwen3Next ? DeltaNetHeadMap::Grouped : DeltaNetHeadMap::Tiled;
   if (cfg.head_dim_k != cfg.head_dim_v) throw Error(gguf_->path() + ": key_length != value_length is not supported");
 
-  token_embd_ = w.matrix("token_embd.weight", E, cfg.n_vocab);
-  output_norm_ = w.vector("output_norm.weight", E);
-  output_ = cfg.tied_output ? token_embd_ : w.matrix("output.weight", E, cfg.n_vocab);
+  head_ = bind_embedding_and_head(w, cfg);
   layers_.resize(cfg.n_layer);
   for (int il = 0; il < cfg.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
@@ -260,7 +258,7 @@ void Qwen35Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
   float* x = ws.get(kX, T * E);
   float* cur = ws.get(kCur, T * E);
   float* out = ws.get(kOut, T * E);
-  for (int64_t t = 0; t < T; ++t) get_row(token_embd_, b.tokens[t], x + t * E);
+  for (int64_t t = 0; t < T; ++t) get_row(head_.token_embd, b.tokens[t], x + t * E);
 
   int64_t rows = T;
   for (int il = 0; il < cfg.n_layer; ++il) {
@@ -277,7 +275,7 @@ void Qwen35Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
     ffn(il, cur, rows, out, ws, pool);
     for (int64_t i = 0; i < rows * E; ++i) x[i] += out[i];
   }
-  output_head(b, x, rows, E, output_norm_, cfg.rms_eps, output_, cfg.n_vocab, cur, pool);
+  output_head(b, x, rows, E, head_.output_norm, cfg.rms_eps, head_.output, cfg.n_vocab, cur, pool);
 }
 
 }  // namespace agentkv

@@ -8,6 +8,7 @@
 #include "kernels/delta_net.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
+#include "model/output_rows.h"
 #include "model/moe_ffn.h"
 
 namespace agentkv {
@@ -50,9 +51,7 @@ class Qwen35Model final : public ArchModel {
   void ffn(int il, const float* cur, int64_t rows, float* out, Workspace& ws, ThreadPool& pool) const;
 
   DeltaNetShape dn_shape_;
-  WeightMatrix token_embd_;
-  const float* output_norm_ = nullptr;
-  WeightMatrix output_;
+  EmbeddingAndHead head_;
   std::vector<Layer> layers_;
 };
 

@@ -38,9 +38,7 @@ TransformerModel::TransformerModel(std::unique_ptr<gguf::Reader> g, ModelConfig 
     // Llama 3.1+ frequency scaling: one divisor per rotated pair, shared by every layer.
     if (w.has("rope_freqs.weight")) rope_.freq_factors = w.vector("rope_freqs.weight", cfg.n_rot / 2);
   }
-  token_embd_ = w.matrix("token_embd.weight", E, cfg.n_vocab);
-  output_norm_ = w.vector("output_norm.weight", E);
-  output_ = cfg.tied_output ? token_embd_ : w.matrix("output.weight", E, cfg.n_vocab);
+  head_ = bind_embedding_and_head(w, cfg);
   layers_.resize(cfg.n_layer);
   for (int il = 0; il < cfg.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
@@ -102,7 +100,7 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
   float* attn = k;
   float* out = E <= nq ? q : ws.get(kOut, T * E);
 
-  for (int64_t t = 0; t < T; ++t) get_row(token_embd_, b.tokens[t], x + t * E);
+  for (int64_t t = 0; t < T; ++t) get_row(head_.token_embd, b.tokens[t], x + t * E);
 
   int64_t rows = T;  // rows still carried; the last layer keeps only the output rows
   for (int il = 0; il < cfg.n_layer; ++il) {
@@ -134,7 +132,7 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
     else dense_ffn(l, cur, rows, cur, scratch, ffn_rows, pool);
     for (int64_t i = 0; i < rows * E; ++i) x[i] += ffn_out[i];
   }
-  output_head(b, x, rows, E, output_norm_, cfg.rms_eps, output_, cfg.n_vocab, cur, pool);
+  output_head(b, x, rows, E, head_.output_norm, cfg.rms_eps, head_.output, cfg.n_vocab, cur, pool);
 }
 
 }  // namespace agentkv

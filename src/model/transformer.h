@@ -7,6 +7,7 @@
 
 #include "kernels/matmul.h"
 #include "model/model.h"
+#include "model/output_rows.h"
 #include "model/moe_ffn.h"
 
 namespace agentkv {
@@ -33,9 +34,7 @@ class TransformerModel final : public ArchModel {
                  int64_t block_rows, ThreadPool& pool) const;
 
   RopeSpec rope_;
-  WeightMatrix token_embd_;
-  const float* output_norm_ = nullptr;
-  WeightMatrix output_;
+  EmbeddingAndHead head_;
   std::vector<Layer> layers_;
 };
 
