@@ -40,7 +40,7 @@ TEST(CommandEngineApi, SnapshotRestoresTheSequenceOfAHybridModel) {
   AGENTKV_NEEDS_FIXTURES();
   auto model = Model::load(kFixtures + "/models/qwen35-micro.gguf");
   auto ctx = context_of(*model);
-  ASSERT_TRUE(ctx->has_recurrent_state());  // it cannot drop a suffix: only a snapshot goes back
+  ASSERT_TRUE(ctx->needs_snapshots());  // it cannot drop a suffix: only a snapshot goes back
   decode(*ctx, 0, 16);
   const SeqSnapshot at16 = SeqSnapshot::capture(*ctx, -1);
   decode(*ctx, 16, 8);

@@ -443,7 +443,7 @@ TEST(State, InfoDescribesWhatTheBlobHolds) {
   const std::string text2 = describe_state(decode_state(blob2, "state"), blob2.size());
   EXPECT_NE(text2.find("page chain: 2 pages of 1 tokens: 1111222233334444 5555666677778888"), std::string::npos) << text2;
   EXPECT_NE(text.find("page chain: not saved"), std::string::npos) << text;
-  for (const char* line : {"version 4", "feedbeef01020304", "contents: sequence 1, flags all",
+  for (const char* line : {"version 5", "feedbeef01020304", "contents: sequence 1, flags all",
                            "K q5_1 x 64 (48 B/row), V iq4_nl x 128 (72 B/row), 3 layers [0, 2, 3]",
                            "cells: 10 in 2 range(s) s0[5, 9) s0[18, 24)", "positions: 0 .. 9",
                            "cell 1 at position 9 for {1}", "tokens: 3: 11 22 33", "argmax 1 = 2.5000",
@@ -547,9 +547,9 @@ TEST_F(Refusals, CorruptBytes) {
   b[0] = 'X';
   expect_refused(b, 2, "not an agentkv state");
   b = blob_;
-  b[4] = 5;
+  b[4] = 6;
   reseal(b);
-  expect_refused(b, 2, "format version 5");
+  expect_refused(b, 2, "format version 6");
 }
 
 TEST_F(Refusals, StructuralCorruptionBehindAValidChecksum) {

@@ -168,7 +168,7 @@ std::vector<CaseResult> run_in_process(const std::string& model_path, int thread
     d.adopt_ms = since(t0);
     d.prompt_len = static_cast<int64_t>(request.size());
     d.prompt_n = static_cast<int64_t>(request.size() - keep2);
-    d.expected_prompt_n = dec->has_recurrent_state() ? -1 : d.prompt_len - diverge_at;
+    d.expected_prompt_n = dec->needs_snapshots() ? -1 : d.prompt_len - diverge_at;
     d.answer = Engine::generate(*dec, {dec->last_logits(), dec->last_logits() + eng.n_vocab()}, d.prompt_len, n_gen);
     d.fresh_answer = eng.fresh(request, keep2, n_gen, d.reprefill_ms);
     d.same_answer = d.answer == d.fresh_answer;

@@ -319,7 +319,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
     j["results"] = arr;
     j["rss_bytes"] = current_rss_bytes();
     j["peak_rss_bytes"] = peak_rss_bytes();
-    j["kv_cache_bytes"] = kv_bytes_per_token(*model, cp.kv.type_k, cp.kv.type_v, cp.n_ctx);
+    {
+      const KvStatus kv = kv_status(ctx);
+      j["kv_cache_bytes"] = kv.present ? kv.storage_bytes + kv.window_storage_bytes
+                                       : kv_bytes_per_token(*model, cp.kv.type_k, cp.kv.type_v, cp.n_ctx);
+    }
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("| model | size | params | threads | test | t/s | median t/s |%s%s\n", bandwidth ? " GB/s read | roofline |" : "",
@@ -354,15 +358,24 @@ int cmd_bench(const std::vector<std::string>& argv) {
     if (bandwidth) std::printf("\nmeasured read bandwidth: %.1f GB/s\n", gbs);
     // A windowed cache reserves hot rows and its tail (in RAM or in mapped files) separately.
     const KvStatus res = kv_status(ctx);
-    const double kv_mib = (res.windowed ? static_cast<double>(res.hot_bytes + res.tail_bytes)
-                                        : static_cast<double>(kv_bytes_per_token(*model, cp.kv.type_k, cp.kv.type_v, cp.n_ctx))) /
+    const double kv_mib = (res.windowed ? static_cast<double>(res.hot_bytes + res.tail_bytes + res.window_storage_bytes)
+                                        : static_cast<double>(res.storage_bytes + res.window_storage_bytes)) /
                           1048576.0;
     std::printf("\nresident memory: %.1f MiB now, %.1f MiB peak (file %.1f MiB + KV cache %.1f MiB for %u cells",
                 current_rss_bytes() / 1048576.0, peak_rss_bytes() / 1048576.0, ms.weight_bytes / 1048576.0, kv_mib, cp.n_ctx);
     if (res.windowed)
       std::printf(": %u hot, %.1f MiB; the tail %.1f MiB%s", res.hot_cells, res.hot_bytes / 1048576.0, res.tail_bytes / 1048576.0,
                   cp.kv.tail_dir.empty() ? "" : " in mapped files");
+    if (res.window_cells > 0)
+      std::printf("; of it the sliding-window layers' part %.1f MiB for %u cells", res.window_storage_bytes / 1048576.0,
+                  res.window_cells);
     std::printf(")\n");
+    // What the last run's sequence holds (its depth and tokens): the memory one such sequence costs.
+    if (const MemoryPos last = ctx.memory().seq_pos_max(0); last >= 0) {
+      const SeqKvBytes held = seq_kv_bytes(ctx, 0);
+      std::printf("K/V held by the last run's sequence (%d positions): %.1f MiB (main cache %.1f MiB, sliding-window part %.1f MiB)\n",
+                  last + 1, held.total() / 1048576.0, held.main / 1048576.0, held.window / 1048576.0);
+    }
   }
   return 0;
 }

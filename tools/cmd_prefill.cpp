@@ -72,7 +72,7 @@ int cmd_prefill(const std::vector<std::string>& argv) {
   o.tokens = tokens;
   o.logits = {ctx.last_logits(), static_cast<size_t>(model->n_vocab())};
   SeqSnapshot end_of_prompt;
-  if (ctx.has_recurrent_state()) {
+  if (ctx.needs_snapshots()) {
     end_of_prompt = SeqSnapshot::capture(ctx, 0, /*recurrent_only=*/true);
     o.checkpoints.push_back({static_cast<MemoryPos>(tokens.size()) - 1, &end_of_prompt});
   }

@@ -43,6 +43,7 @@ KvOptions read_kv_flags(Args& a) {
     throw std::invalid_argument("--kv-retrieval-heads must be a fraction in [0, 1]");
   if (f.retrieval_heads < 1 && hot == 0)
     throw std::invalid_argument("--kv-retrieval-heads needs --kv-hot N (the window the other heads attend over)");
+  f.swa_full = a.flag("--swa-full");
   return f;
 }
 
@@ -60,6 +61,8 @@ const char* const kKvFlagsUsage =
     "                                  context beyond RAM; the files are unlinked at once)\n"
     "  --kv-retrieval-heads F          the tail keeps only the rows of this fraction of the KV heads, those a\n"
     "                                  probe finds retrieving (DuoAttention); the others attend over the\n"
-    "                                  --kv-hot window alone (default 1: every head)\n";
+    "                                  --kv-hot window alone (default 1: every head)\n"
+    "  --swa-full                      sliding-window layers keep every row, as full-attention ones (default:\n"
+    "                                  only each sequence's window; it resumes where a snapshot is)\n";
 
 }  // namespace agentkv::tools

@@ -1,6 +1,6 @@
 // The KV-cache options every command shares: -ctk / -ctv (element types), --kv-rotation and
 // --kv-rotation-seed, --kv-code (tqc3), --kv-hot, --kv-tail-type, --kv-tail-dir and
-// --kv-retrieval-heads (windowed residency). One parser, so the commands agree on names and
+// --kv-retrieval-heads (windowed residency), --swa-full. One parser, so the commands agree on names and
 // errors; it fills the KvOptions a context is made with (ContextParams::kv, ServerConfig::kv).
 #pragma once
 #include <string>

@@ -90,8 +90,9 @@ class Context {
   std::unique_ptr<RequestMemory> open_request_memory(const RequestMemoryConfig& cfg,
                                                      std::function<void(MemorySeqId, const std::string&)> log = {});
 
-  // Whether the memory has a recurrent part (hybrid models): it cannot drop a suffix.
-  bool has_recurrent_state() const;
+  // Whether a sequence resumes only where a snapshot of its state is: the memory has a recurrent
+  // part (hybrid models) or keeps only the window of sliding-window layers; it cannot drop any suffix.
+  bool needs_snapshots() const;
   // KV cells seq could use once its own positions were dropped (SIZE_MAX: no KV cache).
   size_t cells_free_for(MemorySeqId seq) const;
   // Bytes of K/V rows and recurrent states every sequence holds now (rows in their stored types).

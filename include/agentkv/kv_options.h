@@ -44,6 +44,10 @@ struct KvOptions {
   // > 0: the last this-many tokens' attention queries are kept per sequence (what the snapkv
   // eviction policy scores keys with, agentkv/retention.h); 0: none kept.
   uint32_t query_window = 0;
+  // --swa-full (llama.cpp's flag): a model's sliding-window layers keep every row in the main
+  // cache, as its full-attention layers do. Off (the default): they keep only each sequence's
+  // window in a cache of their own, and resume where a snapshot is (docs/memory-semantics.md §10).
+  bool swa_full = false;
 };
 
 }  // namespace agentkv

@@ -23,6 +23,10 @@ struct KvStatus {
   uint64_t rotation_seed = 0;
   std::string rotation;
   uint64_t code_id = 0;  // the calibrated code tqc3 rows are written under (agentkv/kv_code.h); 0: none
+  size_t storage_bytes = 0;  // the main cache's K/V storage (its layers: all, or the full-attention ones)
+  // The window part (sliding-window layers keeping only each sequence's window; 0 without one).
+  uint32_t window_cells = 0;
+  size_t window_storage_bytes = 0;
   // Windowed residency (--kv-hot): hot rows per stream, the tail's types and folder ("": RAM).
   bool windowed = false;
   uint32_t hot_cells = 0;
@@ -45,5 +49,15 @@ class Context;
 KvStatus kv_status(const Context& ctx);
 // Cells of seq whose K/V rows are hot / in the tail (--kv-hot; {0, 0} when not windowed).
 std::pair<uint64_t, uint64_t> seq_residency(const Context& ctx, MemorySeqId seq);
+
+// The K/V bytes one sequence's cells hold, in the caches' own types: the main cache's (its
+// positions × the layers there) and the window part's (sliding-window layers, only their window;
+// 0 without one). Cells shared with other sequences count for each of them. O(cells).
+struct SeqKvBytes {
+  uint64_t main = 0;
+  uint64_t window = 0;
+  uint64_t total() const { return main + window; }
+};
+SeqKvBytes seq_kv_bytes(const Context& ctx, MemorySeqId seq);
 
 }  // namespace agentkv

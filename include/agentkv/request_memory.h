@@ -45,7 +45,7 @@ struct RequestMemoryConfig {
 struct RequestMemoryHooks {
   MemoryInterface* memory = nullptr;                     // the sequences' KV cache / recurrent state
   PrefixCache* cache = nullptr;                          // null: no prefix cache (no unified KV cache)
-  bool recurrent = false;                                // the memory cannot drop a suffix (hybrid)
+  bool needs_snapshots = false;  // a sequence resumes only at snapshots (hybrid, sliding-window part): Context::needs_snapshots
   std::function<size_t(MemorySeqId)> cells_free_for;     // KV cells seq could use once its own go
   std::function<void(MemorySeqId, MemoryPos)> fake_prefix;  // zero rows for n positions; throws Error when full
   std::function<void(MemorySeqId, const std::string&)> log;  // a decision worth a log line, about seq

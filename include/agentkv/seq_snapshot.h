@@ -17,8 +17,9 @@ class SeqSnapshot {
   SeqSnapshot(SeqSnapshot&&) noexcept;
   SeqSnapshot& operator=(SeqSnapshot&&) noexcept;
 
-  // Copies seq's cells and rows (seq = -1: the whole memory); recurrent_only: the recurrent part
-  // only. Throws agentkv::Error for a bad seq id.
+  // Copies seq's cells and rows (seq = -1: the whole memory); recurrent_only: the parts that
+  // cannot be re-read from cached pages only (the recurrent state, the sliding-window part's
+  // window). Throws agentkv::Error for a bad seq id.
   static SeqSnapshot capture(const Context& ctx, MemorySeqId seq, bool recurrent_only = false);
   // Into dest (a sequence snapshot, into any sequence) or, with dest = -1, replacing the whole
   // memory. Throws agentkv::Error and leaves the memory unchanged when it does not fit.

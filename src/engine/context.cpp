@@ -12,10 +12,38 @@
 #include "memory/kv_row_rotation.h"
 #include "memory/memory_state.h"
 #include "memory/tiered_prefix_cache.h"
+#include "memory/window_kv.h"
 
 namespace agentkv {
 
 Context::Context(const Model& model, const ContextParams& params) : impl_(std::make_unique<Impl>(model, params)) {}
+
+namespace {
+// Sliding-window layers keep only their window (llama.cpp's default; --swa-full keeps every row).
+bool keeps_only_window(const ModelConfig& cfg, const ContextParams& params) {
+  if (params.kv.swa_full || cfg.n_swa <= 0) return false;
+  bool any = false;
+  for (int il = 0; il < cfg.n_layer; ++il) any = any || (cfg.is_swa(il) && !cfg.is_recurrent(il));
+  return any && static_cast<uint32_t>(cfg.n_swa) < params.n_ctx;
+}
+
+// The window part takes the sliding-window layers out of `layout` (the main cache's) into a cache
+// of their own, sized for every sequence's window: same types, rotation and code, no hot window.
+std::unique_ptr<memory::WindowKv> make_window_part(const ModelConfig& cfg, const ContextParams& params,
+                                                   memory::KvLayout& layout) {
+  memory::KvLayout w = layout;
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    const bool swa = cfg.is_swa(il) && layout.layer_has_kv[static_cast<size_t>(il)];
+    w.layer_has_kv[static_cast<size_t>(il)] = swa;
+    if (swa) layout.layer_has_kv[static_cast<size_t>(il)] = false;
+  }
+  w.n_cells = memory::WindowKv::cells_needed(cfg.n_swa, params.n_seq_max, params.kv.unified, params.n_ubatch);
+  w.hot_cells = 0;
+  w.tail_dir.clear();
+  w.tail_heads.clear();
+  return std::make_unique<memory::WindowKv>(std::make_unique<memory::KvCache>(w), cfg.n_swa);
+}
+}  // namespace
 
 Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
     : model(ArchModel::of(model_in)), params(params_in), pool(params_in.n_threads) {
@@ -25,6 +53,7 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
   const auto& cfg = model.config();
   std::unique_ptr<memory::KvCache> kv;
   std::unique_ptr<memory::RecurrentMemory> rec;
+  std::unique_ptr<memory::WindowKv> window;
   const bool windowed = params.kv.hot_cells > 0 && params.kv.hot_cells < params.n_ctx;
   if (windowed && params.kv.hot_cells < params.n_ubatch)
     throw Error("kv hot cells (" + std::to_string(params.kv.hot_cells) + ") must be at least n_ubatch (" +
@@ -60,10 +89,11 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
     } else if (!params.kv.tail_heads.empty() || params.kv.retrieval_heads < 1.0) {
       throw Error("retrieval heads (--kv-retrieval-heads) keep a tail's rows: they need a window (--kv-hot below the context)");
     }
+    if (keeps_only_window(cfg, params)) window = make_window_part(cfg, params, layout);
     kv = std::make_unique<memory::KvCache>(layout);
   }
   if (cfg.is_hybrid()) rec = std::make_unique<memory::RecurrentMemory>(model.recurrent_layout(params.n_seq_max));
-  memory = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec));
+  memory = std::make_unique<memory::SequenceMemory>(std::move(kv), std::move(rec), std::move(window));
   memory->set_shift_supported(model.can_shift());
   if (params.kv.query_window > 0 && memory->kv())
     queries = std::make_unique<memory::QueryWindow>(memory->kv()->layout().layer_has_kv,
@@ -72,12 +102,13 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
 }
 
 void Context::apply_pending_shift() {
-  memory::KvCache* kv = impl_->memory->kv();
-  if (!kv || !kv->has_shift()) return;
-  // A pending shift can only come from seq_add / seq_div, which SequenceMemory refuses unless the
-  // model can re-rotate keys; a caller that shifted the KvCache directly must not reach here.
-  if (!impl_->model.can_shift()) throw Error("context shift pending but this model cannot re-rotate stored keys");
-  impl_->stats.n_shifted_cells += impl_->model.apply_kv_shift(*kv, impl_->pool);
+  for (memory::KvCache* kv : {impl_->memory->kv(), impl_->memory->window_kv()}) {
+    if (!kv || !kv->has_shift()) continue;
+    // A pending shift can only come from seq_add / seq_div, which SequenceMemory refuses unless the
+    // model can re-rotate keys; a caller that shifted the KvCache directly must not reach here.
+    if (!impl_->model.can_shift()) throw Error("context shift pending but this model cannot re-rotate stored keys");
+    impl_->stats.n_shifted_cells += impl_->model.apply_kv_shift(*kv, impl_->pool);
+  }
 }
 
 void Context::Impl::count_keys_attended(const memory::UBatch& ub) {
@@ -91,7 +122,10 @@ Context::~Context() = default;
 
 uint32_t kv_cells_for_bytes(const Model& model, const ContextParams& params, size_t bytes) {
   const memory::KvLayout l = ArchModel::of(model).kv_layout(1, 1, true, params.kv.type_k, params.kv.type_v);
-  const auto n_layers = static_cast<size_t>(std::count(l.layer_has_kv.begin(), l.layer_has_kv.end(), true));
+  size_t n_layers = static_cast<size_t>(std::count(l.layer_has_kv.begin(), l.layer_has_kv.end(), true));
+  const ModelConfig& cfg = model.config();
+  if (keeps_only_window(cfg, params))  // a main cell holds the full-attention layers' rows only
+    for (int il = 0; il < cfg.n_layer; ++il) n_layers -= l.layer_has_kv[static_cast<size_t>(il)] && cfg.is_swa(il) ? 1 : 0;
   const size_t per_cell = n_layers * (ggml_row_size(l.type_k, l.n_embd_k) + ggml_row_size(l.type_v, l.n_embd_v));
   if (per_cell == 0 || bytes == 0) return 0;
   return static_cast<uint32_t>(std::min<size_t>(bytes / per_cell, (1u << 24)));
@@ -176,6 +210,7 @@ int Context::decode(const Batch& b) {
   ModelMemory mem;
   mem.kv = impl_->memory->kv();
   mem.rec = impl_->memory->rec();
+  mem.window_kv = impl_->memory->window_kv();
   size_t out_base = 0;
   for (size_t start = 0; start < b.size(); start += impl_->params.n_ubatch) {
     const size_t end = std::min(b.size(), start + impl_->params.n_ubatch);
@@ -198,6 +233,7 @@ int Context::decode(const Batch& b) {
     fb.id = ++impl_->next_ubatch_id;
     fb.placement = &placement->kv;
     fb.rec_placement = &placement->rec;
+    fb.window_placement = &placement->window;
     fb.output_rows = out_rows;
     fb.queries = impl_->queries.get();
     if (impl_->memory->kv()) fb.attention = &impl_->attention;
@@ -243,14 +279,14 @@ std::unique_ptr<RequestMemory> Context::open_request_memory(const RequestMemoryC
     pc.snapshot_bytes = cfg.snapshot_bytes;
     hooks.cache = enable_prefix_cache(pc);  // null without a unified KV cache
   }
-  hooks.recurrent = has_recurrent_state();
+  hooks.needs_snapshots = needs_snapshots();
   hooks.cells_free_for = [this](MemorySeqId seq) { return cells_free_for(seq); };
   hooks.fake_prefix = [this](MemorySeqId seq, MemoryPos n) { agentkv::seq_fake_prefix(*this, seq, n); };
   hooks.log = std::move(log);
   return std::make_unique<RequestMemory>(std::move(hooks), cfg);
 }
 
-bool Context::has_recurrent_state() const { return impl_->memory->rec() != nullptr; }
+bool Context::needs_snapshots() const { return impl_->memory->needs_snapshots(); }
 uint32_t Context::queries_recorded(MemorySeqId seq) const {
   return impl_->queries ? impl_->queries->count(seq) : 0;
 }

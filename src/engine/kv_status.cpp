@@ -26,6 +26,11 @@ KvStatus kv_status(const Context& ctx) {
   s.rotation_seed = l.rotation.seed;
   s.rotation = memory::describe(l.rotation);
   s.code_id = l.code ? l.code->id() : 0;
+  s.storage_bytes = kv->usage().bytes_total;
+  if (const memory::KvCache* w = sequence_memory(ctx).window_kv()) {
+    s.window_cells = w->layout().n_cells;
+    s.window_storage_bytes = w->usage().bytes_total;
+  }
   const memory::KvResidency r = kv->window().residency();
   const memory::KvRowBytes bytes = kv->rows().bytes(r);
   s.windowed = r.windowed;
@@ -54,6 +59,22 @@ KvStatus kv_status(const Context& ctx) {
 std::pair<uint64_t, uint64_t> seq_residency(const Context& ctx, MemorySeqId seq) {
   const memory::KvCache* kv = sequence_memory(ctx).kv();
   return kv && kv->window().windowed() ? kv->window().seq_residency(seq) : std::pair<uint64_t, uint64_t>{0, 0};
+}
+
+namespace {
+uint64_t seq_bytes(const memory::KvCache* kv, MemorySeqId seq) {
+  if (!kv || seq < 0 || static_cast<uint32_t>(seq) >= kv->layout().n_seq_max) return 0;
+  const memory::KvCells& cells = kv->cells(kv->layout().stream_of(seq));
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < cells.used_max_p1(); ++i) n += cells.has_seq(i, seq) ? 1 : 0;
+  const memory::KvRows& rows = kv->rows();
+  return n * rows.n_kv_layers() * (rows.row_bytes_k() + rows.row_bytes_v());
+}
+}  // namespace
+
+SeqKvBytes seq_kv_bytes(const Context& ctx, MemorySeqId seq) {
+  const memory::SequenceMemory& mem = sequence_memory(ctx);
+  return SeqKvBytes{seq_bytes(mem.kv(), seq), seq_bytes(mem.window_kv(), seq)};
 }
 
 }  // namespace agentkv

@@ -71,7 +71,7 @@ std::vector<uint8_t> save(const Context& ctx, memory::SeqId seq, const SaveOptio
   c.logits.assign(o.logits.begin(), o.logits.end());
   for (const SnapshotAt& cp : o.checkpoints) c.checkpoints.push_back({cp.pos, cp.snapshot->impl().snapshot.image()});
   if (const memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx));
-      index && o.snapshots_salt && sequence_memory(ctx).rec() && o.with_tokens)
+      index && o.snapshots_salt && sequence_memory(ctx).needs_snapshots() && o.with_tokens)
     for (const auto& [n_tokens, snap] : index->snapshots_along(o.tokens, *o.snapshots_salt))
       c.checkpoints.push_back({static_cast<memory::Pos>(n_tokens) - 1, snap->image()});
   // The sequence as a page chain, named as this memory's prefix index names pages (no salt: a
@@ -185,7 +185,7 @@ LoadedState load_all(Context& ctx, std::span<const uint8_t> blob, const std::str
 size_t adopt_checkpoints(Context& ctx, std::span<const Token> tokens, uint64_t salt,
                          std::vector<LoadedCheckpoint> checkpoints) {
   memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx));
-  if (!index || !sequence_memory(ctx).rec()) return 0;
+  if (!index || !sequence_memory(ctx).needs_snapshots()) return 0;
   size_t taken = 0;
   for (LoadedCheckpoint& c : checkpoints)
     if (c.pos >= 0 && static_cast<size_t>(c.pos) < tokens.size() &&

@@ -367,23 +367,26 @@ void KvCache::restore_cell(uint32_t stream, uint32_t cell, Pos pos, const SeqSet
   cells_[stream].assign(cell, pos, seqs, pos >= 0 ? shift : 0);
 }
 
-void KvCache::seq_fake_prefix(SeqId seq, Pos n) {
+void KvCache::seq_fake_prefix(SeqId seq, Pos n, Pos first) {
   layout_.check_seq(seq, "seq_fake_prefix");
   if (n < 0 || n > kPosEnd - 1)
     throw Error("kv cache: seq_fake_prefix length " + std::to_string(n) + " outside [0, 2^31 - 1)");
+  if (first < 0 || first > n)
+    throw Error("kv cache: seq_fake_prefix first position " + std::to_string(first) + " outside [0, " + std::to_string(n) + "]");
   const uint32_t s = layout_.stream_of(seq);
   KvCells& c = cells_[s];
   if (c.seq_pos_max(seq) >= 0)
     throw Error("kv cache: seq_fake_prefix: sequence " + std::to_string(seq) + " is not empty (positions " +
                 std::to_string(c.seq_pos_min(seq)) + ".." + std::to_string(c.seq_pos_max(seq)) + ")");
   const uint32_t free_cells = c.size() - c.used();
-  if (static_cast<uint32_t>(n) > free_cells)
-    throw Error("kv cache: seq_fake_prefix of " + std::to_string(n) + " positions for sequence " +
+  const Pos count = n - first;
+  if (static_cast<uint32_t>(count) > free_cells)
+    throw Error("kv cache: seq_fake_prefix of " + std::to_string(count) + " positions for sequence " +
                 std::to_string(seq) + ": only " + std::to_string(free_cells) + " empty cells");
-  if (n == 0) return;
+  if (count == 0) return;
 
   // The lowest empty cells, as placement would pick them.
-  std::vector<uint32_t> picked(static_cast<size_t>(n));
+  std::vector<uint32_t> picked(static_cast<size_t>(count));
   uint32_t idx = c.first_free();
   for (auto& cell : picked) {
     while (!c.is_empty(idx)) ++idx;
@@ -409,7 +412,7 @@ void KvCache::seq_fake_prefix(SeqId seq, Pos n) {
   }
   SeqSet only;
   only.set(static_cast<size_t>(seq));
-  c.occupy_run(picked.data(), static_cast<uint32_t>(n), 0, only, /*rows_zero=*/true);
+  c.occupy_run(picked.data(), static_cast<uint32_t>(count), first, only, /*rows_zero=*/true);
 }
 
 }  // namespace agentkv::memory

@@ -111,7 +111,8 @@ class KvCache final : public MemoryInterface {
   // hold old data (known_zero() false: used before), whose rows are zeroed. O(n) small writes on a
   // fresh cache. Attention then reads these cells like real ones (same work, meaningless output).
   // agentkv::Error (nothing changed): n < 0, bad seq id, seq not empty, fewer than n empty cells.
-  void seq_fake_prefix(SeqId seq, Pos n);
+  // first > 0: only positions [first, n) (a sliding-window cache keeps the last ones).
+  void seq_fake_prefix(SeqId seq, Pos n, Pos first = 0);
 
   // State restore primitive (src/memory/kv_state.cpp, snapshots): sets cell `cell` of `stream` to
   // exactly (pos, seqs, shift), pos < 0 meaning empty; the caller writes the K/V rows. Throws

@@ -70,11 +70,14 @@ StateReader* find_section(std::vector<Section>& sections, uint32_t tag) {
 
 void write_image_sections(SectionListWriter& list, const MemoryImage& img) {
   if (img.kv) list.add(kSectionKv, [&](StateWriter& w) { write_kv_section(w, *img.kv); });
-  if (img.kv && img.kv->layout.rotation.active())
-    list.add(kSectionKvRotation, [&](StateWriter& w) { write_kv_rotation_section(w, img.kv->layout.rotation); });
-  if (img.kv && img.kv->layout.code_id != 0)
-    list.add(kSectionKvCode, [&](StateWriter& w) { write_kv_code_section(w, img.kv->layout.code_id); });
+  // The rotation and the code hold for both KV parts (the window part is stored as the main one).
+  const KvImage* any_kv = img.kv ? &*img.kv : img.window ? &*img.window : nullptr;
+  if (any_kv && any_kv->layout.rotation.active())
+    list.add(kSectionKvRotation, [&](StateWriter& w) { write_kv_rotation_section(w, any_kv->layout.rotation); });
+  if (any_kv && any_kv->layout.code_id != 0)
+    list.add(kSectionKvCode, [&](StateWriter& w) { write_kv_code_section(w, any_kv->layout.code_id); });
   if (img.rec) list.add(kSectionRecurrent, [&](StateWriter& w) { write_rec_section(w, *img.rec); });
+  if (img.window) list.add(kSectionWindowKv, [&](StateWriter& w) { write_kv_section(w, *img.window); });
 }
 
 void check_header_fields(StateReader& r, SeqId seq, uint32_t flags, const std::string& where) {
@@ -94,11 +97,18 @@ MemoryImage image_from_sections(std::vector<Section>& sections, SeqId seq, uint3
   if (StateReader* kv = find_section(sections, kSectionKv)) {
     if (flags & kStatePartialOnly) r.fail(where + ": a partial state carries a KV section");
     img.kv = read_kv_section(*kv, seq >= 0);
-    if (StateReader* rot = find_section(sections, kSectionKvRotation)) img.kv->layout.rotation = read_kv_rotation_section(*rot);
-    if (StateReader* code = find_section(sections, kSectionKvCode)) img.kv->layout.code_id = read_kv_code_section(*code);
-  } else if (find_section(sections, kSectionKvRotation) || find_section(sections, kSectionKvCode)) {
-    r.fail(where + ": a KV rotation or code section without a KV section");
   }
+  if (StateReader* window = find_section(sections, kSectionWindowKv)) img.window = read_kv_section(*window, seq >= 0);
+  StateReader* rot = find_section(sections, kSectionKvRotation);
+  StateReader* code = find_section(sections, kSectionKvCode);
+  if ((rot || code) && !img.kv && !img.window) r.fail(where + ": a KV rotation or code section without a KV section");
+  const KvRotation rotation = rot ? read_kv_rotation_section(*rot) : KvRotation{};
+  const uint64_t code_id = code ? read_kv_code_section(*code) : 0;
+  for (std::optional<KvImage>* part : {&img.kv, &img.window})
+    if (*part) {
+      if (rot) (*part)->layout.rotation = rotation;
+      if (code) (*part)->layout.code_id = code_id;
+    }
   if (StateReader* rec = find_section(sections, kSectionRecurrent)) img.rec = read_rec_section(*rec, seq >= 0);
   return img;
 }
@@ -128,6 +138,8 @@ size_t MemoryImage::row_bytes() const {
     for (size_t l = 0; l < kv->k.size(); ++l) n += kv->k[l].total_bytes() + kv->v[l].total_bytes();
   if (rec)
     for (size_t l = 0; l < rec->conv.size(); ++l) n += rec->conv[l].total_bytes() + rec->ssm[l].total_bytes();
+  if (window)
+    for (size_t l = 0; l < window->k.size(); ++l) n += window->k[l].total_bytes() + window->v[l].total_bytes();
   return n;
 }
 
@@ -139,6 +151,19 @@ MemoryImage memory_state_view(const SequenceMemory& mem, SeqId seq, uint32_t fla
   img.flags = flags;
   if (mem.kv() && !(flags & kStatePartialOnly)) img.kv = kv_state_view(*mem.kv(), seq);
   if (mem.rec()) img.rec = rec_state_view(*mem.rec(), seq);
+  if (const WindowKv* w = mem.window()) {
+    KvImage view = kv_state_view(w->kv(), seq);
+    // A sequence's image holds only the positions it keeps from now on (the last micro-batch's
+    // pruning left those before it).
+    const Pos end = seq >= 0 ? w->kv().seq_pos_max(seq) + 1 : 0;
+    if (seq >= 0 && end > w->keep()) {
+      KvImage kept = kv_image_from(view, end - w->keep());
+      kept.owned = std::move(view.owned);  // moving the vectors keeps the views valid
+      img.window = std::move(kept);
+    } else {
+      img.window = std::move(view);
+    }
+  }
   return img;
 }
 
@@ -151,8 +176,14 @@ void check_memory_layout(const SequenceMemory& mem, const MemoryImage& img) {
   if ((mem.rec() != nullptr) != img.rec.has_value())
     throw Error(img.rec ? "state: the state has a recurrent part but this memory has none (not a hybrid model)"
                         : "state: the state has no recurrent part but this memory needs one (hybrid model)");
+  if ((mem.window() != nullptr) != img.window.has_value())
+    throw Error(img.window ? "state: the state has a sliding-window part but this memory keeps every row of its "
+                             "windowed layers (--swa-full) or has none"
+                           : "state: the state has no sliding-window part but this memory keeps one (saved with "
+                             "--swa-full, or by another model)");
   if (img.kv) check_kv_layout(*mem.kv(), img.kv->layout);
   if (img.rec) check_rec_layout(*mem.rec(), img.rec->layout);
+  if (img.window) check_kv_layout(*mem.window_kv(), img.window->layout);
 }
 
 MemoryRestorePlan plan_memory_restore(const SequenceMemory& mem, const MemoryImage& img, SeqId dest) {
@@ -167,21 +198,17 @@ MemoryRestorePlan plan_memory_restore(const SequenceMemory& mem, const MemoryIma
   plan.dest = dest;
   if (img.kv) plan.kv = plan_kv_restore(*mem.kv(), *img.kv, dest);
   if (img.rec) plan.rec = plan_rec_restore(*mem.rec(), *img.rec, dest);
+  if (img.window) plan.window = plan_kv_restore(*mem.window_kv(), *img.window, dest);
   return plan;
 }
 
 void apply_memory_restore(SequenceMemory& mem, const MemoryImage& img, const MemoryRestorePlan& plan) {
   if (plan.kv) apply_kv_restore(*mem.kv(), *img.kv, *plan.kv);
   if (plan.rec) apply_rec_restore(*mem.rec(), *img.rec, *plan.rec);
+  if (plan.window) apply_kv_restore(*mem.window_kv(), *img.window, *plan.window);
 }
 
-MemoryImage without_kv_below(const MemoryImage& image, Pos first) {
-  MemoryImage out;
-  out.seq = image.seq;
-  out.flags = image.flags;
-  out.rec = image.rec;
-  if (!image.kv) return out;
-  const KvImage& in = *image.kv;
+KvImage kv_image_from(const KvImage& in, Pos first) {
   KvImage kv;
   kv.layout = in.layout;
   std::vector<bool> keep(in.cells.size());
@@ -202,7 +229,16 @@ MemoryImage without_kv_below(const MemoryImage& image, Pos first) {
     kv.k.push_back(filter(in.k[l], in.layout.row_bytes_k()));
     kv.v.push_back(filter(in.v[l], in.layout.row_bytes_v()));
   }
-  out.kv = std::move(kv);
+  return kv;
+}
+
+MemoryImage without_kv_below(const MemoryImage& image, Pos first) {
+  MemoryImage out;
+  out.seq = image.seq;
+  out.flags = image.flags;
+  out.rec = image.rec;
+  out.window = image.window;
+  if (image.kv) out.kv = kv_image_from(*image.kv, first);
   return out;
 }
 
@@ -214,6 +250,7 @@ std::vector<uint8_t> encode_state(const StateContents& c) {
   // Written as the current version, or as version 1 when asked (peers that only read 1); a state read
   // from an older version (2: no rotation section) is written as the current one.
   if (c.version == 1 && !c.page_hashes.empty()) throw std::logic_error("state: version 1 cannot hold a page chain");
+  if (c.version == 1 && c.memory.window) throw Error("state: version 1 cannot hold a sliding-window part (save with --swa-full)");
   w.u32(c.version == 1 ? 1u : kStateVersion);
   const size_t length_at = w.placeholder_u64();
   w.u64(c.fingerprint);
@@ -289,6 +326,7 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
   if (c.version >= 2) known.push_back(kSectionPages);
   if (c.version >= 3) known.push_back(kSectionKvRotation);
   if (c.version >= 4) known.push_back(kSectionKvCode);
+  if (c.version >= 5) known.push_back(kSectionWindowKv);
   std::vector<Section> sections = read_section_list(content, known, "state");
   content.expect_end("sections");
   c.memory = image_from_sections(sections, seq, flags, content, "state");
@@ -314,6 +352,7 @@ StateContents decode_state(std::span<const uint8_t> blob, const std::string& wha
     std::vector<uint32_t> checkpoint_sections = {kSectionKv, kSectionRecurrent};
     if (c.version >= 3) checkpoint_sections.push_back(kSectionKvRotation);
     if (c.version >= 4) checkpoint_sections.push_back(kSectionKvCode);
+    if (c.version >= 5) checkpoint_sections.push_back(kSectionWindowKv);
     const uint32_t n = k->u32("checkpoint count");
     if (n > k->remaining() / 16) k->fail("checkpoint count " + std::to_string(n) + " cannot fit the section");
     for (uint32_t i = 0; i < n; ++i) {

@@ -19,14 +19,15 @@ namespace agentkv::memory {
 inline constexpr uint32_t kStateMagic = 0x53564b41;  // "AKVS" as bytes
 // Version 2 adds the page chain section (PAGE); version 1 blobs are still read (and written on
 // request, for peers that only read version 1).
-inline constexpr uint32_t kStateVersion = 4;  // 4: KVCD (KV code); 3: KVRT (KV rotation); 2: PAGE
+inline constexpr uint32_t kStateVersion = 5;  // 5: KVSW (window part); 4: KVCD (KV code); 3: KVRT (KV rotation); 2: PAGE
 inline constexpr uint32_t kStateOldestVersion = 1;
 
 // Save flags (llama.cpp's llama_state_seq_flags, same bit for PARTIAL_ONLY).
 enum StateFlags : uint32_t {
   kStateAll = 0,
-  // Only what cannot be recomputed cheaply from the tokens: the recurrent part. The attention KV
-  // is neither saved nor touched by the restore (see docs/state-format.md for the exact rules).
+  // Only what cannot be recomputed cheaply from the tokens: the recurrent part and the window
+  // part (sliding-window layers). The main attention KV is neither saved nor touched by the
+  // restore (see docs/state-format.md for the exact rules).
   kStatePartialOnly = 1,
 };
 inline constexpr uint32_t kStateKnownFlags = kStatePartialOnly;
@@ -45,6 +46,7 @@ inline constexpr uint32_t kSectionCheckpoints = state_tag("CKPT");
 inline constexpr uint32_t kSectionPages = state_tag("PAGE");
 inline constexpr uint32_t kSectionKvRotation = state_tag("KVRT");
 inline constexpr uint32_t kSectionKvCode = state_tag("KVCD");  // version 4: tqc3 caches
+inline constexpr uint32_t kSectionWindowKv = state_tag("KVSW");  // version 5: sliding-window layers' rows
 std::string state_tag_name(uint32_t tag);
 
 // One sequence's memory (seq >= 0) or the whole memory (seq = -1), as views.
@@ -53,6 +55,9 @@ struct MemoryImage {
   uint32_t flags = kStateAll;
   std::optional<KvImage> kv;    // absent for partial saves and memories without a KV cache
   std::optional<RecImage> rec;  // absent for memories without recurrent layers
+  // The window part's cells (SequenceMemory::window_kv: sliding-window layers; a sequence's image
+  // holds only its kept positions); absent for memories without one. Saved with partial images too.
+  std::optional<KvImage> window;
   bool per_sequence() const { return seq >= 0; }
   size_t row_bytes() const;     // K/V rows plus states
 };
@@ -69,6 +74,7 @@ struct MemoryRestorePlan {
   SeqId dest = -1;
   std::optional<KvRestorePlan> kv;
   std::optional<RecRestorePlan> rec;
+  std::optional<KvRestorePlan> window;
 };
 // Everything a restore checks, without changing anything: layout, cells, room. A sequence image
 // needs dest >= 0 (any sequence, not necessarily the saved one); a whole image needs dest = -1.
@@ -83,6 +89,8 @@ inline void restore_memory(SequenceMemory& mem, const MemoryImage& image, SeqId 
 // The same image without its attention cells at positions below `first` (rows still views into
 // the original's bytes): restoring a state whose first K/V are already cached pages.
 MemoryImage without_kv_below(const MemoryImage& image, Pos first);
+// A KV image's cells at positions >= first (rows still views into the original's bytes).
+KvImage kv_image_from(const KvImage& image, Pos first);
 
 // A checkpoint record: the memory image of a sequence at position pos (usually a partial image).
 struct CheckpointImage {

@@ -32,11 +32,18 @@ PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg) : mem_(mem)
 }
 
 size_t PrefixIndex::snapshot_bytes_each() const {
-  const RecurrentMemory* rec = mem_.rec();
-  if (!rec) return 0;
-  const RecurrentLayout& l = rec->layout();
-  const auto layers = static_cast<size_t>(std::count(l.layer_recurrent.begin(), l.layer_recurrent.end(), true));
-  return layers * static_cast<size_t>(l.n_conv + l.n_ssm) * sizeof(float) + sizeof(Snapshot);
+  if (!mem_.needs_snapshots()) return 0;
+  size_t bytes = sizeof(Snapshot);
+  if (const RecurrentMemory* rec = mem_.rec()) {
+    const RecurrentLayout& l = rec->layout();
+    const auto layers = static_cast<size_t>(std::count(l.layer_recurrent.begin(), l.layer_recurrent.end(), true));
+    bytes += layers * static_cast<size_t>(l.n_conv + l.n_ssm) * sizeof(float);
+  }
+  if (const WindowKv* w = mem_.window()) {  // a sequence's kept window of the sliding-window layers
+    const KvRows& rows = w->kv().rows();
+    bytes += static_cast<size_t>(w->keep()) * rows.n_kv_layers() * (rows.row_bytes_k() + rows.row_bytes_v());
+  }
+  return bytes;
 }
 
 uint64_t PrefixIndex::root_seed(uint64_t salt) const {
@@ -140,9 +147,9 @@ bool PrefixIndex::on_path(const Match& m, const Snapshot& s) const {
 size_t PrefixIndex::usable(const Match& m, size_t max_tokens, int* snapshot) const {
   *snapshot = -1;
   const size_t n = std::min(m.n_tokens, max_tokens);
-  if (!mem_.rec()) return n;
-  // A hybrid sequence can only start where a recurrent state is known: the latest snapshot on
-  // the matched path at or before n.
+  if (!mem_.needs_snapshots()) return n;
+  // A hybrid sequence can only start where a recurrent state is known (a sliding-window one where
+  // its window is): the latest snapshot on the matched path at or before n.
   size_t best = 0;
   for (size_t i = 0; i < snapshots_.size(); ++i) {
     const Snapshot& s = snapshots_[i];
@@ -168,7 +175,8 @@ size_t PrefixIndex::attach_matched(SeqId seq, const Match& m, size_t n_query, si
   int snapshot = -1;
   const size_t n = usable(m, max_tokens, &snapshot);
   if (n == 0) return 0;
-  if (seq == cfg_.holder || mem_.kv()->seq_pos_max(seq) >= 0 || (mem_.rec() && mem_.rec()->seq_pos_max(seq) >= 0))
+  if (seq == cfg_.holder || mem_.kv()->seq_pos_max(seq) >= 0 || (mem_.rec() && mem_.rec()->seq_pos_max(seq) >= 0) ||
+      (mem_.window_kv() && mem_.window_kv()->seq_pos_max(seq) >= 0))
     throw std::logic_error("prefix index: attach needs an empty sequence other than the holder");
   // The recurrent state first: restoring validates before it changes anything.
   if (snapshot >= 0) {
@@ -512,7 +520,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
 
 bool PrefixIndex::snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t salt, std::vector<uint64_t>* hashes,
                            size_t published) {
-  if (!mem_.rec() || tokens.empty() || mem_.seq_pos_max(seq) != static_cast<Pos>(tokens.size()) - 1) return false;
+  if (!mem_.needs_snapshots() || tokens.empty() || mem_.seq_pos_max(seq) != static_cast<Pos>(tokens.size()) - 1) return false;
   std::vector<uint64_t> own;
   if (!hashes) hashes = &own;
   publish(seq, tokens, salt, /*with_tail=*/true, hashes, published);
@@ -521,7 +529,7 @@ bool PrefixIndex::snapshot(SeqId seq, std::span<const TokenId> tokens, uint64_t 
 
 bool PrefixIndex::adopt_snapshot(std::span<const TokenId> tokens, uint64_t salt, MemorySnapshot state,
                                  std::span<const uint64_t> known) {
-  if (!mem_.rec() || tokens.empty() || state.empty()) return false;
+  if (!mem_.needs_snapshots() || tokens.empty() || state.empty()) return false;
   const Match m = match(tokens, salt, known);
   if (m.n_tokens != tokens.size() || m.path.empty()) return false;
   Snapshot s;

@@ -76,7 +76,7 @@ struct RequestMemory::Impl {
   }
   void keep_state(MemorySeqId seq) {
     SequenceCache& s = at(seq);
-    if (!hooks.recurrent || !cache() || !s.exact() || s.size() == 0) return;
+    if (!hooks.needs_snapshots || !cache() || !s.exact() || s.size() == 0) return;
     // The recurrent state on the sequence's page chain: this sequence (after a divergence) and
     // any whose prompt continues the chain can start here.
     if (cache()->snapshot(seq, s.tokens(), salt(seq), s.hashes, s.published)) {
@@ -111,7 +111,7 @@ struct RequestMemory::Impl {
   size_t own_reuse(MemorySeqId seq, std::span<const CacheToken> prompt, std::span<const uint64_t> hashes) {
     SequenceCache& s = at(seq);
     const size_t keep = s.reusable(prompt);
-    if (!hooks.recurrent || keep == s.size()) return keep;
+    if (!hooks.needs_snapshots || keep == s.size()) return keep;
     return cache() ? cache()->lookup(prompt.first(keep), salt(seq), keep, hashes) : 0;
   }
 
@@ -132,7 +132,7 @@ struct RequestMemory::Impl {
                    ") from the page tier");
     if (got.snapshot) {
       ++counters.tier_snapshots_fetched;
-      log(seq, "fetched the recurrent snapshot at position " + std::to_string(got.snapshot_at) + " from the page tier");
+      log(seq, "fetched the state snapshot at position " + std::to_string(got.snapshot_at) + " from the page tier");
     }
     return got;
   }
@@ -203,7 +203,7 @@ PromptReuse RequestMemory::begin(MemorySeqId seq, std::span<const CacheToken> pr
     // computed (at least the last prompt token is evaluated: its logits are needed), and attaches
     // what wins.
     const size_t n = m.cache()->attach_chosen(seq, prompt, m.salt(seq), hashes, [&](const PrefixCache::UsablePrefix& usable) {
-      const bool keeps_in_place = !m.hooks.recurrent || target == s.size();
+      const bool keeps_in_place = !m.hooks.needs_snapshots || target == s.size();
       const size_t own = keeps_in_place ? target : usable(target);  // hybrid: down to its latest snapshot
       const size_t shared = prompt.size() >= 2 ? usable(prompt.size() - 1) : 0;
       if (shared > own) {

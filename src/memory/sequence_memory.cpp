@@ -7,8 +7,11 @@
 
 namespace agentkv::memory {
 
-SequenceMemory::SequenceMemory(std::unique_ptr<KvCache> kv, std::unique_ptr<RecurrentMemory> rec)
-    : kv_(std::move(kv)), rec_(std::move(rec)) {}
+SequenceMemory::SequenceMemory(std::unique_ptr<KvCache> kv, std::unique_ptr<RecurrentMemory> rec,
+                               std::unique_ptr<WindowKv> window)
+    : kv_(std::move(kv)), rec_(std::move(rec)), window_(std::move(window)) {
+  if (window_ && !kv_) throw Error("sequence memory: a window part needs the main KV cache");
+}
 
 SequenceMemory::~SequenceMemory() = default;
 
@@ -24,12 +27,21 @@ std::optional<MemoryPlacement> SequenceMemory::prepare(const UBatch& ub) const {
     if (!k) return std::nullopt;
     p.kv = std::move(*k);
   }
+  if (window_) {
+    auto w = window_->kv().find_slot(ub);
+    if (!w) return std::nullopt;
+    p.window = std::move(*w);
+  }
   return p;
 }
 
 void SequenceMemory::apply(const UBatch& ub, const MemoryPlacement& placement) {
   if (rec_) rec_->apply(ub, placement.rec);
   if (kv_) kv_->apply(ub, placement.kv);
+  if (window_) {
+    window_->kv().apply(ub, placement.window);
+    window_->prune(ub);
+  }
 }
 
 void SequenceMemory::set_cell_keeper(std::unique_ptr<CellKeeper> keeper) {
@@ -41,10 +53,13 @@ void SequenceMemory::clear() {
   if (keeper_) keeper_->forget_all();
   if (kv_) kv_->clear();
   if (rec_) rec_->clear();
+  if (window_) window_->kv().clear();
 }
 
 bool SequenceMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
+  if (window_ && !window_->can_remove(seq, p0, p1)) return false;
   if (rec_ && !rec_->seq_rm(seq, p0, p1)) return false;
+  if (window_) window_->kv().seq_rm(seq, p0, p1);
   if (!kv_) return true;
   if (seq >= 0 || !keeper_) return kv_->seq_rm(seq, p0, p1);
   // Every sequence, but not the kept cells.
@@ -56,6 +71,7 @@ bool SequenceMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
 void SequenceMemory::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
   if (kv_) kv_->seq_cp(src, dst, p0, p1);
   if (rec_) rec_->seq_cp(src, dst, p0, p1);
+  if (window_) window_->kv().seq_cp(src, dst, p0, p1);
 }
 
 void SequenceMemory::seq_keep(SeqId seq) {
@@ -68,6 +84,7 @@ void SequenceMemory::seq_keep(SeqId seq) {
     kv_->seq_keep(seq);
   }
   if (rec_) rec_->seq_keep(seq);
+  if (window_) window_->kv().seq_keep(seq);
 }
 
 namespace {
@@ -87,12 +104,14 @@ void SequenceMemory::seq_add(SeqId seq, Pos p0, Pos p1, Pos delta) {
   if (!can_shift()) refuse_shift("seq_add", kv_ != nullptr, rec_ != nullptr);
   if (keeper_) keeper_->before_move(seq, p0, p1);
   kv_->seq_add(seq, p0, p1, delta);
+  if (window_) window_->kv().seq_add(seq, p0, p1, delta);
 }
 
 void SequenceMemory::seq_div(SeqId seq, Pos p0, Pos p1, int d) {
   if (!can_shift()) refuse_shift("seq_div", kv_ != nullptr, rec_ != nullptr);
   if (keeper_) keeper_->before_move(seq, p0, p1);
   kv_->seq_div(seq, p0, p1, d);
+  if (window_) window_->kv().seq_div(seq, p0, p1, d);
 }
 
 void SequenceMemory::seq_fake_prefix(SeqId seq, Pos n) {
@@ -113,8 +132,18 @@ void SequenceMemory::seq_fake_prefix(SeqId seq, Pos n) {
     if (rec_->seq_cell(seq) >= 0)
       throw Error("sequence memory: seq_fake_prefix: sequence " + std::to_string(seq) + " is not empty");
   }
+  if (window_) {
+    const KvCache& w = window_->kv();
+    if (w.seq_pos_max(seq) >= 0)
+      throw Error("sequence memory: seq_fake_prefix: sequence " + std::to_string(seq) + " is not empty");
+    const KvCells& c = w.cells(w.layout().stream_of(seq));
+    if (static_cast<uint32_t>(std::min(n, window_->keep())) > c.size() - c.used())
+      throw Error("sequence memory: seq_fake_prefix: only " + std::to_string(c.size() - c.used()) +
+                  " empty cells in the sliding-window cache");
+  }
   if (kv_) kv_->seq_fake_prefix(seq, n);
   if (rec_) rec_->seq_fake_prefix(seq, n);
+  if (window_) window_->fake_prefix(seq, n);
 }
 
 Pos SequenceMemory::seq_pos_min(SeqId seq) const {
@@ -127,18 +156,27 @@ Pos SequenceMemory::seq_pos_min(SeqId seq) const {
 }
 
 Pos SequenceMemory::seq_pos_max(SeqId seq) const {
+  Pos p = -1;
   if (kv_ && rec_) {
     const Pos a = kv_->seq_pos_max(seq), r = rec_->seq_pos_max(seq);
     if (a < 0 || r < 0) return -1;
-    return std::min(a, r);
+    p = std::min(a, r);
+  } else {
+    p = kv_ ? kv_->seq_pos_max(seq) : rec_->seq_pos_max(seq);
   }
-  return kv_ ? kv_->seq_pos_max(seq) : rec_->seq_pos_max(seq);
+  // The window part holds a sequence's last positions: both parts must vouch for the end.
+  if (window_ && p >= 0) {
+    const Pos w = window_->kv().seq_pos_max(seq);
+    return w < 0 ? -1 : std::min(p, w);
+  }
+  return p;
 }
 
 MemoryUsage SequenceMemory::usage() const {
   MemoryUsage u;
   for (const MemoryInterface* part : {static_cast<const MemoryInterface*>(kv_.get()),
-                                      static_cast<const MemoryInterface*>(rec_.get())}) {
+                                      static_cast<const MemoryInterface*>(rec_.get()),
+                                      static_cast<const MemoryInterface*>(window_ ? &window_->kv() : nullptr)}) {
     if (!part) continue;
     const MemoryUsage p = part->usage();
     u.cells_used += p.cells_used;

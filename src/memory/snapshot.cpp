@@ -17,10 +17,16 @@ MemorySnapshot MemorySnapshot::copy_of(const MemoryImage& image) {
   if (snap.image_.kv) {
     own(snap.image_.kv->k);
     own(snap.image_.kv->v);
+    snap.image_.kv->owned.clear();
   }
   if (snap.image_.rec) {
     own(snap.image_.rec->conv);
     own(snap.image_.rec->ssm);
+  }
+  if (snap.image_.window) {
+    own(snap.image_.window->k);
+    own(snap.image_.window->v);
+    snap.image_.window->owned.clear();
   }
   return snap;
 }

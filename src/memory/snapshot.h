@@ -31,7 +31,7 @@ class MemorySnapshot {
   void restore(SequenceMemory& mem, SeqId dest) const;
 
   const MemoryImage& image() const { return image_; }
-  bool empty() const { return !image_.kv && !image_.rec; }
+  bool empty() const { return !image_.kv && !image_.rec && !image_.window; }
   SeqId seq() const { return image_.seq; }
   uint32_t flags() const { return image_.flags; }
   // Bytes held for rows and states (what the snapshot costs, metadata aside).

@@ -51,7 +51,8 @@ std::optional<MemorySnapshot> decode_snapshot_record(const SequenceMemory& mem, 
     return std::nullopt;
   try {
     const StateContents c = decode_state(bytes.subspan(kHeaderBytes), "snapshot record");
-    if (c.fingerprint != key || !c.memory.per_sequence() || !c.memory.rec || c.memory.kv) return std::nullopt;
+    if (c.fingerprint != key || !c.memory.per_sequence() || (!c.memory.rec && !c.memory.window) || c.memory.kv)
+      return std::nullopt;
     check_memory_layout(mem, c.memory);
     return MemorySnapshot::copy_of(c.memory);
   } catch (const Error&) {

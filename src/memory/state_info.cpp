@@ -84,10 +84,14 @@ void describe_rec(std::string& out, const RecImage& rec, const std::string& inde
 
 void describe_image(std::string& out, const MemoryImage& img, const std::string& indent) {
   out += indent + "contents: " + (img.per_sequence() ? "sequence " + std::to_string(img.seq) : std::string("whole memory")) +
-         ", flags " + ((img.flags & kStatePartialOnly) ? "partial (recurrent part only)" : "all") + "\n";
+         ", flags " + ((img.flags & kStatePartialOnly) ? "partial (recurrent / sliding-window part only)" : "all") + "\n";
   if (img.kv) describe_kv(out, *img.kv, indent);
   if (img.rec) describe_rec(out, *img.rec, indent);
-  if (!img.kv && !img.rec) out += indent + "(no memory parts)\n";
+  if (img.window) {
+    out += indent + "sliding-window part:\n";
+    describe_kv(out, *img.window, indent + "  ");
+  }
+  if (!img.kv && !img.rec && !img.window) out += indent + "(no memory parts)\n";
 }
 
 }  // namespace

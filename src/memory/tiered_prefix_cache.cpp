@@ -34,7 +34,7 @@ void TieredPrefixCache::publish(MemorySeqId seq, std::span<const CacheToken> tok
 
 bool TieredPrefixCache::snapshot(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, PageHashes& hashes,
                                  size_t published) {
-  return mem_.rec() != nullptr && index_.snapshot(seq, tokens, salt, &hashes, published);
+  return mem_.needs_snapshots() && index_.snapshot(seq, tokens, salt, &hashes, published);
 }
 
 size_t TieredPrefixCache::evict(size_t n_cells) { return index_.evict(n_cells); }
@@ -73,14 +73,14 @@ size_t TieredPrefixCache::tail_snapshot_at(size_t prompt_len) const {
 }
 
 bool TieredPrefixCache::snapshot_belongs_at(size_t n, size_t prompt_len, std::span<const size_t> divergences) const {
-  if (!mem_.rec() || n == 0) return false;
+  if (!mem_.needs_snapshots() || n == 0) return false;
   const size_t spacing = index_.snapshot_spacing();
   return n == tail_snapshot_at(prompt_len) || std::find(divergences.begin(), divergences.end(), n) != divergences.end() ||
          (spacing > 0 && n % spacing == 0);  // inside a long prompt: a divergence re-evaluates at most one spacing
 }
 
 size_t TieredPrefixCache::next_snapshot_point(size_t done, size_t prompt_len, std::span<const size_t> divergences) const {
-  if (!mem_.rec()) return 0;
+  if (!mem_.needs_snapshots()) return 0;
   size_t next = 0;
   auto consider = [&](size_t at) {
     if (at > done && at < prompt_len && (next == 0 || at < next)) next = at;
@@ -129,7 +129,7 @@ size_t TieredPrefixCache::send_pages(std::span<const CacheToken> tokens, uint64_
 }
 
 bool TieredPrefixCache::send_snapshot(std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known) {
-  if (!tier_ || !mem_.rec()) return false;
+  if (!tier_ || !mem_.needs_snapshots()) return false;
   const auto snapshots = index_.snapshots_along(tokens, salt, known);
   if (snapshots.empty() || snapshots.back().first != tokens.size()) return false;
   const size_t n = tokens.size();
@@ -198,7 +198,7 @@ TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t 
     }
   }
   out.kv_through = index_.cached_kv(usable, salt, usable.size(), chain);
-  if (mem_.rec()) fetch_snapshot(usable, salt, chain, out);
+  if (mem_.needs_snapshots()) fetch_snapshot(usable, salt, chain, out);
   return out;
 }
 

@@ -60,6 +60,21 @@ const std::vector<memory::AttentionGroup>& attention_view(const ForwardBatch& ba
 }
 }  // namespace
 
+void cached_attention(const ForwardBatch& batch, const ModelMemory& mem, int layer,
+                      const AttentionShape& shape, const float* q, int64_t q_stride,
+                      const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool,
+                      int32_t window, const float* sinks) {
+  if (!mem.window_kv || !mem.window_kv->rows().layer_has_kv(layer)) {
+    cached_attention(batch, *mem.kv, layer, shape, q, q_stride, k, v, out, ws, pool, window, sinks);
+    return;
+  }
+  ForwardBatch in_window = batch;
+  in_window.placement = batch.window_placement;
+  in_window.attention = nullptr;  // the main cache's view; the window part makes its own
+  in_window.queries = nullptr;    // recorded queries score the main cache's keys
+  cached_attention(in_window, *mem.window_kv, layer, shape, q, q_stride, k, v, out, ws, pool, window, sinks);
+}
+
 void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
                       const AttentionShape& shape, const float* q, int64_t q_stride,
                       const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool,

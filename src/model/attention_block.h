@@ -22,6 +22,12 @@ void cached_attention(const ForwardBatch& batch, memory::KvCache& kv, int layer,
                       const AttentionShape& shape, const float* q, int64_t q_stride,
                       const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool,
                       int32_t window = 0, const float* sinks = nullptr);
+// The same in the cache that holds the layer: a sliding-window layer's rows in the memory's
+// window part when it has one (its own cells and attention view), else the main cache.
+void cached_attention(const ForwardBatch& batch, const ModelMemory& mem, int layer,
+                      const AttentionShape& shape, const float* q, int64_t q_stride,
+                      const float* k, const float* v, float* out, Workspace& ws, ThreadPool& pool,
+                      int32_t window = 0, const float* sinks = nullptr);
 
 // Applies RoPE to every head of n_tokens rows (row stride `stride` floats, head stride
 // `head_stride`), token t at position pos[t].

@@ -84,7 +84,7 @@ void Gemma3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
     rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
     rope_rows(k, T, nkv, cfg.n_head_kv, D, D, rope, b.ub->pos.data());
     for (int64_t i = 0; i < T * nq; ++i) q[i] *= query_scale_;
-    cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool, cfg.attention_window(il));
+    cached_attention(b, mem, il, shape, q, nq, k, v, attn, ws, pool, cfg.attention_window(il));
     // The output projection sees the whole batch (its rounding can depend on a row's place in it).
     matmul(l.wo, attn, T, nq, cur, E, pool);
 

@@ -81,7 +81,7 @@ void GptOssModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
     add_bias(v, T, nkv, l.bv);
     rope_rows(q, T, nq, cfg.n_head, D, D, rope, b.ub->pos.data());
     rope_rows(k, T, nkv, cfg.n_head_kv, D, D, rope, b.ub->pos.data());
-    cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool, cfg.attention_window(il), l.sinks);
+    cached_attention(b, mem, il, shape, q, nq, k, v, attn, ws, pool, cfg.attention_window(il), l.sinks);
     matmul(l.wo, attn, T, nq, out, E, pool);
     add_bias(out, T, E, l.bo);
     for (int64_t i = 0; i < T * E; ++i) x[i] += out[i];

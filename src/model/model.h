@@ -59,11 +59,13 @@ class Workspace {
   memory::KvRotation rotators_key_;
 };
 
-// The memories a forward pass reads and writes: the attention KV cache (attention layers) and the
-// recurrent state (Gated DeltaNet layers of hybrid models); either may be absent.
+// The memories a forward pass reads and writes: the attention KV cache (attention layers), the
+// recurrent state (Gated DeltaNet layers of hybrid models) and the window part (sliding-window
+// layers, unless --swa-full); any may be absent.
 struct ModelMemory {
   memory::KvCache* kv = nullptr;
   memory::RecurrentMemory* rec = nullptr;
+  memory::KvCache* window_kv = nullptr;  // the sliding-window layers' rows (a window part), else null
 };
 
 // One micro-batch, already placed in memory.
@@ -72,6 +74,7 @@ struct ForwardBatch {
   const memory::UBatch* ub = nullptr;
   const memory::Placement* placement = nullptr;              // KV cells (attention layers)
   const memory::RecurrentPlacement* rec_placement = nullptr;  // state cells (recurrent layers)
+  const memory::Placement* window_placement = nullptr;       // window part's cells (sliding-window layers)
   uint64_t id = 0;  // unique per micro-batch of a context (0: nothing may be cached across layers)
   std::span<const int> output_rows;  // indices into tokens whose logits are wanted, ascending
   float* logits = nullptr;           // output_rows.size() x n_vocab

@@ -26,7 +26,7 @@ constexpr size_t kMaxTasksPerRequest = 128;
 // system prompt but not the question after it can share the system prompt only if a state after
 // it exists: its token count, when the leading system messages render to a prefix of the prompt.
 std::vector<size_t> system_prompt_end(const Engine& e, const Json& body, const std::vector<Token>& prompt) {
-  if (!e.ctx->has_recurrent_state()) return {};
+  if (!e.ctx->needs_snapshots()) return {};
   const std::optional<std::string> text = e.chat->apply_leading_system(body);
   if (!text) return {};
   const std::vector<Token> head = tokenize_prompt(e.model->tokenizer(), {{*text, -1}}, /*add_special=*/true);

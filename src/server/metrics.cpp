@@ -90,6 +90,10 @@ std::string prometheus_text(const MetricsSnapshot& m) {
              static_cast<double>(m.snapshot_count));
   add_metric(out, "gauge", "memory_bytes", "Bytes of K/V rows and recurrent states held by all slots.",
              static_cast<double>(m.memory_bytes));
+  add_metric(out, "gauge", "kv_bytes_slot_max", "The most K/V bytes one slot's sequence holds (full layers' rows + its sliding window).",
+             static_cast<double>(m.kv_bytes_slot_max));
+  add_metric(out, "gauge", "kv_window_bytes", "K/V bytes the slots hold for sliding-window layers (only their windows; 0 with --swa-full).",
+             static_cast<double>(m.kv_window_bytes));
   add_metric(out, "gauge", "cached_tokens", "Tokens held by all slots' caches.", static_cast<double>(m.cached_tokens));
   add_metric(out, "gauge", "n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
              m.n_decode_total ? static_cast<double>(m.n_busy_slots_total) / static_cast<double>(m.n_decode_total) : 0.0);

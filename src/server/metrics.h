@@ -27,6 +27,8 @@ struct MetricsSnapshot {
   uint64_t checkpoint_count = 0;            // gauge: snapshots held
   uint64_t cached_tokens = 0;               // gauge: tokens all slots' caches hold
   uint64_t memory_bytes = 0;                // gauge: K/V rows + recurrent states held (at the last task end)
+  uint64_t kv_bytes_slot_max = 0;           // gauge: the most K/V bytes one slot's sequence holds (main + window part)
+  uint64_t kv_window_bytes = 0;             // gauge: K/V bytes the slots hold in the window part (sliding-window layers)
   uint64_t prefix_cache_queries_total = 0;  // prompt tokens looked up in the prefix index (vLLM's name)
   uint64_t prefix_cache_hits_total = 0;     // ... of which came from the slot's own cache or cached pages
   uint64_t prefix_attaches_total = 0;       // prompts that attached cached pages (not their slot's own cache)

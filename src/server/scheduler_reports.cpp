@@ -23,6 +23,11 @@ MetricsSnapshot Scheduler::metrics() const {
   m.tier_snapshots_sent_total = c.tier_snapshots_sent;
   m.tier_snapshots_fetched_total = c.tier_snapshots_fetched;
   m.memory_bytes = memory_bytes_;
+  for (const Slot& s : slots_) {
+    const SeqKvBytes b = seq_kv_bytes(ctx_, s.id);
+    m.kv_bytes_slot_max = std::max<uint64_t>(m.kv_bytes_slot_max, b.total());
+    m.kv_window_bytes += b.window;
+  }
   if (const KvStatus kv = kv_status(ctx_); kv.present) {
     m.kv_cells_used = kv.cells_used;
     m.kv_cells_total = kv.n_cells;
@@ -62,6 +67,7 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
     // --kv-hot: where the slot's K/V rows are (its sequence id is its id)
     const std::pair<uint64_t, uint64_t> residency = seq_residency(ctx_, s.id);
     const SequencePages pages = prefix_cache() ? prefix_cache()->pages_of(s.id) : SequencePages{};
+    const SeqKvBytes kv_bytes = seq_kv_bytes(ctx_, s.id);
     out.push_back(Json{
         {"id", s.id},
         {"id_task", busy ? static_cast<int64_t>(s.task->id) : -1},
@@ -86,6 +92,8 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
         {"n_tokens_evicted", s.n_evicted},
         {"n_tokens_hot", residency.first},
         {"n_tokens_tail", residency.second},
+        {"kv_bytes", kv_bytes.total()},
+        {"kv_bytes_window", kv_bytes.window},
     });
   }
   return out;

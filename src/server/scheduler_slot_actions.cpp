@@ -110,7 +110,7 @@ size_t Scheduler::restore_slot(int id, std::span<const uint8_t> blob, const std:
     slot.last_used = ++use_counter_;
     memory_->restored(slot.id, std::move(st.tokens), std::move(st.logits));
     // The state's checkpoints become snapshots on its pages, and its present recurrent state one more.
-    if (prefix_cache() && ctx_.has_recurrent_state() && n_tokens > 0) {
+    if (prefix_cache() && ctx_.needs_snapshots() && n_tokens > 0) {
       adopt_checkpoints(ctx_, cached(slot), memory_->page_salt(slot.id, 0), std::move(st.checkpoints));
       memory_->keep_state(slot.id);
     }

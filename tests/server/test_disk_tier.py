@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from conftest import FIXTURES, HYBRID_MODELS, MEMORY_MODELS, MODEL, Server, greedy_completion as complete, metric, model_file, wait_for
+from conftest import FIXTURES, MEMORY_MODELS, SNAPSHOT_MODELS, MODEL, Server, greedy_completion as complete, metric, model_file, wait_for
 
 P = 16  # tokens per page (the scheduler's page size)
 
@@ -55,7 +55,7 @@ def test_a_server_killed_and_restarted_evaluates_only_the_new_tokens(tmp_path, r
         held = ends[-1]
         assert wait_for(lambda: written(a)), a.log()
         assert len(full_page_records(folder)) == held // P, (records(folder), held)
-        if kind not in HYBRID_MODELS:  # the full pages and each turn's tail; hybrid adds snapshots and mid-prompt tails
+        if kind not in SNAPSHOT_MODELS:  # the full pages and each turn's tail; snapshots add themselves and mid-prompt tails
             assert len(records(folder)) == held // P + sum(1 for e in ends if e % P), (records(folder), ends)
         assert not [f for f in os.listdir(folder) if not f.endswith(".page")]  # no unfinished writes
         n_records = len(records(folder))
@@ -74,8 +74,8 @@ def test_a_server_killed_and_restarted_evaluates_only_the_new_tokens(tmp_path, r
         assert "fetched %d pages (K/V through position %d)" % (held // P + (held % P > 0), held) in b.log()
         assert metric(b, "disk_tier_pages_read_total") >= held // P
         assert metric(b, "disk_tier_loaded_bytes_total") > 0 and metric(b, "disk_tier_load_seconds_total") > 0
-        if kind in HYBRID_MODELS:
-            assert "fetched the recurrent snapshot at position %d" % held in b.log()
+        if kind in SNAPSHOT_MODELS:
+            assert "fetched the state snapshot at position %d" % held in b.log()
         fresh = complete(b, turn4, 8, cache_prompt=False, cache_salt="fresh")
         assert fourth["tokens"] == fresh["tokens"] and fourth["content"] == fresh["content"]
         # A salted prompt finds nothing on disk either.

@@ -138,7 +138,7 @@ def test_a_hybrid_conversation_moves_with_its_recurrent_snapshot(tmp_path, refer
         third = complete(b, turn3)
         assert third["timings"]["cache_n"] == held, (third["timings"], b.log())
         assert third["timings"]["prompt_n"] == len(turn3) - held
-        assert "fetched the recurrent snapshot at position %d" % held in b.log()
+        assert "fetched the state snapshot at position %d" % held in b.log()
         assert metric(b, "tier_snapshots_fetched_total") == 1
         assert third["tokens"] == complete(b, turn3, cache_prompt=False, cache_salt="reference")["tokens"]
         # Another tenant's salt finds neither pages nor snapshots.

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from conftest import HYBRID_MODELS, MEMORY_MODELS, Server, model_file
+from conftest import MEMORY_MODELS, SNAPSHOT_MODELS, Server, model_file
 
 GREEDY = {"temperature": 0, "repeat_penalty": 2.0, "repeat_last_n": 64}
 WORDS = ["agent", "cache", "page", "slot", "token", "model", "tool", "memory", "prompt", "server", "batch", "state"]
@@ -89,7 +89,7 @@ def test_sessions_share_one_system_prompt(kind, tmp_path):
             else:
                 question = n - common_prefix(prompts[i], prompts[0])
                 assert question >= 90
-                assert evaluated <= question + (64 if kind in HYBRID_MODELS else 1), (i, evaluated, question)
+                assert evaluated <= question + (64 if kind in SNAPSHOT_MODELS else 1), (i, evaluated, question)
         # Four sessions, the system prompt held once.
         assert metric(server, "memory_bytes") <= 1.3 * one_session
         assert metric(server, "prefix_attaches_total") >= 3

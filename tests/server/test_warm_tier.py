@@ -47,7 +47,7 @@ def test_pages_the_pool_gave_up_come_back_from_the_warm_tier(tmp_path, kind):
         assert turn2["timings"]["prompt_n"] == len(a2) - held
         assert "fetched %d pages (K/V through position %d)" % (held // P + 1, held) in warm.log()
         if kind == "hybrid":
-            assert "fetched the recurrent snapshot at position %d" % held in warm.log()
+            assert "fetched the state snapshot at position %d" % held in warm.log()
         assert turn2["tokens"] == cold_turn2["tokens"] and turn2["content"] == cold_turn2["content"]
         assert metric(warm, "warm_tier_hits_total") >= held // P
         assert metric(warm, "warm_tier_loaded_bytes_total") > 0
