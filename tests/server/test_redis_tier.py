@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import Server, greedy_completion as complete, metric, wait_for
+from conftest import Server, greedy_completion as complete, metric, model_file, wait_for
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 pytestmark = pytest.mark.skipif(not os.path.exists(REDIS), reason="redis-server is not installed (scripts/setup.sh)")
@@ -114,15 +114,17 @@ def test_a_conversation_moves_to_another_instance_through_redis(tmp_path, refere
         redis.stop()
 
 
-def test_a_hybrid_conversation_moves_with_its_recurrent_snapshot(tmp_path, reference):
-    """A hybrid model needs the recurrent state where the K/V it attaches end: A's snapshot at the
-    end of its turn goes to Redis with the pages, and B restores it."""
-    from conftest import FIXTURES
-    hybrid = os.path.join(FIXTURES, "models", "qwen35moe-micro.gguf")
+@pytest.mark.parametrize("kind", ["hybrid", "gemma3", "gpt-oss"])
+def test_a_hybrid_conversation_moves_with_its_recurrent_snapshot(tmp_path, reference, kind):
+    """A hybrid model needs the recurrent state where the K/V it attaches end (a sliding-window
+    model its window's rows, docs/memory-semantics.md §10): A's snapshot at the end of its turn
+    goes to Redis with the pages, and B restores it. Batch-invariant numerics: the random-weight
+    presets' near ties must not flip between the cached and the uncached run."""
+    model = model_file(kind)
     redis = Redis(tmp_path, free_port())
     url = "redis://127.0.0.1:%d" % redis.port
-    a = Server(tmp_path / "a", "-np", "1", "--cache-redis", url, "--metrics", model=hybrid)
-    b = Server(tmp_path / "b", "-np", "1", "--cache-redis", url, "--metrics", model=hybrid)
+    a = Server(tmp_path / "a", "-np", "1", "--cache-redis", url, "--metrics", "--batch-invariant", model=model)
+    b = Server(tmp_path / "b", "-np", "1", "--cache-redis", url, "--metrics", "--batch-invariant", model=model)
     try:
         turn1 = reference[5]["prompt_tokens"]
         first = complete(a, turn1)
