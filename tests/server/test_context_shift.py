@@ -127,3 +127,34 @@ def test_hybrid_model_cannot_shift(tmp_path):
         assert body["truncated"] and body["timings"]["predicted_n"] < N_CTX
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "gpt-oss"])
+def test_a_sliding_window_model_shifts_both_of_its_caches(tmp_path, kind):
+    """Gemma 3 and gpt-oss keep only their windowed layers' window (docs/memory-semantics.md §10):
+    a shift moves (and re-rotates) the full layers' cache and the window part together, as
+    llama.cpp's sliding-window cache does. Up to the first shift the generation is the unshifted
+    one; after it, it goes on to the limit."""
+    from conftest import model_file
+    model = model_file(kind)
+    plain = Server(tmp_path / "plain", "-np", "1", "-c", str(N_CTX), model=model)
+    try:
+        limited = greedy_completion(plain, PROMPT, n_predict=400)
+        assert limited["truncated"]
+    finally:
+        plain.stop()
+    s = Server(tmp_path / "shift", "-np", "1", "-c", str(N_CTX), "--context-shift", "--metrics", model=model)
+    try:
+        shifted = greedy_completion(s, PROMPT, n_predict=400, n_keep=-1)
+        assert shifted["timings"]["predicted_n"] == 400 and shifted["stop_type"] == "limit"
+        assert metric(s, "context_shifts_total") >= 2
+        before = len(limited["tokens"])
+        assert shifted["tokens"][:before - 1] == limited["tokens"][:before - 1]
+        # The kept front cannot stay: the window before its end is gone (dropping the shifted tokens
+        # is refused), so the slot lets its sequence go; the next request is served exactly.
+        again = greedy_completion(s, PROMPT, n_predict=6)
+        cold = greedy_completion(s, PROMPT, n_predict=6, cache_prompt=False, cache_salt="cold")
+        assert again["tokens"] == cold["tokens"]
+    finally:
+        s.stop()
+    assert s.proc.returncode == 0, s.log()
