@@ -60,6 +60,8 @@ const char* const kUsage =
     "  --chat-template-file FILE       a Jinja chat template to use instead of the model's (a bad one fails the start)\n"
     "  --reasoning-format none|auto|deepseek  requests' default reasoning_format (default auto: <think> parsed)\n"
     "  -rea, --reasoning on|off|auto   chat_template_kwargs.enable_thinking for requests that do not set it\n"
+    "  --reasoning-budget N            tokens a chat answer may reason (<think>, gpt-oss's analysis) before its end\n"
+    "                                  is forced: -1 no limit (default), 0 none; requests: reasoning_budget_tokens\n"
     "  --embedding, --embeddings       an embedding server: /embedding, /embeddings, /v1/embeddings (completions 501)\n"
     "  --pooling none|mean|cls|last    how an input's token rows become one vector (default: the model's\n"
     "                                  <arch>.pooling_type, else none: per-token rows, native API only)\n"
@@ -158,6 +160,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const std::string chat_template = a.str("--chat-template", "", "");
   const std::string chat_template_file = a.str("--chat-template-file", "", "");
   cfg.reasoning_format = a.str("--reasoning-format", "", "");
+  const long long reasoning_budget = a.num("--reasoning-budget", "", -1);
+  if (reasoning_budget < -1 || reasoning_budget > INT32_MAX)
+    throw std::invalid_argument("--reasoning-budget must be -1 (no limit) or a token count");
+  cfg.reasoning_budget = static_cast<int32_t>(reasoning_budget);
   const std::string reasoning = a.str("-rea", "--reasoning", "auto");
   if (a.flag("--no-slots")) cfg.endpoint_slots = false;
   if (a.flag("--slots")) cfg.endpoint_slots = true;

@@ -28,6 +28,7 @@ const std::set<std::string> kOaiCompletion = {"prompt", "logprobs", "return_toke
 // Embeddings (native and OpenAI): the completion fields do not apply.
 const std::set<std::string> kEmbedding = {"input", "content", "model", "encoding_format", "embd_normalize", "user"};
 const std::set<std::string> kOaiChat = {"messages", "tools", "tool_choice", "parallel_tool_calls", "reasoning_format",
+                                        "reasoning_budget_tokens", "thinking_budget_tokens",
                                         "continue_final_message",
                                         "chat_template_kwargs", "add_generation_prompt", "logprobs", "top_logprobs",
                                         "return_tokens", "n_probs", "post_sampling_probs"};
@@ -148,6 +149,22 @@ void parse_constraints(const Json& body, Endpoint e, CompletionParams& p, bool h
   if (p.n_probs > 0) p.with_logprobs = true;
 }
 
+void read_reasoning_budget(const Json& body, ToolFormat format, const std::string& prompt, bool thinking_open,
+                           CompletionParams& p) {
+  const char* key = has_field(body, "reasoning_budget_tokens") ? "reasoning_budget_tokens" : "thinking_budget_tokens";
+  p.reasoning_budget = static_cast<int32_t>(read_int(body, key, -1, -1, INT32_MAX));
+  if (format == ToolFormat::Harmony) {  // the analysis channel; the answer's header follows its end
+    p.reasoning_start = "<|channel|>analysis<|message|>";
+    p.reasoning_end = "<|end|><|start|>assistant";
+    p.reasoning_open = prompt.size() >= p.reasoning_start.size() &&
+                       prompt.compare(prompt.size() - p.reasoning_start.size(), p.reasoning_start.size(), p.reasoning_start) == 0;
+  } else {
+    p.reasoning_start = "<think>";
+    p.reasoning_end = "</think>";
+    p.reasoning_open = thinking_open;
+  }
+}
+
 ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const std::string& prompt, CompletionParams& p,
                                     bool tojson_arguments) {
   ChatParseOptions o;
@@ -164,6 +181,7 @@ ChatParseOptions parse_chat_options(const Json& body, ToolFormat format, const s
     o.thinking_open = end >= 7 && prompt.compare(end - 7, 7, "<think>") == 0;
   }
   if (format == ToolFormat::Harmony) o.harmony_open_header = harmony_open_header(prompt);
+  read_reasoning_budget(body, format, prompt, o.thinking_open, p);
 
   Json tools = Json::array();
   if (has_field(body, "tools")) {

@@ -22,7 +22,12 @@ void check_known_fields(const Json& body, Endpoint e);
 // channel's message (harmony_response_grammar); a GBNF `grammar` still applies as it is.
 void parse_constraints(const Json& body, Endpoint e, CompletionParams& p, bool harmony = false);
 
-// Chat: tools, tool_choice, parallel_tool_calls and reasoning_format. `prompt` is the rendered
+// Chat: reasoning_budget_tokens / thinking_budget_tokens (-1: none) and the format's reasoning tags
+// into p (server/reasoning_budget.h); thinking_open: the prompt opened a <think> block.
+void read_reasoning_budget(const Json& body, ToolFormat format, const std::string& prompt, bool thinking_open,
+                           CompletionParams& p);
+
+// Chat: tools, tool_choice, parallel_tool_calls, reasoning_format and the reasoning budget. `prompt` is the rendered
 // prompt (it tells whether the template opened a <think> block). Sets p.grammar for tool_choice
 // required / named (a grammar) and auto (a lazy one). Returns how to parse the output.
 // tojson_arguments: the template writes arguments back with tojson (template_dumps_arguments).

@@ -72,6 +72,12 @@ struct CompletionParams {
   int32_t n_probs = 0;
   bool with_logprobs = false;
   bool post_sampling_probs = false;  // probabilities of the distribution drawn from, after the filters
+  // Reasoning budget (server/reasoning_budget.h): -1 none; N >= 0 tokens inside the reasoning
+  // block, then its end is forced. The block's tags come from the chat format (chat requests;
+  // empty: no block known, no budget); reasoning_open: the prompt opened the block.
+  int32_t reasoning_budget = -1;
+  std::string reasoning_start, reasoning_end;
+  bool reasoning_open = false;
 
   // The "generation_settings" / slot "params" object (llama-server's field names).
   Json to_json() const;

@@ -55,8 +55,10 @@ void HttpServer::infill(const Request& req, Response& res) {
 }
 
 void HttpServer::apply_chat_defaults(Json& body) const {
-  // --reasoning-format and --reasoning: the server's defaults where the request says nothing.
+  // --reasoning-format, --reasoning-budget and --reasoning: the server's defaults where the request says nothing.
   if (!cfg_.reasoning_format.empty() && !body.contains("reasoning_format")) body["reasoning_format"] = cfg_.reasoning_format;
+  if (cfg_.reasoning_budget >= 0 && !body.contains("reasoning_budget_tokens") && !body.contains("thinking_budget_tokens"))
+    body["reasoning_budget_tokens"] = cfg_.reasoning_budget;
   if (cfg_.enable_thinking >= 0) {
     if (!body.contains("chat_template_kwargs")) body["chat_template_kwargs"] = Json::object();
     Json& kwargs = body["chat_template_kwargs"];

@@ -50,6 +50,8 @@ class GrammarRun {
   // the grammar allows no token at all.
   int32_t sample(Sampler& sampler, const float* logits, int64_t n_vocab, std::span<const int32_t> history,
                  std::vector<float>& scratch);
+  // Whether the grammar lets `id` come next (always, before a lazy grammar's trigger).
+  bool allows(int32_t id) const { return !active_ || m_->allows(pos_, trie_, id); }
   // The sampled token was accepted: advance (or, lazy, look for a trigger in its text).
   void accept(int32_t id, const std::string& piece);
   // Only an end-of-generation token can follow.

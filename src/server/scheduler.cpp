@@ -254,6 +254,10 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   slot.embedding.reset();
   if (cfg_.embeddings) slot.embedding.emplace(cfg_.pooling, ctx_.model().n_embd(), prompt.size());
   slot.stop_checker.emplace(p.stop);
+  slot.reasoning.reset();
+  if (p.reasoning_budget >= 0 && !p.reasoning_end.empty())
+    slot.reasoning.emplace(p.reasoning_budget, p.reasoning_start, p.reasoning_end,
+                           tok_.encode(p.reasoning_end, /*add_special=*/false, /*parse_special=*/true), p.reasoning_open);
   slot.grammar.reset();
   slot.probs.clear();
   slot.probs_sent = 0;

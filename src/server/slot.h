@@ -13,6 +13,7 @@
 #include "agentkv/sampling.h"
 #include "agentkv/pooling.h"
 #include "server/grammar_run.h"
+#include "server/reasoning_budget.h"
 #include "server/task.h"
 
 namespace agentkv::server {
@@ -37,6 +38,7 @@ struct Slot {
   std::vector<float> biased_logits;  // the logits row plus the task's logit_bias (sampled instead)
   std::optional<StopChecker> stop_checker;
   std::optional<GrammarRun> grammar;  // constrained decoding (the task's grammar)
+  std::optional<ReasoningBudget> reasoning;  // the task's reasoning budget, when it has one
   std::optional<EmbeddingPool> embedding;  // embedding servers: the prompt's rows being pooled
   int batch_outputs = 0;                   // ... and how many of the batch's outputs are its rows
   std::vector<float> grammar_logits;  // the logits row with the grammar's mask applied

@@ -48,19 +48,25 @@ void Scheduler::on_logits(Slot& slot, const float* logits, bool from_cache) {
     for (const auto& [token, bias] : p.logit_bias) slot.biased_logits[static_cast<size_t>(token)] += bias;
     to_sample = slot.biased_logits.data();
   }
-  Token id = -1;
-  if (slot.grammar) {
+  // A spent reasoning budget writes the block's end instead of sampling (while the grammar agrees).
+  Token id = slot.reasoning ? slot.reasoning->forced() : -1;
+  if (id >= 0 && slot.grammar && !slot.grammar->allows(id)) {
+    slot.reasoning->abandon();
+    id = -1;
+  }
+  if (id < 0 && slot.grammar) {
     id = slot.grammar->sample(*slot.sampler, to_sample, ctx_.model().n_vocab(), cached(slot), slot.grammar_logits);
     if (id < 0) {
       log_line("slot %d: the grammar allows no token here: generation ends", slot.id);
       finish(slot, StopType::Eos);
       return;
     }
-  } else {
+  } else if (id < 0) {
     id = slot.sampler->sample(to_sample, ctx_.model().n_vocab(), cached(slot));
   }
   ++slot.n_decoded;
   slot.pending = id;
+  if (slot.reasoning) slot.reasoning->accept(id, tok_.token_to_piece(id, /*special=*/true));
   if ((p.with_logprobs || p.n_probs > 0) && !tok_.is_eog(id))
     slot.probs.push_back(p.post_sampling_probs
                              ? post_sampling_token_probs(tok_, slot.sampler->last_distribution(), id, p.n_probs)

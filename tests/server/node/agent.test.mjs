@@ -86,11 +86,11 @@ async function ask(request, stream) {
     const res = await client.chat.completions.create(request);
     const choice = res.choices[0];
     return { finish: choice.finish_reason, content: choice.message.content, calls: choice.message.tool_calls ?? [],
-      usage: res.usage, timings: res.timings };
+      reasoning: choice.message.reasoning_content ?? null, usage: res.usage, timings: res.timings };
   }
   const chunks = await client.chat.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
   const calls = [];
-  let finish = null, content = null, usage = null, timings = null;
+  let finish = null, content = null, reasoning = null, usage = null, timings = null;
   for await (const chunk of chunks) {
     if (chunk.usage) usage = chunk.usage;
     if (chunk.timings) timings = chunk.timings;
@@ -98,12 +98,13 @@ async function ask(request, stream) {
     if (!choice) continue;
     if (choice.finish_reason) finish = choice.finish_reason;
     if (choice.delta.content) content = (content ?? "") + choice.delta.content;
+    if (choice.delta.reasoning_content) reasoning = (reasoning ?? "") + choice.delta.reasoning_content;
     for (const d of choice.delta.tool_calls ?? []) {
       if (d.id) calls[d.index] = { id: d.id, type: d.type, function: { name: d.function.name, arguments: "" } };
       calls[d.index].function.arguments += d.function.arguments ?? "";
     }
   }
-  return { finish, content, calls, usage, timings };
+  return { finish, content, calls, reasoning, usage, timings };
 }
 
 async function agentLoop(stream) {
@@ -144,7 +145,9 @@ async function agentLoop(stream) {
         `${where}: prompt_n ${r.timings.prompt_n} > ${fresh_tokens} new tokens + 8 (previous answer ${previous.usage.completion_tokens} tokens)`);
     }
     previous = r;
-    messages.push({ role: "assistant", content: null,
+    // The reasoning goes back with the calls (gpt-oss's template renders it as the analysis
+    // message it was), so the previous answer stays what the cache holds.
+    messages.push({ role: "assistant", content: null, ...(r.reasoning ? { reasoning_content: r.reasoning } : {}),
       tool_calls: r.calls.map((c) => ({ id: c.id, type: "function", function: c.function })) });
     for (const c of r.calls)
       messages.push({ role: "tool", tool_call_id: c.id,
