@@ -55,6 +55,11 @@ inline void rope_apply(RopeStyle style, float* head, int64_t n_rot, const float*
 
 // out = silu(gate) * up. In-place allowed (out may alias gate or up).
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// rows x width floats += bias (width), as ggml_add of a broadcast bias row (attention and expert biases).
+inline void add_row_bias(float* x, int64_t rows, int64_t width, const float* bias) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < width; ++i) x[r * width + i] += bias[i];
+}
 // gpt-oss's clamped SwiGLU, ggml's swiglu_oai: x = min(gate, limit), y = clamp(up, -limit, limit),
 // out = x / (1 + exp(alpha * -x)) * (y + 1). In-place allowed.
 constexpr float kSwigluOaiAlpha = 1.702f;

@@ -2,12 +2,29 @@
 // the cache, then attend over the cache, one group of tokens per KV stream.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "kernels/attention.h"
 #include "model/model.h"
 #include "model/rope_spec.h"
+#include "model/weights.h"
 
 namespace agentkv {
+
+// The Q/K/V/O projections of an attention layer as every architecture's converter names them
+// (PREFIX = "blk.N."): Q and O span n_head heads, K and V n_head_kv.
+struct AttentionWeights {
+  WeightMatrix wq, wk, wv, wo;
+};
+inline AttentionWeights bind_attention(WeightBinder& w, const std::string& prefix, const ModelConfig& cfg) {
+  const int64_t E = cfg.n_embd;
+  AttentionWeights a;
+  a.wq = w.matrix(prefix + "attn_q.weight", E, cfg.n_head * cfg.head_dim_k);
+  a.wk = w.matrix(prefix + "attn_k.weight", E, cfg.n_head_kv * cfg.head_dim_k);
+  a.wv = w.matrix(prefix + "attn_v.weight", E, cfg.n_head_kv * cfg.head_dim_v);
+  a.wo = w.matrix(prefix + "attn_output.weight", cfg.n_head * cfg.head_dim_v, E);
+  return a;
+}
 
 // Workspace slots 0..15 belong to the architectures; 16..23 to this helper.
 constexpr int kAttentionWorkspaceSlot = 16;

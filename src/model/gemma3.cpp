@@ -29,10 +29,7 @@ Gemma3Model::Gemma3Model(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
     const std::string p = "blk." + std::to_string(il) + ".";
     Layer& l = layers_[il];
     l.attn_norm = w.vector(p + "attn_norm.weight", E);
-    l.wq = w.matrix(p + "attn_q.weight", E, cfg.n_head * D);
-    l.wk = w.matrix(p + "attn_k.weight", E, cfg.n_head_kv * D);
-    l.wv = w.matrix(p + "attn_v.weight", E, cfg.n_head_kv * D);
-    l.wo = w.matrix(p + "attn_output.weight", cfg.n_head * D, E);
+    l.attn = bind_attention(w, p, cfg);
     l.q_norm = w.vector(p + "attn_q_norm.weight", D);
     l.k_norm = w.vector(p + "attn_k_norm.weight", D);
     l.attn_post_norm = w.vector(p + "post_attention_norm.weight", E);
@@ -76,9 +73,9 @@ void Gemma3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
     const Layer& l = layers_[il];
     const RopeSpec rope = layer_rope(il);
     for (int64_t t = 0; t < T; ++t) rms_norm(x + t * E, l.attn_norm, cur + t * E, E, cfg.rms_eps);
-    matmul(l.wq, cur, T, E, q, nq, pool);
-    matmul(l.wk, cur, T, E, k, nkv, pool);
-    matmul(l.wv, cur, T, E, v, nkv, pool);
+    matmul(l.attn.wq, cur, T, E, q, nq, pool);
+    matmul(l.attn.wk, cur, T, E, k, nkv, pool);
+    matmul(l.attn.wv, cur, T, E, v, nkv, pool);
     rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
     rope_rows(q, T, nq, cfg.n_head, D, D, rope, b.ub->pos.data());
     rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
@@ -86,7 +83,7 @@ void Gemma3Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
     for (int64_t i = 0; i < T * nq; ++i) q[i] *= query_scale_;
     cached_attention(b, mem, il, shape, q, nq, k, v, attn, ws, pool, cfg.attention_window(il));
     // The output projection sees the whole batch (its rounding can depend on a row's place in it).
-    matmul(l.wo, attn, T, nq, cur, E, pool);
+    matmul(l.attn.wo, attn, T, nq, cur, E, pool);
 
     if (il == cfg.n_layer - 1) {  // only the rows whose logits are wanted go further
       rows = keep_output_rows(b.output_rows, E, {x, cur});

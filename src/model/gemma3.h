@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "model/attention_block.h"
 #include "model/model.h"
 #include "model/output_rows.h"
 
@@ -20,7 +21,7 @@ class Gemma3Model final : public ArchModel {
  private:
   struct Layer {
     const float* attn_norm;
-    WeightMatrix wq, wk, wv, wo;
+    AttentionWeights attn;  // Q/K/V/O
     const float* q_norm;
     const float* k_norm;
     const float* attn_post_norm;

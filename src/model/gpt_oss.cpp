@@ -12,12 +12,6 @@ namespace agentkv {
 
 namespace {
 enum Slot { kX, kCur, kQ, kK, kV, kAttn, kOut };
-
-// rows x n floats += bias (n), as ggml_add of a broadcast bias row.
-void add_bias(float* x, int64_t rows, int64_t n, const float* bias) {
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t i = 0; i < n; ++i) x[t * n + i] += bias[i];
-}
 }  // namespace
 
 GptOssModel::GptOssModel(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchModel(std::move(g), std::move(c)) {
@@ -31,10 +25,7 @@ GptOssModel::GptOssModel(std::unique_ptr<gguf::Reader> g, ModelConfig c) : ArchM
     const std::string p = "blk." + std::to_string(il) + ".";
     Layer& l = layers_[il];
     l.attn_norm = w.vector(p + "attn_norm.weight", E);
-    l.wq = w.matrix(p + "attn_q.weight", E, nq);
-    l.wk = w.matrix(p + "attn_k.weight", E, nkv);
-    l.wv = w.matrix(p + "attn_v.weight", E, nkv);
-    l.wo = w.matrix(p + "attn_output.weight", nq, E);
+    l.attn = bind_attention(w, p, cfg);
     l.bq = w.vector(p + "attn_q.bias", nq);
     l.bk = w.vector(p + "attn_k.bias", nkv);
     l.bv = w.vector(p + "attn_v.bias", nkv);
@@ -73,17 +64,17 @@ void GptOssModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
     const Layer& l = layers_[il];
     const RopeSpec rope = layer_rope(il);
     for (int64_t t = 0; t < T; ++t) rms_norm(x + t * E, l.attn_norm, cur + t * E, E, cfg.rms_eps);
-    matmul(l.wq, cur, T, E, q, nq, pool);
-    add_bias(q, T, nq, l.bq);
-    matmul(l.wk, cur, T, E, k, nkv, pool);
-    add_bias(k, T, nkv, l.bk);
-    matmul(l.wv, cur, T, E, v, nkv, pool);
-    add_bias(v, T, nkv, l.bv);
+    matmul(l.attn.wq, cur, T, E, q, nq, pool);
+    add_row_bias(q, T, nq, l.bq);
+    matmul(l.attn.wk, cur, T, E, k, nkv, pool);
+    add_row_bias(k, T, nkv, l.bk);
+    matmul(l.attn.wv, cur, T, E, v, nkv, pool);
+    add_row_bias(v, T, nkv, l.bv);
     rope_rows(q, T, nq, cfg.n_head, D, D, rope, b.ub->pos.data());
     rope_rows(k, T, nkv, cfg.n_head_kv, D, D, rope, b.ub->pos.data());
     cached_attention(b, mem, il, shape, q, nq, k, v, attn, ws, pool, cfg.attention_window(il), l.sinks);
-    matmul(l.wo, attn, T, nq, out, E, pool);
-    add_bias(out, T, E, l.bo);
+    matmul(l.attn.wo, attn, T, nq, out, E, pool);
+    add_row_bias(out, T, E, l.bo);
     for (int64_t i = 0; i < T * E; ++i) x[i] += out[i];
 
     for (int64_t t = 0; t < T; ++t) rms_norm(x + t * E, l.ffn_norm, cur + t * E, E, cfg.rms_eps);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "model/attention_block.h"
 #include "model/model.h"
 #include "model/output_rows.h"
 #include "model/moe_ffn.h"
@@ -22,7 +23,7 @@ class GptOssModel final : public ArchModel {
  private:
   struct Layer {
     const float* attn_norm;
-    WeightMatrix wq, wk, wv, wo;
+    AttentionWeights attn;  // Q/K/V/O
     const float *bq, *bk, *bv, *bo;
     const float* sinks;      // attn_sinks {n_head}
     const float* ffn_norm;   // post_attention_norm: the norm before the experts

@@ -95,10 +95,7 @@ int64_t ArchModel::apply_kv_shift(memory::KvCache& kv, ThreadPool& pool) const {
     static_cast<RopeSpec&>(rope) = layer_rope(il);
     rope.head_dim = config_.head_dim_k;
     auto same = [&](const KeyRotation& r) {
-      return r.style == rope.style && r.n_rot == rope.n_rot && r.freq_base == rope.freq_base &&
-             r.freq_scale == rope.freq_scale && r.freq_factors == rope.freq_factors &&
-             r.ext_factor == rope.ext_factor && r.attn_factor == rope.attn_factor &&
-             r.beta_fast == rope.beta_fast && r.beta_slow == rope.beta_slow && r.n_ctx_orig == rope.n_ctx_orig;
+      return static_cast<const RopeSpec&>(r) == static_cast<const RopeSpec&>(rope) && r.head_dim == rope.head_dim;
     };
     auto it = std::find_if(ropes.begin(), ropes.end(), same);
     if (it == ropes.end()) it = ropes.insert(ropes.end(), rope);

@@ -69,9 +69,7 @@ void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* o
   const int64_t Fs = w.has_shared_expert() ? w.shared_gate.n_out : 0;
   float* router_logits = ws.get(kMoeWorkspaceSlot, n * w.n_expert);
   matmul(w.router, x, n, E, router_logits, w.n_expert, pool);
-  if (w.router_bias)
-    for (int64_t t = 0; t < n; ++t)
-      for (int e = 0; e < w.n_expert; ++e) router_logits[t * w.n_expert + e] += w.router_bias[e];
+  if (w.router_bias) add_row_bias(router_logits, n, w.n_expert, w.router_bias);
   MoeRouteParams rp;
   rp.n_expert = w.n_expert;
   rp.n_used = w.n_used;
@@ -93,10 +91,7 @@ void moe_ffn(const MoeWeights& w, const float* x, int64_t n, int64_t E, float* o
     matmul(w.gate[e], xe, cnt, E, gate, Fe, pool, RowGrouping::kEachRowAlone);
     matmul(w.up[e], xe, cnt, E, up, Fe, pool, RowGrouping::kEachRowAlone);
     const auto add_bias = [&](const std::vector<const float*>& bias, float* rows, int64_t width) {
-      if (bias.empty()) return;
-      const float* b = bias[static_cast<size_t>(e)];
-      for (int32_t r = 0; r < cnt; ++r)
-        for (int64_t i = 0; i < width; ++i) rows[r * width + i] += b[i];
+      if (!bias.empty()) add_row_bias(rows, cnt, width, bias[static_cast<size_t>(e)]);
     };
     add_bias(w.gate_bias, gate, Fe);
     add_bias(w.up_bias, up, Fe);

@@ -20,6 +20,9 @@ struct RopeSpec {
   float beta_slow = 1.f;
   int64_t n_ctx_orig = 0;
 
+  // Every field, YaRN's included: two layers rotate alike exactly when their specs are equal.
+  bool operator==(const RopeSpec&) const = default;
+
   // The kernel's YaRN parameters for this base (the correction dims depend on it).
   RopeYarn yarn() const {
     RopeYarn y;

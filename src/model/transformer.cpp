@@ -44,10 +44,7 @@ TransformerModel::TransformerModel(std::unique_ptr<gguf::Reader> g, ModelConfig 
     const std::string p = "blk." + std::to_string(il) + ".";
     Layer& l = layers_[il];
     l.attn_norm = w.vector(p + "attn_norm.weight", E);
-    l.wq = w.matrix(p + "attn_q.weight", E, cfg.n_head * D);
-    l.wk = w.matrix(p + "attn_k.weight", E, cfg.n_head_kv * D);
-    l.wv = w.matrix(p + "attn_v.weight", E, cfg.n_head_kv * D);
-    l.wo = w.matrix(p + "attn_output.weight", cfg.n_head * D, E);
+    l.attn = bind_attention(w, p, cfg);
     if (qwen) {
       l.q_norm = w.vector(p + "attn_q_norm.weight", D);
       l.k_norm = w.vector(p + "attn_k_norm.weight", D);
@@ -106,9 +103,9 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
   for (int il = 0; il < cfg.n_layer; ++il) {
     const Layer& l = layers_[il];
     for (int64_t t = 0; t < T; ++t) rms_norm(x + t * E, l.attn_norm, cur + t * E, E, cfg.rms_eps);
-    matmul(l.wq, cur, T, E, q, nq, pool);
-    matmul(l.wk, cur, T, E, k, nkv, pool);
-    matmul(l.wv, cur, T, E, v, nkv, pool);
+    matmul(l.attn.wq, cur, T, E, q, nq, pool);
+    matmul(l.attn.wk, cur, T, E, k, nkv, pool);
+    matmul(l.attn.wv, cur, T, E, v, nkv, pool);
     if (l.q_norm) {
       rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
       rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
@@ -118,7 +115,7 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
     cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool);
     // The output projection sees the whole batch, as in llama.cpp: q4_K rounding depends on a
     // row's place in the batch (kernels/matmul.cpp), so selecting rows first would change it.
-    matmul(l.wo, attn, T, nq, out, E, pool);
+    matmul(l.attn.wo, attn, T, nq, out, E, pool);
 
     if (il == cfg.n_layer - 1) {  // only the rows whose logits are wanted go further
       rows = keep_output_rows(b.output_rows, E, {x, out});

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "model/attention_block.h"
 #include "model/model.h"
 #include "model/output_rows.h"
 #include "model/moe_ffn.h"
@@ -24,7 +25,7 @@ class TransformerModel final : public ArchModel {
  private:
   struct Layer {
     const float* attn_norm;
-    WeightMatrix wq, wk, wv, wo;
+    AttentionWeights attn;  // Q/K/V/O
     const float* q_norm = nullptr;  // Qwen3 families only
     const float* k_norm = nullptr;
     const float* ffn_norm;
