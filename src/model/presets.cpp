@@ -211,6 +211,10 @@ std::vector<ModelShape> make_presets() {
                            64, 6, 2, 1, 32, 128, 16));
   p.push_back(gpt_oss_shape("gpt-oss-micro", "fixture gpt-oss-micro: gpt-oss structure, E=64, 4 layers (window 16 every other), 2/1 heads, 4 experts / 2 used, expert FFN 64",
                             64, 4, 2, 1, 32, 4, 2, 64, 16));
+  // For speed: gpt-oss-20b's layer structure (window 128 every other layer, sinks, biases, YaRN,
+  // 32 experts / 4 used) at E=1024; its experts in MXFP4 with `--type mxfp4_moe`.
+  p.push_back(gpt_oss_shape("gpt-oss-bench", "scaled-down gpt-oss-20b: E=1024, 8 layers (window 128 every other), 16/2 heads of 64, 32 experts / 4 used, expert FFN 1024, ~1.1B params",
+                            1024, 8, 16, 2, 64, 32, 4, 1024, 128));
   {
     ModelShape g = gemma3_shape("gemma3-1b", "Gemma 3 1B's shape: E=1152, 26 layers (window 512, 5 local : 1 global), 4/1 heads of 256, FFN 6912, vocab 262144",
                                 1152, 26, 4, 1, 256, 6912, 512);
