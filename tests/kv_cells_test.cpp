@@ -112,11 +112,11 @@ TEST(KvCells, NotesWhichCellTookAPosition) {
   EXPECT_EQ(c.cell_at(0, 12), 4u);
   c.assign(6, 10, seqs_of({0}));
   c.move(6, 10 / 5);  // to position 2: one cell of seq 0 at each position still
-  EXPECT_EQ(c.seq_pos_max_count(0, 0, 100), 1u);
+  EXPECT_EQ(c.seq_positions(0).max_count(0, 100), 1u);
   c.release(4);
   EXPECT_EQ(c.cell_at(0, 12), KvCells::kNoCell);
   c.release(6);
-  EXPECT_EQ(c.seq_pos_max_count(0, 0, 100), 0u);
+  EXPECT_EQ(c.seq_positions(0).max_count(0, 100), 0u);
 }
 
 TEST(KvCells, APositionHeldByACellNotNotedAsksForAScan) {
@@ -124,7 +124,7 @@ TEST(KvCells, APositionHeldByACellNotNotedAsksForAScan) {
   c.assign(2, 10, seqs_of({0}));
   c.assign(5, 11, seqs_of({0}));
   c.move(5, 10);  // two cells at 10: the note names the last one to take it
-  EXPECT_EQ(c.seq_pos_max_count(0, 10, 11), 2u);
+  EXPECT_EQ(c.seq_positions(0).max_count(10, 11), 2u);
   EXPECT_EQ(c.cell_at(0, 10), 5u);
   c.release(5);  // cell 2 still holds 10, but the note named cell 5
   EXPECT_EQ(c.cell_at(0, 10), KvCells::kUnnoted);
@@ -364,7 +364,7 @@ struct Harness {
           ASSERT_NE(at, KvCells::kNoCell) << "stream " << s << " seq " << q << " pos " << r.pos;
           ASSERT_TRUE(at == KvCells::kUnnoted || (c.pos(at) == r.pos && c.has_seq(at, q)))
               << "stream " << s << " seq " << q << " pos " << r.pos;
-          if (c.seq_pos_max_count(q, r.pos, r.pos + 1) == 1 && at != KvCells::kUnnoted) {
+          if (c.seq_positions(q).max_count(r.pos, r.pos + 1) == 1 && at != KvCells::kUnnoted) {
             ASSERT_EQ(at, i) << "seq " << q << " pos " << r.pos;
           }
         }

@@ -52,7 +52,7 @@ std::pair<uint64_t, uint64_t> seq_residency(const Context& ctx, MemorySeqId seq)
 
 // The K/V bytes one sequence's cells hold, in the caches' own types: the main cache's (its
 // positions × the layers there) and the window part's (sliding-window layers, only their window;
-// 0 without one). Cells shared with other sequences count for each of them. O(cells).
+// 0 without one). Cells shared with other sequences count for each of them. O(runs of positions).
 struct SeqKvBytes {
   uint64_t main = 0;
   uint64_t window = 0;

@@ -64,9 +64,7 @@ std::pair<uint64_t, uint64_t> seq_residency(const Context& ctx, MemorySeqId seq)
 namespace {
 uint64_t seq_bytes(const memory::KvCache* kv, MemorySeqId seq) {
   if (!kv || seq < 0 || static_cast<uint32_t>(seq) >= kv->layout().n_seq_max) return 0;
-  const memory::KvCells& cells = kv->cells(kv->layout().stream_of(seq));
-  uint64_t n = 0;
-  for (uint32_t i = 0; i < cells.used_max_p1(); ++i) n += cells.has_seq(i, seq) ? 1 : 0;
+  const uint64_t n = kv->cells(kv->layout().stream_of(seq)).seq_positions(seq).size();
   const memory::KvRows& rows = kv->rows();
   return n * rows.n_kv_layers() * (rows.row_bytes_k() + rows.row_bytes_v());
 }

@@ -24,7 +24,7 @@ bool keys_by_noted_position(const KvCells& cells, SeqId seq, Pos max_pos, std::v
   pos.clear();
   if (lo < 0 || hi < lo) return true;
   if (static_cast<uint64_t>(hi - lo) >= cells.used_max_p1()) return false;
-  if (cells.seq_pos_max_count(seq, lo, hi + 1) > 1) return false;
+  if (cells.seq_positions(seq).max_count(lo, hi + 1) > 1) return false;
   for (Pos p = lo; p <= hi; ++p) {
     const uint32_t c = cells.cell_at(seq, p);
     if (c == KvCells::kUnnoted) return false;  // held, but by a cell not noted

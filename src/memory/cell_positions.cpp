@@ -12,7 +12,7 @@ std::vector<uint32_t> cells_by_position(const KvCache& kv, SeqId seq, Pos n) {
   auto refuse = [&](const char* what) {
     return Error("sequence " + std::to_string(seq) + " " + what + " positions [0, " + std::to_string(n) + ")");
   };
-  if (n > 0 && (c.seq_pos_min(seq) != 0 || c.seq_pos_max(seq) != n - 1 || c.seq_pos_max_count(seq, 0, n) != 1))
+  if (n > 0 && (c.seq_pos_min(seq) != 0 || c.seq_pos_max(seq) != n - 1 || c.seq_positions(seq).max_count(0, n) != 1))
     throw refuse("does not hold exactly");
   std::vector<uint32_t> out(static_cast<size_t>(std::max<Pos>(n, 0)), UINT32_MAX);
   bool noted = true;

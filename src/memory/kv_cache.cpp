@@ -54,7 +54,7 @@ bool remove_by_position(KvCells& c, SeqId seq, Pos p0, Pos p1) {
   const Pos lo = std::max(p0, c.seq_pos_min(seq));
   const Pos hi = c.seq_pos_max(seq) < p1 ? c.seq_pos_max(seq) + 1 : p1;
   if (c.seq_pos_min(seq) < 0 || lo >= hi) return true;
-  if (c.seq_pos_max_count(seq, lo, hi) > 1) return false;
+  if (c.seq_positions(seq).max_count(lo, hi) > 1) return false;
   for (Pos p = lo; p < hi; ++p) {
     const uint32_t i = c.cell_at(seq, p);
     if (i == KvCells::kUnnoted) return false;

@@ -57,9 +57,10 @@ class KvCells {
   Pos seq_pos_min(SeqId s) const;
   Pos seq_pos_max(SeqId s) const;
 
-  // The most cells of sequence s any position of [p0, p1) has (after seq_div or a shared batch
-  // two cells of one sequence may hold one position).
-  uint32_t seq_pos_max_count(SeqId s, Pos p0, Pos p1) const { return seq_pos_[static_cast<size_t>(s)].max_count(p0, p1); }
+  // Sequence s's positions, a multiset (after seq_div or a shared batch two cells of one sequence
+  // may hold one position): max_count(p0, p1) is the most cells any position of [p0, p1) has,
+  // size() the cells s holds (O(runs), no scan of the table).
+  const PosMultiset& seq_positions(SeqId s) const { return seq_pos_[static_cast<size_t>(s)]; }
   // The cell of sequence s at position p, found through the table's note of the cell that last
   // took p for s (no scan): that cell if it still holds p for s (where s has one cell at p, it is
   // that one); kNoCell when s has no cell at p; kUnnoted when s holds p only in cells not noted

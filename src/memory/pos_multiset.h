@@ -23,6 +23,12 @@ class PosMultiset {
   uint32_t max_count(Pos p0, Pos p1) const;
   // Number of runs (for tests: a dense sequence is one run).
   size_t n_runs() const { return runs_.size(); }
+  // Positions counted with their multiplicity (the cells holding them): O(runs).
+  uint64_t size() const {
+    uint64_t n = 0;
+    for (const auto& [start, run] : runs_) n += static_cast<uint64_t>(run.end - start) * run.count;
+    return n;
+  }
 
   void add(Pos p) { change(p, +1); }
   // p must be present.

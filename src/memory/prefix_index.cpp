@@ -337,7 +337,7 @@ std::vector<uint32_t> PrefixIndex::cells_of(SeqId seq, Pos p0, Pos p1) const {
   const KvCells& c = mem_.kv()->cells(0);
   // By the cells the table noted per position, when each position has at most one cell of seq
   // (then the noted one, checked, is it); otherwise a scan of the used cells, lowest cell first.
-  bool found_all = c.seq_pos_max_count(seq, p0, p1) <= 1;
+  bool found_all = c.seq_positions(seq).max_count(p0, p1) <= 1;
   for (Pos p = p0; p < p1 && found_all; ++p) {
     const uint32_t cell = c.cell_at(seq, p);
     if (cell == KvCells::kUnnoted) found_all = false;
