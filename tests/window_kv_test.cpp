@@ -25,15 +25,6 @@
 namespace agentkv {
 namespace {
 
-std::unique_ptr<Model> preset_model(const std::string& preset) {
-  mkmodel::BuildOptions options;
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("agentkv-window-" + preset + "-" + std::to_string(::getpid()) + ".gguf")).string();
-  write_model_file(path, mkmodel::find_preset(preset), testing_support::fixture_vocab(), options);
-  auto model = Model::load(path);
-  std::filesystem::remove(path);  // the mapping keeps the data
-  return model;
-}
 
 ContextParams params(bool swa_full, uint32_t n_ubatch) {
   ContextParams p;
@@ -81,6 +72,7 @@ struct Pair {
     for (MemorySeqId s = 0; s < 4; ++s) {
       size_t n = 0;
       for (uint32_t i = 0; i < cells.size(); ++i) n += cells.has_seq(i, s) ? 1 : 0;
+      EXPECT_EQ(cells.seq_positions(s).size(), n) << "the position index's count (what /slots reports) against a scan";
       EXPECT_LE(n, static_cast<size_t>(w->keep()) + 2 * window.impl().params.n_ubatch) << "sequence " << s;
     }
   }
@@ -88,7 +80,7 @@ struct Pair {
 
 void run_random_ops(const std::string& preset, uint32_t n_ubatch, uint32_t seed) {
   AGENTKV_NEEDS_FIXTURES();  // the tokenizer
-  auto model = preset_model(preset);
+  auto model = testing_support::preset_model(preset, "window");
   Pair p(*model, n_ubatch);
   const memory::WindowKv* w = sequence_memory(p.window).window();
   ASSERT_NE(w, nullptr) << "the window part is the default";
@@ -163,7 +155,7 @@ TEST(WindowKv, GptOssRandomOpsMatchSwaFull) { run_random_ops("gpt-oss-micro", 51
 // rollback, whatever its length.
 TEST(WindowKv, SequenceBytesStayBounded) {
   AGENTKV_NEEDS_FIXTURES();
-  auto model = preset_model("gemma3-micro");
+  auto model = testing_support::preset_model("gemma3-micro");
   Context ctx(*model, params(false, 64));
   const memory::WindowKv& w = *sequence_memory(ctx).window();
   Batch b;

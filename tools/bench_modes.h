@@ -13,5 +13,6 @@ int bench_quality(Args& args);     // agentkv bench quality (PPL, KL, pass-key r
 int bench_tiers(Args& args);       // agentkv bench tiers (page tiers: store and load bandwidth against a cold prefill)
 int bench_evict(Args& args);       // agentkv bench evict (eviction policies: KL, recall at KV budgets; scoring cost)
 int bench_prefix_index(Args& args);  // agentkv bench prefix-index (the prefix cache's bookkeeping at 10 k .. 1 M pages)
+int bench_spec(Args& args);        // agentkv bench spec (greedy speculative verification: oracle and n-gram drafts)
 
 }  // namespace agentkv::tools

@@ -1,0 +1,64 @@
+#include "agentkv/speculative.h"
+
+#include <algorithm>
+#include <string>
+
+#include "agentkv/batch.h"
+#include "agentkv/error.h"
+#include "agentkv/sampling.h"
+
+namespace agentkv {
+
+std::vector<Token> ngram_draft(std::span<const Token> history, size_t k, size_t max_ngram, size_t min_ngram) {
+  const size_t len = history.size();
+  if (k == 0 || min_ngram == 0) return {};
+  for (size_t n = std::min(max_ngram, len > 0 ? len - 1 : 0); n >= min_ngram; --n) {
+    const std::span<const Token> tail = history.subspan(len - n);
+    // The latest earlier occurrence: its end is before the history's end, so something follows it.
+    for (size_t start = len - n; start-- > 0;) {
+      if (!std::equal(tail.begin(), tail.end(), history.begin() + static_cast<std::ptrdiff_t>(start))) continue;
+      const size_t from = start + n;
+      const size_t count = std::min(k, len - from);
+      return std::vector<Token>(history.begin() + static_cast<std::ptrdiff_t>(from),
+                                history.begin() + static_cast<std::ptrdiff_t>(from + count));
+    }
+  }
+  return {};
+}
+
+VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<const Token> drafts) {
+  // A recurrent state cannot drop the rejected drafts (hybrids roll back through snapshots: not
+  // yet here); a sliding-window part drops up to its rollback (32 positions) in place.
+  if (ctx.model().config().is_hybrid())
+    throw Error("speculative decoding: a hybrid model's recurrent state cannot drop rejected drafts yet");
+  if (drafts.size() > kMaxDraft)
+    throw Error("speculative decoding: " + std::to_string(drafts.size()) + " drafts (at most " + std::to_string(kMaxDraft) + ")");
+  const MemoryPos pos = ctx.memory().seq_pos_max(seq) + 1;
+  Batch b;
+  b.add(next, pos, {seq}, true);
+  for (size_t i = 0; i < drafts.size(); ++i) b.add(drafts[i], pos + 1 + static_cast<MemoryPos>(i), {seq}, true);
+  if (ctx.decode(b) != 0)
+    throw Error("speculative decoding: the batch of " + std::to_string(b.size()) + " tokens does not fit in the memory");
+  const int64_t n_vocab = ctx.model().n_vocab();
+  VerifiedStep step;
+  step.tokens.push_back(next);
+  size_t i = 0;
+  for (;; ++i) {
+    const Token chosen = argmax_token(ctx.logits(static_cast<int>(i)), n_vocab);
+    if (i == drafts.size() || chosen != drafts[i]) {
+      step.tokens.push_back(chosen);
+      break;
+    }
+    step.tokens.push_back(chosen);
+  }
+  step.n_accepted = i;
+  // next and the accepted drafts stay; the rejected drafts' positions go.
+  const MemoryPos keep_end = pos + 1 + static_cast<MemoryPos>(i);
+  if (i < drafts.size() && !ctx.memory().seq_rm(seq, keep_end, -1))
+    throw Error("speculative decoding: the memory cannot drop the rejected drafts (a recurrent state needs a snapshot)");
+  // The first token is the caller's; the last one is the next step's `next`.
+  step.tokens.erase(step.tokens.begin());
+  return step;
+}
+
+}  // namespace agentkv

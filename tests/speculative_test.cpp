@@ -1,0 +1,157 @@
+// Exact speculative decoding, greedy (agentkv/speculative.h): with batch-invariant numerics every
+// output of a verification loop equals greedy decoding one token at a time — whatever the drafts
+// (the target's own next tokens, the same with random corruptions, n-gram lookups, k = 1..8) — and
+// the memory ends holding exactly the accepted positions. The n-gram source against a brute-force
+// reference on random histories.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <unistd.h>
+
+#include "agentkv/batch.h"
+#include "agentkv/error.h"
+#include "agentkv/context.h"
+#include "agentkv/make_model.h"
+#include "agentkv/numerics.h"
+#include "agentkv/sampling.h"
+#include "agentkv/speculative.h"
+#include "fixture_models.h"
+
+namespace agentkv {
+namespace {
+
+// The n-gram rule written out plainly: longest n first, latest occurrence first.
+std::vector<Token> brute_ngram(const std::vector<Token>& h, size_t k, size_t max_n, size_t min_n) {
+  for (size_t n = max_n; n >= min_n; --n) {
+    if (n + 1 > h.size()) continue;
+    for (size_t s = h.size() - n; s-- > 0;) {
+      bool same = true;
+      for (size_t j = 0; j < n; ++j) same = same && h[s + j] == h[h.size() - n + j];
+      if (!same) continue;
+      std::vector<Token> out;
+      for (size_t j = s + n; j < h.size() && out.size() < k; ++j) out.push_back(h[j]);
+      return out;
+    }
+  }
+  return {};
+}
+
+TEST(NgramDraft, MatchesTheRuleOnRandomHistories) {
+  std::mt19937 rng(3);
+  for (int run = 0; run < 3000; ++run) {
+    std::vector<Token> h(std::uniform_int_distribution<size_t>(0, 40)(rng));
+    const int alphabet = std::uniform_int_distribution<int>(2, 6)(rng);
+    for (Token& t : h) t = std::uniform_int_distribution<Token>(0, alphabet - 1)(rng);
+    const size_t k = std::uniform_int_distribution<size_t>(0, 8)(rng);
+    ASSERT_EQ(ngram_draft(h, k, 4, 2), brute_ngram(h, k, 4, 2)) << "run " << run;
+  }
+  const std::vector<Token> text = {1, 2, 3, 4, 5, 9, 1, 2, 3};
+  EXPECT_EQ(ngram_draft(text, 3), (std::vector<Token>{4, 5, 9}));
+  EXPECT_TRUE(ngram_draft(text, 0).empty());
+}
+
+
+struct BatchInvariant {
+  BatchInvariant() { set_batch_invariant(true); }
+  ~BatchInvariant() { set_batch_invariant(false); }
+};
+
+ContextParams params() {
+  ContextParams p;
+  p.n_ctx = 1024;
+  p.n_threads = 2;
+  return p;
+}
+
+// Greedy decoding one token at a time after `prompt`: the n tokens it writes.
+std::vector<Token> plain_greedy(const Model& m, const std::vector<Token>& prompt, size_t n) {
+  Context ctx(m, params());
+  Batch b;
+  b.add_sequence(prompt.data(), prompt.size(), 0, 0, true);
+  EXPECT_EQ(ctx.decode(b), 0);
+  std::vector<Token> out = {argmax_token(ctx.last_logits(), m.n_vocab())};
+  while (out.size() < n) {
+    b.clear();
+    b.add(out.back(), static_cast<MemoryPos>(prompt.size() + out.size() - 1), {0}, true);
+    EXPECT_EQ(ctx.decode(b), 0);
+    out.push_back(argmax_token(ctx.last_logits(), m.n_vocab()));
+  }
+  return out;
+}
+
+void check_exact(const Model& m, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Token> prompt(40);
+  for (Token& t : prompt) t = std::uniform_int_distribution<Token>(100, 5000)(rng);
+  prompt.insert(prompt.end(), prompt.begin(), prompt.begin() + 20);  // something for the n-gram source
+  const size_t n = 48;
+  const std::vector<Token> expected = plain_greedy(m, prompt, n);
+  for (int source = 0; source < 3; ++source) {  // 0: oracle, 1: oracle with corruptions, 2: n-gram
+    for (size_t k = 1; k <= 8; k *= 2) {
+      Context ctx(m, params());
+      Batch b;
+      b.add_sequence(prompt.data(), prompt.size(), 0, 0, true);
+      ASSERT_EQ(ctx.decode(b), 0);
+      std::vector<Token> out = {argmax_token(ctx.last_logits(), m.n_vocab())};
+      std::vector<Token> history = prompt;
+      size_t accepted = 0, drafted = 0;
+      while (out.size() < n) {
+        std::vector<Token> drafts;
+        if (source < 2) {
+          for (size_t j = out.size(); j < std::min(n, out.size() + k); ++j) drafts.push_back(expected[j]);
+          if (source == 1)
+            for (Token& d : drafts)
+              if (rng() % 3 == 0) d = static_cast<Token>(rng() % 5000);
+        } else {
+          std::vector<Token> h = history;
+          h.insert(h.end(), out.begin(), out.end());
+          drafts = ngram_draft(h, k);
+        }
+        const VerifiedStep step = verify_greedy(ctx, 0, out.back(), drafts);
+        ASSERT_EQ(step.tokens.size(), step.n_accepted + 1);
+        drafted += drafts.size();
+        accepted += step.n_accepted;
+        out.insert(out.end(), step.tokens.begin(), step.tokens.end());
+      }
+      // The memory holds the prompt and every chosen token but the last (not evaluated yet):
+      // the rejected drafts' positions are gone.
+      EXPECT_EQ(ctx.memory().seq_pos_max(0) + 1, static_cast<MemoryPos>(prompt.size() + out.size() - 1));
+      out.resize(n);
+      ASSERT_EQ(out, expected) << "source " << source << " k " << k;
+      if (source == 0) EXPECT_EQ(accepted, drafted) << "the target's own tokens are all accepted";
+      std::printf("source %d k %zu: %zu of %zu drafts accepted\n", source, k, accepted, drafted);
+    }
+  }
+}
+
+TEST(Speculative, GreedyExactOnTheDenseFixture) {
+  AGENTKV_NEEDS_FIXTURES();
+  BatchInvariant on;
+  check_exact(testing_support::fixture_model("qwen3-micro"), 1);
+}
+
+TEST(Speculative, GreedyExactWithASlidingWindowMemory) {
+  AGENTKV_NEEDS_FIXTURES();
+  BatchInvariant on;
+  auto m = testing_support::preset_model("gemma3-micro", "spec");
+  check_exact(*m, 2);
+}
+
+TEST(Speculative, HybridsAreRefusedBeforeAnythingIsEvaluated) {
+  AGENTKV_NEEDS_FIXTURES();
+  const Model& m = testing_support::fixture_model("qwen35-micro");
+  Context ctx(m, params());
+  Batch b;
+  const std::vector<Token> prompt = {100, 200, 300};
+  b.add_sequence(prompt.data(), prompt.size(), 0, 0, true);
+  ASSERT_EQ(ctx.decode(b), 0);
+  const std::vector<Token> drafts = {5, 6};
+  EXPECT_THROW(verify_greedy(ctx, 0, 7, drafts), Error);
+  EXPECT_EQ(ctx.memory().seq_pos_max(0), 2);
+}
+
+}  // namespace
+}  // namespace agentkv
