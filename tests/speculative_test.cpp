@@ -1,7 +1,8 @@
 // Exact speculative decoding, greedy (agentkv/speculative.h): with batch-invariant numerics every
 // output of a verification loop equals greedy decoding one token at a time — whatever the drafts
 // (the target's own next tokens, the same with random corruptions, n-gram lookups, k = 1..8) — and
-// the memory ends holding exactly the accepted positions. The n-gram source against a brute-force
+// the memory ends holding exactly the accepted positions: dense, Gemma 3's window memory, and a
+// hybrid whose recurrent state rolls back through a snapshot. The n-gram source against a brute-force
 // reference on random histories.
 #include <gtest/gtest.h>
 
@@ -140,15 +141,21 @@ TEST(Speculative, GreedyExactWithASlidingWindowMemory) {
   check_exact(*m, 2);
 }
 
-TEST(Speculative, HybridsAreRefusedBeforeAnythingIsEvaluated) {
+TEST(Speculative, GreedyExactOnAHybridRolledBackThroughItsSnapshot) {
   AGENTKV_NEEDS_FIXTURES();
-  const Model& m = testing_support::fixture_model("qwen35-micro");
+  BatchInvariant on;
+  check_exact(testing_support::fixture_model("qwen35-micro"), 3);
+}
+
+TEST(Speculative, TooManyDraftsAreRefusedBeforeAnythingIsEvaluated) {
+  AGENTKV_NEEDS_FIXTURES();
+  const Model& m = testing_support::fixture_model("qwen3-micro");
   Context ctx(m, params());
   Batch b;
   const std::vector<Token> prompt = {100, 200, 300};
   b.add_sequence(prompt.data(), prompt.size(), 0, 0, true);
   ASSERT_EQ(ctx.decode(b), 0);
-  const std::vector<Token> drafts = {5, 6};
+  const std::vector<Token> drafts(kMaxDraft + 1, 5);
   EXPECT_THROW(verify_greedy(ctx, 0, 7, drafts), Error);
   EXPECT_EQ(ctx.memory().seq_pos_max(0), 2);
 }

@@ -33,9 +33,10 @@ struct VerifiedStep {
 // One verification pass. seq holds positions [0, pos) and `next` is the target's greedy token at
 // pos (not evaluated yet). Evaluates next and the drafts at pos, pos + 1, ... in one batch,
 // accepts drafts while each equals the argmax after the one before, and removes the positions of
-// the rejected drafts from seq. agentkv::Error (nothing evaluated) for a hybrid model (its
-// recurrent state cannot drop a suffix: rollback through snapshots is not built yet), more than
-// kMaxDraft drafts, or a batch that does not fit.
+// the rejected drafts from seq. A hybrid model's recurrent state, which cannot drop a suffix, goes
+// back to a snapshot taken before the pass and absorbs next and the accepted drafts again (one
+// more pass over them, only when a draft was rejected). agentkv::Error (nothing evaluated) for more
+// than kMaxDraft drafts or a batch that does not fit.
 VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<const Token> drafts);
 
 }  // namespace agentkv

@@ -1,11 +1,13 @@
 #include "agentkv/speculative.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "agentkv/batch.h"
 #include "agentkv/error.h"
 #include "agentkv/sampling.h"
+#include "agentkv/seq_snapshot.h"
 
 namespace agentkv {
 
@@ -27,13 +29,15 @@ std::vector<Token> ngram_draft(std::span<const Token> history, size_t k, size_t 
 }
 
 VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<const Token> drafts) {
-  // A recurrent state cannot drop the rejected drafts (hybrids roll back through snapshots: not
-  // yet here); a sliding-window part drops up to its rollback (32 positions) in place.
-  if (ctx.model().config().is_hybrid())
-    throw Error("speculative decoding: a hybrid model's recurrent state cannot drop rejected drafts yet");
   if (drafts.size() > kMaxDraft)
     throw Error("speculative decoding: " + std::to_string(drafts.size()) + " drafts (at most " + std::to_string(kMaxDraft) + ")");
   const MemoryPos pos = ctx.memory().seq_pos_max(seq) + 1;
+  // A recurrent state cannot drop the rejected drafts: it rolls back to its snapshot before the
+  // pass and absorbs the accepted tokens again. (A sliding-window part drops up to 32 positions
+  // in place.)
+  const bool recurrent = ctx.model().config().is_hybrid();
+  std::optional<SeqSnapshot> before;
+  if (recurrent && !drafts.empty()) before = SeqSnapshot::capture(ctx, seq, /*recurrent_only=*/true);
   Batch b;
   b.add(next, pos, {seq}, true);
   for (size_t i = 0; i < drafts.size(); ++i) b.add(drafts[i], pos + 1 + static_cast<MemoryPos>(i), {seq}, true);
@@ -54,8 +58,16 @@ VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<
   step.n_accepted = i;
   // next and the accepted drafts stay; the rejected drafts' positions go.
   const MemoryPos keep_end = pos + 1 + static_cast<MemoryPos>(i);
-  if (i < drafts.size() && !ctx.memory().seq_rm(seq, keep_end, -1))
-    throw Error("speculative decoding: the memory cannot drop the rejected drafts (a recurrent state needs a snapshot)");
+  if (i < drafts.size() && before) {
+    before->restore(ctx, seq);  // the recurrent state before `next`; the K/V rows stay
+    ctx.memory().seq_rm(seq, pos, -1);
+    b.clear();
+    b.add(next, pos, {seq}, false);
+    for (size_t j = 0; j < i; ++j) b.add(drafts[j], pos + 1 + static_cast<MemoryPos>(j), {seq}, j + 1 == i);
+    if (ctx.decode(b) != 0) throw Error("speculative decoding: the accepted tokens no longer fit in the memory");
+  } else if (i < drafts.size() && !ctx.memory().seq_rm(seq, keep_end, -1)) {
+    throw Error("speculative decoding: the memory cannot drop the rejected drafts");
+  }
   // The first token is the caller's; the last one is the next step's `next`.
   step.tokens.erase(step.tokens.begin());
   return step;
