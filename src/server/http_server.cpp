@@ -157,6 +157,10 @@ bool HttpServer::load() {
     }
     if (kv.rotated)
       log_line("KV rows Hadamard-rotated: %s (--kv-rotation %s)", kv.rotation.c_str(), kv_rotation_mode_name(cp.kv.rotation));
+    if (kv.window_cells > 0)
+      log_line("sliding-window layers keep only each sequence's window: %u cells (%.1f MiB) beside the main cache's "
+               "%.1f MiB; sequences resume where a snapshot is (--swa-full keeps every row)",
+               kv.window_cells, kv.window_storage_bytes / 1048576.0, kv.storage_bytes / 1048576.0);
 
     const Tokenizer& tok = e->model->tokenizer();
     try {

@@ -38,6 +38,7 @@ def test_prompts_diverging_before_the_end_evaluate_from_the_divergence(tmp_path,
         _, props = server.get("/props")
         spacing = props["memory"]["snapshot_spacing"]
         window_memory = kind != "dense" and not flags
+        assert ("sliding-window layers keep only each sequence's window" in server.log()) == window_memory
         a = random_tokens(1, 6000)
         first = complete(server, a, 4)
         assert first["timings"]["prompt_n"] == len(a)
