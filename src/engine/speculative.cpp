@@ -44,16 +44,12 @@ VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<
   if (ctx.decode(b) != 0)
     throw Error("speculative decoding: the batch of " + std::to_string(b.size()) + " tokens does not fit in the memory");
   const int64_t n_vocab = ctx.model().n_vocab();
+  // The target's choice after next and after each draft; drafts count while they agree with it.
   VerifiedStep step;
-  step.tokens.push_back(next);
   size_t i = 0;
   for (;; ++i) {
-    const Token chosen = argmax_token(ctx.logits(static_cast<int>(i)), n_vocab);
-    if (i == drafts.size() || chosen != drafts[i]) {
-      step.tokens.push_back(chosen);
-      break;
-    }
-    step.tokens.push_back(chosen);
+    step.tokens.push_back(argmax_token(ctx.logits(static_cast<int>(i)), n_vocab));
+    if (i == drafts.size() || step.tokens.back() != drafts[i]) break;
   }
   step.n_accepted = i;
   // next and the accepted drafts stay; the rejected drafts' positions go.
@@ -63,13 +59,11 @@ VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<
     ctx.memory().seq_rm(seq, pos, -1);
     b.clear();
     b.add(next, pos, {seq}, false);
-    for (size_t j = 0; j < i; ++j) b.add(drafts[j], pos + 1 + static_cast<MemoryPos>(j), {seq}, j + 1 == i);
+    for (size_t j = 0; j < i; ++j) b.add(drafts[j], pos + 1 + static_cast<MemoryPos>(j), {seq}, false);  // logits known
     if (ctx.decode(b) != 0) throw Error("speculative decoding: the accepted tokens no longer fit in the memory");
   } else if (i < drafts.size() && !ctx.memory().seq_rm(seq, keep_end, -1)) {
     throw Error("speculative decoding: the memory cannot drop the rejected drafts");
   }
-  // The first token is the caller's; the last one is the next step's `next`.
-  step.tokens.erase(step.tokens.begin());
   return step;
 }
 

@@ -158,19 +158,15 @@ ModelShape gemma3_shape(std::string name, std::string description, int64_t n_emb
 ModelShape gpt_oss_shape(std::string name, std::string description, int64_t n_embd, int64_t n_layer,
                          int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_expert,
                          int64_t n_expert_used, int64_t n_ff_exp, int32_t window) {
-  ModelShape s = qwen3_shape(std::move(name), std::move(description), n_embd, n_layer, n_head, n_head_kv,
-                             head_dim, 0);
+  ModelShape s = qwen3moe_shape(std::move(name), std::move(description), n_embd, n_layer, n_head, n_head_kv,
+                                head_dim, n_expert, n_expert_used, n_ff_exp);
   s.arch = "gpt-oss";
-  s.tied_output = false;
   s.context_length = 131072;
   s.rope_freq_base = 150000.f;
   s.rms_eps = 1e-5f;
   s.rope_yarn_factor = 32.f;
   s.rope_yarn_original_context = 4096;
   s.sliding_window = window;
-  s.n_expert = n_expert;
-  s.n_expert_used = n_expert_used;
-  s.n_ff_exp = n_ff_exp;
   s.chat_vocab = ModelShape::ChatVocab::Harmony;
   return s;
 }
