@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes with libFuzzer (ASan + UBSan): the GGUF reader, the server's JSON request layer (request
 # parsing + chat formatting), the parsers of model output (reasoning, tool calls of every format,
-# streamed prefixes), the state-file reader (with the KV code file reader) and the JSON-schema
-# converter's pattern and bounds parsers, for N seconds in all (split between the five targets);
-# exits non-zero if one finds a crash.
+# streamed prefixes), the state-file reader (with the KV code file reader), the JSON-schema
+# converter's pattern and bounds parsers and image input (PNG / JPEG decoding, Qwen-VL
+# preprocessing), for N seconds in all (split between the six targets); exits non-zero if one finds
+# a crash.
 # Builds build-fuzz/ with clang first if needed. Usage: scripts/fuzz.sh [SECONDS]   (default 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,12 +14,13 @@ build=build-fuzz
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTKV_FUZZ=ON
 fi
-cmake --build "$build" --target gguf_fuzz request_fuzz state_fuzz tool_call_fuzz schema_fuzz -j2
+cmake --build "$build" --target gguf_fuzz request_fuzz state_fuzz tool_call_fuzz schema_fuzz image_decode_fuzz \
+  -j2
 
 fixtures="${AGENTKV_FIXTURES:-../shared/fixtures}/models"
-# Time shares: the GGUF reader half, the four other targets a quarter of the rest each (at least 5 s each).
+# Time shares: the GGUF reader half, the five other targets a fifth of the rest each (at least 5 s each).
 gguf_s=$(( seconds / 2 > 5 ? seconds / 2 : 5 ))
-rest_s=$(( (seconds - gguf_s) / 4 > 5 ? (seconds - gguf_s) / 4 : 5 ))
+rest_s=$(( (seconds - gguf_s) / 5 > 5 ? (seconds - gguf_s) / 5 : 5 ))
 
 run() {  # name seconds max_len dict-or-empty seeds...
   local name=$1 secs=$2 max_len=$3 dict=$4
@@ -82,3 +84,11 @@ for i, (kind, pattern, value) in enumerate(cases):
 PY
 mkdir -p fuzz/schema-regressions
 run schema_fuzz "$rest_s" 1024 "" "$seeds" fuzz/schema-regressions
+
+# Images: the PNGs (every colour type and depth, interlaced) and JPEGs (baseline, progressive, gray,
+# 4:2:0 / 4:2:2 / 4:4:4, Adobe CMYK and YCCK) the preprocessing tests compare with llama.cpp.
+seeds="$build/fuzz/image-seeds"
+mkdir -p "$seeds"
+cp tests/data/vision/preprocess/*.png tests/data/vision/preprocess/*.jpg "$seeds/"
+mkdir -p fuzz/image-regressions  # inputs that once failed (each is replayed first)
+run image_decode_fuzz "$rest_s" 65536 "" "$seeds" fuzz/image-regressions

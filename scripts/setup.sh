@@ -14,6 +14,7 @@ PACKAGES=(
   clang libclang-rt-14-dev   # libFuzzer targets
   nginx-light                # tests/server/test_cluster.py, deploy/: the router in front of instances
   libhiredis-dev redis-server  # the Redis page tier (--cache-redis) and its tests
+  libpng-dev libjpeg62-turbo-dev  # image input (src/image/): PNG and JPEG decoding
 )
 
 missing=()

@@ -39,6 +39,8 @@ void list_presets() {
     std::printf("%-18s %-10s %8.1fM params  %s\n", p.name.c_str(), p.arch.c_str(), n_params / 1e6,
                 p.description.c_str());
   }
+  for (const auto& v : mkmodel::vision_presets())
+    std::printf("%-18s %-10s %8.1fM params  %s\n", v.name.c_str(), "mmproj", v.n_params() / 1e6, v.description.c_str());
 }
 
 int cmd_mkmodel(const std::vector<std::string>& argv) {
@@ -68,6 +70,17 @@ int cmd_mkmodel(const std::vector<std::string>& argv) {
   }
   if (seed < 0) throw std::invalid_argument("--seed must be non-negative");
 
+  if (const mkmodel::VisionShape* vision = mkmodel::find_vision_preset(preset_name)) {
+    if (type_name != "f16") throw Error("vision projector presets are written in f16 (the converter's type)");
+    const auto t0 = std::chrono::steady_clock::now();
+    const mkmodel::BuildStats stats =
+        write_vision_file(out_path, *vision, static_cast<uint64_t>(seed), static_cast<int>(n_threads));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("wrote %s: %s (vision projector qwen3vl_merger for %s), %zu tensors, %.2fM params, %.1f MiB, seed %lld, %.1f s\n",
+                out_path.c_str(), vision->name.c_str(), vision->language_model.c_str(), stats.n_tensors,
+                stats.n_params / 1e6, stats.tensor_bytes / (1024.0 * 1024.0), seed, seconds);
+    return 0;
+  }
   const mkmodel::ModelShape shape =
       shape_path.empty() ? mkmodel::find_preset(preset_name) : mkmodel::shape_from_json(shape_path);
   const auto type = mkmodel::file_type_from_name(type_name);

@@ -175,10 +175,20 @@ void Context::Impl::validate(const Batch& b) const {
   if (b.pos.size() != b.size() || b.seq.size() != b.size() || b.output.size() != b.size())
     throw Error("batch arrays have different lengths");
   const int64_t n_vocab = model.n_vocab();
+  if (!b.rope.empty() || !b.embd_row.empty()) {
+    if (!model.takes_images())
+      throw Error(std::string("the ") + arch_name(model.config().arch) + " model takes no image input");
+    if ((!b.rope.empty() && b.rope.size() != b.size()) || (!b.embd_row.empty() && b.embd_row.size() != b.size()))
+      throw Error("batch arrays have different lengths");
+  }
+  const int64_t n_embd_rows = static_cast<int64_t>(b.embd.size()) / model.n_embd();
   // Per sequence, the batch's tokens must continue the sequence at pos_max+1 without gaps.
   std::map<memory::SeqId, memory::Pos> next;
   for (size_t i = 0; i < b.size(); ++i) {
-    if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab)
+    const bool has_row = !b.embd_row.empty() && b.embd_row[i] >= 0;
+    if (has_row && b.embd_row[i] >= n_embd_rows)
+      throw Error("batch token " + std::to_string(i) + ": input row " + std::to_string(b.embd_row[i]) + " out of range");
+    if (!has_row && (b.tokens[i] < 0 || b.tokens[i] >= n_vocab))
       throw Error("token id " + std::to_string(b.tokens[i]) + " out of range [0, " + std::to_string(n_vocab) + ")");
     if (b.seq[i].empty()) throw Error("batch token " + std::to_string(i) + " has no sequence");
     if (memory->rec() && b.seq[i].size() != 1)
@@ -230,6 +240,9 @@ int Context::decode(const Batch& b) {
     ForwardBatch fb;
     fb.tokens = std::span<const Token>(b.tokens.data() + start, end - start);
     fb.ub = &ub;
+    if (!b.rope.empty()) fb.rope = std::span<const RopePos>(b.rope.data() + start, end - start);
+    if (!b.embd_row.empty()) fb.embd_row = std::span<const int32_t>(b.embd_row.data() + start, end - start);
+    fb.embd = b.embd.data();
     fb.id = ++impl_->next_ubatch_id;
     fb.placement = &placement->kv;
     fb.rec_placement = &placement->rec;

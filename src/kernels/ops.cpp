@@ -236,6 +236,30 @@ void rope_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, con
   }
 }
 
+void rope_cache_imrope(const int32_t thw[3], int64_t n_rot, const int32_t sections[4], float freq_base,
+                       float freq_scale, const float* freq_factors, const RopeYarn& yarn, float* cos_sin) {
+  if (thw[0] == thw[1] && thw[1] == thw[2]) {
+    rope_cache(static_cast<float>(thw[0]), n_rot, freq_base, freq_scale, freq_factors, yarn, cos_sin);
+    return;
+  }
+  const int32_t sect_dims = sections[0] + sections[1] + sections[2] + sections[3];
+  thread_local std::vector<float> axis[4];
+  const int32_t axis_pos[4] = {thw[0], thw[1], thw[2], 0};
+  for (int a = 0; a < 4; ++a) {
+    axis[a].resize(static_cast<size_t>(n_rot));
+    rope_cache(static_cast<float>(axis_pos[a]), n_rot, freq_base, freq_scale, freq_factors, yarn, axis[a].data());
+  }
+  for (int64_t k = 0; k < n_rot / 2; ++k) {
+    const int32_t s = sect_dims > 0 ? static_cast<int32_t>(k % sect_dims) : 0;
+    int a = 3;
+    if (s % 3 == 1 && s < 3 * sections[1]) a = 1;
+    else if (s % 3 == 2 && s < 3 * sections[2]) a = 2;
+    else if (s % 3 == 0 && s < 3 * sections[0]) a = 0;
+    cos_sin[2 * k] = axis[a][2 * k];
+    cos_sin[2 * k + 1] = axis[a][2 * k + 1];
+  }
+}
+
 void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin) {
   const int64_t half = n_rot / 2;
   for (int64_t i = 0; i < half; ++i) {
@@ -304,6 +328,16 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
     if (x <= -10.0f) out[i] = 0.0f;
     else if (x >= 10.0f) out[i] = x * up[i];
     else out[i] = fp16_to_fp32(table[fp32_to_fp16(x)]) * up[i];
+  }
+}
+
+void gelu(const float* x, float* y, int64_t n) {
+  const uint16_t* table = gelu_fp16_table().data();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    if (v <= -10.0f) y[i] = 0.0f;
+    else if (v >= 10.0f) y[i] = v;
+    else y[i] = fp16_to_fp32(table[fp32_to_fp16(v)]);
   }
 }
 

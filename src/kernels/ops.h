@@ -43,6 +43,12 @@ void rope_yarn_corr_dims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, flo
                          float dims[2]);
 void rope_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, const float* freq_factors,
                 const RopeYarn& yarn, float* cos_sin);
+// Qwen3.5's interleaved multi-axis RoPE (ggml's IMROPE): pair k turns with the height position
+// when k' = k mod (s0+s1+s2+s3) has k' % 3 == 1 and k' < 3 s1, with the width when k' % 3 == 2 and
+// k' < 3 s2, with the time when k' % 3 == 0 and k' < 3 s0, else with position 0; each axis's angle
+// runs through rope_cache's float steps from its own position. t = h = w gives rope_cache's bits.
+void rope_cache_imrope(const int32_t thw[3], int64_t n_rot, const int32_t sections[4], float freq_base,
+                       float freq_scale, const float* freq_factors, const RopeYarn& yarn, float* cos_sin);
 inline void rope_neox_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, float* cos_sin) {
   rope_cache(pos, n_rot, freq_base, freq_scale, nullptr, cos_sin);
 }
@@ -70,6 +76,9 @@ void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float
 // geglu: gate rounded to fp16, the table entry is fp16(gelu(that)); gate <= -10 gives 0 and
 // gate >= 10 gives gate * up. In-place allowed.
 void geglu(const float* gate, const float* up, float* out, int64_t n);
+// y = gelu(x) from the same fp16 table, as ggml-cpu's GELU op (x <= -10 gives 0, x >= 10 gives x).
+// In-place allowed.
+void gelu(const float* x, float* y, int64_t n);
 float silu(float x);      // x / (1 + exp(-x))
 float sigmoid(float x);   // 1 / (1 + exp(-x))
 float softplus(float x);  // ggml's: x > 20 ? x : log(1 + exp(x))

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "agentkv/batch.h"
+
 #include "kernels/attention.h"
 #include "model/model.h"
 #include "model/rope_spec.h"
@@ -50,6 +52,10 @@ void cached_attention(const ForwardBatch& batch, const ModelMemory& mem, int lay
 // `head_stride`), token t at position pos[t].
 void rope_rows(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
                int64_t head_dim, const RopeSpec& rope, const int32_t* pos);
+// The same with interleaved multi-axis positions (Qwen3.5, kernels/ops.h rope_cache_imrope): token
+// t turns by rope[t] on the axes `sections` assigns to its pairs.
+void rope_rows_imrope(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
+                      int64_t head_dim, const RopeSpec& rope, const int32_t sections[4], const RopePos* rope_pos);
 
 // Per-head RMSNorm with a shared weight (Q/K norm).
 void rms_norm_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,

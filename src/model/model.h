@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "agentkv/batch.h"
 #include "agentkv/ggml_type.h"
 #include "kernels/threadpool.h"
 #include "memory/attention_view.h"
@@ -72,6 +73,11 @@ struct ModelMemory {
 struct ForwardBatch {
   std::span<const Token> tokens;
   const memory::UBatch* ub = nullptr;
+  // Empty, or one per token (agentkv/batch.h): multi-axis rope positions, and input rows of
+  // `embd` (n_embd floats each; -1: the token's embedding). Only models that take images read them.
+  std::span<const RopePos> rope;
+  std::span<const int32_t> embd_row;
+  const float* embd = nullptr;
   const memory::Placement* placement = nullptr;              // KV cells (attention layers)
   const memory::RecurrentPlacement* rec_placement = nullptr;  // state cells (recurrent layers)
   const memory::Placement* window_placement = nullptr;       // window part's cells (sliding-window layers)
@@ -115,6 +121,8 @@ class ArchModel : public Model {
   // Context shift: whether the keys stored in the KV cache can be re-rotated to new positions
   // (seq_add / seq_div). False unless the architecture says so (llama.cpp refuses M-RoPE/IMROPE).
   virtual bool can_shift() const { return false; }
+  // Takes input rows and multi-axis rope positions (ForwardBatch::embd_row, ::rope): image tokens.
+  virtual bool takes_images() const { return false; }
   // Rotates the stored keys of every cell with a pending shift by that shift (every attention
   // layer, the first n_rot dims of each head, NEOX, this model's freq base/scale), then clears the
   // pending shifts. Only called when can_shift(). Returns the number of cells rotated. Defined

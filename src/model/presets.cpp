@@ -398,6 +398,8 @@ std::vector<float> read_trained_values(const PlannedTensor& t, const std::string
   return values;
 }
 
+}  // namespace
+
 std::vector<uint8_t> make_tensor_data(const PlannedTensor& t, uint64_t seed, const std::string& weights_dir,
                                       ThreadPool& pool) {
   std::vector<float> trained;
@@ -422,6 +424,8 @@ std::vector<uint8_t> make_tensor_data(const PlannedTensor& t, uint64_t seed, con
       rows_per_grain);
   return data;
 }
+
+namespace {
 
 bool is_file(const fs::path& p) {
   std::error_code ec;

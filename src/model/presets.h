@@ -15,6 +15,7 @@
 #include "model/quant_mix.h"
 #include "agentkv/tokenizer.h"
 
+namespace agentkv { class ThreadPool; }
 namespace agentkv::gguf { class Writer; }
 
 namespace agentkv::mkmodel {
@@ -29,5 +30,10 @@ BuildStats build_model(gguf::Writer& w, const ModelShape& shape, const VocabData
 // The values of one tensor before any type conversion (element i of the flattened tensor).
 // Exposed so tests can check the recipe; build_model uses the same function.
 void generate_values(const PlannedTensor& t, uint64_t seed, int64_t first, int64_t count, float* out);
+
+// One tensor's bytes in its file type: values from generate_values (or, with weights_dir, the trained
+// ones), rounded through the converter's type as the written files are.
+std::vector<uint8_t> make_tensor_data(const PlannedTensor& t, uint64_t seed, const std::string& weights_dir,
+                                      ThreadPool& pool);
 
 }  // namespace agentkv::mkmodel

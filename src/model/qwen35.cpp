@@ -97,8 +97,13 @@ void Qwen35Model::attention_layer(int il, const ForwardBatch& b, ModelMemory& me
   rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
   // IMROPE with text positions (all sections the same position) is NEOX over the first n_rot dims.
   const RopeSpec r = rope();
-  rope_rows(q, T, nq, cfg.n_head, D, D, r, b.ub->pos.data());
-  rope_rows(k, T, nkv, cfg.n_head_kv, D, D, r, b.ub->pos.data());
+  if (!b.rope.empty()) {
+    rope_rows_imrope(q, T, nq, cfg.n_head, D, D, r, cfg.rope_sections.data(), b.rope.data());
+    rope_rows_imrope(k, T, nkv, cfg.n_head_kv, D, D, r, cfg.rope_sections.data(), b.rope.data());
+  } else {
+    rope_rows(q, T, nq, cfg.n_head, D, D, r, b.ub->pos.data());
+    rope_rows(k, T, nkv, cfg.n_head_kv, D, D, r, b.ub->pos.data());
+  }
   AttentionShape shape;
   shape.n_head = cfg.n_head;
   shape.n_head_kv = cfg.n_head_kv;
@@ -258,7 +263,10 @@ void Qwen35Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
   float* x = ws.get(kX, T * E);
   float* cur = ws.get(kCur, T * E);
   float* out = ws.get(kOut, T * E);
-  for (int64_t t = 0; t < T; ++t) get_row(head_.token_embd, b.tokens[t], x + t * E);
+  for (int64_t t = 0; t < T; ++t) {
+    if (!b.embd_row.empty() && b.embd_row[t] >= 0) std::memcpy(x + t * E, b.embd + b.embd_row[t] * E, E * sizeof(float));
+    else get_row(head_.token_embd, b.tokens[t], x + t * E);
+  }
 
   int64_t rows = T;
   for (int il = 0; il < cfg.n_layer; ++il) {

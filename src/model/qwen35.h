@@ -21,6 +21,8 @@ class Qwen35Model final : public ArchModel {
   // IMROPE (multi-section RoPE): llama.cpp refuses context shift for it, and the recurrent
   // layers could not follow a shift anyway.
   bool can_shift() const override { return false; }
+  // Qwen3.5 (dense and MoE) reads images through its vision projector; Qwen3-Next has none.
+  bool takes_images() const override { return config_.arch != Arch::Qwen3Next; }
 
  private:
   struct Layer {

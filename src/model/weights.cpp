@@ -26,6 +26,22 @@ WeightMatrix WeightBinder::matrix(const std::string& name, int64_t n_in, int64_t
   return matrix3d(name, n_in, n_out, 1, 0);
 }
 
+WeightMatrix WeightBinder::flattened(const std::string& name, std::span<const int64_t> ne) {
+  const gguf::TensorInfo& t = g_.require_tensor(name, ne);
+  int64_t n_in = 1;
+  for (size_t i = 0; i + 1 < ne.size(); ++i) n_in *= ne[i];
+  if (n_in % ggml_type_info(t.type).block_size != 0)
+    throw Error(g_.path() + ": tensor '" + name + "': row length not a multiple of its type's block size");
+  used_.insert(name);
+  WeightMatrix w;
+  w.type = t.type;
+  w.n_in = n_in;
+  w.n_out = ne.back();
+  w.row_bytes = ggml_row_size(t.type, n_in);
+  w.data = t.data;
+  return w;
+}
+
 const float* WeightBinder::vector(const std::string& name, int64_t n) {
   const int64_t ne[1] = {n};
   const gguf::TensorInfo& t = g_.require_tensor(name, std::span<const int64_t>(ne, 1));

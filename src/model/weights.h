@@ -2,6 +2,7 @@
 // mapping; nothing is copied). Every tensor in the file must be claimed (as llama.cpp requires).
 #pragma once
 #include <set>
+#include <span>
 #include <string>
 
 #include "kernels/matmul.h"
@@ -18,6 +19,9 @@ class WeightBinder {
   // Slice `index` of a 3-D stacked tensor {n_in, n_out, n_slices} (MoE experts).
   WeightMatrix matrix3d(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_slices,
                         int64_t index);
+  // A tensor of any rank read as a matrix: rows along its last dimension, each the flattened rest
+  // (a conv kernel {KW, KH, C_in, C_out}: C_out rows of KW*KH*C_in, as ggml's im2col orders them).
+  WeightMatrix flattened(const std::string& name, std::span<const int64_t> ne);
   // A 1-D F32 vector of n elements.
   const float* vector(const std::string& name, int64_t n);
   // A 2-D F32 tensor {n0, n1}, returned as a flat pointer.

@@ -1,0 +1,203 @@
+// The Qwen3.5 vision path against llama.cpp's mtmd (tests/data/vision/reference-<level>/, made by
+// tests/reference/mtmd_reference.cpp from the projector presets and the qwen35 fixtures): the
+// projector's image embeddings from llama.cpp's own preprocessed pixels, then the language model's
+// next-token logprobs and greedy tokens after a text + image (+ image) + text prompt, fed with
+// agentkv's embeddings at the multi-axis rope positions mtmd gives them. Each distance must be no
+// larger than llama.cpp's own between its two runs (flash attention on / off).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "agentkv/context.h"
+#include "agentkv/logits_report.h"
+#include "agentkv/make_model.h"
+#include "fidelity_common.h"
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+#include "kernels/threadpool.h"
+#include "model/vision_projector.h"
+
+namespace agentkv::testing {
+namespace {
+
+const std::string kVisionData = std::string(AGENTKV_SOURCE_DIR) + "/tests/data/vision/";
+
+std::vector<float> read_floats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  in.seekg(0, std::ios::end);
+  std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  return v;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return nlohmann::json::parse(in);
+}
+
+struct Distance {
+  double max_abs = 0, mean_abs = 0;
+};
+Distance distance(const std::vector<float>& a, const std::vector<float>& b) {
+  Distance d;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double e = std::fabs(static_cast<double>(a[i]) - b[i]);
+    d.max_abs = std::max(d.max_abs, e);
+    d.mean_abs += e;
+  }
+  if (!a.empty()) d.mean_abs /= static_cast<double>(a.size());
+  return d;
+}
+
+// The reference's case: its prompt's logprobs after the last token and its greedy continuation.
+LogitsCase reference_case(const nlohmann::json& r) {
+  LogitsCase c;
+  const auto top = [](const nlohmann::json& list) {
+    TopList t;
+    for (const auto& e : list) t.emplace_back(e[0].get<Token>(), e[1].get<float>());
+    return t;
+  };
+  c.prompt_top.push_back(top(r["prompt_top"]));
+  for (const auto& g : r["generated"]) c.generated.push_back(g.get<Token>());
+  for (const auto& g : r["generated_top"]) c.generated_top.push_back(top(g));
+  return c;
+}
+
+TopList top_of(const float* logits, int64_t n_vocab) {
+  std::vector<int32_t> ids(10);
+  std::vector<float> lp(10);
+  const int n = top_k_logprobs(logits, n_vocab, 10, ids.data(), lp.data());
+  TopList t;
+  for (int i = 0; i < n; ++i) t.emplace_back(ids[i], lp[i]);
+  return t;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("agentkv-" + name + "-" + std::to_string(::getpid()) + ".gguf")).string();
+}
+
+// Our run of one reference case: the projector's embeddings of the reference's pixels, then the
+// prompt through the language model (forced = the reference's greedy tokens, or free greedy).
+LogitsCase run_case(const Model& lm, const VisionProjector& proj, const nlohmann::json& r, const std::string& dir,
+                    std::vector<std::vector<float>>* embeddings, bool teacher_forcing) {
+  ThreadPool pool(2);
+  embeddings->clear();
+  for (const auto& img : r["images"]) {
+    const int64_t nx = img["pixels_nx"], ny = img["pixels_ny"];
+    const std::vector<float> planar = read_floats(dir + img["pixels_file"].get<std::string>());
+    std::vector<float> hwc(planar.size());
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t i = 0; i < nx * ny; ++i) hwc[i * 3 + c] = planar[c * nx * ny + i];
+    embeddings->push_back(proj.encode(hwc.data(), nx, ny, pool));
+  }
+  ContextParams cp;
+  cp.n_ctx = 256;
+  cp.n_threads = 2;
+  Context ctx(lm, cp);
+  Batch b;
+  MemoryPos p = 0;     // cache position: the token's index
+  int32_t rope = 0;    // rope position (an image advances it by max(nx, ny))
+  const size_t E = static_cast<size_t>(lm.n_embd());
+  for (const auto& chunk : r["chunks"]) {
+    if (chunk["kind"] == "text") {
+      for (const auto& t : chunk["tokens"]) {
+        b.add_multimodal(t.get<Token>(), p++, 0, false, {rope, rope, rope}, nullptr, E);
+        ++rope;
+      }
+    } else {
+      const auto& rows = (*embeddings)[chunk["image"].get<size_t>()];
+      const int32_t nx = chunk["grid_nx"], ny = chunk["grid_ny"];
+      for (int32_t k = 0; k < nx * ny; ++k)
+        b.add_multimodal(-1 - k, p++, 0, false, {rope, rope + k / nx, rope + k % nx}, rows.data() + k * E, E);
+      rope += std::max(nx, ny);
+    }
+  }
+  EXPECT_EQ(rope, r["n_past_end"].get<int32_t>());
+  b.output.back() = true;
+  EXPECT_EQ(ctx.decode(b), 0);
+  LogitsCase c;
+  c.prompt_top.push_back(top_of(ctx.logits(0), lm.n_vocab()));
+  const LogitsCase ref = reference_case(r);
+  Token next = c.prompt_top[0][0].first;
+  for (size_t i = 0; i < ref.generated.size(); ++i) {
+    const Token t = teacher_forcing ? ref.generated[i] : next;
+    if (i > 0) c.generated_top.push_back(top_of(ctx.logits(0), lm.n_vocab()));
+    else c.generated_top.push_back(c.prompt_top[0]);
+    c.generated.push_back(t);
+    Batch g;
+    g.add_multimodal(t, p++, 0, true, {rope, rope, rope}, nullptr, E);
+    ++rope;
+    EXPECT_EQ(ctx.decode(g), 0);
+    next = top_of(ctx.logits(0), lm.n_vocab())[0].first;
+  }
+  return c;
+}
+
+void check_vision_case(const std::string& name, const std::string& lm_name, const std::string& projector) {
+  AGENTKV_NEEDS_FIXTURES();
+  if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
+  // Only AVX2-level references exist (made on an AVX2-only machine); the AVX-512 run is judged
+  // against them too, as preset_reference_dir does for the presets.
+  // Judged against the run with flash attention on (the .alt directory), which is what llama.cpp's
+  // default (auto) picks on a CPU and what agentkv computes (F16 K/V in the vision tower and the
+  // cache); the run with it off (and 2 threads, batch 512) measures llama.cpp's own spread.
+  const std::string dir = kVisionData + "reference-avx2/" + name + ".alt/";
+  const std::string alt_dir = kVisionData + "reference-avx2/" + name + "/";
+  const nlohmann::json ref = read_json(dir + "result.json");
+  const nlohmann::json alt = read_json(alt_dir + "result.json");
+
+  const std::string path = temp_path(projector);
+  write_vision_file(path, *mkmodel::find_vision_preset(projector), 42, 2);
+  auto proj = VisionProjector::load(path);
+  std::filesystem::remove(path);
+  auto lm = Model::load(kFixtures + "/models/" + lm_name + ".gguf");
+
+  std::vector<std::vector<float>> ours;
+  const LogitsCase forced = run_case(*lm, *proj, ref, dir, &ours, true);
+  for (size_t k = 0; k < ours.size(); ++k) {
+    const std::string file = ref["images"][k]["embd_file"];
+    const Distance d = distance(ours[k], read_floats(dir + file));
+    const Distance llama = distance(read_floats(alt_dir + file), read_floats(dir + file));
+    std::printf("%s image %zu embeddings [%s]: agentkv max %.5f mean %.6f | llama.cpp alt max %.5f mean %.6f\n",
+                name.c_str(), k, std::string(cpu_level_name(active_cpu_level())).c_str(), d.max_abs, d.mean_abs,
+                llama.max_abs, llama.mean_abs);
+    EXPECT_LE(d.max_abs, llama.max_abs);
+    EXPECT_LE(d.mean_abs, llama.mean_abs);
+  }
+  const LogitsDistance d = logits_distance({forced}, {reference_case(ref)});
+  const LogitsDistance llama = logits_distance({reference_case(alt)}, {reference_case(ref)});
+  std::printf("%s logprobs: agentkv max %.4f mean %.5f top1 %d/%d | llama.cpp alt max %.4f mean %.5f top1 %d/%d\n",
+              name.c_str(), d.max_abs, d.mean_abs, d.top1_agree, d.n_positions, llama.max_abs, llama.mean_abs,
+              llama.top1_agree, llama.n_positions);
+  EXPECT_LE(d.max_abs, llama.max_abs);
+  EXPECT_LE(d.mean_abs, llama.mean_abs);
+  EXPECT_GE(d.top1_agree, llama.top1_agree);
+
+  const LogitsCase free = run_case(*lm, *proj, ref, dir, &ours, false);
+  const LogitsCase r = reference_case(ref), a = reference_case(alt);
+  for (size_t i = 0; i < r.generated.size() && r.generated[i] == a.generated[i]; ++i)
+    EXPECT_EQ(free.generated[i], r.generated[i]) << name << " greedy step " << i;
+}
+
+TEST(FidelityVision, Qwen35MicroOneImage) { check_vision_case("qwen35-micro-vision.1img", "qwen35-micro", "qwen35-micro-vision"); }
+TEST(FidelityVision, Qwen35MicroTwoImages) { check_vision_case("qwen35-micro-vision.2img", "qwen35-micro", "qwen35-micro-vision"); }
+TEST(FidelityVision, Qwen35MoeMicroTwoImages) {
+  check_vision_case("qwen35moe-micro-vision.2img", "qwen35moe-micro", "qwen35moe-micro-vision");
+}
+
+}  // namespace
+}  // namespace agentkv::testing
