@@ -1,7 +1,7 @@
 // The Qwen3.5 vision path against llama.cpp's mtmd (tests/data/vision/reference-<level>/, made by
 // tests/reference/mtmd_reference.cpp from the projector presets and the qwen35 fixtures): the
-// projector's image embeddings from llama.cpp's own preprocessed pixels, then the language model's
-// next-token logprobs and greedy tokens after a text + image (+ image) + text prompt, fed with
+// projector's image embeddings of the PNG files (decoded and preprocessed by agentkv), then the
+// language model's next-token logprobs and greedy tokens after a text + image (+ image) + text prompt, fed with
 // agentkv's embeddings at the multi-axis rope positions mtmd gives them. Each distance must be no
 // larger than llama.cpp's own between its two runs (flash attention on / off).
 #include <gtest/gtest.h>
@@ -21,11 +21,10 @@
 #include "agentkv/context.h"
 #include "agentkv/logits_report.h"
 #include "agentkv/make_model.h"
+#include "agentkv/vision.h"
 #include "fidelity_common.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
-#include "kernels/threadpool.h"
-#include "model/vision_projector.h"
 
 namespace agentkv::testing {
 namespace {
@@ -90,43 +89,42 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("agentkv-" + name + "-" + std::to_string(::getpid()) + ".gguf")).string();
 }
 
-// Our run of one reference case: the projector's embeddings of the reference's pixels, then the
-// prompt through the language model (forced = the reference's greedy tokens, or free greedy).
-LogitsCase run_case(const Model& lm, const VisionProjector& proj, const nlohmann::json& r, const std::string& dir,
-                    std::vector<std::vector<float>>* embeddings, bool teacher_forcing) {
-  ThreadPool pool(2);
-  embeddings->clear();
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+// Our run of one reference case through the public path: each image file decoded, preprocessed
+// and encoded (agentkv/vision.h), the prompt laid out by add_text / add_image, then the reference's
+// greedy tokens fed back (teacher forcing) or our own argmax.
+LogitsCase run_case(const Model& lm, const VisionEncoder& vision, const nlohmann::json& r,
+                    std::vector<ImageEmbedding>* images, bool teacher_forcing) {
+  images->clear();
   for (const auto& img : r["images"]) {
-    const int64_t nx = img["pixels_nx"], ny = img["pixels_ny"];
-    const std::vector<float> planar = read_floats(dir + img["pixels_file"].get<std::string>());
-    std::vector<float> hwc(planar.size());
-    for (int64_t c = 0; c < 3; ++c)
-      for (int64_t i = 0; i < nx * ny; ++i) hwc[i * 3 + c] = planar[c * nx * ny + i];
-    embeddings->push_back(proj.encode(hwc.data(), nx, ny, pool));
+    const std::vector<uint8_t> bytes = read_bytes(std::string(AGENTKV_SOURCE_DIR) + "/" + img["file"].get<std::string>());
+    images->push_back(vision.encode(bytes.data(), bytes.size()));
+    EXPECT_EQ(images->back().pixels_x, img["pixels_nx"].get<int64_t>());
+    EXPECT_EQ(images->back().pixels_y, img["pixels_ny"].get<int64_t>());
   }
   ContextParams cp;
   cp.n_ctx = 256;
   cp.n_threads = 2;
   Context ctx(lm, cp);
   Batch b;
-  MemoryPos p = 0;     // cache position: the token's index
-  int32_t rope = 0;    // rope position (an image advances it by max(nx, ny))
-  const size_t E = static_cast<size_t>(lm.n_embd());
+  PromptCursor cursor;
   for (const auto& chunk : r["chunks"]) {
     if (chunk["kind"] == "text") {
-      for (const auto& t : chunk["tokens"]) {
-        b.add_multimodal(t.get<Token>(), p++, 0, false, {rope, rope, rope}, nullptr, E);
-        ++rope;
-      }
+      const std::vector<Token> tokens = chunk["tokens"].get<std::vector<Token>>();
+      add_text(b, tokens.data(), tokens.size(), 0, cursor, false);
     } else {
-      const auto& rows = (*embeddings)[chunk["image"].get<size_t>()];
-      const int32_t nx = chunk["grid_nx"], ny = chunk["grid_ny"];
-      for (int32_t k = 0; k < nx * ny; ++k)
-        b.add_multimodal(-1 - k, p++, 0, false, {rope, rope + k / nx, rope + k % nx}, rows.data() + k * E, E);
-      rope += std::max(nx, ny);
+      const ImageEmbedding& image = (*images)[chunk["image"].get<size_t>()];
+      EXPECT_EQ(image.grid_x, chunk["grid_nx"].get<int64_t>());
+      EXPECT_EQ(image.grid_y, chunk["grid_ny"].get<int64_t>());
+      add_image(b, image, 0, cursor);
     }
   }
-  EXPECT_EQ(rope, r["n_past_end"].get<int32_t>());
+  EXPECT_EQ(cursor.rope, r["n_past_end"].get<int32_t>());
   b.output.back() = true;
   EXPECT_EQ(ctx.decode(b), 0);
   LogitsCase c;
@@ -139,8 +137,7 @@ LogitsCase run_case(const Model& lm, const VisionProjector& proj, const nlohmann
     else c.generated_top.push_back(c.prompt_top[0]);
     c.generated.push_back(t);
     Batch g;
-    g.add_multimodal(t, p++, 0, true, {rope, rope, rope}, nullptr, E);
-    ++rope;
+    add_text(g, &t, 1, 0, cursor, true);
     EXPECT_EQ(ctx.decode(g), 0);
     next = top_of(ctx.logits(0), lm.n_vocab())[0].first;
   }
@@ -162,15 +159,16 @@ void check_vision_case(const std::string& name, const std::string& lm_name, cons
 
   const std::string path = temp_path(projector);
   write_vision_file(path, *mkmodel::find_vision_preset(projector), 42, 2);
-  auto proj = VisionProjector::load(path);
-  std::filesystem::remove(path);
+  auto vision = VisionEncoder::load(path, 2);
+  std::filesystem::remove(path);  // the mapping keeps the data
   auto lm = Model::load(kFixtures + "/models/" + lm_name + ".gguf");
+  vision->check_language_model(*lm);
 
-  std::vector<std::vector<float>> ours;
-  const LogitsCase forced = run_case(*lm, *proj, ref, dir, &ours, true);
+  std::vector<ImageEmbedding> ours;
+  const LogitsCase forced = run_case(*lm, *vision, ref, &ours, true);
   for (size_t k = 0; k < ours.size(); ++k) {
     const std::string file = ref["images"][k]["embd_file"];
-    const Distance d = distance(ours[k], read_floats(dir + file));
+    const Distance d = distance(ours[k].rows, read_floats(dir + file));
     const Distance llama = distance(read_floats(alt_dir + file), read_floats(dir + file));
     std::printf("%s image %zu embeddings [%s]: agentkv max %.5f mean %.6f | llama.cpp alt max %.5f mean %.6f\n",
                 name.c_str(), k, std::string(cpu_level_name(active_cpu_level())).c_str(), d.max_abs, d.mean_abs,
@@ -187,7 +185,7 @@ void check_vision_case(const std::string& name, const std::string& lm_name, cons
   EXPECT_LE(d.mean_abs, llama.mean_abs);
   EXPECT_GE(d.top1_agree, llama.top1_agree);
 
-  const LogitsCase free = run_case(*lm, *proj, ref, dir, &ours, false);
+  const LogitsCase free = run_case(*lm, *vision, ref, &ours, false);
   const LogitsCase r = reference_case(ref), a = reference_case(alt);
   for (size_t i = 0; i < r.generated.size() && r.generated[i] == a.generated[i]; ++i)
     EXPECT_EQ(free.generated[i], r.generated[i]) << name << " greedy step " << i;
@@ -197,6 +195,42 @@ TEST(FidelityVision, Qwen35MicroOneImage) { check_vision_case("qwen35-micro-visi
 TEST(FidelityVision, Qwen35MicroTwoImages) { check_vision_case("qwen35-micro-vision.2img", "qwen35-micro", "qwen35-micro-vision"); }
 TEST(FidelityVision, Qwen35MoeMicroTwoImages) {
   check_vision_case("qwen35moe-micro-vision.2img", "qwen35moe-micro", "qwen35moe-micro-vision");
+}
+
+// What the public path refuses, with a reason a user can act on.
+TEST(VisionEncoderInput, RefusesMismatchedModelsAndBadImages) {
+  AGENTKV_NEEDS_FIXTURES();
+  const std::string path = temp_path("refusals");
+  write_vision_file(path, *mkmodel::find_vision_preset("qwen35-micro-vision"), 42, 1);
+  auto vision = VisionEncoder::load(path, 1);
+  std::filesystem::remove(path);
+  const auto message = [](const auto& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("(nothing thrown)");
+  };
+  auto text_only = Model::load(kFixtures + "/models/qwen3-micro.gguf");  // width 64 too, no image input
+  EXPECT_NE(message([&] { vision->check_language_model(*text_only); }).find("takes no image input"), std::string::npos);
+  auto hybrid = Model::load(kFixtures + "/models/qwen35-micro.gguf");
+  EXPECT_EQ(message([&] { vision->check_language_model(*hybrid); }), "(nothing thrown)");
+  const std::vector<uint8_t> garbage = {'G', 'I', 'F', '8', '9', 'a', 1, 2, 3};
+  EXPECT_NE(message([&] { vision->encode(garbage.data(), garbage.size()); }).find("GIF"), std::string::npos);
+  EXPECT_NE(message([&] { vision->encode(nullptr, 0); }), "(nothing thrown)");
+  std::vector<uint8_t> png = read_bytes(kVisionData + "mtmdref-64x48.png");
+  png.resize(png.size() / 2);  // truncated
+  EXPECT_NE(message([&] { vision->encode(png.data(), png.size()); }), "(nothing thrown)");
+  // A batch with image rows for a model without image input is refused before anything runs.
+  ContextParams cp;
+  cp.n_ctx = 64;
+  Context ctx(*text_only, cp);
+  Batch b;
+  PromptCursor cursor;
+  const Token t = 1;
+  add_text(b, &t, 1, 0, cursor, true);
+  EXPECT_NE(message([&] { ctx.decode(b); }).find("takes no image input"), std::string::npos);
 }
 
 }  // namespace

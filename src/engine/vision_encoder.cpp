@@ -1,0 +1,114 @@
+#include "agentkv/vision.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#define XXH_INLINE_ALL  // header-only, as src/memory/prefix_index.cpp uses it
+#include <xxhash.h>
+
+#include "agentkv/error.h"
+#include "image/image_decode.h"
+#include "image/image_preprocess.h"
+#include "kernels/threadpool.h"
+#include "model/model.h"
+#include "model/vision_projector.h"
+
+namespace agentkv {
+
+struct VisionEncoder::Impl {
+  std::unique_ptr<VisionProjector> projector;
+  std::unique_ptr<ThreadPool> pool;
+  image::VisionPreprocessSpec spec;
+};
+
+VisionEncoder::VisionEncoder() : impl_(std::make_unique<Impl>()) {}
+VisionEncoder::~VisionEncoder() = default;
+
+std::unique_ptr<VisionEncoder> VisionEncoder::load(const std::string& mmproj_path, int n_threads) {
+  std::unique_ptr<VisionEncoder> e(new VisionEncoder());
+  e->impl_->projector = VisionProjector::load(mmproj_path);
+  e->impl_->pool = std::make_unique<ThreadPool>(std::max(1, n_threads));
+  const VisionHparams& hp = e->impl_->projector->hparams();
+  // llama.cpp's defaults for this projector (8 to 4096 merged tokens); it reads no pixel limits
+  // from the file for it.
+  e->impl_->spec = image::qwen3vl_spec(static_cast<int>(hp.patch_size), static_cast<int>(hp.merge), hp.image_mean,
+                                       hp.image_std);
+  return e;
+}
+
+int64_t VisionEncoder::output_width() const { return impl_->projector->hparams().out_dim; }
+
+void VisionEncoder::check_language_model(const Model& model) const {
+  if (!ArchModel::of(model).takes_images())
+    throw Error(std::string("the ") + arch_name(model.config().arch) + " model takes no image input (a vision projector "
+                "needs a Qwen3.5 model)");
+  if (model.n_embd() != output_width())
+    throw Error("the vision projector writes rows of " + std::to_string(output_width()) + " floats but the model's width is " +
+                std::to_string(model.n_embd()) + ": they do not belong together");
+}
+
+std::vector<float> VisionEncoder::encode_pixels(const float* pixels, int64_t nx, int64_t ny) const {
+  return impl_->projector->encode(pixels, nx, ny, *impl_->pool);
+}
+
+ImageEmbedding VisionEncoder::encode(const uint8_t* data, size_t size, const ImageInputLimits& limits) const {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  image::ImageLimits l;
+  l.max_bytes = limits.max_bytes;
+  l.max_pixels = limits.max_pixels;
+  l.max_side = limits.max_side;
+  const image::RgbImage rgb = image::decode_image(data, size, l);
+  const image::PreprocessedImage pre = image::preprocess_qwen_vl(rgb, impl_->spec);
+  const auto t1 = clock::now();
+  ImageEmbedding e;
+  e.source_x = rgb.width;
+  e.source_y = rgb.height;
+  e.pixels_x = pre.width;
+  e.pixels_y = pre.height;
+  const int64_t merge = impl_->spec.merge;
+  e.grid_x = pre.grid_width / merge;
+  e.grid_y = pre.grid_height / merge;
+  e.n_embd = output_width();
+  e.rows = encode_pixels(pre.pixels.data(), pre.width, pre.height);
+  e.n_tokens = static_cast<int64_t>(e.rows.size()) / e.n_embd;
+  // Content key: the pixels as decoded and the grid they were resampled to (the preprocessing
+  // spec is the projector's, whose identity the caller adds to its cache salt).
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  const int64_t dims[4] = {rgb.width, rgb.height, pre.width, pre.height};
+  XXH3_64bits_update(st, dims, sizeof dims);
+  XXH3_64bits_update(st, rgb.rgb.data(), rgb.rgb.size());
+  e.content_hash = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  const auto t2 = clock::now();
+  e.decode_seconds = std::chrono::duration<double>(t1 - t0).count();
+  e.encode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  return e;
+}
+
+Token image_row_token(uint64_t content_hash, int64_t k) {
+  const uint64_t key[2] = {content_hash, static_cast<uint64_t>(k)};
+  const uint64_t h = XXH3_64bits(key, sizeof key);
+  return static_cast<Token>(0x80000000u | static_cast<uint32_t>(h & 0x7fffffffu));
+}
+
+void add_text(Batch& b, const Token* tokens, size_t n, MemorySeqId seq, PromptCursor& cursor, bool logits_last) {
+  for (size_t i = 0; i < n; ++i) {
+    b.add_multimodal(tokens[i], cursor.pos++, seq, logits_last && i + 1 == n, {cursor.rope, cursor.rope, cursor.rope},
+                     nullptr, 0);
+    ++cursor.rope;
+  }
+}
+
+void add_image(Batch& b, const ImageEmbedding& image, MemorySeqId seq, PromptCursor& cursor) {
+  const auto nx = static_cast<int32_t>(image.grid_x), ny = static_cast<int32_t>(image.grid_y);
+  const int32_t r = cursor.rope;
+  for (int32_t k = 0; k < nx * ny; ++k)
+    b.add_multimodal(image_row_token(image.content_hash, k), cursor.pos++, seq, false, {r, r + k / nx, r + k % nx},
+                     image.rows.data() + static_cast<size_t>(k) * image.n_embd, static_cast<size_t>(image.n_embd));
+  cursor.rope = r + std::max(nx, ny);
+}
+
+}  // namespace agentkv
