@@ -1,15 +1,18 @@
 // agentkv run: generate text from a prompt (or a one-message chat), streaming it to stdout.
 //   agentkv run [-m M.gguf] -p TEXT [-n 64] [--chat] [--system TEXT] [-c 4096] [-t 2]
 //               [--temp 0.8] [--top-k 40] [--top-p 0.95] [--min-p 0.05] [--repeat-penalty 1]
-//               [--seed N] [--stop STR] [-ctk f16 -ctv f16] [-ub 512]
+//               [--seed N] [--stop STR] [-ctk f16 -ctv f16] [-ub 512] [--mmproj P.gguf --image IMG ...]
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "agentkv/error.h"
 #include "agentkv/context.h"
 #include "agentkv/sampling.h"
 #include "agentkv/chat_template.h"
+#include "agentkv/vision.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/commands.h"
@@ -31,7 +34,9 @@ int cmd_run(const std::vector<std::string>& argv) {
               "                   [--temp 0.8] [--top-k 40] [--top-p 0.95] [--min-p 0.05]\n"
               "                   [--repeat-penalty 1.0] [--seed N] [--stop STR] [-ctk f16] [-ctv f16] [-ub 512]\n"
               "                   [--kv-rotation auto|on|off] [--kv-rotation-seed N]\n"
-              "Without -m, models/default.gguf (generated if absent).");
+              "                   [--mmproj PROJECTOR.gguf --image FILE [--image FILE ...]]\n"
+              "Without -m, models/default.gguf (generated if absent). Each <__media__> in the prompt is the\n"
+              "next --image (PNG or JPEG); without markers the images come first.");
     return 0;
   }
   const std::string model_arg = a.str("-m", "--model", "");
@@ -52,7 +57,11 @@ int cmd_run(const std::vector<std::string>& argv) {
   sp.min_p = static_cast<float>(a.real("--min-p", "", 0.05));
   sp.repeat_penalty = static_cast<float>(a.real("--repeat-penalty", "", 1.0));
   sp.seed = static_cast<uint32_t>(a.num("--seed", "-s", static_cast<long long>(Clock::now().time_since_epoch().count() & 0xffffffff)));
+  const std::string mmproj = a.str("--mmproj", "", "");
+  std::vector<std::string> image_files;
+  for (std::string f; !(f = a.str("--image", "", "")).empty();) image_files.push_back(f);
   a.finish();
+  if (!image_files.empty() && mmproj.empty()) throw std::invalid_argument("--image needs --mmproj (the model's vision projector)");
   if (prompt.empty()) throw std::invalid_argument("-p TEXT is required");
 
   const auto t_load = Clock::now();
@@ -61,6 +70,28 @@ int cmd_run(const std::vector<std::string>& argv) {
   const Tokenizer& tok = model->tokenizer();
   std::fprintf(stderr, "loaded %s (%s, %d layers) in %.0f ms\n", model->config().name.c_str(),
                model->config().arch_key.c_str(), model->config().n_layer, ms_since(t_load));
+  std::vector<ImageEmbedding> images;
+  if (!mmproj.empty()) {
+    auto vision = VisionEncoder::load(mmproj, cp.n_threads);
+    vision->check_language_model(*model);
+    for (const auto& f : image_files) {
+      std::ifstream in(f, std::ios::binary);
+      if (!in) throw Error(f + ": cannot open");
+      const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), {}};
+      images.push_back(vision->encode(bytes.data(), bytes.size()));
+      const auto& e = images.back();
+      std::fprintf(stderr, "image %s: %lldx%lld -> %lldx%lld pixels, %lld tokens, encoded in %.0f ms\n", f.c_str(),
+                   static_cast<long long>(e.source_x), static_cast<long long>(e.source_y),
+                   static_cast<long long>(e.pixels_x), static_cast<long long>(e.pixels_y),
+                   static_cast<long long>(e.n_tokens), e.encode_seconds * 1e3);
+    }
+  }
+  constexpr std::string_view kMarker = "<__media__>";
+  if (!images.empty() && prompt.find(kMarker) == std::string::npos) {
+    std::string markers;
+    for (size_t i = 0; i < images.size(); ++i) markers += kMarker;
+    prompt = markers + prompt;
+  }
 
   if (chat) {
     const std::string& tmpl = tok.chat_template();
@@ -71,7 +102,29 @@ int cmd_run(const std::vector<std::string>& argv) {
     in.add_generation_prompt = true;
     prompt = ChatTemplate(tmpl).render(in);
   }
-  std::vector<Token> tokens = tok.encode(prompt, /*add_special=*/true, /*parse_special=*/chat);
+  // The prompt as text pieces between images, each image between the vision start and end tokens.
+  Batch prompt_batch;
+  PromptCursor cursor;
+  std::vector<Token> tokens;
+  {
+    size_t from = 0, n_image = 0;
+    while (true) {
+      const size_t at = images.empty() ? std::string::npos : prompt.find(kMarker, from);
+      std::string piece = prompt.substr(from, at == std::string::npos ? std::string::npos : at - from);
+      if (at != std::string::npos) piece += "<|vision_start|>";
+      if (from > 0) piece = "<|vision_end|>" + piece;
+      const std::vector<Token> t = tok.encode(piece, /*add_special=*/from == 0, /*parse_special=*/chat || !images.empty());
+      add_text(prompt_batch, t.data(), t.size(), 0, cursor, false);
+      tokens.insert(tokens.end(), t.begin(), t.end());
+      if (at == std::string::npos) break;
+      if (n_image >= images.size()) throw Error("the prompt has more <__media__> markers than --image files");
+      add_image(prompt_batch, images[n_image], 0, cursor);
+      tokens.insert(tokens.end(), prompt_batch.tokens.end() - images[n_image].n_tokens, prompt_batch.tokens.end());
+      ++n_image;
+      from = at + kMarker.size();
+    }
+    if (n_image < images.size()) throw Error("more --image files than <__media__> markers in the prompt");
+  }
   if (tokens.empty()) throw Error("the prompt tokenizes to nothing");
   if (tokens.size() + static_cast<size_t>(std::max(n_predict, 0)) > cp.n_ctx)
     throw Error("prompt (" + std::to_string(tokens.size()) + " tokens) plus -n exceeds the context (" +
@@ -83,7 +136,16 @@ int cmd_run(const std::vector<std::string>& argv) {
   for (size_t start = 0; start < tokens.size(); start += cp.n_ubatch) {
     const size_t n = std::min<size_t>(cp.n_ubatch, tokens.size() - start);
     Batch b;
-    b.add_sequence(tokens.data() + start, n, static_cast<MemoryPos>(start), 0, start + n == tokens.size());
+    for (size_t i = start; i < start + n; ++i) {
+      const int32_t row = prompt_batch.embd_row[i];
+      b.add_multimodal(prompt_batch.tokens[i], prompt_batch.pos[i], 0, i + 1 == tokens.size(), prompt_batch.rope[i],
+                       row >= 0 ? prompt_batch.embd.data() + row * model->n_embd() : nullptr,
+                       static_cast<size_t>(model->n_embd()));
+    }
+    if (images.empty()) {  // text only: every model takes plain positions
+      b.rope.clear();
+      b.embd_row.clear();
+    }
     if (ctx.decode(b) != 0) throw Error("the prompt does not fit in the context");
     if (show_progress)
       std::fprintf(stderr, "\rprompt: %zu / %zu tokens (%.0f tok/s)", start + n, tokens.size(),
@@ -97,7 +159,7 @@ int cmd_run(const std::vector<std::string>& argv) {
   std::vector<Token> history = tokens;
   const auto t_gen = Clock::now();
   int n_generated = 0;
-  std::fputs(chat ? "" : prompt.c_str(), stdout);
+  std::fputs(chat || !images.empty() ? "" : prompt.c_str(), stdout);
   for (; n_generated < n_predict; ++n_generated) {
     const Token next = sampler.sample(ctx.last_logits(), model->n_vocab(), history);
     if (tok.is_eog(next)) break;
@@ -107,7 +169,11 @@ int cmd_run(const std::vector<std::string>& argv) {
     std::fflush(stdout);
     if (step.stopped) { ++n_generated; break; }
     Batch b;
-    b.add(next, static_cast<MemoryPos>(history.size() - 1), {0}, true);
+    add_text(b, &next, 1, 0, cursor, true);
+    if (images.empty()) {  // text only: every model takes plain positions
+      b.rope.clear();
+      b.embd_row.clear();
+    }
     if (ctx.decode(b) != 0) throw Error("the context is full");
   }
   if (!stopper.stopped()) std::fputs(stopper.flush().c_str(), stdout);
