@@ -138,36 +138,46 @@ int64_t VisionProjector::n_tokens(int64_t nx, int64_t ny) const {
   return (nx / unit) * (ny / unit);
 }
 
+namespace {
+
+// One axis of ggml_interpolate(BILINEAR | ALIGN_CORNERS) from n_src to n_dst samples, its float
+// order: the two source indices of destination index i and the weight of the second.
+struct AxisSample {
+  int64_t lo = 0, hi = 0;
+  float frac = 0.f;
+};
+AxisSample sample_axis(int64_t i, int64_t n_dst, int64_t n_src) {
+  const float sf = n_dst > 1 && n_src > 1 ? static_cast<float>(n_dst - 1) / static_cast<float>(n_src - 1)
+                                          : static_cast<float>(n_dst) / static_cast<float>(n_src);
+  const float v = static_cast<float>(i) / sf;
+  const auto floor_v = static_cast<int64_t>(std::floor(v));
+  AxisSample a;
+  a.lo = std::max<int64_t>(0, std::min(floor_v, n_src - 1));
+  a.hi = std::max<int64_t>(0, std::min(floor_v + 1, n_src - 1));
+  a.frac = std::max(0.0f, std::min(v - static_cast<float>(a.lo), 1.0f));
+  return a;
+}
+
+}  // namespace
+
 std::vector<float> VisionProjector::position_embeddings(int64_t gx, int64_t gy) const {
   const int64_t E = hp_.n_embd, S = hp_.n_pos_per_side;
   if (gx == S && gy == S) return std::vector<float>(pos_, pos_ + E * S * S);
-  // ggml_interpolate(BILINEAR | ALIGN_CORNERS) of the {S, S, E} grid to {gx, gy, E}, its float order.
-  const float sf0 = gx > 1 && S > 1 ? static_cast<float>(gx - 1) / static_cast<float>(S - 1)
-                                    : static_cast<float>(gx) / static_cast<float>(S);
-  const float sf1 = gy > 1 && S > 1 ? static_cast<float>(gy - 1) / static_cast<float>(S - 1)
-                                    : static_cast<float>(gy) / static_cast<float>(S);
+  // ggml_interpolate(BILINEAR | ALIGN_CORNERS) of the {S, S, E} grid to {gx, gy, E}.
   std::vector<float> out(static_cast<size_t>(E * gx * gy));
   for (int64_t i1 = 0; i1 < gy; ++i1) {
-    const float y = static_cast<float>(i1) / sf1;
-    int64_t y0 = static_cast<int64_t>(std::floor(y));
-    int64_t y1 = y0 + 1;
-    y0 = std::max<int64_t>(0, std::min(y0, S - 1));
-    y1 = std::max<int64_t>(0, std::min(y1, S - 1));
-    const float dy = std::max(0.0f, std::min(y - static_cast<float>(y0), 1.0f));
+    const AxisSample y = sample_axis(i1, gy, S);
+    const float dy = y.frac;
     for (int64_t i0 = 0; i0 < gx; ++i0) {
-      const float x = static_cast<float>(i0) / sf0;
-      int64_t x0 = static_cast<int64_t>(std::floor(x));
-      int64_t x1 = x0 + 1;
-      x0 = std::max<int64_t>(0, std::min(x0, S - 1));
-      x1 = std::max<int64_t>(0, std::min(x1, S - 1));
-      const float dx = std::max(0.0f, std::min(x - static_cast<float>(x0), 1.0f));
-      const float* a = pos_ + (y0 * S + x0) * E;
-      const float* bb = pos_ + (y0 * S + x1) * E;
-      const float* c = pos_ + (y1 * S + x0) * E;
-      const float* d = pos_ + (y1 * S + x1) * E;
+      const AxisSample x = sample_axis(i0, gx, S);
+      const float dx = x.frac;
+      const float* a = pos_ + (y.lo * S + x.lo) * E;
+      const float* b = pos_ + (y.lo * S + x.hi) * E;
+      const float* c = pos_ + (y.hi * S + x.lo) * E;
+      const float* d = pos_ + (y.hi * S + x.hi) * E;
       float* o = out.data() + (i1 * gx + i0) * E;
       for (int64_t e = 0; e < E; ++e)
-        o[e] = a[e] * (1 - dx) * (1 - dy) + bb[e] * dx * (1 - dy) + c[e] * (1 - dx) * dy + d[e] * dx * dy;
+        o[e] = a[e] * (1 - dx) * (1 - dy) + b[e] * dx * (1 - dy) + c[e] * (1 - dx) * dy + d[e] * dx * dy;
     }
   }
   return out;
