@@ -241,7 +241,11 @@ TEST_F(TokenizerTest, PiecesAndDecoding) {
   const auto ids = gguf().encode(llama);
   EXPECT_EQ(ids.size(), 3u);
   EXPECT_EQ(gguf().decode(ids), llama);
-  EXPECT_THROW(gguf().token_to_piece(-1), agentkv::Error);
+  // Negative ids are image rows (agentkv/vision.h): no text, in a piece or inside a decode.
+  EXPECT_EQ(gguf().token_to_piece(-1), "");
+  std::vector<Token> with_image = ids;
+  with_image.insert(with_image.begin() + 1, -12345);
+  EXPECT_EQ(gguf().decode(with_image), llama);
   EXPECT_THROW(gguf().token_to_piece(gguf().n_vocab()), agentkv::Error);
 }
 

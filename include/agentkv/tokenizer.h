@@ -69,7 +69,8 @@ class Tokenizer {
   std::vector<Token> encode(std::string_view text, bool add_special = false,
                             bool parse_special = true) const;
   // The bytes a token stands for (special tokens render their text only when `special`).
-  // Throws agentkv::Error for an id outside the vocabulary.
+  // Negative ids are image rows (agentkv/vision.h) and have no text; throws agentkv::Error for
+  // an id at or above n_vocab.
   std::string token_to_piece(Token id, bool special = true) const;
   // llama.cpp's detokenize (remove_special = false): pieces joined, the first token's leading
   // space dropped when the vocab has add_space_prefix, clean_spaces where the pre-tokenizer asks.

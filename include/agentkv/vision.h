@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,18 @@ class VisionEncoder {
 
   // Decodes, preprocesses and encodes one image file (PNG or JPEG). Throws agentkv::Error with a
   // message for the user on any image it refuses (empty, unsupported format, corrupt, too large).
+  // An image whose file bytes were encoded before comes from the encoder cache (bounded by
+  // set_cache_bytes, least recently used first out) without decoding. Thread-safe: one encode
+  // runs at a time (the encoder uses every thread it was given).
   ImageEmbedding encode(const uint8_t* data, size_t size, const ImageInputLimits& limits = {}) const;
+  void set_cache_bytes(size_t bytes);  // 0: no cache (default 256 MiB)
+  struct Stats {
+    int64_t images_encoded = 0;   // decoded and run through the projector
+    int64_t cache_hits = 0;       // served from the encoder cache
+    double encode_seconds = 0;    // decoding, preprocessing and the projector, in all
+    size_t cache_bytes = 0;       // rows held by the cache now
+  };
+  Stats stats() const;
   // Encodes already preprocessed pixels (ny rows of nx RGB floats, interleaved, normalised).
   std::vector<float> encode_pixels(const float* pixels, int64_t nx, int64_t ny) const;
 
@@ -62,6 +74,17 @@ class VisionEncoder {
 // vocabulary id) and a function of the image's content hash and k only, so a prompt's pages with
 // an image are shared exactly when the image (and everything before it) is the same.
 Token image_row_token(uint64_t content_hash, int64_t k);
+
+// Where a prompt's images sit: rows [first, first + grid_x * grid_y) of the token list.
+struct ImageSpan {
+  size_t first = 0;
+  int64_t grid_x = 0, grid_y = 0;
+  size_t end() const { return first + static_cast<size_t>(grid_x * grid_y); }
+};
+// The rope position of token i of a sequence whose images are `spans` (ascending, not
+// overlapping): text turns by its index less what the images before it saved (an image of n rows
+// advances the rope by max(grid_x, grid_y)); an image row by its grid row and column.
+RopePos rope_position(std::span<const ImageSpan> spans, size_t i);
 
 // Where a sequence's next token goes: its cache position (the token's index in the sequence) and
 // its rope position (text advances it by one, an image by max(grid_x, grid_y), as mtmd does).

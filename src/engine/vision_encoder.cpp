@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <list>
+#include <mutex>
 
 #define XXH_INLINE_ALL  // header-only, as src/memory/prefix_index.cpp uses it
 #include <xxhash.h>
@@ -20,6 +22,23 @@ struct VisionEncoder::Impl {
   std::unique_ptr<VisionProjector> projector;
   std::unique_ptr<ThreadPool> pool;
   image::VisionPreprocessSpec spec;
+  // The encoder cache: file-bytes hash (XXH3-128) -> embedding, most recently used first.
+  struct Entry {
+    XXH128_hash_t key;
+    std::shared_ptr<const ImageEmbedding> image;
+  };
+  mutable std::mutex mutex;  // one encode at a time (the pool is not reentrant); guards the cache
+  mutable std::list<Entry> lru;
+  size_t max_bytes = size_t{256} << 20;
+  mutable size_t bytes = 0;
+  mutable Stats stats;
+  static size_t bytes_of(const ImageEmbedding& e) { return e.rows.size() * sizeof(float); }
+  void trim() const {
+    while (bytes > max_bytes && !lru.empty()) {
+      bytes -= bytes_of(*lru.back().image);
+      lru.pop_back();
+    }
+  }
 };
 
 VisionEncoder::VisionEncoder() : impl_(std::make_unique<Impl>()) {}
@@ -49,29 +68,41 @@ void VisionEncoder::check_language_model(const Model& model) const {
 }
 
 std::vector<float> VisionEncoder::encode_pixels(const float* pixels, int64_t nx, int64_t ny) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->projector->encode(pixels, nx, ny, *impl_->pool);
 }
 
 ImageEmbedding VisionEncoder::encode(const uint8_t* data, size_t size, const ImageInputLimits& limits) const {
   using clock = std::chrono::steady_clock;
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  const XXH128_hash_t key = XXH3_128bits(data, size);
+  for (auto it = m.lru.begin(); it != m.lru.end(); ++it) {
+    if (!XXH128_isEqual(it->key, key)) continue;
+    m.lru.splice(m.lru.begin(), m.lru, it);
+    ++m.stats.cache_hits;
+    ImageEmbedding hit = *it->image;
+    hit.decode_seconds = hit.encode_seconds = 0;
+    return hit;
+  }
   const auto t0 = clock::now();
   image::ImageLimits l;
   l.max_bytes = limits.max_bytes;
   l.max_pixels = limits.max_pixels;
   l.max_side = limits.max_side;
   const image::RgbImage rgb = image::decode_image(data, size, l);
-  const image::PreprocessedImage pre = image::preprocess_qwen_vl(rgb, impl_->spec);
+  const image::PreprocessedImage pre = image::preprocess_qwen_vl(rgb, m.spec);
   const auto t1 = clock::now();
   ImageEmbedding e;
   e.source_x = rgb.width;
   e.source_y = rgb.height;
   e.pixels_x = pre.width;
   e.pixels_y = pre.height;
-  const int64_t merge = impl_->spec.merge;
+  const int64_t merge = m.spec.merge;
   e.grid_x = pre.grid_width / merge;
   e.grid_y = pre.grid_height / merge;
   e.n_embd = output_width();
-  e.rows = encode_pixels(pre.pixels.data(), pre.width, pre.height);
+  e.rows = m.projector->encode(pre.pixels.data(), pre.width, pre.height, *m.pool);
   e.n_tokens = static_cast<int64_t>(e.rows.size()) / e.n_embd;
   // Content key: the pixels as decoded and the grid they were resampled to (the preprocessing
   // spec is the projector's, whose identity the caller adds to its cache salt).
@@ -85,7 +116,43 @@ ImageEmbedding VisionEncoder::encode(const uint8_t* data, size_t size, const Ima
   const auto t2 = clock::now();
   e.decode_seconds = std::chrono::duration<double>(t1 - t0).count();
   e.encode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  ++m.stats.images_encoded;
+  m.stats.encode_seconds += e.decode_seconds + e.encode_seconds;
+  if (m.max_bytes > 0 && Impl::bytes_of(e) <= m.max_bytes) {
+    m.lru.push_front({key, std::make_shared<const ImageEmbedding>(e)});
+    m.bytes += Impl::bytes_of(e);
+    m.trim();
+  }
   return e;
+}
+
+void VisionEncoder::set_cache_bytes(size_t bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->max_bytes = bytes;
+  impl_->trim();
+}
+
+VisionEncoder::Stats VisionEncoder::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Stats s = impl_->stats;
+  s.cache_bytes = impl_->bytes;
+  return s;
+}
+
+RopePos rope_position(std::span<const ImageSpan> spans, size_t i) {
+  int64_t saved = 0;  // rope positions the images before i did not use
+  for (const ImageSpan& s : spans) {
+    if (i < s.first) break;
+    const int64_t n = s.grid_x * s.grid_y;
+    if (i < s.end()) {
+      const auto r = static_cast<int32_t>(static_cast<int64_t>(s.first) - saved);
+      const auto k = static_cast<int64_t>(i - s.first);
+      return {r, r + static_cast<int32_t>(k / s.grid_x), r + static_cast<int32_t>(k % s.grid_x)};
+    }
+    saved += n - std::max(s.grid_x, s.grid_y);
+  }
+  const auto p = static_cast<int32_t>(static_cast<int64_t>(i) - saved);
+  return {p, p, p};
 }
 
 Token image_row_token(uint64_t content_hash, int64_t k) {

@@ -491,8 +491,9 @@ std::vector<Token> Tokenizer::encode(std::string_view text, bool add_special, bo
 
 std::string Tokenizer::token_to_piece(Token id, bool special) const {
   const Impl& m = *impl_;
-  m.check_id(id);
   std::string piece;
+  if (id < 0) return piece;  // an image row (agentkv/vision.h image_row_token): no text
+  m.check_id(id);
   if (!special && (m.attrs[id] & (kAttrControl | kAttrUnknown))) return piece;
   m.append_piece(id, piece);
   return piece;
@@ -505,6 +506,7 @@ std::string Tokenizer::decode(std::span<const Token> tokens, bool special) const
   // only (whatever it is, as llama.cpp's detokenize does).
   bool drop_leading_space = m.data.add_space_prefix;
   for (Token t : tokens) {
+    if (t < 0) continue;  // image rows have no text
     m.check_id(t);
     const size_t start = text.size();
     if (special || !(m.attrs[t] & (kAttrControl | kAttrUnknown))) m.append_piece(t, text);
