@@ -53,6 +53,9 @@ const char* const kUsage =
     "  --slot-save-path DIR            enables POST /slots/{id}?action=save|restore|erase|adopt (files in DIR)\n"
     "  --ctx-checkpoint-mib N          RAM for hybrid models' recurrent snapshots on cached page chains, all slots\n"
     "                                  (llama-server's context checkpoints; default 256)\n"
+    "  -mm, --mmproj FILE              the model's vision projector (mmproj GGUF, Qwen3.5): chat requests may carry\n"
+    "                                  images as data: URLs (docs/vision.md)\n"
+    "  --image-cache-mib N             encoded images kept by their file content, LRU (default 256)\n"
     "  -cram, --cache-ram MiB          KV room for cached pages beyond -c: pages no slot uses stay until all of it\n"
     "                                  is taken (default 0: cached pages share the -c cells with the slots)\n"
     "  --cache-redis redis://HOST[:PORT][/DB]  share full KV pages with other instances through Redis (dense models;\n"
@@ -158,6 +161,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.seed = a.num("--seed", "-s", -1);
   const long long n_batch = a.num("-b", "--batch-size", 0);
   const std::string chat_template = a.str("--chat-template", "", "");
+  cfg.mmproj_path = a.str("--mmproj", "-mm", "");
+  cfg.image_cache_bytes = static_cast<size_t>(a.num("--image-cache-mib", "", 256)) << 20;
   const std::string chat_template_file = a.str("--chat-template-file", "", "");
   cfg.reasoning_format = a.str("--reasoning-format", "", "");
   const long long reasoning_budget = a.num("--reasoning-budget", "", -1);

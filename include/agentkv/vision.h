@@ -43,6 +43,9 @@ class VisionEncoder {
   ~VisionEncoder();
 
   int64_t output_width() const;  // the language model width the projector writes
+  // XXH3 of the projector file: what cached image rows depend on besides the image (a prefix
+  // cache's salt takes it).
+  uint64_t fingerprint() const;
   // Throws agentkv::Error when `model` cannot take this projector's rows (an architecture without
   // image input, or a width that differs), saying which.
   void check_language_model(const Model& model) const;

@@ -54,8 +54,10 @@ void check_logits(const Context& ctx, std::span<const float> logits) {
 }
 
 void check_tokens(const Context& ctx, std::span<const Token> tokens, const std::string& what) {
+  // Negative ids are image rows (agentkv/vision.h), for the models that take images.
+  const bool images = ArchModel::of(ctx.model()).takes_images();
   for (Token t : tokens)
-    if (t < 0 || t >= ctx.model().n_vocab())
+    if ((t < 0 && !images) || t >= ctx.model().n_vocab())
       throw Error(what + ": token id " + std::to_string(t) + " outside the vocabulary of " +
                   std::to_string(ctx.model().n_vocab()));
 }

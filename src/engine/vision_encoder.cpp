@@ -22,6 +22,7 @@ struct VisionEncoder::Impl {
   std::unique_ptr<VisionProjector> projector;
   std::unique_ptr<ThreadPool> pool;
   image::VisionPreprocessSpec spec;
+  uint64_t fingerprint = 0;
   // The encoder cache: file-bytes hash (XXH3-128) -> embedding, most recently used first.
   struct Entry {
     XXH128_hash_t key;
@@ -51,12 +52,14 @@ std::unique_ptr<VisionEncoder> VisionEncoder::load(const std::string& mmproj_pat
   const VisionHparams& hp = e->impl_->projector->hparams();
   // llama.cpp's defaults for this projector (8 to 4096 merged tokens); it reads no pixel limits
   // from the file for it.
+  e->impl_->fingerprint = e->impl_->projector->file_hash();
   e->impl_->spec = image::qwen3vl_spec(static_cast<int>(hp.patch_size), static_cast<int>(hp.merge), hp.image_mean,
                                        hp.image_std);
   return e;
 }
 
 int64_t VisionEncoder::output_width() const { return impl_->projector->hparams().out_dim; }
+uint64_t VisionEncoder::fingerprint() const { return impl_->fingerprint; }
 
 void VisionEncoder::check_language_model(const Model& model) const {
   if (!ArchModel::of(model).takes_images())

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#define XXH_INLINE_ALL  // header-only, as src/memory/prefix_index.cpp uses it
+#include <xxhash.h>
+
 #include "agentkv/error.h"
 #include "agentkv/fp16.h"
 #include "gguf/gguf.h"
@@ -132,6 +135,8 @@ WeightMatrix VisionProjector::patch_kernel_f16(const WeightMatrix& w, std::vecto
   f16.data = reinterpret_cast<const uint8_t*>(owned->data());
   return f16;
 }
+
+uint64_t VisionProjector::file_hash() const { return XXH3_64bits(file_->base(), file_->file_size()); }
 
 int64_t VisionProjector::n_tokens(int64_t nx, int64_t ny) const {
   const int64_t unit = hp_.patch_size * hp_.merge;

@@ -42,6 +42,8 @@ class VisionProjector {
   ~VisionProjector();
 
   const VisionHparams& hparams() const { return hp_; }
+  // XXH3 of the whole file (metadata and weights).
+  uint64_t file_hash() const;
   // Merged tokens of an nx x ny pixel image (nx, ny multiples of patch_size * merge).
   int64_t n_tokens(int64_t nx, int64_t ny) const;
 

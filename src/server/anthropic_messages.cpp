@@ -1,3 +1,4 @@
+#include "server/image_parts.h"
 #include "server/anthropic_messages.h"
 
 #include <set>
@@ -45,8 +46,25 @@ std::string text_of(const Json& block, const std::string& where) {
 
 [[noreturn]] void unsupported_block(const std::string& type, const std::string& where) {
   if (type == "image" || type == "document")
-    throw invalid_request(where + ": content blocks of type '" + type + "' are not supported (agentkv serves text models)");
+    throw invalid_request(where + ": content blocks of type '" + type + "' are not supported here");
   throw invalid_request(where + ": unknown content block type '" + type + "'");
+}
+
+// An image block ({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+// "data": "..."}}) as the OpenAI image part the chat path reads.
+Json image_block_part(const Json& block, const std::string& where) {
+  const Json& source = member(block, "source");
+  if (!source.is_object()) throw invalid_request(where + ".source must be an object");
+  const Json& kind = member(source, "type");
+  if (kind == "url")
+    throw invalid_request(where + ": image URLs are not fetched (agentkv reaches nothing on the network): send the "
+                          "image as base64");
+  if (kind != "base64") throw invalid_request(where + ".source.type must be 'base64'");
+  const Json& media = member(source, "media_type");
+  const Json& data = member(source, "data");
+  if (!media.is_string() || !data.is_string())
+    throw invalid_request(where + ".source needs a media_type and base64 data");
+  return image_part("data:" + media.get<std::string>() + ";base64," + data.get<std::string>());
 }
 
 void append(std::string& to, const std::string& text) {
@@ -78,12 +96,18 @@ void convert_user(const Json& content, const std::string& where, Json& out) {
   // before the user's own text (the order OpenAI-style templates expect).
   std::string text;
   bool has_text = false;
+  Json parts = Json::array();  // text and images, once an image comes
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string at = where + ".content[" + std::to_string(i) + "]";
     const Json& block = content[i];
     const std::string type = block_type(block, at);
     if (type == "text") {
       append(text, text_of(block, at));
+      has_text = true;
+    } else if (type == "image") {
+      if (!text.empty()) parts.push_back(Json{{"type", "text"}, {"text", text}});
+      text.clear();
+      parts.push_back(image_block_part(block, at));
       has_text = true;
     } else if (type == "tool_result") {
       const Json& id = member(block, "tool_use_id");
@@ -100,7 +124,12 @@ void convert_user(const Json& content, const std::string& where, Json& out) {
       unsupported_block(type, at);
     }
   }
-  if (has_text) out.push_back(Json{{"role", "user"}, {"content", text}});
+  if (!parts.empty()) {
+    if (!text.empty()) parts.push_back(Json{{"type", "text"}, {"text", text}});
+    out.push_back(Json{{"role", "user"}, {"content", parts}});
+  } else if (has_text) {
+    out.push_back(Json{{"role", "user"}, {"content", text}});
+  }
 }
 
 void convert_assistant(const Json& content, const std::string& where, Json& out) {

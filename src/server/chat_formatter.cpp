@@ -4,6 +4,7 @@
 
 #include "agentkv/error.h"
 #include "server/builtin_chat_templates.h"
+#include "server/image_parts.h"
 #include "server/server_error.h"
 #include "server/tool_calls.h"
 
@@ -49,12 +50,17 @@ Json normalize_message(const Json& msg, size_t index, bool object_arguments, boo
   } else if (content->is_array()) {
     std::string text;
     for (const Json& part : *content) {
+      if (!text.empty()) text += '\n';
+      if (is_image_part(part)) {  // the route reads the image itself (image_parts.h); here its place
+        text += kMediaMarker;
+        continue;
+      }
       const auto type = part.is_object() ? part.find("type") : part.end();
       const auto text_field = part.is_object() ? part.find("text") : part.end();
       if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text" ||
           text_field == part.end() || !text_field->is_string())
-        throw invalid_request(where + ".content parts must be {\"type\": \"text\", \"text\": \"...\"}");
-      if (!text.empty()) text += '\n';
+        throw invalid_request(where + ".content parts must be {\"type\": \"text\", \"text\": \"...\"} or "
+                              "{\"type\": \"image_url\", \"image_url\": {\"url\": \"data:...\"}}");
       text += text_field->get<std::string>();
     }
     out["content"] = text;

@@ -5,6 +5,8 @@
 #include <ctime>
 #include <limits>
 
+#include "server/image_parts.h"
+#include "server/image_prompt.h"
 #include "server/agent_request.h"
 #include "server/anthropic_messages.h"
 #include "server/completion_stream.h"
@@ -90,8 +92,13 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
   const int64_t n_choices = has_field(body, "n_cmpl") ? read_int(body, "n_cmpl", 1, 1, kMaxChoices)
                                                       : read_int(body, "n", 1, 1, kMaxChoices);
   std::vector<std::vector<PromptPart>> prompts;
+  std::vector<std::vector<uint8_t>> image_files;  // in the order the rendered prompt shows them
   if (chat) {
     apply_chat_defaults(body);
+    image_files = collect_chat_images(body, cfg_.max_body_bytes);
+    if (!image_files.empty() && !e.vision)
+      throw invalid_request("this request has images, but the server has no vision projector: start it with "
+                            "--mmproj (the model's mmproj GGUF)");
     prompts.push_back({{e.chat->apply(body), -1}});
   } else {
     if (!has_field(body, "prompt")) throw invalid_request("'prompt' is required");
@@ -134,9 +141,16 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
   out.n_choices = static_cast<size_t>(n_choices);
   out.stream = params.stream;
   for (const std::vector<PromptPart>& parts : prompts) {
-    std::vector<Token> prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
-    // A chat prompt re-renders earlier answers: keep the tokens the model generated for them.
-    if (chat) prompt = e.scheduler->align_prompt(tok, parts[0].text, prompt, params.cache_salt).tokens;
+    std::shared_ptr<PromptImages> images;
+    std::vector<Token> prompt;
+    if (!image_files.empty()) {
+      images = std::make_shared<PromptImages>();
+      prompt = tokenize_with_images(tok, parts[0].text, *e.vision, image_files, images.get());
+    } else {
+      prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
+      // A chat prompt re-renders earlier answers: keep the tokens the model generated for them.
+      if (chat) prompt = e.scheduler->align_prompt(tok, parts[0].text, prompt, params.cache_salt).tokens;
+    }
     check_prompt_fits(prompt, e.scheduler->config().n_ctx);
     if (params.n_fake_cached > 0 && static_cast<size_t>(params.n_fake_cached) >= prompt.size())
       throw invalid_request("n_fake_cached (" + std::to_string(params.n_fake_cached) +
@@ -146,6 +160,7 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
       auto task = std::make_shared<Task>();
       task->id = next_task_id_++;
       task->prompt = prompt;
+      task->images = images;
       task->params = params;
       // A fixed seed gives every choice its own draws (the same seed would give n equal answers).
       if (c > 0 && params.sampling.seed != kRandomSeed)

@@ -7,6 +7,7 @@
 #include "agentkv/model.h"
 #include "agentkv/page_tiers.h"
 #include "agentkv/redis_page_tier.h"
+#include "agentkv/vision.h"
 #include "server/chat_formatter.h"
 #include "server/scheduler.h"
 
@@ -19,6 +20,7 @@ struct Engine {
   std::unique_ptr<Model> model;
   std::unique_ptr<Context> ctx;
   std::unique_ptr<ChatFormatter> chat;
+  std::unique_ptr<VisionEncoder> vision;  // --mmproj: images in chat requests
   std::unique_ptr<Scheduler> scheduler;
 };
 

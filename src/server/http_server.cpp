@@ -176,6 +176,15 @@ bool HttpServer::load() {
       e->chat = std::make_unique<ChatFormatter>(tok, "");
     }
 
+    if (!cfg_.mmproj_path.empty()) {
+      const auto t_vision = Clock::now();
+      e->vision = VisionEncoder::load(cfg_.mmproj_path, cp.n_threads);
+      e->vision->check_language_model(*e->model);
+      e->vision->set_cache_bytes(cfg_.image_cache_bytes);
+      log_line("vision projector %s loaded in %.2f s: images in chat requests (encoder cache %.0f MiB)",
+               std::filesystem::path(cfg_.mmproj_path).filename().string().c_str(), seconds_since(t_vision),
+               cfg_.image_cache_bytes / 1048576.0);
+    }
     SchedulerConfig sc;
     sc.n_slots = cfg_.n_slots;
     sc.n_ctx = n_positions;
@@ -183,6 +192,9 @@ bool HttpServer::load() {
     sc.slot_similarity = cfg_.slot_similarity;
     sc.checkpoint_bytes = cfg_.checkpoint_bytes;
     sc.model_fingerprint = model_fingerprint(*e->model);
+    // Pages holding image rows depend on the projector too (their ids are the images' content).
+    if (e->vision) sc.model_fingerprint ^= e->vision->fingerprint() * 0x9E3779B97F4A7C15ull;
+    sc.multimodal = e->vision != nullptr;
     sc.share_prefixes = cfg_.share_prefixes;
     sc.embeddings = cfg_.embeddings;
     sc.pooling = embedding_pooling(cfg_.pooling, model_pooling_type(*e->model));

@@ -60,6 +60,8 @@ struct ServerConfig {
   int64_t seed = -1;                 // -1: a random seed per request
   bool endpoint_slots = true;        // GET /slots (--no-slots: 501)
   std::string chat_template_source;  // --chat-template(-file): the template to use; "": the model's own
+  std::string mmproj_path;           // --mmproj: the vision projector (docs/vision.md); "": text only
+  size_t image_cache_bytes = 256u << 20;  // --image-cache-mib: encoded images kept by file content
   std::string reasoning_format;      // --reasoning-format: requests' default reasoning_format; "": auto
   int32_t reasoning_budget = -1;     // --reasoning-budget: chat requests' default reasoning_budget_tokens; -1: none
   int enable_thinking = -1;          // --reasoning on (1) / off (0): chat_template_kwargs.enable_thinking; -1: the template's

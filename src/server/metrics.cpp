@@ -131,6 +131,18 @@ std::string prometheus_text(const DiskTierStats& d) {
   return out;
 }
 
+std::string prometheus_text(const VisionEncoder::Stats& v) {
+  std::string out;
+  add_metric(out, "counter", "images_encoded_total", "Images decoded and run through the vision projector.",
+             static_cast<double>(v.images_encoded));
+  add_metric(out, "counter", "image_cache_hits_total", "Images found in the encoder cache (not encoded again).",
+             static_cast<double>(v.cache_hits));
+  add_metric(out, "counter", "image_encode_seconds_total", "Time spent decoding and encoding images.", v.encode_seconds);
+  add_metric(out, "gauge", "image_cache_bytes", "Bytes of image rows the encoder cache holds.",
+             static_cast<double>(v.cache_bytes));
+  return out;
+}
+
 std::string prometheus_text(const WarmTierStats& w) {
   std::string out;
   auto num = [](auto v) { return static_cast<double>(v); };

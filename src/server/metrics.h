@@ -6,6 +6,7 @@
 #include <string>
 
 #include "agentkv/page_tier.h"
+#include "agentkv/vision.h"
 
 namespace agentkv::server {
 
@@ -60,5 +61,6 @@ std::string prometheus_text(const MetricsSnapshot& m);
 // The disk page tier's figures (--cache-dir), appended to the above when it is on.
 std::string prometheus_text(const DiskTierStats& d);
 std::string prometheus_text(const WarmTierStats& w);
+std::string prometheus_text(const VisionEncoder::Stats& v);
 
 }  // namespace agentkv::server

@@ -1,3 +1,4 @@
+#include "server/image_parts.h"
 #include "server/openai_responses.h"
 
 #include <set>
@@ -30,26 +31,45 @@ const Json& member(const Json& obj, const char* key) {
 
 std::string random_id(const char* prefix) { return make_completion_id(prefix); }
 
-// A string, or content parts of type input_text / output_text / text (joined with '\n').
-std::string text_of(const Json& content, const std::string& where) {
+// A string, or content parts of type input_text / output_text / text (joined with '\n'), and
+// input_image parts (data: URLs): a string without images, else chat content parts.
+Json content_of(const Json& content, const std::string& where) {
   if (content.is_null()) return "";
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) throw invalid_request(where + " must be a string or an array of content parts");
   std::string text;
+  Json parts = Json::array();
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string at = where + "[" + std::to_string(i) + "]";
     const Json& type = member(content[i], "type");
     const std::string t = type.is_string() ? type.get<std::string>() : "";
-    if (t == "input_image" || t == "input_file" || t == "input_audio")
-      throw invalid_request(at + ": content of type '" + t + "' is not supported (agentkv serves text models)");
+    if (t == "input_image") {
+      const Json& url = member(content[i], "image_url");
+      if (!url.is_string())
+        throw invalid_request(at + ".image_url must be a data: URL (file_id images are not supported)");
+      if (!text.empty()) parts.push_back(Json{{"type", "text"}, {"text", text}});
+      text.clear();
+      parts.push_back(image_part(url.get<std::string>()));
+      continue;
+    }
+    if (t == "input_file" || t == "input_audio")
+      throw invalid_request(at + ": content of type '" + t + "' is not supported");
     if (t != "input_text" && t != "output_text" && t != "text")
-      throw invalid_request(at + ".type must be 'input_text' or 'output_text'");
+      throw invalid_request(at + ".type must be 'input_text', 'output_text' or 'input_image'");
     const Json& part = member(content[i], "text");
     if (!part.is_string()) throw invalid_request(at + ".text must be a string");
     if (!text.empty()) text += '\n';
     text += part.get<std::string>();
   }
-  return text;
+  if (parts.empty()) return text;
+  if (!text.empty()) parts.push_back(Json{{"type", "text"}, {"text", text}});
+  return parts;
+}
+
+std::string text_of(const Json& content, const std::string& where) {
+  const Json c = content_of(content, where);
+  if (!c.is_string()) throw invalid_request(where + ": images are only taken in input messages");
+  return c.get<std::string>();
 }
 
 std::string required_string(const Json& item, const char* key, const std::string& where) {
@@ -103,7 +123,7 @@ void convert_input(const Json& input, Json& messages) {
       const std::string r = role.is_string() ? role.get<std::string>() : "";
       if (r != "user" && r != "assistant" && r != "system" && r != "developer")
         throw invalid_request(where + ".role must be 'user', 'assistant', 'system' or 'developer'");
-      Json message{{"role", r == "developer" ? "system" : r}, {"content", text_of(member(item, "content"), where + ".content")}};
+      Json message{{"role", r == "developer" ? "system" : r}, {"content", content_of(member(item, "content"), where + ".content")}};
       if (r == "assistant") {
         assistant(std::move(message));
       } else {

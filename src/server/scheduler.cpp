@@ -298,6 +298,26 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
   }
 }
 
+void Scheduler::add_token(Batch& batch, const Slot& s, Token t, size_t i, bool want_logits) const {
+  if (!cfg_.multimodal) {
+    batch.add(t, static_cast<MemoryPos>(i), {s.id}, want_logits);
+    return;
+  }
+  // With a projector every token carries its rope position; an image row its embedding too.
+  const PromptImages* images = s.task ? s.task->images.get() : nullptr;
+  std::span<const ImageSpan> spans;
+  if (images) spans = images->spans;
+  const float* row = nullptr;
+  size_t n_embd = 0;
+  for (size_t k = 0; k < spans.size(); ++k)
+    if (i >= spans[k].first && i < spans[k].end()) {
+      const ImageEmbedding& image = images->images[k];
+      n_embd = static_cast<size_t>(image.n_embd);
+      row = image.rows.data() + (i - spans[k].first) * n_embd;
+    }
+  batch.add_multimodal(t, static_cast<MemoryPos>(i), s.id, want_logits, rope_position(spans, i), row, n_embd);
+}
+
 bool Scheduler::build_batch(Batch& batch) {
   for (Slot& s : slots_) {
     s.batch_output = -1;
@@ -309,7 +329,7 @@ bool Scheduler::build_batch(Batch& batch) {
   // Generating slots first: one token each keeps every stream moving while prompts are read.
   for (Slot& s : slots_) {
     if (s.state != SlotState::Generating || s.pending < 0 || budget == 0) continue;
-    batch.add(s.pending, static_cast<MemoryPos>(cached(s).size()), {s.id}, true);
+    add_token(batch, s, s.pending, cached(s).size(), true);
     s.batch_output = n_outputs++;
     s.in_batch = true;
     --budget;
@@ -336,7 +356,8 @@ bool Scheduler::build_batch(Batch& batch) {
       budget -= take;
       continue;
     }
-    batch.add_sequence(prompt.data() + s.n_prompt_done, take, static_cast<MemoryPos>(s.n_prompt_done), s.id, last);
+    for (size_t i = s.n_prompt_done; i < s.n_prompt_done + take; ++i)
+      add_token(batch, s, prompt[i], i, last && i + 1 == s.n_prompt_done + take);
     if (last) s.batch_output = n_outputs++;
     budget -= take;
   }

@@ -65,6 +65,9 @@ struct SchedulerConfig {
   // > 0: a generating sequence that reaches this many positions shifts (by policy) before the
   // context is full (--kv-budget; needs context_shift).
   uint32_t kv_budget = 0;
+  // A vision projector is loaded: every batch carries rope positions (agentkv/vision.h) and the
+  // image rows of the prompts that have images.
+  bool multimodal = false;
 };
 
 // A slot's saved state (POST /slots/{id}?action=save, /v1/prefill).
@@ -124,6 +127,9 @@ class Scheduler {
   void assign_queued();
   void launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice& choice);
   bool build_batch(Batch& batch);
+  // Appends token t of slot s at index i (its cache position): with a projector, with its rope
+  // position and, for an image row, the row (the task's PromptImages).
+  void add_token(Batch& batch, const Slot& s, Token t, size_t i, bool want_logits) const;
   void after_decode(const Batch& batch, int status, const std::string& error);
   void on_logits(Slot& slot, const float* logits, bool from_cache = false);
   // --context-shift at n_ctx: false when nothing can be dropped (the generation then ends).

@@ -72,7 +72,7 @@ void HttpServer::props(Response& res) {
                      {"model_alias", model_name_},
                      // the file name only: absolute paths of the host are not the clients' business
                      {"model_path", std::filesystem::path(cfg_.model_path).filename().string()},
-                     {"modalities", Json{{"vision", false}, {"audio", false}}},
+                     {"modalities", Json{{"vision", e.vision != nullptr}, {"audio", false}}},
                      {"endpoint_slots", cfg_.endpoint_slots},
                      {"endpoint_props", false},
                      {"endpoint_metrics", cfg_.metrics},
@@ -108,6 +108,7 @@ void HttpServer::metrics(Response& res) {
     if (const auto warm = engine_->tiers->warm_stats()) text += prometheus_text(*warm);
     if (const auto disk = engine_->tiers->disk_stats()) text += prometheus_text(*disk);
   }
+  if (engine_->vision) text += prometheus_text(engine_->vision->stats());
   res.set_content(text, "text/plain; version=0.0.4");
 }
 

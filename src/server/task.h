@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "agentkv/vision.h"
 #include "server/completion_params.h"
 #include "server/server_error.h"
 
@@ -104,9 +105,16 @@ class TaskChannel {
   std::atomic<bool> cancelled_{false};
 };
 
+// A prompt's images: their rows in the prompt (image_row_token ids there) and their embeddings.
+struct PromptImages {
+  std::vector<ImageSpan> spans;
+  std::vector<ImageEmbedding> images;  // images[k] fills spans[k]
+};
+
 struct Task {
   uint64_t id = 0;
   std::vector<Token> prompt;
+  std::shared_ptr<const PromptImages> images;  // null: a text prompt
   CompletionParams params;
   std::shared_ptr<TaskChannel> channel = std::make_shared<TaskChannel>();
   // Scheduler only: the task was taken off its slot because memory ran out while it read its

@@ -1,0 +1,63 @@
+#include "server/image_parts.h"
+
+#include "agentkv/error.h"
+#include "server/base64.h"
+#include "server/server_error.h"
+
+namespace agentkv::server {
+
+bool is_image_part(const Json& part) {
+  if (!part.is_object()) return false;
+  const auto type = part.find("type");
+  return type != part.end() && type->is_string() && *type == "image_url";
+}
+
+Json image_part(const std::string& data_url) {
+  return Json{{"type", "image_url"}, {"image_url", Json{{"url", data_url}}}};
+}
+
+std::vector<uint8_t> image_part_bytes(const Json& part, const std::string& where, size_t max_bytes) {
+  const auto field = part.find("image_url");
+  std::string url;
+  if (field != part.end() && field->is_string()) url = field->get<std::string>();
+  else if (field != part.end() && field->is_object() && field->contains("url") && (*field)["url"].is_string())
+    url = (*field)["url"].get<std::string>();
+  else
+    throw invalid_request(where + ".image_url must be {\"url\": \"data:image/...;base64,...\"}");
+  if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0)
+    throw invalid_request(where + ": remote image URLs are not fetched (agentkv reaches nothing on the network): "
+                          "send the image inline as a data: URL");
+  if (url.rfind("data:", 0) != 0) throw invalid_request(where + ": the image URL must be a data: URL");
+  const size_t comma = url.find(',');
+  if (comma == std::string::npos) throw invalid_request(where + ": malformed data: URL (no ',')");
+  const std::string header = url.substr(5, comma - 5);
+  if (header.size() < 7 || header.compare(header.size() - 7, 7, ";base64") != 0)
+    throw invalid_request(where + ": the data: URL must be base64 (data:image/png;base64,...)");
+  if (!header.empty() && header.rfind("image/", 0) != 0 && header != ";base64")
+    throw invalid_request(where + ": the data: URL's type '" + header.substr(0, header.size() - 7) + "' is not an image");
+  if ((url.size() - comma - 1) / 4 * 3 > max_bytes)
+    throw invalid_request(where + ": the image is over " + std::to_string(max_bytes >> 20) + " MiB");
+  try {
+    return base64_decode(std::string_view(url).substr(comma + 1), where + "'s data: URL");
+  } catch (const Error& e) {
+    throw invalid_request(e.what());
+  }
+}
+
+std::vector<std::vector<uint8_t>> collect_chat_images(const Json& body, size_t max_bytes) {
+  std::vector<std::vector<uint8_t>> images;
+  const auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array()) return images;
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& msg = (*messages)[i];
+    if (!msg.is_object() || !msg.contains("content") || !msg["content"].is_array()) continue;
+    const Json& parts = msg["content"];
+    for (size_t k = 0; k < parts.size(); ++k)
+      if (is_image_part(parts[k]))
+        images.push_back(image_part_bytes(parts[k], "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]",
+                                          max_bytes));
+  }
+  return images;
+}
+
+}  // namespace agentkv::server

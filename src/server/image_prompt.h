@@ -1,0 +1,21 @@
+// A chat prompt with images: the rendered text holds kMediaMarker where each image part was
+// (image_parts.h); the prompt becomes the text's tokens with each image's rows, between the
+// model's vision start and end tokens, in their place (as llama.cpp's mtmd lays it out).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agentkv/tokenizer.h"
+#include "agentkv/vision.h"
+#include "server/task.h"
+
+namespace agentkv::server {
+
+// Encodes `files` (in marker order) and lays the prompt out; *images receives the spans and
+// embeddings. Throws invalid_request for an image the encoder refuses or a marker count that
+// differs from the number of images.
+std::vector<Token> tokenize_with_images(const Tokenizer& tok, const std::string& text, const VisionEncoder& vision,
+                                        const std::vector<std::vector<uint8_t>>& files, PromptImages* images);
+
+}  // namespace agentkv::server

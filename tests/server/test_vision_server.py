@@ -1,0 +1,234 @@
+"""Images in chat requests (--mmproj, docs/vision.md) on the hybrid Qwen3.5 fixtures with their
+projector presets: a screenshot agent whose every turn adds a screenshot and re-sends the earlier
+ones reuses the cached prefix (images included) and encodes only the new image, with answers equal
+to uncached runs; the Anthropic and Responses forms give the OpenAI form's answer; bad images and
+image requests to a text-only server get a 400 and the server answers on unchanged."""
+
+import base64
+import os
+import signal
+import struct
+import subprocess
+import zlib
+
+import pytest
+
+from conftest import FIXTURES, MODEL, REPO, Server, _find_binary, metric, needs_fixtures, wait_for
+
+IMAGES = os.path.join(REPO, "tests", "data", "vision")
+SCREENS = [os.path.join(IMAGES, "mtmdref-64x48.png"), os.path.join(IMAGES, "mtmdref-40x72.png"),
+           os.path.join(IMAGES, "preprocess", "rgb8-61x37.png"), os.path.join(IMAGES, "preprocess", "rgb8-100x70.png"),
+           os.path.join(IMAGES, "preprocess", "rgba8-45x80.png"), os.path.join(IMAGES, "preprocess", "rgb8-64x32.png")]
+
+
+def data_url(path):
+    with open(path, "rb") as f:
+        return "data:image/png;base64," + base64.b64encode(f.read()).decode()
+
+
+def image_part(path):
+    return {"type": "image_url", "image_url": {"url": data_url(path)}}
+
+
+def png_with_size(width, height):
+    """A PNG whose header says width x height (one empty IDAT: refused before any pixel is decoded)."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+def make_projector(tmp_path_factory, preset):
+    path = str(tmp_path_factory.mktemp("mmproj") / (preset + ".gguf"))
+    r = subprocess.run([_find_binary(), "mkmodel", "--preset", preset, "-o", path], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+@pytest.fixture(scope="module", params=["qwen35", "qwen35moe"])
+def vision_server(request, tmp_path_factory):
+    if not os.path.isdir(FIXTURES):
+        pytest.skip("fixtures not found")
+    name = request.param
+    projector = make_projector(tmp_path_factory, name + "-micro-vision")
+    s = Server(tmp_path_factory.mktemp("vision-" + name), "-np", "2", "-c", "4096", "--metrics", "--mmproj", projector,
+               model=os.path.join(FIXTURES, "models", name + "-micro.gguf"))
+    yield s
+    s.stop()
+
+
+def chat(server, messages, path="/v1/chat/completions", **extra):
+    body = {"messages": messages, "max_tokens": 6, "temperature": 0, **extra}
+    status, out = server.post(path, body)
+    assert status == 200, out
+    return out
+
+
+def answer(out):
+    return out["choices"][0]["message"]["content"]
+
+
+@needs_fixtures
+def test_props_says_vision(vision_server):
+    status, props = vision_server.get("/props")
+    assert status == 200 and props["modalities"]["vision"] is True
+
+
+@needs_fixtures
+def test_screenshot_agent_reuses_every_earlier_turn(vision_server):
+    """Six turns, each a new screenshot plus text, the client re-sending the whole conversation."""
+    messages = [{"role": "system", "content": "You operate a computer. Answer with the next action."}]
+    previous_prompt = 0
+    prompt_sizes = []  # each turn's prompt, in tokens
+    for turn, screen in enumerate(SCREENS):
+        messages.append({"role": "user", "content": [{"type": "text", "text": "Step %d. The screen:" % turn},
+                                                     image_part(screen)]})
+        encoded_before = metric(vision_server, "images_encoded_total")
+        out = chat(vision_server, messages)
+        t = out["timings"]
+        if turn > 0:
+            # The whole previous prompt (its screenshots included) comes from the cache.
+            assert t["cache_n"] >= previous_prompt, (turn, t)
+        # Only the new screenshot is encoded; the earlier ones come from the encoder cache.
+        assert metric(vision_server, "images_encoded_total") - encoded_before <= 1
+        uncached = chat(vision_server, messages, cache_prompt=False)
+        assert answer(uncached) == answer(out), turn
+        previous_prompt = t["cache_n"] + t["prompt_n"]
+        prompt_sizes.append(previous_prompt)
+        if turn == 2:
+            # A second session sending the first three turns (their screenshots again) reuses
+            # them from the shared prefix index, up to the hybrid's last snapshot before turn 2.
+            again = chat(vision_server, messages, session_id="another-agent")
+            assert again["timings"]["cache_n"] >= prompt_sizes[1], (again["timings"], prompt_sizes)
+        messages.append({"role": "assistant", "content": answer(out)})
+    assert metric(vision_server, "image_cache_hits_total") >= len(SCREENS) - 1
+
+
+
+
+@needs_fixtures
+def test_the_image_decides_the_answer(vision_server):
+    ask = lambda path: answer(chat(vision_server, [{"role": "user", "content": [image_part(path), {"type": "text", "text": "What is it?"}]}],
+                                   max_tokens=12))
+    assert ask(SCREENS[0]) == ask(SCREENS[0])
+    assert ask(SCREENS[0]) != ask(SCREENS[1])
+
+
+@needs_fixtures
+def test_anthropic_and_responses_forms_give_the_same_answer(vision_server):
+    with open(SCREENS[2], "rb") as f:
+        b64 = base64.b64encode(f.read()).decode()
+    openai = answer(chat(vision_server, [{"role": "user", "content": [image_part(SCREENS[2]), {"type": "text", "text": "Describe."}]}]))
+    status, msg = vision_server.post("/v1/messages", {
+        "model": "m", "max_tokens": 6, "temperature": 0,
+        "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}},
+            {"type": "text", "text": "Describe."}]}]})
+    assert status == 200, msg
+    assert msg["content"][0]["text"] == openai
+    status, resp = vision_server.post("/v1/responses", {
+        "model": "m", "max_output_tokens": 6, "temperature": 0,
+        "input": [{"role": "user", "content": [{"type": "input_image", "image_url": data_url(SCREENS[2])},
+                                               {"type": "input_text", "text": "Describe."}]}]})
+    assert status == 200, resp
+    assert resp["output"][-1]["content"][0]["text"] == openai
+
+
+@needs_fixtures
+def test_bad_images_get_a_400_and_lose_nothing(vision_server):
+    canary = [{"role": "user", "content": "Say something."}]
+    before = answer(chat(vision_server, canary))
+
+    def refused(part, words):
+        status, out = vision_server.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Look:"}, part]}], "max_tokens": 4})
+        assert status == 400, out
+        assert words in out["error"]["message"], out["error"]["message"]
+
+    as_part = lambda raw, mime="image/png": {"type": "image_url", "image_url": {
+        "url": "data:%s;base64,%s" % (mime, base64.b64encode(raw).decode())}}
+    png = open(SCREENS[0], "rb").read()
+    refused({"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}, "not fetched")
+    refused({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, "base64")
+    refused(as_part(b""), "image 0")
+    refused(as_part(png[:len(png) // 2]), "image 0")
+    refused(as_part(b"GIF89a\x01\x00\x01\x00\x00\x00\x00", "image/gif"), "GIF")
+    refused(as_part(b"not an image at all"), "image 0")
+    refused(as_part(png_with_size(30000, 30000)), "30000")
+    refused(as_part(png, "text/plain"), "not an image")
+    assert answer(chat(vision_server, canary)) == before
+    status, _ = vision_server.get("/health")
+    assert status == 200
+
+
+@needs_fixtures
+def test_a_text_only_server_refuses_images(tmp_path):
+    s = Server(tmp_path, "-np", "1", "-c", "1024", model=os.path.join(FIXTURES, "models", "qwen35-micro.gguf"))
+    try:
+        status, out = s.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": [image_part(SCREENS[0])]}], "max_tokens": 2})
+        assert status == 400 and "--mmproj" in out["error"]["message"], out
+        status, props = s.get("/props")
+        assert props["modalities"]["vision"] is False
+    finally:
+        s.stop()
+
+
+@needs_fixtures
+def test_a_projector_that_does_not_fit_the_model_stops_the_start(tmp_path_factory, tmp_path):
+    projector = make_projector(tmp_path_factory, "qwen35-micro-vision")
+    r = subprocess.run([_find_binary(), "serve", "-m", MODEL, "--port", "0", "--mmproj", projector],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "takes no image input" in r.stderr + r.stdout
+
+
+@needs_fixtures
+def test_images_survive_kill9_and_slot_restore(tmp_path_factory, tmp_path):
+    """Turns with screenshots, then kill -9 and a restart on the same --cache-dir: the next turn
+    evaluates only its new tokens; a slot saved with images and restored on a fresh server (no
+    cache) continues without evaluating them again."""
+    projector = make_projector(tmp_path_factory, "qwen35-micro-vision")
+    model = os.path.join(FIXTURES, "models", "qwen35-micro.gguf")
+    saves = tmp_path / "saves"
+    saves.mkdir()
+    args = ("-np", "1", "-c", "4096", "--metrics", "--mmproj", projector, "--cache-dir", str(tmp_path / "cache"),
+            "--slot-save-path", str(saves))
+    messages = [{"role": "system", "content": "You operate a computer."}]
+
+    def turn(server, k):
+        messages.append({"role": "user", "content": [{"type": "text", "text": "Step %d:" % k}, image_part(SCREENS[k])]})
+        out = chat(server, messages)
+        messages.append({"role": "assistant", "content": answer(out)})
+        return out["timings"]
+
+    first = Server(tmp_path / "first", *args, model=model)
+    try:
+        for k in range(3):
+            t = turn(first, k)
+        status, saved = first.post("/slots/0?action=save", {"filename": "agent.bin"})
+        assert status == 200 and saved["n_saved"] > 0, saved
+        first.wait_all_idle()
+        assert wait_for(lambda: metric(first, "disk_tier_writes_pending") == 0)
+    finally:
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    held = t["cache_n"] + t["prompt_n"]
+
+    restarted = Server(tmp_path / "restarted", *args, model=model)
+    try:
+        t = turn(restarted, 3)
+        assert t["cache_n"] >= held, t  # the pages (and the hybrid snapshot) came back from the disk
+    finally:
+        restarted.stop()
+
+    del messages[-2:]  # back to the saved conversation
+    fresh = Server(tmp_path / "fresh", "-np", "1", "-c", "4096", "--mmproj", projector, "--slot-save-path", str(saves),
+                   model=model)
+    try:
+        status, restored = fresh.post("/slots/0?action=restore", {"filename": "agent.bin"})
+        assert status == 200 and restored["n_restored"] == saved["n_saved"], restored
+        t = turn(fresh, 3)
+        assert t["cache_n"] >= saved["n_saved"] - 1, t
+    finally:
+        fresh.stop()
