@@ -14,5 +14,6 @@ int bench_tiers(Args& args);       // agentkv bench tiers (page tiers: store and
 int bench_evict(Args& args);       // agentkv bench evict (eviction policies: KL, recall at KV budgets; scoring cost)
 int bench_prefix_index(Args& args);  // agentkv bench prefix-index (the prefix cache's bookkeeping at 10 k .. 1 M pages)
 int bench_spec(Args& args);        // agentkv bench spec (greedy speculative verification: oracle and n-gram drafts)
+int bench_vision(Args& args);      // agentkv bench vision (the vision projector's encode time per screenshot)
 
 }  // namespace agentkv::tools

@@ -157,9 +157,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
     if (argv[0] == "quality") return bench_quality(sub);
     return argv[0] == "evict" ? bench_evict(sub) : bench_tiers(sub);
   }
-  if (!argv.empty() && argv[0] == "spec") {
+  if (!argv.empty() && (argv[0] == "spec" || argv[0] == "vision")) {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));
-    return bench_spec(sub);
+    return argv[0] == "spec" ? bench_spec(sub) : bench_vision(sub);
   }
   if (!argv.empty() && argv[0] == "prefix-index") {
     Args sub(std::vector<std::string>(argv.begin() + 1, argv.end()));
@@ -188,7 +188,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
               "       agentkv bench evict -m MODEL -f TEXT [--budgets 0.5,0.25] | --cost-depth D   (--help; docs/quality-bench.md)\n"
               "       agentkv bench tiers -m MODEL [-d 2048] [--drop-caches]   (page tiers' store / load bandwidth; --help)\n"
               "       agentkv bench prefix-index [--pages 10000,100000,1000000]   (the prefix cache's bookkeeping; --help)\n"
-              "       agentkv bench spec -m MODEL [-n 128] [-k 1,2,4,8]   (greedy speculative verification; --help)");
+              "       agentkv bench spec -m MODEL [-n 128] [-k 1,2,4,8]   (greedy speculative verification; --help)\n"
+              "       agentkv bench vision --mmproj P [--size 1280x720] [--image F]   (screenshot encode time; --help)");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");

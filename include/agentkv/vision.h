@@ -26,7 +26,8 @@ struct ImageEmbedding {
   // XXH3 of the decoded RGB bytes, their size and the preprocessing: equal images give equal rows
   // from one projector, so the prefix index keys image rows by it (image_row_token).
   uint64_t content_hash = 0;
-  double decode_seconds = 0, encode_seconds = 0;
+  double decode_seconds = 0;  // the file into pixels
+  double encode_seconds = 0;  // preprocessing and the projector
 };
 
 // What bounds the images a request may send (checked from the header, before decoding).
@@ -64,6 +65,9 @@ class VisionEncoder {
     size_t cache_bytes = 0;       // rows held by the cache now
   };
   Stats stats() const;
+  // The same from decoded pixels (height rows of width RGB triples, 8 bits each): no file, no
+  // encoder cache (benchmarks, callers that decode themselves).
+  ImageEmbedding encode_rgb(const uint8_t* rgb, int width, int height) const;
   // Encodes already preprocessed pixels (ny rows of nx RGB floats, interleaved, normalised).
   std::vector<float> encode_pixels(const float* pixels, int64_t nx, int64_t ny) const;
 

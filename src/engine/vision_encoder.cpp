@@ -75,6 +75,39 @@ std::vector<float> VisionEncoder::encode_pixels(const float* pixels, int64_t nx,
   return impl_->projector->encode(pixels, nx, ny, *impl_->pool);
 }
 
+namespace {
+
+// Preprocesses and encodes decoded pixels (the caller holds the encoder's lock).
+ImageEmbedding encode_decoded(const VisionProjector& projector, ThreadPool& pool, const image::VisionPreprocessSpec& spec,
+                              const image::RgbImage& rgb, int64_t n_embd) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const image::PreprocessedImage pre = image::preprocess_qwen_vl(rgb, spec);
+  ImageEmbedding e;
+  e.source_x = rgb.width;
+  e.source_y = rgb.height;
+  e.pixels_x = pre.width;
+  e.pixels_y = pre.height;
+  e.grid_x = pre.grid_width / spec.merge;
+  e.grid_y = pre.grid_height / spec.merge;
+  e.n_embd = n_embd;
+  e.rows = projector.encode(pre.pixels.data(), pre.width, pre.height, pool);
+  e.n_tokens = static_cast<int64_t>(e.rows.size()) / e.n_embd;
+  // Content key: the pixels as decoded and the grid they were resampled to (the preprocessing
+  // spec is the projector's, whose identity the caller adds to its cache salt).
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  const int64_t dims[4] = {rgb.width, rgb.height, pre.width, pre.height};
+  XXH3_64bits_update(st, dims, sizeof dims);
+  XXH3_64bits_update(st, rgb.rgb.data(), rgb.rgb.size());
+  e.content_hash = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  e.encode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return e;
+}
+
+}  // namespace
+
 ImageEmbedding VisionEncoder::encode(const uint8_t* data, size_t size, const ImageInputLimits& limits) const {
   using clock = std::chrono::steady_clock;
   Impl& m = *impl_;
@@ -94,31 +127,9 @@ ImageEmbedding VisionEncoder::encode(const uint8_t* data, size_t size, const Ima
   l.max_pixels = limits.max_pixels;
   l.max_side = limits.max_side;
   const image::RgbImage rgb = image::decode_image(data, size, l);
-  const image::PreprocessedImage pre = image::preprocess_qwen_vl(rgb, m.spec);
-  const auto t1 = clock::now();
-  ImageEmbedding e;
-  e.source_x = rgb.width;
-  e.source_y = rgb.height;
-  e.pixels_x = pre.width;
-  e.pixels_y = pre.height;
-  const int64_t merge = m.spec.merge;
-  e.grid_x = pre.grid_width / merge;
-  e.grid_y = pre.grid_height / merge;
-  e.n_embd = output_width();
-  e.rows = m.projector->encode(pre.pixels.data(), pre.width, pre.height, *m.pool);
-  e.n_tokens = static_cast<int64_t>(e.rows.size()) / e.n_embd;
-  // Content key: the pixels as decoded and the grid they were resampled to (the preprocessing
-  // spec is the projector's, whose identity the caller adds to its cache salt).
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  const int64_t dims[4] = {rgb.width, rgb.height, pre.width, pre.height};
-  XXH3_64bits_update(st, dims, sizeof dims);
-  XXH3_64bits_update(st, rgb.rgb.data(), rgb.rgb.size());
-  e.content_hash = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  const auto t2 = clock::now();
-  e.decode_seconds = std::chrono::duration<double>(t1 - t0).count();
-  e.encode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  const double decode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  ImageEmbedding e = encode_decoded(*m.projector, *m.pool, m.spec, rgb, output_width());
+  e.decode_seconds = decode_seconds;
   ++m.stats.images_encoded;
   m.stats.encode_seconds += e.decode_seconds + e.encode_seconds;
   if (m.max_bytes > 0 && Impl::bytes_of(e) <= m.max_bytes) {
@@ -127,6 +138,17 @@ ImageEmbedding VisionEncoder::encode(const uint8_t* data, size_t size, const Ima
     m.trim();
   }
   return e;
+}
+
+ImageEmbedding VisionEncoder::encode_rgb(const uint8_t* rgb, int width, int height) const {
+  if (width <= 0 || height <= 0) throw Error("vision encoder: an image of " + std::to_string(width) + "x" +
+                                             std::to_string(height) + " pixels");
+  image::RgbImage img;
+  img.width = width;
+  img.height = height;
+  img.rgb.assign(rgb, rgb + static_cast<size_t>(width) * static_cast<size_t>(height) * 3);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return encode_decoded(*impl_->projector, *impl_->pool, impl_->spec, img, output_width());
 }
 
 void VisionEncoder::set_cache_bytes(size_t bytes) {

@@ -54,16 +54,16 @@ std::string text_of(const Json& block, const std::string& where) {
 // "data": "..."}}) as the OpenAI image part the chat path reads.
 Json image_block_part(const Json& block, const std::string& where) {
   const Json& source = member(block, "source");
-  if (!source.is_object()) throw invalid_request(where + ".source must be an object");
+  if (!source.is_object()) throw invalid_request(where + ": an image block's source must be an object");
   const Json& kind = member(source, "type");
   if (kind == "url")
     throw invalid_request(where + ": image URLs are not fetched (agentkv reaches nothing on the network): send the "
                           "image as base64");
-  if (kind != "base64") throw invalid_request(where + ".source.type must be 'base64'");
+  if (kind != "base64") throw invalid_request(where + ": an image block's source.type must be 'base64'");
   const Json& media = member(source, "media_type");
   const Json& data = member(source, "data");
   if (!media.is_string() || !data.is_string())
-    throw invalid_request(where + ".source needs a media_type and base64 data");
+    throw invalid_request(where + ": an image block's source needs a media_type and base64 data");
   return image_part("data:" + media.get<std::string>() + ";base64," + data.get<std::string>());
 }
 

@@ -45,8 +45,9 @@ Json content_of(const Json& content, const std::string& where) {
     const std::string t = type.is_string() ? type.get<std::string>() : "";
     if (t == "input_image") {
       const Json& url = member(content[i], "image_url");
-      if (!url.is_string())
-        throw invalid_request(at + ".image_url must be a data: URL (file_id images are not supported)");
+      if (!url.is_string() || url.get<std::string>().rfind("data:", 0) != 0)
+        throw invalid_request(at + ": an input_image's image_url must be a data: URL (nothing is fetched; file_id "
+                              "images are not supported)");
       if (!text.empty()) parts.push_back(Json{{"type", "text"}, {"text", text}});
       text.clear();
       parts.push_back(image_part(url.get<std::string>()));

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIXTURES, MODEL, REPO, Server
+from conftest import FIXTURES, MODEL, REPO, Server, _find_binary
 
 NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
 API_KEY = "node-sdk-key"
@@ -46,14 +46,14 @@ def test_openai_node_sdk(tmp_path):
     assert server.proc.returncode == 0, server.log()
 
 
-def run_node_test(tmp_path, script, package, min_pass, model=MODEL, **extra_env):
+def run_node_test(tmp_path, script, package, min_pass, model=MODEL, server_args=(), **extra_env):
     """Runs one node test script against a fresh server (2 slots, an API key)."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed (scripts/setup.sh installs it)")
     assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", *package.split("/"))), \
         "run `npm ci` in tests/server/node (scripts/setup.sh does)"
-    server = Server(tmp_path, "-np", "2", "-c", "4096", "--api-key", API_KEY, model=model)
+    server = Server(tmp_path, "-np", "2", "-c", "4096", "--api-key", API_KEY, *server_args, model=model)
     try:
         env = dict(os.environ, **extra_env,
                    AGENTKV_URL="http://127.0.0.1:%d" % server.port,
@@ -88,3 +88,20 @@ def test_web_ui_in_chromium(tmp_path):
         pytest.skip("chromium is not installed (scripts/setup.sh installs it)")
     run_node_test(tmp_path, "webui.test.mjs", "playwright-core", 1, model=TRAINED,
                   AGENTKV_SCREENSHOT=os.environ.get("AGENTKV_WEBUI_SCREENSHOT", str(tmp_path / "webui.png")))
+
+
+def test_web_ui_attaches_images_in_chromium(tmp_path):
+    """The web UI's image button (node/webui_vision.test.mjs) on a server with a vision projector:
+    screenshots go as image_url parts and the second turn reuses the first."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (scripts/setup.sh installs it)")
+    if not os.path.isdir(FIXTURES):
+        pytest.skip("fixtures not found")
+    projector = str(tmp_path / "qwen35-micro-vision.gguf")
+    made = subprocess.run([_find_binary(), "mkmodel", "--preset", "qwen35-micro-vision", "-o", projector],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    images = os.path.join(REPO, "tests", "data", "vision")
+    run_node_test(tmp_path, "webui_vision.test.mjs", "playwright-core", 1,
+                  model=os.path.join(FIXTURES, "models", "qwen35-micro.gguf"), server_args=("--mmproj", projector),
+                  AGENTKV_IMAGES=os.path.join(images, "mtmdref-64x48.png") + ":" + os.path.join(images, "mtmdref-40x72.png"))
