@@ -267,8 +267,10 @@ void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin) {
     const float s = cos_sin[2 * i + 1];
     const float x0 = head[i];
     const float x1 = head[i + half];
-    head[i] = x0 * c - x1 * s;
-    head[i + half] = x0 * s + x1 * c;
+    // ggml-cpu's rotate_pairs as GCC contracts it in the -march builds x86 llama.cpp ships (both
+    // levels have FMA): x0 c - x1 s and x0 s + x1 c each one fused multiply-add.
+    head[i] = std::fma(x0, c, -(x1 * s));
+    head[i + half] = std::fma(x0, s, x1 * c);
   }
 }
 
@@ -278,8 +280,8 @@ void rope_norm_apply(float* head, int64_t n_rot, const float* cos_sin) {
     const float s = cos_sin[i + 1];
     const float x0 = head[i];
     const float x1 = head[i + 1];
-    head[i] = x0 * c - x1 * s;
-    head[i + 1] = x0 * s + x1 * c;
+    head[i] = std::fma(x0, c, -(x1 * s));  // as rope_neox_apply
+    head[i + 1] = std::fma(x0, s, x1 * c);
   }
 }
 
@@ -313,7 +315,9 @@ const std::vector<uint16_t>& gelu_fp16_table() {
     std::vector<uint16_t> t(65536);
     for (uint32_t i = 0; i < t.size(); ++i) {
       const float x = fp16_to_fp32(static_cast<uint16_t>(i));
-      t[i] = fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x))));
+      // 1 + a x^2 as the fused multiply-add GCC makes of ggml_gelu_f32 in ggml-cpu's -march builds
+      // (equal to ggml's table at every fp16 value; the unfused form differs at one).
+      t[i] = fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * std::fma(kCoefA * x, x, 1.0f))));
     }
     return t;
   }();
