@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "llama.h"
@@ -50,7 +51,8 @@ int main(int argc, char** argv) {
   const std::vector<unsigned char> rgb = synthetic_screen(w, h);
   mtmd_bitmap* bmp = mtmd_bitmap_init(w, h, rgb.data());
   mtmd_input_chunks* chunks = mtmd_input_chunks_init();
-  mtmd_input_text text{mtmd_default_marker(), false, true};
+  const char* marker = mtmd_default_marker();
+  mtmd_input_text text{marker, std::strlen(marker), false, true};
   const mtmd_bitmap* bitmaps[1] = {bmp};
   if (mtmd_tokenize(ctx, chunks, &text, bitmaps, 1) != 0) return 1;
   const mtmd_input_chunk* image = nullptr;

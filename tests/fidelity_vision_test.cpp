@@ -197,6 +197,29 @@ TEST(FidelityVision, Qwen35MoeMicroTwoImages) {
   check_vision_case("qwen35moe-micro-vision.2img", "qwen35moe-micro", "qwen35moe-micro-vision");
 }
 
+// Qwen3.5's real vision tower (qwen35moe-bench-vision: 27 layers of width 1152) on the 64 x 48
+// PNG (12 merged tokens of 4 patches): its embeddings against llama.cpp's (the language model of
+// that reference is a random q8_0 qwen35moe-bench whose logprobs are not compared).
+TEST(FidelityVision, RealShapeProjectorEmbeddings) {
+  AGENTKV_NEEDS_FIXTURES();
+  if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
+  const std::string dir = kVisionData + "reference-avx2/qwen35moe-bench-vision.1img.alt/";
+  const std::string alt_dir = kVisionData + "reference-avx2/qwen35moe-bench-vision.1img/";
+  const std::string path = temp_path("qwen35moe-bench-vision");
+  write_vision_file(path, *mkmodel::find_vision_preset("qwen35moe-bench-vision"), 42, 2);
+  auto vision = VisionEncoder::load(path, 2);
+  std::filesystem::remove(path);  // the mapping keeps the data
+  const std::vector<uint8_t> png = read_bytes(kVisionData + "mtmdref-64x48.png");
+  const ImageEmbedding ours = vision->encode(png.data(), png.size());
+  EXPECT_EQ(ours.n_tokens, 12);
+  const Distance d = distance(ours.rows, read_floats(dir + "embd-0.bin"));
+  const Distance llama = distance(read_floats(alt_dir + "embd-0.bin"), read_floats(dir + "embd-0.bin"));
+  std::printf("qwen35moe-bench-vision embeddings [%s]: agentkv max %.5f mean %.6f | llama.cpp alt max %.5f mean %.6f\n",
+              std::string(cpu_level_name(active_cpu_level())).c_str(), d.max_abs, d.mean_abs, llama.max_abs, llama.mean_abs);
+  EXPECT_LE(d.max_abs, llama.max_abs);
+  EXPECT_LE(d.mean_abs, llama.mean_abs);
+}
+
 // What the public path refuses, with a reason a user can act on.
 TEST(VisionEncoderInput, RefusesMismatchedModelsAndBadImages) {
   AGENTKV_NEEDS_FIXTURES();

@@ -181,8 +181,12 @@ std::vector<float> VisionProjector::position_embeddings(int64_t gx, int64_t gy) 
       const float* c = pos_ + (y.hi * S + x.lo) * E;
       const float* d = pos_ + (y.hi * S + x.hi) * E;
       float* o = out.data() + (i1 * gx + i0) * E;
-      for (int64_t e = 0; e < E; ++e)
-        o[e] = a[e] * (1 - dx) * (1 - dy) + b[e] * dx * (1 - dy) + c[e] * (1 - dx) * dy + d[e] * dx * dy;
+      // a(1-dx)(1-dy) + b dx(1-dy) + c(1-dx)dy + d dx dy with the fused multiply-adds GCC makes of
+      // ggml-cpu's expression in its -march builds (x86 llama.cpp has FMA at both levels).
+      for (int64_t e = 0; e < E; ++e) {
+        const float bd = b[e] * dx * (1 - dy);
+        o[e] = std::fma(d[e] * dx, dy, std::fma(c[e] * (1 - dx), dy, std::fma(a[e] * (1 - dx), 1 - dy, bd)));
+      }
     }
   }
   return out;
