@@ -150,8 +150,11 @@ class RequestMemory {
   // token after them, unevaluated[seq] (-1: none) — or a chain of cached pages under the namespace
   // spell a longer prefix of `text` (a re-rendered answer tokenizes otherwise than it was
   // generated): then those tokens up to where plain has a token boundary too, and plain's after.
+  // With `before` (a prompt's tokens ahead of `text`: its images' rows, agentkv/vision.h), only
+  // sequences that begin with those tokens count, from there on (no page chain is followed).
   AlignedPrompt align_prompt(const Tokenizer& tok, std::string_view text, const std::vector<CacheToken>& plain,
-                             uint64_t cache_namespace, std::span<const CacheToken> unevaluated) const;
+                             uint64_t cache_namespace, std::span<const CacheToken> unevaluated,
+                             std::span<const CacheToken> before = {}) const;
   // How many leading prompt tokens cached pages hold under the namespace (hybrid: up to the latest
   // snapshot); without sharing, the best sequence's. For routers.
   size_t cached_prefix(std::span<const CacheToken> prompt, uint64_t cache_namespace) const;

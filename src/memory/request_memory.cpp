@@ -375,12 +375,15 @@ size_t RequestMemory::cached_prefix(std::span<const CacheToken> prompt, uint64_t
 
 AlignedPrompt RequestMemory::align_prompt(const Tokenizer& tok, std::string_view text,
                                           const std::vector<CacheToken>& plain, uint64_t cache_namespace,
-                                          std::span<const CacheToken> unevaluated) const {
+                                          std::span<const CacheToken> unevaluated,
+                                          std::span<const CacheToken> before) const {
   std::vector<std::vector<CacheToken>> caches;
   for (MemorySeqId id = 0; id < impl_->cfg.n_seqs; ++id) {
     const SequenceCache& s = impl_->seqs[static_cast<size_t>(id)];
     if (s.fake || s.size() == 0 || s.ns != cache_namespace) continue;  // another tenant's tokens
-    caches.emplace_back(s.tokens().begin(), s.tokens().end());
+    const std::span<const CacheToken> held = s.tokens();
+    if (held.size() < before.size() || !std::equal(before.begin(), before.end(), held.begin())) continue;
+    caches.emplace_back(held.begin() + static_cast<std::ptrdiff_t>(before.size()), held.end());
     // A finished answer ends with a token that was sampled, not evaluated: with it the cached text
     // reaches the answer's end, where the next prompt's own tokenization resumes.
     if (static_cast<size_t>(id) < unevaluated.size() && unevaluated[static_cast<size_t>(id)] >= 0)
@@ -388,7 +391,7 @@ AlignedPrompt RequestMemory::align_prompt(const Tokenizer& tok, std::string_view
   }
   // Pages an ended conversation left (its sequence since serving another): the chain whose text
   // the prompt's continues furthest. Only shared pages are one chain per namespace.
-  if (impl_->cache() && impl_->cfg.share_prefixes) {
+  if (impl_->cache() && impl_->cfg.share_prefixes && before.empty()) {
     std::vector<CacheToken> chain =
         impl_->cache()->follow_chain(agentkv::page_salt(cache_namespace, 0, true), memory::text_chain_reader(tok, text));
     // Usually a sequence still holds the conversation the chain came from: then its tokens already

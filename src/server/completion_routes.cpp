@@ -145,7 +145,12 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
     std::vector<Token> prompt;
     if (!image_files.empty()) {
       images = std::make_shared<PromptImages>();
-      prompt = tokenize_with_images(tok, parts[0].text, *e.vision, image_files, images.get());
+      // Each text piece keeps the tokens an earlier answer was generated as, after the same images.
+      const PieceAligner align = [&](const std::string& piece, const std::vector<Token>& plain,
+                                     std::span<const Token> before) {
+        return e.scheduler->align_prompt(tok, piece, plain, params.cache_salt, before).tokens;
+      };
+      prompt = tokenize_with_images(tok, parts[0].text, *e.vision, image_files, images.get(), align);
     } else {
       prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
       // A chat prompt re-renders earlier answers: keep the tokens the model generated for them.

@@ -7,7 +7,8 @@
 namespace agentkv::server {
 
 std::vector<Token> tokenize_with_images(const Tokenizer& tok, const std::string& text, const VisionEncoder& vision,
-                                        const std::vector<std::vector<uint8_t>>& files, PromptImages* images) {
+                                        const std::vector<std::vector<uint8_t>>& files, PromptImages* images,
+                                        const PieceAligner& align) {
   const std::string marker = kMediaMarker;
   size_t n_markers = 0;
   for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + marker.size())) ++n_markers;
@@ -30,7 +31,8 @@ std::vector<Token> tokenize_with_images(const Tokenizer& tok, const std::string&
     std::string piece = text.substr(from, at == std::string::npos ? std::string::npos : at - from);
     if (k > 0) piece = "<|vision_end|>" + piece;
     if (at != std::string::npos) piece += "<|vision_start|>";
-    const std::vector<Token> ids = tok.encode(piece, /*add_special=*/k == 0, /*parse_special=*/true);
+    std::vector<Token> ids = tok.encode(piece, /*add_special=*/k == 0, /*parse_special=*/true);
+    if (align) ids = align(piece, ids, tokens);
     tokens.insert(tokens.end(), ids.begin(), ids.end());
     if (at == std::string::npos) break;
     const ImageEmbedding& image = images->images[k];

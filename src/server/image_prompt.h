@@ -3,6 +3,8 @@
 // model's vision start and end tokens, in their place (as llama.cpp's mtmd lays it out).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,10 +14,17 @@
 
 namespace agentkv::server {
 
+// A text piece's tokens as the memory best reuses them, given the prompt's tokens before it
+// (Scheduler::align_prompt: an earlier answer keeps the tokens it was generated as).
+using PieceAligner = std::function<std::vector<Token>(const std::string& text, const std::vector<Token>& plain,
+                                                      std::span<const Token> before)>;
+
 // Encodes `files` (in marker order) and lays the prompt out; *images receives the spans and
-// embeddings. Throws invalid_request for an image the encoder refuses or a marker count that
-// differs from the number of images.
+// embeddings. Each text piece between images goes through `align` when given. Throws
+// invalid_request for an image the encoder refuses or a marker count that differs from the number
+// of images.
 std::vector<Token> tokenize_with_images(const Tokenizer& tok, const std::string& text, const VisionEncoder& vision,
-                                        const std::vector<std::vector<uint8_t>>& files, PromptImages* images);
+                                        const std::vector<std::vector<uint8_t>>& files, PromptImages* images,
+                                        const PieceAligner& align = nullptr);
 
 }  // namespace agentkv::server

@@ -104,7 +104,7 @@ class Scheduler {
   // A chat prompt's tokens aligned to what the memory holds under the request's cache_salt
   // (RequestMemory::align_prompt): an earlier answer keeps the tokens it was generated as.
   AlignedPrompt align_prompt(const Tokenizer& tok, std::string_view text, const std::vector<Token>& plain,
-                             const std::string& cache_salt) const;
+                             const std::string& cache_salt, std::span<const Token> before = {}) const;
 
   // Slot actions, run by the scheduler thread between two steps (the caller waits). They throw
   // HttpError (503 when the slot is busy, the server stops, or busy slots hold the memory a

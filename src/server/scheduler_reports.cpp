@@ -100,7 +100,7 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
 }
 
 AlignedPrompt Scheduler::align_prompt(const Tokenizer& tok, std::string_view text, const std::vector<Token>& plain,
-                                     const std::string& cache_salt) const {
+                                     const std::string& cache_salt, std::span<const Token> before) const {
   std::lock_guard<std::mutex> lock(mutex_);
   // The last token a finished task sampled is not in its sequence (never evaluated); the memory
   // aligns to the sequence's tokens with it.
@@ -108,7 +108,7 @@ AlignedPrompt Scheduler::align_prompt(const Tokenizer& tok, std::string_view tex
   for (const Slot& s : slots_)
     if (s.idle() && s.unevaluated_tail >= 0 && s.tail_at == cached(s).size())
       unevaluated[static_cast<size_t>(s.id)] = s.unevaluated_tail;
-  return memory_->align_prompt(tok, text, plain, cache_namespace(cache_salt), unevaluated);
+  return memory_->align_prompt(tok, text, plain, cache_namespace(cache_salt), unevaluated, before);
 }
 
 }  // namespace agentkv::server

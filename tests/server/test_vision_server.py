@@ -232,3 +232,19 @@ def test_images_survive_kill9_and_slot_restore(tmp_path_factory, tmp_path):
         assert t["cache_n"] >= saved["n_saved"] - 1, t
     finally:
         fresh.stop()
+
+
+@needs_fixtures
+def test_an_answer_after_an_image_keeps_its_generated_tokens(vision_server):
+    """A grammar makes the model spell its answer in pieces BPE would merge; the next turn re-renders
+    the answer as text after the first turn's screenshot, and the prompt keeps the answer's
+    generated tokens (aligned after the image), so only the new turn is evaluated."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Click what?"}, image_part(SCREENS[4])]}]
+    out = chat(vision_server, messages, max_tokens=12, grammar='root ::= "the " "bu" "tton"', return_tokens=True)
+    first = out["timings"]
+    assert answer(out) == "the button"
+    messages += [{"role": "assistant", "content": answer(out)},
+                 {"role": "user", "content": [{"type": "text", "text": "Now?"}, image_part(SCREENS[5])]}]
+    t = chat(vision_server, messages)["timings"]
+    # The whole first prompt and every generated token but the last (sampled, never evaluated).
+    assert t["cache_n"] >= first["cache_n"] + first["prompt_n"] + first["predicted_n"] - 1, (first, t)
