@@ -52,9 +52,11 @@ void rope_cache_imrope(const int32_t thw[3], int64_t n_rot, const int32_t sectio
 inline void rope_neox_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, float* cos_sin) {
   rope_cache(pos, n_rot, freq_base, freq_scale, nullptr, cos_sin);
 }
-// The rotation x0 c - x1 s, x0 s + x1 c, each one fused multiply-add as GCC compiles ggml-cpu's
-// rotate_pairs in the -march builds x86 llama.cpp ships (both levels have FMA).
 void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin);
+// The rotation x0 c - x1 s, x0 s + x1 c with each a fused multiply-add, as GCC compiles ggml-cpu's
+// rotate_pairs in the -march builds x86 llama.cpp ships: the vision tower's (bit-equal with
+// llama.cpp's there). The language models keep rope_neox_apply for now (docs/vision.md).
+void rope_neox_apply_fused(float* head, int64_t n_rot, const float* cos_sin);
 void rope_norm_apply(float* head, int64_t n_rot, const float* cos_sin);
 inline void rope_apply(RopeStyle style, float* head, int64_t n_rot, const float* cos_sin) {
   if (style == RopeStyle::Neox) rope_neox_apply(head, n_rot, cos_sin);
@@ -78,7 +80,8 @@ void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float
 // geglu: gate rounded to fp16, the table entry is fp16(gelu(that)); gate <= -10 gives 0 and
 // gate >= 10 gives gate * up. In-place allowed.
 void geglu(const float* gate, const float* up, float* out, int64_t n);
-// y = gelu(x) from the same fp16 table, as ggml-cpu's GELU op (x <= -10 gives 0, x >= 10 gives x).
+// y = gelu(x) from an fp16 table, as ggml-cpu's GELU op in its -march builds (the polynomial's
+// 1 + a x^2 fused: equal to ggml's table at every fp16 value); x <= -10 gives 0, x >= 10 gives x.
 // In-place allowed.
 void gelu(const float* x, float* y, int64_t n);
 float silu(float x);      // x / (1 + exp(-x))
