@@ -260,17 +260,29 @@ void rope_cache_imrope(const int32_t thw[3], int64_t n_rot, const int32_t sectio
   }
 }
 
-void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin) {
+namespace {
+// Pairs (i, i + n_rot/2); Fused: each output one fused multiply-add (ggml-cpu's -march builds).
+template <bool Fused>
+void rotate_neox(float* head, int64_t n_rot, const float* cos_sin) {
   const int64_t half = n_rot / 2;
   for (int64_t i = 0; i < half; ++i) {
     const float c = cos_sin[2 * i];
     const float s = cos_sin[2 * i + 1];
     const float x0 = head[i];
     const float x1 = head[i + half];
-    head[i] = x0 * c - x1 * s;
-    head[i + half] = x0 * s + x1 * c;
+    if constexpr (Fused) {
+      head[i] = std::fma(x0, c, -(x1 * s));
+      head[i + half] = std::fma(x0, s, x1 * c);
+    } else {
+      head[i] = x0 * c - x1 * s;
+      head[i + half] = x0 * s + x1 * c;
+    }
   }
 }
+}  // namespace
+
+void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin) { rotate_neox<false>(head, n_rot, cos_sin); }
+void rope_neox_apply_fused(float* head, int64_t n_rot, const float* cos_sin) { rotate_neox<true>(head, n_rot, cos_sin); }
 
 void rope_norm_apply(float* head, int64_t n_rot, const float* cos_sin) {
   for (int64_t i = 0; i < n_rot; i += 2) {
@@ -280,18 +292,6 @@ void rope_norm_apply(float* head, int64_t n_rot, const float* cos_sin) {
     const float x1 = head[i + 1];
     head[i] = x0 * c - x1 * s;
     head[i + 1] = x0 * s + x1 * c;
-  }
-}
-
-void rope_neox_apply_fused(float* head, int64_t n_rot, const float* cos_sin) {
-  const int64_t half = n_rot / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    const float c = cos_sin[2 * i];
-    const float s = cos_sin[2 * i + 1];
-    const float x0 = head[i];
-    const float x1 = head[i + half];
-    head[i] = std::fma(x0, c, -(x1 * s));
-    head[i + half] = std::fma(x0, s, x1 * c);
   }
 }
 
@@ -317,34 +317,26 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 namespace {
-// ggml's gelu_f32 (tanh approximation) at every fp16 value, rounded to fp16.
-// The same with 1 + a x^2 as the fused multiply-add GCC makes of ggml_gelu_f32 in ggml-cpu's
-// -march builds: equal to ggml-cpu's GELU at every fp16 value (the table above differs at one).
-const std::vector<uint16_t>& gelu_fp16_table_fused() {
-  static const std::vector<uint16_t> table = [] {
-    constexpr float kCoefA = 0.044715f;
-    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
-    std::vector<uint16_t> t(65536);
-    for (uint32_t i = 0; i < t.size(); ++i) {
-      const float x = fp16_to_fp32(static_cast<uint16_t>(i));
-      t[i] = fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * std::fma(kCoefA * x, x, 1.0f))));
-    }
-    return t;
-  }();
+// ggml's gelu_f32 (tanh approximation) at every fp16 value, rounded to fp16. Fused: 1 + a x^2 as
+// the fused multiply-add GCC makes of it in ggml-cpu's -march builds (equal to ggml-cpu's GELU at
+// every fp16 value; the unfused table, which geglu keeps, differs at one).
+std::vector<uint16_t> make_gelu_fp16_table(bool fused) {
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  std::vector<uint16_t> t(65536);
+  for (uint32_t i = 0; i < t.size(); ++i) {
+    const float x = fp16_to_fp32(static_cast<uint16_t>(i));
+    const float poly = fused ? std::fma(kCoefA * x, x, 1.0f) : 1.0f + kCoefA * x * x;
+    t[i] = fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * poly)));
+  }
+  return t;
+}
+const std::vector<uint16_t>& gelu_fp16_table() {
+  static const std::vector<uint16_t> table = make_gelu_fp16_table(false);
   return table;
 }
-
-const std::vector<uint16_t>& gelu_fp16_table() {
-  static const std::vector<uint16_t> table = [] {
-    constexpr float kCoefA = 0.044715f;
-    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
-    std::vector<uint16_t> t(65536);
-    for (uint32_t i = 0; i < t.size(); ++i) {
-      const float x = fp16_to_fp32(static_cast<uint16_t>(i));
-      t[i] = fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x))));
-    }
-    return t;
-  }();
+const std::vector<uint16_t>& gelu_fp16_table_fused() {
+  static const std::vector<uint16_t> table = make_gelu_fp16_table(true);
   return table;
 }
 }  // namespace

@@ -14,33 +14,43 @@
 
 namespace agentkv {
 
-void rope_rows(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
-               int64_t head_dim, const RopeSpec& rope, const int32_t* pos) {
-  // rope_neox's clamping; the angles depend on the position only, so every head of a token
-  // shares one table (per head, the sines and cosines were most of a prefill's rope time).
-  const int64_t n_rot = std::min(rope.n_rot, head_dim) & ~int64_t{1};
+namespace {
+
+// Applies RoPE to every head of each token, the cos/sin table of token t from cache(t, n_rot, yarn,
+// out): the angles depend on the position only, so every head of a token shares one table (per
+// head, the sines and cosines were most of a prefill's rope time).
+template <class CacheOf>
+void rope_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride, int64_t head_dim,
+                const RopeSpec& rope, const CacheOf& cache) {
+  const int64_t n_rot = std::min(rope.n_rot, head_dim) & ~int64_t{1};  // rope_neox's clamping
   if (n_rot <= 0) return;
   thread_local std::vector<float> cos_sin;
   cos_sin.resize(static_cast<size_t>(n_rot));
   const RopeYarn yarn = rope.yarn();
   for (int64_t t = 0; t < n_tokens; ++t) {
-    rope_cache(static_cast<float>(pos[t]), n_rot, rope.freq_base, rope.freq_scale, rope.freq_factors, yarn, cos_sin.data());
+    cache(t, n_rot, yarn, cos_sin.data());
     for (int h = 0; h < n_heads; ++h) rope_apply(rope.style, x + t * stride + h * head_stride, n_rot, cos_sin.data());
   }
 }
 
+}  // namespace
+
+void rope_rows(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
+               int64_t head_dim, const RopeSpec& rope, const int32_t* pos) {
+  rope_heads(x, n_tokens, stride, n_heads, head_stride, head_dim, rope,
+             [&](int64_t t, int64_t n_rot, const RopeYarn& yarn, float* cos_sin) {
+               rope_cache(static_cast<float>(pos[t]), n_rot, rope.freq_base, rope.freq_scale, rope.freq_factors, yarn,
+                          cos_sin);
+             });
+}
+
 void rope_rows_imrope(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
                       int64_t head_dim, const RopeSpec& rope, const int32_t sections[4], const RopePos* rope_pos) {
-  const int64_t n_rot = std::min(rope.n_rot, head_dim) & ~int64_t{1};
-  if (n_rot <= 0) return;
-  thread_local std::vector<float> cos_sin;
-  cos_sin.resize(static_cast<size_t>(n_rot));
-  const RopeYarn yarn = rope.yarn();
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const int32_t thw[3] = {rope_pos[t].t, rope_pos[t].h, rope_pos[t].w};
-    rope_cache_imrope(thw, n_rot, sections, rope.freq_base, rope.freq_scale, rope.freq_factors, yarn, cos_sin.data());
-    for (int h = 0; h < n_heads; ++h) rope_apply(rope.style, x + t * stride + h * head_stride, n_rot, cos_sin.data());
-  }
+  rope_heads(x, n_tokens, stride, n_heads, head_stride, head_dim, rope,
+             [&](int64_t t, int64_t n_rot, const RopeYarn& yarn, float* cos_sin) {
+               const int32_t thw[3] = {rope_pos[t].t, rope_pos[t].h, rope_pos[t].w};
+               rope_cache_imrope(thw, n_rot, sections, rope.freq_base, rope.freq_scale, rope.freq_factors, yarn, cos_sin);
+             });
 }
 
 void rms_norm_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
