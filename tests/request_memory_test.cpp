@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agentkv/context.h"
+#include "agentkv/numerics.h"
 #include "agentkv/request_memory.h"
 #include "memory/sequence_cache.h"
 #include "model/model.h"
@@ -126,7 +127,7 @@ TEST(RequestMemory, DenseKeepsThePrefixAndDropsTheRest) {
 // `more` as a second batch, when given).
 std::vector<float> fresh_logits(const Model& model, const Tokens& tokens, const Tokens& more = {}) {
   ContextParams cp;
-  cp.n_ctx = 64;
+  cp.n_ctx = static_cast<uint32_t>(std::max<size_t>(64, tokens.size() + more.size() + 8));
   cp.n_seq_max = 2;
   cp.n_threads = 1;
   Context ctx(model, cp);
@@ -336,6 +337,71 @@ TEST(RequestMemory, RandomRequestsKeepWhatTheyMay) {
   EXPECT_GT(attaches, 25u);  // the sequence mix exercised sharing
   RecordProperty("attaches", static_cast<int>(attaches));
   RecordProperty("make_room", static_cast<int>(rooms));
+}
+
+// Speculative passes (begin_drafts / end_drafts) against a reference of the accepted tokens: random
+// passes of a next token and up to 8 drafts, of which a random prefix is accepted, leave the
+// sequence holding exactly the accepted tokens, and its next logits are a plain run's bit for bit
+// (batch-invariant numerics), on a dense and a hybrid model (whose state goes back and absorbs the
+// accepted tokens again), with and without the prefix cache.
+TEST(RequestMemory, DraftPassesLeaveWhatAPlainRunLeaves) {
+  AGENTKV_NEEDS_FIXTURES();
+  set_batch_invariant(true);
+  for (const char* gguf : {"qwen3-micro.gguf", "qwen35-micro.gguf"}) {
+    for (bool with_cache : {false, true}) {
+      SCOPED_TRACE(std::string(gguf) + (with_cache ? " with cache" : " without cache"));
+      Rig rig(gguf, 1, with_cache, /*n_ctx=*/256);
+      RequestMemory& mem = *rig.mem;
+      std::mt19937 rng(7);
+      Tokens accepted{10, 11, 12, 13, 14};
+      mem.begin(0, accepted, {});
+      ASSERT_TRUE(rig.evaluate(0, accepted));
+      size_t gave_back_total = 0;
+      for (int step = 0; step < 24; ++step) {
+        // Tokens accepted earlier whose state went back come first, then next and the drafts.
+        Tokens replay;
+        const size_t held = mem.tokens(0).size();
+        replay.assign(accepted.begin() + static_cast<std::ptrdiff_t>(held), accepted.end());
+        const Token next = static_cast<Token>(100 + rng() % 50);
+        Tokens drafts(rng() % 9);
+        for (Token& d : drafts) d = static_cast<Token>(100 + rng() % 50);
+        Tokens pass = replay;
+        pass.push_back(next);
+        pass.insert(pass.end(), drafts.begin(), drafts.end());
+        mem.begin_drafts(0, pass.size());
+        Batch b;
+        b.add_sequence(pass.data(), pass.size(), static_cast<MemoryPos>(held), 0, true);
+        ASSERT_EQ(rig.ctx->decode(b), 0);
+        const size_t n_accept = drafts.empty() ? 0 : rng() % (drafts.size() + 1);
+        const size_t kept = replay.size() + 1 + n_accept;
+        mem.advance(0, std::span<const CacheToken>(pass).first(kept));
+        accepted.push_back(next);
+        accepted.insert(accepted.end(), drafts.begin(), drafts.begin() + static_cast<std::ptrdiff_t>(n_accept));
+        const Tokens given_back = mem.end_drafts(0);
+        gave_back_total += given_back.size();
+        const Tokens held_now(mem.tokens(0).begin(), mem.tokens(0).end());
+        ASSERT_EQ(Tokens(accepted.begin(), accepted.begin() + static_cast<std::ptrdiff_t>(held_now.size())), held_now)
+            << step;
+        ASSERT_EQ(held_now.size() + given_back.size(), accepted.size()) << step;
+        ASSERT_EQ(rig.ctx->memory().seq_pos_max(0), static_cast<MemoryPos>(held_now.size()) - 1) << step;
+      }
+      // The hybrid gave tokens back at some rejection, the dense one never.
+      EXPECT_EQ(gave_back_total > 0, std::string(gguf) == "qwen35-micro.gguf");
+      // Whatever is still to absorb, then one token: the logits a plain run of the same tokens gives.
+      const size_t held = mem.tokens(0).size();
+      Tokens rest(accepted.begin() + static_cast<std::ptrdiff_t>(held), accepted.end());
+      rest.push_back(42);
+      Batch b;
+      b.add_sequence(rest.data(), rest.size(), static_cast<MemoryPos>(held), 0, true);
+      ASSERT_EQ(rig.ctx->decode(b), 0);
+      const Tokens prefix(accepted.begin(), accepted.begin() + static_cast<std::ptrdiff_t>(held));
+      const std::vector<float> expected = fresh_logits(*rig.model, prefix, rest);
+      for (int64_t i = 0; i < rig.model->n_vocab(); ++i) ASSERT_EQ(rig.ctx->last_logits()[i], expected[i]) << i;
+      mem.end(0);
+      if (with_cache) EXPECT_NO_THROW(mem.prefix_cache()->verify());
+    }
+  }
+  set_batch_invariant(false);
 }
 
 }  // namespace

@@ -17,12 +17,14 @@
 #include "agentkv/pooling.h"
 #include "agentkv/retention.h"
 #include "agentkv/numerics.h"
+#include "agentkv/speculative.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
 #include "tools/commands.h"
 #include "tools/default_model.h"
 #ifdef AGENTKV_HAVE_HTTPLIB
 #include "server/builtin_chat_templates.h"
+#include "server/completion_params.h"
 #include "server/http_server.h"
 #include "agentkv/redis_page_tier.h"
 #endif
@@ -105,6 +107,11 @@ const char* const kUsage =
     "  -v, --verbose                   OpenAI responses carry __verbose (the native response), as llama-server's\n"
     "  --offline                       accepted: agentkv never downloads\n"
     "  --backend-sampling              accepted: agentkv samples on the CPU\n"
+    "  --spec-type ngram-simple        speculative decoding with n-gram drafts from each request's own context\n"
+    "                                  (also ngram, ngram-map-k, ngram-mod, ...: the same lookup; none: off, the\n"
+    "                                  default); output unchanged at any temperature (docs/speculative.md)\n"
+    "  --spec-draft-n-max, --draft-max N  drafts per step at most (default 16, at most 16; request: speculative.n_max)\n"
+    "  --spec-draft-n-min, --draft-min N  fewer drafts found than N: none tried (default 0; speculative.n_min)\n"
     "  --sleep-idle-seconds N          unload the model after N s without requests (observers such as /health\n"
     "                                  and /props do not count); the next request loads it again (-1: never)\n"
     "Environment: AIP_MODE=PREDICTION serves Vertex AI's prediction route (AIP_PREDICT_ROUTE, default\n"
@@ -193,6 +200,19 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (kv_budget < 0 || kv_budget > INT32_MAX) throw std::invalid_argument("--kv-budget: a token count");
   cfg.kv_budget = static_cast<uint32_t>(kv_budget);
   if (cfg.kv_budget > 0 && !cfg.context_shift) throw std::invalid_argument("--kv-budget needs --context-shift");
+  const std::string spec_type = a.str("--spec-type", "", "none");
+  if (spec_type != "none" && !server::is_ngram_spec_type(spec_type))
+    throw std::invalid_argument("--spec-type " + spec_type +
+                                ": agentkv drafts with ngram-simple (n-gram lookup in the context; ngram-map-k, "
+                                "ngram-map-k4v, ngram-mod and ngram-cache name the same), or none. draft-mtp, "
+                                "draft-simple and eagle3 are not served yet");
+  const long long draft_max = a.num("--spec-draft-n-max", "--draft-max", server::kDefaultDraftMax);
+  const long long draft_min = a.num("--spec-draft-n-min", "--draft-min", 0);
+  if (draft_max < 0 || draft_max > static_cast<long long>(kMaxDraft))
+    throw std::invalid_argument("--spec-draft-n-max must be in [0, " + std::to_string(kMaxDraft) + "]");
+  if (draft_min < 0 || draft_min > draft_max) throw std::invalid_argument("--spec-draft-n-min must be in [0, --spec-draft-n-max]");
+  cfg.spec_n_max = spec_type == "none" ? 0 : static_cast<int32_t>(draft_max);
+  cfg.spec_n_min = static_cast<int32_t>(draft_min);
   while (a.flag("--no-ui", "--no-webui")) cfg.webui = false;
   while (a.flag("--ui", "--webui")) cfg.webui = true;
   const long long sleep_idle = a.num("--sleep-idle-seconds", "", -1);

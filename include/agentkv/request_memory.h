@@ -49,6 +49,9 @@ struct RequestMemoryHooks {
   std::function<size_t(MemorySeqId)> cells_free_for;     // KV cells seq could use once its own go
   std::function<void(MemorySeqId, MemoryPos)> fake_prefix;  // zero rows for n positions; throws Error when full
   std::function<void(MemorySeqId, const std::string&)> log;  // a decision worth a log line, about seq
+  // seq's recurrent state as it is now, to go back to: returns what puts it back (null: seq has no
+  // recurrent state, and a short suffix of it drops in place). Speculative decoding's passes.
+  std::function<std::function<void()>(MemorySeqId)> keep_recurrent;
 };
 
 // What a request asks of the memory.
@@ -124,6 +127,17 @@ class RequestMemory {
   void keep_state(MemorySeqId seq);
   // The request is over: its tokens stay as cache (a fake prefix and a shifted suffix go).
   void end(MemorySeqId seq);
+
+  // Speculative decoding (agentkv/speculative.h, docs/speculative.md): the batch about to be
+  // decoded evaluates n_evaluated tokens after seq's (its next token and drafts after it). The
+  // caller then advances seq by the tokens it accepts, in order, and calls end_drafts; end,
+  // keep_state and wipe settle a pass that is still open the same way.
+  void begin_drafts(MemorySeqId seq, size_t n_evaluated);
+  // The evaluated positions past seq's tokens go. A recurrent state cannot drop a suffix: after a
+  // rejected draft it goes back to where it was before the pass, and so do seq's tokens; the
+  // accepted tokens it gave back are returned, to be evaluated again (their logits are known).
+  // Empty otherwise, and when no pass is open.
+  std::vector<CacheToken> end_drafts(MemorySeqId seq);
 
   // Frees memory for a batch that found no room: unused cached pages first, least recently used
   // first, then the least recently used idle sequence other than `except`. False: nothing left.

@@ -8,6 +8,7 @@
 #include "agentkv/fake_prefix.h"
 #include "agentkv/kv_code.h"
 #include "agentkv/retrieval_heads.h"
+#include "agentkv/seq_snapshot.h"
 #include "memory/attention_view.h"
 #include "memory/kv_row_rotation.h"
 #include "memory/memory_state.h"
@@ -296,6 +297,11 @@ std::unique_ptr<RequestMemory> Context::open_request_memory(const RequestMemoryC
   hooks.cells_free_for = [this](MemorySeqId seq) { return cells_free_for(seq); };
   hooks.fake_prefix = [this](MemorySeqId seq, MemoryPos n) { agentkv::seq_fake_prefix(*this, seq, n); };
   hooks.log = std::move(log);
+  if (model().config().is_hybrid())  // a recurrent state cannot drop a suffix (a window part can, up to 32 positions)
+    hooks.keep_recurrent = [this](MemorySeqId seq) {
+      auto before = std::make_shared<SeqSnapshot>(SeqSnapshot::capture(*this, seq, /*recurrent_only=*/true));
+      return std::function<void()>([this, before, seq] { before->restore(*this, seq); });
+    };
   return std::make_unique<RequestMemory>(std::move(hooks), cfg);
 }
 

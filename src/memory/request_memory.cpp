@@ -27,6 +27,14 @@ struct RequestMemory::Impl {
   std::vector<SequenceCache> seqs;
   RequestMemoryCounters counters;
   uint64_t tick = 0;
+  // A speculative pass in flight on a sequence (begin_drafts .. end_drafts).
+  struct DraftPass {
+    bool open = false;
+    size_t base = 0;               // the sequence's tokens before the pass
+    size_t n_evaluated = 0;        // positions the pass evaluated after them
+    std::function<void()> restore; // hybrid: the recurrent state as it was at base
+  };
+  std::vector<DraftPass> passes;
 
   MemoryInterface& mem() { return *hooks.memory; }
   PrefixCache* cache() const { return hooks.cache; }
@@ -44,6 +52,29 @@ struct RequestMemory::Impl {
   void drop(MemorySeqId seq) {
     mem().seq_rm(seq, -1, -1);
     at(seq).clear();
+    passes[static_cast<size_t>(seq)] = {};
+  }
+
+  // Closes seq's speculative pass: the positions evaluated past its tokens go; returns the accepted
+  // tokens a recurrent state gave back (it went back to the pass's start).
+  std::vector<CacheToken> settle_drafts(MemorySeqId seq) {
+    SequenceCache& s = at(seq);
+    DraftPass pass = std::move(passes[static_cast<size_t>(seq)]);
+    passes[static_cast<size_t>(seq)] = {};
+    if (!pass.open || s.size() >= pass.base + pass.n_evaluated) return {};
+    if (!pass.restore) {
+      if (!mem().seq_rm(seq, static_cast<MemoryPos>(s.size()), -1))
+        throw Error("request memory: the memory cannot drop the rejected drafts");
+      return {};
+    }
+    pass.restore();
+    mem().seq_rm(seq, static_cast<MemoryPos>(pass.base), -1);  // the K/V rows from the pass's start
+    std::vector<CacheToken> given_back(s.tokens().begin() + static_cast<std::ptrdiff_t>(pass.base), s.tokens().end());
+    PageHashes hashes = std::move(s.hashes);  // the full pages before base keep theirs
+    s.truncate(pass.base);
+    if (cache()) hashes.resize(std::min(hashes.size(), pass.base / cache()->page_tokens()));
+    s.hashes = std::move(hashes);
+    return given_back;
   }
   // seq leaves memory and its namespace.
   void wipe(MemorySeqId seq) {
@@ -161,6 +192,7 @@ RequestMemory::RequestMemory(RequestMemoryHooks hooks, RequestMemoryConfig cfg) 
   impl_->hooks = std::move(hooks);
   impl_->cfg = cfg;
   impl_->seqs.resize(static_cast<size_t>(cfg.n_seqs));
+  impl_->passes.resize(static_cast<size_t>(cfg.n_seqs));
 }
 
 RequestMemory::~RequestMemory() = default;
@@ -168,6 +200,7 @@ RequestMemory::~RequestMemory() = default;
 PromptReuse RequestMemory::begin(MemorySeqId seq, std::span<const CacheToken> prompt, const RequestPlan& plan) {
   Impl& m = *impl_;
   SequenceCache& s = m.at(seq);
+  m.settle_drafts(seq);
   // Another namespace's tokens are another tenant's: never reused.
   if (s.ns != plan.cache_namespace) {
     if (s.size() > 0) m.drop(seq);
@@ -290,11 +323,15 @@ void RequestMemory::keep_logits(MemorySeqId seq, std::span<const float> logits) 
   if (!s.fake) s.keep_logits(logits);
 }
 
-void RequestMemory::keep_state(MemorySeqId seq) { impl_->keep_state(seq); }
+void RequestMemory::keep_state(MemorySeqId seq) {
+  impl_->settle_drafts(seq);
+  impl_->keep_state(seq);
+}
 
 void RequestMemory::end(MemorySeqId seq) {
   Impl& m = *impl_;
   SequenceCache& s = m.at(seq);
+  m.settle_drafts(seq);
   // A fake prefix is no cache: its cells hold zeros, not the prompt's keys.
   if (s.fake) wipe(seq);
   if (s.shifted) {  // only the front no shift touched is what a prefill computes (shifts need a dense memory)
@@ -308,6 +345,18 @@ void RequestMemory::end(MemorySeqId seq) {
   s.reading_prompt = false;
   s.last_used = ++m.tick;
 }
+
+void RequestMemory::begin_drafts(MemorySeqId seq, size_t n_evaluated) {
+  Impl& m = *impl_;
+  m.settle_drafts(seq);
+  Impl::DraftPass& pass = m.passes[static_cast<size_t>(seq)];
+  pass.base = m.at(seq).size();
+  pass.n_evaluated = n_evaluated;
+  pass.restore = m.hooks.keep_recurrent ? m.hooks.keep_recurrent(seq) : nullptr;
+  pass.open = true;
+}
+
+std::vector<CacheToken> RequestMemory::end_drafts(MemorySeqId seq) { return impl_->settle_drafts(seq); }
 
 bool RequestMemory::make_room(MemorySeqId except) { return impl_->make_room(except); }
 

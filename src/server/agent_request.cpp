@@ -20,6 +20,8 @@ const std::set<std::string> kCommon = {
     "n_keep", "n_discard", "kv_evict", "cache_prompt", "n_fake_cached", "id_slot", "session_id", "cache_salt", "stream", "stream_options", "timings_per_token", "verbose", "ignore_eos", "return_progress", "n", "n_cmpl",
     // Where sampling runs: agentkv samples on the CPU whatever the request says.
     "backend_sampling",
+    // Speculative decoding (docs/speculative.md; p_min concerns draft models: read, checked, unused).
+    "speculative.type", "speculative.n_max", "speculative.n_min", "speculative.p_min",
     "grammar", "json_schema", "response_format",
     // Identity / bookkeeping fields of OpenAI clients: they do not change the output.
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"};

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "agentkv/error.h"
+#include "agentkv/speculative.h"
 #include "server/server_error.h"
 
 namespace agentkv::server {
@@ -113,6 +114,9 @@ Json CompletionParams::to_json() const {
       {"grammar", grammar.grammar ? grammar.grammar->source : std::string()},
       {"grammar_lazy", grammar.lazy},
       {"grammar_triggers", grammar.triggers},
+      {"speculative.type", spec_n_max > 0 ? "ngram-simple" : "none"},
+      {"speculative.n_max", spec_n_max},
+      {"speculative.n_min", spec_n_min},
   };
 }
 
@@ -166,6 +170,31 @@ std::vector<std::pair<Token, float>> parse_logit_bias(const Json& value, int64_t
     throw invalid_request("field 'logit_bias' must be an object or an array");
   }
   return out;
+}
+
+namespace {
+
+// llama-server's flat "speculative.*" fields (it reads n_max / n_min / type when built with them).
+void read_speculative(const Json& body, const CompletionParams& defaults, CompletionParams& p) {
+  const int32_t n_max_default = defaults.spec_n_max > 0 ? defaults.spec_n_max : kDefaultDraftMax;
+  const std::string type = read_string(body, "speculative.type", defaults.spec_n_max > 0 ? "ngram-simple" : "none");
+  if (type != "none" && !is_ngram_spec_type(type))
+    throw invalid_request("speculative.type '" + type + "': agentkv drafts with none or ngram-simple (n-gram lookup in the context)");
+  p.spec_n_max = static_cast<int32_t>(read_int(body, "speculative.n_max", n_max_default, 0, kMaxDraft));
+  if (type == "none") p.spec_n_max = 0;
+  p.spec_n_min = static_cast<int32_t>(read_int(body, "speculative.n_min", defaults.spec_n_min, 0, kMaxDraft));
+  const double p_min = read_number(body, "speculative.p_min", 0.75);
+  if (!(p_min >= 0.0 && p_min <= 1.0)) throw invalid_request("speculative.p_min must be in [0, 1]");
+  if (p.spec_n_min > p.spec_n_max && p.spec_n_max > 0)
+    throw invalid_request("speculative.n_min (" + std::to_string(p.spec_n_min) + ") is above speculative.n_max (" +
+                          std::to_string(p.spec_n_max) + ")");
+}
+
+}  // namespace
+
+bool is_ngram_spec_type(const std::string& type) {
+  return type == "ngram-simple" || type == "ngram" || type == "ngram-map-k" || type == "ngram-map-k4v" ||
+         type == "ngram-mod" || type == "ngram-cache";
 }
 
 CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab, const CompletionParams& defaults,
@@ -227,6 +256,7 @@ CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t 
     for (const Json& x : f) p.response_fields.push_back(x.get<std::string>());
   }
   if (body.contains("logit_bias")) p.logit_bias = parse_logit_bias(body.at("logit_bias"), n_vocab, tok);
+  read_speculative(body, defaults, p);
 
   try {
     Sampler check(s);  // the sampler's own validation, reported as a bad request

@@ -78,11 +78,23 @@ struct CompletionParams {
   int32_t reasoning_budget = -1;
   std::string reasoning_start, reasoning_end;
   bool reasoning_open = false;
+  // Speculative decoding (docs/speculative.md): n-gram drafts from the sequence's own context, at
+  // most spec_n_max per step (0: off), none when fewer than spec_n_min are found. The server's
+  // --spec-type / --draft-max / --draft-min give the defaults; "speculative.type" ("none",
+  // "ngram-simple"), "speculative.n_max" and "speculative.n_min" override them per request.
+  int32_t spec_n_max = 0;
+  int32_t spec_n_min = 0;
 
   // The "generation_settings" / slot "params" object (llama-server's field names).
   Json to_json() const;
   Json logit_bias_json() const;
 };
+
+// Drafts per step when speculation is on and no n_max is given (llama-server's --spec-draft-n-max).
+inline constexpr int32_t kDefaultDraftMax = 16;
+// The --spec-type names agentkv serves with its n-gram lookup (llama.cpp's n-gram kinds; each is
+// prompt lookup in the sequence's own context here).
+bool is_ngram_spec_type(const std::string& type);
 
 // Reads the fields above from a request body. n_slots bounds id_slot, n_vocab the token ids of
 // logit_bias; `tok` tokenizes logit_bias keys given as text (none: such keys are a 400). Sampling values the sampler would refuse (repeat_penalty <= 0, repeat_last_n < -1)

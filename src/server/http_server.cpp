@@ -82,6 +82,8 @@ HttpServer::HttpServer(const ServerConfig& cfg) : cfg_(cfg), svr_(transport_limi
   origin_policy_.allowed_hosts = cfg.allowed_hosts;
   origin_policy_.cors_origins = cfg.cors_origins;
   request_defaults_.n_predict = cfg.n_predict;
+  request_defaults_.spec_n_max = cfg.spec_n_max;
+  request_defaults_.spec_n_min = cfg.spec_n_min;
   request_defaults_.verbose = cfg.verbose;  // --verbose: every OpenAI response carries __verbose (llama-server)
   request_defaults_.sampling.temperature = cfg.temperature;
   request_defaults_.sampling.seed = cfg.seed < 0 ? kRandomSeed : static_cast<uint32_t>(cfg.seed);

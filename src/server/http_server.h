@@ -65,6 +65,10 @@ struct ServerConfig {
   std::string reasoning_format;      // --reasoning-format: requests' default reasoning_format; "": auto
   int32_t reasoning_budget = -1;     // --reasoning-budget: chat requests' default reasoning_budget_tokens; -1: none
   int enable_thinking = -1;          // --reasoning on (1) / off (0): chat_template_kwargs.enable_thinking; -1: the template's
+  // Speculative decoding (--spec-type ngram-simple, docs/speculative.md): requests' default drafts
+  // per step at most (0: off) and at least (--spec-draft-n-max / --draft-max, --spec-draft-n-min).
+  int32_t spec_n_max = 0;
+  int32_t spec_n_min = 0;
 };
 
 // Listens, loads the model (answering 503 meanwhile), serves until SIGINT or SIGTERM.

@@ -86,6 +86,12 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "gauge", "kv_tail_bytes", "Bytes reserved for tail K/V rows (--kv-hot).", static_cast<double>(m.kv_tail_bytes));
   add_metric(out, "counter", "kv_demotions_total", "KV cells whose rows moved from hot to the tail (--kv-hot).",
              static_cast<double>(m.kv_demotions_total));
+  add_metric(out, "counter", "draft_tokens_total", "Speculative decoding: drafted tokens verified (--spec-type).",
+             static_cast<double>(m.drafts_total));
+  add_metric(out, "counter", "draft_tokens_accepted_total", "Speculative decoding: drafted tokens accepted.",
+             static_cast<double>(m.drafts_accepted_total));
+  add_metric(out, "gauge", "draft_acceptance_rate", "Speculative decoding: accepted / drafted since start (0: none drafted).",
+             m.drafts_total > 0 ? static_cast<double>(m.drafts_accepted_total) / static_cast<double>(m.drafts_total) : 0.0);
   add_metric(out, "gauge", "snapshots", "Recurrent-state snapshots attached to cached pages (hybrid models).",
              static_cast<double>(m.snapshot_count));
   add_metric(out, "gauge", "memory_bytes", "Bytes of K/V rows and recurrent states held by all slots.",

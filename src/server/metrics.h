@@ -52,6 +52,8 @@ struct MetricsSnapshot {
   uint64_t kv_tail_bytes = 0;               // gauge: the tail's K/V storage
   uint64_t kv_demotions_total = 0;          // cells whose rows moved from hot to the tail
   uint64_t snapshot_count = 0;              // gauge: hybrid snapshots attached to pages
+  uint64_t drafts_total = 0;                // speculative decoding: drafted tokens verified
+  uint64_t drafts_accepted_total = 0;       // ... and accepted
   int requests_processing = 0;
   int requests_deferred = 0;
 };

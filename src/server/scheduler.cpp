@@ -6,6 +6,7 @@
 
 #include "agentkv/error.h"
 #include "agentkv/session_state.h"
+#include "agentkv/speculative.h"
 #include "server/logprobs.h"
 #include "server/server_log.h"
 
@@ -277,6 +278,11 @@ void Scheduler::launch(Slot& slot, std::shared_ptr<Task> task, const SlotChoice&
     }
   }
   slot.pending = -1;
+  slot.drafts.clear();
+  slot.replay.clear();
+  slot.draft_policy.start(cfg_.embeddings ? 0 : static_cast<size_t>(std::max(0, p.spec_n_max)));
+  slot.n_drafted = 0;
+  slot.n_drafts_accepted = 0;
   slot.n_decoded = 0;
   slot.generated_text.clear();
   slot.generated_tokens.clear();
@@ -326,13 +332,27 @@ bool Scheduler::build_batch(Batch& batch) {
   }
   size_t budget = cfg_.n_batch;
   int n_outputs = 0;
-  // Generating slots first: one token each keeps every stream moving while prompts are read.
+  // Generating slots first: one token each keeps every stream moving while prompts are read (a
+  // hybrid's given-back tokens ahead of it); drafts only from what the others' tokens leave.
+  size_t reserved = 0;
+  for (const Slot& s : slots_)
+    if (s.state == SlotState::Generating && s.pending >= 0) reserved += s.replay.size() + 1;
   for (Slot& s : slots_) {
-    if (s.state != SlotState::Generating || s.pending < 0 || budget == 0) continue;
-    add_token(batch, s, s.pending, cached(s).size(), true);
+    if (s.state != SlotState::Generating || s.pending < 0) continue;
+    const size_t need = s.replay.size() + 1;
+    reserved -= need;
+    if (need > budget) continue;
+    size_t pos = cached(s).size();
+    for (Token t : s.replay) add_token(batch, s, t, pos++, false);
+    add_token(batch, s, s.pending, pos++, true);
     s.batch_output = n_outputs++;
     s.in_batch = true;
-    --budget;
+    budget -= need;
+    s.drafts = no_drafts_next_ ? std::vector<Token>() : draft_for(s, budget > reserved ? budget - reserved : 0);
+    for (Token d : s.drafts) add_token(batch, s, d, pos++, true);
+    if (!s.drafts.empty()) memory_->begin_drafts(s.id, need + s.drafts.size());
+    n_outputs += static_cast<int>(s.drafts.size());
+    budget -= s.drafts.size();
   }
   const size_t n = slots_.size();
   for (size_t k = 0; k < n && budget > 0; ++k) {
@@ -362,7 +382,52 @@ bool Scheduler::build_batch(Batch& batch) {
     budget -= take;
   }
   ++prompt_rotation_;
+  no_drafts_next_ = false;
   return batch.size() > 0;
+}
+
+std::vector<Token> Scheduler::draft_for(Slot& s, size_t room) {
+  size_t k = std::min({s.draft_policy.next(), room, kMaxDraft});
+  const CompletionParams& p = s.task->params;
+  // Every draft must fit before the context's end (or --kv-budget), where a generation shifts or
+  // ends: a pass never crosses it.
+  const size_t at = cached(s).size() + s.replay.size() + 1;  // positions held once pending is in
+  const size_t end = cfg_.context_shift && cfg_.kv_budget > 0 ? std::min(cfg_.n_ctx, cfg_.kv_budget) : cfg_.n_ctx;
+  k = std::min(k, end > at + 2 ? end - at - 2 : 0);
+  // ... and no draft beyond the tokens the request may still generate.
+  if (p.n_predict >= 0) k = std::min<size_t>(k, static_cast<size_t>(std::max(0, p.n_predict - s.n_decoded - 1)));
+  if (k == 0 || k < static_cast<size_t>(p.spec_n_min)) return {};
+  std::vector<Token> history(cached(s).begin(), cached(s).end());
+  history.insert(history.end(), s.replay.begin(), s.replay.end());
+  history.push_back(s.pending);
+  std::vector<Token> drafts = ngram_draft(history, k);
+  // An image row's id is no token to draft.
+  drafts.erase(std::find_if(drafts.begin(), drafts.end(), [](Token t) { return t < 0; }), drafts.end());
+  if (drafts.size() < static_cast<size_t>(std::max(1, p.spec_n_min))) return {};
+  return drafts;
+}
+
+void Scheduler::accept_drafts(Slot& s) {
+  // Each draft stands while the slot's own choice after the one before equals it: the choice is
+  // made as without drafts (the same sampler, grammar and stops, row by row), so the output is the
+  // plain decode's, at any temperature (a fixed draft is accepted with the probability the model
+  // gives it, and a rejected one is replaced by the model's own draw).
+  const std::vector<Token> drafts = std::move(s.drafts);
+  s.drafts.clear();
+  size_t kept = 0;
+  while (kept < drafts.size() && s.state == SlotState::Generating && s.pending == drafts[kept]) {
+    memory_->advance(s.id, std::span<const Token>(&drafts[kept], 1));
+    s.pending = -1;
+    ++kept;
+    on_logits(s, ctx_.logits(s.batch_output + static_cast<int>(kept)));
+  }
+  s.n_drafted += static_cast<int32_t>(drafts.size());
+  s.n_drafts_accepted += static_cast<int32_t>(kept);
+  metrics_.drafts_total += drafts.size();
+  metrics_.drafts_accepted_total += kept;
+  if (s.idle()) return;  // finished: the memory settled the pass when the slot let its sequence go
+  s.draft_policy.record(drafts.size(), kept);
+  s.replay = memory_->end_drafts(s.id);
 }
 
 void Scheduler::on_memory_full() {
@@ -413,6 +478,18 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
     return;
   }
   if (status == 1) {
+    // Nothing was decoded. Drafts first: the next batch goes without them, and only if even that
+    // finds no room the memory frees something.
+    bool had_drafts = false;
+    for (Slot& s : slots_)
+      if (s.in_batch && !s.drafts.empty()) {
+        had_drafts = true;
+        settle_drafts(s);
+      }
+    if (had_drafts) {
+      no_drafts_next_ = true;
+      return;
+    }
     on_memory_full();  // the next step builds a new batch
     return;
   }
@@ -422,7 +499,10 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
     if (!s.in_batch) continue;
     ++metrics_.n_busy_slots_total;
     if (s.state == SlotState::Generating) {
-      memory_->advance(s.id, std::span<const Token>(&s.pending, 1));
+      std::vector<Token> absorbed = std::move(s.replay);
+      s.replay.clear();
+      absorbed.push_back(s.pending);
+      memory_->advance(s.id, absorbed);
       s.pending = -1;
     } else {
       memory_->advance(s.id, std::span<const Token>(s.task->prompt).subspan(s.n_prompt_done, s.batch_prompt_tokens));
@@ -438,8 +518,9 @@ void Scheduler::after_decode(const Batch& batch, int status, const std::string& 
     if (s.batch_output < 0) continue;
     try {
       on_logits(s, ctx_.logits(s.batch_output));
+      if (!s.drafts.empty()) accept_drafts(s);
     } catch (const std::exception& e) {
-      fail(s, HttpError(ErrorType::Server, std::string("sampling failed: ") + e.what()));
+      if (!s.idle()) fail(s, HttpError(ErrorType::Server, std::string("sampling failed: ") + e.what()));
     }
   }
 }

@@ -132,6 +132,15 @@ class Scheduler {
   void add_token(Batch& batch, const Slot& s, Token t, size_t i, bool want_logits) const;
   void after_decode(const Batch& batch, int status, const std::string& error);
   void on_logits(Slot& slot, const float* logits, bool from_cache = false);
+  // Speculative decoding: the drafts slot s tries this step (n-gram lookup in its context), at
+  // most `room`; and, after the pass, the choice after each kept draft, the memory settled.
+  std::vector<Token> draft_for(Slot& s, size_t room);
+  void accept_drafts(Slot& s);
+  // Closes slot's speculative pass now (before a snapshot or the end): what a hybrid gave back
+  // goes to slot.replay.
+  void settle_drafts(Slot& slot);
+  // A finished answer's given-back tokens are evaluated (one small batch), so the cache holds it all.
+  void absorb_given_back(Slot& slot);
   // --context-shift at n_ctx: false when nothing can be dropped (the generation then ends).
   bool shift_context(Slot& slot);
   // return_progress: a prompt_progress event with the slot's prompt so far.
@@ -180,6 +189,7 @@ class Scheduler {
   // and the tool format's markers).
   std::map<std::vector<Token>, std::unique_ptr<grammar::TokenTrie>> token_tries_;
   MatcherCache matchers_;
+  bool no_drafts_next_ = false;  // the last batch found no room with drafts: the next goes without
   bool stopping_ = false;
   bool verify_memory_ = false;  // AGENTKV_CHECK_MEMORY
   std::thread thread_;

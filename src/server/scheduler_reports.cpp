@@ -72,7 +72,7 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
         {"id", s.id},
         {"id_task", busy ? static_cast<int64_t>(s.task->id) : -1},
         {"n_ctx", cfg_.n_ctx},
-        {"speculative", false},
+        {"speculative", params.spec_n_max > 0},
         {"is_processing", busy},
         {"params", params.to_json()},
         {"n_prompt_tokens", busy ? s.task->prompt.size() : 0},
@@ -94,6 +94,8 @@ Json Scheduler::slots_json(const CompletionParams& defaults, bool show_prompts) 
         {"n_tokens_tail", residency.second},
         {"kv_bytes", kv_bytes.total()},
         {"kv_bytes_window", kv_bytes.window},
+        {"n_draft_tokens", s.n_drafted},
+        {"n_draft_tokens_accepted", s.n_drafts_accepted},
     });
   }
   return out;

@@ -13,6 +13,7 @@
 #include "agentkv/sampling.h"
 #include "agentkv/pooling.h"
 #include "server/grammar_run.h"
+#include "server/draft_policy.h"
 #include "server/reasoning_budget.h"
 #include "server/task.h"
 
@@ -45,6 +46,14 @@ struct Slot {
   std::vector<TokenProbs> probs;      // n_probs / logprobs of the tokens generated so far
   size_t probs_sent = 0;              // streamed: probs[0, probs_sent) went out with token events
   Token pending = -1;         // sampled, to be evaluated by the next batch
+  // Speculative decoding (docs/speculative.md, draft_policy.h): this step's drafts after `pending`
+  // (in the batch, each with its logits), and the accepted tokens a hybrid's state gave back when a
+  // draft was rejected (evaluated again ahead of `pending`, without logits).
+  std::vector<Token> drafts;
+  std::vector<Token> replay;
+  DraftPolicy draft_policy;
+  int32_t n_drafted = 0;           // this task's drafts tried (timings draft_n) ...
+  int32_t n_drafts_accepted = 0;   // ... and accepted (draft_n_accepted)
   // The last token the finished task sampled (never evaluated, so not in the cache) and the cache
   // size it follows: chat prompts align to the cache plus this token (prompt_align.h).
   Token unevaluated_tail = -1;

@@ -16,6 +16,8 @@ Timings Scheduler::timings_of(const Slot& slot, Slot::Clock::time_point now) con
   t.cache_n = static_cast<int64_t>(slot.n_cache_reused);
   t.prompt_n = static_cast<int64_t>(slot.n_prompt_done - slot.n_cache_reused);
   t.predicted_n = slot.n_decoded;
+  t.draft_n = slot.n_drafted;
+  t.draft_n_accepted = slot.n_drafts_accepted;
   if (slot.state == SlotState::Prompt) {
     t.prompt_ms = ms_between(slot.t_start, now);
   } else {
@@ -192,6 +194,8 @@ void Scheduler::finish(Slot& slot, StopType stop, bool truncated) {
   r.timings = timings_of(slot, now);
   r.probs.assign(slot.probs.begin() + static_cast<std::ptrdiff_t>(slot.task->params.stream ? slot.probs_sent : 0),
                  slot.probs.end());
+  settle_drafts(slot);
+  absorb_given_back(slot);
   if (slot.n_decoded > 0) memory_->keep_state(slot.id);  // the end of this turn's generation
   if (slot.task->return_state) {
     try {
@@ -236,7 +240,36 @@ void Scheduler::fail(Slot& slot, const HttpError& error) {
   release(slot);
 }
 
+void Scheduler::settle_drafts(Slot& slot) {
+  std::vector<Token> given_back = memory_->end_drafts(slot.id);
+  if (!given_back.empty()) slot.replay = std::move(given_back);
+  slot.drafts.clear();
+}
+
+void Scheduler::absorb_given_back(Slot& slot) {
+  if (slot.replay.empty()) return;
+  // The answer's tokens the hybrid's state gave back after its last pass: evaluated now, so that
+  // the cache holds the whole answer for the next turn (as without drafts).
+  Batch b;
+  size_t pos = cached(slot).size();
+  for (Token t : slot.replay) add_token(b, slot, t, pos++, false);
+  try {
+    if (ctx_.decode(b) != 0) return;  // no room: the cache ends before them
+  } catch (const std::exception& e) {
+    log_line("slot %d: evaluating the answer's last tokens failed: %s", slot.id, e.what());
+    memory_->wipe(slot.id);
+    slot.replay.clear();
+    return;
+  }
+  memory_->advance(slot.id, slot.replay);
+  slot.replay.clear();
+}
+
 void Scheduler::release(Slot& slot) {
+  settle_drafts(slot);
+  // A hybrid whose state gave tokens back holds less than the answer: no tail follows its cache.
+  if (!slot.replay.empty()) slot.pending = -1;
+  slot.replay.clear();
   memory_->end(slot.id);
   memory_bytes_ = ctx_.memory_bytes();
   slot.state = SlotState::Idle;

@@ -60,7 +60,7 @@ void HttpServer::props(Response& res) {
                      {"default_generation_settings", Json{{"id", 0},
                                                           {"id_task", -1},
                                                           {"n_ctx", e.scheduler->config().n_ctx},
-                                                          {"speculative", false},
+                                                          {"speculative", defaults.spec_n_max > 0},
                                                           {"is_processing", false},
                                                           {"params", defaults.to_json()}}},
                      {"total_slots", cfg_.n_slots},

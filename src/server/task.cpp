@@ -16,7 +16,7 @@ Json Timings::to_json() const {
   // Rates of an empty phase are reported as 0 rather than inf/NaN (JSON has neither).
   auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
   auto per_second = [](double ms, int64_t n) { return ms > 0.0 ? 1e3 / ms * static_cast<double>(n) : 0.0; };
-  return Json{
+  Json out{
       {"cache_n", cache_n},
       {"prompt_n", prompt_n},
       {"prompt_ms", prompt_ms},
@@ -27,6 +27,11 @@ Json Timings::to_json() const {
       {"predicted_per_token_ms", per_token(predicted_ms, predicted_n)},
       {"predicted_per_second", per_second(predicted_ms, predicted_n)},
   };
+  if (draft_n > 0) {
+    out["draft_n"] = draft_n;
+    out["draft_n_accepted"] = draft_n_accepted;
+  }
+  return out;
 }
 
 void TaskChannel::push(TaskEvent e) {

@@ -30,6 +30,8 @@ struct Timings {
   double prompt_ms = 0.0;
   int64_t predicted_n = 0;  // tokens generated
   double predicted_ms = 0.0;
+  int64_t draft_n = 0;           // speculative decoding: drafts tried (shown when > 0, as llama-server)
+  int64_t draft_n_accepted = 0;  // ... and accepted
   Json to_json() const;
 };
 

@@ -46,6 +46,10 @@ class Server:
         os.makedirs(str(tmp_path), exist_ok=True)
         self.log_path = os.path.join(str(tmp_path), "server.log")
         self._log = open(self.log_path, "wb")
+        # AGENTKV_TEST_SPEC=1 (ctest server_pytest_spec): every server drafts (speculative decoding),
+        # and the tests must pass unchanged: drafts never change an answer.
+        if os.environ.get("AGENTKV_TEST_SPEC") == "1" and "--spec-type" not in args and "--embedding" not in args:
+            args = (*args, "--spec-type", "ngram-simple")
         cmd = [_find_binary(), "serve", "-m", model, "--port", "0", "-t", "2", *args]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=dict(os.environ, **env) if env else None)
