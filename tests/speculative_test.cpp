@@ -24,8 +24,8 @@
 namespace agentkv {
 namespace {
 
-// The n-gram rule written out plainly: longest n first, latest occurrence first.
-std::vector<Token> brute_ngram(const std::vector<Token>& h, size_t k, size_t max_n, size_t min_n) {
+// One lookup written out plainly: longest n first, latest occurrence first, what follows it.
+std::vector<Token> brute_lookup(const std::vector<Token>& h, size_t k, size_t max_n, size_t min_n) {
   for (size_t n = max_n; n >= min_n; --n) {
     if (n + 1 > h.size()) continue;
     for (size_t s = h.size() - n; s-- > 0;) {
@@ -40,6 +40,18 @@ std::vector<Token> brute_ngram(const std::vector<Token>& h, size_t k, size_t max
   return {};
 }
 
+// The draft: lookups, each on the history extended by the drafts before, until k or none found.
+std::vector<Token> brute_ngram(std::vector<Token> h, size_t k, size_t max_n, size_t min_n) {
+  std::vector<Token> out;
+  while (out.size() < k) {
+    const std::vector<Token> run = brute_lookup(h, k - out.size(), max_n, min_n);
+    if (run.empty()) break;
+    out.insert(out.end(), run.begin(), run.end());
+    h.insert(h.end(), run.begin(), run.end());
+  }
+  return out;
+}
+
 TEST(NgramDraft, MatchesTheRuleOnRandomHistories) {
   std::mt19937 rng(3);
   for (int run = 0; run < 3000; ++run) {
@@ -52,6 +64,9 @@ TEST(NgramDraft, MatchesTheRuleOnRandomHistories) {
   const std::vector<Token> text = {1, 2, 3, 4, 5, 9, 1, 2, 3};
   EXPECT_EQ(ngram_draft(text, 3), (std::vector<Token>{4, 5, 9}));
   EXPECT_TRUE(ngram_draft(text, 0).empty());
+  // A repeating stretch drafts its period on, not just what follows its latest occurrence.
+  EXPECT_EQ(ngram_draft(std::vector<Token>{7, 1, 2, 3, 1, 2, 3}, 7), (std::vector<Token>{1, 2, 3, 1, 2, 3, 1}));
+  EXPECT_EQ(ngram_draft(std::vector<Token>{9, 5, 5, 5}, 4), (std::vector<Token>{5, 5, 5, 5}));
 }
 
 

@@ -56,7 +56,7 @@ int bench_spec(Args& a) {
   a.finish();
   if (model_path.empty()) throw std::invalid_argument("-m MODEL is required");
   for (int64_t k : ks)
-    if (k < 1 || k > static_cast<int64_t>(kMaxDraft)) throw std::invalid_argument("-k: draft lengths in [1, 16]");
+    if (k < 1 || k > static_cast<int64_t>(kMaxDraft)) throw std::invalid_argument("-k: draft lengths in [1, " + std::to_string(kMaxDraft) + "]");
   set_batch_invariant(true);
 
   auto model = Model::load(model_path);

@@ -17,11 +17,14 @@ namespace agentkv {
 
 // Prompt lookup (llama.cpp's n-gram drafts from the context): the tokens that followed the latest
 // earlier occurrence of the history's last n tokens, trying n = max_ngram down to min_ngram; at
-// most k of them. Empty when no such occurrence exists (or k = 0).
+// most k of them. When fewer follow it (an occurrence near the end: a repeating stretch), the
+// lookup continues from the history extended by the drafts so far, so a repeating period drafts k
+// tokens. Empty when no such occurrence exists (or k = 0).
 std::vector<Token> ngram_draft(std::span<const Token> history, size_t k, size_t max_ngram = 4, size_t min_ngram = 2);
 
-// Drafts one verification takes at most (a sliding-window memory drops up to 32 positions in place).
-inline constexpr size_t kMaxDraft = 16;
+// Drafts one verification takes at most: a sliding-window memory drops up to 32 positions from its
+// end in place (memory/window_kv.h kRollback), all of a pass's drafts when none is accepted.
+inline constexpr size_t kMaxDraft = 32;
 
 struct VerifiedStep {
   // The target's tokens after `next`: the accepted drafts, then the target's own token after them

@@ -11,10 +11,13 @@
 
 namespace agentkv {
 
-std::vector<Token> ngram_draft(std::span<const Token> history, size_t k, size_t max_ngram, size_t min_ngram) {
+namespace {
+
+// One lookup: the tokens after the latest earlier occurrence of the history's last n tokens
+// (n = max_ngram down to min_ngram), at most k.
+std::vector<Token> lookup_once(std::span<const Token> history, size_t k, size_t max_ngram, size_t min_ngram) {
   const size_t len = history.size();
-  if (k == 0 || min_ngram == 0) return {};
-  for (size_t n = std::min(max_ngram, len > 0 ? len - 1 : 0); n >= min_ngram; --n) {
+  for (size_t n = std::min(max_ngram, len > 0 ? len - 1 : 0); n >= min_ngram && n > 0; --n) {
     const std::span<const Token> tail = history.subspan(len - n);
     // The latest earlier occurrence: its end is before the history's end, so something follows it.
     for (size_t start = len - n; start-- > 0;) {
@@ -26,6 +29,25 @@ std::vector<Token> ngram_draft(std::span<const Token> history, size_t k, size_t 
     }
   }
   return {};
+}
+
+}  // namespace
+
+std::vector<Token> ngram_draft(std::span<const Token> history, size_t k, size_t max_ngram, size_t min_ngram) {
+  if (k == 0 || min_ngram == 0) return {};
+  std::vector<Token> drafts = lookup_once(history, k, max_ngram, min_ngram);
+  if (drafts.empty() || drafts.size() == k) return drafts;
+  // The occurrence was close to the end (a repeating stretch): the drafts continue the history, and
+  // the lookup goes on from them, so that a period shorter than k drafts k tokens.
+  std::vector<Token> extended(history.begin(), history.end());
+  extended.insert(extended.end(), drafts.begin(), drafts.end());
+  while (drafts.size() < k) {
+    const std::vector<Token> more = lookup_once(extended, k - drafts.size(), max_ngram, min_ngram);
+    if (more.empty()) break;
+    drafts.insert(drafts.end(), more.begin(), more.end());
+    extended.insert(extended.end(), more.begin(), more.end());
+  }
+  return drafts;
 }
 
 VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<const Token> drafts) {

@@ -21,7 +21,7 @@ const std::set<std::string> kCommon = {
     // Where sampling runs: agentkv samples on the CPU whatever the request says.
     "backend_sampling",
     // Speculative decoding (docs/speculative.md; p_min concerns draft models: read, checked, unused).
-    "speculative.type", "speculative.n_max", "speculative.n_min", "speculative.p_min",
+    "speculative.type", "speculative.n_max", "speculative.n_min", "speculative.p_min", "speculative.adaptive",
     "grammar", "json_schema", "response_format",
     // Identity / bookkeeping fields of OpenAI clients: they do not change the output.
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"};

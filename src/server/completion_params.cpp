@@ -117,6 +117,7 @@ Json CompletionParams::to_json() const {
       {"speculative.type", spec_n_max > 0 ? "ngram-simple" : "none"},
       {"speculative.n_max", spec_n_max},
       {"speculative.n_min", spec_n_min},
+      {"speculative.adaptive", spec_adaptive},
   };
 }
 
@@ -183,6 +184,7 @@ void read_speculative(const Json& body, const CompletionParams& defaults, Comple
   p.spec_n_max = static_cast<int32_t>(read_int(body, "speculative.n_max", n_max_default, 0, kMaxDraft));
   if (type == "none") p.spec_n_max = 0;
   p.spec_n_min = static_cast<int32_t>(read_int(body, "speculative.n_min", defaults.spec_n_min, 0, kMaxDraft));
+  p.spec_adaptive = read_bool(body, "speculative.adaptive", true);
   const double p_min = read_number(body, "speculative.p_min", 0.75);
   if (!(p_min >= 0.0 && p_min <= 1.0)) throw invalid_request("speculative.p_min must be in [0, 1]");
   if (p.spec_n_min > p.spec_n_max && p.spec_n_max > 0)

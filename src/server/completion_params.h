@@ -84,6 +84,9 @@ struct CompletionParams {
   // "ngram-simple"), "speculative.n_max" and "speculative.n_min" override them per request.
   int32_t spec_n_max = 0;
   int32_t spec_n_min = 0;
+  // "speculative.adaptive" (agentkv): true, the length that pays on this machine and text
+  // (server/draft_policy.h); false, n_max whenever the lookup finds that many (tests, benchmarks).
+  bool spec_adaptive = true;
 
   // The "generation_settings" / slot "params" object (llama-server's field names).
   Json to_json() const;
@@ -91,7 +94,7 @@ struct CompletionParams {
 };
 
 // Drafts per step when speculation is on and no n_max is given (llama-server's --spec-draft-n-max).
-inline constexpr int32_t kDefaultDraftMax = 16;
+inline constexpr int32_t kDefaultDraftMax = 32;
 // The --spec-type names agentkv serves with its n-gram lookup (llama.cpp's n-gram kinds; each is
 // prompt lookup in the sequence's own context here).
 bool is_ngram_spec_type(const std::string& type);

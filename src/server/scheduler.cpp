@@ -119,6 +119,7 @@ void Scheduler::run() {
     lock.unlock();
     int status = 0;
     std::string error;
+    const auto t_decode = Slot::Clock::now();
     try {
       status = ctx_.decode(batch);
     } catch (const std::exception& e) {
@@ -126,6 +127,9 @@ void Scheduler::run() {
       error = e.what();
     }
     lock.lock();
+    // What a generation batch of this many rows costs: how long drafts pay (draft_policy.h).
+    if (status == 0 && std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.batch_prompt_tokens > 0; }))
+      pass_cost_.record(batch.size(), ms_between(t_decode, Slot::Clock::now()));
     after_decode(batch, status, error);
     verify_memory();
   }
@@ -348,7 +352,8 @@ bool Scheduler::build_batch(Batch& batch) {
     s.batch_output = n_outputs++;
     s.in_batch = true;
     budget -= need;
-    s.drafts = no_drafts_next_ ? std::vector<Token>() : draft_for(s, budget > reserved ? budget - reserved : 0);
+    s.drafts = no_drafts_next_ ? std::vector<Token>()
+                               : draft_for(s, budget > reserved ? budget - reserved : 0, batch.size() - 1 + reserved);
     for (Token d : s.drafts) add_token(batch, s, d, pos++, true);
     if (!s.drafts.empty()) memory_->begin_drafts(s.id, need + s.drafts.size());
     n_outputs += static_cast<int>(s.drafts.size());
@@ -386,9 +391,11 @@ bool Scheduler::build_batch(Batch& batch) {
   return batch.size() > 0;
 }
 
-std::vector<Token> Scheduler::draft_for(Slot& s, size_t room) {
-  size_t k = std::min({s.draft_policy.next(), room, kMaxDraft});
+std::vector<Token> Scheduler::draft_for(Slot& s, size_t room, size_t other_rows) {
   const CompletionParams& p = s.task->params;
+  // The policy's length (what pays on this machine and text), or n_max when asked for a fixed one.
+  const size_t n_max = static_cast<size_t>(std::max(0, p.spec_n_max));
+  size_t k = std::min({p.spec_adaptive ? s.draft_policy.next(other_rows, pass_cost_) : n_max, room, kMaxDraft});
   // Every draft must fit before the context's end (or --kv-budget), where a generation shifts or
   // ends: a pass never crosses it.
   const size_t at = cached(s).size() + s.replay.size() + 1;  // positions held once pending is in
@@ -415,16 +422,17 @@ void Scheduler::accept_drafts(Slot& s) {
   const std::vector<Token> drafts = std::move(s.drafts);
   s.drafts.clear();
   size_t kept = 0;
+  // Counted as they go: the answer's timings are written when a token inside the pass ends it.
+  s.n_drafted += static_cast<int32_t>(drafts.size());
+  metrics_.drafts_total += drafts.size();
   while (kept < drafts.size() && s.state == SlotState::Generating && s.pending == drafts[kept]) {
     memory_->advance(s.id, std::span<const Token>(&drafts[kept], 1));
     s.pending = -1;
     ++kept;
+    ++s.n_drafts_accepted;
+    ++metrics_.drafts_accepted_total;
     on_logits(s, ctx_.logits(s.batch_output + static_cast<int>(kept)));
   }
-  s.n_drafted += static_cast<int32_t>(drafts.size());
-  s.n_drafts_accepted += static_cast<int32_t>(kept);
-  metrics_.drafts_total += drafts.size();
-  metrics_.drafts_accepted_total += kept;
   if (s.idle()) return;  // finished: the memory settled the pass when the slot let its sequence go
   s.draft_policy.record(drafts.size(), kept);
   s.replay = memory_->end_drafts(s.id);

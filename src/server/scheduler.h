@@ -133,8 +133,8 @@ class Scheduler {
   void after_decode(const Batch& batch, int status, const std::string& error);
   void on_logits(Slot& slot, const float* logits, bool from_cache = false);
   // Speculative decoding: the drafts slot s tries this step (n-gram lookup in its context), at
-  // most `room`; and, after the pass, the choice after each kept draft, the memory settled.
-  std::vector<Token> draft_for(Slot& s, size_t room);
+  // most `room`, with other_rows rows in the batch besides its token; and, after the pass, the choice after each kept draft, the memory settled.
+  std::vector<Token> draft_for(Slot& s, size_t room, size_t other_rows);
   void accept_drafts(Slot& s);
   // Closes slot's speculative pass now (before a snapshot or the end): what a hybrid gave back
   // goes to slot.replay.
@@ -189,6 +189,7 @@ class Scheduler {
   // and the tool format's markers).
   std::map<std::vector<Token>, std::unique_ptr<grammar::TokenTrie>> token_tries_;
   MatcherCache matchers_;
+  PassCost pass_cost_;            // what generation batches cost by rows (how long drafts pay)
   bool no_drafts_next_ = false;  // the last batch found no room with drafts: the next goes without
   bool stopping_ = false;
   bool verify_memory_ = false;  // AGENTKV_CHECK_MEMORY

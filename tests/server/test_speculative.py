@@ -46,7 +46,14 @@ def random_case(rng, temperature=None):
             "seed": rng.randint(0, 1000),
             "logit_bias": [[t, 40.0] for t in favoured],
             "return_tokens": True,
-            "speculative.n_max": rng.randint(1, 16)}
+            **drafting(rng.randint(1, 32))}
+
+
+def drafting(n_max):
+    """Speculation fields that make the slot draft n_max on every step it finds them: the micro
+    models are compute-bound (a batch's rows cost what they would one by one), where the adaptive
+    length would soon stop drafting."""
+    return {"speculative.n_max": n_max, "speculative.adaptive": False}
 
 
 def plain(body):
@@ -95,7 +102,8 @@ def test_grammar_probs_stops_and_streams_with_drafts(tmp_path_factory, key):
     try:
         # A grammar that makes the text repeat; its forbidden drafts are rejected, never emitted.
         base = {"prompt": "Answer yes or no, many times:", "n_predict": 48, "temperature": 0.7, "seed": 5,
-                "grammar": 'root ::= ("yes " | "no " | "maybe ")+', "n_probs": 3, "return_tokens": True}
+                "grammar": 'root ::= ("yes " | "no " | "maybe ")+', "n_probs": 3, "return_tokens": True,
+                **drafting(8)}
         want = complete(server, plain(base))
         got = complete(server, base)
         assert got["tokens"] == want["tokens"] and got["content"] == want["content"]
@@ -151,7 +159,7 @@ def test_copying_text_is_mostly_drafted():
     server = Server(tempfile.mkdtemp(prefix="spec-trained-"), "-np", "2", "-c", "2048", "--batch-invariant",
                     "--spec-type", "ngram-simple", model=TRAINED)
     try:
-        body = {"prompt": prompt, "n_predict": 160, "temperature": 0, "return_tokens": True}
+        body = {"prompt": prompt, "n_predict": 160, "temperature": 0, "return_tokens": True, **drafting(16)}
         got = complete(server, body)
         assert got["tokens"] == complete(server, plain(body))["tokens"]
         t = got["timings"]
@@ -171,7 +179,7 @@ def test_settings_are_reported_and_checked(tmp_path_factory):
         assert settings["params"]["speculative.type"] == "ngram-simple"
         _, slots = server.get("/slots")
         assert all(s["speculative"] for s in slots) and "n_draft_tokens" in slots[0]
-        for bad in [{"speculative.type": "eagle3"}, {"speculative.n_max": 17}, {"speculative.n_min": -1},
+        for bad in [{"speculative.type": "eagle3"}, {"speculative.n_max": 33}, {"speculative.n_min": -1},
                     {"speculative.n_max": 2, "speculative.n_min": 3}, {"speculative.p_min": 2}]:
             status, body = server.post("/completion", dict({"prompt": "x", "n_predict": 1}, **bad))
             assert status == 400 and "speculative" in body["error"]["message"], (bad, body)
