@@ -358,6 +358,33 @@ void RequestMemory::begin_drafts(MemorySeqId seq, size_t n_evaluated) {
 
 std::vector<CacheToken> RequestMemory::end_drafts(MemorySeqId seq) { return impl_->settle_drafts(seq); }
 
+std::vector<CacheToken> RequestMemory::recall(MemorySeqId seq, std::span<const CacheToken> history, size_t k) const {
+  const Impl& m = *impl_;
+  const SequenceCache& own = m.seqs.at(static_cast<size_t>(seq));
+  if (k == 0) return {};
+  // Other tenants' text never drafts: the speed of an answer would tell what their caches hold.
+  std::vector<const SequenceCache*> others;
+  for (size_t i = 0; i < m.seqs.size(); ++i)
+    if (static_cast<MemorySeqId>(i) != seq && !m.seqs[i].fake && m.seqs[i].ns == own.ns && m.seqs[i].size() > 0)
+      others.push_back(&m.seqs[i]);
+  std::sort(others.begin(), others.end(),
+            [](const SequenceCache* a, const SequenceCache* b) { return a->last_used > b->last_used; });
+  for (size_t n = 4; n >= 3; --n) {  // shorter tails match too much text that is not this one
+    if (history.size() < n) continue;
+    const std::span<const CacheToken> tail = history.last(n);
+    for (const SequenceCache* other : others) {
+      const std::vector<CacheToken>& t = other->tokens();
+      for (size_t start = t.size() >= n + 1 ? t.size() - n : 0; start-- > 0;) {
+        if (!std::equal(tail.begin(), tail.end(), t.begin() + static_cast<std::ptrdiff_t>(start))) continue;
+        const size_t from = start + n;
+        return std::vector<CacheToken>(t.begin() + static_cast<std::ptrdiff_t>(from),
+                                       t.begin() + static_cast<std::ptrdiff_t>(std::min(t.size(), from + k)));
+      }
+    }
+  }
+  return {};
+}
+
 bool RequestMemory::make_room(MemorySeqId except) { return impl_->make_room(except); }
 
 bool RequestMemory::make_room_for(MemorySeqId seq, size_t n_cells) {

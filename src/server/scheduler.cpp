@@ -408,6 +408,12 @@ std::vector<Token> Scheduler::draft_for(Slot& s, size_t room, size_t other_rows)
   history.insert(history.end(), s.replay.begin(), s.replay.end());
   history.push_back(s.pending);
   std::vector<Token> drafts = ngram_draft(history, k);
+  if (drafts.size() < k) {
+    // What other sessions of the namespace hold: a text another agent wrote, read or was told.
+    history.insert(history.end(), drafts.begin(), drafts.end());
+    const std::vector<Token> recalled = memory_->recall(s.id, history, k - drafts.size());
+    drafts.insert(drafts.end(), recalled.begin(), recalled.end());
+  }
   // An image row's id is no token to draft.
   drafts.erase(std::find_if(drafts.begin(), drafts.end(), [](Token t) { return t < 0; }), drafts.end());
   if (drafts.size() < static_cast<size_t>(std::max(1, p.spec_n_min))) return {};

@@ -24,8 +24,8 @@ CHECK_ENV = {"AGENTKV_CHECK_MEMORY": "1"}  # the prefix cache's bookkeeping veri
 TRAINED = os.path.join(REPO, "trained", "agentkv-tiny", "model.gguf")
 
 
-def start(tmp_path_factory, key, *extra):
-    return Server(tmp_path_factory.mktemp("spec-" + key), "-np", "4", "-c", "4096", "--metrics", "--batch-invariant",
+def start(tmp_path_factory, key, *extra, slots=4):
+    return Server(tmp_path_factory.mktemp("spec-" + key), "-np", str(slots), "-c", "4096", "--metrics", "--batch-invariant",
                   "--spec-type", "ngram-simple", *extra, model=model_file(key), env=CHECK_ENV)
 
 
@@ -143,6 +143,25 @@ def test_hybrid_cache_after_drafts_serves_the_next_turn(tmp_path_factory):
             second = complete(server, dict(follow, session_id="s"))
             assert second["timings"]["cache_n"] > len(tok["tokens"])
             assert second["tokens"] == complete(server, plain(dict(follow, cache_prompt=False)))["tokens"]
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log()
+
+
+def test_drafts_from_what_another_session_wrote(tmp_path_factory):
+    """A second session asked what a first one answered drafts from the first one's tokens (the
+    memory's other sequences of the same namespace), not from another tenant's."""
+    server = start(tmp_path_factory, "hybrid", slots=2)  # its answers do not repeat themselves
+    try:
+        rng = random.Random(11)
+        prompt = " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa"]) for _ in range(24))
+        body = {"prompt": prompt, "n_predict": 48, "temperature": 0, "return_tokens": True, **drafting(16)}
+        first = complete(server, dict(body, id_slot=0, cache_salt="team"))
+        other_tenant = complete(server, dict(body, id_slot=1, cache_salt="stranger"))
+        same_tenant = complete(server, dict(body, id_slot=1, cache_salt="team"))
+        assert first["tokens"] == other_tenant["tokens"] == same_tenant["tokens"]
+        got, control = same_tenant["timings"], other_tenant["timings"]
+        assert got.get("draft_n_accepted", 0) >= control.get("draft_n_accepted", 0) + 20, (got, control)
     finally:
         server.stop()
     assert server.proc.returncode == 0, server.log()
