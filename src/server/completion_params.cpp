@@ -12,7 +12,7 @@
 
 namespace agentkv::server {
 
-std::vector<PromptPart> parse_prompt(const Json& value) {
+std::vector<PromptPart> parse_prompt(const Json& value, bool media_allowed) {
   std::vector<PromptPart> parts;
   auto add_item = [&](const Json& item) {
     if (item.is_string()) {
@@ -28,12 +28,14 @@ std::vector<PromptPart> parse_prompt(const Json& value) {
     }
   };
   if (value.is_object()) {
-    // llama-server's multimodal prompt object; without media it is its text.
-    if (value.contains("multimodal_data"))
-      throw invalid_request("multimodal prompts are not supported: agentkv loads no vision or audio encoder");
+    // llama-server's multimodal prompt object: its text, with the media (prompt_media) where its
+    // markers are.
+    const bool media = value.contains("multimodal_data");
+    if (media && !media_allowed)
+      throw invalid_request("multimodal_data is read by /completion, /completions and /v1/completions only");
     const auto text = value.find("prompt_string");
-    if (text == value.end() || !text->is_string() || value.size() != 1)
-      throw invalid_request("a 'prompt' object must be {\"prompt_string\": TEXT}");
+    if (text == value.end() || !text->is_string() || value.size() != (media ? 2u : 1u))
+      throw invalid_request("a 'prompt' object must be {\"prompt_string\": TEXT[, \"multimodal_data\": [BASE64, ...]]}");
     add_item(*text);
   } else if (value.is_string()) {
     add_item(value);
@@ -45,17 +47,23 @@ std::vector<PromptPart> parse_prompt(const Json& value) {
   return parts;
 }
 
-std::vector<std::vector<PromptPart>> parse_prompts(const Json& value) {
+std::vector<Json> prompt_items(const Json& value) {
   const bool one_prompt = !value.is_array() || std::any_of(value.begin(), value.end(), [](const Json& item) {
     return item.is_number();
   }) || value.empty();
-  if (one_prompt) return {parse_prompt(value)};
-  std::vector<std::vector<PromptPart>> prompts;
+  if (one_prompt) return {value};
+  std::vector<Json> items;
   for (const Json& item : value) {
     if (!item.is_string() && !item.is_array() && !item.is_object())
       throw invalid_request("each prompt of a 'prompt' list must be a string, an array of token ids or a prompt object");
-    prompts.push_back(parse_prompt(item));
+    items.push_back(item);
   }
+  return items;
+}
+
+std::vector<std::vector<PromptPart>> parse_prompts(const Json& value, bool media_allowed) {
+  std::vector<std::vector<PromptPart>> prompts;
+  for (const Json& item : prompt_items(value)) prompts.push_back(parse_prompt(item, media_allowed));
   return prompts;
 }
 

@@ -92,18 +92,24 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
   const int64_t n_choices = has_field(body, "n_cmpl") ? read_int(body, "n_cmpl", 1, 1, kMaxChoices)
                                                       : read_int(body, "n", 1, 1, kMaxChoices);
   std::vector<std::vector<PromptPart>> prompts;
-  std::vector<std::vector<uint8_t>> image_files;  // in the order the rendered prompt shows them
+  // Each prompt's images, in the order its text's markers show them.
+  std::vector<std::vector<std::vector<uint8_t>>> image_files;
   if (chat) {
     apply_chat_defaults(body);
-    image_files = collect_chat_images(body, cfg_.max_body_bytes);
-    if (!image_files.empty() && !e.vision)
-      throw invalid_request("this request has images, but the server has no vision projector: start it with "
-                            "--mmproj (the model's mmproj GGUF)");
+    image_files.push_back(collect_chat_images(body, cfg_.max_body_bytes));
     prompts.push_back({{e.chat->apply(body), -1}});
   } else {
     if (!has_field(body, "prompt")) throw invalid_request("'prompt' is required");
-    prompts = parse_prompts(body.at("prompt"));
+    // llama-server's {"prompt_string", "multimodal_data"} prompts carry their images.
+    for (const Json& item : prompt_items(body.at("prompt"))) {
+      prompts.push_back(parse_prompt(item, /*media_allowed=*/true));
+      image_files.push_back(prompt_media(item, cfg_.max_body_bytes));
+    }
   }
+  for (const auto& files : image_files)
+    if (!files.empty() && !e.vision)
+      throw invalid_request("this request has images, but the server has no vision projector: start it with "
+                            "--mmproj (the model's mmproj GGUF)");
   if (prompts.size() * static_cast<size_t>(n_choices) > kMaxTasksPerRequest)
     throw invalid_request("a request may ask for at most " + std::to_string(kMaxTasksPerRequest) +
                           " completions (prompts times n); this one asks for " +
@@ -140,17 +146,19 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
   PreparedCompletion out;
   out.n_choices = static_cast<size_t>(n_choices);
   out.stream = params.stream;
-  for (const std::vector<PromptPart>& parts : prompts) {
+  for (size_t prompt_index = 0; prompt_index < prompts.size(); ++prompt_index) {
+    const std::vector<PromptPart>& parts = prompts[prompt_index];
+    const std::vector<std::vector<uint8_t>>& files = image_files[prompt_index];
     std::shared_ptr<PromptImages> images;
     std::vector<Token> prompt;
-    if (!image_files.empty()) {
+    if (!files.empty()) {
       images = std::make_shared<PromptImages>();
       // Each text piece keeps the tokens an earlier answer was generated as, after the same images.
       const PieceAligner align = [&](const std::string& piece, const std::vector<Token>& plain,
                                      std::span<const Token> before) {
         return e.scheduler->align_prompt(tok, piece, plain, params.cache_salt, before).tokens;
       };
-      prompt = tokenize_with_images(tok, parts[0].text, *e.vision, image_files, images.get(), align);
+      prompt = tokenize_with_images(tok, parts[0].text, *e.vision, files, images.get(), align);
     } else {
       prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
       // A chat prompt re-renders earlier answers: keep the tokens the model generated for them.

@@ -60,4 +60,28 @@ std::vector<std::vector<uint8_t>> collect_chat_images(const Json& body, size_t m
   return images;
 }
 
+std::vector<std::vector<uint8_t>> prompt_media(const Json& prompt, size_t max_bytes) {
+  if (!prompt.is_object() || !prompt.contains("multimodal_data")) return {};
+  const Json& data = prompt.at("multimodal_data");
+  if (!data.is_array()) throw invalid_request("multimodal_data must be an array of base64 strings");
+  std::vector<std::vector<uint8_t>> files;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const std::string where = "multimodal_data[" + std::to_string(i) + "]";
+    if (!data[i].is_string()) throw invalid_request(where + " must be a base64 string");
+    const std::string& text = data[i].get_ref<const std::string&>();
+    if (text.rfind("data:", 0) == 0) {
+      files.push_back(image_part_bytes(image_part(text), where, max_bytes));
+      continue;
+    }
+    if (text.size() / 4 * 3 > max_bytes)
+      throw invalid_request(where + ": the file is over " + std::to_string(max_bytes >> 20) + " MiB");
+    try {
+      files.push_back(base64_decode(text, where));
+    } catch (const Error& e) {
+      throw invalid_request(e.what());
+    }
+  }
+  return files;
+}
+
 }  // namespace agentkv::server

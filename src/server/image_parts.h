@@ -24,5 +24,9 @@ Json image_part(const std::string& data_url);
 std::vector<uint8_t> image_part_bytes(const Json& part, const std::string& where, size_t max_bytes);
 // Every image part of body.messages[].content, in order.
 std::vector<std::vector<uint8_t>> collect_chat_images(const Json& body, size_t max_bytes);
+// The media of a llama-server prompt object, {"prompt_string": TEXT, "multimodal_data": [...]}:
+// each item base64 (llama-server's form) or a data: URL, in marker order; none for any other
+// prompt. Throws invalid_request for an item that is neither, or over max_bytes.
+std::vector<std::vector<uint8_t>> prompt_media(const Json& prompt, size_t max_bytes);
 
 }  // namespace agentkv::server

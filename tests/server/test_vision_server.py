@@ -135,6 +135,39 @@ def test_anthropic_and_responses_forms_give_the_same_answer(vision_server):
 
 
 @needs_fixtures
+def test_native_prompt_with_multimodal_data(vision_server):
+    """llama-server's prompt object: the text with a <__media__> marker per image, the images in
+    multimodal_data (base64): the chat request's answer, token for token, its image cached."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Look:"}, image_part(SCREENS[1]),
+                                             {"type": "text", "text": "What now?"}]}]
+    status, rendered = vision_server.post("/apply-template", {"messages": messages})
+    assert status == 200 and rendered["prompt"].count("<__media__>") == 1, rendered
+    with open(SCREENS[1], "rb") as f:
+        b64 = base64.b64encode(f.read()).decode()
+    body = {"n_predict": 6, "temperature": 0, "return_tokens": True,
+            "prompt": {"prompt_string": rendered["prompt"], "multimodal_data": [b64]}}
+    status, native = vision_server.post("/completion", body)
+    assert status == 200, native
+    assert native["content"] == answer(chat(vision_server, messages))
+    status, again = vision_server.post("/completion", body)
+    assert again["tokens"] == native["tokens"] and again["timings"]["cache_n"] > 0
+    # The OpenAI completions route reads it too, and a list of prompts holds such objects.
+    status, oai = vision_server.post("/v1/completions", {"max_tokens": 6, "temperature": 0, "prompt": body["prompt"]})
+    assert status == 200 and oai["choices"][0]["text"] == native["content"], oai
+    status, both = vision_server.post("/completion", dict(body, prompt=[body["prompt"], "plain text"]))
+    assert status == 200 and both[0]["content"] == native["content"], both
+    # Markers and images must agree; data that is no base64 image is a 400; other routes refuse it.
+    for prompt, words in [({"prompt_string": "no marker", "multimodal_data": [b64]}, "image places"),
+                          ({"prompt_string": "<__media__>", "multimodal_data": ["@@@"]}, "base64"),
+                          ({"prompt_string": "<__media__>", "multimodal_data": "x"}, "array"),
+                          ({"prompt_string": "<__media__>", "multimodal_data": [b64], "x": 1}, "prompt_string")]:
+        status, out = vision_server.post("/completion", dict(body, prompt=prompt))
+        assert status == 400 and words in out["error"]["message"], (prompt, out)
+    status, out = vision_server.post("/tokenize", {"content": body["prompt"]})
+    assert status == 400 and "multimodal_data" in out["error"]["message"], out
+
+
+@needs_fixtures
 def test_bad_images_get_a_400_and_lose_nothing(vision_server):
     canary = [{"role": "user", "content": "Say something."}]
     before = answer(chat(vision_server, canary))
@@ -167,6 +200,9 @@ def test_a_text_only_server_refuses_images(tmp_path):
     try:
         status, out = s.post("/v1/chat/completions", {
             "messages": [{"role": "user", "content": [image_part(SCREENS[0])]}], "max_tokens": 2})
+        assert status == 400 and "--mmproj" in out["error"]["message"], out
+        status, out = s.post("/completion", {"prompt": {"prompt_string": "<__media__>", "multimodal_data": ["AAAA"]},
+                                             "n_predict": 2})
         assert status == 400 and "--mmproj" in out["error"]["message"], out
         status, props = s.get("/props")
         assert props["modalities"]["vision"] is False
