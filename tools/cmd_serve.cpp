@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -107,6 +108,8 @@ const char* const kUsage =
     "  -v, --verbose                   OpenAI responses carry __verbose (the native response), as llama-server's\n"
     "  --offline                       accepted: agentkv never downloads\n"
     "  --backend-sampling              accepted: agentkv samples on the CPU\n"
+    "  --media-path DIR                images may name files under DIR as file://RELATIVE/PATH (llama-server's; no\n"
+    "                                  '..', nothing outside DIR even through links; default: file:// refused)\n"
     "  --spec-type ngram-simple        speculative decoding with n-gram drafts from each request's own context\n"
     "                                  (also ngram, ngram-map-k, ngram-mod, ...: the same lookup; none: off, the\n"
     "                                  default); output unchanged at any temperature (docs/speculative.md)\n"
@@ -170,6 +173,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const long long n_batch = a.num("-b", "--batch-size", 0);
   const std::string chat_template = a.str("--chat-template", "", "");
   cfg.mmproj_path = a.str("--mmproj", "-mm", "");
+  cfg.media_path = a.str("--media-path", "", "");
+  if (!cfg.media_path.empty() && !std::filesystem::is_directory(cfg.media_path))
+    throw std::invalid_argument("--media-path " + cfg.media_path + ": not a directory");
   cfg.image_cache_bytes = static_cast<size_t>(a.num("--image-cache-mib", "", 256)) << 20;
   const std::string chat_template_file = a.str("--chat-template-file", "", "");
   cfg.reasoning_format = a.str("--reasoning-format", "", "");

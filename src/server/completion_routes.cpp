@@ -94,16 +94,17 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
   std::vector<std::vector<PromptPart>> prompts;
   // Each prompt's images, in the order its text's markers show them.
   std::vector<std::vector<std::vector<uint8_t>>> image_files;
+  const MediaSource media{cfg_.max_body_bytes, cfg_.media_path};
   if (chat) {
     apply_chat_defaults(body);
-    image_files.push_back(collect_chat_images(body, cfg_.max_body_bytes));
+    image_files.push_back(collect_chat_images(body, media));
     prompts.push_back({{e.chat->apply(body), -1}});
   } else {
     if (!has_field(body, "prompt")) throw invalid_request("'prompt' is required");
     // llama-server's {"prompt_string", "multimodal_data"} prompts carry their images.
     for (const Json& item : prompt_items(body.at("prompt"))) {
       prompts.push_back(parse_prompt(item, /*media_allowed=*/true));
-      image_files.push_back(prompt_media(item, cfg_.max_body_bytes));
+      image_files.push_back(prompt_media(item, media));
     }
   }
   for (const auto& files : image_files)

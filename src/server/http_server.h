@@ -61,6 +61,7 @@ struct ServerConfig {
   bool endpoint_slots = true;        // GET /slots (--no-slots: 501)
   std::string chat_template_source;  // --chat-template(-file): the template to use; "": the model's own
   std::string mmproj_path;           // --mmproj: the vision projector (docs/vision.md); "": text only
+  std::string media_path;            // --media-path: images may be file://RELATIVE under it; "": none
   size_t image_cache_bytes = 256u << 20;  // --image-cache-mib: encoded images kept by file content
   std::string reasoning_format;      // --reasoning-format: requests' default reasoning_format; "": auto
   int32_t reasoning_budget = -1;     // --reasoning-budget: chat requests' default reasoning_budget_tokens; -1: none

@@ -168,6 +168,50 @@ def test_native_prompt_with_multimodal_data(vision_server):
 
 
 @needs_fixtures
+def test_media_path_serves_local_files_and_nothing_beyond(tmp_path_factory, tmp_path):
+    """--media-path (llama-server's): file://RELATIVE names a file under the folder; absolute
+    paths, '..' and links leading outside are a 400, and without the flag file:// is refused."""
+    import shutil
+    media = tmp_path / "media"
+    (media / "shots").mkdir(parents=True)
+    shutil.copy(SCREENS[1], media / "shots" / "screen.png")
+    secret = tmp_path / "secret.png"
+    shutil.copy(SCREENS[0], secret)
+    os.symlink(secret, media / "escape.png")
+    projector = make_projector(tmp_path_factory, "qwen35-micro-vision")
+    s = Server(tmp_path / "srv", "-np", "1", "-c", "2048", "--mmproj", projector, "--media-path", str(media),
+               model=os.path.join(FIXTURES, "models", "qwen35-micro.gguf"))
+    try:
+        ask = lambda url: s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "What is it?"}]}],
+            "max_tokens": 6, "temperature": 0})
+        status, local = ask("file://shots/screen.png")
+        assert status == 200, local
+        assert answer(local) == answer(ask(data_url(SCREENS[1]))[1])
+        status, native = s.post("/completion", {"n_predict": 2, "prompt": {
+            "prompt_string": "<__media__>", "multimodal_data": ["file://shots/screen.png"]}})
+        assert status == 200, native
+        for url in ["file:///etc/passwd", "file://../secret.png", "file://shots/../../secret.png",
+                    "file://escape.png", "file://missing.png", "file://shots"]:
+            status, out = ask(url)
+            assert status == 400 and "--media-path" in out["error"]["message"], (url, out)
+            assert str(tmp_path) not in out["error"]["message"]  # no host paths in answers
+    finally:
+        s.stop()
+    plain = Server(tmp_path / "plain", "-np", "1", "-c", "1024", "--mmproj", projector,
+                   model=os.path.join(FIXTURES, "models", "qwen35-micro.gguf"))
+    try:
+        status, out = plain.post("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "file://shots/screen.png"}}]}], "max_tokens": 2})
+        assert status == 400 and "--media-path" in out["error"]["message"], out
+    finally:
+        plain.stop()
+    r = subprocess.run([_find_binary(), "serve", "-m", MODEL, "--port", "0", "--media-path", str(tmp_path / "none")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "not a directory" in r.stderr + r.stdout
+
+
+@needs_fixtures
 def test_bad_images_get_a_400_and_lose_nothing(vision_server):
     canary = [{"role": "user", "content": "Say something."}]
     before = answer(chat(vision_server, canary))
