@@ -22,6 +22,7 @@
 #include "server/anthropic_messages.h"
 #include "server/chat_formatter.h"
 #include "server/embeddings.h"
+#include "server/image_parts.h"
 #include "server/infill.h"
 #include "server/openai_responses.h"
 #include "server/completion_params.h"
@@ -113,8 +114,13 @@ void request(const std::string& body) {
       parts.push_back({g_chat->apply(j), -1});
     }
   } else if (has_field(j, "prompt")) {
-    for (std::vector<PromptPart>& prompt : parse_prompts(j.at("prompt")))
+    // The completion routes' reading: prompt objects may carry multimodal_data (decoded here; no
+    // --media-path, so file:// is refused without touching the disk).
+    for (const Json& item : prompt_items(j.at("prompt"))) {
+      const std::vector<PromptPart> prompt = parse_prompt(item, /*media_allowed=*/true);
       parts.insert(parts.end(), prompt.begin(), prompt.end());
+      for (const auto& file : prompt_media(item, MediaSource{1u << 20, ""})) g_sink = g_sink + file.size();
+    }
   }
   if (g_tok && !parts.empty()) {
     size_t text = 0;
