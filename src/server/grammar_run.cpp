@@ -41,6 +41,16 @@ int32_t GrammarRun::sample(Sampler& sampler, const float* logits, int64_t n_voca
   return m_->allows(pos_, trie_, id) ? id : -1;
 }
 
+size_t GrammarRun::allowed_run(std::span<const int32_t> tokens) const {
+  if (!active_) return tokens.size();
+  grammar::Position p = pos_;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (!m_->allows(p, trie_, tokens[i])) return i;
+    p = m_->accept(p, trie_, tokens[i]);
+  }
+  return tokens.size();
+}
+
 void GrammarRun::accept(int32_t id, const std::string& piece) {
   if (active_) {
     pos_ = m_->accept(pos_, trie_, id);

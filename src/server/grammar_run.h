@@ -54,6 +54,9 @@ class GrammarRun {
   bool allows(int32_t id) const { return !active_ || m_->allows(pos_, trie_, id); }
   // The sampled token was accepted: advance (or, lazy, look for a trigger in its text).
   void accept(int32_t id, const std::string& piece);
+  // How many of `tokens` the grammar lets come next, one after another (the drafts worth
+  // verifying); all of them while a lazy grammar waits for its trigger.
+  size_t allowed_run(std::span<const int32_t> tokens) const;
   // Only an end-of-generation token can follow.
   bool must_end() const { return active_ && m_->must_end(pos_); }
 

@@ -416,6 +416,8 @@ std::vector<Token> Scheduler::draft_for(Slot& s, size_t room, size_t other_rows)
   }
   // An image row's id is no token to draft.
   drafts.erase(std::find_if(drafts.begin(), drafts.end(), [](Token t) { return t < 0; }), drafts.end());
+  // Drafts the grammar forbids would be rejected: they are cut before the pass.
+  if (s.grammar) drafts.resize(s.grammar->allowed_run(drafts));
   if (drafts.size() < static_cast<size_t>(std::max(1, p.spec_n_min))) return {};
   return drafts;
 }
