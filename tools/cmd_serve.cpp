@@ -18,7 +18,6 @@
 #include "agentkv/pooling.h"
 #include "agentkv/retention.h"
 #include "agentkv/numerics.h"
-#include "agentkv/request_memory.h"
 #include "agentkv/speculative.h"
 #include "tools/args.h"
 #include "tools/kv_flags.h"
@@ -114,8 +113,7 @@ const char* const kUsage =
     "  --spec-type ngram-simple        speculative decoding with n-gram drafts from each request's own context\n"
     "                                  (also ngram, ngram-map-k, ngram-mod, ...: the same lookup; none: off, the\n"
     "                                  default); output unchanged at any temperature (docs/speculative.md)\n"
-    "  --spec-draft-n-max, --draft-max N  drafts per step at most (default 64, at most 64; 32 for models with\n"
-    "                                  sliding-window layers; request: speculative.n_max);\n"
+    "  --spec-draft-n-max, --draft-max N  drafts per step at most (default 32, at most 32; request: speculative.n_max);\n"
     "                                  how many pay is measured as the server runs (docs/speculative.md)\n"
     "  --spec-draft-n-min, --draft-min N  fewer drafts found than N: none tried (default 0; speculative.n_min)\n"
     "  --sleep-idle-seconds N          unload the model after N s without requests (observers such as /health\n"
@@ -217,8 +215,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                 "draft-simple and eagle3 are not served yet");
   const long long draft_max = a.num("--spec-draft-n-max", "--draft-max", server::kDefaultDraftMax);
   const long long draft_min = a.num("--spec-draft-n-min", "--draft-min", 0);
-  if (draft_max < 0 || draft_max > static_cast<long long>(kMaxDraftsPerPass))
-    throw std::invalid_argument("--spec-draft-n-max must be in [0, " + std::to_string(kMaxDraftsPerPass) + "]");
+  if (draft_max < 0 || draft_max > static_cast<long long>(kMaxDraft))
+    throw std::invalid_argument("--spec-draft-n-max must be in [0, " + std::to_string(kMaxDraft) + "]");
   if (draft_min < 0 || draft_min > draft_max) throw std::invalid_argument("--spec-draft-n-min must be in [0, --spec-draft-n-max]");
   cfg.spec_n_max = spec_type == "none" ? 0 : static_cast<int32_t>(draft_max);
   cfg.spec_n_min = static_cast<int32_t>(draft_min);

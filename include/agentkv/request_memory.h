@@ -52,13 +52,7 @@ struct RequestMemoryHooks {
   // seq's recurrent state as it is now, to go back to: returns what puts it back (null: seq has no
   // recurrent state, and a short suffix of it drops in place). Speculative decoding's passes.
   std::function<std::function<void()>(MemorySeqId)> keep_recurrent;
-  // The most positions a sequence can drop from its end in place (a sliding-window part: 32);
-  // 0: no such bound.
-  size_t max_rollback = 0;
 };
-
-// Drafts one speculative pass evaluates at most, whatever the memory (agentkv/speculative.h).
-inline constexpr size_t kMaxDraftsPerPass = 64;
 
 // What a request asks of the memory.
 struct RequestPlan {
@@ -144,9 +138,6 @@ class RequestMemory {
   // accepted tokens it gave back are returned, to be evaluated again (their logits are known).
   // Empty otherwise, and when no pass is open.
   std::vector<CacheToken> end_drafts(MemorySeqId seq);
-  // The most drafts one pass may evaluate after a sequence's next token (what the memory can drop
-  // when none is accepted), at most kMaxDraftsPerPass.
-  size_t max_drafts() const;
   // Drafts from what the memory holds beyond seq: the tokens that followed the latest occurrence
   // of the history's last 4 (or 3) tokens in the other sequences of seq's namespace (other
   // sessions' turns, most recently used first), at most k. Empty when none holds them.

@@ -23,9 +23,7 @@ namespace agentkv {
 std::vector<Token> ngram_draft(std::span<const Token> history, size_t k, size_t max_ngram = 4, size_t min_ngram = 2);
 
 // Drafts one verification takes at most: a sliding-window memory drops up to 32 positions from its
-// end in place (memory/window_kv.h kRollback), all of a pass's drafts when none is accepted. The
-// server asks the memory (RequestMemory::max_drafts: 32 with a window part, else
-// kMaxDraftsPerPass = 64).
+// end in place (memory/window_kv.h kRollback), all of a pass's drafts when none is accepted.
 inline constexpr size_t kMaxDraft = 32;
 
 struct VerifiedStep {

@@ -294,7 +294,6 @@ std::unique_ptr<RequestMemory> Context::open_request_memory(const RequestMemoryC
     hooks.cache = enable_prefix_cache(pc);  // null without a unified KV cache
   }
   hooks.needs_snapshots = needs_snapshots();
-  if (impl_->memory->window()) hooks.max_rollback = static_cast<size_t>(memory::WindowKv::kRollback);
   hooks.cells_free_for = [this](MemorySeqId seq) { return cells_free_for(seq); };
   hooks.fake_prefix = [this](MemorySeqId seq, MemoryPos n) { agentkv::seq_fake_prefix(*this, seq, n); };
   hooks.log = std::move(log);

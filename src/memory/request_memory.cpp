@@ -358,11 +358,6 @@ void RequestMemory::begin_drafts(MemorySeqId seq, size_t n_evaluated) {
 
 std::vector<CacheToken> RequestMemory::end_drafts(MemorySeqId seq) { return impl_->settle_drafts(seq); }
 
-size_t RequestMemory::max_drafts() const {
-  const size_t rollback = impl_->hooks.max_rollback;
-  return rollback > 0 ? std::min(rollback, kMaxDraftsPerPass) : kMaxDraftsPerPass;
-}
-
 std::vector<CacheToken> RequestMemory::recall(MemorySeqId seq, std::span<const CacheToken> history, size_t k) const {
   const Impl& m = *impl_;
   const SequenceCache& own = m.seqs.at(static_cast<size_t>(seq));

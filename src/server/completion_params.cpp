@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "agentkv/error.h"
-#include "agentkv/request_memory.h"
+#include "agentkv/speculative.h"
 #include "server/server_error.h"
 
 namespace agentkv::server {
@@ -189,9 +189,9 @@ void read_speculative(const Json& body, const CompletionParams& defaults, Comple
   const std::string type = read_string(body, "speculative.type", defaults.spec_n_max > 0 ? "ngram-simple" : "none");
   if (type != "none" && !is_ngram_spec_type(type))
     throw invalid_request("speculative.type '" + type + "': agentkv drafts with none or ngram-simple (n-gram lookup in the context)");
-  p.spec_n_max = static_cast<int32_t>(read_int(body, "speculative.n_max", n_max_default, 0, kMaxDraftsPerPass));
+  p.spec_n_max = static_cast<int32_t>(read_int(body, "speculative.n_max", n_max_default, 0, kMaxDraft));
   if (type == "none") p.spec_n_max = 0;
-  p.spec_n_min = static_cast<int32_t>(read_int(body, "speculative.n_min", defaults.spec_n_min, 0, kMaxDraftsPerPass));
+  p.spec_n_min = static_cast<int32_t>(read_int(body, "speculative.n_min", defaults.spec_n_min, 0, kMaxDraft));
   p.spec_adaptive = read_bool(body, "speculative.adaptive", true);
   const double p_min = read_number(body, "speculative.p_min", 0.75);
   if (!(p_min >= 0.0 && p_min <= 1.0)) throw invalid_request("speculative.p_min must be in [0, 1]");
