@@ -173,6 +173,23 @@ TEST(Speculative, TooManyDraftsAreRefusedBeforeAnythingIsEvaluated) {
   const std::vector<Token> drafts(kMaxDraft + 1, 5);
   EXPECT_THROW(verify_greedy(ctx, 0, 7, drafts), Error);
   EXPECT_EQ(ctx.memory().seq_pos_max(0), 2);
+  EXPECT_EQ(max_drafts(m.config()), kMaxDraft);
+}
+
+TEST(Speculative, AWindowModelTakesAtMostWhatItsWindowCanDrop) {
+  AGENTKV_NEEDS_FIXTURES();
+  auto m = testing_support::preset_model("gemma3-micro", "spec");
+  ASSERT_EQ(max_drafts(m->config()), kMaxWindowDraft);
+  Context ctx(*m, params());
+  Batch b;
+  const std::vector<Token> prompt = {100, 200, 300};
+  b.add_sequence(prompt.data(), prompt.size(), 0, 0, true);
+  ASSERT_EQ(ctx.decode(b), 0);
+  EXPECT_THROW(verify_greedy(ctx, 0, 7, std::vector<Token>(kMaxWindowDraft + 1, 5)), Error);
+  EXPECT_EQ(ctx.memory().seq_pos_max(0), 2);
+  // The most it takes: the memory ends at `next` and the accepted drafts, the rest dropped in place.
+  const VerifiedStep step = verify_greedy(ctx, 0, 7, std::vector<Token>(kMaxWindowDraft, 5));
+  EXPECT_EQ(ctx.memory().seq_pos_max(0), 3 + static_cast<MemoryPos>(step.n_accepted));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agentkv/context.h"
+#include "agentkv/model_config.h"
 #include "agentkv/tokenizer.h"
 
 namespace agentkv {
@@ -22,9 +23,14 @@ namespace agentkv {
 // tokens. Empty when no such occurrence exists (or k = 0).
 std::vector<Token> ngram_draft(std::span<const Token> history, size_t k, size_t max_ngram = 4, size_t min_ngram = 2);
 
-// Drafts one verification takes at most: a sliding-window memory drops up to 32 positions from its
-// end in place (memory/window_kv.h kRollback), all of a pass's drafts when none is accepted.
-inline constexpr size_t kMaxDraft = 32;
+// Drafts one verification takes at most (llama.cpp's ngram-mod drafts 64).
+inline constexpr size_t kMaxDraft = 64;
+// ... and with a model that has sliding-window layers, whose window memory drops at most 32
+// positions from its end in place (memory/window_kv.h kRollback): all of a pass's drafts when none
+// is accepted.
+inline constexpr size_t kMaxWindowDraft = 32;
+// The most drafts one pass may take with this model.
+inline size_t max_drafts(const ModelConfig& config) { return config.n_swa > 0 ? kMaxWindowDraft : kMaxDraft; }
 
 struct VerifiedStep {
   // The target's tokens after `next`: the accepted drafts, then the target's own token after them
@@ -39,7 +45,7 @@ struct VerifiedStep {
 // the rejected drafts from seq. A hybrid model's recurrent state, which cannot drop a suffix, goes
 // back to a snapshot taken before the pass and absorbs next and the accepted drafts again (one
 // more pass over them, only when a draft was rejected). agentkv::Error (nothing evaluated) for more
-// than kMaxDraft drafts or a batch that does not fit.
+// than max_drafts drafts or a batch that does not fit.
 VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<const Token> drafts);
 
 }  // namespace agentkv

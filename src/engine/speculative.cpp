@@ -51,8 +51,9 @@ std::vector<Token> ngram_draft(std::span<const Token> history, size_t k, size_t 
 }
 
 VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<const Token> drafts) {
-  if (drafts.size() > kMaxDraft)
-    throw Error("speculative decoding: " + std::to_string(drafts.size()) + " drafts (at most " + std::to_string(kMaxDraft) + ")");
+  const size_t most = max_drafts(ctx.model().config());
+  if (drafts.size() > most)
+    throw Error("speculative decoding: " + std::to_string(drafts.size()) + " drafts (at most " + std::to_string(most) + ")");
   const MemoryPos pos = ctx.memory().seq_pos_max(seq) + 1;
   // A recurrent state cannot drop the rejected drafts: it rolls back to its snapshot before the
   // pass and absorbs the accepted tokens again. (A sliding-window part drops up to 32 positions

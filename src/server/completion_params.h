@@ -96,7 +96,7 @@ struct CompletionParams {
 };
 
 // Drafts per step when speculation is on and no n_max is given (llama-server's --spec-draft-n-max).
-inline constexpr int32_t kDefaultDraftMax = 32;
+inline constexpr int32_t kDefaultDraftMax = 64;
 // The --spec-type names agentkv serves with its n-gram lookup (llama.cpp's n-gram kinds; each is
 // prompt lookup in the sequence's own context here).
 bool is_ngram_spec_type(const std::string& type);

@@ -395,7 +395,7 @@ std::vector<Token> Scheduler::draft_for(Slot& s, size_t room, size_t other_rows)
   const CompletionParams& p = s.task->params;
   // The policy's length (what pays on this machine and text), or n_max when asked for a fixed one.
   const size_t n_max = static_cast<size_t>(std::max(0, p.spec_n_max));
-  size_t k = std::min({p.spec_adaptive ? s.draft_policy.next(other_rows, pass_cost_) : n_max, room, kMaxDraft});
+  size_t k = std::min({p.spec_adaptive ? s.draft_policy.next(other_rows, pass_cost_) : n_max, room, max_drafts(ctx_.model().config())});
   // Every draft must fit before the context's end (or --kv-budget), where a generation shifts or
   // ends: a pass never crosses it.
   const size_t at = cached(s).size() + s.replay.size() + 1;  // positions held once pending is in

@@ -46,7 +46,7 @@ def random_case(rng, temperature=None):
             "seed": rng.randint(0, 1000),
             "logit_bias": [[t, 40.0] for t in favoured],
             "return_tokens": True,
-            **drafting(rng.randint(1, 32))}
+            **drafting(rng.randint(1, 64))}
 
 
 def drafting(n_max):
@@ -198,7 +198,7 @@ def test_settings_are_reported_and_checked(tmp_path_factory):
         assert settings["params"]["speculative.type"] == "ngram-simple"
         _, slots = server.get("/slots")
         assert all(s["speculative"] for s in slots) and "n_draft_tokens" in slots[0]
-        for bad in [{"speculative.type": "eagle3"}, {"speculative.n_max": 33}, {"speculative.n_min": -1},
+        for bad in [{"speculative.type": "eagle3"}, {"speculative.n_max": 65}, {"speculative.n_min": -1},
                     {"speculative.n_max": 2, "speculative.n_min": 3}, {"speculative.p_min": 2}]:
             status, body = server.post("/completion", dict({"prompt": "x", "n_predict": 1}, **bad))
             assert status == 400 and "speculative" in body["error"]["message"], (bad, body)
@@ -213,7 +213,7 @@ def test_settings_are_reported_and_checked(tmp_path_factory):
 def test_flags_are_checked(tmp_path):
     import subprocess
     from conftest import _find_binary
-    for args, message in [(["--spec-type", "draft-mtp"], "draft-mtp"), (["--spec-draft-n-max", "40"], "n-max"),
+    for args, message in [(["--spec-type", "draft-mtp"], "draft-mtp"), (["--spec-draft-n-max", "70"], "n-max"),
                           (["--spec-type", "ngram-simple", "--draft-max", "4", "--draft-min", "5"], "n-min")]:
         out = subprocess.run([_find_binary(), "serve", "-m", TRAINED, "--port", "0", *args],
                              capture_output=True, text=True, timeout=30)
