@@ -9,7 +9,10 @@ tried / accepted and whether the answer equals the configuration without drafts.
 
     bench/spec_server_bench.py --agentkv build/agentkv --llama-server PEER/build/bin/llama-server \\
         --model trained/agentkv-tiny/model.gguf [--file trained/agentkv-tiny/heldout.txt] \\
-        [--tokens 300] [--runs 5] [--threads 2]
+        [--tokens 300] [--runs 5] [--threads 2] [--draft-model SMALL.gguf] [--only-draft-model]
+
+--draft-model adds draft-simple rows (-md): agentkv's (adaptive length, p_min 0.75) and llama.cpp's
+with its defaults (n_max 3, p_min 0) and with agentkv's p_min and n_max 16.
 
 Without --llama-server only agentkv's rows are measured.
 """
@@ -105,18 +108,31 @@ def main():
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draft-model")
+    ap.add_argument("--only-draft-model", action="store_true", help="skip the n-gram rows")
     a = ap.parse_args()
     prompt = agent_edit_prompt(a.file, a.file_chars)
     tmp = tempfile.mkdtemp(prefix="spec-bench-")
     common = ["-m", a.model, "--port", "0", "-t", str(a.threads), "-c", "4096", "-np", "1"]
-    configs = [("agentkv", "none", [a.agentkv, "serve", *common]),
-               ("agentkv", "ngram-simple", [a.agentkv, "serve", *common, "--spec-type", "ngram-simple"]),
-               ("agentkv", "ngram-simple, fixed n_max 32", [a.agentkv, "serve", *common, "--spec-type", "ngram-simple"])]
+    configs = [("agentkv", "none", [a.agentkv, "serve", *common])]
+    if not a.only_draft_model:
+        configs += [("agentkv", "ngram-simple", [a.agentkv, "serve", *common, "--spec-type", "ngram-simple"]),
+                    ("agentkv", "ngram-simple, fixed n_max 32", [a.agentkv, "serve", *common, "--spec-type", "ngram-simple"])]
+    if a.draft_model:
+        configs += [("agentkv", "draft-simple", [a.agentkv, "serve", *common, "-md", a.draft_model]),
+                    ("agentkv", "draft-simple, fixed n_max 4", [a.agentkv, "serve", *common, "-md", a.draft_model,
+                                                                "--draft-max", "4"])]
     if a.llama_server:
         llama = [a.llama_server, *common, "--host", "127.0.0.1", "--no-webui"]
         configs.append(("llama.cpp", "none", llama))
-        for kind in ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]:
-            configs.append(("llama.cpp", kind, [*llama, "--spec-type", kind]))
+        if not a.only_draft_model:
+            for kind in ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]:
+                configs.append(("llama.cpp", kind, [*llama, "--spec-type", kind]))
+        if a.draft_model:
+            configs += [("llama.cpp", "draft-simple (defaults)", [*llama, "-md", a.draft_model, "--spec-type", "draft-simple"]),
+                        ("llama.cpp", "draft-simple, n_max 16 p_min 0.75",
+                         [*llama, "-md", a.draft_model, "--spec-type", "draft-simple", "--spec-draft-n-max", "16",
+                          "--spec-draft-p-min", "0.75"])]
     rows, plain = [], {}
     for engine, kind, cmd in configs:
         server = Server(cmd, os.path.join(tmp, "%s-%s.log" % (engine, kind)))

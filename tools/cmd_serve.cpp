@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "agentkv/error.h"
 #include "agentkv/ggml_type.h"
 #include "agentkv/pooling.h"
 #include "agentkv/retention.h"
@@ -110,9 +111,17 @@ const char* const kUsage =
     "  --backend-sampling              accepted: agentkv samples on the CPU\n"
     "  --media-path DIR                images may name files under DIR as file://RELATIVE/PATH (llama-server's; no\n"
     "                                  '..', nothing outside DIR even through links; default: file:// refused)\n"
-    "  --spec-type ngram-simple        speculative decoding with n-gram drafts from each request's own context\n"
-    "                                  (also ngram, ngram-map-k, ngram-mod, ...: the same lookup; none: off, the\n"
+    "  --spec-type TYPES               speculative decoding, comma-separated: ngram-simple, n-gram drafts from\n"
+    "                                  each request's own context (also ngram, ngram-map-k, ngram-mod, ...: the\n"
+    "                                  same lookup); draft-simple, drafts from the -md model; none: off, the\n"
     "                                  default); output unchanged at any temperature (docs/speculative.md)\n"
+    "  -md, --spec-draft-model, --model-draft FILE\n"
+    "                                  a draft model with the model's vocabulary (implies --spec-type draft-simple)\n"
+    "  --spec-draft-p-min, --draft-p-min P  a draft model's draft ends at its first token less than P probable\n"
+    "                                  (default 0.75; request: speculative.p_min)\n"
+    "  -td, --spec-draft-threads N     the draft model's threads (default: --threads')\n"
+    "  -ctkd, -ctvd T                  the draft model's K / V cache types (default f16; as -ctk)\n"
+    "  -ngld, --spec-draft-ngl N       accepted: agentkv runs on the CPU\n"
     "  --spec-draft-n-max, --draft-max N  drafts per step at most (default 64, at most 64; 32 for models with\n"
     "                                  sliding-window layers; request: speculative.n_max);\n"
     "                                  how many pay is measured as the server runs (docs/speculative.md)\n"
@@ -208,18 +217,44 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (kv_budget < 0 || kv_budget > INT32_MAX) throw std::invalid_argument("--kv-budget: a token count");
   cfg.kv_budget = static_cast<uint32_t>(kv_budget);
   if (cfg.kv_budget > 0 && !cfg.context_shift) throw std::invalid_argument("--kv-budget needs --context-shift");
-  const std::string spec_type = a.str("--spec-type", "", "none");
-  if (spec_type != "none" && !server::is_ngram_spec_type(spec_type))
-    throw std::invalid_argument("--spec-type " + spec_type +
-                                ": agentkv drafts with ngram-simple (n-gram lookup in the context; ngram-map-k, "
-                                "ngram-map-k4v, ngram-mod and ngram-cache name the same), or none. draft-mtp, "
-                                "draft-simple and eagle3 are not served yet");
+  const std::string spec_type = a.str("--spec-type", "", "");
+  try {
+    cfg.spec_sources = server::parse_spec_types(spec_type.empty() ? "none" : spec_type);
+  } catch (const Error& e) {
+    throw std::invalid_argument("--spec-type " + std::string(e.what()));
+  }
+  cfg.draft_model_path = a.str("--spec-draft-model", "-md", "");
+  if (cfg.draft_model_path.empty()) cfg.draft_model_path = a.str("--model-draft", "", "");
+  // -md alone drafts with the model; a --spec-type without draft-simple would leave it unused.
+  if (!cfg.draft_model_path.empty() && spec_type.empty()) cfg.spec_sources.draft_model = true;
+  if (!cfg.draft_model_path.empty() && !cfg.spec_sources.draft_model)
+    throw std::invalid_argument("-md: --spec-type " + spec_type + " does not draft with a model (add draft-simple)");
+  if (cfg.draft_model_path.empty() && cfg.spec_sources.draft_model)
+    throw std::invalid_argument("--spec-type draft-simple needs a draft model (-md FILE)");
+  const std::string p_min = a.str("--spec-draft-p-min", "--draft-p-min", "0.75");
+  char* p_min_end = nullptr;
+  cfg.spec_p_min = std::strtof(p_min.c_str(), &p_min_end);
+  if (p_min_end == p_min.c_str() || *p_min_end != '\0' || !(cfg.spec_p_min >= 0.0f && cfg.spec_p_min <= 1.0f))
+    throw std::invalid_argument("--spec-draft-p-min must be a probability in [0, 1]");
+  const long long draft_threads = a.num("--spec-draft-threads", "-td", 0);
+  if (draft_threads == 0) cfg.draft_threads = static_cast<int>(a.num("--threads-draft", "", 0));
+  else cfg.draft_threads = static_cast<int>(draft_threads);
+  if (cfg.draft_threads < 0 || cfg.draft_threads > 1024) throw std::invalid_argument("-td: a thread count");
+  std::string type = a.str("--spec-draft-type-k", "-ctkd", "");
+  if (type.empty()) type = a.str("--cache-type-k-draft", "", "f16");
+  cfg.draft_type_k = parse_kv_cache_type(type, "-ctkd");
+  type = a.str("--spec-draft-type-v", "-ctvd", "");
+  if (type.empty()) type = a.str("--cache-type-v-draft", "", "f16");
+  cfg.draft_type_v = parse_kv_cache_type(type, "-ctvd");
+  // Where the draft model's layers go: agentkv runs on the CPU.
+  a.str("--spec-draft-ngl", "-ngld", "");
+  a.str("--gpu-layers-draft", "--n-gpu-layers-draft", "");
   const long long draft_max = a.num("--spec-draft-n-max", "--draft-max", server::kDefaultDraftMax);
   const long long draft_min = a.num("--spec-draft-n-min", "--draft-min", 0);
   if (draft_max < 0 || draft_max > static_cast<long long>(kMaxDraft))
     throw std::invalid_argument("--spec-draft-n-max must be in [0, " + std::to_string(kMaxDraft) + "]");
   if (draft_min < 0 || draft_min > draft_max) throw std::invalid_argument("--spec-draft-n-min must be in [0, --spec-draft-n-max]");
-  cfg.spec_n_max = spec_type == "none" ? 0 : static_cast<int32_t>(draft_max);
+  cfg.spec_n_max = cfg.spec_sources.any() ? static_cast<int32_t>(draft_max) : 0;
   cfg.spec_n_min = static_cast<int32_t>(draft_min);
   while (a.flag("--no-ui", "--no-webui")) cfg.webui = false;
   while (a.flag("--ui", "--webui")) cfg.webui = true;

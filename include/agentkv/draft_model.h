@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agentkv/context.h"
+#include "agentkv/ggml_type.h"
 #include "agentkv/model.h"
 #include "agentkv/tokenizer.h"
 
@@ -26,6 +27,7 @@ struct DraftModelParams {
   uint32_t n_ctx = 4096;   // K/V cells shared by them (untouched cells cost no memory)
   uint32_t n_ubatch = 512;
   int n_threads = 2;
+  GgmlType type_k = GgmlType::F16, type_v = GgmlType::F16;  // its K/V rows (llama.cpp's -ctkd / -ctvd)
 };
 
 class DraftModel {

@@ -34,6 +34,8 @@ ContextParams draft_context_params(const DraftModelParams& p) {
   cp.n_ubatch = p.n_ubatch;
   cp.n_seq_max = std::max<uint32_t>(1, p.n_seq);
   cp.n_threads = p.n_threads;
+  cp.kv.type_k = p.type_k;
+  cp.kv.type_v = p.type_v;
   return cp;
 }
 

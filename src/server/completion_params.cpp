@@ -122,9 +122,10 @@ Json CompletionParams::to_json() const {
       {"grammar", grammar.grammar ? grammar.grammar->source : std::string()},
       {"grammar_lazy", grammar.lazy},
       {"grammar_triggers", grammar.triggers},
-      {"speculative.type", spec_n_max > 0 ? "ngram-simple" : "none"},
+      {"speculative.type", spec_n_max > 0 ? spec_sources.name() : "none"},
       {"speculative.n_max", spec_n_max},
       {"speculative.n_min", spec_n_min},
+      {"speculative.p_min", spec_p_min},
       {"speculative.adaptive", spec_adaptive},
   };
 }
@@ -186,15 +187,22 @@ namespace {
 // llama-server's flat "speculative.*" fields (it reads n_max / n_min / type when built with them).
 void read_speculative(const Json& body, const CompletionParams& defaults, CompletionParams& p) {
   const int32_t n_max_default = defaults.spec_n_max > 0 ? defaults.spec_n_max : kDefaultDraftMax;
-  const std::string type = read_string(body, "speculative.type", defaults.spec_n_max > 0 ? "ngram-simple" : "none");
-  if (type != "none" && !is_ngram_spec_type(type))
-    throw invalid_request("speculative.type '" + type + "': agentkv drafts with none or ngram-simple (n-gram lookup in the context)");
+  const std::string type = read_string(body, "speculative.type", defaults.spec_n_max > 0 ? defaults.spec_sources.name() : "none");
+  try {
+    p.spec_sources = parse_spec_types(type);
+  } catch (const Error& e) {
+    throw invalid_request("speculative.type: " + std::string(e.what()));
+  }
+  // The draft model is the server's: a request may use it when the server drafts with it.
+  if (p.spec_sources.draft_model && !defaults.spec_sources.draft_model)
+    throw invalid_request("speculative.type '" + type + "': this server has no draft model (start it with -md FILE)");
   p.spec_n_max = static_cast<int32_t>(read_int(body, "speculative.n_max", n_max_default, 0, kMaxDraft));
-  if (type == "none") p.spec_n_max = 0;
+  if (!p.spec_sources.any()) p.spec_n_max = 0;
   p.spec_n_min = static_cast<int32_t>(read_int(body, "speculative.n_min", defaults.spec_n_min, 0, kMaxDraft));
   p.spec_adaptive = read_bool(body, "speculative.adaptive", true);
-  const double p_min = read_number(body, "speculative.p_min", 0.75);
+  const double p_min = read_number(body, "speculative.p_min", defaults.spec_p_min);
   if (!(p_min >= 0.0 && p_min <= 1.0)) throw invalid_request("speculative.p_min must be in [0, 1]");
+  p.spec_p_min = static_cast<float>(p_min);
   if (p.spec_n_min > p.spec_n_max && p.spec_n_max > 0)
     throw invalid_request("speculative.n_min (" + std::to_string(p.spec_n_min) + ") is above speculative.n_max (" +
                           std::to_string(p.spec_n_max) + ")");
@@ -202,9 +210,29 @@ void read_speculative(const Json& body, const CompletionParams& defaults, Comple
 
 }  // namespace
 
-bool is_ngram_spec_type(const std::string& type) {
-  return type == "ngram-simple" || type == "ngram" || type == "ngram-map-k" || type == "ngram-map-k4v" ||
-         type == "ngram-mod" || type == "ngram-cache";
+std::string SpecSources::name() const {
+  if (ngram && draft_model) return "ngram-simple,draft-simple";
+  return ngram ? "ngram-simple" : draft_model ? "draft-simple" : "none";
+}
+
+SpecSources parse_spec_types(const std::string& names) {
+  SpecSources s;
+  size_t start = 0;
+  while (start <= names.size()) {
+    const size_t comma = std::min(names.find(',', start), names.size());
+    const std::string name = names.substr(start, comma - start);
+    start = comma + 1;
+    if (name == "ngram-simple" || name == "ngram" || name == "ngram-map-k" || name == "ngram-map-k4v" ||
+        name == "ngram-mod" || name == "ngram-cache")
+      s.ngram = true;
+    else if (name == "draft-simple")
+      s.draft_model = true;
+    else if (name != "none")
+      throw Error("'" + name + "': agentkv drafts with none, the n-gram kinds (ngram-simple, ngram-map-k, ngram-map-k4v, "
+                  "ngram-mod, ngram-cache: one lookup) and draft-simple (a draft model, -md); draft-mtp, eagle3 and "
+                  "the others are not served yet");
+  }
+  return s;
 }
 
 CompletionParams parse_completion_params(const Json& body, int n_slots, int64_t n_vocab, const CompletionParams& defaults,

@@ -38,6 +38,14 @@ std::vector<Token> tokenize_prompt(const Tokenizer& tok, const std::vector<Promp
 
 constexpr uint32_t kRandomSeed = 0xFFFFFFFFu;  // llama.cpp's LLAMA_DEFAULT_SEED: draw a random seed
 
+// Where a request's drafts come from (speculative decoding, docs/speculative.md).
+struct SpecSources {
+  bool ngram = false;        // n-gram lookup in the context (then the namespace's other sequences)
+  bool draft_model = false;  // the server's draft model (-md), when the lookup finds none
+  bool any() const { return ngram || draft_model; }
+  std::string name() const;  // llama.cpp's names, comma-separated; "none"
+};
+
 struct CompletionParams {
   CompletionParams() { sampling.seed = kRandomSeed; }
 
@@ -80,12 +88,15 @@ struct CompletionParams {
   int32_t reasoning_budget = -1;
   std::string reasoning_start, reasoning_end;
   bool reasoning_open = false;
-  // Speculative decoding (docs/speculative.md): n-gram drafts from the sequence's own context, at
-  // most spec_n_max per step (0: off), none when fewer than spec_n_min are found. The server's
-  // --spec-type / --draft-max / --draft-min give the defaults; "speculative.type" ("none",
-  // "ngram-simple"), "speculative.n_max" and "speculative.n_min" override them per request.
+  // Speculative decoding (docs/speculative.md): drafts from spec_sources, at most spec_n_max per
+  // step (0: off), none when fewer than spec_n_min are found; a draft model's drafts end at its
+  // first token less than spec_p_min probable. The server's --spec-type / --draft-max / --draft-min
+  // / --draft-p-min give the defaults; "speculative.type", "speculative.n_max", "speculative.n_min"
+  // and "speculative.p_min" override them per request.
   int32_t spec_n_max = 0;
   int32_t spec_n_min = 0;
+  SpecSources spec_sources;
+  float spec_p_min = 0.75f;
   // "speculative.adaptive" (agentkv): true, the length that pays on this machine and text
   // (server/draft_policy.h); false, n_max whenever the lookup finds that many (tests, benchmarks).
   bool spec_adaptive = true;
@@ -97,9 +108,11 @@ struct CompletionParams {
 
 // Drafts per step when speculation is on and no n_max is given (llama-server's --spec-draft-n-max).
 inline constexpr int32_t kDefaultDraftMax = 64;
-// The --spec-type names agentkv serves with its n-gram lookup (llama.cpp's n-gram kinds; each is
-// prompt lookup in the sequence's own context here).
-bool is_ngram_spec_type(const std::string& type);
+// llama.cpp's --spec-type / speculative.type value, comma-separated names: "none"; the n-gram
+// kinds (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache: one lookup in the
+// sequence's context and its namespace's other sequences serves them all); "draft-simple" (the
+// -md draft model). Throws agentkv::Error naming a kind agentkv does not serve.
+SpecSources parse_spec_types(const std::string& names);
 
 // Reads the fields above from a request body. n_slots bounds id_slot, n_vocab the token ids of
 // logit_bias; `tok` tokenizes logit_bias keys given as text (none: such keys are a 400). Sampling values the sampler would refuse (repeat_penalty <= 0, repeat_last_n < -1)

@@ -51,8 +51,8 @@ class DraftPolicy {
     accepted_ = trials_ = 0.0;
   }
   // The drafts to try this step (0: none) when the batch already holds `rows` rows besides this
-  // slot's token.
-  size_t next(size_t rows, const PassCost& cost) {
+  // slot's token; each draft costs draft_ms to make (a draft model's step; 0 for a lookup).
+  size_t next(size_t rows, const PassCost& cost, double draft_ms = 0.0) {
     if (n_max_ == 0) return 0;
     const double a = acceptance();
     const double base = cost.ms(rows + 1);
@@ -61,7 +61,7 @@ class DraftPolicy {
     for (size_t k = 1; k <= n_max_; ++k) {
       power *= a;
       expected += power;
-      const double rate = expected / cost.ms(rows + 1 + k);
+      const double rate = expected / (cost.ms(rows + 1 + k) + draft_ms * static_cast<double>(k));
       if (rate > best_rate * 1.02) best = k, best_rate = rate;  // a longer pass must be worth 2 % more
     }
     // Not drafting, the evidence fades (~30 steps) and the estimate returns to the prior: a

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "agentkv/context.h"
+#include "agentkv/draft_model.h"
 #include "agentkv/model.h"
 #include "agentkv/page_tiers.h"
 #include "agentkv/redis_page_tier.h"
@@ -21,6 +22,8 @@ struct Engine {
   std::unique_ptr<Context> ctx;
   std::unique_ptr<ChatFormatter> chat;
   std::unique_ptr<VisionEncoder> vision;  // --mmproj: images in chat requests
+  std::unique_ptr<Model> draft_model;     // -md: speculative decoding's draft model ...
+  std::unique_ptr<DraftModel> drafter;    // ... and its memory of each slot's tokens
   std::unique_ptr<Scheduler> scheduler;
 };
 

@@ -84,6 +84,8 @@ HttpServer::HttpServer(const ServerConfig& cfg) : cfg_(cfg), svr_(transport_limi
   request_defaults_.n_predict = cfg.n_predict;
   request_defaults_.spec_n_max = cfg.spec_n_max;
   request_defaults_.spec_n_min = cfg.spec_n_min;
+  request_defaults_.spec_sources = cfg.spec_sources;
+  request_defaults_.spec_p_min = cfg.spec_p_min;
   request_defaults_.verbose = cfg.verbose;  // --verbose: every OpenAI response carries __verbose (llama-server)
   request_defaults_.sampling.temperature = cfg.temperature;
   request_defaults_.sampling.seed = cfg.seed < 0 ? kRandomSeed : static_cast<uint32_t>(cfg.seed);
@@ -187,6 +189,21 @@ bool HttpServer::load() {
                std::filesystem::path(cfg_.mmproj_path).filename().string().c_str(), seconds_since(t_vision),
                cfg_.image_cache_bytes / 1048576.0);
     }
+    if (!cfg_.draft_model_path.empty()) {
+      const auto t_draft = Clock::now();
+      e->draft_model = Model::load(cfg_.draft_model_path);
+      DraftModelParams dp;
+      dp.n_seq = static_cast<uint32_t>(cfg_.n_slots);
+      dp.n_ctx = n_positions;  // the slots share it, as they share the model's
+      dp.n_ubatch = cp.n_ubatch;
+      dp.n_threads = cfg_.draft_threads > 0 ? cfg_.draft_threads : cp.n_threads;
+      dp.type_k = cfg_.draft_type_k;
+      dp.type_v = cfg_.draft_type_v;
+      e->drafter = std::make_unique<DraftModel>(*e->draft_model, *e->model, dp);
+      log_line("draft model %s loaded in %.2f s: %s, %d layers (speculative decoding draft-simple, p_min %.2f)",
+               std::filesystem::path(cfg_.draft_model_path).filename().string().c_str(), seconds_since(t_draft),
+               e->draft_model->config().arch_key.c_str(), e->draft_model->config().n_layer, cfg_.spec_p_min);
+    }
     SchedulerConfig sc;
     sc.n_slots = cfg_.n_slots;
     sc.n_ctx = n_positions;
@@ -213,6 +230,7 @@ bool HttpServer::load() {
                sc.kv_budget > 0 ? std::min(sc.kv_budget, n_positions) : n_positions, evict_policy_name(sc.kv_evict));
     }
     e->scheduler = std::make_unique<Scheduler>(*e->ctx, tok, sc);
+    if (e->drafter) e->scheduler->set_draft_model(e->drafter.get());
     if (!cfg_.cache_redis.empty() || !cfg_.cache_dir.empty() || cfg_.cache_warm_bytes > 0) {
       // Hybrid models' recurrent snapshots go to the same tiers as their pages.
       if (!cfg_.cache_redis.empty()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "agentkv/kv_options.h"
+#include "server/completion_params.h"
 
 namespace agentkv::server {
 
@@ -66,10 +67,16 @@ struct ServerConfig {
   std::string reasoning_format;      // --reasoning-format: requests' default reasoning_format; "": auto
   int32_t reasoning_budget = -1;     // --reasoning-budget: chat requests' default reasoning_budget_tokens; -1: none
   int enable_thinking = -1;          // --reasoning on (1) / off (0): chat_template_kwargs.enable_thinking; -1: the template's
-  // Speculative decoding (--spec-type ngram-simple, docs/speculative.md): requests' default drafts
-  // per step at most (0: off) and at least (--spec-draft-n-max / --draft-max, --spec-draft-n-min).
+  // Speculative decoding (--spec-type, docs/speculative.md): requests' default drafts per step at
+  // most (0: off) and at least (--spec-draft-n-max / --draft-max, --spec-draft-n-min), where they
+  // come from, and a draft model's confidence floor (--spec-draft-p-min).
   int32_t spec_n_max = 0;
   int32_t spec_n_min = 0;
+  SpecSources spec_sources;
+  float spec_p_min = 0.75f;
+  std::string draft_model_path;  // -md: the draft model (draft-simple); "": none
+  int draft_threads = 0;         // -td: its threads (0: --threads')
+  GgmlType draft_type_k = GgmlType::F16, draft_type_v = GgmlType::F16;  // -ctkd / -ctvd: its K/V rows
 };
 
 // Listens, loads the model (answering 503 meanwhile), serves until SIGINT or SIGTERM.

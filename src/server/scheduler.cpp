@@ -395,7 +395,11 @@ std::vector<Token> Scheduler::draft_for(Slot& s, size_t room, size_t other_rows)
   const CompletionParams& p = s.task->params;
   // The policy's length (what pays on this machine and text), or n_max when asked for a fixed one.
   const size_t n_max = static_cast<size_t>(std::max(0, p.spec_n_max));
-  size_t k = std::min({p.spec_adaptive ? s.draft_policy.next(other_rows, pass_cost_) : n_max, room, max_drafts(ctx_.model().config())});
+  DraftModel* drafter = p.spec_sources.draft_model ? drafter_ : nullptr;
+  // A draft model's drafts cost its own steps besides their rows in the pass.
+  const double draft_ms = drafter && !p.spec_sources.ngram ? drafter->ms_per_draft() : 0.0;
+  size_t k = std::min({p.spec_adaptive ? s.draft_policy.next(other_rows, pass_cost_, draft_ms) : n_max, room,
+                       max_drafts(ctx_.model().config())});
   // Every draft must fit before the context's end (or --kv-budget), where a generation shifts or
   // ends: a pass never crosses it.
   const size_t at = cached(s).size() + s.replay.size() + 1;  // positions held once pending is in
@@ -407,13 +411,19 @@ std::vector<Token> Scheduler::draft_for(Slot& s, size_t room, size_t other_rows)
   std::vector<Token> history(cached(s).begin(), cached(s).end());
   history.insert(history.end(), s.replay.begin(), s.replay.end());
   history.push_back(s.pending);
-  std::vector<Token> drafts = ngram_draft(history, k);
-  if (drafts.size() < k) {
-    // What other sessions of the namespace hold: a text another agent wrote, read or was told.
-    history.insert(history.end(), drafts.begin(), drafts.end());
-    const std::vector<Token> recalled = memory_->recall(s.id, history, k - drafts.size());
-    drafts.insert(drafts.end(), recalled.begin(), recalled.end());
+  std::vector<Token> drafts;
+  if (p.spec_sources.ngram) {
+    drafts = ngram_draft(history, k);
+    if (drafts.size() < k) {
+      // What other sessions of the namespace hold: a text another agent wrote, read or was told.
+      std::vector<Token> extended = history;
+      extended.insert(extended.end(), drafts.begin(), drafts.end());
+      const std::vector<Token> recalled = memory_->recall(s.id, extended, k - drafts.size());
+      drafts.insert(drafts.end(), recalled.begin(), recalled.end());
+    }
   }
+  // The draft model when the text holds nothing to copy (llama.cpp's order: n-gram kinds first).
+  if (drafts.empty() && drafter) drafts = drafter->draft(s.id, history, k, p.spec_p_min);
   // An image row's id is no token to draft.
   drafts.erase(std::find_if(drafts.begin(), drafts.end(), [](Token t) { return t < 0; }), drafts.end());
   // Drafts the grammar forbids would be rejected: they are cut before the pass.

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "agentkv/context.h"
+#include "agentkv/draft_model.h"
 #include "agentkv/session_state.h"
 #include "agentkv/page_tier.h"
 #include "agentkv/prefix_cache.h"
@@ -116,6 +117,9 @@ class Scheduler {
   size_t cached_prefix(std::span<const Token> prompt, const std::string& cache_salt);
   // Pages shared with other instances (docs/deploy.md); null: none. Set before start().
   void set_page_tier(PageTier* tier);
+  // The draft model requests with speculative.type draft-simple draft with; null: none. Set
+  // before start().
+  void set_draft_model(DraftModel* drafter) { drafter_ = drafter; }
   // Installs a sequence state (session_state.h, with tokens) into the slot; returns its tokens.
   size_t restore_slot(int id, std::span<const uint8_t> blob, const std::string& what);
   size_t erase_slot(int id);  // returns the tokens dropped
@@ -189,6 +193,7 @@ class Scheduler {
   // and the tool format's markers).
   std::map<std::vector<Token>, std::unique_ptr<grammar::TokenTrie>> token_tries_;
   MatcherCache matchers_;
+  DraftModel* drafter_ = nullptr;  // -md (agentkv/draft_model.h)
   PassCost pass_cost_;            // what generation batches cost by rows (how long drafts pay)
   bool no_drafts_next_ = false;  // the last batch found no room with drafts: the next goes without
   bool stopping_ = false;

@@ -68,6 +68,9 @@ void HttpServer::props(Response& res) {
                      // use (llama-server's is n_ctx / slots); the pool is what all share, cached
                      // pages (--cache-ram) included (docs/server.md, "Context").
                      {"n_ctx_request", e.scheduler->config().n_ctx},
+                     // -md: the draft model speculative.type draft-simple drafts with (null: none).
+                     {"draft_model", e.draft_model ? Json(std::filesystem::path(cfg_.draft_model_path).filename().string())
+                                                   : Json(nullptr)},
                      {"n_ctx_pool", e.ctx->params().n_ctx},
                      {"model_alias", model_name_},
                      // the file name only: absolute paths of the host are not the clients' business

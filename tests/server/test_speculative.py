@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from conftest import MEMORY_MODELS, REPO, Server, metric, model_file
+from conftest import FIXTURES, MEMORY_MODELS, REPO, Server, metric, model_file
 
 CHECK_ENV = {"AGENTKV_CHECK_MEMORY": "1"}  # the prefix cache's bookkeeping verified after every step
 TRAINED = os.path.join(REPO, "trained", "agentkv-tiny", "model.gguf")
@@ -206,6 +206,82 @@ def test_settings_are_reported_and_checked(tmp_path_factory):
         status, body = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi hi hi"}],
                                                             "max_tokens": 8, "speculative.n_max": 4})
         assert status == 200, body
+    finally:
+        server.stop()
+
+
+def draft_model_file(target, draft):
+    return os.path.join(FIXTURES, "models", draft) if draft.endswith(".gguf") else model_file(target)
+
+
+@pytest.mark.parametrize("target,draft", [("dense", "qwen3-micro-q8_0.gguf"), ("hybrid", "self"), ("gemma3", "self")])
+def test_draft_model_changes_no_token(tmp_path_factory, target, draft):
+    """-md: drafts from a draft model (its Q8_0 copy; the model itself on a hybrid, whose draft memory
+    rolls its recurrent state back after each draft, and on Gemma 3's window memory) are verified as
+    n-gram drafts are: every answer is the plain one, greedy and sampled, 1 and 4 slots at once."""
+    server = Server(tmp_path_factory.mktemp("spec-md-" + target), "-np", "4", "-c", "4096", "--metrics",
+                    "--batch-invariant", "-md", draft_model_file(target, draft), model=model_file(target), env=CHECK_ENV)
+    try:
+        _, props = server.get("/props")
+        assert props["draft_model"] == os.path.basename(draft_model_file(target, draft))
+        assert props["default_generation_settings"]["params"]["speculative.type"] == "draft-simple"
+        rng = random.Random(7 + len(target))
+        cases = [dict(random_case(rng, t), **{"speculative.p_min": 0.0}) for t in [0, 0.9, 3.0, 0, 0.9]]
+        # Text the model writes on its own, greedy: a draft model that is the model (or its Q8_0
+        # copy) foresees most of it.
+        cases.append({"prompt": "Once upon a time", "n_predict": 40, "temperature": 0, "return_tokens": True,
+                      "speculative.p_min": 0.0, **drafting(8)})
+        expected = [complete(server, plain(c))["tokens"] for c in cases]
+        drafted = accepted = 0
+        for case, want in zip(cases, expected):
+            got = complete(server, case)
+            assert got["tokens"] == want, (target, case)
+            drafted += got["timings"].get("draft_n", 0)
+            accepted += got["timings"].get("draft_n_accepted", 0)
+        assert 0 < accepted < drafted, (target, accepted, drafted)
+        if draft == "self":  # greedy and its own drafts: each one is the model's choice
+            t = got["timings"]
+            assert t["draft_n"] > 0 and t["draft_n_accepted"] == t["draft_n"], t
+        results = [None] * 4
+
+        def run(i):
+            results[i] = complete(server, cases[i])["tokens"]
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert results == expected[:4], target
+        # A floor above every probability: the draft model drafts nothing, the answer is unchanged.
+        none = complete(server, dict(cases[-1], **{"speculative.p_min": 1.0}))
+        assert none["tokens"] == expected[-1] and none["timings"].get("draft_n", 0) == 0
+        # Both sources: n-gram drafts first, the draft model where the text holds nothing to copy.
+        both = complete(server, dict(cases[0], **{"speculative.type": "ngram-simple,draft-simple"}))
+        assert both["tokens"] == expected[0]
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log()
+
+
+def test_draft_model_flags_are_checked(tmp_path_factory):
+    import subprocess
+    from conftest import _find_binary
+    dense = model_file("dense")
+    for args, message in [(["--spec-type", "draft-simple"], "-md"),
+                          (["-md", model_file("gemma3")], "cannot draft"),
+                          (["-md", dense, "--spec-type", "ngram-simple"], "draft-simple"),
+                          (["-md", dense, "--draft-p-min", "1.5"], "p-min")]:
+        out = subprocess.run([_find_binary(), "serve", "-m", dense, "--port", "0", *args],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and message in out.stderr + out.stdout, (args, out.stderr)
+    # A request may not name a draft model the server does not have.
+    server = start(tmp_path_factory, "dense", slots=1)
+    try:
+        status, body = server.post("/completion", {"prompt": "x", "n_predict": 1, "speculative.type": "draft-simple"})
+        assert status == 400 and "draft model" in body["error"]["message"], body
+        _, props = server.get("/props")
+        assert props["draft_model"] is None
     finally:
         server.stop()
 
