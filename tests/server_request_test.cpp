@@ -157,6 +157,13 @@ TEST(ServerPrompt, AcceptsStringTokenIdsAndMixedArrays) {
   EXPECT_EQ(error_of([] { parse_prompt(Json(3)); }).type(), ErrorType::InvalidRequest);
 }
 
+// Each prompt of a `prompt` value, parsed (what the completion route does per item).
+std::vector<std::vector<PromptPart>> parse_prompts(const Json& value) {
+  std::vector<std::vector<PromptPart>> prompts;
+  for (const Json& item : prompt_items(value)) prompts.push_back(parse_prompt(item));
+  return prompts;
+}
+
 // llama-server's rule: one prompt unless the array holds no token id at all.
 TEST(ServerPrompt, ListsOfPromptsAreArraysWithoutTokenIds) {
   EXPECT_EQ(parse_prompts(Json("a")).size(), 1u);

@@ -8,6 +8,7 @@
 #include "agentkv/error.h"
 #include "agentkv/sampling.h"
 #include "agentkv/seq_snapshot.h"
+#include "agentkv/token_match.h"
 
 namespace agentkv {
 
@@ -18,15 +19,12 @@ namespace {
 std::vector<Token> lookup_once(std::span<const Token> history, size_t k, size_t max_ngram, size_t min_ngram) {
   const size_t len = history.size();
   for (size_t n = std::min(max_ngram, len > 0 ? len - 1 : 0); n >= min_ngram && n > 0; --n) {
-    const std::span<const Token> tail = history.subspan(len - n);
-    // The latest earlier occurrence: its end is before the history's end, so something follows it.
-    for (size_t start = len - n; start-- > 0;) {
-      if (!std::equal(tail.begin(), tail.end(), history.begin() + static_cast<std::ptrdiff_t>(start))) continue;
-      const size_t from = start + n;
-      const size_t count = std::min(k, len - from);
-      return std::vector<Token>(history.begin() + static_cast<std::ptrdiff_t>(from),
-                                history.begin() + static_cast<std::ptrdiff_t>(from + count));
-    }
+    // The latest earlier occurrence of the last n tokens: something follows it.
+    const std::optional<size_t> from = after_latest_occurrence(history, history.last(n));
+    if (!from) continue;
+    const size_t count = std::min(k, len - *from);
+    return std::vector<Token>(history.begin() + static_cast<std::ptrdiff_t>(*from),
+                              history.begin() + static_cast<std::ptrdiff_t>(*from + count));
   }
   return {};
 }

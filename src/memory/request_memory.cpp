@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "agentkv/error.h"
+#include "agentkv/token_match.h"
 #include "memory/prompt_align.h"
 #include "memory/sequence_cache.h"
 
@@ -38,6 +39,7 @@ struct RequestMemory::Impl {
 
   MemoryInterface& mem() { return *hooks.memory; }
   PrefixCache* cache() const { return hooks.cache; }
+  size_t page_tokens() const { return cache() ? cache()->page_tokens() : 0; }  // 0: no prefix cache
   SequenceCache& at(MemorySeqId seq) {
     if (seq < 0 || seq >= static_cast<MemorySeqId>(seqs.size()))
       throw Error("request memory: sequence " + std::to_string(seq) + " out of range");
@@ -70,10 +72,7 @@ struct RequestMemory::Impl {
     pass.restore();
     mem().seq_rm(seq, static_cast<MemoryPos>(pass.base), -1);  // the K/V rows from the pass's start
     std::vector<CacheToken> given_back(s.tokens().begin() + static_cast<std::ptrdiff_t>(pass.base), s.tokens().end());
-    PageHashes hashes = std::move(s.hashes);  // the full pages before base keep theirs
-    s.truncate(pass.base);
-    if (cache()) hashes.resize(std::min(hashes.size(), pass.base / cache()->page_tokens()));
-    s.hashes = std::move(hashes);
+    s.truncate(pass.base, page_tokens());  // the full pages before base keep their hashes
     return given_back;
   }
   // seq leaves memory and its namespace.
@@ -86,7 +85,7 @@ struct RequestMemory::Impl {
     SequenceCache& s = at(seq);
     if (n >= s.size()) return true;
     if (!mem().seq_rm(seq, static_cast<MemoryPos>(n), -1)) return false;
-    s.truncate(n);
+    s.truncate(n, page_tokens());
     return true;
   }
 
@@ -259,7 +258,7 @@ PromptReuse RequestMemory::begin(MemorySeqId seq, std::span<const CacheToken> pr
       ++m.counters.shared_attaches;
       m.log(seq, "attached " + std::to_string(n) + " prompt tokens from cached pages");
     } else if (r.source == ReuseSource::Snapshot) {
-      s.truncate(n);
+      s.truncate(n, m.page_tokens());
       r.state_refused = target > 0 && n == 0;
       r.n_kept = n;
       if (n > 0) ++m.counters.snapshots_restored;
@@ -374,12 +373,10 @@ std::vector<CacheToken> RequestMemory::recall(MemorySeqId seq, std::span<const C
     const std::span<const CacheToken> tail = history.last(n);
     for (const SequenceCache* other : others) {
       const std::vector<CacheToken>& t = other->tokens();
-      for (size_t start = t.size() >= n + 1 ? t.size() - n : 0; start-- > 0;) {
-        if (!std::equal(tail.begin(), tail.end(), t.begin() + static_cast<std::ptrdiff_t>(start))) continue;
-        const size_t from = start + n;
-        return std::vector<CacheToken>(t.begin() + static_cast<std::ptrdiff_t>(from),
-                                       t.begin() + static_cast<std::ptrdiff_t>(std::min(t.size(), from + k)));
-      }
+      const std::optional<size_t> from = after_latest_occurrence(t, tail);
+      if (!from) continue;
+      return std::vector<CacheToken>(t.begin() + static_cast<std::ptrdiff_t>(*from),
+                                     t.begin() + static_cast<std::ptrdiff_t>(std::min(t.size(), *from + k)));
     }
   }
   return {};

@@ -32,10 +32,11 @@ void SequenceCache::clear() {
   hashes.clear();
 }
 
-void SequenceCache::truncate(size_t n) {
+void SequenceCache::truncate(size_t n, size_t page_tokens) {
   if (n >= tokens_.size()) return;
   tokens_.resize(n);
-  hashes.clear();  // the pages past n may change (RequestMemory::begin sets them again)
+  // The pages past n may change (RequestMemory::begin sets them again).
+  hashes.resize(page_tokens > 0 ? std::min(hashes.size(), n / page_tokens) : 0);
   std::erase_if(logits_, [n](const Logits& l) { return l.n_tokens > n; });
   forget_sent_beyond(n);
 }

@@ -28,8 +28,10 @@ class SequenceCache {
   void append(CacheToken t) { tokens_.push_back(t); }
   // The sequence left memory (its namespace and request stay).
   void clear();
-  // The first n tokens stay (n <= size()).
-  void truncate(size_t n);
+  // The first n tokens stay (n <= size()), and the hashes of the full pages among them (page_tokens:
+  // the prefix cache's page; 0: no cache, none kept): a chained page hash depends only on the
+  // tokens up to its page's end.
+  void truncate(size_t n, size_t page_tokens);
   // The sequence now holds `tokens` (attached pages, a restored state, a fake prefix, a shift),
   // with optional logits after the last one.
   void assume(std::vector<CacheToken> tokens, std::vector<float> logits = {});

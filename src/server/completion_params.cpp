@@ -61,12 +61,6 @@ std::vector<Json> prompt_items(const Json& value) {
   return items;
 }
 
-std::vector<std::vector<PromptPart>> parse_prompts(const Json& value, bool media_allowed) {
-  std::vector<std::vector<PromptPart>> prompts;
-  for (const Json& item : prompt_items(value)) prompts.push_back(parse_prompt(item, media_allowed));
-  return prompts;
-}
-
 std::vector<Token> tokenize_prompt(const Tokenizer& tok, const std::vector<PromptPart>& parts, bool add_special,
                                    bool parse_special) {
   std::vector<Token> out;
@@ -199,7 +193,7 @@ void read_speculative(const Json& body, const CompletionParams& defaults, Comple
   p.spec_n_max = static_cast<int32_t>(read_int(body, "speculative.n_max", n_max_default, 0, kMaxDraft));
   if (!p.spec_sources.any()) p.spec_n_max = 0;
   p.spec_n_min = static_cast<int32_t>(read_int(body, "speculative.n_min", defaults.spec_n_min, 0, kMaxDraft));
-  p.spec_adaptive = read_bool(body, "speculative.adaptive", true);
+  p.spec_adaptive = read_bool(body, "speculative.adaptive", defaults.spec_adaptive);
   const double p_min = read_number(body, "speculative.p_min", defaults.spec_p_min);
   if (!(p_min >= 0.0 && p_min <= 1.0)) throw invalid_request("speculative.p_min must be in [0, 1]");
   p.spec_p_min = static_cast<float>(p_min);

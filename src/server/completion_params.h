@@ -22,14 +22,13 @@ struct PromptPart {
 };
 
 // One prompt. Throws invalid_request for anything else (numbers that are not token ids, nested
-// arrays: a list of prompts is parse_prompts'). media_allowed: a {"prompt_string", "multimodal_data"}
+// arrays: a list of prompts is prompt_items'). media_allowed: a {"prompt_string", "multimodal_data"}
 // object is one (its text; the media are prompt_media's), else that is a 400.
 std::vector<PromptPart> parse_prompt(const Json& value, bool media_allowed = false);
 // `prompt` as one or several prompts (llama-server's rule): a string, a {"prompt_string"} object,
 // or an array of token ids (strings mixed in) is one prompt; any other array is a list of prompts,
-// each of those forms. prompt_items gives each prompt's JSON.
+// each of those forms; one item per prompt (each parse_prompt's).
 std::vector<Json> prompt_items(const Json& value);
-std::vector<std::vector<PromptPart>> parse_prompts(const Json& value, bool media_allowed = false);
 
 // Tokenizes the text parts (BOS only before the first part, when add_special and the vocabulary
 // asks for it) and checks every id against the vocabulary.

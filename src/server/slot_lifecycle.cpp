@@ -190,12 +190,12 @@ void Scheduler::finish(Slot& slot, StopType stop, bool truncated) {
   r.id_slot = slot.id;
   r.n_prompt = static_cast<int32_t>(slot.task->prompt.size());
   r.n_decoded = slot.n_decoded;
-  r.n_cached = static_cast<int32_t>(cached(slot).size());
   r.timings = timings_of(slot, now);
   r.probs.assign(slot.probs.begin() + static_cast<std::ptrdiff_t>(slot.task->params.stream ? slot.probs_sent : 0),
                  slot.probs.end());
   settle_drafts(slot);
   absorb_given_back(slot);
+  r.n_cached = static_cast<int32_t>(cached(slot).size());  // with what a last pass gave back evaluated again
   if (slot.n_decoded > 0) memory_->keep_state(slot.id);  // the end of this turn's generation
   if (slot.task->return_state) {
     try {
