@@ -123,7 +123,9 @@ def main():
                     ("agentkv", "draft-simple, fixed n_max 4", [a.agentkv, "serve", *common, "-md", a.draft_model,
                                                                 "--draft-max", "4"])]
     if a.llama_server:
-        llama = [a.llama_server, *common, "--host", "127.0.0.1", "--no-webui"]
+        # No reasoning parsing: /completion's text is the model's (a random-weight model's output
+        # otherwise fails llama-server's format check with a 500).
+        llama = [a.llama_server, *common, "--host", "127.0.0.1", "--no-webui", "--reasoning-format", "none"]
         configs.append(("llama.cpp", "none", llama))
         if not a.only_draft_model:
             for kind in ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]:

@@ -119,6 +119,8 @@ const char* const kUsage =
     "                                  a draft model with the model's vocabulary (implies --spec-type draft-simple)\n"
     "  --spec-draft-p-min, --draft-p-min P  a draft model's draft ends at its first token less than P probable\n"
     "                                  (default 0.75; request: speculative.p_min)\n"
+    "  --no-spec-adaptive              requests draft n_max whenever found (speculative.adaptive false) instead\n"
+    "                                  of the length that pays on this machine (tests, benchmarks)\n"
     "  -td, --spec-draft-threads N     the draft model's threads (default: --threads')\n"
     "  -ctkd, -ctvd T                  the draft model's K / V cache types (default f16; as -ctk)\n"
     "  -ngld, --spec-draft-ngl N       accepted: agentkv runs on the CPU\n"
@@ -236,6 +238,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   cfg.spec_p_min = std::strtof(p_min.c_str(), &p_min_end);
   if (p_min_end == p_min.c_str() || *p_min_end != '\0' || !(cfg.spec_p_min >= 0.0f && cfg.spec_p_min <= 1.0f))
     throw std::invalid_argument("--spec-draft-p-min must be a probability in [0, 1]");
+  while (a.flag("--no-spec-adaptive")) cfg.spec_adaptive = false;
   const long long draft_threads = a.num("--spec-draft-threads", "-td", 0);
   if (draft_threads == 0) cfg.draft_threads = static_cast<int>(a.num("--threads-draft", "", 0));
   else cfg.draft_threads = static_cast<int>(draft_threads);

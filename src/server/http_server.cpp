@@ -86,6 +86,7 @@ HttpServer::HttpServer(const ServerConfig& cfg) : cfg_(cfg), svr_(transport_limi
   request_defaults_.spec_n_min = cfg.spec_n_min;
   request_defaults_.spec_sources = cfg.spec_sources;
   request_defaults_.spec_p_min = cfg.spec_p_min;
+  request_defaults_.spec_adaptive = cfg.spec_adaptive;
   request_defaults_.verbose = cfg.verbose;  // --verbose: every OpenAI response carries __verbose (llama-server)
   request_defaults_.sampling.temperature = cfg.temperature;
   request_defaults_.sampling.seed = cfg.seed < 0 ? kRandomSeed : static_cast<uint32_t>(cfg.seed);

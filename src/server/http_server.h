@@ -74,6 +74,7 @@ struct ServerConfig {
   int32_t spec_n_min = 0;
   SpecSources spec_sources;
   float spec_p_min = 0.75f;
+  bool spec_adaptive = true;     // --no-spec-adaptive: requests' speculative.adaptive default false
   std::string draft_model_path;  // -md: the draft model (draft-simple); "": none
   int draft_threads = 0;         // -td: its threads (0: --threads')
   GgmlType draft_type_k = GgmlType::F16, draft_type_v = GgmlType::F16;  // -ctkd / -ctvd: its K/V rows

@@ -51,8 +51,13 @@ class Server:
         # numerics: a drafted pass is a batch of k + 1 rows, which llama.cpp's numerics round
         # otherwise than one-row steps, and the draft length follows measured timings
         # (docs/speculative.md), so only those make "cached equals uncached" exact.
-        if os.environ.get("AGENTKV_TEST_SPEC") == "1" and "--spec-type" not in args and "--embedding" not in args:
-            args = (*args, "--spec-type", "ngram-simple")
+        # AGENTKV_TEST_SPEC=draft: every server drafts with a draft model, the model itself (its
+        # greedy drafts all accepted, sampled ones not always), besides the n-gram lookup.
+        spec = os.environ.get("AGENTKV_TEST_SPEC")
+        if spec in ("1", "draft") and "--spec-type" not in args and "-md" not in args and "--embedding" not in args:
+            args = (*args, "--spec-type", "ngram-simple" if spec == "1" else "ngram-simple,draft-simple")
+            if spec == "draft":  # 4 drafts a step whatever the cost model says (it would stop a self-draft)
+                args = (*args, "-md", model, "--draft-p-min", "0", "--no-spec-adaptive", "--draft-max", "4")
             if "--batch-invariant" not in args:
                 args = (*args, "--batch-invariant")
         cmd = [_find_binary(), "serve", "-m", model, "--port", "0", "-t", "2", *args]
