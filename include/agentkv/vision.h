@@ -28,6 +28,11 @@ struct ImageEmbedding {
   uint64_t content_hash = 0;
   double decode_seconds = 0;  // the file into pixels
   double encode_seconds = 0;  // preprocessing and the projector
+  // VisionEncoder::prepare: the preprocessed pixels, until VisionEncoder::project runs the
+  // projector on them and fills `rows` (null once projected, and for an image from the cache).
+  struct Pending;
+  std::shared_ptr<const Pending> pending;
+  bool projected() const { return !rows.empty(); }
 };
 
 // What bounds the images a request may send (checked from the header, before decoding).
@@ -57,6 +62,12 @@ class VisionEncoder {
   // set_cache_bytes, least recently used first out) without decoding. Thread-safe: one encode
   // runs at a time (the encoder uses every thread it was given).
   ImageEmbedding encode(const uint8_t* data, size_t size, const ImageInputLimits& limits = {}) const;
+  // encode in two halves, so that an image whose rows a cache already holds is never projected:
+  // prepare decodes and preprocesses (the same refusals), which gives the grid, n_tokens and the
+  // content hash, and takes the rows from the encoder cache when it has them; project runs the
+  // projector on a prepared image (no-op once projected), counting it as encoded and caching it.
+  ImageEmbedding prepare(const uint8_t* data, size_t size, const ImageInputLimits& limits = {}) const;
+  void project(ImageEmbedding& image) const;
   void set_cache_bytes(size_t bytes);  // 0: no cache (default 256 MiB)
   struct Stats {
     int64_t images_encoded = 0;   // decoded and run through the projector

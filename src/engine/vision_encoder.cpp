@@ -18,6 +18,11 @@
 
 namespace agentkv {
 
+struct ImageEmbedding::Pending {
+  std::vector<float> pixels;  // preprocessed: pixels_y rows of pixels_x RGB floats
+  XXH128_hash_t file_key;     // the encoder cache's key (the file's bytes)
+};
+
 struct VisionEncoder::Impl {
   std::unique_ptr<VisionProjector> projector;
   std::unique_ptr<ThreadPool> pool;
@@ -77,12 +82,13 @@ std::vector<float> VisionEncoder::encode_pixels(const float* pixels, int64_t nx,
 
 namespace {
 
-// Preprocesses and encodes decoded pixels (the caller holds the encoder's lock).
-ImageEmbedding encode_decoded(const VisionProjector& projector, ThreadPool& pool, const image::VisionPreprocessSpec& spec,
-                              const image::RgbImage& rgb, int64_t n_embd) {
+// Preprocesses decoded pixels and names them: the grid, the row count and the content hash, the
+// pixels kept for the projector (ImageEmbedding::pending).
+ImageEmbedding prepare_decoded(const image::VisionPreprocessSpec& spec, const image::RgbImage& rgb, int64_t n_embd,
+                               XXH128_hash_t file_key) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  const image::PreprocessedImage pre = image::preprocess_qwen_vl(rgb, spec);
+  image::PreprocessedImage pre = image::preprocess_qwen_vl(rgb, spec);
   ImageEmbedding e;
   e.source_x = rgb.width;
   e.source_y = rgb.height;
@@ -91,8 +97,7 @@ ImageEmbedding encode_decoded(const VisionProjector& projector, ThreadPool& pool
   e.grid_x = pre.grid_width / spec.merge;
   e.grid_y = pre.grid_height / spec.merge;
   e.n_embd = n_embd;
-  e.rows = projector.encode(pre.pixels.data(), pre.width, pre.height, pool);
-  e.n_tokens = static_cast<int64_t>(e.rows.size()) / e.n_embd;
+  e.n_tokens = e.grid_x * e.grid_y;  // the merger's output: one row per merged patch
   // Content key: the pixels as decoded and the grid they were resampled to (the preprocessing
   // spec is the projector's, whose identity the caller adds to its cache salt).
   XXH3_state_t* st = XXH3_createState();
@@ -102,24 +107,30 @@ ImageEmbedding encode_decoded(const VisionProjector& projector, ThreadPool& pool
   XXH3_64bits_update(st, rgb.rgb.data(), rgb.rgb.size());
   e.content_hash = XXH3_64bits_digest(st);
   XXH3_freeState(st);
+  auto pending = std::make_shared<ImageEmbedding::Pending>();
+  pending->pixels = std::move(pre.pixels);
+  pending->file_key = file_key;
+  e.pending = std::move(pending);
   e.encode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return e;
 }
 
 }  // namespace
 
-ImageEmbedding VisionEncoder::encode(const uint8_t* data, size_t size, const ImageInputLimits& limits) const {
+ImageEmbedding VisionEncoder::prepare(const uint8_t* data, size_t size, const ImageInputLimits& limits) const {
   using clock = std::chrono::steady_clock;
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mutex);
   const XXH128_hash_t key = XXH3_128bits(data, size);
-  for (auto it = m.lru.begin(); it != m.lru.end(); ++it) {
-    if (!XXH128_isEqual(it->key, key)) continue;
-    m.lru.splice(m.lru.begin(), m.lru, it);
-    ++m.stats.cache_hits;
-    ImageEmbedding hit = *it->image;
-    hit.decode_seconds = hit.encode_seconds = 0;
-    return hit;
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    for (auto it = m.lru.begin(); it != m.lru.end(); ++it) {
+      if (!XXH128_isEqual(it->key, key)) continue;
+      m.lru.splice(m.lru.begin(), m.lru, it);
+      ++m.stats.cache_hits;
+      ImageEmbedding hit = *it->image;
+      hit.decode_seconds = hit.encode_seconds = 0;
+      return hit;
+    }
   }
   const auto t0 = clock::now();
   image::ImageLimits l;
@@ -128,15 +139,45 @@ ImageEmbedding VisionEncoder::encode(const uint8_t* data, size_t size, const Ima
   l.max_side = limits.max_side;
   const image::RgbImage rgb = image::decode_image(data, size, l);
   const double decode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  ImageEmbedding e = encode_decoded(*m.projector, *m.pool, m.spec, rgb, output_width());
+  ImageEmbedding e = prepare_decoded(m.spec, rgb, output_width(), key);
   e.decode_seconds = decode_seconds;
+  return e;
+}
+
+void VisionEncoder::project(ImageEmbedding& e) const {
+  using clock = std::chrono::steady_clock;
+  if (e.projected() || !e.pending) return;
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  const ImageEmbedding::Pending& p = *e.pending;
+  for (auto it = m.lru.begin(); it != m.lru.end(); ++it) {  // another request projected it meanwhile
+    if (!XXH128_isEqual(it->key, p.file_key)) continue;
+    m.lru.splice(m.lru.begin(), m.lru, it);
+    ++m.stats.cache_hits;
+    e.rows = it->image->rows;
+    e.pending.reset();
+    return;
+  }
+  const auto t0 = clock::now();
+  e.rows = m.projector->encode(p.pixels.data(), e.pixels_x, e.pixels_y, *m.pool);
+  if (static_cast<int64_t>(e.rows.size()) != e.n_tokens * e.n_embd)
+    throw Error("vision encoder: the projector wrote " + std::to_string(e.rows.size()) + " floats for a grid of " +
+                std::to_string(e.n_tokens) + " rows of " + std::to_string(e.n_embd));
+  e.encode_seconds += std::chrono::duration<double>(clock::now() - t0).count();
   ++m.stats.images_encoded;
   m.stats.encode_seconds += e.decode_seconds + e.encode_seconds;
+  const XXH128_hash_t key = p.file_key;
+  e.pending.reset();
   if (m.max_bytes > 0 && Impl::bytes_of(e) <= m.max_bytes) {
     m.lru.push_front({key, std::make_shared<const ImageEmbedding>(e)});
     m.bytes += Impl::bytes_of(e);
     m.trim();
   }
+}
+
+ImageEmbedding VisionEncoder::encode(const uint8_t* data, size_t size, const ImageInputLimits& limits) const {
+  ImageEmbedding e = prepare(data, size, limits);
+  project(e);
   return e;
 }
 
@@ -147,8 +188,13 @@ ImageEmbedding VisionEncoder::encode_rgb(const uint8_t* rgb, int width, int heig
   img.width = width;
   img.height = height;
   img.rgb.assign(rgb, rgb + static_cast<size_t>(width) * static_cast<size_t>(height) * 3);
+  ImageEmbedding e = prepare_decoded(impl_->spec, img, output_width(), XXH128_hash_t{0, 0});
+  const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return encode_decoded(*impl_->projector, *impl_->pool, impl_->spec, img, output_width());
+  e.rows = impl_->projector->encode(e.pending->pixels.data(), e.pixels_x, e.pixels_y, *impl_->pool);
+  e.pending.reset();
+  e.encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return e;
 }
 
 void VisionEncoder::set_cache_bytes(size_t bytes) {

@@ -108,9 +108,7 @@ HttpServer::PreparedCompletion HttpServer::prepare_completion(const Request& req
     }
   }
   for (const auto& files : image_files)
-    if (!files.empty() && !e.vision)
-      throw invalid_request("this request has images, but the server has no vision projector: start it with "
-                            "--mmproj (the model's mmproj GGUF)");
+    if (!files.empty() && !e.vision) throw no_projector_error();
   if (prompts.size() * static_cast<size_t>(n_choices) > kMaxTasksPerRequest)
     throw invalid_request("a request may ask for at most " + std::to_string(kMaxTasksPerRequest) +
                           " completions (prompts times n); this one asks for " +

@@ -17,9 +17,10 @@ std::vector<Token> tokenize_with_images(const Tokenizer& tok, const std::string&
                           std::to_string(files.size()) + " images: is '" + marker + "' in the text?");
   images->images.clear();
   images->spans.clear();
+  images->encoder = &vision;
   for (size_t k = 0; k < files.size(); ++k) {
     try {
-      images->images.push_back(vision.encode(files[k].data(), files[k].size()));
+      images->images.push_back(vision.prepare(files[k].data(), files[k].size()));
     } catch (const Error& e) {
       throw invalid_request("image " + std::to_string(k) + ": " + e.what());
     }
@@ -41,6 +42,17 @@ std::vector<Token> tokenize_with_images(const Tokenizer& tok, const std::string&
     from = at + marker.size();
   }
   return tokens;
+}
+
+HttpError no_projector_error() {
+  return invalid_request("this request has images, but the server has no vision projector: start it with --mmproj "
+                         "(the model's mmproj GGUF)");
+}
+
+const float* PromptImages::row(size_t k, int64_t r) const {
+  ImageEmbedding& image = images.at(k);
+  if (!image.projected() && encoder) encoder->project(image);
+  return image.rows.data() + r * image.n_embd;
 }
 
 }  // namespace agentkv::server

@@ -10,6 +10,7 @@
 
 #include "agentkv/tokenizer.h"
 #include "agentkv/vision.h"
+#include "server/server_error.h"
 #include "server/task.h"
 
 namespace agentkv::server {
@@ -19,10 +20,14 @@ namespace agentkv::server {
 using PieceAligner = std::function<std::vector<Token>(const std::string& text, const std::vector<Token>& plain,
                                                       std::span<const Token> before)>;
 
-// Encodes `files` (in marker order) and lays the prompt out; *images receives the spans and
-// embeddings. Each text piece between images goes through `align` when given. Throws
+// Prepares `files` (in marker order: decoded, preprocessed, hashed; projected later, only if the
+// prompt's rows are evaluated: PromptImages::row) and lays the prompt out; *images receives the
+// spans and images. Each text piece between images goes through `align` when given. Throws
 // invalid_request for an image the encoder refuses or a marker count that differs from the number
 // of images.
+// The 400 for a request with images to a server without --mmproj.
+HttpError no_projector_error();
+
 std::vector<Token> tokenize_with_images(const Tokenizer& tok, const std::string& text, const VisionEncoder& vision,
                                         const std::vector<std::vector<uint8_t>>& files, PromptImages* images,
                                         const PieceAligner& align = nullptr);

@@ -321,9 +321,8 @@ void Scheduler::add_token(Batch& batch, const Slot& s, Token t, size_t i, bool w
   size_t n_embd = 0;
   for (size_t k = 0; k < spans.size(); ++k)
     if (i >= spans[k].first && i < spans[k].end()) {
-      const ImageEmbedding& image = images->images[k];
-      n_embd = static_cast<size_t>(image.n_embd);
-      row = image.rows.data() + (i - spans[k].first) * n_embd;
+      n_embd = static_cast<size_t>(images->images[k].n_embd);
+      row = images->row(k, static_cast<int64_t>(i - spans[k].first));
     }
   batch.add_multimodal(t, static_cast<MemoryPos>(i), s.id, want_logits, rope_position(spans, i), row, n_embd);
 }

@@ -11,6 +11,8 @@
 #include "server/base64.h"
 #include "server/connection_probe.h"
 #include "server/http_server_impl.h"
+#include "server/image_parts.h"
+#include "server/image_prompt.h"
 #include "server/json_fields.h"
 #include "server/metrics.h"
 
@@ -20,10 +22,34 @@ namespace {
 
 // The prompt of a request that gives either `messages` (rendered with the chat template) or
 // `prompt` (/v1/prefill, /v1/cache/lookup).
-std::vector<PromptPart> prompt_or_messages(const Engine& e, const Json& body) {
-  if (has_field(body, "messages")) return {{e.chat->apply(body), -1}};
-  if (!has_field(body, "prompt")) throw invalid_request("'prompt' or 'messages' is required");
-  return parse_prompt(body.at("prompt"));
+// The prompt of a request with `prompt` (one; a {"prompt_string", "multimodal_data"} object may
+// carry images) or `messages` (their image parts), tokenized as a completion's.
+struct RequestPrompt {
+  std::vector<Token> tokens;
+  std::shared_ptr<PromptImages> images;  // null: no image
+};
+
+RequestPrompt request_prompt(const Engine& e, const Json& body, const MediaSource& media) {
+  std::vector<PromptPart> parts;
+  std::vector<std::vector<uint8_t>> files;
+  if (has_field(body, "messages")) {
+    files = collect_chat_images(body, media);
+    parts = {{e.chat->apply(body), -1}};
+  } else {
+    if (!has_field(body, "prompt")) throw invalid_request("'prompt' or 'messages' is required");
+    parts = parse_prompt(body.at("prompt"), /*media_allowed=*/true);
+    files = prompt_media(body.at("prompt"), media);
+  }
+  const Tokenizer& tok = e.model->tokenizer();
+  RequestPrompt out;
+  if (files.empty()) {
+    out.tokens = tokenize_prompt(tok, parts, /*add_special=*/true);
+    return out;
+  }
+  if (!e.vision) throw no_projector_error();
+  out.images = std::make_shared<PromptImages>();
+  out.tokens = tokenize_with_images(tok, parts[0].text, *e.vision, files, out.images.get(), {});
+  return out;
 }
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -171,9 +197,8 @@ void HttpServer::prefill(const Request& req, Response& res) {
   if (cfg_.embeddings)
     throw HttpError(ErrorType::NotSupported, "This server does not support prefill. Start it without `--embeddings`");
   Engine& e = *engine_;
-  const Tokenizer& tok = e.model->tokenizer();
   const Json body = parse_body_object(req.body);
-  const std::vector<PromptPart> parts = prompt_or_messages(e, body);
+  RequestPrompt prompt = request_prompt(e, body, MediaSource{cfg_.max_body_bytes, cfg_.media_path});
   const std::string filename = read_string(body, "filename", "");
   if (!filename.empty()) {
     state_folder();
@@ -187,7 +212,8 @@ void HttpServer::prefill(const Request& req, Response& res) {
   task->params.n_predict = 0;
   task->params.stream = false;
   task->return_state = true;
-  task->prompt = tokenize_prompt(tok, parts, /*add_special=*/true);
+  task->prompt = std::move(prompt.tokens);
+  task->images = std::move(prompt.images);
   check_prompt_fits(task->prompt, e.scheduler->config().n_ctx);
   ConnectionProbe probe(req.local_port, req.remote_addr, req.remote_port);
   std::shared_ptr<TaskChannel> channel = task->channel;
@@ -236,8 +262,8 @@ void HttpServer::cache_lookup(const Request& req, Response& res) {
   for (auto it = body.begin(); it != body.end(); ++it)
     if (!kLookupFields.count(it.key()))
       throw invalid_request("field '" + it.key() + "' is not supported by /v1/cache/lookup (it evaluates nothing)");
-  const std::vector<PromptPart> parts = prompt_or_messages(e, body);
-  const std::vector<Token> prompt = tokenize_prompt(e.model->tokenizer(), parts, /*add_special=*/true);
+  // Images are decoded and hashed, not projected: the lookup evaluates nothing.
+  const std::vector<Token> prompt = request_prompt(e, body, MediaSource{cfg_.max_body_bytes, cfg_.media_path}).tokens;
   const size_t cached = e.scheduler->cached_prefix(prompt, read_string(body, "cache_salt", ""));
   const size_t page = e.scheduler->config().page_tokens;
   send_json(res, Json{{"n_prompt_tokens", prompt.size()},

@@ -107,10 +107,16 @@ class TaskChannel {
   std::atomic<bool> cancelled_{false};
 };
 
-// A prompt's images: their rows in the prompt (image_row_token ids there) and their embeddings.
+// A prompt's images: their rows in the prompt (image_row_token ids there) and their embeddings,
+// projected on first use: an image whose rows the memory already holds (cached pages, a page
+// tier, a restored state) never goes through the projector (VisionEncoder::prepare / project).
 struct PromptImages {
   std::vector<ImageSpan> spans;
-  std::vector<ImageEmbedding> images;  // images[k] fills spans[k]
+  mutable std::vector<ImageEmbedding> images;  // images[k] fills spans[k]
+  const VisionEncoder* encoder = nullptr;      // what projects them
+  // Row r of image k (n_embd floats), the image projected first if it was not. The scheduler's
+  // thread only.
+  const float* row(size_t k, int64_t r) const;
 };
 
 struct Task {

@@ -328,3 +328,95 @@ def test_an_answer_after_an_image_keeps_its_generated_tokens(vision_server):
     t = chat(vision_server, messages)["timings"]
     # The whole first prompt and every generated token but the last (sampled, never evaluated).
     assert t["cache_n"] >= first["cache_n"] + first["prompt_n"] + first["predicted_n"] - 1, (first, t)
+
+
+def screenshot_turns(n):
+    """A GUI agent's first n turns: each a new screenshot and a line of text."""
+    messages = [{"role": "system", "content": "You operate a computer. Answer with the next action."}]
+    for turn in range(n):
+        messages.append({"role": "user", "content": [{"type": "text", "text": "Step %d. The screen:" % turn},
+                                                     image_part(SCREENS[turn])]})
+        if turn + 1 < n:
+            messages.append({"role": "assistant", "content": "click %d" % turn})
+    return messages
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", ["qwen35", "qwen35moe"])
+def test_a_screenshot_conversation_moves_through_redis(tmp_path_factory, tmp_path, name):
+    """Instance A serves two screenshot turns and stops; instance B, sharing its Redis tier and the
+    same projector, serves the third from A's pages (image rows named by the images' content) and
+    snapshot: only the new turn is evaluated, only the new screenshot encoded, the answer as an
+    uncached run's."""
+    from test_redis_tier import Redis, free_port
+    projector = make_projector(tmp_path_factory, name + "-micro-vision")
+    model = os.path.join(FIXTURES, "models", name + "-micro.gguf")
+    redis = Redis(tmp_path, free_port())
+    url = "redis://127.0.0.1:%d" % redis.port
+    a = Server(tmp_path / "a", "-np", "1", "--cache-redis", url, "--metrics", "--batch-invariant", "--mmproj", projector,
+               model=model)
+    b = Server(tmp_path / "b", "-np", "1", "--cache-redis", url, "--metrics", "--batch-invariant", "--mmproj", projector,
+               model=model)
+    try:
+        two = screenshot_turns(2)
+        out = chat(a, two)
+        held = out["timings"]["cache_n"] + out["timings"]["prompt_n"]  # turn 2's prompt, images included
+        assert metric(a, "tier_snapshots_sent_total") >= 1, a.log()
+        redis.settle(held // 16)
+        a.stop()
+        three = two + [{"role": "assistant", "content": answer(out)}] + screenshot_turns(3)[-1:]
+        got = chat(b, three)
+        assert got["timings"]["cache_n"] >= held, (got["timings"], held, b.log())
+        assert metric(b, "tier_snapshots_fetched_total") >= 1
+        assert metric(b, "images_encoded_total") == 1  # the new screenshot; the two earlier came as pages
+        assert answer(got) == answer(chat(b, three, cache_prompt=False))
+    finally:
+        a.stop()
+        b.stop()
+        redis.stop()
+
+
+@needs_fixtures
+def test_a_screenshot_prompt_prefilled_elsewhere_is_adopted(tmp_path_factory, tmp_path):
+    """Prefill / decode split with images: one instance evaluates a screenshot prompt (/v1/prefill),
+    another adopts the state and answers the same conversation evaluating nothing of it, as an
+    uncached run."""
+    projector = make_projector(tmp_path_factory, "qwen35-micro-vision")
+    model = os.path.join(FIXTURES, "models", "qwen35-micro.gguf")
+    messages = screenshot_turns(2)
+    prefiller = Server(tmp_path / "p", "-np", "1", "--batch-invariant", "--mmproj", projector, model=model)
+    try:
+        status, state = prefiller.post("/v1/prefill", {"messages": messages})
+        assert status == 200, state
+    finally:
+        prefiller.stop()
+    decoder = Server(tmp_path / "d", "-np", "1", "--metrics", "--batch-invariant", "--mmproj", projector, model=model)
+    try:
+        status, body = decoder.post("/slots/0?action=adopt", {"state": state["state"]})
+        assert status == 200 and body["n_restored"] == state["n_tokens"], body
+        got = chat(decoder, messages, id_slot=0)
+        assert got["timings"]["prompt_n"] <= 1, got["timings"]  # at most the last token, for its logits
+        assert metric(decoder, "images_encoded_total") == 0  # the images' rows came in the state
+        assert answer(got) == answer(chat(decoder, messages, cache_prompt=False))
+    finally:
+        decoder.stop()
+
+
+@needs_fixtures
+def test_cache_lookup_counts_image_rows_without_encoding(vision_server):
+    """A router's /v1/cache/lookup of a screenshot conversation: the image rows the server holds
+    count, and nothing is projected to find out (the images are decoded and hashed only)."""
+    messages = screenshot_turns(2)
+    messages[-1]["content"][0]["text"] = "Lookup step:"  # a prompt of its own
+    before = chat(vision_server, messages)
+    held = before["timings"]["cache_n"] + before["timings"]["prompt_n"]
+    encoded = metric(vision_server, "images_encoded_total")
+    status, out = vision_server.post("/v1/cache/lookup", {"messages": messages})
+    assert status == 200, out
+    assert out["n_prompt_tokens"] == held
+    assert out["n_cached_tokens"] >= out["page_tokens"] * ((held - 1) // out["page_tokens"]) - out["page_tokens"], out
+    other = screenshot_turns(2)
+    other[-1]["content"][1] = image_part(SCREENS[5])  # a screenshot the server never saw
+    status, out = vision_server.post("/v1/cache/lookup", {"messages": other})
+    assert status == 200 and out["n_cached_tokens"] < out["n_prompt_tokens"], out
+    assert metric(vision_server, "images_encoded_total") == encoded
