@@ -602,6 +602,41 @@ TEST(PrefixIndex, FollowChainTakesTheChainAReaderReadsFurthest) {
   h.verify();
 }
 
+// continuation (speculative drafts from the pages, RequestMemory::recall): what follows the most
+// recently used occurrence of a run, across page boundaries and on through the most recently used
+// child page; another salt's pages never.
+TEST(PrefixIndex, ContinuationFollowsTheMostRecentlyUsedChain) {
+  Harness h(false, 4);
+  std::vector<TokenId> a(14), b;
+  for (int i = 0; i < 14; ++i) a[static_cast<size_t>(i)] = 100 + i;
+  b.assign(a.begin(), a.begin() + 6);
+  for (int i = 0; i < 7; ++i) b.push_back(200 + i);  // parts from a inside its second page
+  ASSERT_TRUE(h.append(0, a));
+  ASSERT_TRUE(h.append(1, b));
+  h.index->publish(0, a, 5, /*with_tail=*/true);
+  h.index->publish(1, b, 5, /*with_tail=*/true);
+  using V = std::vector<TokenId>;
+  EXPECT_EQ(h.index->continuation(V{101, 102}, 5, 1), V{103});               // inside the first page
+  EXPECT_EQ(h.index->continuation(V{104, 105}, 5, 4), (V{200, 201, 202, 203}));  // b's page: used last
+  ASSERT_EQ(h.index->attach(2, a, 5, a.size()), a.size());                  // a's pages are used now
+  h.ref[2] = a;
+  EXPECT_EQ(h.index->continuation(V{104, 105}, 5, 4), (V{106, 107, 108, 109}));
+  EXPECT_EQ(h.index->continuation(V{102, 103, 104}, 5, 3), (V{105, 106, 107}));  // across a page boundary
+  EXPECT_EQ(h.index->continuation(V{110, 111}, 5, 8), (V{112, 113}));            // on into the tail page
+  EXPECT_EQ(h.index->continuation(V{103}, 5, 30), (V{104, 105, 106, 107, 108, 109, 110, 111, 112, 113}));
+  EXPECT_EQ(h.index->continuation(V{201, 202}, 5, 2), (V{203, 204}));
+  EXPECT_TRUE(h.index->continuation(V{112, 113}, 5, 4).empty());  // nothing after it
+  EXPECT_TRUE(h.index->continuation(V{101, 102}, 6, 4).empty());  // another tenant's salt
+  EXPECT_TRUE(h.index->continuation(V{999, 101}, 5, 4).empty());
+  // The sequences let go: the pages still answer (a conversation nobody holds any more).
+  for (SeqId s : {0, 1, 2}) {
+    ASSERT_TRUE(h.mem->seq_rm(s, -1, -1));
+    h.ref[s].clear();
+  }
+  EXPECT_EQ(h.index->continuation(V{201, 202}, 5, 2), (V{203, 204}));
+  h.verify();
+}
+
 TEST(PrefixIndex, PageSaltsKeepNamespacesApart) {
   EXPECT_EQ(cache_namespace(""), 0u);
   EXPECT_NE(cache_namespace("tenant-a"), 0u);

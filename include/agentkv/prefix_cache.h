@@ -93,6 +93,10 @@ class PrefixCache {
   virtual bool snapshot_belongs_at(size_t n, size_t prompt_len, std::span<const size_t> divergences) const = 0;
   virtual size_t next_snapshot_point(size_t done, size_t prompt_len, std::span<const size_t> divergences) const = 0;
 
+  // The tokens that follow the most recently used occurrence of `run` in the cached pages under
+  // salt (ended conversations included), through the most recently used later pages, at most k:
+  // speculative decoding's drafts (RequestMemory::recall). Empty: none.
+  virtual std::vector<CacheToken> continuation(std::span<const CacheToken> run, uint64_t salt, size_t k) const = 0;
   // How many leading tokens of `tokens` (at most max_tokens) attach() would give, without changing
   // anything. Hybrid models: only up to the latest snapshot inside the cached prefix.
   virtual size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens,

@@ -140,7 +140,8 @@ class RequestMemory {
   std::vector<CacheToken> end_drafts(MemorySeqId seq);
   // Drafts from what the memory holds beyond seq: the tokens that followed the latest occurrence
   // of the history's last 4 (or 3) tokens in the other sequences of seq's namespace (other
-  // sessions' turns, most recently used first), at most k. Empty when none holds them.
+  // sessions' turns, most recently used first), else in its cached pages (conversations no
+  // sequence holds any more: PrefixCache::continuation), at most k. Empty when none holds them.
   std::vector<CacheToken> recall(MemorySeqId seq, std::span<const CacheToken> history, size_t k) const;
 
   // Frees memory for a batch that found no room: unused cached pages first, least recently used

@@ -1,6 +1,7 @@
 #include "memory/prefix_index.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -158,6 +159,73 @@ size_t PrefixIndex::usable(const Match& m, size_t max_tokens, int* snapshot) con
     if (covered <= n && covered > best) best = covered, *snapshot = static_cast<int>(i);
   }
   return best;
+}
+
+std::vector<TokenId> PrefixIndex::continuation(std::span<const TokenId> run, uint64_t salt, size_t k) const {
+  const auto root = roots_.find(root_seed(salt));
+  if (run.empty() || run.size() > kMaxContinuationRun || k == 0 || root == roots_.end()) return {};
+  // Depth first over the chains, the most recently used child first, each page read with the
+  // last run.size() - 1 tokens before it (an occurrence across a page boundary counts). The scan
+  // stops after kMaxContinuationScan tokens: a draft source must cost little next to a decode
+  // step, and the chains used last come first.
+  int32_t best_node = -1;
+  size_t best_from = 0;  // where the continuation starts in best_node's tokens (may be its end)
+  uint64_t best_used = 0;
+  struct Visit {
+    int32_t id;
+    std::array<TokenId, kMaxContinuationRun> before;  // the chain's last tokens before the page
+    size_t n_before;
+  };
+  std::vector<Visit> stack = {{root->second, {}, 0}};
+  std::vector<TokenId> text;
+  std::vector<int32_t> children;
+  const size_t n = run.size();
+  size_t scanned = 0;
+  while (!stack.empty() && scanned < kMaxContinuationScan) {
+    const Visit v = stack.back();
+    stack.pop_back();
+    const Node& node = nodes_[static_cast<size_t>(v.id)];
+    if (!node.alive) continue;
+    scanned += node.tokens.size();
+    text.assign(v.before.begin(), v.before.begin() + static_cast<std::ptrdiff_t>(v.n_before));
+    text.insert(text.end(), node.tokens.begin(), node.tokens.end());
+    const size_t lead = v.n_before;
+    if (node.last_used >= best_used && text.size() >= n) {
+      // The latest occurrence ending in this page, with something after it here or in a child.
+      const size_t last_end = node.children.empty() ? text.size() - 1 : text.size();
+      for (size_t end = last_end; end >= n && end > lead; --end) {
+        if (!std::equal(run.begin(), run.end(), text.begin() + static_cast<std::ptrdiff_t>(end - n))) continue;
+        best_node = v.id;
+        best_from = end - lead;
+        best_used = node.last_used;
+        break;
+      }
+    }
+    Visit next{};
+    next.n_before = std::min(text.size(), n - 1);
+    std::copy(text.end() - static_cast<std::ptrdiff_t>(next.n_before), text.end(), next.before.begin());
+    children = node.children;  // least recently used pushed first: the most recent is visited next
+    std::sort(children.begin(), children.end(), [this](int32_t x, int32_t y) {
+      return nodes_[static_cast<size_t>(x)].last_used < nodes_[static_cast<size_t>(y)].last_used;
+    });
+    for (int32_t child : children) {
+      next.id = child;
+      stack.push_back(next);
+    }
+  }
+  std::vector<TokenId> out;
+  for (int32_t id = best_node; id >= 0 && out.size() < k;) {
+    const Node& node = nodes_[static_cast<size_t>(id)];
+    for (size_t i = best_from; i < node.tokens.size() && out.size() < k; ++i) out.push_back(node.tokens[i]);
+    best_from = 0;
+    int32_t next = -1;  // the most recently used child goes on
+    for (int32_t child : node.children)
+      if (nodes_[static_cast<size_t>(child)].alive &&
+          (next < 0 || nodes_[static_cast<size_t>(child)].last_used > nodes_[static_cast<size_t>(next)].last_used))
+        next = child;
+    id = next;
+  }
+  return out;
 }
 
 size_t PrefixIndex::lookup(std::span<const TokenId> tokens, uint64_t salt, size_t max_tokens,

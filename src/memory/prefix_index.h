@@ -116,6 +116,15 @@ class PrefixIndex final : public CellKeeper {
   // of `tokens`; nullopt when they end on a page boundary or are not all indexed.
   std::optional<PageCells> tail_along(std::span<const TokenId> tokens, uint64_t salt,
                                       std::span<const uint64_t> known = {}) const;
+  // Speculative drafts from the pages (RequestMemory::recall): the tokens that follow the most
+  // recently used occurrence of `run` in the page chains under salt (conversations no sequence
+  // holds any more included), continued through the most recently used child page, at most k.
+  // Empty when no page holds `run` with something after it.
+  // Runs of at most kMaxContinuationRun tokens; the pages of at most kMaxContinuationScan tokens
+  // are read, depth first, the most recently used first.
+  std::vector<TokenId> continuation(std::span<const TokenId> run, uint64_t salt, size_t k) const;
+  static constexpr size_t kMaxContinuationRun = 8;
+  static constexpr size_t kMaxContinuationScan = size_t{1} << 16;
   // The content hash of each leading part tokens[0, n) for n in `lengths`: the chain hash of its
   // full pages, extended by the hash of its partial last page when n is not a multiple of P (the
   // root's seed for n = 0). A tail record and a snapshot at position n are named by it in a tier.

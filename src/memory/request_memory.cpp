@@ -378,6 +378,12 @@ std::vector<CacheToken> RequestMemory::recall(MemorySeqId seq, std::span<const C
       return std::vector<CacheToken>(t.begin() + static_cast<std::ptrdiff_t>(*from),
                                      t.begin() + static_cast<std::ptrdiff_t>(std::min(t.size(), *from + k)));
     }
+    // Then the pages of the namespace: conversations no sequence holds any more. (The salt of
+    // seq's own pages: with sharing off only its own, as a prompt would find them.)
+    if (m.cache()) {
+      std::vector<CacheToken> paged = m.cache()->continuation(tail, agentkv::page_salt(own.ns, seq, m.cfg.share_prefixes), k);
+      if (!paged.empty()) return paged;
+    }
   }
   return {};
 }

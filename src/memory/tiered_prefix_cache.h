@@ -23,6 +23,9 @@ class TieredPrefixCache final : public PrefixCache {
   void verify() const override { index_.check(); }
   size_t lookup(std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens,
                 std::span<const uint64_t> known) const override;
+  std::vector<CacheToken> continuation(std::span<const CacheToken> run, uint64_t salt, size_t k) const override {
+    return index_.continuation(run, salt, k);
+  }
   size_t attach(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, size_t max_tokens) override;
   size_t attach_chosen(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known,
                        const AttachChoice& choose) override;

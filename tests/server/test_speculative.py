@@ -57,7 +57,9 @@ def drafting(n_max):
 
 
 def plain(body):
-    return dict(body, **{"speculative.type": "none"})
+    """The run without drafts, under a namespace of its own unless the body names one: the drafted
+    run must not recall the reference's answer from its cached pages (PrefixCache::continuation)."""
+    return dict({"cache_salt": "plain-reference"}, **body, **{"speculative.type": "none"})
 
 
 @pytest.mark.parametrize("key", MEMORY_MODELS)
@@ -162,6 +164,27 @@ def test_drafts_from_what_another_session_wrote(tmp_path_factory):
         assert first["tokens"] == other_tenant["tokens"] == same_tenant["tokens"]
         got, control = same_tenant["timings"], other_tenant["timings"]
         assert got.get("draft_n_accepted", 0) >= control.get("draft_n_accepted", 0) + 20, (got, control)
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log()
+
+
+def test_drafts_from_a_conversation_no_slot_holds(tmp_path_factory):
+    """One slot: a first conversation, then another takes the slot (the first one's sequence is
+    gone, its pages stay cached). Asked the first prompt again, the slot drafts the first answer
+    from the cached pages (PrefixCache::continuation); another tenant's salt drafts nothing from them."""
+    server = start(tmp_path_factory, "hybrid", slots=1)
+    try:
+        rng = random.Random(12)
+        prompt = " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa"]) for _ in range(24))
+        body = {"prompt": prompt, "n_predict": 48, "temperature": 0, "return_tokens": True, **drafting(16)}
+        first = complete(server, plain(dict(body, cache_salt="team")))
+        complete(server, plain(dict(body, prompt="Something else entirely, with other words. " * 4, cache_salt="team")))
+        again = complete(server, dict(body, cache_salt="team"))
+        control = complete(server, dict(body, cache_salt="stranger"))
+        assert again["tokens"] == first["tokens"] == control["tokens"]
+        got, other = again["timings"], control["timings"]
+        assert got.get("draft_n_accepted", 0) >= other.get("draft_n_accepted", 0) + 20, (got, other)
     finally:
         server.stop()
     assert server.proc.returncode == 0, server.log()
