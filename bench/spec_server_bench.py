@@ -11,8 +11,8 @@ tried / accepted and whether the answer equals the configuration without drafts.
         --model trained/agentkv-tiny/model.gguf [--file trained/agentkv-tiny/heldout.txt] \\
         [--tokens 300] [--runs 5] [--threads 2] [--draft-model SMALL.gguf] [--only-draft-model]
 
---draft-model adds draft-simple rows (-md): agentkv's (adaptive length, p_min 0.75) and llama.cpp's
-with its defaults (n_max 3, p_min 0) and with agentkv's p_min and n_max 16.
+--draft-model adds draft-simple rows (-md): agentkv's (adaptive length, p_min 0.75; and a fixed 4
+drafts a step at p_min 0) and llama.cpp's with its defaults (n_max 3, p_min 0) and at n_max 4.
 
 Without --llama-server only agentkv's rows are measured.
 """
@@ -120,8 +120,8 @@ def main():
                     ("agentkv", "ngram-simple, fixed n_max 32", [a.agentkv, "serve", *common, "--spec-type", "ngram-simple"])]
     if a.draft_model:
         configs += [("agentkv", "draft-simple", [a.agentkv, "serve", *common, "-md", a.draft_model]),
-                    ("agentkv", "draft-simple, fixed n_max 4", [a.agentkv, "serve", *common, "-md", a.draft_model,
-                                                                "--draft-max", "4"])]
+                    ("agentkv", "draft-simple, fixed n_max 4 p_min 0", [a.agentkv, "serve", *common, "-md", a.draft_model,
+                                                                        "--draft-max", "4", "--draft-p-min", "0"])]
     if a.llama_server:
         # No reasoning parsing: /completion's text is the model's (a random-weight model's output
         # otherwise fails llama-server's format check with a 500).
@@ -132,9 +132,9 @@ def main():
                 configs.append(("llama.cpp", kind, [*llama, "--spec-type", kind]))
         if a.draft_model:
             configs += [("llama.cpp", "draft-simple (defaults)", [*llama, "-md", a.draft_model, "--spec-type", "draft-simple"]),
-                        ("llama.cpp", "draft-simple, n_max 16 p_min 0.75",
-                         [*llama, "-md", a.draft_model, "--spec-type", "draft-simple", "--spec-draft-n-max", "16",
-                          "--spec-draft-p-min", "0.75"])]
+                        ("llama.cpp", "draft-simple, n_max 4 p_min 0",
+                         [*llama, "-md", a.draft_model, "--spec-type", "draft-simple", "--spec-draft-n-max", "4",
+                          "--spec-draft-p-min", "0"])]
     rows, plain = [], {}
     for engine, kind, cmd in configs:
         server = Server(cmd, os.path.join(tmp, "%s-%s.log" % (engine, kind)))
