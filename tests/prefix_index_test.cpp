@@ -565,16 +565,23 @@ TEST(PrefixIndex, SnapshotPointsOfAPrompt) {
 // follow_chain (what a prompt's text is aligned to): among cached chains, the one a reader takes
 // furthest, page by page, with the reader's state carried along it; whole pages lead on, a page
 // taken in part ends it; another salt's pages are not offered.
-TEST(PrefixIndex, FollowChainTakesTheChainAReaderReadsFurthest) {
-  Harness h(false, 4);
-  std::vector<TokenId> a(14), b;
+// Two chains under salt 5, pages of 4: a = 100 ... 113 (seq 0) and b, a's first 6 tokens then
+// 200 ... 206 (seq 1), parting from a inside its second page.
+void publish_two_chains(Harness& h, std::vector<TokenId>& a, std::vector<TokenId>& b) {
+  a.resize(14);
   for (int i = 0; i < 14; ++i) a[static_cast<size_t>(i)] = 100 + i;
   b.assign(a.begin(), a.begin() + 6);
-  for (int i = 0; i < 7; ++i) b.push_back(200 + i);  // parts from a inside its second page
+  for (int i = 0; i < 7; ++i) b.push_back(200 + i);
   ASSERT_TRUE(h.append(0, a));
   ASSERT_TRUE(h.append(1, b));
   h.index->publish(0, a, 5, /*with_tail=*/true);
   h.index->publish(1, b, 5, /*with_tail=*/true);
+}
+
+TEST(PrefixIndex, FollowChainTakesTheChainAReaderReadsFurthest) {
+  Harness h(false, 4);
+  std::vector<TokenId> a, b;
+  ASSERT_NO_FATAL_FAILURE(publish_two_chains(h, a, b));
   // A reader of a target sequence: takes a page's tokens while they continue the target from the
   // state (the offset reached); counts the pages offered.
   size_t offered = 0;
@@ -607,14 +614,8 @@ TEST(PrefixIndex, FollowChainTakesTheChainAReaderReadsFurthest) {
 // child page; another salt's pages never.
 TEST(PrefixIndex, ContinuationFollowsTheMostRecentlyUsedChain) {
   Harness h(false, 4);
-  std::vector<TokenId> a(14), b;
-  for (int i = 0; i < 14; ++i) a[static_cast<size_t>(i)] = 100 + i;
-  b.assign(a.begin(), a.begin() + 6);
-  for (int i = 0; i < 7; ++i) b.push_back(200 + i);  // parts from a inside its second page
-  ASSERT_TRUE(h.append(0, a));
-  ASSERT_TRUE(h.append(1, b));
-  h.index->publish(0, a, 5, /*with_tail=*/true);
-  h.index->publish(1, b, 5, /*with_tail=*/true);
+  std::vector<TokenId> a, b;
+  ASSERT_NO_FATAL_FAILURE(publish_two_chains(h, a, b));
   using V = std::vector<TokenId>;
   EXPECT_EQ(h.index->continuation(V{101, 102}, 5, 1), V{103});               // inside the first page
   EXPECT_EQ(h.index->continuation(V{104, 105}, 5, 4), (V{200, 201, 202, 203}));  // b's page: used last

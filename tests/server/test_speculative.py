@@ -56,6 +56,21 @@ def drafting(n_max):
     return {"speculative.n_max": n_max, "speculative.adaptive": False}
 
 
+def at_once(server, cases):
+    """The tokens of each case, all sent at once (each slot with its drafts in the same batches)."""
+    results = [None] * len(cases)
+
+    def run(i):
+        results[i] = complete(server, cases[i])["tokens"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return results
+
+
 def plain(body):
     """The run without drafts, under a namespace of its own unless the body names one: the drafted
     run must not recall the reference's answer from its cached pages (PrefixCache::continuation)."""
@@ -80,17 +95,7 @@ def test_drafts_change_no_token(tmp_path_factory, key):
         assert 0 < accepted < drafted, (key, accepted, drafted)
 
         # Four slots at once, each with its own drafts in one batch, as four plain runs one by one.
-        results = [None] * len(cases)
-
-        def run(i):
-            results[i] = complete(server, cases[i])["tokens"]
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert results[:4] == expected[:4], key
+        assert at_once(server, cases[:4]) == expected[:4], key
         assert metric(server, "draft_tokens_total") >= drafted
         assert 0 < metric(server, "draft_tokens_accepted_total") < metric(server, "draft_tokens_total")
     finally:
@@ -265,17 +270,7 @@ def test_draft_model_changes_no_token(tmp_path_factory, target, draft):
         if draft == "self":  # greedy and its own drafts: each one is the model's choice
             t = got["timings"]
             assert t["draft_n"] > 0 and t["draft_n_accepted"] == t["draft_n"], t
-        results = [None] * 4
-
-        def run(i):
-            results[i] = complete(server, cases[i])["tokens"]
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert results == expected[:4], target
+        assert at_once(server, cases[:4]) == expected[:4], target
         # A floor above every probability: the draft model drafts nothing, the answer is unchanged.
         none = complete(server, dict(cases[-1], **{"speculative.p_min": 1.0}))
         assert none["tokens"] == expected[-1] and none["timings"].get("draft_n", 0) == 0
