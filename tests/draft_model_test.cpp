@@ -1,5 +1,6 @@
 // The draft model (agentkv/draft_model.h): a property test against a plain reference — random
-// histories per sequence that grow, branch back and start over, several sequences interleaved —
+// histories per sequence that grow, branch back and start over, one sequence or several drafted at
+// once (one batch per draft position) —
 // where each draft must equal the greedy continuation a fresh context computes from the whole
 // history (batch-invariant numerics, p_min 0), on a dense model, a hybrid (recurrent state rolled
 // back after each draft) and Gemma 3 (window memory); p_min ends a draft at the first token below
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <random>
 
 #include "agentkv/batch.h"
@@ -62,32 +64,53 @@ void check_against_reference(const Model& m, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<std::vector<Token>> histories(p.n_seq);
   auto random_token = [&] { return std::uniform_int_distribution<Token>(1, static_cast<Token>(m.n_vocab() - 1))(rng); };
+  size_t together = 0;
   for (int step = 0; step < 24; ++step) {
-    const MemorySeqId seq = std::uniform_int_distribution<MemorySeqId>(0, static_cast<MemorySeqId>(p.n_seq) - 1)(rng);
-    std::vector<Token>& h = histories[static_cast<size_t>(seq)];
-    const int op = std::uniform_int_distribution<int>(0, 9)(rng);
+    // One sequence or several at once (one batch per draft position over all of them).
+    std::vector<MemorySeqId> seqs = {0, 1, 2};
+    std::shuffle(seqs.begin(), seqs.end(), rng);
+    seqs.resize(std::uniform_int_distribution<size_t>(1, 3)(rng));
     const int64_t evaluated_before = drafter.stats().n_tokens;
-    bool grown = false;  // the history only gained tokens after what the draft memory holds
-    size_t added = 0;
-    if (op < 6 || h.size() < 4) {  // the target accepted some tokens and chose the next
-      grown = !h.empty();
-      added = std::uniform_int_distribution<size_t>(1, 5)(rng);
-      for (size_t n = 0; n < added; ++n) h.push_back(random_token());
-    } else if (op < 9) {  // an earlier point and another branch (a new turn on the same slot)
-      h.resize(std::uniform_int_distribution<size_t>(1, h.size() - 1)(rng));
-      h.push_back(random_token());
-    } else {  // another conversation altogether
-      h.assign(3, 0);
-      for (Token& t : h) t = random_token();
+    bool grown = true;  // every history only gained tokens after what the draft memory holds
+    int64_t expected_cost = 0;
+    std::vector<DraftAsk> asks;
+    for (MemorySeqId seq : seqs) {
+      std::vector<Token>& h = histories[static_cast<size_t>(seq)];
+      const int op = std::uniform_int_distribution<int>(0, 9)(rng);
+      if (op < 6 || h.size() < 4) {  // the target accepted some tokens and chose the next
+        grown = grown && !h.empty();
+        const size_t added = std::uniform_int_distribution<size_t>(1, 5)(rng);
+        for (size_t n = 0; n < added; ++n) h.push_back(random_token());
+        expected_cost += static_cast<int64_t>(added);
+      } else if (op < 9) {  // an earlier point and another branch (a new turn on the same slot)
+        grown = false;
+        h.resize(std::uniform_int_distribution<size_t>(1, h.size() - 1)(rng));
+        h.push_back(random_token());
+      } else {  // another conversation altogether
+        grown = false;
+        h.assign(3, 0);
+        for (Token& t : h) t = random_token();
+      }
+      DraftAsk a;
+      a.seq = seq;
+      a.history = h;
+      a.k = std::uniform_int_distribution<size_t>(1, 8)(rng);
+      expected_cost += static_cast<int64_t>(a.k) - 1;
+      asks.push_back(std::move(a));
     }
-    const size_t k = std::uniform_int_distribution<size_t>(1, 8)(rng);
-    const std::vector<Token> drafts = drafter.draft(seq, h, k, 0.0f);
-    ASSERT_EQ(drafts, reference(m, h, k).tokens) << "step " << step << " seq " << seq << " history " << h.size();
-    // A grown history costs only its new tokens and the drafts after the first (no start over:
+    if (asks.size() == 1) {
+      asks[0].drafts = drafter.draft(asks[0].seq, asks[0].history, asks[0].k, 0.0f);
+    } else {
+      drafter.draft(asks);
+      ++together;
+    }
+    for (const DraftAsk& a : asks)
+      ASSERT_EQ(a.drafts, reference(m, a.history, a.k).tokens) << "step " << step << " seq " << a.seq << " of " << asks.size();
+    // Grown histories cost only their new tokens and the drafts after the first (no start over:
     // a hybrid's state went back to the history's end, the drafts' K/V rows left).
-    if (grown)
-      EXPECT_EQ(drafter.stats().n_tokens - evaluated_before, static_cast<int64_t>(added + k - 1)) << "step " << step;
+    if (grown) EXPECT_EQ(drafter.stats().n_tokens - evaluated_before, expected_cost) << "step " << step;
   }
+  EXPECT_GT(together, 5u);
   EXPECT_GT(drafter.ms_per_draft(), 0.0);
 }
 
@@ -105,6 +128,28 @@ TEST(DraftModel, DraftsTheGreedyContinuationOfEveryHistoryWindow) {
   AGENTKV_NEEDS_FIXTURES();
   auto m = testing_support::preset_model("gemma3-micro", "draft");
   check_against_reference(*m, 3);
+}
+
+// Three sequences that do not fit the draft memory together: the batch that catches them up finds
+// no room, and each is caught up alone (the others' draft memory dropped): the drafts are still
+// each history's greedy continuation.
+TEST(DraftModel, SequencesThatDoNotFitTogetherDraftOneAtATime) {
+  AGENTKV_NEEDS_FIXTURES();
+  BatchInvariant on;
+  const Model& m = testing_support::fixture_model("qwen3-micro");
+  DraftModelParams p;
+  p.n_seq = 3;
+  p.n_ctx = 64;
+  DraftModel drafter(m, m, p);
+  std::mt19937 rng(9);
+  std::vector<DraftAsk> asks(3);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    asks[i].seq = static_cast<MemorySeqId>(i);
+    for (int n = 0; n < 30; ++n) asks[i].history.push_back(std::uniform_int_distribution<Token>(1, 5000)(rng));
+    asks[i].k = 6;
+  }
+  drafter.draft(asks);
+  for (const DraftAsk& a : asks) EXPECT_EQ(a.drafts, reference(m, a.history, a.k).tokens) << "seq " << a.seq;
 }
 
 TEST(DraftModel, ADraftEndsAtTheFirstTokenBelowPMin) {

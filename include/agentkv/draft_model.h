@@ -22,6 +22,15 @@ namespace agentkv {
 // them); empty when it can.
 std::string draft_model_mismatch(const Model& draft, const Model& target);
 
+// One sequence's request for drafts (DraftModel::draft, several at once).
+struct DraftAsk {
+  MemorySeqId seq = 0;
+  std::vector<Token> history;  // the sequence as the target holds it, its next token last
+  size_t k = 0;                // drafts at most
+  float p_min = 0.0f;          // each draft at least this probable under the draft model
+  std::vector<Token> drafts;   // the answer
+};
+
 struct DraftModelParams {
   uint32_t n_seq = 1;      // the target's sequences it drafts for (ids 0 … n_seq - 1)
   uint32_t n_ctx = 4096;   // K/V cells shared by them (untouched cells cost no memory)
@@ -45,10 +54,15 @@ class DraftModel {
   // memory keeps `history` for seq afterwards (not the drafts), so the next call reads only what
   // came after it.
   std::vector<Token> draft(MemorySeqId seq, std::span<const Token> history, size_t k, float p_min);
+  // The same for several sequences at once (distinct seqs), as llama.cpp drafts its slots: one
+  // batch catches them all up, then one batch per draft position holds every sequence still
+  // drafting. Each ask's drafts equal what draft() gives it alone.
+  void draft(std::span<DraftAsk> asks);
   // seq's tokens leave the draft memory.
   void forget(MemorySeqId seq);
-  // What one drafted token has cost lately (ms of the draft model's one-row step), 0 before the
-  // first draft: what a draft costs besides its row in the target's pass (server/draft_policy.h).
+  // What one draft position has cost lately (ms of the draft model's step over every sequence
+  // drafting), 0 before the first draft: what a draft costs besides its row in the target's pass
+  // (server/draft_policy.h).
   double ms_per_draft() const { return ms_per_draft_; }
   const Model& model() const { return draft_; }
   // The draft model's forward passes (tokens evaluated: catching up and drafting).
@@ -58,6 +72,9 @@ class DraftModel {
   // Makes the draft memory hold exactly history for seq, the last token's logits out; false when
   // it found no room even after dropping the other sequences.
   bool catch_up(MemorySeqId seq, std::span<const Token> history);
+  // The positions of history the draft memory must evaluate for seq: from the returned index on
+  // (earlier ones it holds; what it held beyond them is dropped).
+  size_t keep_common(MemorySeqId seq, std::span<const Token> history);
 
   const Model& draft_;
   int64_t target_vocab_;

@@ -75,7 +75,7 @@ void DraftModel::forget(MemorySeqId seq) {
   held_[static_cast<size_t>(seq)].clear();
 }
 
-bool DraftModel::catch_up(MemorySeqId seq, std::span<const Token> history) {
+size_t DraftModel::keep_common(MemorySeqId seq, std::span<const Token> history) {
   std::vector<Token>& held = held_[static_cast<size_t>(seq)];
   size_t common = static_cast<size_t>(std::mismatch(held.begin(), held.end(), history.begin(), history.end()).first - held.begin());
   common = std::min(common, history.size() - 1);  // the last token is evaluated again for its logits
@@ -85,11 +85,16 @@ bool DraftModel::catch_up(MemorySeqId seq, std::span<const Token> history) {
     common = 0;
   }
   held.resize(common);
+  return common;
+}
+
+bool DraftModel::catch_up(MemorySeqId seq, std::span<const Token> history) {
+  const size_t common = keep_common(seq, history);
   Batch b;
   for (size_t i = common; i < history.size(); ++i) b.add(history[i], static_cast<MemoryPos>(i), {seq}, i + 1 == history.size());
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (ctx_.decode(b) == 0) {
-      held.assign(history.begin(), history.end());
+      held_[static_cast<size_t>(seq)].assign(history.begin(), history.end());
       return true;
     }
     // No room: earlier micro-batches may have stayed, so this sequence starts over, once, with
@@ -103,43 +108,135 @@ bool DraftModel::catch_up(MemorySeqId seq, std::span<const Token> history) {
 }
 
 std::vector<Token> DraftModel::draft(MemorySeqId seq, std::span<const Token> history, size_t k, float p_min) {
-  if (seq < 0 || static_cast<size_t>(seq) >= held_.size())
-    throw Error("draft model: sequence " + std::to_string(seq) + " out of range");
-  k = std::min(k, max_drafts(draft_.config()));  // the drafts' positions leave a window in place
-  if (k == 0 || history.empty()) return {};
-  if (std::any_of(history.begin(), history.end(), [](Token t) { return t < 0; })) return {};
-  if (!catch_up(seq, history)) return {};
-  const auto t0 = std::chrono::steady_clock::now();
-  // A recurrent state cannot drop the drafts it absorbs: it goes back to this copy afterwards.
-  std::optional<SeqSnapshot> before;
-  if (draft_.config().is_hybrid() && k > 1) before = SeqSnapshot::capture(ctx_, seq, /*recurrent_only=*/true);
-  const int64_t n_vocab = draft_.n_vocab();
-  const MemoryPos end = static_cast<MemoryPos>(history.size());
-  std::vector<Token> drafts;
+  DraftAsk ask;
+  ask.seq = seq;
+  ask.history.assign(history.begin(), history.end());
+  ask.k = k;
+  ask.p_min = p_min;
+  draft(std::span<DraftAsk>(&ask, 1));
+  return std::move(ask.drafts);
+}
+
+void DraftModel::draft(std::span<DraftAsk> asks) {
+  std::vector<DraftAsk*> live;  // the asks that draft: a history without image rows, k > 0
+  for (DraftAsk& a : asks) {
+    if (a.seq < 0 || static_cast<size_t>(a.seq) >= held_.size())
+      throw Error("draft model: sequence " + std::to_string(a.seq) + " out of range");
+    a.drafts.clear();
+    a.k = std::min(a.k, max_drafts(draft_.config()));  // the drafts' positions leave a window in place
+    if (a.k == 0 || a.history.empty()) continue;
+    if (std::any_of(a.history.begin(), a.history.end(), [](Token t) { return t < 0; })) continue;
+    live.push_back(&a);
+  }
+  if (live.empty()) return;
+  // Catching up: every sequence's new tokens in one batch, the last one's logits out; where that
+  // finds no room, one sequence at a time (dropping the others' draft memory if need be).
+  std::vector<int> output(live.size(), -1);  // each ask's row of logits in the last batch
   Batch b;
-  while (drafts.size() < k) {
-    const float* logits = ctx_.last_logits();
-    const Token t = argmax_token(logits, n_vocab);
-    if (t >= target_vocab_ || top_probability(logits, n_vocab, t) < p_min) break;
-    drafts.push_back(t);
-    if (drafts.size() == k) break;
+  int n_outputs = 0;
+  for (size_t i = 0; i < live.size(); ++i) {
+    const std::vector<Token>& h = live[i]->history;
+    for (size_t p = keep_common(live[i]->seq, h); p < h.size(); ++p)
+      b.add(h[p], static_cast<MemoryPos>(p), {live[i]->seq}, p + 1 == h.size());
+  }
+  bool together = false;
+  if (live.size() > 1) {
+    together = ctx_.decode(b) == 0;
+    if (!together) {
+      // No room for all of them: a failed batch may have left parts behind, so each starts over,
+      // drafting alone (its catch-up drops the others' draft memory if it must).
+      for (DraftAsk* a : live) forget(a->seq);
+      for (DraftAsk* a : live) draft(std::span<DraftAsk>(a, 1));
+      return;
+    }
+  }
+  if (together) {
+    for (size_t i = 0; i < live.size(); ++i) {
+      held_[static_cast<size_t>(live[i]->seq)] = live[i]->history;
+      output[i] = static_cast<int>(i);
+    }
+  }
+  // A recurrent state cannot drop the drafts it absorbs: each goes back to this copy afterwards.
+  std::vector<std::optional<SeqSnapshot>> before(live.size());
+  std::vector<bool> drafting(live.size(), false);
+  for (size_t i = 0; i < live.size(); ++i) {
+    DraftAsk& a = *live[i];
+    if (!together) {
+      if (!catch_up(a.seq, a.history)) continue;
+      // Its logits are the last batch's only row; read them before the next sequence's batch.
+      const float* logits = ctx_.last_logits();
+      output[i] = -1;
+      const Token t = argmax_token(logits, draft_.n_vocab());
+      if (t >= target_vocab_ || top_probability(logits, draft_.n_vocab(), t) < a.p_min) continue;
+      a.drafts.push_back(t);
+    }
+    if (draft_.config().is_hybrid() && a.k > 1) before[i] = SeqSnapshot::capture(ctx_, a.seq, /*recurrent_only=*/true);
+    drafting[i] = true;
+  }
+  // One batch per draft position over every sequence still drafting.
+  const int64_t n_vocab = draft_.n_vocab();
+  size_t rounds = 0, n_drafted = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (true) {
     b.clear();
-    b.add(t, end + static_cast<MemoryPos>(drafts.size()) - 1, {seq}, true);
-    if (ctx_.decode(b) != 0) break;
+    n_outputs = 0;
+    for (size_t i = 0; i < live.size(); ++i) {
+      if (!drafting[i]) continue;
+      DraftAsk& a = *live[i];
+      if (held_[static_cast<size_t>(a.seq)].size() != a.history.size()) {  // dropped for another's room
+        drafting[i] = false;
+        continue;
+      }
+      if (output[i] >= 0) {  // the logits after the last token or draft: the next draft
+        const float* logits = ctx_.logits(output[i]);
+        const Token t = argmax_token(logits, n_vocab);
+        if (t >= target_vocab_ || top_probability(logits, n_vocab, t) < a.p_min) {
+          drafting[i] = false;
+          continue;
+        }
+        a.drafts.push_back(t);
+      }
+      if (a.drafts.empty() || a.drafts.size() >= a.k) {
+        drafting[i] = false;
+        continue;
+      }
+      output[i] = n_outputs++;
+      b.add(a.drafts.back(), static_cast<MemoryPos>(a.history.size() + a.drafts.size() - 1), {a.seq}, true);
+    }
+    if (b.size() == 0) break;
+    ++rounds;
+    if (ctx_.decode(b) != 0) {
+      // No room for the drafts' rows (a batch of one micro-batch: nothing stayed): the draft memory
+      // of the sequences not drafting now goes, once (they catch up when they draft next); still
+      // none, the drafts so far stand.
+      bool freed = false;
+      for (size_t other = 0; other < held_.size(); ++other) {
+        const bool asking = std::any_of(live.begin(), live.end(), [&](const DraftAsk* a) { return a->seq == static_cast<MemorySeqId>(other); });
+        if (asking || held_[other].empty()) continue;
+        forget(static_cast<MemorySeqId>(other));
+        freed = true;
+      }
+      if (!freed || ctx_.decode(b) != 0) break;
+    }
   }
-  // The draft memory goes back to holding the history alone.
-  if (before) {
-    before->restore(ctx_, seq);
-    ctx_.memory().seq_rm(seq, end, -1);
-  } else if (!ctx_.memory().seq_rm(seq, end, -1)) {
-    forget(seq);
+  // The draft memory goes back to holding each history alone.
+  for (size_t i = 0; i < live.size(); ++i) {
+    DraftAsk& a = *live[i];
+    n_drafted += a.drafts.size();
+    const MemoryPos end = static_cast<MemoryPos>(a.history.size());
+    if (held_[static_cast<size_t>(a.seq)].size() != a.history.size()) continue;  // caught up nothing
+    if (before[i]) {
+      before[i]->restore(ctx_, a.seq);
+      ctx_.memory().seq_rm(a.seq, end, -1);
+    } else if (!ctx_.memory().seq_rm(a.seq, end, -1)) {
+      forget(a.seq);
+    }
   }
-  if (!drafts.empty()) {
+  if (n_drafted > 0) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-                      static_cast<double>(drafts.size());
+                      static_cast<double>(std::max<size_t>(rounds, 1));
     ms_per_draft_ = ms_per_draft_ > 0.0 ? 0.8 * ms_per_draft_ + 0.2 * ms : ms;
   }
-  return drafts;
 }
 
 }  // namespace agentkv

@@ -340,23 +340,48 @@ bool Scheduler::build_batch(Batch& batch) {
   size_t reserved = 0;
   for (const Slot& s : slots_)
     if (s.state == SlotState::Generating && s.pending >= 0) reserved += s.replay.size() + 1;
+  // Which slots go and how many drafts each may take first; the draft model then drafts for all
+  // the slots that asked it at once; then each slot's token and drafts go in, one run per slot.
+  std::vector<Slot*> going;
+  std::vector<DraftAsk> asks;
+  std::vector<Slot*> asking;
+  size_t rows = 0;
   for (Slot& s : slots_) {
     if (s.state != SlotState::Generating || s.pending < 0) continue;
     const size_t need = s.replay.size() + 1;
     reserved -= need;
     if (need > budget) continue;
-    size_t pos = cached(s).size();
-    for (Token t : s.replay) add_token(batch, s, t, pos++, false);
-    add_token(batch, s, s.pending, pos++, true);
-    s.batch_output = n_outputs++;
     s.in_batch = true;
+    going.push_back(&s);
     budget -= need;
-    s.drafts = no_drafts_next_ ? std::vector<Token>()
-                               : draft_for(s, budget > reserved ? budget - reserved : 0, batch.size() - 1 + reserved);
-    for (Token d : s.drafts) add_token(batch, s, d, pos++, true);
-    if (!s.drafts.empty()) memory_->begin_drafts(s.id, need + s.drafts.size());
-    n_outputs += static_cast<int>(s.drafts.size());
-    budget -= s.drafts.size();
+    rows += need;
+    DraftAsk ask;
+    s.drafts = no_drafts_next_ ? std::vector<Token>() : draft_for(s, budget > reserved ? budget - reserved : 0, rows - 1 + reserved, ask);
+    const size_t taken = ask.k > 0 ? ask.k : s.drafts.size();  // a draft model's: at most k
+    budget -= taken;
+    rows += taken;
+    if (ask.k > 0) {
+      asks.push_back(std::move(ask));
+      asking.push_back(&s);
+    }
+  }
+  if (!asks.empty()) {
+    drafter_->draft(asks);
+    for (size_t i = 0; i < asks.size(); ++i) {
+      budget += asks[i].k;  // what it took back, for the prompts
+      asking[i]->drafts = std::move(asks[i].drafts);
+      finish_drafts(*asking[i], asking[i]->drafts);
+      budget -= asking[i]->drafts.size();
+    }
+  }
+  for (Slot* s : going) {
+    size_t pos = cached(*s).size();
+    for (Token t : s->replay) add_token(batch, *s, t, pos++, false);
+    add_token(batch, *s, s->pending, pos++, true);
+    s->batch_output = n_outputs++;
+    for (Token d : s->drafts) add_token(batch, *s, d, pos++, true);
+    if (!s->drafts.empty()) memory_->begin_drafts(s->id, s->replay.size() + 1 + s->drafts.size());
+    n_outputs += static_cast<int>(s->drafts.size());
   }
   const size_t n = slots_.size();
   for (size_t k = 0; k < n && budget > 0; ++k) {
@@ -390,7 +415,7 @@ bool Scheduler::build_batch(Batch& batch) {
   return batch.size() > 0;
 }
 
-std::vector<Token> Scheduler::draft_for(Slot& s, size_t room, size_t other_rows) {
+std::vector<Token> Scheduler::draft_for(Slot& s, size_t room, size_t other_rows, DraftAsk& ask) {
   const CompletionParams& p = s.task->params;
   // The policy's length (what pays on this machine and text), or n_max when asked for a fixed one.
   const size_t n_max = static_cast<size_t>(std::max(0, p.spec_n_max));
@@ -421,14 +446,25 @@ std::vector<Token> Scheduler::draft_for(Slot& s, size_t room, size_t other_rows)
       drafts.insert(drafts.end(), recalled.begin(), recalled.end());
     }
   }
-  // The draft model when the text holds nothing to copy (llama.cpp's order: n-gram kinds first).
-  if (drafts.empty() && drafter) drafts = drafter->draft(s.id, history, k, p.spec_p_min);
+  // The draft model when the text holds nothing to copy (llama.cpp's order: n-gram kinds first),
+  // with the other slots' asks.
+  if (drafts.empty() && drafter) {
+    ask.seq = s.id;
+    ask.history = std::move(history);
+    ask.k = k;
+    ask.p_min = p.spec_p_min;
+    return {};
+  }
+  finish_drafts(s, drafts);
+  return drafts;
+}
+
+void Scheduler::finish_drafts(const Slot& s, std::vector<Token>& drafts) const {
   // An image row's id is no token to draft.
   drafts.erase(std::find_if(drafts.begin(), drafts.end(), [](Token t) { return t < 0; }), drafts.end());
   // Drafts the grammar forbids would be rejected: they are cut before the pass.
   if (s.grammar) drafts.resize(s.grammar->allowed_run(drafts));
-  if (drafts.size() < static_cast<size_t>(std::max(1, p.spec_n_min))) return {};
-  return drafts;
+  if (drafts.size() < static_cast<size_t>(std::max(1, s.task->params.spec_n_min))) drafts.clear();
 }
 
 void Scheduler::accept_drafts(Slot& s) {

@@ -138,7 +138,12 @@ class Scheduler {
   void on_logits(Slot& slot, const float* logits, bool from_cache = false);
   // Speculative decoding: the drafts slot s tries this step (n-gram lookup in its context), at
   // most `room`, with other_rows rows in the batch besides its token; and, after the pass, the choice after each kept draft, the memory settled.
-  std::vector<Token> draft_for(Slot& s, size_t room, size_t other_rows);
+  // When the draft model is to draft for s, `ask` is filled instead (and nothing returned): every
+  // slot's asks go to it together (DraftModel::draft), then finish_drafts.
+  std::vector<Token> draft_for(Slot& s, size_t room, size_t other_rows, DraftAsk& ask);
+  // What of `drafts` the pass takes: up to an image row, what the grammar allows, none when fewer
+  // than n_min.
+  void finish_drafts(const Slot& s, std::vector<Token>& drafts) const;
   void accept_drafts(Slot& s);
   // Closes slot's speculative pass now (before a snapshot or the end): what a hybrid gave back
   // goes to slot.replay.
