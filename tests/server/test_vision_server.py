@@ -420,3 +420,30 @@ def test_cache_lookup_counts_image_rows_without_encoding(vision_server):
     status, out = vision_server.post("/v1/cache/lookup", {"messages": other})
     assert status == 200 and out["n_cached_tokens"] < out["n_prompt_tokens"], out
     assert metric(vision_server, "images_encoded_total") == encoded
+
+
+@needs_fixtures
+def test_screenshot_pages_come_back_from_the_warm_tier(tmp_path_factory, tmp_path):
+    """A screenshot conversation whose pages the pool gave up to another prompt comes back from the
+    warm tier: its next turn evaluates only the new tokens and the screenshot is not projected again
+    (no encoder cache here to hide it), the answer as an uncached run's."""
+    projector = make_projector(tmp_path_factory, "qwen35-micro-vision")
+    model = os.path.join(FIXTURES, "models", "qwen35-micro.gguf")
+    s = Server(tmp_path / "warm", "-np", "1", "-c", "512", "--metrics", "--cache-warm", "64", "--image-cache-mib", "0",
+               "--mmproj", projector, model=model)
+    try:
+        messages = screenshot_turns(1)
+        first = chat(s, messages)
+        held = first["timings"]["prompt_n"]
+        assert wait_for(lambda: metric(s, "warm_tier_stores_pending") == 0)
+        status, _ = s.post("/completion", {"prompt": list(range(3000, 3480)), "n_predict": 4})  # takes the pool
+        assert status == 200
+        encoded = metric(s, "images_encoded_total")
+        messages += [{"role": "assistant", "content": answer(first)}, {"role": "user", "content": "And now?"}]
+        second = chat(s, messages)
+        assert second["timings"]["cache_n"] >= held - 1, (second["timings"], held)
+        assert metric(s, "warm_tier_hits_total") > 0
+        assert metric(s, "images_encoded_total") == encoded
+        assert answer(second) == answer(chat(s, messages, cache_prompt=False))
+    finally:
+        s.stop()
