@@ -4,8 +4,9 @@
 // the table did not note, where the view falls back from its noted-cell walk to a scan. Every group's keys are its sequence's cells at positions <= the group's
 // last one, by (position, cell); each token sees exactly the keys at positions <= its own (mask,
 // or no mask when it sees them all); keys_seen counts them; a reused output gives what a fresh
-// one gives. A sliding-window view (Gemma 3's local layers) lists only the keys some token's
-// window reaches, and each token sees exactly the keys at positions in (its own - window, its own].
+// one gives. A sliding-window view (Gemma 3's local layers) leaves out the keys no token's window
+// reaches in whole attention key tiles from the front, and each token sees exactly the keys at
+// positions in (its own - window, its own].
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "memory/attention_view.h"
 #include "memory/kv_cache.h"
 
@@ -54,7 +56,13 @@ void check(const KvCache& kv, const UBatch& ub, const std::vector<AttentionGroup
       max_pos = std::max(max_pos, ub.pos[static_cast<size_t>(t)]);
       min_pos = std::min(min_pos, ub.pos[static_cast<size_t>(t)]);
     }
-    const auto keys = expected_keys(kv, g.seq, window > 0 ? min_pos - window + 1 : std::numeric_limits<Pos>::min(), max_pos);
+    // With a window: the keys before every token's window leave the front of the list in whole
+    // attention key tiles (the others keep their tiles whatever the batch).
+    auto keys = expected_keys(kv, g.seq, std::numeric_limits<Pos>::min(), max_pos);
+    if (window > 0) {
+      const auto before = std::count_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first < min_pos - window + 1; });
+      keys.erase(keys.begin(), keys.begin() + before / kAttentionKeyTile * kAttentionKeyTile);
+    }
     ASSERT_EQ(g.rows.size(), keys.size()) << where;
     for (size_t j = 0; j < keys.size(); ++j) ASSERT_EQ(g.rows[j], keys[j].second) << where << " key " << j;
     ASSERT_EQ(g.keys_visible.size(), g.tokens.size()) << where;
@@ -83,6 +91,29 @@ void check(const KvCache& kv, const UBatch& ub, const std::vector<AttentionGroup
     }
   }
   for (size_t t = 0; t < ub.size(); ++t) ASSERT_TRUE(covered[t]) << where << " token " << t;
+}
+
+// A long sequence under a short window: the keys before the window leave the list in whole tiles,
+// so a token's keys share the same tiles in a decode step and in a prompt chunk that starts
+// elsewhere (what keeps a window layer batch-invariant).
+TEST(AttentionView, KeysBeforeTheWindowLeaveInWholeTiles) {
+  KvCache kv(small_layout());
+  UBatch prompt;
+  for (Pos p = 0; p < 120; ++p) prompt.add(p, {0});
+  const auto placement = kv.find_slot(prompt);
+  ASSERT_TRUE(placement);
+  kv.apply(prompt, *placement);
+  UBatch step;
+  step.add(110, {0});  // as if evaluated again: sees (102, 110]
+  const std::vector<AttentionGroup> one = attention_groups(kv, step, 8);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].rows.size(), 111u - 64u);  // positions 64 .. 110: 103 keys before the window, 64 left out
+  check(kv, step, one, "one token", 8);
+  UBatch chunk;
+  for (Pos p = 60; p <= 110; ++p) chunk.add(p, {0});  // reaches back to 53: none of the 64 leaves
+  const std::vector<AttentionGroup> many = attention_groups(kv, chunk, 8);
+  EXPECT_EQ(many[0].rows.size(), 111u);
+  check(kv, chunk, many, "chunk", 8);
 }
 
 TEST(AttentionView, RandomCacheStatesAgreeWithACellByCellReading) {

@@ -66,7 +66,7 @@
 #define AGENTKV_ATTENTION_PLAN_DEFINED
 namespace agentkv::attention_detail {
 
-constexpr int64_t kKeyTile = 64;         // keys per tile (llama.cpp's GGML_FA_TILE_KV)
+constexpr int64_t kKeyTile = kAttentionKeyTile;  // keys per tile (llama.cpp's GGML_FA_TILE_KV)
 constexpr int64_t kTiledMinTokens = 64;  // llama.cpp's GGML_FA_TILE_Q: tiled path threshold
 constexpr int64_t kSplitMinKeys = 512;   // llama.cpp splits single-row attention from here on
 constexpr int64_t kOwnDecodeMinChunk = 1024;  // own-type decoding: keys per chunk at least

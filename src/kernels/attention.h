@@ -59,6 +59,12 @@ struct AttentionArgs {
 
 void attention(const AttentionArgs& args, ThreadPool& pool);
 
+// Keys per tile of the tiled path (llama.cpp's GGML_FA_TILE_KV): each tile's scores share one
+// running maximum, so which keys share a tile decides the rounding. A caller leaving keys out of
+// the front of a list (memory/attention_view.cpp: keys before every token's window) leaves a
+// whole number of tiles out, so the others keep their tiles whatever the batch.
+inline constexpr int64_t kAttentionKeyTile = 64;
+
 // Merges two partial results over disjoint key sets for one row of `dim` outputs:
 // out = (exp(lse_a - m) * a + exp(lse_b - m) * b) / (exp(lse_a - m) + exp(lse_b - m)).
 // Returns the merged log-sum-exp.

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "agentkv/error.h"
+#include "kernels/attention.h"
 
 namespace agentkv::memory {
 namespace {
@@ -69,11 +70,22 @@ void keys_by_position(const KvCells& cells, SeqId seq, Pos max_pos, std::vector<
   for (size_t j = 0; j < n; ++j) pos[j] = keyed[j].first, rows[j] = keyed[j].second;
 }
 
-// Removes g's keys at positions < first (both parts, each keeping its order; n_tail follows).
+// Removes g's keys at positions < first from the front of each part (tail, hot; each sorted by
+// position and keeping its order; n_tail follows), a whole number of attention key tiles of each:
+// the keys that stay keep the tiles they share with their neighbours whatever the micro-batch's
+// earliest token is, so a window layer's rows round alike in a cached and an uncached run
+// (batch-invariant numerics; the masked keys left cost a tile at most).
 void drop_keys_before(Pos first, AttentionGroup& g, std::vector<Pos>& key_pos) {
+  const auto droppable = [&](size_t begin, size_t end) {
+    const auto from = std::lower_bound(key_pos.begin() + static_cast<std::ptrdiff_t>(begin),
+                                       key_pos.begin() + static_cast<std::ptrdiff_t>(end), first);
+    const size_t n = static_cast<size_t>(from - (key_pos.begin() + static_cast<std::ptrdiff_t>(begin)));
+    return n / static_cast<size_t>(kAttentionKeyTile) * static_cast<size_t>(kAttentionKeyTile);
+  };
+  const size_t drop_tail = droppable(0, g.n_tail), drop_hot = droppable(g.n_tail, g.rows.size());
   size_t kept = 0, kept_tail = 0;
   for (size_t j = 0; j < g.rows.size(); ++j) {
-    if (key_pos[j] < first) continue;
+    if (j < g.n_tail ? j < drop_tail : j - g.n_tail < drop_hot) continue;
     if (j < g.n_tail) ++kept_tail;
     g.rows[kept] = g.rows[j];
     key_pos[kept] = key_pos[j];
