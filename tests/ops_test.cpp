@@ -93,8 +93,9 @@ TEST(RopeNeox, LargePositionsFollowGgmlFloatAngles) {
   rope_neox(head.data(), n_rot, n_rot, pos, base, 1.0f);
   for (int64_t i = 0; i < n_rot / 2; ++i) {
     const float c = cosf(angles[i]), s = sinf(angles[i]);
-    EXPECT_FLOAT_EQ(head[i], orig[i] * c - orig[i + n_rot / 2] * s) << i;
-    EXPECT_FLOAT_EQ(head[i + n_rot / 2], orig[i] * s + orig[i + n_rot / 2] * c) << i;
+    // The rotation as ggml-cpu's compiled rotate_pairs: one fused multiply-add each.
+    EXPECT_EQ(head[i], std::fma(orig[i], c, -(orig[i + n_rot / 2] * s))) << i;
+    EXPECT_EQ(head[i + n_rot / 2], std::fma(orig[i], s, orig[i + n_rot / 2] * c)) << i;
   }
 }
 

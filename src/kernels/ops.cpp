@@ -260,29 +260,19 @@ void rope_cache_imrope(const int32_t thw[3], int64_t n_rot, const int32_t sectio
   }
 }
 
-namespace {
-// Pairs (i, i + n_rot/2); Fused: each output one fused multiply-add (ggml-cpu's -march builds).
-template <bool Fused>
-void rotate_neox(float* head, int64_t n_rot, const float* cos_sin) {
+// ggml-cpu's rotate_pairs as GCC contracts it in the -march builds x86 llama.cpp ships (both
+// levels have FMA): x0 c - x1 s and x0 s + x1 c each one fused multiply-add.
+void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin) {
   const int64_t half = n_rot / 2;
   for (int64_t i = 0; i < half; ++i) {
     const float c = cos_sin[2 * i];
     const float s = cos_sin[2 * i + 1];
     const float x0 = head[i];
     const float x1 = head[i + half];
-    if constexpr (Fused) {
-      head[i] = std::fma(x0, c, -(x1 * s));
-      head[i + half] = std::fma(x0, s, x1 * c);
-    } else {
-      head[i] = x0 * c - x1 * s;
-      head[i + half] = x0 * s + x1 * c;
-    }
+    head[i] = std::fma(x0, c, -(x1 * s));
+    head[i + half] = std::fma(x0, s, x1 * c);
   }
 }
-}  // namespace
-
-void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin) { rotate_neox<false>(head, n_rot, cos_sin); }
-void rope_neox_apply_fused(float* head, int64_t n_rot, const float* cos_sin) { rotate_neox<true>(head, n_rot, cos_sin); }
 
 void rope_norm_apply(float* head, int64_t n_rot, const float* cos_sin) {
   for (int64_t i = 0; i < n_rot; i += 2) {
@@ -290,8 +280,8 @@ void rope_norm_apply(float* head, int64_t n_rot, const float* cos_sin) {
     const float s = cos_sin[i + 1];
     const float x0 = head[i];
     const float x1 = head[i + 1];
-    head[i] = x0 * c - x1 * s;
-    head[i + 1] = x0 * s + x1 * c;
+    head[i] = std::fma(x0, c, -(x1 * s));
+    head[i + 1] = std::fma(x0, s, x1 * c);
   }
 }
 
@@ -317,26 +307,22 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 namespace {
-// ggml's gelu_f32 (tanh approximation) at every fp16 value, rounded to fp16. Fused: 1 + a x^2 as
+// ggml's gelu_f32 (tanh approximation) at every fp16 value, rounded to fp16, with 1 + a x^2 as
 // the fused multiply-add GCC makes of it in ggml-cpu's -march builds (equal to ggml-cpu's GELU at
-// every fp16 value; the unfused table, which geglu keeps, differs at one).
-std::vector<uint16_t> make_gelu_fp16_table(bool fused) {
+// every fp16 value; the unfused form differs at one).
+std::vector<uint16_t> make_gelu_fp16_table() {
   constexpr float kCoefA = 0.044715f;
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
   std::vector<uint16_t> t(65536);
   for (uint32_t i = 0; i < t.size(); ++i) {
     const float x = fp16_to_fp32(static_cast<uint16_t>(i));
-    const float poly = fused ? std::fma(kCoefA * x, x, 1.0f) : 1.0f + kCoefA * x * x;
+    const float poly = std::fma(kCoefA * x, x, 1.0f);
     t[i] = fp32_to_fp16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * poly)));
   }
   return t;
 }
 const std::vector<uint16_t>& gelu_fp16_table() {
-  static const std::vector<uint16_t> table = make_gelu_fp16_table(false);
-  return table;
-}
-const std::vector<uint16_t>& gelu_fp16_table_fused() {
-  static const std::vector<uint16_t> table = make_gelu_fp16_table(true);
+  static const std::vector<uint16_t> table = make_gelu_fp16_table();
   return table;
 }
 }  // namespace
@@ -352,7 +338,7 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void gelu(const float* x, float* y, int64_t n) {
-  const uint16_t* table = gelu_fp16_table_fused().data();
+  const uint16_t* table = gelu_fp16_table().data();
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     if (v <= -10.0f) y[i] = 0.0f;

@@ -52,11 +52,9 @@ void rope_cache_imrope(const int32_t thw[3], int64_t n_rot, const int32_t sectio
 inline void rope_neox_cache(float pos, int64_t n_rot, float freq_base, float freq_scale, float* cos_sin) {
   rope_cache(pos, n_rot, freq_base, freq_scale, nullptr, cos_sin);
 }
-void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin);
 // The rotation x0 c - x1 s, x0 s + x1 c with each a fused multiply-add, as GCC compiles ggml-cpu's
-// rotate_pairs in the -march builds x86 llama.cpp ships: the vision tower's (bit-equal with
-// llama.cpp's there). The language models keep rope_neox_apply for now (docs/vision.md).
-void rope_neox_apply_fused(float* head, int64_t n_rot, const float* cos_sin);
+// rotate_pairs in the -march builds x86 llama.cpp ships (bit-equal with llama.cpp's).
+void rope_neox_apply(float* head, int64_t n_rot, const float* cos_sin);
 void rope_norm_apply(float* head, int64_t n_rot, const float* cos_sin);
 inline void rope_apply(RopeStyle style, float* head, int64_t n_rot, const float* cos_sin) {
   if (style == RopeStyle::Neox) rope_neox_apply(head, n_rot, cos_sin);

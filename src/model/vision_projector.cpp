@@ -208,8 +208,8 @@ void VisionProjector::run_layer(const Layer& l, float* x, int64_t n, const std::
     for (int64_t t = b; t < e; ++t) {
       float* row = qkv.data() + t * 3 * E;
       for (int64_t h = 0; h < H; ++h) {
-        rope_neox_apply_fused(row + h * D, D, rope.data() + t * D);
-        rope_neox_apply_fused(row + E + h * D, D, rope.data() + t * D);
+        rope_neox_apply(row + h * D, D, rope.data() + t * D);
+        rope_neox_apply(row + E + h * D, D, rope.data() + t * D);
       }
       for (int64_t i = 0; i < E; ++i) {
         k16[t * E + i] = fp32_to_fp16(row[E + i]);
