@@ -28,6 +28,11 @@ float top_probability(const float* logits, int64_t n, int32_t top) {
   return static_cast<float>(1.0 / sum);
 }
 
+// history[from, end) for seq, logits after the last token only.
+void add_history(Batch& b, MemorySeqId seq, std::span<const Token> history, size_t from) {
+  for (size_t i = from; i < history.size(); ++i) b.add(history[i], static_cast<MemoryPos>(i), {seq}, i + 1 == history.size());
+}
+
 ContextParams draft_context_params(const DraftModelParams& p) {
   ContextParams cp;
   cp.n_ctx = p.n_ctx;
@@ -89,9 +94,8 @@ size_t DraftModel::keep_common(MemorySeqId seq, std::span<const Token> history) 
 }
 
 bool DraftModel::catch_up(MemorySeqId seq, std::span<const Token> history) {
-  const size_t common = keep_common(seq, history);
   Batch b;
-  for (size_t i = common; i < history.size(); ++i) b.add(history[i], static_cast<MemoryPos>(i), {seq}, i + 1 == history.size());
+  add_history(b, seq, history, keep_common(seq, history));
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (ctx_.decode(b) == 0) {
       held_[static_cast<size_t>(seq)].assign(history.begin(), history.end());
@@ -101,7 +105,7 @@ bool DraftModel::catch_up(MemorySeqId seq, std::span<const Token> history) {
     // the other sequences' drafting memory dropped (they catch up when they draft next).
     for (size_t other = 0; other < held_.size(); ++other) forget(static_cast<MemorySeqId>(other));
     b.clear();
-    for (size_t i = 0; i < history.size(); ++i) b.add(history[i], static_cast<MemoryPos>(i), {seq}, i + 1 == history.size());
+    add_history(b, seq, history, 0);
   }
   forget(seq);
   return false;
@@ -129,28 +133,21 @@ void DraftModel::draft(std::span<DraftAsk> asks) {
     live.push_back(&a);
   }
   if (live.empty()) return;
-  // Catching up: every sequence's new tokens in one batch, the last one's logits out; where that
-  // finds no room, one sequence at a time (dropping the others' draft memory if need be).
+  // Catching up: several sequences' new tokens in one batch, the last one's logits out (where
+  // that finds no room, each drafts alone); one sequence by catch_up (which drops the others'
+  // draft memory if it must).
   std::vector<int> output(live.size(), -1);  // each ask's row of logits in the last batch
   Batch b;
   int n_outputs = 0;
-  for (size_t i = 0; i < live.size(); ++i) {
-    const std::vector<Token>& h = live[i]->history;
-    for (size_t p = keep_common(live[i]->seq, h); p < h.size(); ++p)
-      b.add(h[p], static_cast<MemoryPos>(p), {live[i]->seq}, p + 1 == h.size());
-  }
-  bool together = false;
-  if (live.size() > 1) {
-    together = ctx_.decode(b) == 0;
-    if (!together) {
-      // No room for all of them: a failed batch may have left parts behind, so each starts over,
-      // drafting alone (its catch-up drops the others' draft memory if it must).
+  const bool together = live.size() > 1;
+  if (together) {
+    for (const DraftAsk* a : live) add_history(b, a->seq, a->history, keep_common(a->seq, a->history));
+    if (ctx_.decode(b) != 0) {
+      // A failed batch may have left parts behind: each starts over, drafting alone.
       for (DraftAsk* a : live) forget(a->seq);
       for (DraftAsk* a : live) draft(std::span<DraftAsk>(a, 1));
       return;
     }
-  }
-  if (together) {
     for (size_t i = 0; i < live.size(); ++i) {
       held_[static_cast<size_t>(live[i]->seq)] = live[i]->history;
       output[i] = static_cast<int>(i);
@@ -161,11 +158,9 @@ void DraftModel::draft(std::span<DraftAsk> asks) {
   std::vector<bool> drafting(live.size(), false);
   for (size_t i = 0; i < live.size(); ++i) {
     DraftAsk& a = *live[i];
-    if (!together) {
+    if (!together) {  // the one ask: its logits are its catch-up batch's only row
       if (!catch_up(a.seq, a.history)) continue;
-      // Its logits are the last batch's only row; read them before the next sequence's batch.
       const float* logits = ctx_.last_logits();
-      output[i] = -1;
       const Token t = argmax_token(logits, draft_.n_vocab());
       if (t >= target_vocab_ || top_probability(logits, draft_.n_vocab(), t) < a.p_min) continue;
       a.drafts.push_back(t);

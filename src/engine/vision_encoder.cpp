@@ -45,6 +45,28 @@ struct VisionEncoder::Impl {
       lru.pop_back();
     }
   }
+  // The cached image of file `key`, made the most recently used and counted as a hit; null when
+  // the cache has none. The caller holds the mutex.
+  std::shared_ptr<const ImageEmbedding> cached(const XXH128_hash_t& key) const {
+    for (auto it = lru.begin(); it != lru.end(); ++it) {
+      if (!XXH128_isEqual(it->key, key)) continue;
+      lru.splice(lru.begin(), lru, it);
+      ++stats.cache_hits;
+      return it->image;
+    }
+    return nullptr;
+  }
+  // Runs the projector on e's pending pixels: e.rows filled, e.pending dropped, the time added to
+  // e.encode_seconds. The caller holds the mutex (the pool is not reentrant).
+  void run_projector(ImageEmbedding& e) const {
+    const auto t0 = std::chrono::steady_clock::now();
+    e.rows = projector->encode(e.pending->pixels.data(), e.pixels_x, e.pixels_y, *pool);
+    if (static_cast<int64_t>(e.rows.size()) != e.n_tokens * e.n_embd)
+      throw Error("vision encoder: the projector wrote " + std::to_string(e.rows.size()) + " floats for a grid of " +
+                  std::to_string(e.n_tokens) + " rows of " + std::to_string(e.n_embd));
+    e.pending.reset();
+    e.encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 };
 
 VisionEncoder::VisionEncoder() : impl_(std::make_unique<Impl>()) {}
@@ -123,13 +145,10 @@ ImageEmbedding VisionEncoder::prepare(const uint8_t* data, size_t size, const Im
   const XXH128_hash_t key = XXH3_128bits(data, size);
   {
     std::lock_guard<std::mutex> lock(m.mutex);
-    for (auto it = m.lru.begin(); it != m.lru.end(); ++it) {
-      if (!XXH128_isEqual(it->key, key)) continue;
-      m.lru.splice(m.lru.begin(), m.lru, it);
-      ++m.stats.cache_hits;
-      ImageEmbedding hit = *it->image;
-      hit.decode_seconds = hit.encode_seconds = 0;
-      return hit;
+    if (const std::shared_ptr<const ImageEmbedding> hit = m.cached(key)) {
+      ImageEmbedding e = *hit;
+      e.decode_seconds = e.encode_seconds = 0;
+      return e;
     }
   }
   const auto t0 = clock::now();
@@ -145,29 +164,18 @@ ImageEmbedding VisionEncoder::prepare(const uint8_t* data, size_t size, const Im
 }
 
 void VisionEncoder::project(ImageEmbedding& e) const {
-  using clock = std::chrono::steady_clock;
   if (e.projected() || !e.pending) return;
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mutex);
-  const ImageEmbedding::Pending& p = *e.pending;
-  for (auto it = m.lru.begin(); it != m.lru.end(); ++it) {  // another request projected it meanwhile
-    if (!XXH128_isEqual(it->key, p.file_key)) continue;
-    m.lru.splice(m.lru.begin(), m.lru, it);
-    ++m.stats.cache_hits;
-    e.rows = it->image->rows;
+  const XXH128_hash_t key = e.pending->file_key;
+  if (const std::shared_ptr<const ImageEmbedding> hit = m.cached(key)) {  // another request projected it meanwhile
+    e.rows = hit->rows;
     e.pending.reset();
     return;
   }
-  const auto t0 = clock::now();
-  e.rows = m.projector->encode(p.pixels.data(), e.pixels_x, e.pixels_y, *m.pool);
-  if (static_cast<int64_t>(e.rows.size()) != e.n_tokens * e.n_embd)
-    throw Error("vision encoder: the projector wrote " + std::to_string(e.rows.size()) + " floats for a grid of " +
-                std::to_string(e.n_tokens) + " rows of " + std::to_string(e.n_embd));
-  e.encode_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+  m.run_projector(e);
   ++m.stats.images_encoded;
   m.stats.encode_seconds += e.decode_seconds + e.encode_seconds;
-  const XXH128_hash_t key = p.file_key;
-  e.pending.reset();
   if (m.max_bytes > 0 && Impl::bytes_of(e) <= m.max_bytes) {
     m.lru.push_front({key, std::make_shared<const ImageEmbedding>(e)});
     m.bytes += Impl::bytes_of(e);
@@ -189,11 +197,8 @@ ImageEmbedding VisionEncoder::encode_rgb(const uint8_t* rgb, int width, int heig
   img.height = height;
   img.rgb.assign(rgb, rgb + static_cast<size_t>(width) * static_cast<size_t>(height) * 3);
   ImageEmbedding e = prepare_decoded(impl_->spec, img, output_width(), XXH128_hash_t{0, 0});
-  const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  e.rows = impl_->projector->encode(e.pending->pixels.data(), e.pixels_x, e.pixels_y, *impl_->pool);
-  e.pending.reset();
-  e.encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  impl_->run_projector(e);
   return e;
 }
 

@@ -20,14 +20,14 @@ namespace agentkv::server {
 using PieceAligner = std::function<std::vector<Token>(const std::string& text, const std::vector<Token>& plain,
                                                       std::span<const Token> before)>;
 
+// The 400 for a request with images to a server without --mmproj.
+HttpError no_projector_error();
+
 // Prepares `files` (in marker order: decoded, preprocessed, hashed; projected later, only if the
 // prompt's rows are evaluated: PromptImages::row) and lays the prompt out; *images receives the
 // spans and images. Each text piece between images goes through `align` when given. Throws
 // invalid_request for an image the encoder refuses or a marker count that differs from the number
 // of images.
-// The 400 for a request with images to a server without --mmproj.
-HttpError no_projector_error();
-
 std::vector<Token> tokenize_with_images(const Tokenizer& tok, const std::string& text, const VisionEncoder& vision,
                                         const std::vector<std::vector<uint8_t>>& files, PromptImages* images,
                                         const PieceAligner& align = nullptr);

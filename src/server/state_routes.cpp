@@ -20,10 +20,9 @@ namespace agentkv::server {
 
 namespace {
 
-// The prompt of a request that gives either `messages` (rendered with the chat template) or
-// `prompt` (/v1/prefill, /v1/cache/lookup).
 // The prompt of a request with `prompt` (one; a {"prompt_string", "multimodal_data"} object may
-// carry images) or `messages` (their image parts), tokenized as a completion's.
+// carry images) or `messages` (rendered with the chat template; their image parts), tokenized as a
+// completion's (/v1/prefill, /v1/cache/lookup).
 struct RequestPrompt {
   std::vector<Token> tokens;
   std::shared_ptr<PromptImages> images;  // null: no image
