@@ -1,5 +1,5 @@
-// The Qwen3.5 vision path against llama.cpp's mtmd (tests/data/vision/reference-<level>/, made by
-// tests/reference/mtmd_reference.cpp from the projector presets and the qwen35 fixtures): the
+// The Qwen3.5 vision path against llama.cpp's mtmd (tests/data/vision/reference/ at the AVX-512
+// level, reference-avx2/ otherwise, made by tests/reference/mtmd_reference.cpp from the projector presets and the qwen35 fixtures): the
 // projector's image embeddings of the PNG files (decoded and preprocessed by agentkv), then the
 // language model's next-token logprobs and greedy tokens after a text + image (+ image) + text prompt, fed with
 // agentkv's embeddings at the multi-axis rope positions mtmd gives them. Each distance must be no
@@ -30,6 +30,17 @@ namespace agentkv::testing {
 namespace {
 
 const std::string kVisionData = std::string(AGENTKV_SOURCE_DIR) + "/tests/data/vision/";
+
+// Each kernel level against llama.cpp run on its own kind of machine, as reference_dir() does for
+// the text fixtures: the AVX-512 kernels against reference/ (made on an AVX-512 machine), the AVX2 and
+// scalar ones against reference-avx2/; a case with no AVX-512 reference falls back to the AVX2 one.
+std::string vision_reference_dir(const std::string& name) {
+  const std::string avx512 = kVisionData + "reference/";
+  if (active_cpu_level() == CpuLevel::Avx512 && std::filesystem::exists(avx512 + name + "/result.json"))
+    return avx512;
+  if (active_cpu_level() == CpuLevel::Avx512) std::printf("%s: no AVX-512 reference: judged against the AVX2 one\n", name.c_str());
+  return kVisionData + "reference-avx2/";
+}
 
 std::vector<float> read_floats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -147,13 +158,12 @@ LogitsCase run_case(const Model& lm, const VisionEncoder& vision, const nlohmann
 void check_vision_case(const std::string& name, const std::string& lm_name, const std::string& projector) {
   AGENTKV_NEEDS_FIXTURES();
   if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
-  // Only AVX2-level references exist (made on an AVX2-only machine); the AVX-512 run is judged
-  // against them too, as preset_reference_dir does for the presets.
   // Judged against the run with flash attention on (the .alt directory), which is what llama.cpp's
   // default (auto) picks on a CPU and what agentkv computes (F16 K/V in the vision tower and the
   // cache); the run with it off (and 2 threads, batch 512) measures llama.cpp's own spread.
-  const std::string dir = kVisionData + "reference-avx2/" + name + ".alt/";
-  const std::string alt_dir = kVisionData + "reference-avx2/" + name + "/";
+  const std::string ref_dir = vision_reference_dir(name);
+  const std::string dir = ref_dir + name + ".alt/";
+  const std::string alt_dir = ref_dir + name + "/";
   const nlohmann::json ref = read_json(dir + "result.json");
   const nlohmann::json alt = read_json(alt_dir + "result.json");
 
@@ -203,8 +213,10 @@ TEST(FidelityVision, Qwen35MoeMicroTwoImages) {
 TEST(FidelityVision, RealShapeProjectorEmbeddings) {
   AGENTKV_NEEDS_FIXTURES();
   if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
-  const std::string dir = kVisionData + "reference-avx2/qwen35moe-bench-vision.1img.alt/";
-  const std::string alt_dir = kVisionData + "reference-avx2/qwen35moe-bench-vision.1img/";
+  const std::string name = "qwen35moe-bench-vision.1img";
+  const std::string ref_dir = vision_reference_dir(name);
+  const std::string dir = ref_dir + name + ".alt/";
+  const std::string alt_dir = ref_dir + name + "/";
   const std::string path = temp_path("qwen35moe-bench-vision");
   write_vision_file(path, *mkmodel::find_vision_preset("qwen35moe-bench-vision"), 42, 2);
   auto vision = VisionEncoder::load(path, 2);
