@@ -1,6 +1,7 @@
 #include "tools/bench_common.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -41,10 +42,33 @@ std::vector<TraceStep> read_agent_trace(const std::string& path) {
     s.step = field(j, "step", 0);
     s.depth = field(j, "depth", 0);
     s.new_tokens = field(j, "new_tokens", 1);
+    if (j.contains("screenshot")) {
+      if (!j["screenshot"].is_string() || j["screenshot"].get<std::string>().empty())
+        throw Error(path + ":" + std::to_string(line_no) + ": \"screenshot\" must be \"WIDTHxHEIGHT\" or an image file's path");
+      s.screenshot = j["screenshot"].get<std::string>();
+    }
     steps.push_back(s);
   }
   if (steps.empty()) throw Error("trace '" + path + "' has no steps");
   return steps;
+}
+
+std::vector<uint8_t> synthetic_screen(int w, int h) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      uint8_t* p = rgb.data() + (static_cast<size_t>(y) * w + x) * 3;
+      const bool stripe = (y / 12) % 3 == 0 && (x / 7) % 5 != 0;  // lines of "text"
+      p[0] = stripe ? 20 : static_cast<uint8_t>(200 + x * 40 / w);
+      p[1] = stripe ? 20 : static_cast<uint8_t>(210 + y * 30 / h);
+      p[2] = stripe ? 30 : 235;
+    }
+  return rgb;
+}
+
+bool parse_screen_size(const std::string& s, int& w, int& h) {
+  char tail = 0;
+  return std::sscanf(s.c_str(), "%dx%d%c", &w, &h, &tail) == 2 && w > 0 && h > 0;
 }
 
 int64_t bucket_depth(int64_t depth, int64_t bucket) {

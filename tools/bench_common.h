@@ -15,10 +15,13 @@ namespace agentkv::tools {
 //   {"step": i, "depth": D, "new_tokens": N}
 // depth: tokens already in the conversation before the step (what a prompt cache holds);
 // new_tokens: tokens the step appends (user message, tool output, ...). Extra keys are ignored.
+// A GUI agent's step may also carry "screenshot": "WIDTHxHEIGHT" (a synthetic screen of that size)
+// or the path of a PNG / JPEG file: an image the step appends before its text.
 struct TraceStep {
   int64_t step = 0;
   int64_t depth = 0;
   int64_t new_tokens = 0;
+  std::string screenshot;  // empty: text only
 };
 
 // Reads a trace; agentkv::Error naming file and line for malformed JSON, missing or negative
@@ -58,6 +61,12 @@ class BenchHttpClient {
   std::string url_;
   std::string prefix_;
 };
+
+// A synthetic screenshot of w x h RGB pixels (gradients and text-like stripes; an encoder's cost
+// does not depend on the pixels).
+std::vector<uint8_t> synthetic_screen(int w, int h);
+// "WIDTHxHEIGHT" (both > 0) into w, h; false for anything else (a file name).
+bool parse_screen_size(const std::string& s, int& w, int& h);
 
 // Median of a non-empty list.
 double median(std::vector<double> v);

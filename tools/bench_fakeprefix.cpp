@@ -2,13 +2,16 @@
 // with a fake prefix (metadata-only positions [0, L), zero K/V: no prefill of L needed), next to
 // the llama-bench -d style estimate new / prefill_tps(L) and, optionally, the cold prefill of
 // L + new. In-process (-m MODEL) or against `agentkv serve` (--server URL, request field
-// n_fake_cached). docs/measurement.md explains the figures and the plots.
+// n_fake_cached). A GUI agent's step may add a screenshot (in-process, --mmproj): its encode time
+// is reported beside the language model's prefill of the image rows and the text.
+// docs/measurement.md explains the figures and the plots.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -19,6 +22,7 @@
 #include "agentkv/error.h"
 #include "agentkv/context.h"
 #include "agentkv/fake_prefix.h"
+#include "agentkv/vision.h"
 #include "tools/bench_common.h"
 #include "tools/bench_modes.h"
 #include "tools/kv_flags.h"
@@ -35,16 +39,20 @@ struct Step {
   int64_t depth = 0;  // as the trace (or grid) gives it
   int64_t L = 0;      // bucketed depth: the fake prefix and the real prefix both have L positions
   int64_t n_new = 0;
+  std::string screenshot;  // the trace's "screenshot" (empty: text only)
+  int64_t n_image = 0;     // the screenshot's rows in the language model (its merged tokens)
+  int64_t rows() const { return n_image + n_new; }  // what the step appends: the image, then the text
 };
 
 struct StepResult {
   Step s;
-  double measured_s = kNaN;  // only-new prefill after a fake prefix of L
-  double real_s = kNaN;      // the same N tokens after a real prefix of L (gives prefill_tps(L))
-  double baseline_s = kNaN;  // cold prefill of L + N
+  double measured_s = kNaN;  // only-new prefill after a fake prefix of L (the language model)
+  double real_s = kNaN;      // the same rows after a real prefix of L (gives prefill_tps(L))
+  double baseline_s = kNaN;  // cold prefill of L + the rows
+  double encode_s = 0;       // the screenshot's decoding, preprocessing and projector (none: 0)
   int64_t keys_fake = -1, keys_real = -1;  // keys attention read (in-process only)
-  double prefill_tps() const { return s.n_new / real_s; }
-  double estimate_s() const { return s.n_new / prefill_tps(); }
+  double prefill_tps() const { return s.rows() / real_s; }
+  double estimate_s() const { return s.rows() / prefill_tps(); }
   double ratio() const { return measured_s / estimate_s(); }
   double speedup() const { return baseline_s / measured_s; }
 };
@@ -58,6 +66,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string describe() const = 0;
+  // Encodes the step's screenshot (timed); the next fake / real / baseline runs feed its rows.
+  virtual double encode(const Step& s) = 0;
   virtual double fake(const Step& s, int64_t& keys) = 0;
   virtual double real(const Step& s, int64_t& keys) = 0;
   virtual double baseline(const Step& s) = 0;
@@ -65,16 +75,35 @@ class Backend {
 
 // In-process: seq 0 holds a real prefix grown (untimed) to each step's L; the real measurement
 // extends a copy of it (seq 1), the fake one a fake prefix (seq 2), the baseline a cold seq 2.
+// Screenshots go through the projector (`mmproj`), the encoder cache off: each step encodes its own.
 class InProcess : public Backend {
  public:
-  InProcess(const std::string& model_path, ContextParams cp, int64_t max_L, int64_t max_new) {
+  // Fills each screenshot step's n_image (an untimed encode of each distinct screenshot, which also
+  // warms the projector up) before sizing the context.
+  InProcess(const std::string& model_path, const std::string& mmproj, ContextParams cp, std::vector<Step>& steps) {
     model_ = Model::load(model_path);
+    if (!mmproj.empty()) {
+      vision_ = VisionEncoder::load(mmproj, cp.n_threads);
+      vision_->check_language_model(*model_);
+      vision_->set_cache_bytes(0);
+    }
+    std::map<std::string, int64_t> image_rows;
+    int64_t max_L = 0, max_rows = 0;
+    for (Step& s : steps) {
+      if (!s.screenshot.empty()) {
+        if (!vision_) throw std::invalid_argument("step " + std::to_string(s.step) + " has a screenshot: give --mmproj");
+        auto [it, fresh] = image_rows.try_emplace(s.screenshot, 0);
+        if (fresh) it->second = encode_screenshot(s.screenshot).n_tokens;
+        s.n_image = it->second;
+      }
+      max_L = std::max(max_L, s.L), max_rows = std::max(max_rows, s.rows());
+    }
     // One KV stream per sequence (real prefix 0, its timed copy 1, fake prefix / baseline 2), as
     // llama-bench's depth runs: each timed run attends over its own L + N cells only. In one shared
     // stream the fake run would also span the real prefix's cells (masked, but still scanned).
     cp.n_seq_max = 3;
     cp.kv.unified = false;
-    cp.n_ctx = static_cast<uint32_t>(max_L + max_new + 256);
+    cp.n_ctx = static_cast<uint32_t>(max_L + max_rows + 256);
     ctx_ = std::make_unique<Context>(*model_, cp);
     // Fake-prefix cells are never written; without this they would read the shared zero page.
     prefault_kv(*ctx_);
@@ -85,16 +114,23 @@ class InProcess : public Backend {
     decode_or_throw(b, "warm-up");
     ctx_->memory().seq_rm(2, -1, -1);
   }
-  std::string describe() const override { return model_->config().arch_key + " in-process"; }
+  std::string describe() const override {
+    return model_->config().arch_key + (vision_ ? " + projector" : "") + " in-process";
+  }
+
+  double encode(const Step& s) override {
+    image_ = s.screenshot.empty() ? ImageEmbedding{} : encode_screenshot(s.screenshot);
+    return image_.decode_seconds + image_.encode_seconds;
+  }
 
   double fake(const Step& s, int64_t& keys) override {
     auto& mem = ctx_->memory();
     if (s.L > 0) seq_fake_prefix(*ctx_, 2, static_cast<MemoryPos>(s.L));
     const double t = time_new_tokens(s, 2, keys);
-    if (ctx_->stats().n_tokens != s.n_new)
+    if (ctx_->stats().n_tokens != s.rows())
       only_new_failed(s, "evaluated " + std::to_string(ctx_->stats().n_tokens) + " tokens, expected new=" +
-                             std::to_string(s.n_new));
-    if (mem.seq_pos_max(2) != s.L + s.n_new - 1)
+                             std::to_string(s.rows()));
+    if (mem.seq_pos_max(2) != s.L + s.rows() - 1)
       only_new_failed(s, "memory pos_max " + std::to_string(mem.seq_pos_max(2)) + ", expected L+new-1");
     mem.seq_rm(2, -1, -1);
     return t;
@@ -105,15 +141,15 @@ class InProcess : public Backend {
     auto& mem = ctx_->memory();
     if (s.L > 0) mem.seq_cp(0, 1, -1, -1);
     const double t = time_new_tokens(s, 1, keys);
-    if (mem.seq_pos_max(1) != s.L + s.n_new - 1) throw Error("real prefix measurement: unexpected positions");
+    if (mem.seq_pos_max(1) != s.L + s.rows() - 1) throw Error("real prefix measurement: unexpected positions");
     mem.seq_rm(1, -1, -1);
     return t;
   }
 
   double baseline(const Step& s) override {
     Batch b;
-    for (int64_t i = 0; i < s.L + s.n_new; ++i)
-      b.add(synthetic_token(0, i, n_vocab_), static_cast<MemoryPos>(i), {2}, i + 1 == s.L + s.n_new);
+    for (int64_t i = 0; i < s.L; ++i) b.add(synthetic_token(0, i, n_vocab_), static_cast<MemoryPos>(i), {2}, false);
+    add_step_rows(b, s, 2);
     ctx_->reset_stats();
     const auto t0 = Clock::now();
     decode_or_throw(b, "baseline");
@@ -143,11 +179,34 @@ class InProcess : public Backend {
     }
     real_len_ = L;
   }
-  // Times the N new tokens of the step on `seq` (one batch: the engine splits it in micro-batches).
+  ImageEmbedding encode_screenshot(const std::string& screenshot) const {
+    int w = 0, h = 0;
+    if (parse_screen_size(screenshot, w, h)) {
+      const std::vector<uint8_t> rgb = synthetic_screen(w, h);
+      return vision_->encode_rgb(rgb.data(), w, h);
+    }
+    std::ifstream in(screenshot, std::ios::binary);
+    if (!in) throw Error("screenshot '" + screenshot + "': neither WIDTHxHEIGHT nor a readable image file");
+    const std::vector<uint8_t> bytes(std::istreambuf_iterator<char>(in), {});
+    return vision_->encode(bytes.data(), bytes.size());
+  }
+  // The step's rows at positions L...: its screenshot's (image_, at the multi-axis rope positions
+  // the model gives an image), then its text; logits for the last.
+  void add_step_rows(Batch& b, const Step& s, MemorySeqId seq) {
+    std::vector<Token> text;
+    for (int64_t i = 0; i < s.n_new; ++i) text.push_back(synthetic_token(s.step + 1, i, n_vocab_));
+    if (s.screenshot.empty()) {
+      for (int64_t i = 0; i < s.n_new; ++i) b.add(text[i], static_cast<MemoryPos>(s.L + i), {seq}, i + 1 == s.n_new);
+      return;
+    }
+    PromptCursor cursor{static_cast<MemoryPos>(s.L), static_cast<int32_t>(s.L)};
+    add_image(b, image_, seq, cursor);
+    add_text(b, text.data(), text.size(), seq, cursor, true);
+  }
+  // Times the step's new rows on `seq` (one batch: the engine splits it in micro-batches).
   double time_new_tokens(const Step& s, MemorySeqId seq, int64_t& keys) {
     Batch b;
-    for (int64_t i = 0; i < s.n_new; ++i)
-      b.add(synthetic_token(s.step + 1, i, n_vocab_), static_cast<MemoryPos>(s.L + i), {seq}, i + 1 == s.n_new);
+    add_step_rows(b, s, seq);
     ctx_->reset_stats();
     const auto t0 = Clock::now();
     decode_or_throw(b, "new tokens");
@@ -157,7 +216,9 @@ class InProcess : public Backend {
   }
 
   std::unique_ptr<Model> model_;
+  std::unique_ptr<VisionEncoder> vision_;
   std::unique_ptr<Context> ctx_;
+  ImageEmbedding image_;  // the current step's screenshot (encode)
   int32_t n_vocab_ = 0;
   int64_t real_len_ = 0;
 };
@@ -177,6 +238,8 @@ class OverHttp : public Backend {
     model_ = models["data"][0].value("id", std::string("?"));
   }
   std::string describe() const override { return model_ + " via " + http_.url(); }
+
+  double encode(const Step&) override { return 0; }  // screenshot steps are refused before (in-process only)
 
   double fake(const Step& s, int64_t& keys) override {
     keys = -1;
@@ -250,13 +313,14 @@ std::string fmt(double v, const char* f = "%.4f") {
 std::string csv_of(const std::vector<StepResult>& rs) {
   std::ostringstream o;
   o << "step,depth,L,new_tokens,measured_s,real_s,prefill_tps_L,estimate_s,ratio_measured_estimate,baseline_s,"
-       "speedup_baseline_measured,keys_attended_fake,keys_attended_real\n";
+       "speedup_baseline_measured,keys_attended_fake,keys_attended_real,image_tokens,encode_s\n";
   for (const auto& r : rs)
     o << r.s.step << ',' << r.s.depth << ',' << r.s.L << ',' << r.s.n_new << ',' << fmt(r.measured_s, "%.6f") << ','
       << fmt(r.real_s, "%.6f") << ',' << fmt(r.prefill_tps(), "%.2f") << ',' << fmt(r.estimate_s(), "%.6f") << ','
       << fmt(r.ratio()) << ',' << fmt(r.baseline_s, "%.6f") << ',' << fmt(r.speedup()) << ','
       << (r.keys_fake >= 0 ? std::to_string(r.keys_fake) : "") << ','
-      << (r.keys_real >= 0 ? std::to_string(r.keys_real) : "") << '\n';
+      << (r.keys_real >= 0 ? std::to_string(r.keys_real) : "") << ',' << r.s.n_image << ','
+      << fmt(r.encode_s, "%.6f") << '\n';
   return o.str();
 }
 
@@ -278,6 +342,8 @@ nlohmann::json json_of(const std::vector<StepResult>& rs, const nlohmann::json& 
                      {"baseline_s", json_num(r.baseline_s)},
                      {"speedup_baseline_measured", json_num(r.speedup())}};
     if (r.keys_fake >= 0) x["keys_attended_fake"] = r.keys_fake, x["keys_attended_real"] = r.keys_real;
+    if (!r.s.screenshot.empty())
+      x["screenshot"] = r.s.screenshot, x["image_tokens"] = r.s.n_image, x["encode_s"] = json_num(r.encode_s);
     arr.push_back(x);
   }
   j["steps"] = arr;
@@ -289,9 +355,11 @@ nlohmann::json json_of(const std::vector<StepResult>& rs, const nlohmann::json& 
 std::string summary_of(const std::vector<StepResult>& rs, bool baseline, bool per_step) {
   struct Group {
     std::string name;
-    int64_t steps = 0, tokens = 0;
+    int64_t steps = 0, tokens = 0, image_tokens = 0;
     double measured = 0, estimate = 0, base = 0, base_measured = 0;  // speed-up over steps with a baseline
+    double encode = 0;
   };
+  const bool images = std::any_of(rs.begin(), rs.end(), [](const StepResult& r) { return r.s.n_image > 0; });
   std::map<int64_t, Group> groups;
   Group total{"**all**"};
   for (size_t i = 0; i < rs.size(); ++i) {
@@ -306,17 +374,22 @@ std::string summary_of(const std::vector<StepResult>& rs, bool baseline, bool pe
     }
     groups[key].name = name;
     for (Group* g : {&groups[key], &total}) {
-      g->steps++, g->tokens += r.s.n_new;
+      g->steps++, g->tokens += r.s.n_new, g->image_tokens += r.s.n_image, g->encode += r.encode_s;
       g->measured += r.measured_s, g->estimate += r.estimate_s();
       if (std::isfinite(r.baseline_s)) g->base += r.baseline_s, g->base_measured += r.measured_s;
     }
   }
   std::ostringstream o;
-  o << "| steps of | steps | new tokens | measured s | estimate s | measured/estimate |"
-    << (baseline ? " baseline s | speed-up |" : "") << "\n| --- | ---: | ---: | ---: | ---: | ---: |"
+  // With screenshots: their tokens and encode time, beside the language model's prefill of every
+  // new row (image and text), which is what measured and estimate time.
+  o << "| steps of | steps | new tokens |" << (images ? " image tokens | encode s |" : "")
+    << " measured s | estimate s | measured/estimate |" << (baseline ? " baseline s | speed-up |" : "")
+    << "\n| --- | ---: | ---: |" << (images ? " ---: | ---: |" : "") << " ---: | ---: | ---: |"
     << (baseline ? " ---: | ---: |" : "") << "\n";
   auto row = [&](const Group& g) {
-    o << "| " << g.name << " | " << g.steps << " | " << g.tokens << " | " << fmt(g.measured, "%.3f") << " | "
+    o << "| " << g.name << " | " << g.steps << " | " << g.tokens << " | ";
+    if (images) o << g.image_tokens << " | " << fmt(g.encode, "%.3f") << " | ";
+    o << fmt(g.measured, "%.3f") << " | "
       << fmt(g.estimate, "%.3f") << " | " << fmt(g.measured / g.estimate, "%.3f") << " |";
     if (baseline && g.base_measured > 0) o << ' ' << fmt(g.base, "%.3f") << " | " << fmt(g.base / g.base_measured, "%.2f") << "x |";
     else if (baseline) o << "  |  |";
@@ -342,6 +415,9 @@ std::vector<StepResult> results_from_json(const nlohmann::json& j, const std::st
     r.real_s = num(x.value("real_s", nlohmann::json()));
     r.baseline_s = num(x.value("baseline_s", nlohmann::json()));
     r.keys_fake = x.value("keys_attended_fake", int64_t{-1}), r.keys_real = x.value("keys_attended_real", int64_t{-1});
+    r.s.screenshot = x.value("screenshot", std::string());
+    r.s.n_image = x.value("image_tokens", int64_t{0});
+    r.encode_s = x.contains("encode_s") ? num(x["encode_s"]) : 0;
     rs.push_back(r);
   }
   return rs;
@@ -425,7 +501,7 @@ int replot(const std::string& dir) {
 int bench_fakeprefix(Args& a) {
   if (a.flag("--help", "-h")) {
     std::puts(
-        "usage: agentkv bench fakeprefix (-m MODEL | --server URL) (-L 1024,4096 --new 256,1024 | --trace FILE)\n"
+        "usage: agentkv bench fakeprefix (-m MODEL [--mmproj P] | --server URL) (-L 1024,4096 --new 256,1024 | --trace FILE)\n"
         "         [--bucket 256] [-r 1] [--baseline [--baseline-every K] [--baseline-reps 1]] [--out DIR] [--max-steps K] [--max-depth D]\n"
         "         [-t 2] [-ub 512] [-ctk f16] [-ctv f16]            (in-process)\n"
         "         [--real-slot 0] [--fake-slot 1]                   (--server)\n"
@@ -433,6 +509,8 @@ int bench_fakeprefix(Args& a) {
         "  Per step: the only-new prefill after a fake prefix of L (checked: only the new tokens are\n"
         "  evaluated), prefill_tps(L) after a real prefix of L, estimate = new / prefill_tps(L),\n"
         "  optional cold prefill of L + new (--baseline). L = depth rounded up to a multiple of --bucket.\n"
+        "  A trace step's \"screenshot\" (WIDTHxHEIGHT or an image file) is encoded by --mmproj's projector\n"
+        "  (timed apart) and its rows prefilled before the step's text.\n"
         "  --out writes steps.csv, steps.json, summary.md and SVG plots. See docs/measurement.md.");
     return 0;
   }
@@ -442,6 +520,7 @@ int bench_fakeprefix(Args& a) {
     return replot(replot_dir);
   }
   const std::string model_path = a.str("-m", "--model", "");
+  const std::string mmproj = a.str("--mmproj", "-mm", "");
   const std::string server = a.str("--server", "", "");
   const std::string trace_path = a.str("--trace", "", "");
   const auto grid_L = a.nums("-L", "--depths", {});
@@ -470,10 +549,12 @@ int bench_fakeprefix(Args& a) {
   if (baseline_every < 1) throw std::invalid_argument("--baseline-every must be at least 1");
   if (baseline_reps < 1) throw std::invalid_argument("--baseline-reps must be at least 1");
   if (bucket < 1) throw std::invalid_argument("--bucket must be at least 1");
+  if (!mmproj.empty() && model_path.empty()) throw std::invalid_argument("--mmproj is in-process only (with -m MODEL)");
 
   std::vector<Step> steps;
   if (!trace_path.empty()) {
-    for (const auto& t : read_agent_trace(trace_path)) steps.push_back({t.step, t.depth, bucket_depth(t.depth, bucket), t.new_tokens});
+    for (const auto& t : read_agent_trace(trace_path))
+      steps.push_back({t.step, t.depth, bucket_depth(t.depth, bucket), t.new_tokens, t.screenshot});
   } else {
     int64_t i = 0;
     for (auto L : grid_L)
@@ -485,12 +566,15 @@ int bench_fakeprefix(Args& a) {
   if (max_depth >= 0) std::erase_if(steps, [&](const Step& s) { return s.L > max_depth; });
   if (max_steps >= 0 && static_cast<int64_t>(steps.size()) > max_steps) steps.resize(static_cast<size_t>(max_steps));
   if (steps.empty()) throw std::invalid_argument("no steps left to measure (check --max-depth / --max-steps)");
-  int64_t max_L = 0, max_new = 0;
-  for (const auto& s : steps) max_L = std::max(max_L, s.L), max_new = std::max(max_new, s.n_new);
+
+  for (const Step& s : steps)
+    if (!server.empty() && !s.screenshot.empty())
+      throw std::invalid_argument("step " + std::to_string(s.step) +
+                                  " has a screenshot: screenshot steps are measured in-process (-m MODEL --mmproj P)");
 
   std::unique_ptr<Backend> backend;
   if (!server.empty()) backend = std::make_unique<OverHttp>(server, real_slot, fake_slot);
-  else backend = std::make_unique<InProcess>(model_path, cp, max_L, max_new);
+  else backend = std::make_unique<InProcess>(model_path, mmproj, cp, steps);
 
   std::vector<StepResult> results;
   std::fprintf(stderr, "fakeprefix: %zu steps, %s, bucket %lld\n", steps.size(), backend->describe().c_str(),
@@ -499,8 +583,9 @@ int bench_fakeprefix(Args& a) {
     const Step& s = steps[i];
     const bool with_baseline = baseline && i % static_cast<size_t>(baseline_every) == 0;
     StepResult r{s};
-    std::vector<double> fake_t, real_t, base_t;
+    std::vector<double> fake_t, real_t, base_t, encode_t;
     for (int k = 0; k < reps; ++k) {
+      encode_t.push_back(backend->encode(s));
       real_t.push_back(backend->real(s, r.keys_real));
       fake_t.push_back(backend->fake(s, r.keys_fake));
       if (with_baseline && k < baseline_reps) base_t.push_back(backend->baseline(s));
@@ -508,12 +593,15 @@ int bench_fakeprefix(Args& a) {
     if (r.keys_fake >= 0 && r.keys_fake != r.keys_real)
       only_new_failed(s, "attention read " + std::to_string(r.keys_fake) + " keys after the fake prefix but " +
                              std::to_string(r.keys_real) + " after the real one");
-    r.measured_s = median(fake_t), r.real_s = median(real_t);
+    r.measured_s = median(fake_t), r.real_s = median(real_t), r.encode_s = median(encode_t);
     if (with_baseline) r.baseline_s = median(base_t);
     results.push_back(r);
-    std::fprintf(stderr, "  step %lld L=%lld new=%lld measured %.4f s estimate %.4f s%s\n",
+    const std::string image =
+        s.n_image > 0 ? " image " + std::to_string(s.n_image) + " tokens encoded in " + fmt(r.encode_s) + " s," : "";
+    std::fprintf(stderr, "  step %lld L=%lld new=%lld%s measured %.4f s estimate %.4f s%s\n",
                  static_cast<long long>(s.step), static_cast<long long>(s.L), static_cast<long long>(s.n_new),
-                 r.measured_s, r.estimate_s(), with_baseline ? (" baseline " + fmt(r.baseline_s) + " s").c_str() : "");
+                 image.c_str(), r.measured_s, r.estimate_s(),
+                 with_baseline ? (" baseline " + fmt(r.baseline_s) + " s").c_str() : "");
   }
 
   nlohmann::json meta{{"backend", backend->describe()},
@@ -523,6 +611,7 @@ int bench_fakeprefix(Args& a) {
                       {"repetitions", reps},
                       {"baseline", baseline}};
   if (server.empty()) meta["threads"] = cp.n_threads, meta["n_ubatch"] = cp.n_ubatch;
+  if (!mmproj.empty()) meta["mmproj"] = mmproj;
   write_report(results, meta, out_dir);
   return 0;
 }

@@ -15,25 +15,10 @@
 #include "agentkv/error.h"
 #include "agentkv/vision.h"
 #include "tools/args.h"
+#include "tools/bench_common.h"
 #include "tools/bench_modes.h"
 
 namespace agentkv::tools {
-namespace {
-
-std::vector<uint8_t> synthetic_screen(int w, int h) {
-  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) {
-      uint8_t* p = rgb.data() + (static_cast<size_t>(y) * w + x) * 3;
-      const bool stripe = (y / 12) % 3 == 0 && (x / 7) % 5 != 0;  // lines of "text"
-      p[0] = stripe ? 20 : static_cast<uint8_t>(200 + x * 40 / w);
-      p[1] = stripe ? 20 : static_cast<uint8_t>(210 + y * 30 / h);
-      p[2] = stripe ? 30 : 235;
-    }
-  return rgb;
-}
-
-}  // namespace
 
 int bench_vision(Args& a) {
   if (a.flag("--help", "-h")) {
@@ -68,7 +53,7 @@ int bench_vision(Args& a) {
     const size_t comma = std::min(list.find(',', from), list.size());
     const std::string s = list.substr(from, comma - from);
     int w = 0, h = 0;
-    if (std::sscanf(s.c_str(), "%dx%d", &w, &h) != 2 || w <= 0 || h <= 0)
+    if (!parse_screen_size(s, w, h))
       throw std::invalid_argument("--size: '" + s + "' is not WIDTHxHEIGHT");
     inputs.push_back({"synthetic " + s, {}, synthetic_screen(w, h), w, h});
     from = comma + 1;

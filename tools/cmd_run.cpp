@@ -86,10 +86,9 @@ int cmd_run(const std::vector<std::string>& argv) {
                    static_cast<long long>(e.n_tokens), e.encode_seconds * 1e3);
     }
   }
-  constexpr std::string_view kMarker = "<__media__>";
-  if (!images.empty() && prompt.find(kMarker) == std::string::npos) {
+  if (!images.empty() && prompt.find(kMediaMarker) == std::string::npos) {
     std::string markers;
-    for (size_t i = 0; i < images.size(); ++i) markers += kMarker;
+    for (size_t i = 0; i < images.size(); ++i) markers += kMediaMarker;
     prompt = markers + prompt;
   }
 
@@ -107,23 +106,17 @@ int cmd_run(const std::vector<std::string>& argv) {
   PromptCursor cursor;
   std::vector<Token> tokens;
   {
-    size_t from = 0, n_image = 0;
-    while (true) {
-      const size_t at = images.empty() ? std::string::npos : prompt.find(kMarker, from);
-      std::string piece = prompt.substr(from, at == std::string::npos ? std::string::npos : at - from);
-      if (at != std::string::npos) piece += "<|vision_start|>";
-      if (from > 0) piece = "<|vision_end|>" + piece;
-      const std::vector<Token> t = tok.encode(piece, /*add_special=*/from == 0, /*parse_special=*/chat || !images.empty());
+    const std::vector<std::string> pieces = images.empty() ? std::vector<std::string>{prompt} : text_pieces_around_images(prompt);
+    if (pieces.size() - 1 > images.size()) throw Error("the prompt has more <__media__> markers than --image files");
+    if (pieces.size() - 1 < images.size()) throw Error("more --image files than <__media__> markers in the prompt");
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const std::vector<Token> t = tok.encode(pieces[k], /*add_special=*/k == 0, /*parse_special=*/chat || !images.empty());
       add_text(prompt_batch, t.data(), t.size(), 0, cursor, false);
       tokens.insert(tokens.end(), t.begin(), t.end());
-      if (at == std::string::npos) break;
-      if (n_image >= images.size()) throw Error("the prompt has more <__media__> markers than --image files");
-      add_image(prompt_batch, images[n_image], 0, cursor);
-      tokens.insert(tokens.end(), prompt_batch.tokens.end() - images[n_image].n_tokens, prompt_batch.tokens.end());
-      ++n_image;
-      from = at + kMarker.size();
+      if (k == images.size()) break;
+      add_image(prompt_batch, images[k], 0, cursor);
+      tokens.insert(tokens.end(), prompt_batch.tokens.end() - images[k].n_tokens, prompt_batch.tokens.end());
     }
-    if (n_image < images.size()) throw Error("more --image files than <__media__> markers in the prompt");
   }
   if (tokens.empty()) throw Error("the prompt tokenizes to nothing");
   if (tokens.size() + static_cast<size_t>(std::max(n_predict, 0)) > cp.n_ctx)

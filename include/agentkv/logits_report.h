@@ -3,6 +3,7 @@
 // the top-k at each generated step. Used by `agentkv logits` and by the fidelity tests, which
 // compare agentkv with llama.cpp by the distance llama.cpp's own two runs have between them.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agentkv/context.h"
+#include "agentkv/vision.h"
 
 namespace agentkv {
 
@@ -32,6 +34,13 @@ std::vector<std::string> read_prompts_file(const std::string& path);
 // the forced tokens.
 LogitsCase compute_logits_case(Context& ctx, const std::string& prompt, int top_k, int n_gen,
                                const std::vector<Token>* forced = nullptr);
+
+// The same for a prompt whose kMediaMarker markers take `images` (image files, in order; as many as
+// markers, else agentkv::Error), laid out as a server lays them out (multi-axis rope positions). An
+// image's rows sit in prompt_tokens as the negative ids the prefix index keys them by
+// (image_row_token), with their top-k like any prompt position.
+LogitsCase compute_image_logits_case(Context& ctx, const VisionEncoder& vision, const std::string& prompt,
+                                     const std::vector<std::vector<uint8_t>>& images, int top_k, int n_gen);
 
 nlohmann::json to_json(const std::vector<LogitsCase>& cases);
 std::vector<LogitsCase> logits_cases_from_json(const nlohmann::json& j);

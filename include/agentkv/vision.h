@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agentkv/batch.h"
@@ -103,6 +104,14 @@ struct ImageSpan {
 // overlapping): text turns by its index less what the images before it saved (an image of n rows
 // advances the rope by max(grid_x, grid_y)); an image row by its grid row and column.
 RopePos rope_position(std::span<const ImageSpan> spans, size_t i);
+
+// The text that stands for an image in a prompt (llama.cpp's media marker, llama-server's default).
+inline constexpr std::string_view kMediaMarker = "<__media__>";
+// A prompt's text pieces around its kMediaMarker markers (markers + 1 pieces, to be tokenized with
+// special tokens parsed), each image's place closed by the vision start / end tokens that surround
+// its rows, as llama.cpp's mtmd lays a Qwen-VL prompt out: "A<m>B" -> {"A<|vision_start|>",
+// "<|vision_end|>B"}.
+std::vector<std::string> text_pieces_around_images(std::string_view text);
 
 // Where a sequence's next token goes: its cache position (the token's index in the sequence) and
 // its rope position (text advances it by one, an image by max(grid_x, grid_y), as mtmd does).

@@ -88,6 +88,43 @@ TopList top_from_json(const nlohmann::json& j) {
 }
 }  // namespace
 
+LogitsCase compute_image_logits_case(Context& ctx, const VisionEncoder& vision, const std::string& prompt,
+                                     const std::vector<std::vector<uint8_t>>& images, int top_k, int n_gen) {
+  const Model& model = ctx.model();
+  const int64_t n_vocab = model.n_vocab();
+  LogitsCase c;
+  c.prompt = prompt;
+  ctx.memory().seq_rm(0, -1, -1);
+  const std::vector<std::string> pieces = text_pieces_around_images(prompt);
+  if (pieces.size() - 1 != images.size())
+    throw Error("the prompt has " + std::to_string(pieces.size() - 1) + " image markers for " +
+                std::to_string(images.size()) + " images");
+  Batch batch;
+  PromptCursor cursor;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const auto text = model.tokenizer().encode(pieces[k], /*add_special=*/false, /*parse_special=*/true);
+    add_text(batch, text.data(), text.size(), 0, cursor, false);
+    c.prompt_tokens.insert(c.prompt_tokens.end(), text.begin(), text.end());
+    if (k == images.size()) break;
+    const ImageEmbedding image = vision.encode(images[k].data(), images[k].size());
+    add_image(batch, image, 0, cursor);  // copies the rows
+    for (int64_t r = 0; r < image.n_tokens; ++r) c.prompt_tokens.push_back(image_row_token(image.content_hash, r));
+  }
+  if (c.prompt_tokens.empty()) throw Error("prompt tokenizes to nothing");
+  std::fill(batch.output.begin(), batch.output.end(), true);
+  if (ctx.decode(batch) != 0) throw Error("prompt does not fit in the context");
+  for (int i = 0; i < ctx.n_outputs(); ++i) c.prompt_top.push_back(top_of(ctx.logits(i), n_vocab, top_k));
+  for (int step = 0; step < n_gen; ++step) {
+    c.generated_top.push_back(step == 0 ? c.prompt_top.back() : top_of(ctx.last_logits(), n_vocab, top_k));
+    c.generated.push_back(c.generated_top.back().front().first);
+    if (step + 1 == n_gen) break;
+    batch.clear();
+    add_text(batch, &c.generated.back(), 1, 0, cursor, true);
+    if (ctx.decode(batch) != 0) throw Error("generation does not fit in the context");
+  }
+  return c;
+}
+
 nlohmann::json to_json(const std::vector<LogitsCase>& cases) {
   auto arr = nlohmann::json::array();
   for (const auto& c : cases) {

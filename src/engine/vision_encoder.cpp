@@ -237,6 +237,19 @@ Token image_row_token(uint64_t content_hash, int64_t k) {
   return static_cast<Token>(0x80000000u | static_cast<uint32_t>(h & 0x7fffffffu));
 }
 
+std::vector<std::string> text_pieces_around_images(std::string_view text) {
+  std::vector<std::string> pieces;
+  for (size_t from = 0;;) {
+    const size_t at = text.find(kMediaMarker, from);
+    std::string piece(text.substr(from, at == std::string_view::npos ? std::string_view::npos : at - from));
+    if (from > 0) piece = "<|vision_end|>" + piece;
+    if (at != std::string_view::npos) piece += "<|vision_start|>";
+    pieces.push_back(std::move(piece));
+    if (at == std::string_view::npos) return pieces;
+    from = at + kMediaMarker.size();
+  }
+}
+
 void add_text(Batch& b, const Token* tokens, size_t n, MemorySeqId seq, PromptCursor& cursor, bool logits_last) {
   for (size_t i = 0; i < n; ++i) {
     b.add_multimodal(tokens[i], cursor.pos++, seq, logits_last && i + 1 == n, {cursor.rope, cursor.rope, cursor.rope},

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "agentkv/vision.h"
 #include "server/json_fields.h"
 
 namespace agentkv::server {
 
-// The text an image part stands for in a message until the prompt is tokenized (llama.cpp's
-// media marker).
-inline constexpr const char* kMediaMarker = "<__media__>";
+// The text an image part stands for in a message until the prompt is tokenized.
+using agentkv::kMediaMarker;
 
 // Whether `part` is an {"type": "image_url", ...} content part.
 bool is_image_part(const Json& part);

@@ -141,6 +141,45 @@ def test_fakeprefix_against_the_server(dense_server):
     assert r.returncode == 0, r.stdout + r.stderr  # it aborts unless prompt_n == new and cache_n == L
 
 
+@needs_fixtures
+def test_fakeprefix_screenshot_steps_encode_and_prefill_only_the_new_rows(tmp_path):
+    """A GUI agent's trace: each step's screenshot goes through the projector (its encode time apart)
+    and its rows are prefilled with the step's text after the fake prefix; the checks that only the
+    new rows were evaluated and that attention read the real prefix's keys cover the image rows."""
+    projector = str(tmp_path / "qwen35-micro-vision.gguf")
+    r = subprocess.run([_find_binary(), "mkmodel", "--preset", "qwen35-micro-vision", "-o", projector],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    png = os.path.join(os.path.dirname(__file__), "..", "data", "vision", "mtmdref-40x72.png")
+    trace = tmp_path / "gui.jsonl"
+    trace.write_text('{"step": 0, "depth": 30, "new_tokens": 6, "screenshot": "64x48"}\n'
+                     '{"step": 1, "depth": 60, "new_tokens": 5}\n'
+                     '{"step": 2, "depth": 90, "new_tokens": 4, "screenshot": "%s"}\n' % png)
+    qwen35 = os.path.join(FIXTURES, "models", "qwen35-micro.gguf")
+    out = tmp_path / "fp"
+    r = bench("fakeprefix", "-m", qwen35, "--mmproj", projector, "--trace", str(trace), "--bucket", "16",
+              "--baseline", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = json.loads((out / "steps.json").read_text())["steps"]
+    # both images are below the projector's minimum and scaled up to a 4 x 3 / 3 x 4 grid (12 rows)
+    assert [s.get("image_tokens", 0) for s in steps] == [12, 0, 12]
+    assert steps[0]["encode_s"] > 0 and steps[2]["encode_s"] > 0 and "encode_s" not in steps[1]
+    for s in steps:
+        assert s["keys_attended_fake"] == s["keys_attended_real"] > 0
+        assert s["measured_s"] > 0 and s["baseline_s"] > 0
+    summary = (out / "summary.md").read_text()
+    assert "| image tokens | encode s |" in summary and "| 15 | 24 |" in summary  # the totals row
+    r = bench("fakeprefix", "--replot", str(out))
+    assert r.returncode == 0 and (out / "summary.md").read_text() == summary
+    # refusals: a screenshot without a projector, a projector for a text-only model, a server run
+    r = bench("fakeprefix", "-m", qwen35, "--trace", str(trace))
+    assert r.returncode == 1 and "give --mmproj" in r.stderr
+    r = bench("fakeprefix", "-m", MODEL, "--mmproj", projector, "--trace", str(trace))
+    assert r.returncode == 1 and "takes no image input" in r.stderr
+    r = bench("fakeprefix", "--server", "http://127.0.0.1:9", "--trace", str(trace))
+    assert r.returncode == 1 and "in-process" in r.stderr
+
+
 def test_fakeprefix_trace_errors_name_the_line(tmp_path):
     trace = tmp_path / "bad.jsonl"
     trace.write_text('{"step": 0, "depth": 10, "new_tokens": 5}\n{"step": 1, "depth": 20}\n')

@@ -66,3 +66,29 @@ def test_refusals_name_the_reason(projector, tmp_path):
     gif.write_bytes(b"GIF89a\x01\x00\x01\x00\x00\x00\x00")
     r = run(projector, str(gif))
     assert r.returncode == 1 and "GIF" in r.stderr
+
+
+@needs_fixtures
+def test_logits_report_with_an_image_follows_llama_cpp(projector, tmp_path):
+    """`agentkv logits --mmproj P --image F`: the prompt laid out as mtmd lays it out (the text
+    tokens of llama.cpp's chunks, the image's 12 rows between them) and the greedy continuation
+    llama.cpp's mtmd produced (tests/data/vision/reference-avx2, both of its runs agree on it)."""
+    import json
+    ref = json.load(open(os.path.join(IMAGES, "reference-avx2", "qwen35-micro-vision.1img", "result.json")))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(ref["prompt"])
+    png = os.path.join(IMAGES, "mtmdref-64x48.png")
+    r = agentkv("logits", "-m", QWEN35, "--mmproj", projector, "--image", png, "--prompts", str(prompts),
+                "--n-gen", "16", "--top", "5")
+    assert r.returncode == 0, r.stderr
+    (case,) = json.loads(r.stdout)["cases"]
+    text, image = ref["chunks"][0]["tokens"] + ref["chunks"][2]["tokens"], case["prompt_tokens"][4:16]
+    assert [t for t in case["prompt_tokens"] if t >= 0] == text
+    assert len(case["prompt_tokens"]) == len(text) + 12 and all(t < 0 for t in image)
+    assert len(case["prompt_top"]) == len(case["prompt_tokens"])  # every position, image rows too
+    assert case["generated"] == ref["generated"]
+    # markers and images must pair up
+    r = agentkv("logits", "-m", QWEN35, "--mmproj", projector, "--image", png, "--image", png, "--prompts", str(prompts))
+    assert r.returncode == 1 and "left over" in r.stderr
+    r = agentkv("logits", "-m", QWEN35, "--image", png, "--prompts", str(prompts))
+    assert r.returncode == 1 and "--mmproj and --image go together" in r.stderr
