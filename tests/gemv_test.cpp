@@ -137,7 +137,7 @@ TEST(Gemv, AvailableAtAvx2AndAbove) {
     EXPECT_EQ(gemv_available(GgmlType::Q8_0), avx512_vnni_active());
     EXPECT_EQ(gemv_available(GgmlType::Q4_K), simd);
     EXPECT_EQ(gemv_available(GgmlType::Q6_K), avx512_vnni_active() || active_cpu_level() == CpuLevel::Avx2);
-    EXPECT_EQ(gemv_available(GgmlType::F16), active_cpu_level() == CpuLevel::Avx2);
+    EXPECT_EQ(gemv_available(GgmlType::F16), avx512_vnni_active() || active_cpu_level() == CpuLevel::Avx2);
     EXPECT_FALSE(gemv_available(GgmlType::Q5_K));
     // One token takes the kernel wherever it exists, except AMD's AVX-512 q8_0 / q6_K (row by row).
     for (GgmlType type : kOneTokenTypes) {

@@ -968,6 +968,63 @@ AGENTKV_AVX2 void f16_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t
   }
 }
 
+// f16 (AVX-512 level): each row in the AVX-512 dot_f16's order (ggml_vec_dot_f16 on an AVX-512
+// build: four 16-lane chains over 64-element steps, combined (0 + 2) + (1 + 3), reduce_add, the
+// tail's products summed in double), the activation widened to f32 once per call as at AVX2.
+// `Rows` rows are read at once, interleaved (Intel's cores stream such groups faster than one
+// row front to back; AMD's the other way round: interleaved_rows_stream_slowly), each with its
+// own four chains, so every row's bits are dot_f16's.
+template <int Rows>
+AGENTKV_GEMV_INLINE void f16_group_avx512(const uint8_t* row0, size_t w_stride, const float* a, int64_t n,
+                                          const uint8_t* pf, float* out) {
+  __m512 acc[Rows][4];
+  for (int r = 0; r < Rows; ++r)
+    for (int k = 0; k < 4; ++k) acc[r][k] = _mm512_setzero_ps();
+  const int64_t np = n & ~int64_t{63};
+  for (int64_t i = 0; i < np; i += 64) {
+    for (int r = 0; r < Rows; ++r) {  // the two 64-byte lines of each row's step, `ahead` rows on
+      prefetch(pf + r * w_stride + 2 * i);
+      prefetch(pf + r * w_stride + 2 * i + 64);
+    }
+    __m512 ak[4];
+    for (int k = 0; k < 4; ++k) ak[k] = _mm512_loadu_ps(a + i + 16 * k);
+#pragma GCC unroll 4
+    for (int r = 0; r < Rows; ++r) {
+      const auto* w = reinterpret_cast<const uint16_t*>(row0 + r * w_stride);
+      for (int k = 0; k < 4; ++k)
+        acc[r][k] = _mm512_fmadd_ps(
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 16 * k))), ak[k], acc[r][k]);
+    }
+  }
+  for (int r = 0; r < Rows; ++r) {
+    const auto* w = reinterpret_cast<const uint16_t*>(row0 + r * w_stride);
+    const __m512 v = _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][2]), _mm512_add_ps(acc[r][1], acc[r][3]));
+    double sum = _mm512_reduce_add_ps(v);
+    for (int64_t i = np; i < n; ++i) sum += static_cast<double>(half_to_float(w[i]) * a[i]);
+    out[r] = static_cast<float>(sum);
+  }
+}
+
+template <int Rows>
+AGENTKV_AVX512_VNNI void f16_rows_avx512(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+                                         int64_t row_begin, int64_t row_end, float* y) {
+  float* a = thread_scratch<float, F16ActivationTag>(static_cast<size_t>(n_in));
+  const auto* a16 = reinterpret_cast<const uint16_t*>(act);
+  int64_t i = 0;
+  for (; i + 16 <= n_in; i += 16)
+    _mm512_storeu_ps(a + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a16 + i))));
+  for (; i < n_in; ++i) a[i] = half_to_float(a16[i]);
+  const int64_t grouped_end = row_begin + (row_end - row_begin) / Rows * Rows;
+  const int64_t ahead = rows_ahead(w_stride, Rows);
+  int64_t r = row_begin;
+  for (; r < grouped_end; r += Rows)
+    f16_group_avx512<Rows>(weights + static_cast<size_t>(r) * w_stride, w_stride, a, n_in,
+                           prefetch_rows(weights, w_stride, r, ahead, grouped_end - Rows), y + r);
+  for (; r < row_end; ++r)
+    f16_group_avx512<1>(weights + static_cast<size_t>(r) * w_stride, w_stride, a, n_in,
+                        weights + static_cast<size_t>(r) * w_stride, y + r);
+}
+
 // AMD's cores (Zen 4, 2-vCPU VM, 28 layers' matrices from DRAM) stream one row front to back at
 // close to full speed and serve the VNNI groups' rows, read interleaved a stride apart, ~1.5 x
 // slower (q8_0 two threads: 31.9 vs 20.9 GB/s; q6_K 27.3 vs 17.4); Intel's cores (the Xeon these
@@ -978,10 +1035,11 @@ bool interleaved_rows_stream_slowly() { return cpu_features().amd; }
 }  // namespace
 
 bool gemv_available(GgmlType type) {
-  if (avx512_vnni_active()) return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K;
+  if (avx512_vnni_active())
+    return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K || type == GgmlType::F16;
   if (active_cpu_level() >= CpuLevel::Avx2) {
     // f16 and q6_K only at exactly the AVX2 level, whose dot_f16 / dot_q6_K they reproduce
-    // (AVX-512's dot_f16 has 16-lane chains).
+    // (AVX-512's dot_f16 has 16-lane chains: f16_rows_avx512 above).
     const bool avx2 = active_cpu_level() == CpuLevel::Avx2;
     return type == GgmlType::Q4_K || ((type == GgmlType::Q6_K || type == GgmlType::F16) && avx2);
   }
@@ -1020,6 +1078,8 @@ void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n
       if (active_cpu_level() == CpuLevel::Avx2) return q6_K_rows_avx2(weights, w_stride, n_in, act, row_begin, row_end, y);
       break;
     case GgmlType::F16:
+      if (vnni && interleaved_rows_stream_slowly()) return f16_rows_avx512<1>(weights, w_stride, n_in, act, row_begin, row_end, y);
+      if (vnni) return f16_rows_avx512<4>(weights, w_stride, n_in, act, row_begin, row_end, y);
       if (active_cpu_level() == CpuLevel::Avx2) return f16_rows_avx2(weights, w_stride, n_in, act, row_begin, row_end, y);
       break;
     default:
