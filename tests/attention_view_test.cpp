@@ -57,11 +57,21 @@ void check(const KvCache& kv, const UBatch& ub, const std::vector<AttentionGroup
       min_pos = std::min(min_pos, ub.pos[static_cast<size_t>(t)]);
     }
     // With a window: the keys before every token's window leave the front of the list in whole
-    // attention key tiles (the others keep their tiles whatever the batch).
+    // attention key tiles (the others keep their tiles whatever the batch and whatever the cache
+    // dropped before them).
     auto keys = expected_keys(kv, g.seq, std::numeric_limits<Pos>::min(), max_pos);
     if (window > 0) {
       const auto before = std::count_if(keys.begin(), keys.end(), [&](const auto& k) { return k.first < min_pos - window + 1; });
       keys.erase(keys.begin(), keys.begin() + before / kAttentionKeyTile * kAttentionKeyTile);
+      // Keys without a gap then start at the tile boundary at or before the window's start, as a
+      // cache holding every key from 0 has them: masked copies of the first stand for missing ones.
+      const Pos first = min_pos - window + 1;
+      const Pos boundary = first / static_cast<Pos>(kAttentionKeyTile) * static_cast<Pos>(kAttentionKeyTile);
+      if (!keys.empty() && first > 0 && keys.front().first <= first && keys.back().first >= first &&
+          keys.back().first - keys.front().first + 1 == static_cast<Pos>(keys.size())) {
+        while (!keys.empty() && keys.front().first < boundary) keys.erase(keys.begin());
+        for (Pos p = keys.front().first - 1; p >= boundary; --p) keys.insert(keys.begin(), {p, keys.front().second});
+      }
     }
     ASSERT_EQ(g.rows.size(), keys.size()) << where;
     for (size_t j = 0; j < keys.size(); ++j) ASSERT_EQ(g.rows[j], keys[j].second) << where << " key " << j;

@@ -16,6 +16,7 @@
 #include "memory/sequence_cache.h"
 #include "model/model.h"
 #include "fixtures.h"
+#include "request_chunks.h"
 
 namespace agentkv {
 namespace {
@@ -58,17 +59,7 @@ struct Rig {
   // Decodes `tokens` after what seq holds, in chunks the memory allows, and tells the memory.
   // False: no room (nothing of that chunk was absorbed).
   bool evaluate(MemorySeqId seq, const Tokens& tokens, bool prompt = true) {
-    size_t done = 0;
-    while (done < tokens.size()) {
-      const size_t at = mem->tokens(seq).size();
-      const size_t take = prompt ? std::max<size_t>(1, mem->prompt_chunk(seq, at, tokens.size() - done)) : 1;
-      Batch b;
-      b.add_sequence(tokens.data() + done, take, static_cast<MemoryPos>(at), seq, true);
-      if (ctx->decode(b) != 0) return false;
-      mem->advance(seq, std::span<const CacheToken>(tokens).subspan(done, take));
-      done += take;
-    }
-    return true;
+    return testing_support::evaluate_in_chunks(*ctx, *mem, seq, tokens, prompt);
   }
   std::span<const float> last_logits() const {
     return {ctx->last_logits(), static_cast<size_t>(model->n_vocab())};

@@ -44,6 +44,9 @@ KvOptions read_kv_flags(Args& a) {
   if (f.retrieval_heads < 1 && hot == 0)
     throw std::invalid_argument("--kv-retrieval-heads needs --kv-hot N (the window the other heads attend over)");
   f.swa_full = a.flag("--swa-full");
+  const long long swa_cache = a.num("--swa-cache", "", 256);
+  if (swa_cache < 0 || swa_cache > (1ll << 30)) throw std::invalid_argument("--swa-cache must be in [0, 2^30] MiB");
+  f.swa_cache_bytes = static_cast<size_t>(swa_cache) << 20;
   return f;
 }
 
@@ -63,6 +66,8 @@ const char* const kKvFlagsUsage =
     "                                  probe finds retrieving (DuoAttention); the others attend over the\n"
     "                                  --kv-hot window alone (default 1: every head)\n"
     "  --swa-full                      sliding-window layers keep every row, as full-attention ones (default:\n"
-    "                                  only each sequence's window; it resumes where a snapshot is)\n";
+    "                                  only each sequence's window; it resumes where a snapshot is)\n"
+    "  --swa-cache MiB                 without --swa-full: RAM for the window rows of cached pages, so a prompt\n"
+    "                                  leaving a cached chain resumes exactly there (default 256; 0: snapshots only)\n";
 
 }  // namespace agentkv::tools

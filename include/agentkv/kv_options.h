@@ -48,6 +48,11 @@ struct KvOptions {
   // cache, as its full-attention layers do. Off (the default): they keep only each sequence's
   // window in a cache of their own, and resume where a snapshot is (docs/memory-semantics.md §10).
   bool swa_full = false;
+  // --swa-cache MiB: without --swa-full, RAM for the window rows of cached pages (beyond each
+  // sequence's own window), so that a prompt leaving a cached chain resumes exactly where it
+  // leaves while those rows are held, not at the latest snapshot (memory/window_pages.h). At most
+  // a whole context's rows; the least recently used pages give theirs up first. 0: none.
+  size_t swa_cache_bytes = size_t{256} << 20;
 };
 
 }  // namespace agentkv

@@ -39,6 +39,7 @@ struct PrefixCacheStats {
   size_t pages_shared = 0;   // ... that two or more sequences use (stored once)
   size_t pages_free = 0;     // room for this many more pages in the KV pool
   size_t cached_cells = 0;   // KV cells the cache holds (whether or not a sequence uses them too)
+  size_t window_cells = 0;   // sliding-window models: window-part cells the pages hold (--swa-cache)
   size_t snapshots = 0;      // hybrid: recurrent snapshots held
   size_t snapshot_bytes = 0;
   uint64_t query_tokens = 0;  // tokens of the prompts attach() was asked for

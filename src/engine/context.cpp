@@ -38,11 +38,20 @@ std::unique_ptr<memory::WindowKv> make_window_part(const ModelConfig& cfg, const
     w.layer_has_kv[static_cast<size_t>(il)] = swa;
     if (swa) layout.layer_has_kv[static_cast<size_t>(il)] = false;
   }
-  w.n_cells = memory::WindowKv::cells_needed(cfg.n_swa, params.n_seq_max, params.kv.unified, params.n_ubatch);
+  const uint32_t needed = memory::WindowKv::cells_needed(cfg.n_swa, params.n_seq_max, params.kv.unified, params.n_ubatch);
+  // Room for cached pages' window rows (--swa-cache): what the budget buys, at most a context's.
+  const auto layers = static_cast<size_t>(std::count(w.layer_has_kv.begin(), w.layer_has_kv.end(), true));
+  const size_t per_cell = layers * (ggml_row_size(w.type_k, w.n_embd_k) + ggml_row_size(w.type_v, w.n_embd_v));
+  uint64_t cached = 0;
+  if (w.unified && per_cell > 0)
+    cached = std::min<uint64_t>(params.kv.swa_cache_bytes / per_cell, params.n_ctx) / memory::KvCache::kNKvPad *
+             memory::KvCache::kNKvPad;
+  w.n_cells = static_cast<uint32_t>(std::min<uint64_t>(needed + cached, UINT32_MAX));
   w.hot_cells = 0;
   w.tail_dir.clear();
   w.tail_heads.clear();
-  return std::make_unique<memory::WindowKv>(std::make_unique<memory::KvCache>(w), cfg.n_swa);
+  return std::make_unique<memory::WindowKv>(std::make_unique<memory::KvCache>(w), cfg.n_swa,
+                                            static_cast<uint32_t>(w.n_cells - needed));
 }
 }  // namespace
 
@@ -103,7 +112,7 @@ Context::Impl::Impl(const Model& model_in, const ContextParams& params_in)
 }
 
 void Context::apply_pending_shift() {
-  for (memory::KvCache* kv : {impl_->memory->kv(), impl_->memory->window_kv()}) {
+  for (memory::KvCache* kv : {impl_->memory->kv(), memory::window_kv_of(*impl_->memory)}) {
     if (!kv || !kv->has_shift()) continue;
     // A pending shift can only come from seq_add / seq_div, which SequenceMemory refuses unless the
     // model can re-rotate keys; a caller that shifted the KvCache directly must not reach here.
@@ -221,7 +230,7 @@ int Context::decode(const Batch& b) {
   ModelMemory mem;
   mem.kv = impl_->memory->kv();
   mem.rec = impl_->memory->rec();
-  mem.window_kv = impl_->memory->window_kv();
+  mem.window_kv = memory::window_kv_of(*impl_->memory);
   size_t out_base = 0;
   for (size_t start = 0; start < b.size(); start += impl_->params.n_ubatch) {
     const size_t end = std::min(b.size(), start + impl_->params.n_ubatch);

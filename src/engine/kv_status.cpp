@@ -27,7 +27,7 @@ KvStatus kv_status(const Context& ctx) {
   s.rotation = memory::describe(l.rotation);
   s.code_id = l.code ? l.code->id() : 0;
   s.storage_bytes = kv->usage().bytes_total;
-  if (const memory::KvCache* w = sequence_memory(ctx).window_kv()) {
+  if (const memory::KvCache* w = memory::window_kv_of(sequence_memory(ctx))) {
     s.window_cells = w->layout().n_cells;
     s.window_storage_bytes = w->usage().bytes_total;
   }
@@ -72,7 +72,7 @@ uint64_t seq_bytes(const memory::KvCache* kv, MemorySeqId seq) {
 
 SeqKvBytes seq_kv_bytes(const Context& ctx, MemorySeqId seq) {
   const memory::SequenceMemory& mem = sequence_memory(ctx);
-  return SeqKvBytes{seq_bytes(mem.kv(), seq), seq_bytes(mem.window_kv(), seq)};
+  return SeqKvBytes{seq_bytes(mem.kv(), seq), seq_bytes(memory::window_kv_of(mem), seq)};
 }
 
 }  // namespace agentkv

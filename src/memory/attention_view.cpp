@@ -96,6 +96,30 @@ void drop_keys_before(Pos first, AttentionGroup& g, std::vector<Pos>& key_pos) {
   g.n_tail = kept_tail;
 }
 
+// A window part (memory/window_kv.h) holds a sequence's keys from wherever its pruning left it,
+// so its key tiles would start at other positions than the main cache's (which holds them from
+// 0) and the rows would round otherwise than --swa-full's, or than a run cut into other
+// micro-batches. When the keys run without a gap, the list is made to start at the tile boundary
+// at or before `first`, as --swa-full's does: keys before it (all masked) leave, and masked
+// copies of the first key stand for positions missing after it (they add exact zeros).
+void align_key_tiles(Pos first, AttentionGroup& g, std::vector<Pos>& key_pos) {
+  if (g.rows.empty() || first <= 0) return;
+  const Pos boundary = first / static_cast<Pos>(kAttentionKeyTile) * static_cast<Pos>(kAttentionKeyTile);
+  const Pos lo = key_pos.front();
+  if (lo > first || key_pos.back() < first || key_pos.back() - lo + 1 != static_cast<Pos>(key_pos.size())) return;
+  if (lo < boundary) {
+    const auto gone = static_cast<std::ptrdiff_t>(boundary - lo);
+    g.rows.erase(g.rows.begin(), g.rows.begin() + gone);
+    key_pos.erase(key_pos.begin(), key_pos.begin() + gone);
+  } else if (lo > boundary) {
+    const auto missing = static_cast<size_t>(lo - boundary);
+    g.rows.insert(g.rows.begin(), missing, g.rows.front());
+    std::vector<Pos> pads(missing);
+    for (size_t j = 0; j < missing; ++j) pads[j] = boundary + static_cast<Pos>(j);
+    key_pos.insert(key_pos.begin(), pads.begin(), pads.end());
+  }
+}
+
 }  // namespace
 
 std::vector<AttentionGroup> attention_groups(const KvCache& kv, const UBatch& ub, Pos sliding_window) {
@@ -152,7 +176,10 @@ void attention_groups(const KvCache& kv, const UBatch& ub, std::vector<Attention
     Pos min_pos = max_pos;
     for (int t : g.tokens) min_pos = std::min(min_pos, ub.pos[static_cast<size_t>(t)]);
     // A sliding window: keys before every token's window are not listed (each part keeps its order).
-    if (sliding_window > 0) drop_keys_before(min_pos - sliding_window + 1, g, key_pos);
+    if (sliding_window > 0) {
+      drop_keys_before(min_pos - sliding_window + 1, g, key_pos);
+      if (g.n_tail == 0) align_key_tiles(min_pos - sliding_window + 1, g, key_pos);
+    }
     const size_t n = g.rows.size();
     // Each part (tail, then hot) is sorted by position: its first key is its nearest, its last
     // its furthest.

@@ -183,7 +183,7 @@ void check_memory_layout(const SequenceMemory& mem, const MemoryImage& img) {
                              "--swa-full, or by another model)");
   if (img.kv) check_kv_layout(*mem.kv(), img.kv->layout);
   if (img.rec) check_rec_layout(*mem.rec(), img.rec->layout);
-  if (img.window) check_kv_layout(*mem.window_kv(), img.window->layout);
+  if (img.window) check_kv_layout(*window_kv_of(mem), img.window->layout);
 }
 
 MemoryRestorePlan plan_memory_restore(const SequenceMemory& mem, const MemoryImage& img, SeqId dest) {
@@ -198,14 +198,14 @@ MemoryRestorePlan plan_memory_restore(const SequenceMemory& mem, const MemoryIma
   plan.dest = dest;
   if (img.kv) plan.kv = plan_kv_restore(*mem.kv(), *img.kv, dest);
   if (img.rec) plan.rec = plan_rec_restore(*mem.rec(), *img.rec, dest);
-  if (img.window) plan.window = plan_kv_restore(*mem.window_kv(), *img.window, dest);
+  if (img.window) plan.window = plan_kv_restore(*window_kv_of(mem), *img.window, dest);
   return plan;
 }
 
 void apply_memory_restore(SequenceMemory& mem, const MemoryImage& img, const MemoryRestorePlan& plan) {
   if (plan.kv) apply_kv_restore(*mem.kv(), *img.kv, *plan.kv);
   if (plan.rec) apply_rec_restore(*mem.rec(), *img.rec, *plan.rec);
-  if (plan.window) apply_kv_restore(*mem.window_kv(), *img.window, *plan.window);
+  if (plan.window) apply_kv_restore(*window_kv_of(mem), *img.window, *plan.window);
 }
 
 KvImage kv_image_from(const KvImage& in, Pos first) {

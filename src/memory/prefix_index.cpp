@@ -30,6 +30,9 @@ PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg) : mem_(mem)
     const size_t stepped = (wanted + kSnapshotSpacingStep - 1) / kSnapshotSpacingStep * kSnapshotSpacingStep;
     snapshot_spacing_ = std::clamp(stepped, kMinSnapshotSpacing, kMaxSnapshotSpacing);
   }
+  // A recurrent part would need its state at the resume point too: a hybrid resumes at snapshots only.
+  if (WindowKv* w = mem_.window(); w && !mem_.rec() && w->cached_cells() > 0)
+    window_pages_ = std::make_unique<WindowPages>(*w, cfg_.holder, static_cast<uint32_t>(cfg_.page_tokens));
 }
 
 size_t PrefixIndex::snapshot_bytes_each() const {
@@ -158,6 +161,10 @@ size_t PrefixIndex::usable(const Match& m, size_t max_tokens, int* snapshot) con
     const size_t covered = nodes_[static_cast<size_t>(s.node)].first_pos + s.n_in_node;
     if (covered <= n && covered > best) best = covered, *snapshot = static_cast<int>(i);
   }
+  if (window_pages_) {  // a later point whose window rows the pages hold: no snapshot needed
+    const size_t r = window_pages_->resume_point(m.path, n, best);
+    if (r > best) best = r, *snapshot = -1;
+  }
   return best;
 }
 
@@ -244,13 +251,15 @@ size_t PrefixIndex::attach_matched(SeqId seq, const Match& m, size_t n_query, si
   const size_t n = usable(m, max_tokens, &snapshot);
   if (n == 0) return 0;
   if (seq == cfg_.holder || mem_.kv()->seq_pos_max(seq) >= 0 || (mem_.rec() && mem_.rec()->seq_pos_max(seq) >= 0) ||
-      (mem_.window_kv() && mem_.window_kv()->seq_pos_max(seq) >= 0))
+      (window_kv_of(mem_) && window_kv_of(mem_)->seq_pos_max(seq) >= 0))
     throw std::logic_error("prefix index: attach needs an empty sequence other than the holder");
   // The recurrent state first: restoring validates before it changes anything.
   if (snapshot >= 0) {
     Snapshot& s = snapshots_[static_cast<size_t>(snapshot)];
     s.state.restore(mem_, seq);
     s.last_used = ++tick_;
+  } else if (window_pages_) {
+    window_pages_->join(seq, m.path, n);
   }
   join(m, seq, n);
   hit_tokens_ += n;
@@ -546,6 +555,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
           if (node_valid(f->second)) {
             take_cells_if_unused(f->second, c);
             touch(f->second);
+            keep_window_rows(f->second, seq, len);
             cur = f->second;
             continue;
           }
@@ -562,6 +572,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
       if (len < P && k == len && node_valid(child)) {
         if (n.tokens.size() == len) take_cells_if_unused(child, c);
         touch(child);
+        keep_window_rows(child, seq, len);
         covered = true;
         break;
       }
@@ -579,6 +590,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
       pin(c[j]);
     }
     touch(id);
+    keep_window_rows(id, seq, len);
     if (len < P) break;
     n.hash = h;
     by_hash_[h] = id;
@@ -632,6 +644,10 @@ std::vector<std::pair<size_t, const MemorySnapshot*>> PrefixIndex::snapshots_alo
   return out;
 }
 
+void PrefixIndex::keep_window_rows(int32_t id, SeqId seq, size_t n) {
+  if (window_pages_) window_pages_->adopt(id, seq, static_cast<Pos>(nodes_[static_cast<size_t>(id)].first_pos), n);
+}
+
 void PrefixIndex::evict_snapshots_to_budget() {
   while (snapshot_bytes_ > cfg_.snapshot_bytes && !snapshots_.empty()) {
     size_t lru = 0;
@@ -650,6 +666,7 @@ void PrefixIndex::drop_snapshot(size_t i) {
 void PrefixIndex::remove_node(int32_t id) {
   Node& n = nodes_[static_cast<size_t>(id)];
   for (uint32_t cell : n.cells) unpin(cell);
+  if (window_pages_) window_pages_->release(id);
   if (n.parent >= 0) {
     lru_leaves_.erase({n.last_used, id});
     Node& p = nodes_[static_cast<size_t>(n.parent)];
@@ -750,6 +767,7 @@ size_t PrefixIndex::forget_own(SeqId seq) {
 
 size_t PrefixIndex::unshare(SeqId seq, Pos p0, Pos p1) {
   if (seq == cfg_.holder) throw std::logic_error("prefix index: the holder's cells cannot be moved");
+  if (window_pages_) window_pages_->unshare(seq, p0, p1);
   KvCache& kv = *mem_.kv();
   const KvCells& c = kv.cells(0);
   if (p0 < 0) p0 = 0;
@@ -786,6 +804,7 @@ size_t PrefixIndex::unshare(SeqId seq, Pos p0, Pos p1) {
 }
 
 void PrefixIndex::clear() {
+  if (window_pages_) window_pages_->clear();
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].alive)
       for (uint32_t cell : nodes_[i].cells) unpin(cell);
@@ -823,6 +842,7 @@ PrefixCacheStats PrefixIndex::stats() const {
     if (shared) ++s.pages_shared;
   }
   for (uint16_t p : pins_) s.cached_cells += p > 0 ? 1 : 0;
+  s.window_cells = window_pages_ ? window_pages_->cells_held() : 0;
   s.snapshots = snapshots_.size();
   s.snapshot_bytes = snapshot_bytes_;
   s.query_tokens = query_tokens_;
@@ -910,6 +930,8 @@ void PrefixIndex::check() const {
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].alive && held[i] != nodes_[i].n_snapshots) fail("page " + std::to_string(i) + " snapshot count");
   if (snapshot_bytes_ > cfg_.snapshot_bytes) fail("snapshots over their budget");
+  if (window_pages_)
+    window_pages_->check([this](int32_t id) { return id >= 0 && static_cast<size_t>(id) < nodes_.size() && nodes_[static_cast<size_t>(id)].alive; });
 }
 
 PrefixIndex& enable_prefix_index(SequenceMemory& mem, const PrefixCacheConfig& cfg) {
@@ -918,6 +940,7 @@ PrefixIndex& enable_prefix_index(SequenceMemory& mem, const PrefixCacheConfig& c
   PrefixIndex& out = *index;
   mem.set_cell_keeper(std::move(index));
   if (mem.kv()) mem.kv()->window().set_background(cfg.holder);  // cached pages leave a --kv-hot window first
+  if (WindowKv* w = mem.window()) w->set_keeper_seq(cfg.holder);  // cached pages' window rows are not pruned
   return out;
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
@@ -33,6 +34,7 @@
 #include "memory/cell_keeper.h"
 #include "memory/sequence_memory.h"
 #include "memory/snapshot.h"
+#include "memory/window_pages.h"
 
 namespace agentkv::memory {
 
@@ -226,8 +228,9 @@ class PrefixIndex final : public CellKeeper {
   uint64_t page_hash(uint64_t parent_hash, std::span<const TokenId> tokens) const;
   // Page k's hash is known[k] where given, else computed from its parent's.
   Match match(std::span<const TokenId> tokens, uint64_t salt, std::span<const uint64_t> known = {}) const;
-  // The usable length of a match (attention: all of it; hybrid: the latest snapshot in it) and
-  // the snapshot that goes with it (-1 for none).
+  // The usable length of a match (attention: all of it; hybrid: the latest snapshot in it; a
+  // window memory: also the latest point whose window the pages hold) and the snapshot that goes
+  // with it (-1 for none).
   size_t usable(const Match& m, size_t max_tokens, int* snapshot) const;
   bool node_valid(int32_t id) const;
   bool on_path(const Match& m, const Snapshot& s) const;  // s lies inside the matched tokens
@@ -259,6 +262,7 @@ class PrefixIndex final : public CellKeeper {
   int32_t forget_page(int32_t id);
   std::vector<uint32_t> cells_of(SeqId seq, Pos p0, Pos p1) const;  // by position; UINT32_MAX where none
   void evict_snapshots_to_budget();
+  void keep_window_rows(int32_t id, SeqId seq, size_t n);  // page id takes seq's window rows of its first n positions
 
   SequenceMemory& mem_;
   PrefixCacheConfig cfg_;
@@ -271,6 +275,7 @@ class PrefixIndex final : public CellKeeper {
   std::vector<Snapshot> snapshots_;                // a few per pool spacing: linear scans
   size_t snapshot_bytes_ = 0;
   size_t snapshot_spacing_ = 0;
+  std::unique_ptr<WindowPages> window_pages_;  // a sliding-window model's (no recurrent part), with room
   uint64_t tick_ = 0;
   uint64_t query_tokens_ = 0;
   uint64_t hit_tokens_ = 0;

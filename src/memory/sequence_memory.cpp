@@ -59,13 +59,15 @@ void SequenceMemory::clear() {
 bool SequenceMemory::seq_rm(SeqId seq, Pos p0, Pos p1) {
   if (window_ && !window_->can_remove(seq, p0, p1)) return false;
   if (rec_ && !rec_->seq_rm(seq, p0, p1)) return false;
-  if (window_) window_->kv().seq_rm(seq, p0, p1);
-  if (!kv_) return true;
-  if (seq >= 0 || !keeper_) return kv_->seq_rm(seq, p0, p1);
-  // Every sequence, but not the kept cells.
-  for (SeqId s = 0; s < static_cast<SeqId>(kv_->layout().n_seq_max); ++s)
-    if (s != keeper_->keeper_seq()) kv_->seq_rm(s, p0, p1);
-  return true;
+  // Every sequence, but not the kept cells (of either cache).
+  auto remove = [&](KvCache& kv) {
+    if (seq >= 0 || !keeper_) return kv.seq_rm(seq, p0, p1);
+    for (SeqId s = 0; s < static_cast<SeqId>(kv.layout().n_seq_max); ++s)
+      if (s != keeper_->keeper_seq()) kv.seq_rm(s, p0, p1);
+    return true;
+  };
+  if (window_) remove(window_->kv());
+  return !kv_ || remove(*kv_);
 }
 
 void SequenceMemory::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
@@ -75,16 +77,17 @@ void SequenceMemory::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
 }
 
 void SequenceMemory::seq_keep(SeqId seq) {
-  if (kv_ && keeper_) {
-    if (seq < 0 || seq >= static_cast<SeqId>(kv_->layout().n_seq_max))
+  // Every other sequence goes, but not the kept cells (of either cache).
+  auto keep = [&](KvCache& kv) {
+    if (!keeper_) return kv.seq_keep(seq);
+    if (seq < 0 || seq >= static_cast<SeqId>(kv.layout().n_seq_max))
       throw Error("sequence memory: seq_keep: sequence id " + std::to_string(seq) + " out of range");
-    for (SeqId s = 0; s < static_cast<SeqId>(kv_->layout().n_seq_max); ++s)
-      if (s != seq && s != keeper_->keeper_seq()) kv_->seq_rm(s, -1, -1);
-  } else if (kv_) {
-    kv_->seq_keep(seq);
-  }
+    for (SeqId s = 0; s < static_cast<SeqId>(kv.layout().n_seq_max); ++s)
+      if (s != seq && s != keeper_->keeper_seq()) kv.seq_rm(s, -1, -1);
+  };
+  if (kv_) keep(*kv_);
   if (rec_) rec_->seq_keep(seq);
-  if (window_) window_->kv().seq_keep(seq);
+  if (window_) keep(window_->kv());
 }
 
 namespace {

@@ -30,9 +30,8 @@ class SequenceMemory final : public MemoryInterface {
                  std::unique_ptr<WindowKv> window = nullptr);
   ~SequenceMemory();
 
+  WindowKv* window() { return window_.get(); }
   const WindowKv* window() const { return window_.get(); }
-  KvCache* window_kv() { return window_ ? &window_->kv() : nullptr; }
-  const KvCache* window_kv() const { return window_ ? &window_->kv() : nullptr; }
   // Whether a sequence can only resume where a snapshot of its state is (a recurrent state, or a
   // window part whose older rows are gone): the snapshot-taking paths serve exactly these memories.
   bool needs_snapshots() const { return rec_ || window_; }
@@ -90,5 +89,9 @@ class SequenceMemory final : public MemoryInterface {
   bool shift_supported_ = true;
   std::unique_ptr<CellKeeper> keeper_;  // after kv_ and rec_: destroyed first, it refers to them
 };
+
+// The window part's cache (the sliding-window layers' rows), or null without one.
+inline KvCache* window_kv_of(SequenceMemory& mem) { return mem.window() ? &mem.window()->kv() : nullptr; }
+inline const KvCache* window_kv_of(const SequenceMemory& mem) { return mem.window() ? &mem.window()->kv() : nullptr; }
 
 }  // namespace agentkv::memory

@@ -8,9 +8,13 @@
 
 namespace agentkv::memory {
 
-WindowKv::WindowKv(std::unique_ptr<KvCache> kv, Pos window) : kv_(std::move(kv)), window_(window) {
+WindowKv::WindowKv(std::unique_ptr<KvCache> kv, Pos window, uint32_t cached_cells)
+    : kv_(std::move(kv)), window_(window), cached_cells_(cached_cells) {
   if (!kv_) throw Error("sliding-window memory: no cache");
   if (window_ < 1) throw Error("sliding-window memory: window " + std::to_string(window_) + " must be positive");
+  if (cached_cells_ > kv_->layout().n_cells)
+    throw Error("sliding-window memory: " + std::to_string(cached_cells_) + " cells for cached pages in a cache of " +
+                std::to_string(kv_->layout().n_cells));
 }
 
 uint32_t WindowKv::cells_needed(Pos window, uint32_t n_seq_max, bool unified, uint32_t n_ubatch) {
@@ -30,6 +34,7 @@ void WindowKv::prune(const UBatch& ub) {
     }
   const auto n_seq = static_cast<SeqId>(kv_->layout().n_seq_max);
   for (SeqId s = 0; s < n_seq; ++s) {
+    if (s == keeper_) continue;
     const Pos lo = kv_->seq_pos_min(s);
     if (lo < 0) continue;
     const auto it = first.find(s);
@@ -51,7 +56,7 @@ bool WindowKv::can_remove_one(SeqId seq, Pos p0, Pos p1) const {
 bool WindowKv::can_remove(SeqId seq, Pos p0, Pos p1) const {
   if (seq >= 0) return can_remove_one(seq, p0, p1);
   for (SeqId s = 0; s < static_cast<SeqId>(kv_->layout().n_seq_max); ++s)
-    if (!can_remove_one(s, p0, p1)) return false;
+    if (s != keeper_ && !can_remove_one(s, p0, p1)) return false;
   return true;
 }
 

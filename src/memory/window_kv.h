@@ -22,8 +22,10 @@ class WindowKv {
   static constexpr Pos kRollback = 32;
 
   // kv: a cache whose layers are exactly the windowed ones; window: llama.cpp's n_swa (a token at
-  // p sees keys at positions > p - window). agentkv::Error for window < 1.
-  WindowKv(std::unique_ptr<KvCache> kv, Pos window);
+  // p sees keys at positions > p - window). cached_cells: cells of kv beyond what the sequences
+  // need (cells_needed), for the rows of cached pages (memory/window_pages.h); 0: none.
+  // agentkv::Error for window < 1 or cached_cells above kv's cells.
+  WindowKv(std::unique_ptr<KvCache> kv, Pos window, uint32_t cached_cells = 0);
 
   // The cells per stream a window cache needs: every sequence's kept positions, the micro-batch
   // being placed and the one before it (pruned only as the next is placed).
@@ -34,6 +36,11 @@ class WindowKv {
   Pos window() const { return window_; }
   // Positions a sequence keeps behind its next one.
   Pos keep() const { return window_ - 1 + kRollback; }
+  uint32_t cached_cells() const { return cached_cells_; }
+  // The sequence cached pages hold their rows under (the prefix index's): prune() and
+  // can_remove() leave it alone, as they leave no request's rows. -1: none.
+  void set_keeper_seq(SeqId seq) { keeper_ = seq; }
+  SeqId keeper_seq() const { return keeper_; }
 
   // After ub was placed: every sequence drops the positions no token from now on can see (a
   // sequence in ub: those before its first token's window and the rollback; any other: those
@@ -51,6 +58,8 @@ class WindowKv {
 
   std::unique_ptr<KvCache> kv_;
   Pos window_;
+  uint32_t cached_cells_;
+  SeqId keeper_ = -1;
 };
 
 }  // namespace agentkv::memory

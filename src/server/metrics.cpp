@@ -59,6 +59,9 @@ std::string prometheus_text(const MetricsSnapshot& m) {
   add_metric(out, "gauge", "pages_free", "Empty KV cells, in pages.", static_cast<double>(m.pages_free));
   add_metric(out, "gauge", "kv_cells_cached", "KV cells the prefix cache holds (slots may use them too).",
              static_cast<double>(m.kv_cells_cached));
+  add_metric(out, "gauge", "kv_window_cells_cached",
+             "Sliding-window rows (window-part cells) the prefix cache's pages hold, so a prompt resumes where it leaves them (--swa-cache).",
+             static_cast<double>(m.kv_window_cells_cached));
   add_metric(out, "counter", "context_shifts_total", "Context shifts (--context-shift) of generations that reached n_ctx.",
              static_cast<double>(m.context_shifts_total));
   for (EvictPolicy p : {EvictPolicy::Positional, EvictPolicy::Sinks, EvictPolicy::KeyDiff, EvictPolicy::SnapKV}) {

@@ -38,6 +38,7 @@ struct MetricsSnapshot {
   uint64_t pages_shared = 0;                // gauge: ... that two or more slots use (stored once)
   uint64_t pages_free = 0;                  // gauge: empty KV cells, in pages
   uint64_t kv_cells_cached = 0;             // gauge: KV cells the prefix cache holds (some also used by slots)
+  uint64_t kv_window_cells_cached = 0;      // gauge: window-part cells cached pages hold (sliding-window models, --swa-cache)
   uint64_t context_shifts_total = 0;        // --context-shift: generations that dropped the middle of their sequence
   std::array<uint64_t, 4> evicted_tokens_total{};  // ... positions they dropped, per policy (EvictPolicy order)
   uint64_t tier_pages_sent_total = 0;       // pages offered to the shared page tier (--cache-redis)

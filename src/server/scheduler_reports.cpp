@@ -43,6 +43,7 @@ MetricsSnapshot Scheduler::metrics() const {
     m.pages_shared = st.pages_shared;
     m.pages_free = st.pages_free;
     m.kv_cells_cached = st.cached_cells;
+    m.kv_window_cells_cached = st.window_cells;
     m.snapshot_count = st.snapshots;
     m.checkpoint_bytes = st.snapshot_bytes;
     m.checkpoint_count = st.snapshots;

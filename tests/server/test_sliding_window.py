@@ -1,9 +1,10 @@
 """Sliding-window memory over HTTP (issue 50; docs/memory-semantics.md §10), default flags.
 
 Gemma 3 and gpt-oss keep only each sequence's window of their sliding-window layers; a sequence
-resumes where a snapshot is. A 6,000-token prompt, then one diverging 2,000 tokens before its end:
-the dense model and --swa-full evaluate exactly from the divergence, the window memory from the
-latest snapshot before it (at most one snapshot spacing earlier); one diverging 20 tokens before
+resumes where its cached pages hold the window (--swa-cache) or a snapshot is. A 6,000-token prompt,
+then one diverging 2,000 tokens before its end: the dense model, --swa-full and the window memory
+evaluate exactly from the divergence; with --swa-cache 0, the window memory from the latest
+snapshot before it (at most one snapshot spacing earlier); one diverging 20 tokens before
 the end evaluates at most 20 + one page. Every output equals a run that used no cache. /slots and
 /metrics report the bytes a sequence holds: the full layers' rows of every position plus the
 window, a fraction of --swa-full's.
@@ -31,13 +32,15 @@ def check_same_as_uncached(server, prompt, answer):
 
 
 @pytest.mark.parametrize("kind,flags", [("dense", []), ("gemma3", []), ("gemma3", ["--swa-full"]),
-                                        ("gpt-oss", []), ("gpt-oss", ["--swa-full"])])
+                                        ("gemma3", ["--swa-cache", "0"]), ("gpt-oss", []), ("gpt-oss", ["--swa-full"]),
+                                        ("gpt-oss", ["--swa-cache", "0"])])
 def test_prompts_diverging_before_the_end_evaluate_from_the_divergence(tmp_path, kind, flags):
     server = Server(tmp_path, "-np", "1", "-c", "16384", "--metrics", "--batch-invariant", *flags, model=model_file(kind))
     try:
         _, props = server.get("/props")
         spacing = props["memory"]["snapshot_spacing"]
-        window_memory = kind != "dense" and not flags
+        window_memory = kind != "dense" and "--swa-full" not in flags
+        snapshots_only = "--swa-cache" in flags  # no room for the pages' window rows
         assert ("sliding-window layers keep only each sequence's window" in server.log()) == window_memory
         a = random_tokens(1, 6000)
         first = complete(server, a, 4)
@@ -48,9 +51,9 @@ def test_prompts_diverging_before_the_end_evaluate_from_the_divergence(tmp_path,
         second = complete(server, b, 4)
         evaluated = second["timings"]["prompt_n"]
         assert second["timings"]["cache_n"] + evaluated == len(b)
-        if window_memory:
+        if snapshots_only:
             assert 0 < spacing <= 512 and 2000 <= evaluated <= 2000 + spacing, (evaluated, spacing)
-        else:
+        else:  # the pages hold the window before the divergence (or every row: dense, --swa-full)
             assert evaluated == 2000, evaluated
 
         # 20 tokens before the end of the last prompt (its answer's 4 tokens were cached too).
@@ -67,6 +70,9 @@ def test_prompts_diverging_before_the_end_evaluate_from_the_divergence(tmp_path,
             assert 0 < window_bytes < held
         else:
             assert window_bytes == 0 and held > 0
+        # The cached pages' window rows (--swa-cache): what made the resumption exact.
+        cached_window = metric(server, "kv_window_cells_cached")
+        assert (cached_window > 0) == (window_memory and not snapshots_only), cached_window
         # Each answer as a run that used no cache gives it (last: these runs take the pool's room).
         for prompt, answer in [(a, first), (b, second), (c, third)]:
             check_same_as_uncached(server, prompt, answer)
