@@ -42,36 +42,38 @@ TopList top_of(const float* logits, int64_t n_vocab, int k) {
   return out;
 }
 
+
+// Decodes the prompt rows in `batch` (each an output), then n_gen greedy (or forced) steps, each
+// token added by add_next: the one loop of text and image prompts.
+template <typename AddNext>
+void decode_and_generate(Context& ctx, Batch& batch, int top_k, int n_gen, const std::vector<Token>* forced, LogitsCase& c,
+                         AddNext&& add_next) {
+  const int64_t n_vocab = ctx.model().n_vocab();
+  if (ctx.decode(batch) != 0) throw Error("prompt does not fit in the context");
+  for (int i = 0; i < ctx.n_outputs(); ++i) c.prompt_top.push_back(top_of(ctx.logits(i), n_vocab, top_k));
+  for (int step = 0; step < n_gen; ++step) {
+    c.generated_top.push_back(step == 0 ? c.prompt_top.back() : top_of(ctx.last_logits(), n_vocab, top_k));
+    const Token next = forced ? (*forced)[static_cast<size_t>(step)] : c.generated_top.back().front().first;
+    c.generated.push_back(next);
+    if (step + 1 == n_gen) break;
+    batch.clear();
+    add_next(batch, next);
+    if (ctx.decode(batch) != 0) throw Error("generation does not fit in the context");
+  }
+}
 }  // namespace
 
 LogitsCase compute_logits_case(Context& ctx, const std::string& prompt, int top_k, int n_gen,
                                const std::vector<Token>* forced) {
-  const Model& model = ctx.model();
-  const int64_t n_vocab = model.n_vocab();
   LogitsCase c;
   c.prompt = prompt;
-  c.prompt_tokens = model.tokenizer().encode(prompt, /*add_special=*/false, /*parse_special=*/true);
+  c.prompt_tokens = ctx.model().tokenizer().encode(prompt, /*add_special=*/false, /*parse_special=*/true);
   if (c.prompt_tokens.empty()) throw Error("prompt tokenizes to nothing");
   ctx.memory().seq_rm(0, -1, -1);
-
   Batch batch;
-  for (size_t i = 0; i < c.prompt_tokens.size(); ++i)
-    batch.add(c.prompt_tokens[i], static_cast<MemoryPos>(i), {0}, true);
-  if (ctx.decode(batch) != 0) throw Error("prompt does not fit in the context");
-  for (int i = 0; i < ctx.n_outputs(); ++i) c.prompt_top.push_back(top_of(ctx.logits(i), n_vocab, top_k));
-
-  std::vector<float> last(ctx.last_logits(), ctx.last_logits() + n_vocab);
-  MemoryPos pos = static_cast<MemoryPos>(c.prompt_tokens.size());
-  for (int step = 0; step < n_gen; ++step) {
-    c.generated_top.push_back(top_of(last.data(), n_vocab, top_k));
-    const Token next = forced ? (*forced)[step] : c.generated_top.back().front().first;
-    c.generated.push_back(next);
-    if (step + 1 == n_gen) break;
-    batch.clear();
-    batch.add(next, pos++, {0}, true);
-    if (ctx.decode(batch) != 0) throw Error("generation does not fit in the context");
-    last.assign(ctx.last_logits(), ctx.last_logits() + n_vocab);
-  }
+  for (size_t i = 0; i < c.prompt_tokens.size(); ++i) batch.add(c.prompt_tokens[i], static_cast<MemoryPos>(i), {0}, true);
+  auto pos = static_cast<MemoryPos>(c.prompt_tokens.size());
+  decode_and_generate(ctx, batch, top_k, n_gen, forced, c, [&](Batch& b, Token t) { b.add(t, pos++, {0}, true); });
   return c;
 }
 
@@ -91,7 +93,6 @@ TopList top_from_json(const nlohmann::json& j) {
 LogitsCase compute_image_logits_case(Context& ctx, const VisionEncoder& vision, const std::string& prompt,
                                      const std::vector<std::vector<uint8_t>>& images, int top_k, int n_gen) {
   const Model& model = ctx.model();
-  const int64_t n_vocab = model.n_vocab();
   LogitsCase c;
   c.prompt = prompt;
   ctx.memory().seq_rm(0, -1, -1);
@@ -112,16 +113,8 @@ LogitsCase compute_image_logits_case(Context& ctx, const VisionEncoder& vision, 
   }
   if (c.prompt_tokens.empty()) throw Error("prompt tokenizes to nothing");
   std::fill(batch.output.begin(), batch.output.end(), true);
-  if (ctx.decode(batch) != 0) throw Error("prompt does not fit in the context");
-  for (int i = 0; i < ctx.n_outputs(); ++i) c.prompt_top.push_back(top_of(ctx.logits(i), n_vocab, top_k));
-  for (int step = 0; step < n_gen; ++step) {
-    c.generated_top.push_back(step == 0 ? c.prompt_top.back() : top_of(ctx.last_logits(), n_vocab, top_k));
-    c.generated.push_back(c.generated_top.back().front().first);
-    if (step + 1 == n_gen) break;
-    batch.clear();
-    add_text(batch, &c.generated.back(), 1, 0, cursor, true);
-    if (ctx.decode(batch) != 0) throw Error("generation does not fit in the context");
-  }
+  decode_and_generate(ctx, batch, top_k, n_gen, nullptr, c,
+                      [&](Batch& b, Token t) { add_text(b, &t, 1, 0, cursor, true); });
   return c;
 }
 

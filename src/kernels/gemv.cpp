@@ -952,14 +952,20 @@ AGENTKV_AVX2 float f16_row_dot_avx2(const uint16_t* w, const float* a, int64_t n
   return static_cast<float>(sum);
 }
 
-AGENTKV_AVX2 void f16_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
-                                int64_t row_begin, int64_t row_end, float* y) {
+// The f16 activation widened to f32 once per call, for every row (exact: each f16 is an f32).
+AGENTKV_AVX2 const float* widened_f16_activation(const uint8_t* act, int64_t n_in) {
   float* a = thread_scratch<float, F16ActivationTag>(static_cast<size_t>(n_in));
   const auto* a16 = reinterpret_cast<const uint16_t*>(act);
   int64_t i = 0;
   for (; i + 8 <= n_in; i += 8)
     _mm256_storeu_ps(a + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a16 + i))));
   for (; i < n_in; ++i) a[i] = half_to_float(a16[i]);
+  return a;
+}
+
+AGENTKV_AVX2 void f16_rows_avx2(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
+                                int64_t row_begin, int64_t row_end, float* y) {
+  const float* a = widened_f16_activation(act, n_in);
   const int64_t ahead = rows_ahead(w_stride, 1);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* row = weights + static_cast<size_t>(r) * w_stride;
@@ -1008,12 +1014,7 @@ AGENTKV_GEMV_INLINE void f16_group_avx512(const uint8_t* row0, size_t w_stride, 
 template <int Rows>
 AGENTKV_AVX512_VNNI void f16_rows_avx512(const uint8_t* weights, size_t w_stride, int64_t n_in, const uint8_t* act,
                                          int64_t row_begin, int64_t row_end, float* y) {
-  float* a = thread_scratch<float, F16ActivationTag>(static_cast<size_t>(n_in));
-  const auto* a16 = reinterpret_cast<const uint16_t*>(act);
-  int64_t i = 0;
-  for (; i + 16 <= n_in; i += 16)
-    _mm512_storeu_ps(a + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a16 + i))));
-  for (; i < n_in; ++i) a[i] = half_to_float(a16[i]);
+  const float* a = widened_f16_activation(act, n_in);
   const int64_t grouped_end = row_begin + (row_end - row_begin) / Rows * Rows;
   const int64_t ahead = rows_ahead(w_stride, Rows);
   int64_t r = row_begin;
@@ -1103,10 +1104,9 @@ void gemv_rows(GgmlType type, const uint8_t* weights, size_t w_stride, int64_t n
   switch (type) {
     case GgmlType::Q8_0:
       if (vnni) return q8_0_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
-      if (active_cpu_level() == CpuLevel::Avx2 && interleaved_rows_stream_slowly())
-        return q8_0_rows_avx2<1>(weights, w_stride, n_in, act, row_begin, row_end, y);
-      if (active_cpu_level() == CpuLevel::Avx2) return q8_0_rows_avx2<4>(weights, w_stride, n_in, act, row_begin, row_end, y);
-      break;
+      if (active_cpu_level() != CpuLevel::Avx2) break;
+      if (interleaved_rows_stream_slowly()) return q8_0_rows_avx2<1>(weights, w_stride, n_in, act, row_begin, row_end, y);
+      return q8_0_rows_avx2<4>(weights, w_stride, n_in, act, row_begin, row_end, y);
     case GgmlType::Q4_K:
       // (the AVX2 group gives the same bits: both follow the AVX2 dot_q4_K)
       if (vnni && !interleaved_rows_stream_slowly()) return q4_K_rows(weights, w_stride, n_in, act, row_begin, row_end, y);
