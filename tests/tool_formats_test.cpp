@@ -559,6 +559,25 @@ TEST(ToolFormats, HarmonyWithoutToolsOrReasoning) {
   EXPECT_EQ(parse_chat_output("<|channel|>analysis<|message|>Hm<|en", o, true).content, "<|channel|>analysis<|message|>Hm");
 }
 
+// Harmony's builtin tools (browser / python, docs/agents.md): the template cannot render such a
+// call back (it writes every call as to=functions.NAME), so the message stays content, verbatim,
+// with or without declared tools, streamed or not; what came before it parses as usual.
+TEST(ToolFormats, HarmonyBuiltinToolCallsStayContent) {
+  ChatParseOptions o;
+  o.format = ToolFormat::Harmony;
+  o.parse_tools = true;
+  o.tools = Json::parse(R"([{"type":"function","function":{"name":"search","parameters":{"type":"object"}}}])");
+  const std::string browser = R"(<|start|>assistant<|channel|>commentary to=browser.search json<|message|>{"query": "q"})";
+  const std::string python = "<|start|>assistant to=python<|channel|>analysis code<|message|>print(1)";
+  for (const std::string& call : {browser, python})
+    for (bool partial : {false, true}) {
+      const ChatMessage m = parse_chat_output("<|channel|>analysis<|message|>Look it up.<|end|>" + call, o, partial);
+      EXPECT_TRUE(m.tool_calls.empty()) << call;
+      EXPECT_EQ(m.reasoning, "Look it up.");
+      EXPECT_EQ(m.content, call);
+    }
+}
+
 // A vocabulary for a ChatFormatter over a template that names its tokens in text.
 agentkv::VocabData tiny_vocab() {
   agentkv::VocabData v;
