@@ -107,7 +107,7 @@ struct Harness {
     p.tokens = toks;
     p.cells = cells;
     std::vector<uint64_t> fresh;
-    index->extend_hashes(toks, salt[seq], fresh);
+    index->hasher().extend(toks, salt[seq], fresh);
     ASSERT_EQ(p.hashes, fresh) << "carried page hashes";
   }
 
@@ -342,7 +342,7 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
           records.push_back(encode_page(kv, page.hash, page.first_pos,
                                         std::span<const TokenId>(toks).subspan(page.first_pos, page_tokens), page.cells));
         if (const auto tail = h.index->tail_along(toks, salt)) {
-          ASSERT_EQ(tail->hash, h.index->prefix_hashes(toks, salt, std::span<const size_t>(&n, 1))[0]);
+          ASSERT_EQ(tail->hash, h.index->hasher().prefix_hashes(toks, salt, std::span<const size_t>(&n, 1))[0]);
           ASSERT_EQ(tail->first_pos + tail->cells.size(), n);
           records.push_back(encode_page(kv, tail->hash, tail->first_pos, std::span<const TokenId>(toks).subspan(tail->first_pos),
                                         tail->cells));
@@ -355,7 +355,7 @@ void run(bool hybrid, uint32_t seed, int n_ops, uint64_t* attached_total, uint64
           const auto along = h.index->snapshots_along(toks, salt);
           ASSERT_FALSE(along.empty());
           ASSERT_EQ(along.back().first, n);
-          snap_key = snapshot_record_key(h.index->prefix_hashes(toks, salt, std::span<const size_t>(&n, 1))[0]);
+          snap_key = snapshot_record_key(h.index->hasher().prefix_hashes(toks, salt, std::span<const size_t>(&n, 1))[0]);
           snap_record = encode_snapshot_record(snap_key, static_cast<uint32_t>(n), *along.back().second);
         }
         const std::vector<TokenId> chain = toks;

@@ -55,6 +55,7 @@ struct SequencePages {
 struct TierFetch {
   size_t pages = 0;                  // page records adopted (full pages and at most one tail)
   size_t kv_through = 0;             // the prompt's tokens whose K/V the cache now holds
+  size_t window_pages = 0;           // sliding-window models: pages whose window rows came too
   bool snapshot = false;             // hybrid: a recurrent snapshot was adopted ...
   size_t snapshot_at = 0;            // ... after this many tokens
   std::vector<std::string> refused;  // one line per record dropped (damaged, foreign, not this page)

@@ -81,7 +81,7 @@ std::vector<uint8_t> save(const Context& ctx, memory::SeqId seq, const SaveOptio
   if (const memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx)); index && o.with_tokens && seq >= 0) {
     c.page_tokens = index->config().page_tokens;
     c.page_hashes.clear();
-    index->extend_hashes(o.tokens, 0, c.page_hashes);
+    index->hasher().extend(o.tokens, 0, c.page_hashes);
   }
   return memory::encode_state(c);
 }
@@ -105,7 +105,7 @@ LoadedState load(Context& ctx, std::span<const uint8_t> blob, memory::SeqId dest
   memory::PrefixIndex* index = memory::prefix_index_of(sequence_memory(ctx));
   if (index && !c.page_hashes.empty() && c.page_tokens == index->config().page_tokens) {
     std::vector<uint64_t> chain;
-    index->extend_hashes(std::span<const Token>(c.tokens).first(c.page_hashes.size() * c.page_tokens), 0, chain);
+    index->hasher().extend(std::span<const Token>(c.tokens).first(c.page_hashes.size() * c.page_tokens), 0, chain);
     if (chain != c.page_hashes) throw Error(what + ": its page chain does not match its tokens");
   }
 

@@ -112,4 +112,30 @@ void write_page_rows(KvCache& kv, const PageRecord& page, std::span<const uint32
     }
 }
 
+namespace {
+constexpr uint32_t kWindowMagic = 0x57564b41;  // "AKVW" as bytes
+}  // namespace
+
+uint64_t window_record_key(uint64_t page_key) {
+  const uint64_t key[2] = {page_key, 0x77696e646f77ull};  // "window": apart from page and snapshot keys
+  return XXH3_64bits(key, sizeof key);
+}
+
+std::vector<uint8_t> encode_window_record(const KvCache& window, uint64_t key, uint32_t first_pos,
+                                          std::span<const int32_t> tokens, std::span<const uint32_t> cells) {
+  std::vector<uint8_t> out;
+  put(out, kWindowMagic);
+  const std::vector<uint8_t> page = encode_page(window, key, first_pos, tokens, cells);
+  out.insert(out.end(), page.begin(), page.end());
+  return out;
+}
+
+std::optional<PageRecord> decode_window_record(const KvCache& window, std::span<const uint8_t> bytes) {
+  uint32_t magic = 0;
+  if (bytes.size() < 4) return std::nullopt;
+  std::memcpy(&magic, bytes.data(), 4);
+  if (magic != kWindowMagic) return std::nullopt;
+  return decode_page(window, bytes.subspan(4));
+}
+
 }  // namespace agentkv::memory

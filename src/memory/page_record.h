@@ -34,4 +34,13 @@ std::vector<uint8_t> encode_page_record(const PageRecord& page, size_t cell_byte
 // Writes a record's rows into cells (one per token, stream 0); the cell table is the caller's.
 void write_page_rows(KvCache& kv, const PageRecord& page, std::span<const uint32_t> cells);
 
+// A page's sliding-window rows (its cells in the window part, memory/window_pages.h) as a record
+// of its own beside the page's: named window_record_key(the page's key), marked "AKVW" ahead of
+// a page record of the window cache (so nothing takes it for a page of the main one).
+uint64_t window_record_key(uint64_t page_key);
+std::vector<uint8_t> encode_window_record(const KvCache& window, uint64_t key, uint32_t first_pos,
+                                          std::span<const int32_t> tokens, std::span<const uint32_t> cells);
+// nullopt unless `bytes` is a whole, intact window record whose rows fit this window cache.
+std::optional<PageRecord> decode_window_record(const KvCache& window, std::span<const uint8_t> bytes);
+
 }  // namespace agentkv::memory

@@ -10,12 +10,11 @@
 #include "agentkv/request_memory.h"
 #include "memory/memory_state.h"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 namespace agentkv::memory {
 
-PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg) : mem_(mem), cfg_(cfg) {
+PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg)
+    : mem_(mem), cfg_(cfg), hasher_(cfg.model_fingerprint, cfg.page_tokens) {
   if (!mem_.kv()) throw Error("prefix index: the memory has no KV cache");
   if (mem_.kv()->layout().n_streams() != 1) throw Error("prefix index: needs a unified KV cache (one stream)");
   if (cfg_.holder < 0 || cfg_.holder >= static_cast<SeqId>(mem_.kv()->layout().n_seq_max))
@@ -30,9 +29,8 @@ PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg) : mem_(mem)
     const size_t stepped = (wanted + kSnapshotSpacingStep - 1) / kSnapshotSpacingStep * kSnapshotSpacingStep;
     snapshot_spacing_ = std::clamp(stepped, kMinSnapshotSpacing, kMaxSnapshotSpacing);
   }
-  // A recurrent part would need its state at the resume point too: a hybrid resumes at snapshots only.
-  if (WindowKv* w = mem_.window(); w && !mem_.rec() && w->cached_cells() > 0)
-    window_pages_ = std::make_unique<WindowPages>(*w, cfg_.holder, static_cast<uint32_t>(cfg_.page_tokens));
+  if (keeps_window_rows(mem_))
+    window_pages_ = std::make_unique<WindowPages>(*mem_.window(), cfg_.holder, static_cast<uint32_t>(cfg_.page_tokens));
 }
 
 size_t PrefixIndex::snapshot_bytes_each() const {
@@ -48,15 +46,6 @@ size_t PrefixIndex::snapshot_bytes_each() const {
     bytes += static_cast<size_t>(w->keep()) * rows.n_kv_layers() * (rows.row_bytes_k() + rows.row_bytes_v());
   }
   return bytes;
-}
-
-uint64_t PrefixIndex::root_seed(uint64_t salt) const {
-  const uint64_t key[3] = {cfg_.model_fingerprint, cfg_.page_tokens, salt};
-  return XXH3_64bits(key, sizeof key);
-}
-
-uint64_t PrefixIndex::page_hash(uint64_t parent_hash, std::span<const TokenId> tokens) const {
-  return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), parent_hash);
 }
 
 bool PrefixIndex::node_valid(int32_t id) const {
@@ -305,7 +294,7 @@ std::vector<PrefixIndex::PageCells> PrefixIndex::full_pages_along(std::span<cons
   for (int32_t id : m.path) {
     const Node& n = nodes_[static_cast<size_t>(id)];
     if (n.tokens.size() != cfg_.page_tokens || n.first_pos + cfg_.page_tokens > m.n_tokens) break;
-    out.push_back({n.hash, n.first_pos, n.cells});
+    out.push_back({n.hash, n.first_pos, n.cells, window_pages_ ? window_pages_->cells_of(id, n.cells.size()) : std::vector<uint32_t>{}});
   }
   return out;
 }
@@ -320,28 +309,24 @@ std::optional<PrefixIndex::PageCells> PrefixIndex::tail_along(std::span<const To
   const size_t len = tokens.size() - n.first_pos;  // < P: the last node holds the tail
   const size_t length = tokens.size();
   PageCells out;
-  out.hash = prefix_hashes(tokens, salt, std::span<const size_t>(&length, 1), known)[0];
+  out.hash = hasher_.prefix_hashes(tokens, salt, std::span<const size_t>(&length, 1), known)[0];
   out.first_pos = n.first_pos;
   out.cells.assign(n.cells.begin(), n.cells.begin() + static_cast<std::ptrdiff_t>(len));
+  if (window_pages_) out.window_cells = window_pages_->cells_of(m.path.back(), len);
   return out;
 }
 
-std::vector<uint64_t> PrefixIndex::prefix_hashes(std::span<const TokenId> tokens, uint64_t salt,
-                                                 std::span<const size_t> lengths, std::span<const uint64_t> known) const {
-  const size_t P = cfg_.page_tokens;
-  std::vector<uint64_t> chain(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(std::min(known.size(), tokens.size() / P)));
-  extend_hashes(tokens, salt, chain);
-  const uint64_t seed = root_seed(salt);
-  std::vector<uint64_t> out;
-  out.reserve(lengths.size());
-  for (size_t n : lengths) {
-    if (n > tokens.size()) throw std::logic_error("prefix index: prefix_hashes beyond the tokens");
-    const size_t full = n / P;
-    const uint64_t parent = full == 0 ? seed : chain[full - 1];
-    out.push_back(n % P == 0 ? parent : page_hash(parent, tokens.subspan(full * P, n % P)));
-  }
-  return out;
+bool PrefixIndex::adopt_window_rows(std::span<const TokenId> chain, uint64_t salt,
+                                    const std::function<void(std::span<const uint32_t>)>& write_rows,
+                                    std::span<const uint64_t> known) {
+  if (!window_pages_ || chain.empty()) return false;
+  const Match m = match(chain, salt, known);
+  if (m.n_tokens != chain.size() || m.path.empty()) return false;
+  const Node& n = nodes_[static_cast<size_t>(m.path.back())];
+  return window_pages_->adopt_rows(m.path.back(), static_cast<Pos>(n.first_pos), chain.size() - n.first_pos, write_rows);
 }
+
+
 
 bool PrefixIndex::reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells,
                                std::span<const uint64_t> known) {
@@ -400,14 +385,6 @@ bool PrefixIndex::commit_page(std::span<const TokenId> chain, uint64_t salt, con
   return true;
 }
 
-void PrefixIndex::extend_hashes(std::span<const TokenId> tokens, uint64_t salt, std::vector<uint64_t>& hashes) const {
-  const size_t P = cfg_.page_tokens;
-  uint64_t h = hashes.empty() ? root_seed(salt) : hashes.back();
-  for (size_t pos = hashes.size() * P; pos + P <= tokens.size(); pos += P) {
-    h = page_hash(h, tokens.subspan(pos, P));
-    hashes.push_back(h);
-  }
-}
 
 std::vector<uint32_t> PrefixIndex::cells_of(SeqId seq, Pos p0, Pos p1) const {
   std::vector<uint32_t> out(static_cast<size_t>(p1 - p0), UINT32_MAX);
@@ -528,7 +505,7 @@ void PrefixIndex::publish(SeqId seq, std::span<const TokenId> tokens, uint64_t s
   const size_t P = cfg_.page_tokens;
   std::vector<uint64_t> own;
   if (!hashes) hashes = &own;
-  extend_hashes(tokens, salt, *hashes);  // every full page's hash (more may be carried: a prompt's)
+  hasher_.extend(tokens, salt, *hashes);  // every full page's hash (more may be carried: a prompt's)
   // Resume after the pages published before, at the last full one of them when it is still
   // indexed (the chain up to it then is too: a page goes only with what hangs below it).
   int32_t cur = root_for(salt);

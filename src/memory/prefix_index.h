@@ -22,6 +22,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -32,6 +33,7 @@
 
 #include "agentkv/prefix_cache.h"
 #include "memory/cell_keeper.h"
+#include "memory/page_chain_hasher.h"
 #include "memory/sequence_memory.h"
 #include "memory/snapshot.h"
 #include "memory/window_pages.h"
@@ -45,7 +47,7 @@ using TokenId = int32_t;
 // together: Context::enable_prefix_cache combines them), PrefixCacheStats, SequencePages.
 
 // Page hashes are computed once per token sequence and carried: the calls that walk a sequence's
-// chain take `known`, the chained hashes of its first full pages (agentkv::PageHashes, extend_hashes), and
+// chain take `known`, the chained hashes of its first full pages (agentkv::PageHashes, PageChainHasher::extend), and
 // hash only the pages beyond them.
 class PrefixIndex final : public CellKeeper {
  public:
@@ -98,16 +100,16 @@ class PrefixIndex final : public CellKeeper {
   // PrefixCache::follow_chain: the chain a reader takes furthest (a prompt's text matched against
   // cached pages). O(pages on the chain and their siblings).
   std::vector<TokenId> follow_chain(uint64_t salt, const PrefixCache::ChainReader& read) const;
-  // Extends `hashes` (the chained hashes of the first full pages of `tokens`, maybe none) to every
-  // full page of `tokens`, first page first: a state file's page chain, and what the calls below
-  // take as `known`.
-  void extend_hashes(std::span<const TokenId> tokens, uint64_t salt, std::vector<uint64_t>& hashes) const;
+  // How this index names pages (the root seed from config().model_fingerprint and page_tokens):
+  // the hashes the calls below take as `known`, a state file's page chain, a tier record's key.
+  const PageChainHasher& hasher() const { return hasher_; }
 
   // Pages leaving or entering the process (a tier, memory/page_record.h).
   struct PageCells {
     uint64_t hash = 0;     // a full page's chain hash, or a tail's prefix_hash
     uint32_t first_pos = 0;
     std::vector<uint32_t> cells;  // one per token, in position order
+    std::vector<uint32_t> window_cells;  // the same in the window part (sliding-window models); empty when it lacks some
   };
   // The indexed, valid full pages on the chain of `tokens`, first page first, stopping at the
   // first one missing.
@@ -127,11 +129,6 @@ class PrefixIndex final : public CellKeeper {
   std::vector<TokenId> continuation(std::span<const TokenId> run, uint64_t salt, size_t k) const;
   static constexpr size_t kMaxContinuationRun = 8;
   static constexpr size_t kMaxContinuationScan = size_t{1} << 16;
-  // The content hash of each leading part tokens[0, n) for n in `lengths`: the chain hash of its
-  // full pages, extended by the hash of its partial last page when n is not a multiple of P (the
-  // root's seed for n = 0). A tail record and a snapshot at position n are named by it in a tier.
-  std::vector<uint64_t> prefix_hashes(std::span<const TokenId> tokens, uint64_t salt, std::span<const size_t> lengths,
-                                      std::span<const uint64_t> known = {}) const;
   // A page fetched from a tier: `chain` is the tokens through the page — its last P tokens for a
   // full page, its last chain.size() % P tokens for a tail — whose earlier full pages must be
   // indexed; `write_rows` fills the page's cells (one per token, position order). Takes empty
@@ -145,6 +142,13 @@ class PrefixIndex final : public CellKeeper {
     write_rows(std::span<const uint32_t>(cells));
     return commit_page(chain, salt, cells, known);
   }
+
+  // Sliding-window models: the window rows (a tier's window record) of the page that ends `chain`
+  // (a full page's last P tokens, or a tail's), which must be indexed; write_rows fills the cells
+  // the page takes. False, changing nothing, when the page is not indexed or there is no room.
+  bool adopt_window_rows(std::span<const TokenId> chain, uint64_t salt,
+                         const std::function<void(std::span<const uint32_t>)>& write_rows,
+                         std::span<const uint64_t> known = {});
 
   // seq holds `tokens` at positions 0, 1, ...: indexes its full pages, and its last partial page
   // too when with_tail. Pages already indexed (by this or another sequence) are left as they are.
@@ -224,8 +228,10 @@ class PrefixIndex final : public CellKeeper {
     size_t last_used_tokens = 0;  // tokens of the last node of path that match
   };
 
-  uint64_t root_seed(uint64_t salt) const;
-  uint64_t page_hash(uint64_t parent_hash, std::span<const TokenId> tokens) const;
+  uint64_t root_seed(uint64_t salt) const { return hasher_.root_seed(salt); }
+  uint64_t page_hash(uint64_t parent_hash, std::span<const TokenId> tokens) const {
+    return hasher_.page_hash(parent_hash, tokens);
+  }
   // Page k's hash is known[k] where given, else computed from its parent's.
   Match match(std::span<const TokenId> tokens, uint64_t salt, std::span<const uint64_t> known = {}) const;
   // The usable length of a match (attention: all of it; hybrid: the latest snapshot in it; a
@@ -266,6 +272,7 @@ class PrefixIndex final : public CellKeeper {
 
   SequenceMemory& mem_;
   PrefixCacheConfig cfg_;
+  PageChainHasher hasher_;
   std::vector<Node> nodes_;
   std::vector<int32_t> free_nodes_;
   std::unordered_map<uint64_t, int32_t> roots_;    // salt seed -> root node

@@ -160,6 +160,8 @@ struct RequestMemory::Impl {
     if (got.pages > 0)
       log(seq, "fetched " + std::to_string(got.pages) + " pages (K/V through position " + std::to_string(got.kv_through) +
                    ") from the page tier");
+    if (got.window_pages > 0)
+      log(seq, "fetched the window rows of " + std::to_string(got.window_pages) + " pages from the page tier");
     if (got.snapshot) {
       ++counters.tier_snapshots_fetched;
       log(seq, "fetched the state snapshot at position " + std::to_string(got.snapshot_at) + " from the page tier");

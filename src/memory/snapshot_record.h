@@ -1,6 +1,6 @@
 // A recurrent snapshot as bytes, for page tiers (Redis, disk): what a hybrid sequence needs besides
 // its K/V pages to continue where another instance (or an earlier run) stopped. Named in the tier
-// by snapshot_record_key of the content hash of the tokens it follows (PrefixIndex::prefix_hashes),
+// by snapshot_record_key of the content hash of the tokens it follows (PageChainHasher::prefix_hashes),
 // so it is found exactly where that chain is, never under another model, KV type or salt. The
 // state container (memory_state.h, checksummed) holds the image; a reader accepts a record only
 // for its own key and position and for a memory of the same layout.

@@ -114,6 +114,7 @@ size_t TieredPrefixCache::send_pages(std::span<const CacheToken> tokens, uint64_
   for (const auto& page : pages) {
     // Pages checked at an earlier call are not asked about again (a round trip each with Redis).
     if (page.first_pos + P <= sent_through) continue;
+    send_window_rows(page, tokens.subspan(page.first_pos, P));
     if (tier_->holds(page.hash)) continue;
     tier_->put(page.hash, encode_page(*kv, page.hash, page.first_pos, tokens.subspan(page.first_pos, P), page.cells));
     ++sent;
@@ -123,9 +124,18 @@ size_t TieredPrefixCache::send_pages(std::span<const CacheToken> tokens, uint64_
   // conversation evaluates only what is new (tails are named by their content: one record per length).
   if (!with_tail) return sent;
   const auto tail = index_.tail_along(tokens, salt, known);
+  if (tail) send_window_rows(*tail, tokens.subspan(tail->first_pos));
   if (!tail || tier_->holds(tail->hash)) return sent;
   tier_->put(tail->hash, encode_page(*kv, tail->hash, tail->first_pos, tokens.subspan(tail->first_pos), tail->cells));
   return sent + 1;
+}
+
+void TieredPrefixCache::send_window_rows(const PrefixIndex::PageCells& page, std::span<const CacheToken> tokens) {
+  const WindowKv* window = mem_.window();
+  if (!window || page.window_cells.empty()) return;
+  const uint64_t key = window_record_key(page.hash);
+  if (tier_->holds(key)) return;
+  tier_->put(key, encode_window_record(window->kv(), key, page.first_pos, tokens, page.window_cells));
 }
 
 bool TieredPrefixCache::send_snapshot(std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known) {
@@ -133,7 +143,7 @@ bool TieredPrefixCache::send_snapshot(std::span<const CacheToken> tokens, uint64
   const auto snapshots = index_.snapshots_along(tokens, salt, known);
   if (snapshots.empty() || snapshots.back().first != tokens.size()) return false;
   const size_t n = tokens.size();
-  const uint64_t key = snapshot_record_key(index_.prefix_hashes(tokens, salt, std::span<const size_t>(&n, 1), known)[0]);
+  const uint64_t key = snapshot_record_key(index_.hasher().prefix_hashes(tokens, salt, std::span<const size_t>(&n, 1), known)[0]);
   if (tier_->holds(key)) return false;
   tier_->put(key, encode_snapshot_record(key, static_cast<uint32_t>(n), *snapshots.back().second));
   return true;
@@ -168,7 +178,7 @@ TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t 
   const size_t P = page_tokens();
   // The prompt's page hashes, as carried (the rest computed once here): every walk below takes them.
   PageHashes chain(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(std::min(known.size(), usable.size() / P)));
-  index_.extend_hashes(usable, salt, chain);
+  index_.hasher().extend(usable, salt, chain);
   // Full pages past the local ones, in one round trip, in chain order up to the first missing.
   size_t full = index_.cached_kv(usable, salt, usable.size(), chain) / P;
   if (full < chain.size()) {
@@ -187,7 +197,7 @@ TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t 
   if (max_tail > 0 && held < base + max_tail) {
     std::vector<size_t> lengths(max_tail);
     for (size_t k = 0; k < max_tail; ++k) lengths[k] = base + k + 1;
-    const std::vector<uint64_t> keys = index_.prefix_hashes(usable, salt, lengths, chain);
+    const std::vector<uint64_t> keys = index_.hasher().prefix_hashes(usable, salt, lengths, chain);
     const auto records = tier_->get(keys);
     for (size_t k = max_tail; k >= 1; --k) {
       if (!records[k - 1] || held >= base + k) continue;
@@ -198,8 +208,49 @@ TierFetch TieredPrefixCache::fetch(std::span<const CacheToken> usable, uint64_t 
     }
   }
   out.kv_through = index_.cached_kv(usable, salt, usable.size(), chain);
+  if (keeps_window_rows(mem_)) fetch_window_rows(usable, salt, chain, out);
   if (mem_.needs_snapshots()) fetch_snapshot(usable, salt, chain, out);
   return out;
+}
+
+void TieredPrefixCache::fetch_window_rows(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known,
+                                          TierFetch& out) {
+  const size_t P = page_tokens();
+  const size_t end = out.kv_through;
+  const auto need = static_cast<size_t>(mem_.window()->window() - 1);  // rows a token at `end` sees before it
+  if (end == 0 || index_.lookup(usable, salt, end, known) == end) return;  // the index resumes there already
+  // The pages holding [end - need, end), last first (a tail ends the chain when end is mid-page).
+  const size_t lo = end > need ? end - need : 0;
+  std::vector<size_t> ends;  // each page's end within the chain
+  for (size_t k = (end - 1) / P + 1; k-- > lo / P;) ends.push_back(std::min((k + 1) * P, end));
+  const std::span<const CacheToken> through = usable.first(end);
+  const auto pages = index_.full_pages_along(through, salt, known);
+  const auto tail = index_.tail_along(through, salt, known);
+  std::vector<size_t> lacking;
+  for (size_t e : ends) {
+    const bool held = e % P != 0 ? tail && !tail->window_cells.empty()
+                                 : e / P <= pages.size() && !pages[e / P - 1].window_cells.empty();
+    if (!held) lacking.push_back(e);
+  }
+  if (lacking.empty()) return;
+  std::vector<uint64_t> keys = index_.hasher().prefix_hashes(usable, salt, lacking, known);
+  for (uint64_t& k : keys) k = window_record_key(k);
+  const auto records = tier_->get(keys);
+  KvCache& window = mem_.window()->kv();
+  for (size_t i = 0; i < lacking.size(); ++i) {
+    if (!records[i]) return;  // the rows before it are of no use without it
+    const size_t e = lacking[i], first = (e - 1) / P * P;
+    const auto page = decode_window_record(window, *records[i]);
+    if (!page || page->hash != keys[i] || page->first_pos != first || page->tokens.size() != e - first ||
+        !std::equal(page->tokens.begin(), page->tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first))) {
+      refuse(keys[i], page ? "not the window rows this prompt expects" : "damaged", out);
+      return;
+    }
+    if (!index_.adopt_window_rows(usable.first(e), salt, [&](std::span<const uint32_t> cells) { write_page_rows(window, *page, cells); },
+                                  known))
+      return;
+    ++out.window_pages;
+  }
 }
 
 void TieredPrefixCache::fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known,
@@ -222,7 +273,7 @@ void TieredPrefixCache::fetch_snapshot(std::span<const CacheToken> usable, uint6
                         boundaries.begin() + static_cast<std::ptrdiff_t>(std::min(boundaries.size(), i + kBoundariesPerRound)));
   for (const std::vector<size_t>& positions : rounds) {
     if (positions.empty()) continue;
-    std::vector<uint64_t> keys = index_.prefix_hashes(usable, salt, positions, known);
+    std::vector<uint64_t> keys = index_.hasher().prefix_hashes(usable, salt, positions, known);
     for (uint64_t& k : keys) k = snapshot_record_key(k);
     const auto records = tier_->get(keys);
     for (size_t i = 0; i < positions.size(); ++i) {

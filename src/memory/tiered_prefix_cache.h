@@ -30,7 +30,7 @@ class TieredPrefixCache final : public PrefixCache {
   size_t attach_chosen(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, std::span<const uint64_t> known,
                        const AttachChoice& choose) override;
   void hash_pages(std::span<const CacheToken> tokens, uint64_t salt, PageHashes& hashes) const override {
-    index_.extend_hashes(tokens, salt, hashes);
+    index_.hasher().extend(tokens, salt, hashes);
   }
   void publish(MemorySeqId seq, std::span<const CacheToken> tokens, uint64_t salt, bool with_tail, PageHashes& hashes,
                size_t published) override;
@@ -61,6 +61,11 @@ class TieredPrefixCache final : public PrefixCache {
                   size_t len, uint64_t key, std::span<const uint8_t> bytes, TierFetch& out);
   // The furthest snapshot the K/V reach (out.kv_through, set by the caller) that the tier holds.
   void fetch_snapshot(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known, TierFetch& out);
+  // Sliding-window models: the window records of the pages before out.kv_through that a sequence
+  // resuming there needs (its window) and the index lacks; one round trip.
+  void fetch_window_rows(std::span<const CacheToken> usable, uint64_t salt, std::span<const uint64_t> known, TierFetch& out);
+  // A page's window record beside it, when the index holds the page's window rows.
+  void send_window_rows(const PrefixIndex::PageCells& page, std::span<const CacheToken> tokens);
   void refuse(uint64_t key, const char* why, TierFetch& out);
   size_t tail_snapshot_at(size_t prompt_len) const;  // hybrid; 0: none for a prompt this short
 

@@ -101,6 +101,42 @@ void WindowPages::adopt(int32_t page, SeqId seq, Pos first_pos, size_t n) {
   lru_.emplace(e.last_used, page);
 }
 
+std::vector<uint32_t> WindowPages::cells_of(int32_t page, size_t n) const {
+  const auto it = pages_.find(page);
+  if (it == pages_.end() || it->second.cells.size() < n) return {};
+  for (size_t j = 0; j < n; ++j)
+    if (!holds(it->second.cells[j], it->second.first_pos + static_cast<Pos>(j))) return {};
+  return {it->second.cells.begin(), it->second.cells.begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
+bool WindowPages::adopt_rows(int32_t page, Pos first_pos, size_t n,
+                             const std::function<void(std::span<const uint32_t>)>& write_rows) {
+  if (n == 0 || n > capacity()) return false;
+  if (!cells_of(page, n).empty()) return true;
+  release(page);  // what it held in part goes: the record brings all of it
+  if (!make_room(n, page)) return false;
+  KvCache& kv = window_.kv();
+  const KvCells& c = kv.cells(0);
+  std::vector<uint32_t> cells;
+  for (uint32_t i = 0; i < c.size() && cells.size() < n; ++i)
+    if (c.is_empty(i) && pins_[i] == 0) cells.push_back(i);  // (a pin on an empty cell: freed behind the index)
+  if (cells.size() < n) return false;
+  SeqSet held;
+  held.set(static_cast<size_t>(holder_));
+  for (size_t j = 0; j < n; ++j) kv.restore_cell(0, cells[j], first_pos + static_cast<Pos>(j), held, 0);
+  write_rows(cells);
+  Entry& e = pages_[page];
+  e.first_pos = first_pos;
+  e.cells = cells;
+  for (uint32_t cell : cells) {
+    pins_[cell] = 1;
+    ++held_;
+  }
+  e.last_used = ++tick_;
+  lru_.emplace(e.last_used, page);
+  return true;
+}
+
 bool WindowPages::held_at(std::span<const int32_t> path, size_t pos) const {
   const size_t k = pos / page_tokens_;
   if (k >= path.size()) return false;

@@ -16,9 +16,18 @@
 #include <utility>
 #include <vector>
 
+#include "memory/sequence_memory.h"
 #include "memory/window_kv.h"
 
 namespace agentkv::memory {
+
+
+// Whether a memory's cached pages keep their window rows: a window part with room for them
+// (--swa-cache), and no recurrent part (which would need its state at the resume point too: a
+// hybrid resumes at snapshots only).
+inline bool keeps_window_rows(const SequenceMemory& mem) {
+  return mem.window() && mem.window()->cached_cells() > 0 && !mem.rec();
+}
 
 class WindowPages {
  public:
@@ -32,6 +41,12 @@ class WindowPages {
   void adopt(int32_t page, SeqId seq, Pos first_pos, size_t n);
   void touch(int32_t page);
   void release(int32_t page);  // the page left the index
+  // The cells holding the window rows of the page's first n positions; empty unless it holds all.
+  std::vector<uint32_t> cells_of(int32_t page, size_t n) const;
+  // Rows from a tier (a window record, memory/page_record.h): the page takes n empty cells for
+  // its positions [first_pos, first_pos + n), evicting other pages' rows for room, and
+  // write_rows(cells) fills them. False, changing nothing, when there is no room.
+  bool adopt_rows(int32_t page, Pos first_pos, size_t n, const std::function<void(std::span<const uint32_t>)>& write_rows);
 
   // `path`: a chain's pages, page k holding positions [kP, kP + P). The latest r in (floor, n]
   // at which a sequence can resume on it: its pages hold the window rows of

@@ -10,11 +10,12 @@ the end evaluates at most 20 + one page. Every output equals a run that used no 
 window, a fraction of --swa-full's.
 """
 
+import os
 import random
 
 import pytest
 
-from conftest import Server, greedy_completion as complete, metric, model_file
+from conftest import Server, greedy_completion as complete, metric, model_file, wait_for
 
 P = 16  # tokens per page (the default)
 ROLLBACK = 32  # positions a window memory drops from a sequence's end in place (memory/window_kv.h)
@@ -106,3 +107,57 @@ def test_the_window_memory_holds_a_fraction_of_swa_full(tmp_path, kind):
     window = 16  # both micro presets (model/presets.cpp)
     assert window_part <= per_layer_position * (window + ROLLBACK + 512), (window_part, per_layer_position)
     assert window_total < 0.6 * full_total, (window_total, full_total)
+
+
+def damage_window_records(folder):
+    """Flips a byte in the middle of every window record (magic "AKVW"); returns how many."""
+    n = 0
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        with open(path, "r+b") as f:
+            if f.read(4) != b"AKVW":
+                continue
+            f.seek(os.path.getsize(path) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0x10]))
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+@pytest.mark.parametrize("kind", ["gemma3", "gpt-oss"])
+def test_a_restarted_server_resumes_at_the_divergence_from_the_disk_tier(tmp_path, kind, damaged):
+    """kill -9 and a restart on the same --cache-dir: the pages' window rows went to the disk tier
+    beside the pages (window records), so a prompt diverging 2,000 tokens before the end of the
+    cached one evaluates exactly those 2,000, as on the running server. Damaged window records are
+    refused (logged, dropped): the prompt then resumes at the snapshot before the divergence, and
+    the answer is the same."""
+    folder = str(tmp_path / "pages")
+    flags = ("-np", "1", "-c", "16384", "--metrics", "--batch-invariant", "--cache-dir", folder)
+    a = Server(tmp_path / "a", *flags, model=model_file(kind))
+    prompt = random_tokens(5, 6000)
+    try:
+        complete(a, prompt, 4)
+        assert wait_for(lambda: metric(a, "disk_tier_writes_pending") == 0), a.log()
+    finally:
+        a.proc.kill()  # no shutdown, no flush
+        a.proc.wait()
+        a.stop()
+    if damaged:
+        assert damage_window_records(folder) > 0
+    b = Server(tmp_path / "b", *flags, model=model_file(kind))
+    try:
+        _, props = b.get("/props")
+        diverging = prompt[:4000] + random_tokens(6, 2000)
+        second = complete(b, diverging, 4)
+        evaluated = second["timings"]["prompt_n"]
+        if damaged:
+            assert "is damaged: dropped" in b.log(), b.log()
+            assert 2000 < evaluated <= 2000 + props["memory"]["snapshot_spacing"], (second["timings"], b.log())
+        else:
+            assert evaluated == 2000, (second["timings"], b.log())
+            assert "fetched the window rows of" in b.log()
+        check_same_as_uncached(b, diverging, second)
+    finally:
+        b.stop()
