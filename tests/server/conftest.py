@@ -216,8 +216,9 @@ PRESET_MODELS = {"qwen3moe": "qwen3moe-micro", "llama": "llama-micro", "qwen3nex
 CHAT_PRESET_MODELS = {"mistral": "mistral-micro"}
 MEMORY_MODELS = sorted(FIXTURE_MODELS) + sorted(PRESET_MODELS)
 HYBRID_MODELS = ["hybrid", "qwen3next"]  # Gated DeltaNet + attention: recurrent snapshots
-# The models whose sequences resume only where a snapshot is: the hybrids (recurrent state) and the
-# sliding-window ones, whose windowed layers keep only the window (docs/memory-semantics.md §10).
+# The models whose sequences cannot resume anywhere in their own tokens: the hybrids (recurrent
+# state: at a snapshot) and the sliding-window ones, whose windowed layers keep only the window (at a
+# point whose window the cached pages hold, or a snapshot: docs/memory-semantics.md §10).
 SNAPSHOT_MODELS = HYBRID_MODELS + ["gemma3", "gpt-oss"]
 _preset_files = {}
 
