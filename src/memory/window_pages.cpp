@@ -84,9 +84,9 @@ void WindowPages::adopt(int32_t page, SeqId seq, Pos first_pos, size_t n) {
     if (cell == KvCells::kNoCell || cell == KvCells::kUnnoted || c.shift(cell) != 0) continue;
     take.emplace_back(j, cell);
   }
-  size_t fresh = 0;
-  for (const auto& [j, cell] : take) fresh += pins_[cell] == 0 ? 1 : 0;
-  if (!take.empty() && make_room(fresh, page))
+  // Room for every cell taken, counted as new (a cell another page names may lose that page to
+  // make_room and be new by then).
+  if (!take.empty() && make_room(take.size(), page))
     for (const auto& [j, cell] : take) {
       if (e.cells[j] != kNone) unpin(e.cells[j]);  // a stale cell (freed or moved since)
       e.cells[j] = cell;
