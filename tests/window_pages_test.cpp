@@ -22,6 +22,7 @@
 #include "agentkv/request_memory.h"
 #include "engine/context_impl.h"
 #include "fixture_models.h"
+#include "memory/page_record.h"
 #include "memory/window_kv.h"
 #include "request_chunks.h"
 
@@ -58,8 +59,7 @@ struct Rig {
 
 size_t window_bytes_per_cell(const Model& model) {
   Rig probe(model, false, 0);
-  const memory::KvRows& rows = sequence_memory(*probe.ctx).window()->kv().rows();
-  return rows.n_kv_layers() * (rows.row_bytes_k() + rows.row_bytes_v());
+  return memory::page_cell_bytes(sequence_memory(*probe.ctx).window()->kv());
 }
 
 // Returns how many requests kept fewer tokens than --swa-full did.

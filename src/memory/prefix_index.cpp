@@ -10,7 +10,6 @@
 #include "agentkv/request_memory.h"
 #include "memory/memory_state.h"
 
-
 namespace agentkv::memory {
 
 PrefixIndex::PrefixIndex(SequenceMemory& mem, PrefixCacheConfig cfg)
@@ -326,8 +325,6 @@ bool PrefixIndex::adopt_window_rows(std::span<const TokenId> chain, uint64_t sal
   return window_pages_->adopt_rows(m.path.back(), static_cast<Pos>(n.first_pos), chain.size() - n.first_pos, write_rows);
 }
 
-
-
 bool PrefixIndex::reserve_page(std::span<const TokenId> chain, uint64_t salt, std::vector<uint32_t>& cells,
                                std::span<const uint64_t> known) {
   const size_t P = cfg_.page_tokens;
@@ -384,7 +381,6 @@ bool PrefixIndex::commit_page(std::span<const TokenId> chain, uint64_t salt, con
   by_hash_[page] = id;
   return true;
 }
-
 
 std::vector<uint32_t> PrefixIndex::cells_of(SeqId seq, Pos p0, Pos p1) const {
   std::vector<uint32_t> out(static_cast<size_t>(p1 - p0), UINT32_MAX);
@@ -917,7 +913,6 @@ PrefixIndex& enable_prefix_index(SequenceMemory& mem, const PrefixCacheConfig& c
   PrefixIndex& out = *index;
   mem.set_cell_keeper(std::move(index));
   if (mem.kv()) mem.kv()->window().set_background(cfg.holder);  // cached pages leave a --kv-hot window first
-  if (WindowKv* w = mem.window()) w->set_keeper_seq(cfg.holder);  // cached pages' window rows are not pruned
   return out;
 }
 

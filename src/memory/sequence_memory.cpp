@@ -47,6 +47,7 @@ void SequenceMemory::apply(const UBatch& ub, const MemoryPlacement& placement) {
 void SequenceMemory::set_cell_keeper(std::unique_ptr<CellKeeper> keeper) {
   if (keeper_) throw Error("sequence memory: a cache already keeps this memory's cells");
   keeper_ = std::move(keeper);
+  if (window_ && keeper_) window_->set_keeper_seq(keeper_->keeper_seq());  // its rows there are not pruned either
 }
 
 void SequenceMemory::clear() {

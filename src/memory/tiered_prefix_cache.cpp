@@ -149,6 +149,15 @@ bool TieredPrefixCache::send_snapshot(std::span<const CacheToken> tokens, uint64
   return true;
 }
 
+namespace {
+// A record is used only if it is exactly the page this chain expects: its key, its first position
+// and its tokens (those of usable from there, len of them).
+bool is_expected_page(const PageRecord& page, uint64_t key, size_t first, size_t len, std::span<const CacheToken> usable) {
+  return page.hash == key && page.first_pos == first && page.tokens.size() == len &&
+         std::equal(page.tokens.begin(), page.tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first));
+}
+}  // namespace
+
 void TieredPrefixCache::refuse(uint64_t key, const char* why, TierFetch& out) {
   // Damaged, foreign or stale: never used; forgotten, so what is computed now is stored again.
   tier_->forget(key);
@@ -161,9 +170,7 @@ bool TieredPrefixCache::adopt_page(std::span<const CacheToken> usable, uint64_t 
                                    size_t first, size_t len, uint64_t key, std::span<const uint8_t> bytes, TierFetch& out) {
   KvCache& kv = *mem_.kv();
   const auto page = decode_page(kv, bytes);
-  // A record is used only if it is exactly the page this chain expects.
-  if (!page || page->hash != key || page->first_pos != first || page->tokens.size() != len ||
-      !std::equal(page->tokens.begin(), page->tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first))) {
+  if (!page || !is_expected_page(*page, key, first, len, usable)) {
     refuse(key, page ? "not the page this prompt expects" : "damaged", out);
     return false;
   }
@@ -241,8 +248,7 @@ void TieredPrefixCache::fetch_window_rows(std::span<const CacheToken> usable, ui
     if (!records[i]) return;  // the rows before it are of no use without it
     const size_t e = lacking[i], first = (e - 1) / P * P;
     const auto page = decode_window_record(window, *records[i]);
-    if (!page || page->hash != keys[i] || page->first_pos != first || page->tokens.size() != e - first ||
-        !std::equal(page->tokens.begin(), page->tokens.end(), usable.begin() + static_cast<std::ptrdiff_t>(first))) {
+    if (!page || !is_expected_page(*page, keys[i], first, e - first, usable)) {
       refuse(keys[i], page ? "not the window rows this prompt expects" : "damaged", out);
       return;
     }

@@ -37,10 +37,10 @@ class WindowKv {
   // Positions a sequence keeps behind its next one.
   Pos keep() const { return window_ - 1 + kRollback; }
   uint32_t cached_cells() const { return cached_cells_; }
-  // The sequence cached pages hold their rows under (the prefix index's): prune() and
-  // can_remove() leave it alone, as they leave no request's rows. -1: none.
+  // The sequence cached pages hold their rows under (the prefix index's; SequenceMemory sets it
+  // with its cell keeper): prune() and can_remove() leave it alone, as they leave no request's
+  // rows. -1: none.
   void set_keeper_seq(SeqId seq) { keeper_ = seq; }
-  SeqId keeper_seq() const { return keeper_; }
 
   // After ub was placed: every sequence drops the positions no token from now on can see (a
   // sequence in ub: those before its first token's window and the rollback; any other: those

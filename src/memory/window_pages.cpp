@@ -37,6 +37,10 @@ void WindowPages::unpin(uint32_t cell) {
   kv.restore_cell(0, cell, seqs.none() ? -1 : c.pos(cell), seqs, c.shift(cell));
 }
 
+bool WindowPages::holds_nothing(const std::vector<uint32_t>& cells) {
+  return std::all_of(cells.begin(), cells.end(), [](uint32_t cell) { return cell == kNone; });
+}
+
 void WindowPages::drop(std::unordered_map<int32_t, Entry>::iterator it) {
   for (uint32_t cell : it->second.cells)
     if (cell != kNone) unpin(cell);
@@ -92,7 +96,7 @@ void WindowPages::adopt(int32_t page, SeqId seq, Pos first_pos, size_t n) {
       e.cells[j] = cell;
       pin(cell);
     }
-  if (std::all_of(e.cells.begin(), e.cells.end(), [](uint32_t cell) { return cell == kNone; })) {
+  if (holds_nothing(e.cells)) {
     release(page);
     return;
   }
@@ -188,10 +192,7 @@ size_t WindowPages::unshare(SeqId seq, Pos p0, Pos p1) {
       ++given;
     }
     const auto next = std::next(it);
-    if (std::all_of(e.cells.begin(), e.cells.end(), [](uint32_t cell) { return cell == kNone; })) {
-      lru_.erase({e.last_used, it->first});
-      pages_.erase(it);
-    }
+    if (holds_nothing(e.cells)) drop(it);  // nothing left to unpin: it leaves the LRU set and the map
     it = next;
   }
   return given;

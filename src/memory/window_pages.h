@@ -72,6 +72,7 @@ class WindowPages {
   };
 
   bool holds(uint32_t cell, Pos pos) const;  // the cell still holds pos for the index
+  static bool holds_nothing(const std::vector<uint32_t>& cells);  // every position kNone
   bool held_at(std::span<const int32_t> path, size_t pos) const;
   void pin(uint32_t cell);
   void unpin(uint32_t cell);
