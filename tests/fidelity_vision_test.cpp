@@ -1,5 +1,6 @@
-// The Qwen3.5 vision path against llama.cpp's mtmd (tests/data/vision/reference/ at the AVX-512
-// level, reference-avx2/ otherwise, made by tests/reference/mtmd_reference.cpp from the projector presets and the qwen35 fixtures): the
+// The Qwen3.5 / Qwen3-VL vision path against llama.cpp's mtmd (tests/data/vision/reference/ at the AVX-512
+// level, reference-avx2/ otherwise, made by tests/reference/mtmd_reference.cpp from the projector presets and the qwen35
+// fixtures or the qwen3vl presets, whose towers have deepstack mergers): the
 // projector's image embeddings of the PNG files (decoded and preprocessed by agentkv), then the
 // language model's next-token logprobs and greedy tokens after a text + image (+ image) + text prompt, fed with
 // agentkv's embeddings at the multi-axis rope positions mtmd gives them. Each distance must be no
@@ -23,6 +24,7 @@
 #include "agentkv/make_model.h"
 #include "agentkv/vision.h"
 #include "fidelity_common.h"
+#include "fixture_models.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 
@@ -155,7 +157,9 @@ LogitsCase run_case(const Model& lm, const VisionEncoder& vision, const nlohmann
   return c;
 }
 
-void check_vision_case(const std::string& name, const std::string& lm_name, const std::string& projector) {
+// lm_name: a fixture model, or (from_preset) a preset exactly as `agentkv mkmodel --preset` writes it.
+void check_vision_case(const std::string& name, const std::string& lm_name, const std::string& projector,
+                       bool from_preset = false) {
   AGENTKV_NEEDS_FIXTURES();
   if (std::string why; lower_level_run_is_redundant(&why)) GTEST_SKIP() << why;
   // Judged against the run with flash attention on (the .alt directory), which is what llama.cpp's
@@ -171,7 +175,8 @@ void check_vision_case(const std::string& name, const std::string& lm_name, cons
   write_vision_file(path, *mkmodel::find_vision_preset(projector), 42, 2);
   auto vision = VisionEncoder::load(path, 2);
   std::filesystem::remove(path);  // the mapping keeps the data
-  auto lm = Model::load(kFixtures + "/models/" + lm_name + ".gguf");
+  auto lm = from_preset ? testing_support::preset_model(lm_name, "vision")
+                        : Model::load(kFixtures + "/models/" + lm_name + ".gguf");
   vision->check_language_model(*lm);
 
   std::vector<ImageEmbedding> ours;
@@ -205,6 +210,18 @@ TEST(FidelityVision, Qwen35MicroOneImage) { check_vision_case("qwen35-micro-visi
 TEST(FidelityVision, Qwen35MicroTwoImages) { check_vision_case("qwen35-micro-vision.2img", "qwen35-micro", "qwen35-micro-vision"); }
 TEST(FidelityVision, Qwen35MoeMicroTwoImages) {
   check_vision_case("qwen35moe-micro-vision.2img", "qwen35moe-micro", "qwen35moe-micro-vision");
+}
+
+// Qwen3-VL: the towers' deepstack mergers write three slices per image token, the language model
+// adds the second and third to its first two layers' outputs.
+TEST(FidelityVision, Qwen3VLMicroOneImage) {
+  check_vision_case("qwen3vl-micro-vision.1img", "qwen3vl-micro", "qwen3vl-micro-vision", true);
+}
+TEST(FidelityVision, Qwen3VLMicroTwoImages) {
+  check_vision_case("qwen3vl-micro-vision.2img", "qwen3vl-micro", "qwen3vl-micro-vision", true);
+}
+TEST(FidelityVision, Qwen3VLMoeMicroTwoImages) {
+  check_vision_case("qwen3vlmoe-micro-vision.2img", "qwen3vlmoe-micro", "qwen3vlmoe-micro-vision", true);
 }
 
 // Qwen3.5's real vision tower (qwen35moe-bench-vision: 27 layers of width 1152) on the 64 x 48

@@ -132,8 +132,8 @@ int cmd_run(const std::vector<std::string>& argv) {
     for (size_t i = start; i < start + n; ++i) {
       const int32_t row = prompt_batch.embd_row[i];
       b.add_multimodal(prompt_batch.tokens[i], prompt_batch.pos[i], 0, i + 1 == tokens.size(), prompt_batch.rope[i],
-                       row >= 0 ? prompt_batch.embd.data() + row * model->n_embd() : nullptr,
-                       static_cast<size_t>(model->n_embd()));
+                       row >= 0 ? prompt_batch.embd.data() + row * model->n_embd_input() : nullptr,
+                       static_cast<size_t>(model->n_embd_input()));
     }
     if (images.empty()) {  // text only: every model takes plain positions
       b.rope.clear();

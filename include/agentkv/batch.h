@@ -26,7 +26,7 @@ struct Batch {
   std::vector<bool> output;
   // Empty, or one per token: the rope positions (empty: each token turns by its position).
   std::vector<RopePos> rope;
-  // Empty, or one per token: a row of `embd` (n_embd floats each) that is the token's input
+  // Empty, or one per token: a row of `embd` (Model::n_embd_input() floats each) that is the token's input
   // instead of its token_embd row, or -1. A token with a row keeps an id (the image's content
   // key in the prefix index) that need not be a vocabulary id.
   std::vector<int32_t> embd_row;
@@ -47,7 +47,8 @@ struct Batch {
   void add_sequence(const Token* toks, size_t n, MemoryPos p0, MemorySeqId s, bool logits_last) {
     for (size_t i = 0; i < n; ++i) add(toks[i], p0 + static_cast<MemoryPos>(i), {s}, logits_last && i + 1 == n);
   }
-  // Appends a token with its rope position and (row non-null) its input row of n_embd floats.
+  // Appends a token with its rope position and (row non-null) its input row of n_embd floats
+  // (Model::n_embd_input()).
   // Tokens added before by add() get the rope position of a text token at their position.
   void add_multimodal(Token t, MemoryPos p, MemorySeqId s, bool want_logits, RopePos r, const float* row,
                       size_t n_embd) {

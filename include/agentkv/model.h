@@ -24,6 +24,8 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   int64_t n_vocab() const { return config_.n_vocab; }
   int64_t n_embd() const { return config_.n_embd; }
+  // Floats per input row of a batch (Batch::embd): n_embd, wider with Qwen3-VL's deepstack.
+  int64_t n_embd_input() const { return config_.n_embd_input(); }
 
  protected:
   explicit Model(ModelConfig config) : config_(std::move(config)) {}

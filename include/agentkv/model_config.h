@@ -8,9 +8,10 @@
 
 namespace agentkv {
 
-// Plain decoders (Qwen3, Qwen3-MoE, Llama / Mistral incl. Mixtral-style experts), the hybrids and
-// the sliding-window decoders (Gemma 3, gpt-oss).
-enum class Arch { Qwen3, Qwen3Moe, Llama, Qwen35, Qwen35Moe, Qwen3Next, Gemma3, GptOss };
+// Plain decoders (Qwen3, Qwen3-MoE, Llama / Mistral incl. Mixtral-style experts, Qwen3-VL and
+// Qwen3-VL-MoE: Qwen3's layers with image input and deepstack), the hybrids and the
+// sliding-window decoders (Gemma 3, gpt-oss).
+enum class Arch { Qwen3, Qwen3Moe, Llama, Qwen35, Qwen35Moe, Qwen3Next, Gemma3, GptOss, Qwen3VL, Qwen3VLMoe };
 const char* arch_name(Arch a);
 
 struct ModelConfig {
@@ -44,6 +45,9 @@ struct ModelConfig {
   float attn_scale = 0.f;  // 0 → 1/sqrt(head_dim_k)
   bool tied_output = false;
   float final_logit_softcap = 0.f;  // 0: none; else logits = c * tanh(logits / c) (Gemma)
+  // Qwen3-VL's deepstack: an image token's input row carries, after its n_embd floats, one more
+  // n_embd slice per deepstack layer, added to the output of trunk layers 0 .. n - 1.
+  int n_deepstack_layers = 0;
 
   // Sliding-window attention: layer il attends only to keys at positions > its query's - n_swa
   // (llama.cpp's LLAMA_SWA_TYPE_STANDARD) when layer_swa[il]; empty / 0 without windows. The
@@ -75,8 +79,14 @@ struct ModelConfig {
   bool expert_swiglu_oai = false;
 
   bool is_hybrid() const;
-  // Every layer attention + FFN (qwen3, qwen3moe, llama): model/transformer.cpp.
-  bool is_plain_decoder() const { return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Llama; }
+  // Every layer attention + FFN (qwen3, qwen3moe, llama, qwen3vl, qwen3vlmoe): model/transformer.cpp.
+  bool is_plain_decoder() const {
+    return arch == Arch::Qwen3 || arch == Arch::Qwen3Moe || arch == Arch::Llama || is_qwen3vl();
+  }
+  // Qwen3-VL (dense or MoE): Qwen3's layers, interleaved multi-axis rope, image input.
+  bool is_qwen3vl() const { return arch == Arch::Qwen3VL || arch == Arch::Qwen3VLMoe; }
+  // Floats per input row (llama.cpp's n_embd_inp): n_embd, times 1 + n_deepstack_layers.
+  int64_t n_embd_input() const { return n_embd * (1 + n_deepstack_layers); }
   bool is_recurrent(int il) const { return !layer_recurrent.empty() && layer_recurrent[il]; }
   bool is_swa(int il) const { return !layer_swa.empty() && layer_swa[il]; }
   // The window layer il attends over (0: every earlier key).

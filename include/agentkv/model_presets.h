@@ -46,7 +46,7 @@ struct ModelShape {
   std::string name;          // preset name; general.name is "random-<name>" (or general_name)
   std::string general_name;  // general.name when set: a trained model is not "random-"
   std::string description;   // one line for --list
-  std::string arch;          // general.architecture: "qwen3", "qwen3moe", "llama", "qwen35", "qwen35moe", "gemma3", "gpt-oss"
+  std::string arch;          // general.architecture: "qwen3", "qwen3moe", "llama", "qwen35", "qwen35moe", "gemma3", "gpt-oss", "qwen3vl", "qwen3vlmoe"
   int64_t n_embd = 0;
   int64_t n_layer = 0;
   int64_t n_head = 0;
@@ -89,6 +89,10 @@ struct ModelShape {
   float rope_yarn_factor = 0.f;
   uint32_t rope_yarn_original_context = 4096;
 
+  // Qwen3-VL: layers whose outputs take a deepstack slice of an image token's input row
+  // (`n_deepstack_layers`; its rope_sections are written too).
+  int32_t n_deepstack_layers = 0;
+
   // Llama 3.1's RoPE frequency scaling (the converter's rope_freqs tensor); 0 = none.
   float rope_llama3_factor = 0.f;
   uint32_t rope_llama3_original_context = 8192;
@@ -98,6 +102,7 @@ struct ModelShape {
   ChatVocab chat_vocab = ChatVocab::Base;
 
   bool is_hybrid() const { return full_attention_interval > 0; }
+  bool is_qwen3vl() const { return arch == "qwen3vl" || arch == "qwen3vlmoe"; }
   bool is_moe() const { return n_expert > 0; }
   bool has_qk_norm() const { return arch != "llama" && arch != "gpt-oss"; }
   // gpt-oss: Q/K/V/O biases and per-head attention sinks; experts with biases.

@@ -49,7 +49,9 @@ class VisionEncoder {
   static std::unique_ptr<VisionEncoder> load(const std::string& mmproj_path, int n_threads);
   ~VisionEncoder();
 
-  int64_t output_width() const;  // the language model width the projector writes
+  // Floats per image token the projector writes: the language model width, times 1 + its
+  // deepstack layers (Qwen3-VL).
+  int64_t output_width() const;
   // XXH3 of the projector file: what cached image rows depend on besides the image (a prefix
   // cache's salt takes it).
   uint64_t fingerprint() const;

@@ -26,6 +26,8 @@ struct VisionShape {
   int64_t out_dim = 0;          // the language model's n_embd
   float eps = 1e-6f;            // the converter writes the text model's rms_norm_eps here
   float matrix_std = 0.1f;      // random weights: matrices N(0, std^2)
+  // ViT layers with a deepstack merger (Qwen3-VL's deepstack_visual_indexes); none in Qwen3.5.
+  std::vector<int64_t> deepstack_layers;
   int64_t n_params() const;
 };
 

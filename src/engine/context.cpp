@@ -191,7 +191,7 @@ void Context::Impl::validate(const Batch& b) const {
     if ((!b.rope.empty() && b.rope.size() != b.size()) || (!b.embd_row.empty() && b.embd_row.size() != b.size()))
       throw Error("batch arrays have different lengths");
   }
-  const int64_t n_embd_rows = static_cast<int64_t>(b.embd.size()) / model.n_embd();
+  const int64_t n_embd_rows = static_cast<int64_t>(b.embd.size()) / model.n_embd_input();
   // Per sequence, the batch's tokens must continue the sequence at pos_max+1 without gaps.
   std::map<memory::SeqId, memory::Pos> next;
   for (size_t i = 0; i < b.size(); ++i) {

@@ -85,16 +85,19 @@ std::unique_ptr<VisionEncoder> VisionEncoder::load(const std::string& mmproj_pat
   return e;
 }
 
-int64_t VisionEncoder::output_width() const { return impl_->projector->hparams().out_dim; }
+int64_t VisionEncoder::output_width() const { return impl_->projector->output_width(); }
 uint64_t VisionEncoder::fingerprint() const { return impl_->fingerprint; }
 
 void VisionEncoder::check_language_model(const Model& model) const {
   if (!ArchModel::of(model).takes_images())
     throw Error(std::string("the ") + arch_name(model.config().arch) + " model takes no image input (a vision projector "
-                "needs a Qwen3.5 model)");
-  if (model.n_embd() != output_width())
-    throw Error("the vision projector writes rows of " + std::to_string(output_width()) + " floats but the model's width is " +
-                std::to_string(model.n_embd()) + ": they do not belong together");
+                "needs a Qwen3.5 or Qwen3-VL model)");
+  const int64_t deepstack = impl_->projector->hparams().n_deepstack;
+  if (model.n_embd_input() != output_width())
+    throw Error("the vision projector writes rows of " + std::to_string(output_width()) + " floats (" +
+                std::to_string(deepstack) + " deepstack layers) but the model reads rows of " +
+                std::to_string(model.n_embd_input()) + " (width " + std::to_string(model.n_embd()) + ", " +
+                std::to_string(model.config().n_deepstack_layers) + " deepstack layers): they do not belong together");
 }
 
 std::vector<float> VisionEncoder::encode_pixels(const float* pixels, int64_t nx, int64_t ny) const {

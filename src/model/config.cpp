@@ -17,6 +17,8 @@ const char* arch_name(Arch a) {
     case Arch::Qwen3Next: return "qwen3next";
     case Arch::Gemma3: return "gemma3";
     case Arch::GptOss: return "gpt-oss";
+    case Arch::Qwen3VL: return "qwen3vl";
+    case Arch::Qwen3VLMoe: return "qwen3vlmoe";
   }
   return "?";
 }
@@ -96,6 +98,20 @@ void read_sliding_window(const gguf::Reader& g, ModelConfig& c) {
   c.rope_freq_base_swa = static_cast<float>(md.get_float(p + "rope.freq_base_swa").value_or(c.rope_freq_base_swa));
 }
 
+// Qwen3-VL: its rope sections (llama.cpp's IMROPE over the whole head) and deepstack layers.
+void read_qwen3vl(const gguf::Reader& g, ModelConfig& c) {
+  const std::string p = c.arch_key + ".";
+  auto sec = g.metadata().get_int_array(p + "rope.dimension_sections");
+  if (!sec) fail(g, "missing required key '" + p + "rope.dimension_sections'");
+  for (size_t i = 0; i < 4 && i < sec->size(); ++i) c.rope_sections[i] = static_cast<int32_t>((*sec)[i]);
+  if (c.n_rot != c.head_dim_k) fail(g, c.arch_key + " requires rope.dimension_count == attention.key_length");
+  c.n_deepstack_layers = static_cast<int>(g.metadata().get_uint(p + "n_deepstack_layers").value_or(0));
+  // The last layer keeps only its output rows before its FFN; a deepstack slice added after it
+  // would need the same selection (llama.cpp's graph has none either).
+  if (c.n_deepstack_layers < 0 || c.n_deepstack_layers >= c.n_layer)
+    fail(g, "n_deepstack_layers must be below block_count");
+}
+
 }  // namespace
 
 ModelConfig model_config_from_gguf(const gguf::Reader& g) {
@@ -110,7 +126,9 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
   else if (c.arch_key == "qwen3next") c.arch = Arch::Qwen3Next;
   else if (c.arch_key == "gemma3") c.arch = Arch::Gemma3;
   else if (c.arch_key == "gpt-oss") c.arch = Arch::GptOss;
-  else fail(g, "unsupported architecture '" + c.arch_key + "' (supported: qwen3, qwen3moe, llama, qwen35, qwen35moe, qwen3next, gemma3, gpt-oss)");
+  else if (c.arch_key == "qwen3vl") c.arch = Arch::Qwen3VL;
+  else if (c.arch_key == "qwen3vlmoe") c.arch = Arch::Qwen3VLMoe;
+  else fail(g, "unsupported architecture '" + c.arch_key + "' (supported: qwen3, qwen3moe, llama, qwen35, qwen35moe, qwen3next, gemma3, gpt-oss, qwen3vl, qwen3vlmoe)");
   const std::string p = c.arch_key + ".";
   c.name = md.get_string("general.name").value_or("");
 
@@ -161,7 +179,9 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
     if (c.arch == Arch::Qwen3 && c.n_rot != c.head_dim_k)
       fail(g, "qwen3 requires rope.dimension_count == attention.key_length");
     if (c.n_ff <= 0 && !has_experts) fail(g, "missing required key '" + p + "feed_forward_length'");
-    if (c.arch == Arch::Qwen3Moe && !has_experts) fail(g, "qwen3moe requires expert_count > 0");
+    if ((c.arch == Arch::Qwen3Moe || c.arch == Arch::Qwen3VLMoe) && !has_experts)
+      fail(g, c.arch_key + " requires expert_count > 0");
+    if (c.is_qwen3vl()) read_qwen3vl(g, c);
   } else {
     c.ssm_d_conv = static_cast<int>(md.require_uint(p + "ssm.conv_kernel"));
     c.ssm_d_inner = static_cast<int64_t>(md.require_uint(p + "ssm.inner_size"));

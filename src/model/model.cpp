@@ -37,6 +37,8 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     case Arch::Qwen3:
     case Arch::Qwen3Moe:
     case Arch::Llama:
+    case Arch::Qwen3VL:
+    case Arch::Qwen3VLMoe:
       return std::make_unique<TransformerModel>(std::move(reader), std::move(config));
     case Arch::Qwen35:
     case Arch::Qwen35Moe:

@@ -74,7 +74,7 @@ struct ForwardBatch {
   std::span<const Token> tokens;
   const memory::UBatch* ub = nullptr;
   // Empty, or one per token (agentkv/batch.h): multi-axis rope positions, and input rows of
-  // `embd` (n_embd floats each; -1: the token's embedding). Only models that take images read them.
+  // `embd` (config().n_embd_input() floats each; -1: the token's embedding). Only models that take images read them.
   std::span<const RopePos> rope;
   std::span<const int32_t> embd_row;
   const float* embd = nullptr;

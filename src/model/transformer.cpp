@@ -55,6 +55,24 @@ TransformerModel::TransformerModel(std::unique_ptr<gguf::Reader> g, ModelConfig 
   w.check_all_used();
 }
 
+void TransformerModel::input_rows(const ForwardBatch& b, float* x) const {
+  const int64_t E = config_.n_embd, W = config_.n_embd_input();
+  for (size_t t = 0; t < b.tokens.size(); ++t) {
+    if (!b.embd_row.empty() && b.embd_row[t] >= 0) std::copy_n(b.embd + b.embd_row[t] * W, E, x + t * E);
+    else get_row(head_.token_embd, b.tokens[t], x + t * E);
+  }
+}
+
+void TransformerModel::add_deepstack(const ForwardBatch& b, int il, float* x) const {
+  // A text token's slices are llama.cpp's zero padding: adding them changes nothing.
+  const int64_t E = config_.n_embd, W = config_.n_embd_input();
+  for (size_t t = 0; t < b.embd_row.size(); ++t) {
+    if (b.embd_row[t] < 0) continue;
+    const float* ds = b.embd + b.embd_row[t] * W + (il + 1) * E;
+    for (int64_t e = 0; e < E; ++e) x[t * E + e] += ds[e];
+  }
+}
+
 void TransformerModel::dense_ffn(const Layer& l, const float* cur, int64_t rows, float* out, float* scratch,
                                  int64_t block_rows, ThreadPool& pool) const {
   const int64_t E = config_.n_embd, F = config_.n_ff;
@@ -97,7 +115,7 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
   float* attn = k;
   float* out = E <= nq ? q : ws.get(kOut, T * E);
 
-  for (int64_t t = 0; t < T; ++t) get_row(head_.token_embd, b.tokens[t], x + t * E);
+  input_rows(b, x);
 
   int64_t rows = T;  // rows still carried; the last layer keeps only the output rows
   for (int il = 0; il < cfg.n_layer; ++il) {
@@ -110,8 +128,13 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
       rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
       rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
     }
-    rope_rows(q, T, nq, cfg.n_head, D, D, rope_, b.ub->pos.data());
-    rope_rows(k, T, nkv, cfg.n_head_kv, D, D, rope_, b.ub->pos.data());
+    if (!b.rope.empty()) {  // Qwen3-VL with images: IMROPE (text positions alone are plain NEOX)
+      rope_rows_imrope(q, T, nq, cfg.n_head, D, D, rope_, cfg.rope_sections.data(), b.rope.data());
+      rope_rows_imrope(k, T, nkv, cfg.n_head_kv, D, D, rope_, cfg.rope_sections.data(), b.rope.data());
+    } else {
+      rope_rows(q, T, nq, cfg.n_head, D, D, rope_, b.ub->pos.data());
+      rope_rows(k, T, nkv, cfg.n_head_kv, D, D, rope_, b.ub->pos.data());
+    }
     cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool);
     // The output projection sees the whole batch, as in llama.cpp: q4_K rounding depends on a
     // row's place in the batch (kernels/matmul.cpp), so selecting rows first would change it.
@@ -128,6 +151,7 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
     if (cfg.n_expert > 0) moe_ffn(l.ffn.moe, cur, rows, E, ffn_out = out, ws, pool);
     else dense_ffn(l, cur, rows, cur, scratch, ffn_rows, pool);
     for (int64_t i = 0; i < rows * E; ++i) x[i] += ffn_out[i];
+    if (il < cfg.n_deepstack_layers) add_deepstack(b, il, x);  // il < n_layer - 1: every row is here
   }
   output_head(b, x, rows, E, head_.output_norm, cfg.rms_eps, head_.output, cfg.n_vocab, cur, pool);
 }

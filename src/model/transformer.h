@@ -1,7 +1,9 @@
 // The plain pre-norm decoder, every layer attention then feed-forward: Qwen3 (per-head Q/K RMSNorm,
 // NEOX RoPE), Qwen3-MoE (the same with routed experts, no shared expert) and Llama / Mistral
 // (no Q/K norm, adjacent-pair RoPE with Llama 3's rope_freqs; Mixtral-style experts when the
-// file has them). What differs per architecture is in TransformerModel's constructor.
+// file has them), Qwen3-VL / Qwen3-VL-MoE (Qwen3's layers with image rows, interleaved multi-axis
+// rope and deepstack slices added to the first layers' outputs). What differs per architecture is
+// in TransformerModel's constructor.
 #pragma once
 #include <vector>
 
@@ -19,8 +21,10 @@ class TransformerModel final : public ArchModel {
   void forward(const ForwardBatch& batch, ModelMemory& mem, Workspace& ws,
                ThreadPool& pool) const override;
   RopeSpec rope() const override { return rope_; }
-  // RoPE on text positions: stored keys can be re-rotated (context shift).
-  bool can_shift() const override { return true; }
+  // RoPE on text positions: stored keys can be re-rotated (context shift); not Qwen3-VL's
+  // multi-axis positions (llama.cpp refuses IMROPE too).
+  bool can_shift() const override { return !config_.is_qwen3vl(); }
+  bool takes_images() const override { return config_.is_qwen3vl(); }
 
  private:
   struct Layer {
@@ -31,6 +35,10 @@ class TransformerModel final : public ArchModel {
     const float* ffn_norm;
     FeedForwardWeights ffn;  // dense FFN or experts
   };
+  // x's rows from the token embeddings, or from the batch's input rows (images).
+  void input_rows(const ForwardBatch& b, float* x) const;
+  // Qwen3-VL: adds the deepstack slice of layer il to the image tokens' rows of x.
+  void add_deepstack(const ForwardBatch& b, int il, float* x) const;
   void dense_ffn(const Layer& l, const float* cur, int64_t rows, float* out, float* scratch,
                  int64_t block_rows, ThreadPool& pool) const;
 

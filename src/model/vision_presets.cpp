@@ -32,6 +32,15 @@ std::vector<VisionShape> make_vision_presets() {
   std::vector<VisionShape> all;
   all.push_back(micro_shape("qwen35-micro-vision", "qwen35-micro"));
   all.push_back(micro_shape("qwen35moe-micro-vision", "qwen35moe-micro"));
+  // Qwen3-VL's towers: deepstack mergers after some layers (8, 16 and 24 of 27 in the real ones).
+  for (const char* lm : {"qwen3vl-micro", "qwen3vlmoe-micro"}) {
+    VisionShape s = micro_shape(std::string(lm) + "-vision", lm);
+    s.n_layer = 3;
+    s.deepstack_layers = {0, 2};
+    s.description = "random vision tower for " + s.language_model +
+                    ": E=32, 3 layers (deepstack mergers after layers 0 and 2), 2 heads of 16, FFN 64, patch 16";
+    all.push_back(s);
+  }
   // Qwen3.5's vision tower (depth 27, hidden 1152, 16 heads, intermediate 4304, patch 16,
   // 48 x 48 position embeddings) projecting into qwen35moe-bench's width.
   VisionShape real;
@@ -110,6 +119,15 @@ std::vector<PlannedTensor> plan_vision_tensors(const VisionShape& s) {
   l.push_back(planned("mm.0.bias", {M}, GgmlType::F32, Init::Normal, kBiasStd));
   l.push_back(planned("mm.2.weight", {M, s.out_dim}, GgmlType::F16, Init::Normal, w));
   l.push_back(planned("mm.2.bias", {s.out_dim}, GgmlType::F32, Init::Normal, kBiasStd));
+  for (int64_t il : s.deepstack_layers) {
+    const std::string p = "v.deepstack." + std::to_string(il) + ".";
+    l.push_back(planned(p + "norm.weight", {M}, GgmlType::F32, Init::Ones));
+    l.push_back(planned(p + "norm.bias", {M}, GgmlType::F32, Init::Normal, kBiasStd));
+    l.push_back(planned(p + "fc1.weight", {M, M}, GgmlType::F16, Init::Normal, w));
+    l.push_back(planned(p + "fc1.bias", {M}, GgmlType::F32, Init::Normal, kBiasStd));
+    l.push_back(planned(p + "fc2.weight", {M, s.out_dim}, GgmlType::F16, Init::Normal, w));
+    l.push_back(planned(p + "fc2.bias", {s.out_dim}, GgmlType::F32, Init::Normal, kBiasStd));
+  }
   return l;
 }
 
@@ -135,7 +153,9 @@ BuildStats build_vision_projector(gguf::Writer& w, const VisionShape& s, uint64_
   w.set_u32("clip.vision.spatial_merge_size", static_cast<uint32_t>(s.merge));
   w.set_f32("clip.vision.attention.layer_norm_epsilon", s.eps);
   // The converter lists every layer (all false: Qwen3.5 has no deepstack mergers).
-  w.set_array_bool("clip.vision.is_deepstack_layers", std::vector<bool>(static_cast<size_t>(s.n_layer), false));
+  std::vector<bool> deepstack(static_cast<size_t>(s.n_layer), false);
+  for (int64_t il : s.deepstack_layers) deepstack.at(static_cast<size_t>(il)) = true;
+  w.set_array_bool("clip.vision.is_deepstack_layers", deepstack);
 
   if (n_threads <= 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
   ThreadPool pool(n_threads);

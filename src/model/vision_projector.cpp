@@ -1,5 +1,6 @@
 #include "model/vision_projector.h"
 
+#include <algorithm>
 #include <cmath>
 
 #define XXH_INLINE_ALL  // header-only, as src/memory/prefix_index.cpp uses it
@@ -39,6 +40,20 @@ void add_rows(float* x, const float* y, int64_t n, ThreadPool& pool) {
 
 }  // namespace
 
+// Tensors NORM.weight / .bias (norm_width), FC1.weight / .bias (m -> m), FC2.weight / .bias (m -> out).
+VisionProjector::Merger VisionProjector::bind_merger(WeightBinder& b, const std::string& norm, int64_t norm_width,
+                                                     const std::string& fc1, const std::string& fc2, int64_t m,
+                                                     int64_t out) {
+  Merger g;
+  g.norm_w = b.vector(norm + ".weight", norm_width);
+  g.norm_b = b.vector(norm + ".bias", norm_width);
+  g.fc1 = b.matrix(fc1 + ".weight", m, m);
+  g.fc1_b = b.vector(fc1 + ".bias", m);
+  g.fc2 = b.matrix(fc2 + ".weight", m, out);
+  g.fc2_b = b.vector(fc2 + ".bias", out);
+  return g;
+}
+
 VisionProjector::~VisionProjector() = default;
 
 std::unique_ptr<VisionProjector> VisionProjector::load(const std::string& path) {
@@ -76,13 +91,8 @@ std::unique_ptr<VisionProjector> VisionProjector::load(const std::string& path) 
   if (hp.head_dim * hp.n_head != hp.n_embd || hp.head_dim % 4 != 0)
     throw Error(path + ": head size " + std::to_string(hp.head_dim) + " x " + std::to_string(hp.n_head) +
                 " heads does not fit width " + std::to_string(hp.n_embd) + " with 2-D rope (a multiple of 4)");
-  for (const auto& t : g.tensors())
-    if (t.name.rfind("v.deepstack.", 0) == 0)
-      throw Error(path + ": deepstack layers (Qwen3-VL) need a language model that takes deepstack "
-                  "features; agentkv's Qwen3.5 models do not");
-
   WeightBinder b(g);
-  const int64_t E = hp.n_embd, P = hp.patch_size;
+  const int64_t E = hp.n_embd, P = hp.patch_size, M = hp.merge * hp.merge * E;
   const int64_t patch_ne[4] = {P, P, 3, E};
   p->patch0_ = p->patch_kernel_f16(b.flattened("v.patch_embd.weight", patch_ne), &p->patch0_f16_);
   p->patch1_ = p->patch_kernel_f16(b.flattened("v.patch_embd.weight.1", patch_ne), &p->patch1_f16_);
@@ -106,15 +116,15 @@ std::unique_ptr<VisionProjector> VisionProjector::load(const std::string& path) 
     l.up_b = b.vector(n + "ffn_up.bias", hp.n_ff);
     l.down = b.matrix(n + "ffn_down.weight", hp.n_ff, E);
     l.down_b = b.vector(n + "ffn_down.bias", E);
+    // As llama.cpp's clip loader: a layer has a deepstack merger when its tensors are there.
+    const std::string d = "v.deepstack." + std::to_string(il) + ".";
+    if (b.has(d + "fc1.weight")) {
+      l.deepstack = bind_merger(b, d + "norm", M, d + "fc1", d + "fc2", M, hp.out_dim);
+      ++hp.n_deepstack;
+    }
     p->layers_.push_back(l);
   }
-  p->post_ln_w_ = b.vector("v.post_ln.weight", E);
-  p->post_ln_b_ = b.vector("v.post_ln.bias", E);
-  const int64_t M = hp.merge * hp.merge * E;
-  p->mm0_ = b.matrix("mm.0.weight", M, M);
-  p->mm0_b_ = b.vector("mm.0.bias", M);
-  p->mm2_ = b.matrix("mm.2.weight", M, hp.out_dim);
-  p->mm2_b_ = b.vector("mm.2.bias", hp.out_dim);
+  p->merger_ = bind_merger(b, "v.post_ln", E, "mm.0", "mm.2", M, hp.out_dim);
   b.check_all_used();
   return p;
 }
@@ -292,20 +302,41 @@ std::vector<float> VisionProjector::encode(const float* pixels, int64_t nx, int6
     rope_cache(static_cast<float>(py), D / 2, kRopeBase, 1.0f, nullptr, RopeYarn{}, rope.data() + k * D);
     rope_cache(static_cast<float>(px), D / 2, kRopeBase, 1.0f, nullptr, RopeYarn{}, rope.data() + k * D + D / 2);
   }
-  for (const Layer& l : layers_) run_layer(l, x.data(), n, rope, pool);
-  pool.parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) layer_norm(x.data() + t * E, post_ln_w_, post_ln_b_, x.data() + t * E, E, hp_.eps);
-  });
   // Four consecutive patches are one merged token's 4E input.
-  const int64_t m = n / 4, M = 4 * E;
-  std::vector<float> h(static_cast<size_t>(m * M));
-  matmul(mm0_, x.data(), m, M, h.data(), M, pool);
-  add_row_bias(h.data(), m, M, mm0_b_);
-  gelu(h.data(), h.data(), m * M);
-  std::vector<float> out(static_cast<size_t>(m * hp_.out_dim));
-  matmul(mm2_, h.data(), m, M, out.data(), hp_.out_dim, pool);
-  add_row_bias(out.data(), m, hp_.out_dim, mm2_b_);
+  const int64_t m = n / 4, M = 4 * E, W = output_width(), O = hp_.out_dim;
+  std::vector<float> out(static_cast<size_t>(m * W));
+  int64_t deepstack = 0;
+  std::vector<float> feat;
+  for (const Layer& l : layers_) {
+    run_layer(l, x.data(), n, rope, pool);
+    const Merger& g = l.deepstack;
+    if (!g.norm_w) continue;
+    // Deepstack: the layer's output merged 2x2, normed over the 4E floats, through its own MLP.
+    feat.resize(static_cast<size_t>(m * M));
+    pool.parallel_for(m, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) layer_norm(x.data() + t * M, g.norm_w, g.norm_b, feat.data() + t * M, M, hp_.eps);
+    });
+    merge_mlp(g, feat.data(), m, out.data() + (++deepstack) * O, W, pool);
+  }
+  const Merger& g = merger_;
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) layer_norm(x.data() + t * E, g.norm_w, g.norm_b, x.data() + t * E, E, hp_.eps);
+  });
+  merge_mlp(g, x.data(), m, out.data(), W, pool);
   return out;
+}
+
+void VisionProjector::merge_mlp(const Merger& g, const float* in, int64_t m, float* out, int64_t stride,
+                                ThreadPool& pool) const {
+  const int64_t M = g.fc1.n_in, O = hp_.out_dim;
+  std::vector<float> h(static_cast<size_t>(m * M));
+  matmul(g.fc1, in, m, M, h.data(), M, pool);
+  add_row_bias(h.data(), m, M, g.fc1_b);
+  gelu(h.data(), h.data(), m * M);
+  std::vector<float> y(static_cast<size_t>(m * O));
+  matmul(g.fc2, h.data(), m, M, y.data(), O, pool);
+  add_row_bias(y.data(), m, O, g.fc2_b);
+  for (int64_t t = 0; t < m; ++t) std::copy_n(y.data() + t * O, O, out + t * stride);
 }
 
 }  // namespace agentkv

@@ -45,14 +45,23 @@ def make_projector(tmp_path_factory, preset):
     return path
 
 
-@pytest.fixture(scope="module", params=["qwen35", "qwen35moe"])
+def language_model(tmp_path_factory, name):
+    """The fixture model of that name, or (Qwen3-VL, no fixture) the preset mkmodel writes."""
+    fixture = os.path.join(FIXTURES, "models", name + "-micro.gguf")
+    if os.path.exists(fixture):
+        return fixture
+    return make_projector(tmp_path_factory, name + "-micro")  # mkmodel writes models and projectors alike
+
+
+# qwen3vl: a dense model whose projector has deepstack mergers (three slices per image token).
+@pytest.fixture(scope="module", params=["qwen35", "qwen35moe", "qwen3vl"])
 def vision_server(request, tmp_path_factory):
     if not os.path.isdir(FIXTURES):
         pytest.skip("fixtures not found")
     name = request.param
     projector = make_projector(tmp_path_factory, name + "-micro-vision")
     s = Server(tmp_path_factory.mktemp("vision-" + name), "-np", "2", "-c", "4096", "--metrics", "--mmproj", projector,
-               model=os.path.join(FIXTURES, "models", name + "-micro.gguf"))
+               model=language_model(tmp_path_factory, name))
     yield s
     s.stop()
 
@@ -108,8 +117,10 @@ def test_screenshot_agent_reuses_every_earlier_turn(vision_server):
 
 @needs_fixtures
 def test_the_image_decides_the_answer(vision_server):
-    ask = lambda path: answer(chat(vision_server, [{"role": "user", "content": [image_part(path), {"type": "text", "text": "What is it?"}]}],
-                                   max_tokens=12))
+    def ask(path):  # the answer and its tokens' log-probabilities (a random model may say the same)
+        out = chat(vision_server, [{"role": "user", "content": [image_part(path), {"type": "text", "text": "What is it?"}]}],
+                   max_tokens=12, logprobs=True)
+        return answer(out), [round(t["logprob"], 4) for t in out["choices"][0]["logprobs"]["content"]]
     assert ask(SCREENS[0]) == ask(SCREENS[0])
     assert ask(SCREENS[0]) != ask(SCREENS[1])
 
@@ -261,15 +272,22 @@ def test_a_projector_that_does_not_fit_the_model_stops_the_start(tmp_path_factor
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "takes no image input" in r.stderr + r.stdout
+    # A Qwen3.5 tower (no deepstack) for a Qwen3-VL model (two deepstack layers): widths differ.
+    qwen3vl = language_model(tmp_path_factory, "qwen3vl")
+    r = subprocess.run([_find_binary(), "serve", "-m", qwen3vl, "--port", "0", "--mmproj", projector],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "deepstack" in r.stderr + r.stdout and "do not belong together" in r.stderr + r.stdout
 
 
 @needs_fixtures
-def test_images_survive_kill9_and_slot_restore(tmp_path_factory, tmp_path):
+@pytest.mark.parametrize("name", ["qwen35", "qwen3vl"])
+def test_images_survive_kill9_and_slot_restore(tmp_path_factory, tmp_path, name):
     """Turns with screenshots, then kill -9 and a restart on the same --cache-dir: the next turn
     evaluates only its new tokens; a slot saved with images and restored on a fresh server (no
     cache) continues without evaluating them again."""
-    projector = make_projector(tmp_path_factory, "qwen35-micro-vision")
-    model = os.path.join(FIXTURES, "models", "qwen35-micro.gguf")
+    projector = make_projector(tmp_path_factory, name + "-micro-vision")
+    model = language_model(tmp_path_factory, name)
     saves = tmp_path / "saves"
     saves.mkdir()
     args = ("-np", "1", "-c", "4096", "--metrics", "--mmproj", projector, "--cache-dir", str(tmp_path / "cache"),
@@ -342,15 +360,15 @@ def screenshot_turns(n):
 
 
 @needs_fixtures
-@pytest.mark.parametrize("name", ["qwen35", "qwen35moe"])
+@pytest.mark.parametrize("name", ["qwen35", "qwen35moe", "qwen3vl"])
 def test_a_screenshot_conversation_moves_through_redis(tmp_path_factory, tmp_path, name):
     """Instance A serves two screenshot turns and stops; instance B, sharing its Redis tier and the
     same projector, serves the third from A's pages (image rows named by the images' content) and
-    snapshot: only the new turn is evaluated, only the new screenshot encoded, the answer as an
+    (hybrids) snapshot: only the new turn is evaluated, only the new screenshot encoded, the answer as an
     uncached run's."""
     from test_redis_tier import Redis, free_port
     projector = make_projector(tmp_path_factory, name + "-micro-vision")
-    model = os.path.join(FIXTURES, "models", name + "-micro.gguf")
+    model = language_model(tmp_path_factory, name)
     redis = Redis(tmp_path, free_port())
     url = "redis://127.0.0.1:%d" % redis.port
     a = Server(tmp_path / "a", "-np", "1", "--cache-redis", url, "--metrics", "--batch-invariant", "--mmproj", projector,
@@ -361,13 +379,14 @@ def test_a_screenshot_conversation_moves_through_redis(tmp_path_factory, tmp_pat
         two = screenshot_turns(2)
         out = chat(a, two)
         held = out["timings"]["cache_n"] + out["timings"]["prompt_n"]  # turn 2's prompt, images included
-        assert metric(a, "tier_snapshots_sent_total") >= 1, a.log()
+        hybrid = name != "qwen3vl"  # a dense model's pages need no recurrent snapshot
+        assert (metric(a, "tier_snapshots_sent_total") >= 1) == hybrid, a.log()
         redis.settle(held // 16)
         a.stop()
         three = two + [{"role": "assistant", "content": answer(out)}] + screenshot_turns(3)[-1:]
         got = chat(b, three)
         assert got["timings"]["cache_n"] >= held, (got["timings"], held, b.log())
-        assert metric(b, "tier_snapshots_fetched_total") >= 1
+        assert (metric(b, "tier_snapshots_fetched_total") >= 1) == hybrid
         assert metric(b, "images_encoded_total") == 1  # the new screenshot; the two earlier came as pages
         assert answer(got) == answer(chat(b, three, cache_prompt=False))
     finally:
