@@ -4,8 +4,10 @@
 // The prompt is p synthetic tokens with its second half repeating its first (so that prompt
 // lookup finds something). Every run starts from the evaluated prompt's snapshot and writes n
 // tokens greedily. Sources: "oracle" (the drafts are the plain run's own next tokens: every draft
-// is accepted, so its speed is the verification pass's cost alone) and "ngram" (prompt lookup over
-// the sequence's tokens). Runs use batch-invariant numerics so that each source's output can be
+// is accepted, so its speed is the verification pass's cost alone), "wrong" (every draft differs
+// from the plain run's token: the cost of drafts that never hold), "half" (the first k / 2 drafts
+// right, the rest wrong: a rejection every pass, a hybrid's rollback each time) and "ngram" (prompt
+// lookup over the sequence's tokens). Runs use batch-invariant numerics so that each source's output can be
 // checked against the plain run's (a mismatch fails the bench). Reports tokens/s, drafts accepted
 // and the speed-up over plain decoding; runs alternate so that a change in load hits all.
 #include <algorithm>
@@ -42,8 +44,9 @@ struct SpecRun {
 int bench_spec(Args& a) {
   if (a.flag("--help", "-h")) {
     std::puts("usage: agentkv bench spec -m MODEL [-n 128] [-k 1,2,4,8] [-r 2] [-t 2] [-p 256]\n"
-              "  greedy decode with speculative verification: oracle drafts (the verification cost alone)\n"
-              "  and n-gram drafts (prompt lookup), against plain one-token steps (docs/speculative.md)");
+              "  greedy decode with speculative verification: oracle drafts (the verification cost alone),\n"
+              "  always-wrong drafts, half-right drafts (a rejection every pass) and n-gram drafts (prompt\n"
+              "  lookup), against plain one-token steps (docs/speculative.md)");
     return 0;
   }
   const std::string model_path = a.str("-m", "--model", "");
@@ -89,7 +92,7 @@ int bench_spec(Args& a) {
     return r;
   };
   const SpecRun reference = plain();
-  auto speculative = [&](bool oracle, size_t k) {
+  auto speculative = [&](const std::string& source, size_t k) {
     start.restore(ctx, -1);
     SpecRun r;
     r.tokens = {first};
@@ -97,9 +100,12 @@ int bench_spec(Args& a) {
     const auto t0 = Clock::now();
     while (static_cast<int64_t>(r.tokens.size()) < n) {
       std::vector<Token> drafts;
-      if (oracle) {
-        for (size_t j = r.tokens.size(); j < std::min<size_t>(static_cast<size_t>(n), r.tokens.size() + k); ++j)
-          drafts.push_back(reference.tokens[j]);
+      if (source != "ngram") {
+        const size_t right = source == "oracle" ? k : source == "half" ? k / 2 : 0;
+        for (size_t j = r.tokens.size(); j < std::min<size_t>(static_cast<size_t>(n), r.tokens.size() + k); ++j) {
+          const Token t = reference.tokens[j];
+          drafts.push_back(j - r.tokens.size() < right ? t : static_cast<Token>((t + 1) % n_vocab));
+        }
       } else {
         history.resize(prompt.size());
         history.insert(history.end(), r.tokens.begin(), r.tokens.end());
@@ -127,10 +133,11 @@ int bench_spec(Args& a) {
     SpecRun last;
   };
   std::vector<Row> rows = {{"plain", 0, {}, {}}};
-  for (int64_t k : ks) rows.push_back({"oracle", k, {}, {}}), rows.push_back({"ngram", k, {}, {}});
+  for (int64_t k : ks)
+    for (const char* source : {"oracle", "wrong", "half", "ngram"}) rows.push_back({source, k, {}, {}});
   for (int rep = 0; rep < reps; ++rep)
     for (Row& row : rows) {
-      row.last = row.source == "plain" ? plain() : speculative(row.source == "oracle", static_cast<size_t>(row.k));
+      row.last = row.source == "plain" ? plain() : speculative(row.source, static_cast<size_t>(row.k));
       row.tps.push_back(static_cast<double>(n - 1) / row.last.seconds);
     }
   auto median = [](std::vector<double> v) {

@@ -49,9 +49,10 @@ struct RequestMemoryHooks {
   std::function<size_t(MemorySeqId)> cells_free_for;     // KV cells seq could use once its own go
   std::function<void(MemorySeqId, MemoryPos)> fake_prefix;  // zero rows for n positions; throws Error when full
   std::function<void(MemorySeqId, const std::string&)> log;  // a decision worth a log line, about seq
-  // seq's recurrent state as it is now, to go back to: returns what puts it back (null: seq has no
-  // recurrent state, and a short suffix of it drops in place). Speculative decoding's passes.
-  std::function<std::function<void()>(MemorySeqId)> keep_recurrent;
+  // seq's recurrent state as it is now, before a speculative pass: returns what settles the pass
+  // with n of its tokens accepted — the state after them (true), or, when they cannot be replayed,
+  // the state as it was (false). Null: seq has no recurrent state (a short suffix drops in place).
+  std::function<std::function<bool(size_t)>(MemorySeqId)> recurrent_pass;
 };
 
 // What a request asks of the memory.
@@ -133,9 +134,10 @@ class RequestMemory {
   // caller then advances seq by the tokens it accepts, in order, and calls end_drafts; end,
   // keep_state and wipe settle a pass that is still open the same way.
   void begin_drafts(MemorySeqId seq, size_t n_evaluated);
-  // The evaluated positions past seq's tokens go. A recurrent state cannot drop a suffix: after a
-  // rejected draft it goes back to where it was before the pass, and so do seq's tokens; the
-  // accepted tokens it gave back are returned, to be evaluated again (their logits are known).
+  // The evaluated positions past seq's tokens go. A recurrent state cannot drop a suffix: it goes
+  // back to where it was before the pass and absorbs the accepted tokens again from their recorded
+  // inputs (no second pass). Only if that cannot be done do seq's tokens go back too, and the
+  // accepted tokens given back are returned, to be evaluated again (their logits are known).
   // Empty otherwise, and when no pass is open.
   std::vector<CacheToken> end_drafts(MemorySeqId seq);
   // Drafts from what the memory holds beyond seq: the tokens that followed the latest occurrence

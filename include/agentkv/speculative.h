@@ -43,8 +43,8 @@ struct VerifiedStep {
 // pos (not evaluated yet). Evaluates next and the drafts at pos, pos + 1, ... in one batch,
 // accepts drafts while each equals the argmax after the one before, and removes the positions of
 // the rejected drafts from seq. A hybrid model's recurrent state, which cannot drop a suffix, goes
-// back to a snapshot taken before the pass and absorbs next and the accepted drafts again (one
-// more pass over them, only when a draft was rejected). agentkv::Error (nothing evaluated) for more
+// back to a snapshot taken before the pass and absorbs next and the accepted drafts again from
+// the pass's recorded inputs (their recurrence only, no second pass). agentkv::Error (nothing evaluated) for more
 // than max_drafts drafts or a batch that does not fit.
 VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<const Token> drafts);
 

@@ -1,4 +1,5 @@
 #include "engine/context_impl.h"
+#include "engine/recurrent_pass.h"
 
 #include <algorithm>
 #include <map>
@@ -231,6 +232,7 @@ int Context::decode(const Batch& b) {
   mem.kv = impl_->memory->kv();
   mem.rec = impl_->memory->rec();
   mem.window_kv = memory::window_kv_of(*impl_->memory);
+  if (!impl_->tapes.empty()) mem.tapes = &impl_->tapes;
   size_t out_base = 0;
   for (size_t start = 0; start < b.size(); start += impl_->params.n_ubatch) {
     const size_t end = std::min(b.size(), start + impl_->params.n_ubatch);
@@ -307,9 +309,9 @@ std::unique_ptr<RequestMemory> Context::open_request_memory(const RequestMemoryC
   hooks.fake_prefix = [this](MemorySeqId seq, MemoryPos n) { agentkv::seq_fake_prefix(*this, seq, n); };
   hooks.log = std::move(log);
   if (model().config().is_hybrid())  // a recurrent state cannot drop a suffix (a window part can, up to 32 positions)
-    hooks.keep_recurrent = [this](MemorySeqId seq) {
-      auto before = std::make_shared<SeqSnapshot>(SeqSnapshot::capture(*this, seq, /*recurrent_only=*/true));
-      return std::function<void()>([this, before, seq] { before->restore(*this, seq); });
+    hooks.recurrent_pass = [this](MemorySeqId seq) {
+      auto before = std::make_shared<SeqSnapshot>(begin_recurrent_pass(*this, seq));
+      return std::function<bool(size_t)>([this, before, seq](size_t accepted) { return end_recurrent_pass(*this, seq, *before, accepted); });
     };
   return std::make_unique<RequestMemory>(std::move(hooks), cfg);
 }

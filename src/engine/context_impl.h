@@ -27,6 +27,7 @@ struct Context::Impl {
   std::unique_ptr<memory::QueryWindow> queries;
   std::unique_ptr<PrefixCache> prefix_cache;
   std::vector<memory::AttentionGroup> attention;  // the view of the micro-batch being decoded
+  memory::RecurrentTapes tapes;  // the recurrent inputs of sequences in a speculative pass
   Workspace ws;
   std::vector<float> logits;
   std::vector<float> embeddings;

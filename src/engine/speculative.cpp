@@ -8,6 +8,7 @@
 #include "agentkv/error.h"
 #include "agentkv/sampling.h"
 #include "agentkv/seq_snapshot.h"
+#include "engine/recurrent_pass.h"
 #include "agentkv/token_match.h"
 
 namespace agentkv {
@@ -53,17 +54,19 @@ VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<
   if (drafts.size() > most)
     throw Error("speculative decoding: " + std::to_string(drafts.size()) + " drafts (at most " + std::to_string(most) + ")");
   const MemoryPos pos = ctx.memory().seq_pos_max(seq) + 1;
-  // A recurrent state cannot drop the rejected drafts: it rolls back to its snapshot before the
-  // pass and absorbs the accepted tokens again. (A sliding-window part drops up to 32 positions
-  // in place.)
+  // A recurrent state cannot drop the rejected drafts: it goes back to its state before the pass
+  // and replays the accepted tokens from the pass's recorded inputs (engine/recurrent_pass.h). (A
+  // sliding-window part drops up to 32 positions in place.)
   const bool recurrent = ctx.model().config().is_hybrid();
   std::optional<SeqSnapshot> before;
-  if (recurrent && !drafts.empty()) before = SeqSnapshot::capture(ctx, seq, /*recurrent_only=*/true);
+  if (recurrent && !drafts.empty()) before = begin_recurrent_pass(ctx, seq);
   Batch b;
   b.add(next, pos, {seq}, true);
   for (size_t i = 0; i < drafts.size(); ++i) b.add(drafts[i], pos + 1 + static_cast<MemoryPos>(i), {seq}, true);
-  if (ctx.decode(b) != 0)
+  if (ctx.decode(b) != 0) {
+    if (before) end_recurrent_pass(ctx, seq, *before, 0);
     throw Error("speculative decoding: the batch of " + std::to_string(b.size()) + " tokens does not fit in the memory");
+  }
   const int64_t n_vocab = ctx.model().n_vocab();
   // The target's choice after next and after each draft; drafts count while they agree with it.
   VerifiedStep step;
@@ -75,12 +78,13 @@ VerifiedStep verify_greedy(Context& ctx, MemorySeqId seq, Token next, std::span<
   step.n_accepted = i;
   // next and the accepted drafts stay; the rejected drafts' positions go.
   const MemoryPos keep_end = pos + 1 + static_cast<MemoryPos>(i);
-  if (i < drafts.size() && before) {
-    before->restore(ctx, seq);  // the recurrent state before `next`; the K/V rows stay
+  if (before && !end_recurrent_pass(ctx, seq, *before, 1 + i)) {
+    // The tape could not replay them: the state is back before `next`, which and the accepted
+    // drafts are evaluated again (their logits are known).
     ctx.memory().seq_rm(seq, pos, -1);
     b.clear();
     b.add(next, pos, {seq}, false);
-    for (size_t j = 0; j < i; ++j) b.add(drafts[j], pos + 1 + static_cast<MemoryPos>(j), {seq}, false);  // logits known
+    for (size_t j = 0; j < i; ++j) b.add(drafts[j], pos + 1 + static_cast<MemoryPos>(j), {seq}, false);
     if (ctx.decode(b) != 0) throw Error("speculative decoding: the accepted tokens no longer fit in the memory");
   } else if (i < drafts.size() && !ctx.memory().seq_rm(seq, keep_end, -1)) {
     throw Error("speculative decoding: the memory cannot drop the rejected drafts");

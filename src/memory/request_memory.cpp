@@ -33,7 +33,7 @@ struct RequestMemory::Impl {
     bool open = false;
     size_t base = 0;               // the sequence's tokens before the pass
     size_t n_evaluated = 0;        // positions the pass evaluated after them
-    std::function<void()> restore; // hybrid: the recurrent state as it was at base
+    std::function<bool(size_t)> settle;  // hybrid: the recurrent state after base + n accepted tokens
   };
   std::vector<DraftPass> passes;
 
@@ -63,13 +63,18 @@ struct RequestMemory::Impl {
     SequenceCache& s = at(seq);
     DraftPass pass = std::move(passes[static_cast<size_t>(seq)]);
     passes[static_cast<size_t>(seq)] = {};
-    if (!pass.open || s.size() >= pass.base + pass.n_evaluated) return {};
-    if (!pass.restore) {
+    if (!pass.open) return {};
+    if (s.size() >= pass.base + pass.n_evaluated) {  // every evaluated token accepted
+      if (pass.settle) pass.settle(s.size() - pass.base);
+      return {};
+    }
+    // A recurrent state first goes to the one after the accepted tokens (the hook replays them).
+    if (!pass.settle || pass.settle(s.size() - pass.base)) {
       if (!mem().seq_rm(seq, static_cast<MemoryPos>(s.size()), -1))
         throw Error("request memory: the memory cannot drop the rejected drafts");
       return {};
     }
-    pass.restore();
+    // The state is the pass's start's: the tokens after it are evaluated again.
     mem().seq_rm(seq, static_cast<MemoryPos>(pass.base), -1);  // the K/V rows from the pass's start
     std::vector<CacheToken> given_back(s.tokens().begin() + static_cast<std::ptrdiff_t>(pass.base), s.tokens().end());
     s.truncate(pass.base, page_tokens());  // the full pages before base keep their hashes
@@ -353,7 +358,7 @@ void RequestMemory::begin_drafts(MemorySeqId seq, size_t n_evaluated) {
   Impl::DraftPass& pass = m.passes[static_cast<size_t>(seq)];
   pass.base = m.at(seq).size();
   pass.n_evaluated = n_evaluated;
-  pass.restore = m.hooks.keep_recurrent ? m.hooks.keep_recurrent(seq) : nullptr;
+  pass.settle = m.hooks.recurrent_pass ? m.hooks.recurrent_pass(seq) : nullptr;
   pass.open = true;
 }
 

@@ -53,6 +53,11 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   }
 }
 
+void ArchModel::replay_recurrent(memory::RecurrentMemory&, uint32_t, const memory::RecurrentTape&, int64_t,
+                                 ThreadPool&) const {
+  throw Error(std::string("the ") + arch_name(config_.arch) + " model has no recurrent layers to replay");
+}
+
 RopeSpec ArchModel::rope() const {
   RopeSpec r;
   r.n_rot = config_.n_rot;

@@ -15,6 +15,7 @@
 #include "memory/kv_cache.h"
 #include "memory/query_window.h"
 #include "memory/recurrent.h"
+#include "memory/recurrent_tape.h"
 #include "memory/ubatch.h"
 #include "agentkv/model.h"
 #include "model/config.h"
@@ -67,6 +68,8 @@ struct ModelMemory {
   memory::KvCache* kv = nullptr;
   memory::RecurrentMemory* rec = nullptr;
   memory::KvCache* window_kv = nullptr;  // the sliding-window layers' rows (a window part), else null
+  // Sequences in a speculative pass: their recurrent layers' inputs are recorded (null: none).
+  memory::RecurrentTapes* tapes = nullptr;
 };
 
 // One micro-batch, already placed in memory.
@@ -121,6 +124,11 @@ class ArchModel : public Model {
   // Context shift: whether the keys stored in the KV cache can be re-rotated to new positions
   // (seq_add / seq_div). False unless the architecture says so (llama.cpp refuses M-RoPE/IMROPE).
   virtual bool can_shift() const { return false; }
+  // Recomputes the recurrent state of `cell` after the first n tokens of `tape`, from the state
+  // before them (in the cell): their conv and delta-rule recurrence, exactly as the pass that
+  // recorded the tape ran it. Hybrid models only (agentkv::Error otherwise).
+  virtual void replay_recurrent(memory::RecurrentMemory& rec, uint32_t cell, const memory::RecurrentTape& tape,
+                                int64_t n, ThreadPool& pool) const;
   // Takes input rows and multi-axis rope positions (ForwardBatch::embd_row, ::rope): image tokens.
   virtual bool takes_images() const { return false; }
   // Rotates the stored keys of every cell with a pending shift by that shift (every attention

@@ -178,6 +178,8 @@ void Qwen35Model::delta_net_layer(int il, const ForwardBatch& b, ModelMemory& me
       gp = g_rows.data();
       bp = b_rows.data();
     }
+    if (memory::RecurrentTape* tape = mem.tapes ? mem.tapes->find(s) : nullptr)
+      tape->record(il, x_rows, C, gp, bp, Hv, n);  // a speculative pass: replay_recurrent
     DeltaNetIO io;
     io.n_tokens = n;
     io.q = c_rows; io.q_stride = C;
@@ -196,6 +198,36 @@ void Qwen35Model::delta_net_layer(int il, const ForwardBatch& b, ModelMemory& me
     }
   }
   matmul(l.ssm_out, o, T, Vd, out, E, pool);
+}
+
+void Qwen35Model::replay_recurrent(memory::RecurrentMemory& rec, uint32_t cell, const memory::RecurrentTape& tape,
+                                   int64_t n, ThreadPool& pool) const {
+  const auto& cfg = config_;
+  const int64_t Hv = cfg.ssm_n_v_heads, Kd = cfg.ssm_n_k_heads * cfg.ssm_d_state, Vd = cfg.ssm_d_inner;
+  const int64_t C = 2 * Kd + Vd;
+  if (n <= 0) return;
+  if (tape.recorded(cfg.layer_recurrent) < n) throw Error("recurrent replay: the tape holds fewer tokens than asked");
+  std::vector<float> conv(static_cast<size_t>(n * C)), out(static_cast<size_t>(n * Vd));
+  for (int il = 0; il < cfg.n_layer; ++il) {
+    if (!cfg.is_recurrent(il)) continue;
+    const Layer& l = layers_[il];
+    const memory::RecurrentTape::Layer& t = tape.layers[static_cast<size_t>(il)];
+    causal_conv1d_silu_normalize_qk(t.x.data(), C, n, C, l.conv1d, cfg.ssm_d_conv, rec.conv_state(il, cell), conv.data(), C,
+                                    cfg.ssm_n_k_heads, static_cast<int>(cfg.ssm_d_state), cfg.rms_eps, pool);
+    DeltaNetIO io;
+    io.n_tokens = n;
+    io.q = conv.data(); io.q_stride = C;
+    io.k = conv.data() + Kd; io.k_stride = C;
+    io.v = conv.data() + 2 * Kd; io.v_stride = C;
+    io.g = t.gate.data(); io.g_stride = Hv;
+    io.beta = t.beta.data(); io.beta_stride = Hv;
+    io.out = out.data();
+    io.out_stride = Vd;
+    // The step form, as the pass ran it at draft sizes (gated_delta_rule switches to the chunked
+    // form from kDeltaNetChunkedMinTokens tokens, which a pass of drafts never reaches).
+    if (t.n_tokens >= kDeltaNetChunkedMinTokens) throw Error("recurrent replay: a pass of chunked size");
+    gated_delta_rule_step(dn_shape_, io, rec.ssm_state(il, cell), pool);
+  }
 }
 
 void Qwen35Model::delta_net_projections(const Layer& l, const float* cur, int64_t T, float* qkv, float* z,

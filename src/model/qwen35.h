@@ -23,6 +23,8 @@ class Qwen35Model final : public ArchModel {
   bool can_shift() const override { return false; }
   // Qwen3.5 (dense and MoE) reads images through its vision projector; Qwen3-Next has none.
   bool takes_images() const override { return config_.arch != Arch::Qwen3Next; }
+  void replay_recurrent(memory::RecurrentMemory& rec, uint32_t cell, const memory::RecurrentTape& tape, int64_t n,
+                        ThreadPool& pool) const override;
 
  private:
   struct Layer {

@@ -93,6 +93,10 @@ std::string prometheus_text(const MetricsSnapshot& m) {
              static_cast<double>(m.drafts_total));
   add_metric(out, "counter", "draft_tokens_accepted_total", "Speculative decoding: drafted tokens accepted.",
              static_cast<double>(m.drafts_accepted_total));
+  add_metric(out, "counter", "draft_tokens_replayed_total",
+             "Speculative decoding: accepted tokens evaluated a second time after a rejection (0 while every hybrid "
+             "state replays them from the pass's recorded inputs).",
+             static_cast<double>(m.drafts_replayed_total));
   add_metric(out, "gauge", "draft_acceptance_rate", "Speculative decoding: accepted / drafted since start (0: none drafted).",
              m.drafts_total > 0 ? static_cast<double>(m.drafts_accepted_total) / static_cast<double>(m.drafts_total) : 0.0);
   add_metric(out, "gauge", "snapshots", "Recurrent-state snapshots attached to cached pages (hybrid models).",

@@ -55,6 +55,7 @@ struct MetricsSnapshot {
   uint64_t snapshot_count = 0;              // gauge: hybrid snapshots attached to pages
   uint64_t drafts_total = 0;                // speculative decoding: drafted tokens verified
   uint64_t drafts_accepted_total = 0;       // ... and accepted
+  uint64_t drafts_replayed_total = 0;       // accepted tokens evaluated again (a recurrent state that could not replay them)
   int requests_processing = 0;
   int requests_deferred = 0;
 };

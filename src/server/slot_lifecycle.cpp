@@ -242,6 +242,7 @@ void Scheduler::fail(Slot& slot, const HttpError& error) {
 
 void Scheduler::settle_drafts(Slot& slot) {
   std::vector<Token> given_back = memory_->end_drafts(slot.id);
+  metrics_.drafts_replayed_total += given_back.size();
   if (!given_back.empty()) slot.replay = std::move(given_back);
   slot.drafts.clear();
 }

@@ -5,7 +5,8 @@ window), with 1 or 4 slots at once, with grammars, logprobs, stop strings and st
 
 The property test draws random cases: a few tokens get a large logit bias, so that the model's own
 choice among them makes a text whose n-grams repeat often but not always, and drafts are accepted
-and rejected in every mix (a hybrid's state goes back and absorbs the accepted tokens again). Each
+and rejected in every mix (a hybrid's state goes back and absorbs the accepted tokens again from the
+pass's recorded inputs, with no second pass: draft_tokens_replayed_total stays 0). Each
 case runs with drafts and without on the same server, and the tokens must be equal. The servers run
 with --batch-invariant: a row's numerics do not depend on how many rows the batch has, so "equal"
 is exact (with llama.cpp's numerics, as with any cached prompt, a near tie may round otherwise;
@@ -98,6 +99,8 @@ def test_drafts_change_no_token(tmp_path_factory, key):
         assert at_once(server, cases[:4]) == expected[:4], key
         assert metric(server, "draft_tokens_total") >= drafted
         assert 0 < metric(server, "draft_tokens_accepted_total") < metric(server, "draft_tokens_total")
+        # No accepted token is evaluated twice: a hybrid's state replays them from the pass's inputs.
+        assert metric(server, "draft_tokens_replayed_total") == 0
     finally:
         server.stop()
     assert server.proc.returncode == 0, server.log()
@@ -136,7 +139,7 @@ def test_grammar_probs_stops_and_streams_with_drafts(tmp_path_factory, key):
 
 
 def test_hybrid_cache_after_drafts_serves_the_next_turn(tmp_path_factory):
-    """A hybrid whose state gave accepted tokens back holds exactly what it says: the next turn reuses
+    """A hybrid whose state went back over rejected drafts holds exactly what it says: the next turn reuses
     it and answers as an uncached run (AGENTKV_CHECK_MEMORY verifies the pages after every step)."""
     server = start(tmp_path_factory, "hybrid")
     try:
