@@ -53,6 +53,13 @@ void rope_rows_imrope(float* x, int64_t n_tokens, int64_t stride, int n_heads, i
              });
 }
 
+void rope_batch_rows(const ForwardBatch& b, float* x, int64_t stride, int n_heads, int64_t head_stride,
+                     int64_t head_dim, const RopeSpec& rope, const int32_t sections[4]) {
+  const auto n = static_cast<int64_t>(b.tokens.size());
+  if (!b.rope.empty()) rope_rows_imrope(x, n, stride, n_heads, head_stride, head_dim, rope, sections, b.rope.data());
+  else rope_rows(x, n, stride, n_heads, head_stride, head_dim, rope, b.ub->pos.data());
+}
+
 void rms_norm_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
                     int64_t head_dim, const float* w, float eps) {
   for (int64_t t = 0; t < n_tokens; ++t)

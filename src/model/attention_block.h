@@ -56,6 +56,10 @@ void rope_rows(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t 
 // t turns by rope[t] on the axes `sections` assigns to its pairs.
 void rope_rows_imrope(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,
                       int64_t head_dim, const RopeSpec& rope, const int32_t sections[4], const RopePos* rope_pos);
+// The batch's tokens: by their multi-axis positions when it carries them (images, IMROPE with
+// `sections`), else by their positions (IMROPE of a text position is NEOX over the first n_rot).
+void rope_batch_rows(const ForwardBatch& b, float* x, int64_t stride, int n_heads, int64_t head_stride,
+                     int64_t head_dim, const RopeSpec& rope, const int32_t sections[4]);
 
 // Per-head RMSNorm with a shared weight (Q/K norm).
 void rms_norm_heads(float* x, int64_t n_tokens, int64_t stride, int n_heads, int64_t head_stride,

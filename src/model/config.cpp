@@ -98,12 +98,18 @@ void read_sliding_window(const gguf::Reader& g, ModelConfig& c) {
   c.rope_freq_base_swa = static_cast<float>(md.get_float(p + "rope.freq_base_swa").value_or(c.rope_freq_base_swa));
 }
 
+// The multi-axis rope's sections (IMROPE: Qwen3.5, Qwen3-VL), a required key.
+void read_rope_sections(const gguf::Reader& g, ModelConfig& c) {
+  const std::string key = c.arch_key + ".rope.dimension_sections";
+  auto sec = g.metadata().get_int_array(key);
+  if (!sec) fail(g, "missing required key '" + key + "'");
+  for (size_t i = 0; i < 4 && i < sec->size(); ++i) c.rope_sections[i] = static_cast<int32_t>((*sec)[i]);
+}
+
 // Qwen3-VL: its rope sections (llama.cpp's IMROPE over the whole head) and deepstack layers.
 void read_qwen3vl(const gguf::Reader& g, ModelConfig& c) {
   const std::string p = c.arch_key + ".";
-  auto sec = g.metadata().get_int_array(p + "rope.dimension_sections");
-  if (!sec) fail(g, "missing required key '" + p + "rope.dimension_sections'");
-  for (size_t i = 0; i < 4 && i < sec->size(); ++i) c.rope_sections[i] = static_cast<int32_t>((*sec)[i]);
+  read_rope_sections(g, c);
   if (c.n_rot != c.head_dim_k) fail(g, c.arch_key + " requires rope.dimension_count == attention.key_length");
   c.n_deepstack_layers = static_cast<int>(g.metadata().get_uint(p + "n_deepstack_layers").value_or(0));
   // The last layer keeps only its output rows before its FFN; a deepstack slice added after it
@@ -192,11 +198,7 @@ ModelConfig model_config_from_gguf(const gguf::Reader& g) {
       fail(g, "ssm.group_count must divide ssm.time_step_rank");
     if (c.ssm_d_inner != c.ssm_n_v_heads * c.ssm_d_state)
       fail(g, "ssm.inner_size must equal ssm.time_step_rank * ssm.state_size");
-    if (c.arch != Arch::Qwen3Next) {
-      auto sec = md.get_int_array(p + "rope.dimension_sections");
-      if (!sec) fail(g, "missing required key '" + p + "rope.dimension_sections'");
-      for (size_t i = 0; i < 4 && i < sec->size(); ++i) c.rope_sections[i] = static_cast<int32_t>((*sec)[i]);
-    }
+    if (c.arch != Arch::Qwen3Next) read_rope_sections(g, c);
     c.layer_recurrent.assign(c.n_layer, false);
     if (auto rl = md.get_int_array(p + "attention.recurrent_layers")) {
       if (static_cast<int>(rl->size()) < c.n_layer) fail(g, "attention.recurrent_layers is shorter than block_count");

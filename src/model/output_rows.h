@@ -29,6 +29,15 @@ inline EmbeddingAndHead bind_embedding_and_head(WeightBinder& w, const ModelConf
   return h;
 }
 
+// x's rows (n_embd floats each): the batch's input rows where a token has one (images; the first
+// n_embd of each row_width-float row), else the token's embedding.
+inline void input_rows(const ForwardBatch& b, const WeightMatrix& token_embd, int64_t n_embd, int64_t row_width, float* x) {
+  for (size_t t = 0; t < b.tokens.size(); ++t) {
+    if (!b.embd_row.empty() && b.embd_row[t] >= 0) std::memcpy(x + t * n_embd, b.embd + b.embd_row[t] * row_width, static_cast<size_t>(n_embd) * sizeof(float));
+    else get_row(token_embd, b.tokens[t], x + t * n_embd);
+  }
+}
+
 // Moves the listed rows (ascending token indices) to the front of every buffer (`width` floats per
 // row) and returns how many rows remain.
 inline int64_t keep_output_rows(std::span<const int> rows, int64_t width, std::initializer_list<float*> buffers) {

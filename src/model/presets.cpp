@@ -112,16 +112,14 @@ ModelShape qwen3moe_shape(std::string name, std::string description, int64_t n_e
   return s;
 }
 
-// Qwen3-VL (Qwen3-VL-2B/4B/8B's text model): Qwen3's layers, IMROPE sections 24/20/20 of 64 pairs
-// (scaled to the head size), theta 5e6, three deepstack layers in the real models.
-ModelShape qwen3vl_shape(std::string name, std::string description, int64_t n_embd, int64_t n_layer,
-                         int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ff, int32_t n_deepstack) {
-  ModelShape s = qwen3_shape(std::move(name), std::move(description), n_embd, n_layer, n_head, n_head_kv,
-                             head_dim, n_ff);
-  s.arch = "qwen3vl";
+// Qwen3-VL (Qwen3-VL-2B/4B/8B's text model) and Qwen3-VL-MoE from a Qwen3 / Qwen3-MoE shape: IMROPE
+// sections 24/20/20 of 64 pairs (scaled to the head size), theta 5e6, three deepstack layers in the
+// real models.
+ModelShape as_qwen3vl(ModelShape s, int32_t n_deepstack) {
+  s.arch = s.is_moe() ? "qwen3vlmoe" : "qwen3vl";
   s.context_length = 262144;
   s.rope_freq_base = 5e6f;
-  const int32_t pairs = static_cast<int32_t>(head_dim / 2);
+  const auto pairs = static_cast<int32_t>(s.head_dim / 2);
   const int32_t hw = pairs * 20 / 64;
   s.rope_sections = {pairs - 2 * hw, hw, hw, 0};
   s.n_deepstack_layers = n_deepstack;
@@ -212,18 +210,10 @@ std::vector<ModelShape> make_presets() {
                              64, 2, 2, 1, 32, 4, 2, 64));
   p.push_back(qwen3moe_shape("qwen3moe-bench", "scaled-down Qwen3-30B-A3B: E=1024, 16 layers, 16/2 heads, 32 experts / 8 used, ~1B params",
                              1024, 16, 16, 2, 128, 32, 8, 384));
-  p.push_back(qwen3vl_shape("qwen3vl-micro", "fixture qwen3vl-micro: Qwen3-VL structure, E=64, 4 layers (2 take deepstack slices), 2/1 heads, FFN 128",
-                            64, 4, 2, 1, 32, 128, 2));
-  {
-    ModelShape moe = qwen3moe_shape("qwen3vlmoe-micro", "fixture qwen3vlmoe-micro: Qwen3-VL-MoE structure, E=64, 4 layers (2 take deepstack slices), 4 experts / 2 used",
-                                    64, 4, 2, 1, 32, 4, 2, 64);
-    const ModelShape dense = qwen3vl_shape("", "", 64, 4, 2, 1, 32, 128, 2);
-    moe.arch = "qwen3vlmoe";
-    moe.rope_freq_base = dense.rope_freq_base;
-    moe.rope_sections = dense.rope_sections;
-    moe.n_deepstack_layers = dense.n_deepstack_layers;
-    p.push_back(moe);
-  }
+  p.push_back(as_qwen3vl(qwen3_shape("qwen3vl-micro", "fixture qwen3vl-micro: Qwen3-VL structure, E=64, 4 layers (2 take deepstack slices), 2/1 heads, FFN 128",
+                                     64, 4, 2, 1, 32, 128), 2));
+  p.push_back(as_qwen3vl(qwen3moe_shape("qwen3vlmoe-micro", "fixture qwen3vlmoe-micro: Qwen3-VL-MoE structure, E=64, 4 layers (2 take deepstack slices), 4 experts / 2 used",
+                                        64, 4, 2, 1, 32, 4, 2, 64), 2));
   p.push_back(llama_shape("llama-micro", "fixture llama-micro: Llama 3 structure, E=64, 2 layers, 4/2 heads, FFN 128",
                           64, 2, 4, 2, 16, 128, false));
   p.push_back(mistral_shape("mistral-micro", "fixture mistral-micro: Mistral Small 3.2's chat vocabulary on llama-micro's structure",
@@ -568,17 +558,12 @@ void write_metadata(gguf::Writer& w, const ModelShape& s, const VocabData& vocab
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_f32(a + "rope.freq_base", s.rope_freq_base);
   w.set_u32(a + "feed_forward_length", u32(s.is_moe() ? 0 : s.n_ff));
-  if (s.is_hybrid()) {
-    w.set_u32(a + "rope.dimension_count", s.rope_dim);
-    if (s.arch != "qwen3next")  // Qwen3-Next rotates text positions only (NEOX), no sections
-      w.set_array_i32(a + "rope.dimension_sections",
-                      std::vector<int32_t>(s.rope_sections.begin(), s.rope_sections.end()));
-  }
-  if (s.arch == "llama") w.set_u32(a + "rope.dimension_count", u32(s.head_dim));
-  if (s.is_qwen3vl()) {
+  if (s.is_hybrid()) w.set_u32(a + "rope.dimension_count", s.rope_dim);
+  // IMROPE's sections (Qwen3.5, Qwen3-VL); Qwen3-Next rotates text positions only (NEOX).
+  if ((s.is_hybrid() && s.arch != "qwen3next") || s.is_qwen3vl())
     w.set_array_i32(a + "rope.dimension_sections", std::vector<int32_t>(s.rope_sections.begin(), s.rope_sections.end()));
-    w.set_u32(a + "n_deepstack_layers", u32(s.n_deepstack_layers));
-  }
+  if (s.arch == "llama") w.set_u32(a + "rope.dimension_count", u32(s.head_dim));
+  if (s.is_qwen3vl()) w.set_u32(a + "n_deepstack_layers", u32(s.n_deepstack_layers));
   if (s.sliding_window > 0) {
     w.set_u32(a + "attention.sliding_window", u32(s.sliding_window));
     if (s.sliding_window_pattern > 0) w.set_u32(a + "attention.sliding_window_pattern", s.sliding_window_pattern);

@@ -95,15 +95,9 @@ void Qwen35Model::attention_layer(int il, const ForwardBatch& b, ModelMemory& me
     for (int64_t h = 0; h < H; ++h) std::memcpy(q + t * nq + h * D, qg + t * 2 * nq + h * 2 * D, D * sizeof(float));
   rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
   rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
-  // IMROPE with text positions (all sections the same position) is NEOX over the first n_rot dims.
   const RopeSpec r = rope();
-  if (!b.rope.empty()) {
-    rope_rows_imrope(q, T, nq, cfg.n_head, D, D, r, cfg.rope_sections.data(), b.rope.data());
-    rope_rows_imrope(k, T, nkv, cfg.n_head_kv, D, D, r, cfg.rope_sections.data(), b.rope.data());
-  } else {
-    rope_rows(q, T, nq, cfg.n_head, D, D, r, b.ub->pos.data());
-    rope_rows(k, T, nkv, cfg.n_head_kv, D, D, r, b.ub->pos.data());
-  }
+  rope_batch_rows(b, q, nq, cfg.n_head, D, D, r, cfg.rope_sections.data());
+  rope_batch_rows(b, k, nkv, cfg.n_head_kv, D, D, r, cfg.rope_sections.data());
   AttentionShape shape;
   shape.n_head = cfg.n_head;
   shape.n_head_kv = cfg.n_head_kv;
@@ -207,6 +201,11 @@ void Qwen35Model::replay_recurrent(memory::RecurrentMemory& rec, uint32_t cell, 
   const int64_t C = 2 * Kd + Vd;
   if (n <= 0) return;
   if (tape.recorded(cfg.layer_recurrent) < n) throw Error("recurrent replay: the tape holds fewer tokens than asked");
+  // The step form, as the pass ran it at draft sizes (gated_delta_rule takes the chunked form from
+  // kDeltaNetChunkedMinTokens tokens of a sequence on); refused before any state changes.
+  for (int il = 0; il < cfg.n_layer; ++il)
+    if (cfg.is_recurrent(il) && tape.layers[static_cast<size_t>(il)].n_tokens >= kDeltaNetChunkedMinTokens)
+      throw Error("recurrent replay: a pass of chunked size");
   std::vector<float> conv(static_cast<size_t>(n * C)), out(static_cast<size_t>(n * Vd));
   for (int il = 0; il < cfg.n_layer; ++il) {
     if (!cfg.is_recurrent(il)) continue;
@@ -223,9 +222,6 @@ void Qwen35Model::replay_recurrent(memory::RecurrentMemory& rec, uint32_t cell, 
     io.beta = t.beta.data(); io.beta_stride = Hv;
     io.out = out.data();
     io.out_stride = Vd;
-    // The step form, as the pass ran it at draft sizes (gated_delta_rule switches to the chunked
-    // form from kDeltaNetChunkedMinTokens tokens, which a pass of drafts never reaches).
-    if (t.n_tokens >= kDeltaNetChunkedMinTokens) throw Error("recurrent replay: a pass of chunked size");
     gated_delta_rule_step(dn_shape_, io, rec.ssm_state(il, cell), pool);
   }
 }
@@ -295,10 +291,7 @@ void Qwen35Model::forward(const ForwardBatch& b, ModelMemory& mem, Workspace& ws
   float* x = ws.get(kX, T * E);
   float* cur = ws.get(kCur, T * E);
   float* out = ws.get(kOut, T * E);
-  for (int64_t t = 0; t < T; ++t) {
-    if (!b.embd_row.empty() && b.embd_row[t] >= 0) std::memcpy(x + t * E, b.embd + b.embd_row[t] * E, E * sizeof(float));
-    else get_row(head_.token_embd, b.tokens[t], x + t * E);
-  }
+  input_rows(b, head_.token_embd, E, cfg.n_embd_input(), x);
 
   int64_t rows = T;
   for (int il = 0; il < cfg.n_layer; ++il) {

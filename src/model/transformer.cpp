@@ -55,14 +55,6 @@ TransformerModel::TransformerModel(std::unique_ptr<gguf::Reader> g, ModelConfig 
   w.check_all_used();
 }
 
-void TransformerModel::input_rows(const ForwardBatch& b, float* x) const {
-  const int64_t E = config_.n_embd, W = config_.n_embd_input();
-  for (size_t t = 0; t < b.tokens.size(); ++t) {
-    if (!b.embd_row.empty() && b.embd_row[t] >= 0) std::copy_n(b.embd + b.embd_row[t] * W, E, x + t * E);
-    else get_row(head_.token_embd, b.tokens[t], x + t * E);
-  }
-}
-
 void TransformerModel::add_deepstack(const ForwardBatch& b, int il, float* x) const {
   // A text token's slices are llama.cpp's zero padding: adding them changes nothing.
   const int64_t E = config_.n_embd, W = config_.n_embd_input();
@@ -115,7 +107,7 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
   float* attn = k;
   float* out = E <= nq ? q : ws.get(kOut, T * E);
 
-  input_rows(b, x);
+  input_rows(b, head_.token_embd, E, cfg.n_embd_input(), x);
 
   int64_t rows = T;  // rows still carried; the last layer keeps only the output rows
   for (int il = 0; il < cfg.n_layer; ++il) {
@@ -128,13 +120,8 @@ void TransformerModel::forward(const ForwardBatch& b, ModelMemory& mem, Workspac
       rms_norm_heads(q, T, nq, cfg.n_head, D, D, l.q_norm, cfg.rms_eps);
       rms_norm_heads(k, T, nkv, cfg.n_head_kv, D, D, l.k_norm, cfg.rms_eps);
     }
-    if (!b.rope.empty()) {  // Qwen3-VL with images: IMROPE (text positions alone are plain NEOX)
-      rope_rows_imrope(q, T, nq, cfg.n_head, D, D, rope_, cfg.rope_sections.data(), b.rope.data());
-      rope_rows_imrope(k, T, nkv, cfg.n_head_kv, D, D, rope_, cfg.rope_sections.data(), b.rope.data());
-    } else {
-      rope_rows(q, T, nq, cfg.n_head, D, D, rope_, b.ub->pos.data());
-      rope_rows(k, T, nkv, cfg.n_head_kv, D, D, rope_, b.ub->pos.data());
-    }
+    rope_batch_rows(b, q, nq, cfg.n_head, D, D, rope_, cfg.rope_sections.data());  // Qwen3-VL's images: IMROPE
+    rope_batch_rows(b, k, nkv, cfg.n_head_kv, D, D, rope_, cfg.rope_sections.data());
     cached_attention(b, *mem.kv, il, shape, q, nq, k, v, attn, ws, pool);
     // The output projection sees the whole batch, as in llama.cpp: q4_K rounding depends on a
     // row's place in the batch (kernels/matmul.cpp), so selecting rows first would change it.

@@ -35,8 +35,6 @@ class TransformerModel final : public ArchModel {
     const float* ffn_norm;
     FeedForwardWeights ffn;  // dense FFN or experts
   };
-  // x's rows from the token embeddings, or from the batch's input rows (images).
-  void input_rows(const ForwardBatch& b, float* x) const;
   // Qwen3-VL: adds the deepstack slice of layer il to the image tokens' rows of x.
   void add_deepstack(const ForwardBatch& b, int il, float* x) const;
   void dense_ffn(const Layer& l, const float* cur, int64_t rows, float* out, float* scratch,
